@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -1214,3 +1215,144 @@ def test_a_removal_failing_in_any_way_leaves_the_rest_of_the_reload_applied(
     assert isinstance(unremoved, ValueError)
     assert changed == ["index.exclude", "index.maxVectorChunksPerNote"]
     assert manifest.vector_cap == 7 and written == [True]
+
+
+def _bulk_manifest(path: Path, deleted: int) -> tuple[float, int]:
+    """A manifest of 200 values of 50 KB (10 MB), the first ``deleted`` of them deleted: the share
+    of its pages free, and the bytes of its live pages."""
+    from sidecar.stores.manifest import Manifest
+
+    m = Manifest(path)
+    for i in range(200):
+        m.set_meta(f"bulk{i}", "x" * 50_000)
+    for i in range(deleted):
+        m._query("DELETE FROM meta WHERE name = ?", (f"bulk{i}",))
+    ((page, total, free),) = m.read(
+        "SELECT * FROM pragma_page_size, pragma_page_count, pragma_freelist_count"
+    )
+    m.close()
+    return free / total, (total - free) * page
+
+
+@pytest.mark.parametrize(("deleted", "shrinks"), [(52, True), (40, False)])
+def test_manifest_shrinks_once_a_quarter_of_it_is_free(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    deleted: int,
+    shrinks: bool,
+) -> None:
+    """5,000 of 17,000 notes deleted left 110 MB of 350 free, and the manifest never shrank (it
+    waited for half): about 26 % free is enough, about 20 % is not worth a rewrite."""
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.manifest import Manifest
+
+    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)  # the share decides here, not the size
+    path = tmp_path / "m.sqlite"
+    share, _live = _bulk_manifest(path, deleted)
+    assert 0.25 < share < 0.27 if shrinks else 0.19 < share < 0.21
+    before = path.stat().st_size
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert ("manifest_shrunk" in caplog.text) is shrinks
+        assert m.get_meta("bulk199") == "x" * 50_000
+    finally:
+        m.close()
+    assert path.stat().st_size < before * 0.8 if shrinks else path.stat().st_size == before
+
+
+def test_manifest_shrinks_only_with_room_for_the_copy_and_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VACUUM copies the live pages into a temporary database, then writes them back through the
+    write-ahead log: with SQLite's temporary folder on the manifest's disk it needs twice the live
+    pages there (room for once was taken for enough). Without that room it is not tried."""
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.manifest import Manifest
+
+    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
+    monkeypatch.setattr(manifest_mod, "sqlite_temp_dir", lambda: tmp_path, raising=False)  # the same disk
+    path = tmp_path / "m.sqlite"
+    _share, live = _bulk_manifest(path, 60)
+    before = path.stat().st_size
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: live * 3 // 2)  # once, not twice
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()
+    assert "manifest_shrink_skipped" in caplog.text and "manifest_shrunk" not in caplog.text
+    assert path.stat().st_size == before
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: live * 5 // 2)
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert "manifest_shrunk" in caplog.text and m.get_meta("bulk199") == "x" * 50_000
+        # Rewritten, it gives free pages back while it runs from now on (``give_back``).
+        assert m.read("PRAGMA auto_vacuum") == [(2,)]
+    finally:
+        m.close()
+    assert path.stat().st_size < before * 0.8
+
+
+def test_a_running_manifest_gives_free_pages_back_a_step_at_a_time(tmp_path: Path) -> None:
+    """A daemon running for weeks past a mass deletion never shrank its manifest (only an open
+    did): the daily housekeeping returns the free pages in steps, the manifest free between
+    them, and leaves a manifest with few free pages as it is."""
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "m.sqlite"
+    m = Manifest(path)
+    try:
+        for i in range(300):
+            m.set_meta(f"bulk{i}", "x" * 100_000)  # 30 MB
+        assert m.give_back() == 0  # nothing free
+        for i in range(100):
+            m._query("DELETE FROM meta WHERE name = ?", (f"bulk{i}",))
+        m._query("PRAGMA wal_checkpoint(TRUNCATE)")
+        before = path.stat().st_size
+        steps: list[bool] = []
+        reads: list[Any] = []
+
+        def between() -> None:
+            # The manifest answers another thread between two steps (this one's own read would
+            # pass the step's lock, a re-entrant one, held or not).
+            reader = threading.Thread(target=lambda: reads.append(m.get_meta("bulk299")))
+            reader.start()
+            reader.join(timeout=10)
+            steps.append(not reader.is_alive())
+
+        given = m.give_back(between)
+        assert given * 4096 >= 9 * 2**20 and len(steps) >= 2
+        assert all(steps) and reads == ["x" * 100_000] * len(steps)
+        assert path.stat().st_size < before - 9 * 2**20
+        assert m.read("PRAGMA freelist_count") == [(0,)] and m.get_meta("bulk299") == "x" * 100_000
+    finally:
+        m.close()
+
+
+def test_giving_back_within_a_transaction_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of ``give_back`` runs as a script, which commits an open transaction first: called
+    within one (the same thread), half of that transaction would be written. It is refused and
+    the transaction rolls back whole."""
+    import sqlite3
+
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.manifest import Manifest
+
+    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
+    path = tmp_path / "m.sqlite"
+    _bulk_manifest(path, 60)
+    monkeypatch.setattr(Manifest, "_shrink", lambda self: None)  # its free pages kept at open
+    m = Manifest(path)
+    try:
+
+        def half_done() -> None:
+            with m.transaction() as db:
+                db.execute("INSERT INTO meta (name, value) VALUES ('half', 'done')")
+                m.give_back()
+
+        with pytest.raises(sqlite3.ProgrammingError):
+            half_done()
+        assert m.get_meta("half") is None
+        assert m.give_back() > 0  # outside of one: given back
+    finally:
+        m.close()

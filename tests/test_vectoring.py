@@ -1004,11 +1004,17 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
         while h.vectors.embed_pending(batch=8):
             pass
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
+        # No switch, or one without a batch yet: no rate, so no word on how rough it is.
+        assert h.vectors.describe()["building_rate_rough"] is None
         attach(h.cfg, h.vectors, Fast())
+        described = h.vectors.describe()
+        assert described["building_rate_chunks_per_second"] is None
+        assert described["building_rate_rough"] is None
         for _ in range(RATE_BATCHES):
             h.vectors.embed_pending(batch=4)
         described = h.vectors.describe()
         assert described["building_rate_chunks_per_second"] == pytest.approx(10.0)
+        assert described["building_rate_rough"] is True  # seconds of work, not minutes
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()
@@ -1252,11 +1258,11 @@ def test_status_counts_the_batch_the_model_computes_and_its_pace(make_cfg: Any, 
         # The same texts again (a folder copied): vectors reused, no model run, no rate sample.
         write(vault / "elsewhere" / "note-000.md", (vault / "folder0" / "note-000.md").read_text())
         h.indexer.sweep()
-        before = list(h.vectors._recent[h.stores.serving.store.name])
+        before = list(h.vectors._recent[h.stores.serving.store.name].steps)
         reused, calls = h.vectors.reused, len(seen)
         assert h.vectors.embed_pending(batch=40) > 0
         assert h.vectors.reused > reused and len(seen) == calls
-        assert list(h.vectors._recent[h.stores.serving.store.name]) == before
+        assert list(h.vectors._recent[h.stores.serving.store.name].steps) == before
         assert h.vectors.rate(h.stores.serving) == pytest.approx(1.0)
     finally:
         h.close()

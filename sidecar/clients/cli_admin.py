@@ -14,7 +14,7 @@ from typing import Any
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
 from sidecar.clients.cli_render import Progress, render_status
 from sidecar.clients.client import Client
-from sidecar.clients.foreground import backlog
+from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
 from sidecar.contracts.printable import escape_controls as shown
@@ -24,6 +24,8 @@ from sidecar.vault.homeguard import forget, record_path
 # `sidecar index` stops waiting for vectors once the count of chunks waiting for one has not gone
 # down for this long (a model that hangs, a backfill held by searches): it says what is left.
 VECTOR_STALL_S = 120.0
+# While it waits for vectors, `sidecar index` says the time left this often (a line of its own).
+VECTOR_ETA_EVERY_S = 600.0
 
 
 def _check_vault(args: argparse.Namespace, cfg: Config, *, serving: bool) -> None:
@@ -240,7 +242,7 @@ def _wait_for_vectors(
     for other sweeps or for an idle daemon; at once when the model is off, loading or failed (said
     by ``_still_going_on``). Returns the last health and whether it gave up because the count
     of waiting chunks stopped going down for ``VECTOR_STALL_S``."""
-    lowest, since, said = None, time.monotonic(), False
+    lowest, since, said = None, time.monotonic(), None
     while True:
         idx = health["index"]
         pending = backlog(idx)  # a note written continuously leaves a few chunks: no backlog
@@ -248,12 +250,18 @@ def _wait_for_vectors(
             return health, False
         if _failing_since(health, asked, ("embedding",)):
             return health, False  # the model fails on them: status says why
-        if not said:
+        left = time_left(pending, idx.get("embed_rate_chunks_per_second"), idx.get("embed_rate_rough"))
+        if said is None:
             bar.say(
-                f"computing the vectors of {pending:,} chunks, so that search finds them by their "
+                f"computing the vectors of {pending:,} chunks{left}, so that search finds them by their "
                 "meaning too (Ctrl-C stops waiting; the daemon goes on in the background)"
             )
-            said = True
+            said = (time.monotonic(), bool(left))
+        elif left and (not said[1] or time.monotonic() - said[0] >= VECTOR_ETA_EVERY_S):
+            # The estimate once the daemon has a pace, then now and then: a wait of hours said
+            # nothing of its length.
+            bar.say(f"vectors: {pending:,} chunks still to compute{left}")
+            said = (time.monotonic(), True)
         if lowest is None or pending < lowest:
             lowest, since = pending, time.monotonic()
         elif time.monotonic() - since >= VECTOR_STALL_S:

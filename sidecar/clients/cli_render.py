@@ -8,7 +8,7 @@ import time
 from typing import Any, TextIO
 
 from sidecar import __version__
-from sidecar.clients.foreground import all_vectors_words, backlog, duration
+from sidecar.clients.foreground import all_vectors_words, backlog, duration, per_second, time_left
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
@@ -306,7 +306,10 @@ def _building_line(h: dict[str, Any]) -> str:
                 f"{waited:.0f} s for the model's tokenizer, which is being loaded or converted, to cut "
                 f"notes in its tokens{bound}; search answers meanwhile)"
             )
-        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes)"
+        rate = prog.get("notes_per_second")
+        pace = f", {per_second(rate)} a second" if rate else ""
+        left = time_left(prog["total"] - prog["done"], rate, prog.get("rough"))
+        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes{pace}{left})"
     if not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
         # A restart over a complete index: nothing is computed, the model only loads.
         return "Index: building (every note is searchable by keyword; by meaning once the model is loaded)"
@@ -329,18 +332,15 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
     stalled = any(p["area"] == "embedding" for p in active)
 
-    def eta(left: int, rate: float | None) -> str:
+    def eta(left: int, rate: float | None, rough: bool | None) -> str:
         if stalled:
             return ", paused: storing vectors fails (see PROBLEM below)"
-        if not rate or not left:
-            return ""
-        # Never "0s left" while chunks wait: the last ones of a batch are stored together.
-        return f", about {duration(left / rate)} left" if left / rate >= 60 else ", less than a minute left"
+        return time_left(left, rate, rough)
 
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if waiting:
-            left = eta(waiting, idx.get("embed_rate_chunks_per_second"))
+            left = eta(waiting, idx.get("embed_rate_chunks_per_second"), idx.get("embed_rate_rough"))
             lines.append(
                 f"Vectors: {waiting:,} chunks waiting for vectors{_largest_words(idx, pending)}{left}; "
                 "keyword search covers them already"
@@ -356,10 +356,10 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
             left = vec.get("building_pending", 0)
+            when = eta(left, vec.get("building_rate_chunks_per_second"), vec.get("building_rate_rough"))
             lines.append(
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
-                f"vectors{eta(left, vec.get('building_rate_chunks_per_second'))}; searches use "
-                f"{vec.get('serving_model')}'s until then"
+                f"vectors{when}; searches use {vec.get('serving_model')}'s until then"
             )
         lines += _index_build_lines(vec)
         lines += _paused_lines(vec)

@@ -6,6 +6,7 @@ of it. Also the steady ETA that the progress bar and the summary share.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -49,6 +50,30 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m {seconds % 60}s"
     return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+
+
+def per_second(rate: float) -> str:
+    """A rate as status says it: whole above 10 ("42"), else two significant digits ("4.2",
+    "0.042"; a very slow sweep once read "0.0 a second")."""
+    if rate >= 10 or rate <= 0:
+        return f"{rate:,.0f}"
+    return f"{rate:.{max(1, 1 - math.floor(math.log10(rate)))}f}"
+
+
+def time_left(left: float, rate: float | None, rough: bool | None = False) -> str:
+    """ ", about 3h 57m left" for ``left`` units at ``rate`` a second (the daemon's pace of a sweep
+    or of the vectors); "" without a rate. Said to be rough while the pace still settles: the first
+    figure of a long backfill on a busy host was 3.5 times the later one."""
+    if not rate or not left:
+        return ""
+    seconds = left / rate
+    # Never "0s left" while work waits: the last vectors of a batch are stored together.
+    words = f"about {duration(seconds)} left" if seconds >= 60 else "less than a minute left"
+    return f", {words}" + (ROUGH if rough else "")
+
+
+# Said after an estimate from a pace that still settles (``index.embed_rate_rough``).
+ROUGH = " (a rough estimate: the pace is still settling)"
 
 
 class Eta:
@@ -152,7 +177,9 @@ class Summary:
             total = idx["chunks"]
             left = self.eta.update(total - pending, total, now)
             if self._eta_due(now, left):
-                eta = f", about {duration(left)} left" if left is not None else ""
+                # Counted down here between the daemon's batches; rough as long as its pace is.
+                rough = ROUGH if idx.get("embed_rate_rough") is not False else ""
+                eta = f", about {duration(left)} left{rough}" if left is not None else ""
                 out.append(f"vectors: {pending:,} of {total:,} chunks to embed{eta}")
         elif vec.get("building"):  # a model switch: the previous model's vectors answer meanwhile
             total, waiting = idx["chunks"], vec.get("building_pending", 0)

@@ -54,7 +54,7 @@ from sidecar.contracts.wire import (
     stale_note,
 )
 from sidecar.daemon import limits
-from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
+from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import memory_gap
 from sidecar.index.vectoring import Vectoring
@@ -230,7 +230,9 @@ class Handlers:
             "index": {
                 "state": state,
                 "phase": act.phase,
-                "progress": {"done": act.done, "total": act.total},
+                # With the sweep's notes per second once it has a pace (``rough`` while it
+                # settles): status' estimate of the time left.
+                "progress": {"done": act.done, "total": act.total, **_sweep_pace(act)},
                 # Seconds notes have waited to be cut for the model's tokenizer (it loads, or a
                 # first start converts the model), else None.
                 "tokenizer_wait_seconds": (
@@ -251,6 +253,7 @@ class Handlers:
                 "continuous": continuous,
                 "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
                 "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
+                "embed_rate_rough": vec.rough(vec.stores.serving) if rate else None,
                 "by_source": counts["by_source"],
                 "by_agent": counts["by_agent"],
                 "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
@@ -1025,3 +1028,12 @@ def _tags(p: dict[str, Any]) -> tuple[str, ...]:
 
 def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
     return None if progress is None else {"done": progress[0], "total": progress[1]}
+
+
+def _sweep_pace(act: Activity) -> dict[str, Any]:
+    """The sweep's pace for health's ``progress``: notes written per second (null before it
+    has one: the first seconds, or between sweeps) and whether it still settles."""
+    rate = act.pace.rate if act.phase == "indexing" else None
+    # Three significant digits: rounded to hundredths, a sweep slower than one note in 200 s had no rate.
+    per_second = float(f"{rate:.3g}") if rate else None
+    return {"notes_per_second": per_second, "rough": act.pace.rough if rate else None}

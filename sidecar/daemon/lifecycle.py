@@ -64,6 +64,7 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
@@ -954,6 +955,18 @@ class Daemon:
             prepared.tidy(self.cfg.prepared_dir)
         else:
             log.info("model_cache_tidy_skipped reason=a model is loading; tried again tomorrow")
+        self._give_back_manifest()
+
+    def _give_back_manifest(self) -> None:
+        """The manifest's free pages back to the disk (``Manifest.give_back``): a step at a time,
+        searches in flight served between steps."""
+        parts = self.parts
+        if parts is None:
+            return
+        try:
+            parts.stores.manifest.give_back(between=lambda: FOREGROUND.yield_to(0.5))
+        except sqlite3.Error as exc:  # a full disk, a busy file: the next day tries again
+            log.warning("manifest_give_back_failed error=%s", exc)
 
     def _models_settled(self) -> bool:
         if self.slot.state in ("idle", "loading"):

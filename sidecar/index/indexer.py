@@ -33,6 +33,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION
+from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
@@ -50,6 +51,9 @@ _OBSIDIAN_RULES = "obsidian_rules"
 # How long chunking waits for the model's tokenizer, once (a first start's conversion publishes it
 # in about a second; a model that is slow to come is not waited for twice).
 TOKENIZER_WAIT_S = 60.0
+# A sweep's pace is taken over this many batches of index.batchFiles notes (a few minutes' worth
+# on a busy host: the pace of a folder of long notes does not stand for the vault).
+SWEEP_PACE_BATCHES = 32
 
 
 @dataclass
@@ -73,6 +77,28 @@ class Activity:
     # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
     # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
     tokenizer_wait_since: float | None = None
+    # Notes written per second over the sweep's last batches: status' estimate of its time left.
+    pace: Pace = field(default_factory=lambda: Pace(SWEEP_PACE_BATCHES, SWEEP))
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the pace's; tests pin it
+    _step_at: float = 0.0  # when the last batch was counted
+
+    def begin(self) -> None:
+        """A sweep begins: counts and pace from nothing."""
+        self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
+        self.leaving, self.recut = {}, 0
+        self.pace.clear()
+
+    def indexing(self, total: int) -> None:
+        """Its changes found: ``total`` to write, the pace counted from now."""
+        self.phase, self.total = "indexing", total
+        self._step_at = self.clock()
+
+    def written(self, notes: int) -> None:
+        """A batch of ``notes`` written: counted, with its time into the pace."""
+        now = self.clock()
+        self.done += notes
+        self.pace.add(notes, now - self._step_at)
+        self._step_at = now
 
 
 class Indexer:
@@ -255,8 +281,7 @@ class Indexer:
             self.delete(self._gone_left)
             self._gone_left = []
         act = self.activity
-        act.phase, act.done, act.total, act.started = "scanning", 0, 0, time.time()
-        act.leaving, act.recut = {}, 0
+        act.begin()
         if not act.first_sweep_done:
             upgrade_bm25(self.stores, stop)  # an older layout's index answers meanwhile
             refill_new_bm25(self.stores, stop)
@@ -289,7 +314,7 @@ class Indexer:
         self._forget_linked(diff.linked)
         # A moved note is one change (its new key read, its old one removed with it), not two.
         moves = _moves_applied(diff)
-        act.phase, act.total = "indexing", len(diff.work) + len(diff.gone) - len(moves)
+        act.indexing(len(diff.work) + len(diff.gone) - len(moves))
         act.leaving, act.recut = {}, diff.recut
         self.found_by_listing = self._found_by_listing(diff, listed)
         changed = self._apply(diff, moves, every if not paths else None, progress, stop)
@@ -388,7 +413,7 @@ class Indexer:
                     left |= self._paths_of(gone, roots)
                 self.leftover = frozenset(left)
                 raise
-            act.done += len(part)
+            act.written(len(part))
             if progress is not None:
                 progress(act)
             if every is not None:

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ from sidecar.index.problems import Problems
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
+from sidecar.runtime.pace import Pace
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.manifest import ChunkRecord, Manifest
 from sidecar.stores.vectors import VectorStore, drop_table
@@ -157,7 +158,7 @@ class Vectoring:
         # The backfill's last batches per table, (stored, seconds): the rate of status' ETA. Per
         # table (a switch's old model catching up ran at a third of the new one's speed) and
         # recent only (the lifetime average was 3x off).
-        self._recent: dict[str, deque[tuple[int, float]]] = {}
+        self._recent: dict[str, Pace] = {}
         # Chunks the model computed in the backfill batch running now, not stored yet: status
         # counts them done (its count moved in steps of a whole batch, minutes apart on a slow CPU).
         self.computing = 0
@@ -462,16 +463,18 @@ class Vectoring:
         if timed and computed:
             # The model's pace: a batch of vectors copied from equal texts took a second for 256
             # and made the ETA "0s left" with hundreds of chunks still to compute.
-            self._recent.setdefault(vs.store.name, deque(maxlen=RATE_BATCHES)).append((computed, seconds))
+            self._recent.setdefault(vs.store.name, Pace(RATE_BATCHES)).add(computed, seconds)
         return stored + adopted
 
     def rate(self, vs: VectorSet | None) -> float | None:
         """Vectors stored per second over the backfill's last batches for ``vs``'s table."""
-        window = self._recent.get(vs.store.name) if vs is not None else None
-        if not window:
-            return None
-        stored, seconds = sum(n for n, _ in window), sum(t for _, t in window)
-        return stored / seconds if stored and seconds > 0 else None
+        pace = self._recent.get(vs.store.name) if vs is not None else None
+        return pace.rate if pace is not None else None
+
+    def rough(self, vs: VectorSet | None) -> bool:
+        """Whether an ETA from ``rate`` is a rough one yet (``Pace.rough``)."""
+        pace = self._recent.get(vs.store.name) if vs is not None else None
+        return pace is None or pace.rough
 
     def _stash(self, vs: VectorSet, rows: list[tuple[str, str, str, str]], vecs: Any) -> None:
         """Keep the vectors of a batch that could not be stored, by text (bounded)."""
@@ -887,6 +890,7 @@ class Vectoring:
 
     def describe(self) -> dict[str, Any]:
         s, b = self.stores.serving, self.stores.building
+        building_rate = self.rate(b)
         return {
             "serving": s.store.name if s else None,
             "serving_model": s.model.model_id if s else None,
@@ -894,7 +898,8 @@ class Vectoring:
             "ann_kind": s.store.ann_kind if s else None,
             "building": b.store.name if b else None,
             "building_pending": self.manifest.pending_count("has_next") if b else 0,
-            "building_rate_chunks_per_second": _rounded(self.rate(b)),
+            "building_rate_chunks_per_second": _rounded(building_rate),
+            "building_rate_rough": self.rough(b) if building_rate else None,  # null as the rate
             "computing": self.computing,
             "paused": self.paused_switch(),
             "retired": sorted(self._retired),

@@ -26,7 +26,14 @@ from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.frontmatter import aliases_of
-from sidecar.notes.links import drop_links, names_of, replace_links, reresolve, set_excluded
+from sidecar.notes.links import (
+    drop_links,
+    names_of,
+    replace_links,
+    reresolve,
+    reresolve_pages,
+    set_excluded,
+)
 from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
@@ -37,6 +44,12 @@ log = logging.getLogger(__name__)
 
 # A commit waits at most this long for the searches in flight to finish (they get the cores first).
 COMMIT_YIELD_S = 0.5
+# Resolving every link at a start waits for the searches in flight this long between two pages,
+# and this long in all over its pages: it holds the write lock throughout (memory writes wait for
+# it), and a search that needs that lock itself (an idle agent's inbox rebuilt) counts as in flight,
+# so a page's own wait at COMMIT_YIELD_S added 0.5 s per 2,000 links, 25 s at 102,000.
+RERESOLVE_PAGE_YIELD_S = 0.05
+RERESOLVE_YIELD_S = 1.0
 
 
 class Writer:
@@ -225,8 +238,21 @@ class Writer:
         """Once per start: resolve every link again (the rules or the notes may have changed while
         the daemon was down, e.g. a wiki subfolder renamed in the config)."""
         stores = self.stores
-        with stores.write_lock, stores.manifest.transaction() as db:
-            changed = reresolve(db, self.wiki_subfolder, everything=True)
+        manifest = stores.manifest
+        # A page of links per transaction, the searches in flight served between pages (waited
+        # for within RERESOLVE_YIELD_S in all): the manifest is not held for the whole vault's
+        # links. The write lock keeps the notes (and so the names) as they are until the last page.
+        budget = RERESOLVE_YIELD_S
+
+        def between() -> None:
+            nonlocal budget
+            if budget > 0:
+                budget -= FOREGROUND.yield_to(min(RERESOLVE_PAGE_YIELD_S, budget))
+
+        with stores.write_lock:
+            changed = reresolve_pages(
+                manifest.read, manifest.transaction, self.wiki_subfolder, between=between
+            )
         if changed:
             log.info("links_reresolved count=%d", changed)
 

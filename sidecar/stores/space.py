@@ -35,6 +35,27 @@ def free_bytes(folder: Path) -> int | None:
     return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
+def sqlite_temp_dir() -> Path | None:
+    """The folder SQLite puts its temporary files in on Unix (a VACUUM's copy of the whole
+    database among them): the first writable folder of $SQLITE_TMPDIR, $TMPDIR, /var/tmp,
+    /usr/tmp, /tmp and the working folder, as SQLite looks for it; None when none is."""
+    # Only asked how much room they have: nothing is written there.
+    fixed = ("/var/tmp", "/usr/tmp", "/tmp", ".")  # noqa: S108
+    for name in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), *fixed):
+        if name and os.path.isdir(name) and os.access(name, os.W_OK | os.X_OK):
+            return Path(name)
+    return None
+
+
+def same_disk(a: Path, b: Path) -> bool:
+    """Whether two folders are on one file system (True when either cannot be asked: the space
+    both need is then counted on one)."""
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return True
+
+
 def disk_full_at(folder: Path) -> bool:
     """True when ``folder``'s disk is (nearly) full: less than ``LOW_BYTES`` free to this user
     (root may use the filesystem's reserve), or a written and synced probe file of
