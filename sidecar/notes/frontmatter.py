@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -111,6 +111,20 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(str(a).strip() for a in value if isinstance(a, str | int | float) and str(a).strip())
     return ()
+
+
+def note_names(title: str, aliases: Sequence[str]) -> tuple[str, ...]:
+    """The names a note is known by: its title, then its aliases, each once (case aside). An alias
+    is another name of the same note (``[[Schuppen]]`` links to "Gartenhaus"): wherever the title
+    counts (what the model reads of each chunk, the name rules of a search), these count alike."""
+    seen = {title.strip().casefold()}
+    out = [title]
+    for alias in aliases:
+        folded = alias.strip().casefold()
+        if folded and folded not in seen:
+            seen.add(folded)
+            out.append(alias.strip())
+    return tuple(out)
 
 
 def description_of(front_matter_json: str) -> str:
