@@ -118,13 +118,19 @@ def test_front_matter_parsed_not_embedded() -> None:
 
 
 def test_aliases_are_read_beside_the_title_by_the_model() -> None:
-    """Every chunk's embed text names the note's aliases after its title (an alias repeating the
-    title is not said twice), as a front-matter-only note's does: a question naming the note by
-    an alias ("das NAS") is near it as one naming its title is. Only the embed text: hits show
-    the note's lines."""
-    text = "---\naliases: [NAS, Netzwerkspeicher, synology ds920+]\n---\n# Synology DS920+\n\nRAID 5.\n"
+    """The first section's embed text names the note's aliases after its title (an alias repeating
+    the title is not said twice), as a front-matter-only note's does: a question naming the note
+    by an alias ("das NAS") is near it as one naming its title is. Later sections say the title
+    alone, as they leave out the description; hits show the note's lines."""
+    text = (
+        "---\naliases: [NAS, Netzwerkspeicher, synology ds920+]\n---\n# Synology DS920+\n\nRAID 5.\n\n"
+        "## Updates\n\nAm Wochenende.\n"
+    )
     note = chunk_note(text, title="Synology DS920+", count_tokens=words)
-    assert [c.embed_text for c in note.chunks] == ["Synology DS920+\nNAS, Netzwerkspeicher\nRAID 5."]
+    assert [c.embed_text for c in note.chunks] == [
+        "Synology DS920+\nNAS, Netzwerkspeicher\nRAID 5.",
+        "Synology DS920+\nUpdates\nAm Wochenende.",
+    ]
     assert note.chunks[0].text == "# Synology DS920+\nRAID 5."
     bare = chunk_note("---\naliases: Schuppen\n---\n", title="Gartenhaus", count_tokens=words)
     assert bare.chunks[0].embed_text == "Gartenhaus\nSchuppen"

@@ -47,7 +47,7 @@ _MIN_BUDGET = 24
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
-# 8: the embed text names the note's aliases beside its title.
+# 8: the embed text of the first section names the note's aliases after its title.
 CHUNKER_VERSION = 8
 
 
@@ -56,20 +56,20 @@ def _norm(line: str) -> str:
     return line.strip().lstrip("#").strip().casefold()
 
 
-def _named(names: Sequence[str]) -> str:
-    """A note's names as the model reads them: the title, its aliases on the next line."""
-    title, others = names[0], names[1:]
-    return title + ("\n" + ", ".join(others) if others else "")
+def _lead(names: Sequence[str], description: str) -> str:
+    """What the first section's chunks say after the title: the note's other names (its aliases,
+    ``note_names``) and its description. Said once, as the description is: in every chunk the
+    aliases crowded the text (a help page's three aliases cost its later sections their
+    questions)."""
+    return "\n".join(x for x in (", ".join(names[1:]), description) if x)
 
 
-def _prefix(names: Sequence[str], headings: Sequence[str], description: str = "") -> str:
-    """What every chunk of a section starts with: the note's names (``note_names``: the title and
-    its aliases, as the model reads the title it reads the other names), its heading path
-    (without a heading that only repeats the title, as an H1 named like the file does) and, for
-    the first chunk, the description."""
-    path = [h for h in headings if _norm(h) != _norm(names[0])]
-    named = _named(names) + ("\n" + " › ".join(path) if path else "")
-    return named + ("\n" + description if description else "")
+def _prefix(title: str, headings: Sequence[str], lead: str = "") -> str:
+    """What every chunk of a section starts with: the note's title, its heading path (without a
+    heading that only repeats the title, as an H1 named like the file does) and, for the first
+    section, the lead (``_lead``: aliases and description)."""
+    path = [h for h in headings if _norm(h) != _norm(title)]
+    return title + ("\n" + " › ".join(path) if path else "") + ("\n" + lead if lead else "")
 
 
 @dataclass(frozen=True)
@@ -291,15 +291,17 @@ def cut_note(
 ) -> ParsedNote:
     """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
     sections, fm_end, readable = draft.sections, draft.fm_end, draft.readable
-    names, description = note_names(draft.note.title, draft.note.aliases), draft.note.description
+    note_title = draft.note.title
+    description = draft.note.description
+    lead = _lead(note_names(note_title, draft.note.aliases), description)
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
     # note, not one call per piece or section).
-    prefixes = [_prefix(names, s.headings) for s in sections]
+    prefixes = [_prefix(note_title, s.headings) for s in sections]
     count(
         ["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks]
         + prefixes
-        + ([p + "\n" + description for p in prefixes] if description else [])
+        + ([p + "\n" + lead for p in prefixes] if lead else [])
     )
     spec = _Budget(count, max_tokens, overlap)
     chunks: list[Chunk] = []
@@ -311,15 +313,15 @@ def cut_note(
             continue
         blocks = carry + section.blocks
         carry = []
-        prefix = _prefix(names, section.headings, description if not chunks else "")
+        prefix = _prefix(note_title, section.headings, lead if not chunks else "")
         chunks.extend(_pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec))
     if carry:  # trailing headings with no content still deserve a chunk
         heads = sections[-1].headings
-        prefix = _prefix(names, heads)
+        prefix = _prefix(note_title, heads)
         chunks.extend(_pack(carry, readable, heads, prefix, first_ord=len(chunks), spec=spec))
     if not chunks:  # an empty note (or front matter only) is still findable by its title
         body = description
-        embed = _fit(_named(names) + ("\n" + body if body else ""), max_tokens, count_tokens)
+        embed = _fit(note_title + ("\n" + lead if lead else ""), max_tokens, count_tokens)
         # Its lines are the front matter it comes from (line 1 of an empty note): after the front
         # matter there is nothing, and "lines 5-4" is no range.
         chunks.append(Chunk(0, body, (), 1, max(fm_end, 1), embed, count([embed])[0], embed=False))
