@@ -47,8 +47,8 @@ _MIN_BUDGET = 24
 #    table's header again in each of its chunks; an embed's size ("|400") is no text.
 # 7: the words carried into the next chunk keep their line breaks and lie within its lines (they
 #    were glued onto the previous piece's last line).
-# 8: the embed text of the first section names the note's aliases after its title.
-CHUNKER_VERSION = 8
+# 9: a note's aliases are read beside its title in its first chunk
+CHUNKER_VERSION = 9
 
 
 def _norm(line: str) -> str:
@@ -56,18 +56,29 @@ def _norm(line: str) -> str:
     return line.strip().lstrip("#").strip().casefold()
 
 
+# What the first chunk says after the title at most (characters): its prefix is cut to a third of
+# the chunk's tokens anyway, and a note with 60 KB of aliases or description was tokenized whole.
+_LEAD_CHARS = 500
+
+
+def _cut(text: str, most: int = _LEAD_CHARS) -> str:
+    """``text`` within ``most`` characters, cut at a space where it is longer."""
+    return text if len(text) <= most else text[:most].rsplit(" ", 1)[0]
+
+
 def _lead(names: Sequence[str], description: str) -> str:
-    """What the first section's chunks say after the title: the note's other names (its aliases,
-    ``note_names``) and its description. Said once, as the description is: in every chunk the
-    aliases crowded the text (a help page's three aliases cost its later sections their
-    questions)."""
-    return "\n".join(x for x in (", ".join(names[1:]), description) if x)
+    """What the note's first chunk says after the title: its description, then its other names
+    (its aliases, ``note_names``), within ``_LEAD_CHARS``. The description first: where the prefix
+    is cut, the end of a long alias list goes, not the description's. The aliases are said once:
+    in every chunk they crowded the text (a help page's three aliases cost its later sections
+    their questions)."""
+    return _cut("\n".join(x for x in (_cut(description), ", ".join(names[1:])) if x))
 
 
 def _prefix(title: str, headings: Sequence[str], lead: str = "") -> str:
     """What every chunk of a section starts with: the note's title, its heading path (without a
     heading that only repeats the title, as an H1 named like the file does) and, for the first
-    section, the lead (``_lead``: aliases and description)."""
+    section, the lead (the description; in the first chunk ``_lead``: description and aliases)."""
     path = [h for h in headings if _norm(h) != _norm(title)]
     return title + ("\n" + " › ".join(path) if path else "") + ("\n" + lead if lead else "")
 
@@ -292,16 +303,15 @@ def cut_note(
     """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
     sections, fm_end, readable = draft.sections, draft.fm_end, draft.readable
     note_title = draft.note.title
-    description = draft.note.description
+    description = _cut(draft.note.description)
     lead = _lead(note_names(note_title, draft.note.aliases), description)
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
-    # note, not one call per piece or section).
-    prefixes = [_prefix(note_title, s.headings) for s in sections]
+    # note, not one call per piece or section). The first section's prefixes with description
+    # and aliases are counted where they are used: one section's, not every section's.
     count(
         ["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks]
-        + prefixes
-        + ([p + "\n" + lead for p in prefixes] if lead else [])
+        + [_prefix(note_title, s.headings) for s in sections]
     )
     spec = _Budget(count, max_tokens, overlap)
     chunks: list[Chunk] = []
@@ -313,15 +323,21 @@ def cut_note(
             continue
         blocks = carry + section.blocks
         carry = []
-        prefix = _prefix(note_title, section.headings, lead if not chunks else "")
-        chunks.extend(_pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec))
+        if chunks:
+            prefix, first = _prefix(note_title, section.headings), None
+        else:  # the first section: its chunks say the description, the first one the aliases too
+            prefix = _prefix(note_title, section.headings, description)
+            first = _prefix(note_title, section.headings, lead) if lead != description else None
+        chunks.extend(
+            _pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec, first=first)
+        )
     if carry:  # trailing headings with no content still deserve a chunk
         heads = sections[-1].headings
         prefix = _prefix(note_title, heads)
         chunks.extend(_pack(carry, readable, heads, prefix, first_ord=len(chunks), spec=spec))
     if not chunks:  # an empty note (or front matter only) is still findable by its title
-        body = description
-        embed = _fit(note_title + ("\n" + lead if lead else ""), max_tokens, count_tokens)
+        body = draft.note.description
+        embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
         # Its lines are the front matter it comes from (line 1 of an empty note): after the front
         # matter there is nothing, and "lines 5-4" is no range.
         chunks.append(Chunk(0, body, (), 1, max(fm_end, 1), embed, count([embed])[0], embed=False))
@@ -365,34 +381,47 @@ def _pack(
     *,
     first_ord: int,
     spec: _Budget,
+    first: str | None = None,
 ) -> list[Chunk]:
-    """Greedy packing of a section's lines into chunks within the token budget, with overlap."""
+    """Greedy packing of a section's lines into chunks within the token budget, with overlap.
+    ``first``: the first chunk's prefix when it says more than the others' (the note's aliases)."""
     count, max_tokens, overlap = spec.count, spec.max_tokens, spec.overlap
     prefix = _fit(prefix, max(max_tokens // 3, 8), count)
     prefix_tokens = count([prefix])[0]
     budget = max(max_tokens - prefix_tokens, _MIN_BUDGET)
+    opening = _fit(first, max(max_tokens // 3, 8), count) if first is not None else prefix
+    opening_tokens = count([opening])[0]
+    first_budget = max(max_tokens - opening_tokens, _MIN_BUDGET)
     pieces = _pieces(blocks, readable, budget, count)
+    if pieces and pieces[0].tokens > first_budget:
+        # The first piece does not fit beside the longer first prefix: cut finer (rare: a first
+        # paragraph near the whole budget).
+        pieces = _pieces(blocks, readable, first_budget, count)
     # The model sees each line once: a heading line or paragraph that repeats the prefix (the
     # section's heading, an H1 named like the note, a lead paragraph that is the description) is
     # shown and keyword-indexed, not embedded twice.
-    said = _said(prefix, headings)
+    said_first, said_rest = _said(opening, headings), _said(prefix, headings)
     out: list[Chunk] = []
     keep = int(budget * overlap)
     i = 0
     while i < len(pieces):
+        if i == 0:
+            pfx, pfx_tokens, cap, said = opening, opening_tokens, first_budget, said_first
+        else:
+            pfx, pfx_tokens, cap, said = prefix, prefix_tokens, budget, said_rest
         # A chunk that starts inside a table says its header again: its rows' columns are named.
-        fits = pieces[i].head_tokens + pieces[i].tokens <= budget
+        fits = pieces[i].head_tokens + pieces[i].tokens <= cap
         head, head_tokens = (pieces[i].head, pieces[i].head_tokens) if fits else ("", 0)
         used = head_tokens
         j = i
-        while j < len(pieces) and (j == i or used + pieces[j].tokens <= budget):
+        while j < len(pieces) and (j == i or used + pieces[j].tokens <= cap):
             used += pieces[j].tokens
             j += 1
         group = pieces[i:j]
         lead = [head] if head else []
         body = "\n".join(lead + [p.text for p in group])
         fresh = [p for p in group if _norm(p.text) not in said] or group
-        embed = prefix + "\n" + "\n".join(lead + [p.text for p in fresh])
+        embed = pfx + "\n" + "\n".join(lead + [p.text for p in fresh])
         out.append(
             Chunk(
                 ord=first_ord + len(out),
@@ -403,7 +432,7 @@ def _pack(
                 embed_text=embed,
                 # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
                 # breaks) and the prefix add up exactly: no second pass over the text.
-                tokens=prefix_tokens + head_tokens + sum(p.tokens for p in fresh),
+                tokens=pfx_tokens + head_tokens + sum(p.tokens for p in fresh),
             )
         )
         if j >= len(pieces):
