@@ -177,6 +177,19 @@ def test_a_long_alias_list_is_counted_once_and_cut() -> None:
     assert not any("Zweitname" in c.embed_text for c in note.chunks[1:])
 
 
+def test_a_description_at_the_length_limit_stays_whole_beside_aliases() -> None:
+    """The description and aliases are cut to a few hundred characters before the tokenizer sees
+    them: a description that just fits stays whole in every chunk, the first one too (the alias
+    list goes where the two together are too long)."""
+    description = "wort " * 99 + "endes"
+    assert len(description) == 500
+    text = f"---\naliases: [NAS]\ndescription: {description}\n---\n" + "\n\n".join(["Text hier."] * 100)
+    tenth = lambda ts: [len(t.split()) // 10 + 1 for t in ts]  # noqa: E731
+    note = chunk_note(text, title="t", count_tokens=tenth, max_tokens=45)
+    assert len(note.chunks) > 1
+    assert all(c.embed_text.startswith(f"t\n{description}\n") for c in note.chunks)
+
+
 def test_odd_aliases_are_names_on_one_line() -> None:
     """A yes/no is no alias (it read "True"), a link names what it shows, a line break is a space."""
     fm = '---\naliases: [yes, 2024, "[[Bar]]", "[[Ordner/Baz.md#Kopf|Qux]]", "zwei\\nZeilen"]\n---\nText.\n'

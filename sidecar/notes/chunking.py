@@ -62,8 +62,13 @@ _LEAD_CHARS = 500
 
 
 def _cut(text: str, most: int = _LEAD_CHARS) -> str:
-    """``text`` within ``most`` characters, cut at a space where it is longer."""
-    return text if len(text) <= most else text[:most].rsplit(" ", 1)[0]
+    """``text`` within ``most`` characters, cut before a space or line break where it is longer
+    (a word ending at the limit stays whole)."""
+    if len(text) <= most:
+        return text
+    head = text[: most + 1]
+    at = max(head.rfind(" "), head.rfind("\n"))
+    return head[:at] if at > 0 else text[:most]
 
 
 def _lead(names: Sequence[str], description: str) -> str:
