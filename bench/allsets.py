@@ -50,6 +50,7 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),
     "short-help": (["questions", "bench/questions-blind-short-help.jsonl", *HELP_VAULT], "help", True),
+    "aliases": (["questions", "bench/questions-aliases.jsonl", *HELP_VAULT], "help", True),
     "lang": (["questions", "bench/questions-lang.jsonl", *TEAMS_34], "lang", True),
     "scifact": (["beir", str(EVAL / "scifact")], "scifact", False),
     "xqde": (["beir", str(EVAL / "xquad-de")], "xqde", False),

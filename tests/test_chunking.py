@@ -117,6 +117,87 @@ def test_front_matter_parsed_not_embedded() -> None:
     assert note.chunks[0].start_line == 8
 
 
+def test_aliases_are_read_beside_the_title_by_the_model() -> None:
+    """The first section's embed text names the note's aliases after its title (an alias repeating
+    the title is not said twice), as a front-matter-only note's does: a question naming the note
+    by an alias ("das NAS") is near it as one naming its title is. Later sections say the title
+    alone, as they leave out the description; hits show the note's lines."""
+    text = (
+        "---\naliases: [NAS, Netzwerkspeicher, synology ds920+]\n---\n# Synology DS920+\n\nRAID 5.\n\n"
+        "## Updates\n\nAm Wochenende.\n"
+    )
+    note = chunk_note(text, title="Synology DS920+", count_tokens=words)
+    assert [c.embed_text for c in note.chunks] == [
+        "Synology DS920+\nNAS, Netzwerkspeicher\nRAID 5.",
+        "Synology DS920+\nUpdates\nAm Wochenende.",
+    ]
+    assert note.chunks[0].text == "# Synology DS920+\nRAID 5."
+
+
+def test_aliases_are_read_in_the_first_chunk_only_after_the_description() -> None:
+    """A note without headings is one section of many chunks: its aliases are said in its first
+    chunk only (said in every chunk they crowded the text the model reads), after the
+    description, which every chunk of the first section says as before; no chunk exceeds the
+    budget, the first one too when its first paragraph is one long line."""
+    body = "\n\n".join(f"Absatz {i} " + "wort " * 30 for i in range(12))
+    text = f"---\naliases: [NAS, Netzwerkspeicher]\ndescription: Das Gerät im Keller.\n---\n{body}\n"
+    note = chunk_note(text, title="Synology", count_tokens=words, max_tokens=80)
+    assert len(note.chunks) > 3
+    lead = "Synology\nDas Gerät im Keller.\n"
+    assert note.chunks[0].embed_text.startswith(lead + "NAS, Netzwerkspeicher\nAbsatz 0")
+    for c in note.chunks[1:]:
+        assert c.embed_text.startswith(lead), c.embed_text
+        assert "Netzwerkspeicher" not in c.embed_text
+    assert all(c.tokens <= 80 and c.tokens == len(c.embed_text.split()) for c in note.chunks)
+    long_line = "---\naliases: [NAS]\n---\n" + "wort " * 75 + "\n\nEnde.\n"
+    first = chunk_note(long_line, title="Synology", count_tokens=words, max_tokens=80).chunks
+    assert first[0].embed_text.startswith("Synology\nNAS\nwort")
+    assert all(c.tokens <= 80 and c.tokens == len(c.embed_text.split()) for c in first)
+    assert "NAS" not in "".join(c.embed_text for c in first[1:])
+
+
+def test_a_long_alias_list_is_counted_once_and_cut() -> None:
+    """A note of 2,000 sections with 60 KB of aliases: the tokenizer sees its aliases in a few
+    texts of a few hundred characters (the first chunk's prefix), not in every section's prefix
+    (12 s and 1.8 GB for one note); the first chunk names the first aliases, no other chunk any."""
+    names = [f"Zweitname{i:04d}" for i in range(4000)]
+    sections = "\n\n".join(f"## Abschnitt {i}\n\nText {i}." for i in range(2000))
+    text = "---\naliases: [" + ", ".join(names) + "]\n---\n" + sections + "\n"
+    asked: list[str] = []
+
+    def counting(texts: Sequence[str]) -> list[int]:
+        asked.extend(texts)
+        return words(texts)
+
+    note = chunk_note(text, title="Viele Namen", count_tokens=counting)
+    assert len(note.aliases) == 4000 and len(note.chunks) == 2000
+    named = [t for t in asked if "Zweitname" in t]
+    assert 0 < len(named) <= 4 and max(map(len, named)) <= 600
+    assert note.chunks[0].embed_text.startswith("Viele Namen\nAbschnitt 0\nZweitname0000, Zweitname0001")
+    assert not any("Zweitname" in c.embed_text for c in note.chunks[1:])
+
+
+def test_a_description_at_the_length_limit_stays_whole_beside_aliases() -> None:
+    """The description and aliases are cut to a few hundred characters before the tokenizer sees
+    them: a description that just fits stays whole in every chunk, the first one too (the alias
+    list goes where the two together are too long)."""
+    description = "wort " * 99 + "endes"
+    assert len(description) == 500
+    text = f"---\naliases: [NAS]\ndescription: {description}\n---\n" + "\n\n".join(["Text hier."] * 100)
+    tenth = lambda ts: [len(t.split()) // 10 + 1 for t in ts]  # noqa: E731
+    note = chunk_note(text, title="t", count_tokens=tenth, max_tokens=45)
+    assert len(note.chunks) > 1
+    assert all(c.embed_text.startswith(f"t\n{description}\n") for c in note.chunks)
+
+
+def test_odd_aliases_are_names_on_one_line() -> None:
+    """A yes/no is no alias (it read "True"), a link names what it shows, a line break is a space."""
+    fm = '---\naliases: [yes, 2024, "[[Bar]]", "[[Ordner/Baz.md#Kopf|Qux]]", "zwei\\nZeilen"]\n---\nText.\n'
+    assert chunk_note(fm, title="t", count_tokens=words).aliases == ("2024", "Bar", "Qux", "zwei Zeilen")
+    one_string = chunk_note("---\naliases: '[[Foo]], x'\n---\n", title="t", count_tokens=words)
+    assert one_string.aliases == ("Foo", "x")
+
+
 def test_links_comments_and_code_hold_no_tags() -> None:
     """A heading link, a link anchor, indented code and Obsidian or HTML comments (over lines too)
     are no tags; tags around them, nested and umlaut tags still are (also in a link's text, as in

@@ -1,5 +1,6 @@
-"""A note asked for by its name: a one-word alias searched alone finds it first; a question about
-a namesake of a person of the notes recalls nothing. With the real model (recall's gates are the
+"""A note asked for by its name: a one-word alias searched alone finds it first; a question naming
+a note by an alias recalls it as one naming its title does; a question about a namesake of a
+person of the notes recalls nothing. With the real model (recall's gates are the
 model's)."""
 
 from __future__ import annotations
@@ -75,3 +76,29 @@ def test_a_question_about_a_namesake_recalls_nothing(named: DaemonProcess) -> No
     a capitalised title word name a note injected Tom Hardy's note here)."""
     for message in ("Who is Tom Hanks?", "Wer war Anna Seghers?", "When Tom calls, tell him I'm out."):
         assert _recalled(named, message) == [], message
+
+
+_DEVICES = {
+    "Geräte/Synology DS920+": "---\naliases: [NAS, Netzwerkspeicher]\n---\n# Synology DS920+\n\nVier "
+    "Schächte, RAID 5. Hyper Backup sichert die Freigaben jede Nacht auf eine USB-Platte; eine zweite "
+    "Kopie geht verschlüsselt zu Backblaze B2. DSM-Updates spiele ich am Wochenende von Hand ein.\n",
+    "Geräte/Laptop": "# Laptop\n\nDas MacBook sichert stündlich mit Time Machine auf eine externe Platte.\n",
+    "Fotos": "# Fotos\n\nDie Fotos liegen auf dem NAS im Ordner photo, sortiert nach Jahr.\n",
+    "Rezepte/Linsensuppe": _NOTES["Rezepte/Linsensuppe"],
+    "Reisen/Norwegen": _NOTES["Reisen/Norwegen"],
+    "Garten/Tomaten": _NOTES["Garten/Tomaten"],
+}
+
+
+def test_a_question_naming_a_note_by_its_alias_recalls_it(daemon_factory: Any, tmp_path: Path) -> None:
+    """ "Wie sichere ich das NAS?" recalls the note aliased "NAS" as "... die Synology?" recalls
+    it by its title: the model reads a note's aliases beside its title (it read the title alone,
+    and the alias questions recalled nothing). A note that merely mentions the NAS stays out."""
+    vault = tmp_path / "devices"
+    for name, text in _DEVICES.items():
+        write(vault / f"{name}.md", text)
+    d = daemon_factory(vault).start()
+    d.wait_for(lambda h: h["index"]["pending_vectors"] == 0)
+    for name in ("die Synology", "das NAS", "den Netzwerkspeicher"):
+        message = f"Wie sichere ich {name}?"
+        assert _recalled(d, message) == ["vault/Geräte/Synology DS920+"], message

@@ -79,6 +79,17 @@ def test_slug_boost(make_cfg: Any, fixture_vault: Path) -> None:
     assert on.score == pytest.approx(off.score * 1.15, rel=1e-3)
 
 
+def test_slug_boost_counts_an_alias_as_the_title(make_cfg: Any, tmp_path: Path) -> None:
+    """A content word that is a word of one of the note's aliases is a name word as a title word
+    is: search.slugBoost lifts the aliased note (it counted the file name and title only)."""
+    v = tmp_path / "vault"
+    write(v / "Gartenhaus.md", "---\naliases: [Schuppen]\n---\nDas Dach bekommt neue Dachpappe.\n")
+    write(v / "Holz.md", "Das Dach vom Carport ist dicht.\n")
+    hits = _hits(make_cfg, v, "Schuppen Dach", **{"search.slugBoost": 1.15})
+    assert _by_ref(hits, "vault/Gartenhaus").boosts["slug"] == 1.15
+    assert "slug" not in _by_ref(hits, "vault/Holz").boosts
+
+
 def test_full_name_boost(make_cfg: Any, fixture_vault: Path) -> None:
     """The query naming every word of a two-word title lifts that page above a page of the same words."""
     on = _hits(make_cfg, fixture_vault, "audio recorder microphone")

@@ -134,7 +134,7 @@ class SearchConfig:
         # "Notiz", "sync"), so the factor rewarded the wrong pages. Help sets (77 / 45 q, e5)
         # MRR@10 0.674 -> 0.688 / 0.773 -> 0.794; XQuAD-de unchanged (BENCHMARKS.md).
         1.0,
-        "Factor for a note whose file name or title contains a content word of the query. 1.0 "
+        "Factor for a note whose file name, title or an alias contains a content word of the query. 1.0 "
         "(off) differs from the seed's 1.15: most titles share a generic query word, so it lifted "
         "wrong pages (BENCHMARKS.md); the multi-word fullNameBoost still applies.",
         min=0.0,

@@ -16,7 +16,7 @@ from typing import Any
 
 import regex
 
-from sidecar.notes.frontmatter import aliases_of, parse_front_matter, property_value
+from sidecar.notes.frontmatter import aliases_of, note_names, parse_front_matter, property_value
 from sidecar.notes.markdown import (
     Block,
     Section,
@@ -49,7 +49,8 @@ _MIN_BUDGET = 24
 #    were glued onto the previous piece's last line).
 # 8: the first "---" line after the opening one ends the front matter ("---/---/---" is an empty
 #    block and a rule, which was lost).
-CHUNKER_VERSION = 8
+# 9: a note's aliases are read beside its title in its first chunk.
+CHUNKER_VERSION = 9
 # How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
 # it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
 # not the whole vault as a CHUNKER_VERSION change does.
@@ -62,12 +63,36 @@ def _norm(line: str) -> str:
     return line.strip().lstrip("#").strip().casefold()
 
 
-def _prefix(title: str, headings: Sequence[str], description: str = "") -> str:
+# What the first chunk says after the title at most (characters): its prefix is cut to a third of
+# the chunk's tokens anyway, and a note with 60 KB of aliases or description was tokenized whole.
+_LEAD_CHARS = 500
+
+
+def _cut(text: str, most: int = _LEAD_CHARS) -> str:
+    """``text`` within ``most`` characters, cut before a space or line break where it is longer
+    (a word ending at the limit stays whole)."""
+    if len(text) <= most:
+        return text
+    head = text[: most + 1]
+    at = max(head.rfind(" "), head.rfind("\n"))
+    return head[:at] if at > 0 else text[:most]
+
+
+def _lead(names: Sequence[str], description: str) -> str:
+    """What the note's first chunk says after the title: its description, then its other names
+    (its aliases, ``note_names``), within ``_LEAD_CHARS``. The description first: where the prefix
+    is cut, the end of a long alias list goes, not the description's. The aliases are said once:
+    in every chunk they crowded the text (a help page's three aliases cost its later sections
+    their questions)."""
+    return _cut("\n".join(x for x in (_cut(description), ", ".join(names[1:])) if x))
+
+
+def _prefix(title: str, headings: Sequence[str], lead: str = "") -> str:
     """What every chunk of a section starts with: the note's title, its heading path (without a
     heading that only repeats the title, as an H1 named like the file does) and, for the first
-    chunk, the description."""
+    section, the lead (the description; in the first chunk ``_lead``: description and aliases)."""
     path = [h for h in headings if _norm(h) != _norm(title)]
-    return title + ("\n" + " › ".join(path) if path else "") + ("\n" + description if description else "")
+    return title + ("\n" + " › ".join(path) if path else "") + ("\n" + lead if lead else "")
 
 
 @dataclass(frozen=True)
@@ -309,15 +334,16 @@ def cut_note(
 ) -> ParsedNote:
     """Cut a parsed note into chunks whose embed text never exceeds ``max_tokens``."""
     sections, fm_end, readable = draft.sections, draft.fm_end, draft.readable
-    note_title, description = draft.note.title, draft.note.description
+    note_title = draft.note.title
+    description = _cut(draft.note.description)
+    lead = _lead(note_names(note_title, draft.note.aliases), description)
     count = _Counter(count_tokens)
     # Ask the tokenizer about every block and every section's prefix at once (one batch per
-    # note, not one call per piece or section).
-    prefixes = [_prefix(note_title, s.headings) for s in sections]
+    # note, not one call per piece or section). The first section's prefixes with description
+    # and aliases are counted where they are used: one section's, not every section's.
     count(
         ["\n".join(readable[b.start : b.end]).strip("\n") for s in sections for b in s.blocks]
-        + prefixes
-        + ([p + "\n" + description for p in prefixes] if description else [])
+        + [_prefix(note_title, s.headings) for s in sections]
     )
     spec = _Budget(count, max_tokens, overlap)
     chunks: list[Chunk] = []
@@ -329,14 +355,20 @@ def cut_note(
             continue
         blocks = carry + section.blocks
         carry = []
-        prefix = _prefix(note_title, section.headings, description if not chunks else "")
-        chunks.extend(_pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec))
+        if chunks:
+            prefix, first = _prefix(note_title, section.headings), None
+        else:  # the first section: its chunks say the description, the first one the aliases too
+            prefix = _prefix(note_title, section.headings, description)
+            first = _prefix(note_title, section.headings, lead) if lead != description else None
+        chunks.extend(
+            _pack(blocks, readable, section.headings, prefix, first_ord=len(chunks), spec=spec, first=first)
+        )
     if carry:  # trailing headings with no content still deserve a chunk
         heads = sections[-1].headings
         prefix = _prefix(note_title, heads)
         chunks.extend(_pack(carry, readable, heads, prefix, first_ord=len(chunks), spec=spec))
     if not chunks:  # an empty note (or front matter only) is still findable by its title
-        body = description
+        body = draft.note.description
         embed = _fit(note_title + ("\n" + body if body else ""), max_tokens, count_tokens)
         # Its lines are the front matter it comes from (line 1 of an empty note): after the front
         # matter there is nothing, and "lines 5-4" is no range.
@@ -381,34 +413,47 @@ def _pack(
     *,
     first_ord: int,
     spec: _Budget,
+    first: str | None = None,
 ) -> list[Chunk]:
-    """Greedy packing of a section's lines into chunks within the token budget, with overlap."""
+    """Greedy packing of a section's lines into chunks within the token budget, with overlap.
+    ``first``: the first chunk's prefix when it says more than the others' (the note's aliases)."""
     count, max_tokens, overlap = spec.count, spec.max_tokens, spec.overlap
     prefix = _fit(prefix, max(max_tokens // 3, 8), count)
     prefix_tokens = count([prefix])[0]
     budget = max(max_tokens - prefix_tokens, _MIN_BUDGET)
+    opening = _fit(first, max(max_tokens // 3, 8), count) if first is not None else prefix
+    opening_tokens = count([opening])[0]
+    first_budget = max(max_tokens - opening_tokens, _MIN_BUDGET)
     pieces = _pieces(blocks, readable, budget, count)
+    if pieces and pieces[0].tokens > first_budget:
+        # The first piece does not fit beside the longer first prefix: cut finer (rare: a first
+        # paragraph near the whole budget).
+        pieces = _pieces(blocks, readable, first_budget, count)
     # The model sees each line once: a heading line or paragraph that repeats the prefix (the
     # section's heading, an H1 named like the note, a lead paragraph that is the description) is
     # shown and keyword-indexed, not embedded twice.
-    said = _said(prefix, headings)
+    said_first, said_rest = _said(opening, headings), _said(prefix, headings)
     out: list[Chunk] = []
     keep = int(budget * overlap)
     i = 0
     while i < len(pieces):
+        if i == 0:
+            pfx, pfx_tokens, cap, said = opening, opening_tokens, first_budget, said_first
+        else:
+            pfx, pfx_tokens, cap, said = prefix, prefix_tokens, budget, said_rest
         # A chunk that starts inside a table says its header again: its rows' columns are named.
-        fits = pieces[i].head_tokens + pieces[i].tokens <= budget
+        fits = pieces[i].head_tokens + pieces[i].tokens <= cap
         head, head_tokens = (pieces[i].head, pieces[i].head_tokens) if fits else ("", 0)
         used = head_tokens
         j = i
-        while j < len(pieces) and (j == i or used + pieces[j].tokens <= budget):
+        while j < len(pieces) and (j == i or used + pieces[j].tokens <= cap):
             used += pieces[j].tokens
             j += 1
         group = pieces[i:j]
         lead = [head] if head else []
         body = "\n".join(lead + [p.text for p in group])
         fresh = [p for p in group if _norm(p.text) not in said] or group
-        embed = prefix + "\n" + "\n".join(lead + [p.text for p in fresh])
+        embed = pfx + "\n" + "\n".join(lead + [p.text for p in fresh])
         out.append(
             Chunk(
                 ord=first_ord + len(out),
@@ -419,7 +464,7 @@ def _pack(
                 embed_text=embed,
                 # The model's pre-tokenizer splits at whitespace, so the pieces (joined by line
                 # breaks) and the prefix add up exactly: no second pass over the text.
-                tokens=prefix_tokens + head_tokens + sum(p.tokens for p in fresh),
+                tokens=pfx_tokens + head_tokens + sum(p.tokens for p in fresh),
             )
         )
         if j >= len(pieces):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -110,10 +110,41 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
     does not separate). One reading for the sweep, the links and a refill from the index."""
     value = property_value(front_matter, "aliases", "alias") if isinstance(front_matter, dict) else None
     if isinstance(value, str):
-        return tuple(a.strip() for a in value.split(",") if a.strip())
-    if isinstance(value, list):
-        return tuple(str(a).strip() for a in value if isinstance(a, str | int | float) and str(a).strip())
-    return ()
+        names = [_alias_text(a) for a in value.split(",")]
+    elif isinstance(value, list):
+        # A yes/no is no name ("aliases: [yes]" reads as true, which named the note "True").
+        kept = [a for a in value if isinstance(a, str | int | float) and not isinstance(a, bool)]
+        names = [_alias_text(str(a)) for a in kept]
+    else:
+        names = []
+    return tuple(a for a in names if a)
+
+
+# A wiki-link written as an alias ("[[Bar]]", "[[Bar|bar]]"): the name it shows.
+_ALIAS_LINK = re.compile(r"!?\[\[([^\]|#]*)[^\]|]*(?:\|([^\]]*))?\]\]")
+
+
+def _alias_text(alias: str) -> str:
+    """An alias as readable text on one line: a link as the name it shows, line breaks as spaces."""
+
+    def shown(m: re.Match[str]) -> str:
+        return (m.group(2) or m.group(1).rsplit("/", 1)[-1].removesuffix(".md")).strip()
+
+    return " ".join(_ALIAS_LINK.sub(shown, alias).split())
+
+
+def note_names(title: str, aliases: Sequence[str]) -> tuple[str, ...]:
+    """The names a note is known by: its title, then its aliases, each once (case aside). An alias
+    is another name of the same note (``[[Schuppen]]`` links to "Gartenhaus"): wherever the title
+    counts (what the model reads of each chunk, the name rules of a search), these count alike."""
+    seen = {title.strip().casefold()}
+    out = [title]
+    for alias in aliases:
+        folded = alias.strip().casefold()
+        if folded and folded not in seen:
+            seen.add(folded)
+            out.append(alias.strip())
+    return tuple(out)
 
 
 def description_of(front_matter_json: str) -> str:

@@ -28,6 +28,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox, unsearchable_agents
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
+from sidecar.notes.frontmatter import note_names
 from sidecar.notes.links import cited_by
 from sidecar.search import listing
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
@@ -292,6 +293,15 @@ def _language_set(languages: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
 def _words(text: str) -> frozenset[str]:
     return frozenset(fold_word(w) for w in WORD.findall(text) if not is_stopword(w))
+
+
+def _name_words(
+    key: str, title: str, aliases: tuple[str, ...]
+) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
+    """A candidate's name words (the file name's and every name's: the slug rule) and each name's
+    word set (title and aliases, ``note_names``: the full-name rules), folded."""
+    full = tuple(w for w in map(_words, note_names(title, aliases)) if w)
+    return _words(key.rsplit("/", 1)[-1]).union(*full), full
 
 
 class Retriever:
@@ -686,8 +696,7 @@ class Retriever:
                     v.end_line,
                     vec_scores.get(cid),
                     bm_scores.get(cid),
-                    _words(v.key.rsplit("/", 1)[-1] + " " + v.title),
-                    tuple(w for w in (_words(v.title), *(_words(a) for a in v.aliases)) if w),
+                    *_name_words(v.key, v.title, v.aliases),
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
