@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -443,3 +444,45 @@ def test_status_says_the_moved_notes_leaving_beside_the_count(serve_in_process: 
     assert f"  {files:,} notes (the old entries of {leaving} moved notes are being removed)" in shown, shown
     assert f"    vault   {vault:>7,} notes" in shown, shown
     assert not re.search(r"\s-\d", shown), shown
+
+
+def test_a_folder_renamed_in_a_large_vault_counts_as_it_goes(serve_in_process: Any, vault: Path) -> None:
+    """A folder of a tenth of the vault renamed, its root's listing (if any) longer than the quiet
+    time: no move was found, each note counted twice in ``total`` (read and deleted), ``files``
+    counted both copies and the old paths answered until the sweep's end. Now ``total`` counts
+    each moved note once, ``done`` only grows, and ``files`` stays what the vault holds."""
+    server: InProcessServer = serve_in_process(**{"index.batchFiles": 4})
+    h = server.harness
+    for i in range(60):
+        write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+    _notes(vault / "Deutsch", 12)
+    h.sweep()
+    files = server.call("health")["index"]["files"]
+    bursts = h.indexer.changes.bursts
+    listing = h.supervisor.list_root
+
+    def list_root(root: Any) -> Any:  # a vault of 17,000 notes on a busy share: the quiet time passes
+        bursts.clock = lambda: time.monotonic() + 3600.0
+        return listing(root)
+
+    h.supervisor.list_root = list_root  # type: ignore[method-assign]
+    (vault / "Deutsch").rename(vault / "de2")
+    seen: list[tuple[tuple[int, int] | None, int, list[str]]] = []
+
+    def beat(act: Any) -> None:
+        if act is not None and act.phase == "indexing":
+            found = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+            refs = [hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]]
+            seen.append((loop.catching_up(), server.call("health")["index"]["files"], refs))
+
+    loop = _loop(h, beat=beat)
+    loop.changed({str(vault / "Deutsch"), str(vault / "de2")})
+    _run_queued(loop)
+    assert len(seen) == 3, seen
+    dones = [catching[0] for catching, _, _ in seen if catching is not None]
+    assert all(catching is None or catching[1] == 12 for catching, _, _ in seen), seen
+    assert dones == sorted(dones), seen
+    for _, counted, refs in seen:
+        names = [r.rpartition("/")[2] for r in refs]
+        assert counted == files and sorted(names) == sorted(f"n{i}" for i in range(12)), (counted, refs)
+    assert loop.catching_up() is None

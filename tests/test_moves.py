@@ -947,3 +947,62 @@ def test_a_move_undone_after_its_deletion_failed_is_a_move_back(big: Harness, va
     assert not h.indexer.changes.bursts.waiting()
     assert _hits(h, "lighthouse") == sorted(f"vault/Notes/n{i}" for i in range(10))
     assert not _keys(h, "vault/Moved/") and not h.stores.manifest.keys_in_state("deleting")
+
+
+def _keys_states(h: Harness, prefix: str) -> list[Any]:
+    return list(h.stores.manifest.file_states(prefix).values())
+
+
+def _rename_watched(h: Harness, vault: Path, old: str, new: str) -> list[tuple[int, int]]:
+    """Index batches written during the sweeps of ``old`` renamed to ``new``: after each, the
+    notes status counts and those answers show under the old and the new folder."""
+    seen: list[tuple[int, int]] = []
+    real = h.indexer.index_files
+
+    def index_files(notes: Any, data: Any = None) -> int:
+        changed = real(notes, data)
+        counted = h.stores.manifest.counts()["files"]
+        states = [*_keys_states(h, f"vault/{old}/"), *_keys_states(h, f"vault/{new}/")]
+        seen.append((counted, sum(1 for st in states if st.state == "indexed")))
+        return changed
+
+    h.indexer.index_files = index_files  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("how", ["sweep", "events, a slow listing", "events"])
+def test_a_folder_renamed_in_a_large_vault_is_a_move(make_cfg: Any, vault: Path, how: str) -> None:
+    """A folder of a tenth of the vault renamed: looked for moves only when the guard could
+    hold the deletions (half the root gone) or while the root's events were under way, a listing
+    that outlasted the quiet time (17,000 notes on a busy share) found no move: every note read
+    again, its old entry left at the sweep's end, status counted both, the old paths answered."""
+    for i in range(60):
+        write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+    moved = _notes(vault / "Notes", 12)
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 4, "embedder.enabled": False}), None)
+    try:
+        h.sweep()
+        total = h.stores.manifest.counts()["files"]
+        (vault / "Notes").rename(vault / "Renamed")
+        seen = _rename_watched(h, vault, "Notes", "Renamed")
+        if how == "sweep":  # the daemon was down, or the events were lost
+            h.indexer.sweep()
+        else:
+            bursts = h.indexer.changes.bursts
+            if how == "events, a slow listing":  # the quiet time passes while the root is listed
+                listing = h.supervisor.list_root
+
+                def list_root(root: Any) -> Any:
+                    bursts.clock = lambda: time.monotonic() + 3600.0
+                    return listing(root)
+
+                h.supervisor.list_root = list_root  # type: ignore[method-assign]
+            h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes"), str(vault / "Renamed")})
+            assert not bursts.waiting()
+        _online(h, "vault")
+        assert seen and all(counted == total and both == len(moved) for counted, both in seen), seen
+        assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(len(moved))}
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
+    finally:
+        h.close()

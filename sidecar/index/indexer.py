@@ -363,7 +363,7 @@ class Indexer:
                 break
             part = diff.work[start : start + batch]
             try:
-                changed += self.index_files(part)
+                changed += self._write_batch(part, moves)
                 # Deletions after the new notes (deleted first, 6,668 moved notes were missing for
                 # up to 28 s), but a moved note's old entry with its new one, not at the end.
                 self._delete_moved(self._moved_written(part, moves), gone)
@@ -409,6 +409,19 @@ class Indexer:
         self._hot_written.clear()
         act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
+
+    def _write_batch(self, part: Sequence[NoteFile], moves: dict[str, str]) -> int:
+        """``index_files`` of a sweep's batch: each moved note's old entry leaves every answer in
+        the transaction that records its new one (status counted both, answers found both, until
+        its removal), not one a note saved again meanwhile wrote back (a move undone between
+        batches)."""
+        self.writer.replacing = {
+            n.key: moves[n.key] for n in part if n.key in moves and moves[n.key] not in self._hot_written
+        }
+        try:
+            return self.index_files(part)
+        finally:
+            self.writer.replacing = {}
 
     def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
         """The old keys of the notes of ``part`` that were moved and whose new entry is written."""

@@ -413,18 +413,6 @@ class Supervisor:
         )
         return got is not None and got[0] != got[1]
 
-    def may_hold(self, root: Root, known: int, missing: int, present: int, applied: int = 0) -> bool:
-        """Whether the guard could hold this many deletions for their count (the root emptied,
-        or more than the mass-deletion share gone, ``applied`` of the same burst counted): only
-        then are they checked for moves."""
-        known, lost = known + applied, missing + applied
-        return (
-            root.source != "memory"
-            and missing > 0
-            and known >= MASS_DELETION_MIN_FILES
-            and (present == 0 or lost / known > self.cfg.index.mass_deletion_share)
-        )
-
     def hold_deletions(
         self,
         root: Root,
