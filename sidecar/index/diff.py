@@ -802,6 +802,10 @@ class ChangeFinder:
             kept = tuple(key for _, key in _unreadable(root, found))
             for rel in walked:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
+                if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) == rel:
+                    # A folder now where a note of its name was ("x.md" deleted, a folder "x.md"
+                    # made): the note is gone, not only till the next full sweep.
+                    missing.update(manifest.file_states_of([key]))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
         self._unreadable_seen(root, found, gone + walked)
@@ -1091,7 +1095,9 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             why = why or link_refusal(root, path, base)
             st = os.stat(path)
         except (OSError, RuntimeError):
-            return None
+            # A link to nothing, or a loop: counted as a scan counts it (not until the next
+            # full sweep).
+            return Skipped(path, "broken symlink") if is_note_name(path.name, root.source) else None
         if why is not None:
             return Skipped(path, why)
     if not is_note_name(path.name, root.source):
