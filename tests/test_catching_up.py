@@ -486,3 +486,25 @@ def test_a_folder_renamed_in_a_large_vault_counts_as_it_goes(serve_in_process: A
         names = [r.rpartition("/")[2] for r in refs]
         assert counted == files and sorted(names) == sorted(f"n{i}" for i in range(12)), (counted, refs)
     assert loop.catching_up() is None
+
+
+def test_a_deletion_under_way_counts_each_note_once(make_cfg: Any, vault: Path) -> None:
+    """`rm -r` of 20 notes whose events come in two batches: the first batch's sweep finds all 20
+    gone (they wait for the root to go quiet), and the second batch's paths name 10 of them again:
+    the answers said "0 of 30" (5,000 of 7,928 for a deletion of 5,000)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for i in range(40):
+            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+        gone = _notes(vault / "Old", 20)
+        h.sweep()
+        loop = _loop(h)
+        for p in gone:
+            p.unlink()
+        loop.changed({str(p) for p in gone[:10]})
+        _run_queued(loop)
+        assert h.indexer.changes.bursts.waiting() == 20
+        loop.changed({str(p) for p in gone[10:]})  # the next batch of the same deletion
+        assert loop.catching_up() == (0, 20)
+    finally:
+        h.close()

@@ -172,12 +172,16 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     assert _counts(big) == before
     st = big.supervisor.roots["vault"]
     assert st.offline and st.hold_kind == "unmounted" and "mount it was on" in (st.error or "")
+    # Not the command that applies the deletions: beside a share that is merely away, it read as
+    # the way to clear the problem (and would empty the index of it).
+    assert "mount it again" in (st.error or "") and "confirm-deletions" not in (st.error or "")
     assert (
         big.stores.manifest.file_states_of(["vault/Stray"]) == {}
     )  # the mount point's content is not indexed
     state.update(mount=True, dev=78)  # another share mounted there
     big.sweep()
     assert big.supervisor.roots["vault"].hold_kind == "device"
+    assert "confirm-deletions" not in (big.supervisor.roots["vault"].error or "")
     assert _counts(big) == before
     (vault / "Stray.md").unlink()
     for p in hidden.iterdir():

@@ -29,6 +29,7 @@ from sidecar.index.problems import Problems
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
+from sidecar.vault.sources import vault_roots
 from sidecar.vault.watcher import obsidian_setting
 
 log = logging.getLogger(__name__)
@@ -173,8 +174,12 @@ class IndexLoop:
             with self.jobs.mutex:
                 queued = [p for job in self.jobs.queue for p in job.paths]
             act = self.indexer.activity
-            # Deletions waiting for their root's events to go quiet (``index.bursts``) are pending too.
-            pending = self._notes_of(queued, self.hot.quiet(queued)) + self.indexer.changes.bursts.waiting()
+            # Deletions waiting for their root's events to go quiet (``index.bursts``) are pending
+            # too, each once: a later batch of an `rm -r` names notes that wait already (it said
+            # "5,000 of 7,928 applied" for a deletion of 5,000).
+            bursts = self.indexer.changes.bursts
+            queued = self._not_waiting(queued, bursts.all_keys())
+            pending = self._notes_of(queued, self.hot.quiet(queued)) + bursts.waiting()
             done = applied
             if running is not None and act.phase == "indexing":
                 done += act.done
@@ -183,6 +188,19 @@ class IndexLoop:
                 pending += self._notes_of(running.paths)  # being looked at (a full sweep may find none)
         total = done + pending
         return (done, total) if pending and total >= CATCHING_UP_MIN else None
+
+    def _not_waiting(self, paths: list[str], waiting: set[str]) -> list[str]:
+        """``paths`` but those of notes whose deletion waits already (by their key)."""
+        if not waiting or not paths:
+            return paths
+        roots = sorted(vault_roots(self.cfg), key=lambda r: len(str(r.path)), reverse=True)
+        tops = [(str(r.path).rstrip("/") + "/", r) for r in roots]
+        out = []
+        for p in paths:
+            root = next((r for top, r in tops if p.startswith(top)), None)
+            if root is None or root.key_of(p[len(str(root.path).rstrip("/")) + 1 :]) not in waiting:
+                out.append(p)
+        return out
 
     def _notes_of(self, paths: Collection[str], hot: Collection[str] = ()) -> int:
         """How many of these paths are neither ``hot`` nor in the agents' inboxes (a memory write

@@ -72,6 +72,11 @@ class Bursts:
         with self._lock:
             return set(self._waiting.get(name, (0.0, set()))[1])
 
+    def all_keys(self) -> set[str]:
+        """The keys of every root's waiting deletions."""
+        with self._lock:
+            return {k for _, keys in self._waiting.values() for k in keys}
+
     def judged(self, name: str) -> None:
         """A full sweep judged the root's deletions (or could not list the root: its offline
         retry looks again): none wait any more."""

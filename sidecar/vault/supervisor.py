@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
+from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
@@ -513,11 +514,8 @@ class Supervisor:
                 )
         else:
             then = "held while it stays so"
-        self.mark_offline(
-            root,
-            f"{root.path} {why}; {held} deletions {then} "
-            f"(or `sidecar index --confirm-deletions {root.name}`)",
-        )
+        advice = hold_advice(kind, f"`sidecar index --confirm-deletions {root.name}`")
+        self.mark_offline(root, f"{root.path} {why}; {held} deletions {then} ({advice})")
         return kind
 
     def _kind(
