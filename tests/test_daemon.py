@@ -612,3 +612,19 @@ def test_a_stop_that_gives_up_on_a_worker_says_so(
     assert daemon.stuck
     release.set()
     worker.join(5)
+
+
+def test_a_refused_reload_says_the_previous_settings_stay(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """`sidecar reload` of a file with a bad value: exit 7 and the problems listed, but not a word
+    on whether the daemon still ran, and with which settings."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("embedder:\n  enabled: false\n")
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)]).start()
+    cfg_file.write_text("embedder:\n  enabled: false\nsearch:\n  vectorWeight: 1.7\n")
+    refused = d.run_cli("reload", "--config", str(cfg_file))
+    assert refused.returncode == 7, refused
+    assert "vectorWeight" in refused.stderr
+    assert "the daemon keeps running with its previous settings" in refused.stderr, refused.stderr
+    assert d.health()["index"]["state"] in ("ready", "building")

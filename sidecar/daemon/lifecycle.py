@@ -838,7 +838,17 @@ class Daemon:
         except SidecarError as exc:
             log.error("reload_failed error=%s; keeping the running configuration", exc)
             if problems is not None:
-                problems.report("config", f"the configuration file could not be reloaded: {exc}")
+                problems.report(
+                    "config",
+                    f"the configuration file could not be reloaded (the previous settings stay): {exc}",
+                )
+            if isinstance(exc, ConfigError):
+                # Said in the answer, not only in status: a person reading the refusal could not
+                # tell whether the daemon still ran, and with which settings.
+                raise ConfigError(
+                    f"{exc}\nNothing was applied: the daemon keeps running with its previous settings; fix "
+                    "the file and run `sidecar reload` again"
+                ) from exc
             raise
         if problems is not None:
             problems.clear("config")
