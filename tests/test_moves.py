@@ -1006,3 +1006,48 @@ def test_a_folder_renamed_in_a_large_vault_is_a_move(make_cfg: Any, vault: Path,
         assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
     finally:
         h.close()
+
+
+def test_a_folder_renamed_during_a_full_sweep_is_found_at_every_batch(make_cfg: Any, vault: Path) -> None:
+    """A full sweep runs (other notes to read in batches); between its batches, the file events of
+    a folder of 12 notes renamed are taken (2 notes a batch). Their old entries were deleted first
+    and the 12 read in one call: the notes were found under neither path for the whole read."""
+    moved = _notes(vault / "Notes", 12)
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2, "embedder.enabled": False}), None)
+    try:
+        h.sweep()
+        for i in range(4):  # work for the sweep's own batches
+            write(vault / f"New/x{i}.md", f"# X{i}\n")
+        fired: list[bool] = []
+
+        def hot() -> set[str]:
+            if fired:
+                return set()
+            fired.append(True)
+            (vault / "Notes").rename(vault / "Renamed")
+            return {str(vault / "Notes"), str(vault / "Renamed")}
+
+        def found() -> int:
+            states = [*_keys_states(h, "vault/Notes/"), *_keys_states(h, "vault/Renamed/")]
+            return sum(1 for st in states if st.state == "indexed")
+
+        seen: list[int] = []
+        real = h.indexer.index_files
+
+        def index_files(notes: Any, data: Any = None) -> int:
+            seen.append(found())
+            changed = real(notes, data)
+            seen.append(found())
+            return changed
+
+        h.indexer.hot_paths = hot
+        h.indexer.index_files = index_files  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert fired and all(n == len(moved) for n in seen), seen
+        assert len(seen) >= 2 * (2 + 6), seen  # the sweep's 2 batches, the events' 6
+        _online(h, "vault")
+        assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(len(moved))}
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
+    finally:
+        h.close()

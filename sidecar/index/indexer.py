@@ -507,11 +507,7 @@ class Indexer:
             # root then) may hold the note just saved; matched against ``every``, it was dropped.
             if self.changes.diff_paths(hot, self.changes.roots(), diff):
                 self._deferred |= hot  # a root needs a full look: given back when this sweep ends
-            if diff.gone:
-                self.delete(diff.gone)
-            if diff.work:
-                self.index_files(diff.work)
-                self._hot_written.update(n.key for n in diff.work)
+            self._write_hot(diff)
             self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
@@ -519,6 +515,22 @@ class Indexer:
                 self._deferred.clear()
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
+
+    def _write_hot(self, diff: Diff) -> None:
+        """The file events' changes taken between a sweep's batches, written in batches as a sweep
+        writes them: a folder renamed mid-sweep (moves of any count) keeps each note's old entry
+        until its new one is written (its old entries deleted first and all read in one call, the
+        notes were found under neither path for the whole read); the other deletions after."""
+        moves = _moves_applied(diff)
+        gone = list(diff.gone)
+        batch = self.cfg.index.batch_files
+        for start in range(0, len(diff.work), batch):
+            part = diff.work[start : start + batch]
+            self._write_batch(part, moves)
+            self._hot_written.update(n.key for n in part)
+            self._delete_moved(self._moved_written(part, moves), gone)
+        if gone:  # newer than the sweep's listing: deleted even if an earlier event wrote them
+            self.delete(gone)
 
     def _record_excluded(self, diff: Diff, every: Sequence[Root] | None, whole: int | None = None) -> None:
         """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
