@@ -62,3 +62,7 @@ def test_the_readme_says_how_to_uninstall_and_where_the_agents_notes_are() -> No
     section = readme.split("\n## Uninstall\n", 1)[1].split("\n## ", 1)[0]
     for words in ("sidecar service uninstall", "<home>/agents/", "back it up", "<home>/index/"):
         assert words in section, words
+    # What sidecar made, not the model files a person put in models/ (the whole folder went).
+    removals = [line for line in section.splitlines() if line.startswith("rm -rf")]
+    assert removals and all("/models " not in f"{line} " for line in removals), removals
+    assert "~/.sidecar/models/.prepared" in section and "embedder.cacheDir" in section
