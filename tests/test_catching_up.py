@@ -508,3 +508,26 @@ def test_a_deletion_under_way_counts_each_note_once(make_cfg: Any, vault: Path) 
         assert loop.catching_up() == (0, 20)
     finally:
         h.close()
+
+
+def test_a_path_named_like_a_waiting_note_is_still_pending(make_cfg: Any, vault: Path) -> None:
+    """`rm -r` of 20 notes whose deletion waits; then a folder ``Old/n15`` is made where the note
+    ``Old/n15.md`` was: its event's path maps to the deleted note's key, and was taken for that
+    note's deletion (waiting already, counted once) instead of a change still to be looked at."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for i in range(40):
+            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+        gone = _notes(vault / "Old", 20)
+        h.sweep()
+        loop = _loop(h)
+        for p in gone:
+            p.unlink()
+        loop.changed({str(p) for p in gone})
+        _run_queued(loop)
+        assert h.indexer.changes.bursts.waiting() == 20
+        (vault / "Old/n15").mkdir()
+        loop.changed({str(vault / "Old/n15"), str(gone[3])})
+        assert loop.catching_up() == (0, 21)  # the note once, the folder a change to look at
+    finally:
+        h.close()

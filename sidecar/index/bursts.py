@@ -72,10 +72,11 @@ class Bursts:
         with self._lock:
             return set(self._waiting.get(name, (0.0, set()))[1])
 
-    def all_keys(self) -> set[str]:
-        """The keys of every root's waiting deletions."""
+    def among(self, keys: Collection[str]) -> set[str]:
+        """Those of ``keys`` whose deletion waits (in any root)."""
         with self._lock:
-            return {k for _, keys in self._waiting.values() for k in keys}
+            waiting = [known for _, known in self._waiting.values()]
+            return {k for k in keys if any(k in known for known in waiting)}
 
     def judged(self, name: str) -> None:
         """A full sweep judged the root's deletions (or could not list the root: its offline
