@@ -1051,3 +1051,25 @@ def test_a_folder_renamed_during_a_full_sweep_is_found_at_every_batch(make_cfg: 
         assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
     finally:
         h.close()
+
+
+def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
+    """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
+    deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked
+    once for the moves and once more for the deletion."""
+    h = big
+    (vault / "Notes").rename(vault / "Renamed")
+    lost = next(p for p in vault.glob("*.md"))
+    lost.unlink()
+    probed: list[str] = []
+    real = h.supervisor.deletable
+
+    def deletable(root: Any) -> bool:
+        probed.append(root.name)
+        return real(root)
+
+    h.supervisor.deletable = deletable  # type: ignore[method-assign]
+    h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes"), str(vault / "Renamed"), str(lost)})
+    assert probed == ["vault"], probed
+    assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(10)}
+    assert not _keys(h, "vault/Notes/") and not h.stores.manifest.file_states_of([f"vault/{lost.stem}"])

@@ -184,7 +184,9 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     state.update(mount=True, dev=78)  # another share mounted there
     big.sweep()
     assert big.supervisor.roots["vault"].hold_kind == "device"
-    assert "from now on: `sidecar index --confirm-deletions vault`" in (big.supervisor.roots["vault"].error or "")
+    assert "from now on: `sidecar index --confirm-deletions vault`" in (
+        big.supervisor.roots["vault"].error or ""
+    )
     assert _counts(big) == before
     (vault / "Stray.md").unlink()
     for p in hidden.iterdir():

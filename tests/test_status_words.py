@@ -273,9 +273,7 @@ def test_a_sweep_listing_the_roots_is_not_scanning_0_of_0(serve_in_process: Serv
 
 
 @pytest.mark.parametrize("kind", ["unmounted", "device", "empty", "mass"])
-def test_held_deletions_say_when_the_command_applies(
-    serve_in_process: Serve, kind: str
-) -> None:
+def test_held_deletions_say_when_the_command_applies(serve_in_process: Serve, kind: str) -> None:
     """An unmounted share's held deletions stood beside "to apply them now: sidecar index
     --confirm-deletions vault": a person who wanted the PROBLEM gone ran it and emptied the index
     of a share that was merely away. It says to mount it again first; the command comes with its

@@ -831,8 +831,13 @@ class ChangeFinder:
         # batch of events) is applied now, each old entry with its new one; only the deletions
         # no move explains count toward the few applied at once (past them, a full sweep took
         # the rename for a loss whenever its listing outlasted the root's quiet time).
-        moved = self._event_moves(root, missing - self._held.get(root.name, set()), notes, states, diff)
-        applied = self._event_deletions_of(root, notes, missing - moved, states)
+        # Whether the root's deletions may go ahead, probed once for the group (a listing of the
+        # root under the probe timeout: slow on a share), when the moves or the deletions ask.
+        deletable = functools.cache(functools.partial(self.supervisor.deletable, root))
+        moved = self._event_moves(
+            root, missing - self._held.get(root.name, set()), notes, states, diff, deletable=deletable
+        )
+        applied = self._event_deletions_of(root, notes, missing - moved, states, deletable)
         if applied is None:
             for key in moved:  # the full sweep of the root finds them again
                 diff.moves.pop(key, None)
@@ -851,6 +856,8 @@ class ChangeFinder:
         notes: Sequence[NoteFile],
         states: Collection[str],
         diff: Diff,
+        *,
+        deletable: Callable[[], bool],
     ) -> set[str]:
         """The missing keys that are moves within the batch (a folder renamed: its old and new
         paths are one batch of events), of any count: each note new to the index with a missing
@@ -864,13 +871,18 @@ class ChangeFinder:
         known = self.manifest.file_states_of(sorted(missing))
         pairs = _pair_moves(((k, (st.mtime_ns, st.size)) for k, st in known.items()), fresh)
         found = {key: n.key for key, n in pairs.items()}
-        if not found or not self.supervisor.deletable(root):
+        if not found or not deletable():
             return set()
         diff.moves.update(found)
         return set(found)
 
     def _event_deletions_of(
-        self, root: Root, notes: list[NoteFile], missing: set[str], states: Collection[str]
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        missing: set[str],
+        states: Collection[str],
+        deletable: Callable[[], bool],
     ) -> set[str] | None:
         """The deletions file events found in ``root`` that are applied now (those that wait are
         handed to ``bursts``), or None: the root needs a full sweep instead. ``states``: the
@@ -886,7 +898,7 @@ class ChangeFinder:
         missing = missing - self._held.get(root.name, set())  # held already: stay held, never "waiting"
         if not missing:
             return missing
-        verdict = self._event_verdict(root, len(missing), arrived)
+        verdict = self._event_verdict(root, len(missing), arrived, deletable)
         if verdict == "sweep":
             return None
         if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
@@ -993,7 +1005,7 @@ class ChangeFinder:
                 found.append(got)
         return found, gone, walked
 
-    def _event_verdict(self, root: Root, count: int, arrived: bool) -> str:
+    def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
         root that is where it was and not empty, with none waiting), ``sweep`` (a full sweep of the
         root and its guard now: it applies at once the moves it finds and what they explain, and
@@ -1004,7 +1016,7 @@ class ChangeFinder:
         if root.source == "memory":
             self._applied(root, count)
             return "apply"
-        ok = self.supervisor.deletable(root)
+        ok = deletable()
         waiting = self.bursts.waiting(root.name) > 0
         if ok and not waiting and len(_recent(self._event_deletions, root)) + count <= EVENT_DELETIONS_MAX:
             self._applied(root, count)
