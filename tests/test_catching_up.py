@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -493,3 +494,90 @@ def test_status_says_the_moved_notes_leaving_beside_the_count(serve_in_process: 
     assert f"  {files:,} notes (the old entries of {leaving} moved notes are being removed)" in shown, shown
     assert f"    vault   {vault:>7,} notes" in shown, shown
     assert not re.search(r"\s-\d", shown), shown
+
+
+def test_a_folder_renamed_in_a_large_vault_counts_as_it_goes(serve_in_process: Any, vault: Path) -> None:
+    """A folder of a tenth of the vault renamed, its root's listing (if any) longer than the quiet
+    time: no move was found, each note counted twice in ``total`` (read and deleted), ``files``
+    counted both copies and the old paths answered until the sweep's end. Now ``total`` counts
+    each moved note once, ``done`` only grows, and ``files`` stays what the vault holds."""
+    server: InProcessServer = serve_in_process(**{"index.batchFiles": 4})
+    h = server.harness
+    for i in range(60):
+        write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+    _notes(vault / "Deutsch", 12)
+    h.sweep()
+    files = server.call("health")["index"]["files"]
+    bursts = h.indexer.changes.bursts
+    listing = h.supervisor.list_root
+
+    def list_root(root: Any) -> Any:  # a vault of 17,000 notes on a busy share: the quiet time passes
+        bursts.clock = lambda: time.monotonic() + 3600.0
+        return listing(root)
+
+    h.supervisor.list_root = list_root  # type: ignore[method-assign]
+    (vault / "Deutsch").rename(vault / "de2")
+    seen: list[tuple[tuple[int, int] | None, int, list[str]]] = []
+
+    def beat(act: Any) -> None:
+        if act is not None and act.phase == "indexing":
+            found = server.call("search", {"query": "keeper lighthouse storm logs", "limit": 50})
+            refs = [hit["reference"] for hit in found["hits"] if "/n" in hit["reference"]]
+            seen.append((loop.catching_up(), server.call("health")["index"]["files"], refs))
+
+    loop = _loop(h, beat=beat)
+    loop.changed({str(vault / "Deutsch"), str(vault / "de2")})
+    _run_queued(loop)
+    assert len(seen) == 3, seen
+    dones = [catching[0] for catching, _, _ in seen if catching is not None]
+    assert all(catching is None or catching[1] == 12 for catching, _, _ in seen), seen
+    assert dones == sorted(dones), seen
+    for _, counted, refs in seen:
+        names = [r.rpartition("/")[2] for r in refs]
+        assert counted == files and sorted(names) == sorted(f"n{i}" for i in range(12)), (counted, refs)
+    assert loop.catching_up() is None
+
+
+def test_a_deletion_under_way_counts_each_note_once(make_cfg: Any, vault: Path) -> None:
+    """`rm -r` of 20 notes whose events come in two batches: the first batch's sweep finds all 20
+    gone (they wait for the root to go quiet), and the second batch's paths name 10 of them again:
+    the answers said "0 of 30" (5,000 of 7,928 for a deletion of 5,000)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for i in range(40):
+            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+        gone = _notes(vault / "Old", 20)
+        h.sweep()
+        loop = _loop(h)
+        for p in gone:
+            p.unlink()
+        loop.changed({str(p) for p in gone[:10]})
+        _run_queued(loop)
+        assert h.indexer.changes.bursts.waiting() == 20
+        loop.changed({str(p) for p in gone[10:]})  # the next batch of the same deletion
+        assert loop.catching_up() == (0, 20)
+    finally:
+        h.close()
+
+
+def test_a_path_named_like_a_waiting_note_is_still_pending(make_cfg: Any, vault: Path) -> None:
+    """`rm -r` of 20 notes whose deletion waits; then a folder ``Old/n15`` is made where the note
+    ``Old/n15.md`` was: its event's path maps to the deleted note's key, and was taken for that
+    note's deletion (waiting already, counted once) instead of a change still to be looked at."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for i in range(40):
+            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+        gone = _notes(vault / "Old", 20)
+        h.sweep()
+        loop = _loop(h)
+        for p in gone:
+            p.unlink()
+        loop.changed({str(p) for p in gone})
+        _run_queued(loop)
+        assert h.indexer.changes.bursts.waiting() == 20
+        (vault / "Old/n15").mkdir()
+        loop.changed({str(vault / "Old/n15"), str(gone[3])})
+        assert loop.catching_up() == (0, 21)  # the note once, the folder a change to look at
+    finally:
+        h.close()

@@ -612,3 +612,43 @@ def test_a_stop_that_gives_up_on_a_worker_says_so(
     assert daemon.stuck
     release.set()
     worker.join(5)
+
+
+@pytest.mark.parametrize("raised", ["config", "other"])
+def test_a_reload_refused_for_any_reason_says_the_previous_settings_stay_once(
+    make_cfg: Any, vault: Path, raised: str
+) -> None:
+    """A refusal that was no ConfigError (another error of the configuration's loading) said
+    nothing of the daemon's settings; a refused identity change said "nothing applied" twice."""
+    from sidecar.contracts.errors import ConfigError, EmbedderError
+    from sidecar.daemon import lifecycle
+
+    def reload_config() -> Any:
+        if raised == "config":
+            raise ConfigError("search.vectorWeight: 1.7 is over 1")
+        raise EmbedderError("model folder unreadable")
+
+    daemon = lifecycle.Daemon(make_cfg(vault), reload_config=reload_config)
+    daemon._retriever = object()  # type: ignore[assignment]  # started: what a reload updates
+    kind = ConfigError if raised == "config" else EmbedderError
+    with pytest.raises(kind) as refused:
+        daemon.reload()
+    said = str(refused.value)
+    assert "the daemon keeps running with its previous settings" in said, said
+    assert said.lower().count("nothing was applied") == 1, said
+
+
+def test_a_refused_reload_says_the_previous_settings_stay(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """`sidecar reload` of a file with a bad value: exit 7 and the problems listed, but not a word
+    on whether the daemon still ran, and with which settings."""
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg_file.write_text("embedder:\n  enabled: false\n")
+    d: DaemonProcess = daemon_factory(vault, extra=["--config", str(cfg_file)]).start()
+    cfg_file.write_text("embedder:\n  enabled: false\nsearch:\n  vectorWeight: 1.7\n")
+    refused = d.run_cli("reload", "--config", str(cfg_file))
+    assert refused.returncode == 7, refused
+    assert "vectorWeight" in refused.stderr
+    assert "the daemon keeps running with its previous settings" in refused.stderr, refused.stderr
+    assert d.health()["index"]["state"] in ("ready", "building")

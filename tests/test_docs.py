@@ -53,3 +53,16 @@ def test_code_fences_stand_alone_on_their_lines() -> None:
             if line.startswith("```") and not re.fullmatch(r"`{3,}[\w+-]*", line.rstrip())
         ]
         assert bad == [], f"{doc.name}: {bad}"
+
+
+def test_the_readme_says_how_to_uninstall_and_where_the_agents_notes_are() -> None:
+    """An Uninstall section: the command that removes the service, and which folder holds the
+    agents' memory (removing the home deleted what agents wrote, and nothing said so)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Uninstall\n", 1)[1].split("\n## ", 1)[0]
+    for words in ("sidecar service uninstall", "<home>/agents/", "back it up", "<home>/index/"):
+        assert words in section, words
+    # What sidecar made, not the model files a person put in models/ (the whole folder went).
+    removals = [line for line in section.splitlines() if line.startswith("rm -rf")]
+    assert removals and all("/models " not in f"{line} " for line in removals), removals
+    assert "~/.sidecar/models/.prepared" in section and "embedder.cacheDir" in section

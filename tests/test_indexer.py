@@ -950,3 +950,30 @@ def test_an_index_made_before_the_swept_mark_is_not_read_as_new(make_cfg: Any, v
         assert not h.indexer.reading_first_time and h.stores.manifest.get_meta("swept") == "1"
     finally:
         h.close()
+
+
+def test_a_note_replaced_by_a_folder_of_its_name_leaves_at_its_events(harness: Harness, vault: Path) -> None:
+    """`rm tar.md && mkdir tar.md && echo ... > tar.md/x.md`: the events indexed `tar.md/x` and
+    the old note's text was found (`get` said "not a regular file") until the full sweep."""
+    harness.sweep()
+    assert search(harness, "sourdough starter flour")[0]["reference"] == "vault/Recipes/Bread"
+    note = vault / "Recipes" / "Bread.md"
+    note.unlink()
+    write(note / "x.md", "# inner\n\nRye crumbs.\n")
+    harness.indexer.sweep(only=frozenset(), paths={str(note), str(note / "x.md")})  # its file events
+    states = harness.stores.manifest.file_states("vault/Recipes/")
+    assert set(states) == {"vault/Recipes/Bread.md/x"}
+    assert "vault/Recipes/Bread" not in {h["reference"] for h in search(harness, "sourdough starter flour")}
+
+
+def test_a_symlink_loop_is_counted_as_skipped_from_its_event(harness: Harness, vault: Path) -> None:
+    """`loop2.md -> loop1 -> loop2.md` made while the daemon runs: not counted as skipped until the
+    full sweep (then "broken symlink"): its event found nothing."""
+    harness.sweep()
+    os.symlink(vault / "loop1", vault / "loop2.md")
+    os.symlink(vault / "loop2.md", vault / "loop1")
+    harness.indexer.sweep(only=frozenset(), paths={str(vault / "loop2.md"), str(vault / "loop1")})
+    skipped = harness.indexer.changes.skipped_notes()
+    assert skipped.get("vault/loop2") == (vault / "loop2.md", "broken symlink"), skipped
+    harness.sweep()
+    assert harness.indexer.changes.skipped_notes().get("vault/loop2") == skipped["vault/loop2"]

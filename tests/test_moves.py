@@ -947,3 +947,129 @@ def test_a_move_undone_after_its_deletion_failed_is_a_move_back(big: Harness, va
     assert not h.indexer.changes.bursts.waiting()
     assert _hits(h, "lighthouse") == sorted(f"vault/Notes/n{i}" for i in range(10))
     assert not _keys(h, "vault/Moved/") and not h.stores.manifest.keys_in_state("deleting")
+
+
+def _keys_states(h: Harness, prefix: str) -> list[Any]:
+    return list(h.stores.manifest.file_states(prefix).values())
+
+
+def _rename_watched(h: Harness, vault: Path, old: str, new: str) -> list[tuple[int, int]]:
+    """Index batches written during the sweeps of ``old`` renamed to ``new``: after each, the
+    notes status counts and those answers show under the old and the new folder."""
+    seen: list[tuple[int, int]] = []
+    real = h.indexer.index_files
+
+    def index_files(notes: Any, data: Any = None) -> int:
+        changed = real(notes, data)
+        counted = h.stores.manifest.counts()["files"]
+        states = [*_keys_states(h, f"vault/{old}/"), *_keys_states(h, f"vault/{new}/")]
+        seen.append((counted, sum(1 for st in states if st.state == "indexed")))
+        return changed
+
+    h.indexer.index_files = index_files  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("how", ["sweep", "events, a slow listing", "events"])
+def test_a_folder_renamed_in_a_large_vault_is_a_move(make_cfg: Any, vault: Path, how: str) -> None:
+    """A folder of a tenth of the vault renamed: looked for moves only when the guard could
+    hold the deletions (half the root gone) or while the root's events were under way, a listing
+    that outlasted the quiet time (17,000 notes on a busy share) found no move: every note read
+    again, its old entry left at the sweep's end, status counted both, the old paths answered."""
+    for i in range(60):
+        write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+    moved = _notes(vault / "Notes", 12)
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 4, "embedder.enabled": False}), None)
+    try:
+        h.sweep()
+        total = h.stores.manifest.counts()["files"]
+        (vault / "Notes").rename(vault / "Renamed")
+        seen = _rename_watched(h, vault, "Notes", "Renamed")
+        if how == "sweep":  # the daemon was down, or the events were lost
+            h.indexer.sweep()
+        else:
+            bursts = h.indexer.changes.bursts
+            if how == "events, a slow listing":  # the quiet time passes while the root is listed
+                listing = h.supervisor.list_root
+
+                def list_root(root: Any) -> Any:
+                    bursts.clock = lambda: time.monotonic() + 3600.0
+                    return listing(root)
+
+                h.supervisor.list_root = list_root  # type: ignore[method-assign]
+            h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes"), str(vault / "Renamed")})
+            assert not bursts.waiting()
+        _online(h, "vault")
+        assert seen and all(counted == total and both == len(moved) for counted, both in seen), seen
+        assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(len(moved))}
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
+    finally:
+        h.close()
+
+
+def test_a_folder_renamed_during_a_full_sweep_is_found_at_every_batch(make_cfg: Any, vault: Path) -> None:
+    """A full sweep runs (other notes to read in batches); between its batches, the file events of
+    a folder of 12 notes renamed are taken (2 notes a batch). Their old entries were deleted first
+    and the 12 read in one call: the notes were found under neither path for the whole read."""
+    moved = _notes(vault / "Notes", 12)
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2, "embedder.enabled": False}), None)
+    try:
+        h.sweep()
+        for i in range(4):  # work for the sweep's own batches
+            write(vault / f"New/x{i}.md", f"# X{i}\n")
+        fired: list[bool] = []
+
+        def hot() -> set[str]:
+            if fired:
+                return set()
+            fired.append(True)
+            (vault / "Notes").rename(vault / "Renamed")
+            return {str(vault / "Notes"), str(vault / "Renamed")}
+
+        def found() -> int:
+            states = [*_keys_states(h, "vault/Notes/"), *_keys_states(h, "vault/Renamed/")]
+            return sum(1 for st in states if st.state == "indexed")
+
+        seen: list[int] = []
+        real = h.indexer.index_files
+
+        def index_files(notes: Any, data: Any = None) -> int:
+            seen.append(found())
+            changed = real(notes, data)
+            seen.append(found())
+            return changed
+
+        h.indexer.hot_paths = hot
+        h.indexer.index_files = index_files  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert fired and all(n == len(moved) for n in seen), seen
+        assert len(seen) >= 2 * (2 + 6), seen  # the sweep's 2 batches, the events' 6
+        _online(h, "vault")
+        assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(len(moved))}
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
+    finally:
+        h.close()
+
+
+def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
+    """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
+    deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked
+    once for the moves and once more for the deletion."""
+    h = big
+    (vault / "Notes").rename(vault / "Renamed")
+    lost = next(p for p in vault.glob("*.md"))
+    lost.unlink()
+    probed: list[str] = []
+    real = h.supervisor.deletable
+
+    def deletable(root: Any) -> bool:
+        probed.append(root.name)
+        return real(root)
+
+    h.supervisor.deletable = deletable  # type: ignore[method-assign]
+    h.indexer.sweep(only=frozenset(), paths={str(vault / "Notes"), str(vault / "Renamed"), str(lost)})
+    assert probed == ["vault"], probed
+    assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(10)}
+    assert not _keys(h, "vault/Notes/") and not h.stores.manifest.file_states_of([f"vault/{lost.stem}"])

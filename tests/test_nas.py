@@ -172,12 +172,21 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     assert _counts(big) == before
     st = big.supervisor.roots["vault"]
     assert st.offline and st.hold_kind == "unmounted" and "mount it was on" in (st.error or "")
+    # Mounting again first: the bare command that applies the deletions, beside a share that is
+    # merely away, read as the way to clear the problem (and would empty the index of it). It is
+    # named for a vault that lives here for good (else held for ever with no way out shown).
+    error = st.error or ""
+    assert "mount it again" in error
+    assert "if its notes live on this disk from now on: `sidecar index --confirm-deletions vault`" in error
     assert (
         big.stores.manifest.file_states_of(["vault/Stray"]) == {}
     )  # the mount point's content is not indexed
     state.update(mount=True, dev=78)  # another share mounted there
     big.sweep()
     assert big.supervisor.roots["vault"].hold_kind == "device"
+    assert "from now on: `sidecar index --confirm-deletions vault`" in (
+        big.supervisor.roots["vault"].error or ""
+    )
     assert _counts(big) == before
     (vault / "Stray.md").unlink()
     for p in hidden.iterdir():

@@ -253,3 +253,41 @@ def test_a_rebuild_queued_behind_a_sweep_is_said_queued_with_the_sweeps_progress
     assert shown and "Index: building (a rebuild is under way: indexing 0/" in shown[0], shown
     assert "a rebuild is queued" not in shown[0]
     assert "a rebuild is" not in render_status(server.call("health"))
+
+
+def test_a_sweep_listing_the_roots_is_not_scanning_0_of_0(serve_in_process: Serve) -> None:
+    """A sweep lists its roots before it knows what to index or remove: status said "building
+    (scanning 0/0 notes)" for a minute while 5,000 deletions were judged."""
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    health["index"].update(state="building", phase="scanning", progress={"done": 0, "total": 0})
+    text = render_status(health)
+    assert "Index: building (looking for changes in the notes)" in text and "0/0" not in text, text
+    health["index"].update(phase="indexing", progress={"done": 3, "total": 40})
+    assert "Index: building (indexing 3/40 notes)" in render_status(health)
+
+
+@pytest.mark.parametrize("kind", ["unmounted", "device", "empty", "mass"])
+def test_held_deletions_say_when_the_command_applies(serve_in_process: Serve, kind: str) -> None:
+    """An unmounted share's held deletions stood beside "to apply them now: sidecar index
+    --confirm-deletions vault": a person who wanted the PROBLEM gone ran it and emptied the index
+    of a share that was merely away. It says to mount it again first; the command comes with its
+    condition (not named at all, a vault that lives on another mount for good was held for ever
+    with no way out shown)."""
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    (vault,) = [r for r in health["roots"] if r["name"] == "vault"]
+    vault.update(
+        mode="held" if kind == "mass" else "offline",
+        held_deletions=926,
+        hold={
+            "kind": kind,
+            "since": None,
+            "applies_at": None,
+            "confirm": "sidecar index --confirm-deletions vault",
+        },
+    )
+    (line,) = [x for x in render_status(health).splitlines() if "926 deletions held" in x]
+    if kind in ("unmounted", "device"):
+        assert "mount it again, or wait for it (nothing is removed meanwhile); if its notes live on" in line
+        assert line.endswith("from now on: sidecar index --confirm-deletions vault"), line
+    else:
+        assert line.endswith("sidecar index --confirm-deletions vault"), line

@@ -12,7 +12,7 @@ from sidecar.clients.foreground import all_vectors_words, backlog, duration, per
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import anchor_missing, catching_up_note, clock_said
+from sidecar.contracts.wire import anchor_missing, catching_up_note, clock_said, hold_advice
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -268,9 +268,8 @@ def _index_line(h: dict[str, Any]) -> str:
 
 def _rebuild_line(idx: dict[str, Any]) -> str:
     """The Index line while a rebuild is asked: queued behind the sweep under way, or running."""
-    prog = idx["progress"]
     busy = idx["phase"] in ("scanning", "indexing")
-    at = f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes"
+    at = _phase_words(idx)
     if idx.get("rebuild_queued"):
         # The progress is the sweep's under way (file changes): shown as the rebuild's, it read as
         # a rebuild nearly done before it began. The index is as it was until the rebuild begins.
@@ -285,6 +284,18 @@ def _rebuild_line(idx: dict[str, Any]) -> str:
     return f"Index: building (a rebuild is under way: {where}); notes are found again as they are read"
 
 
+def _phase_words(idx: dict[str, Any]) -> str:
+    """The sweep under way: its phase and progress. A sweep lists the roots before it knows what
+    to index or remove: "scanning 0/0 notes" stood for a minute while 5,000 deletions were judged."""
+    prog = idx["progress"]
+    if idx["phase"] == "scanning" and not prog["total"]:
+        return "looking for changes in the notes"
+    rate = prog.get("notes_per_second")
+    pace = f", {per_second(rate)} a second" if rate else ""
+    left = time_left(prog["total"] - prog["done"], rate, prog.get("rough"))
+    return f"{idx['phase']} {prog['done']:,}/{prog['total']:,} notes{pace}{left}"
+
+
 def _building_line(h: dict[str, Any]) -> str:
     idx = h["index"]
     notes = [r for r in h.get("roots", []) if not r["name"].startswith("memory/")]
@@ -294,7 +305,6 @@ def _building_line(h: dict[str, Any]) -> str:
         first = next((r for r in notes if r["name"] == "vault"), notes[0])  # the wiki lies in it
         return f"Index: waiting for {shown(first['path'])} to be readable (see Roots); nothing indexed yet"
     if idx["phase"] in ("scanning", "indexing", "starting"):
-        prog = idx["progress"]
         waited = idx.get("tokenizer_wait_seconds")
         if waited is not None:
             # A first start over notes indexed without the model: they are cut again in its
@@ -302,14 +312,11 @@ def _building_line(h: dict[str, Any]) -> str:
             most = idx.get("tokenizer_wait_max_seconds")
             bound = f" (at most {most:.0f} s, then words are counted)" if most else ""
             return (
-                f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes; waiting "
+                f"Index: building ({_phase_words(idx)}; waiting "
                 f"{waited:.0f} s for the model's tokenizer, which is being loaded or converted, to cut "
                 f"notes in its tokens{bound}; search answers meanwhile)"
             )
-        rate = prog.get("notes_per_second")
-        pace = f", {per_second(rate)} a second" if rate else ""
-        left = time_left(prog["total"] - prog["done"], rate, prog.get("rough"))
-        return f"Index: building ({idx['phase']} {prog['done']:,}/{prog['total']:,} notes{pace}{left})"
+        return f"Index: building ({_phase_words(idx)})"
     if not idx["pending_vectors"] and h["embedder"]["state"] == "loading":
         # A restart over a complete index: nothing is computed, the model only loads.
         return "Index: building (every note is searchable by keyword; by meaning once the model is loaded)"
@@ -593,7 +600,7 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
             )
             lines.append(
                 f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
-                f"{when}; to apply them now: {hold['confirm']}"
+                f"{when}; {hold_advice(hold['kind'], hold['confirm'])}"
             )
         if r.get("waiting_deletions"):
             # A deletion under way (rm -r, a sync, a branch switch) is judged whole once it ends.

@@ -212,6 +212,22 @@ def catching_up_note(done: int, total: int, recut: int = 0) -> str:
     )
 
 
+def hold_advice(kind: str, confirm: str) -> str:
+    """What to do about a root's held deletions of this ``kind``; ``confirm``: the command that
+    applies them. Beside an unmounted share or another device it comes after mounting again and
+    with its condition (named bare, it read as the way to clear the problem and emptied the index
+    of a share that was merely away; not named, a vault that lives on another mount for good was
+    held for ever with no way out shown)."""
+    if kind == "mass":
+        return f"to apply them now: {confirm}"
+    if kind == "empty":
+        return f"mount it again if it is a share; if its notes were deleted on purpose: {confirm}"
+    return (
+        "mount it again, or wait for it (nothing is removed meanwhile); if its notes live on this "
+        f"disk from now on: {confirm}"
+    )
+
+
 def resolved_notes(asked: str, got: dict[str, Any]) -> list[str]:
     """What a client says of a ``get`` answer for a note's name or a link (``Boat``,
     ``[[Boat#Budget]]``): which of several notes it is, a heading or block that is not there, a

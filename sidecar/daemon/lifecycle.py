@@ -814,8 +814,8 @@ class Daemon:
                 )
                 if was != now:
                     raise ConfigError(
-                        f"the file now gives {s.dotted} = {now} (running: {was}); nothing applied: a "
-                        "file cut short or emptied? To move the daemon, change it and restart"
+                        f"the file now gives {s.dotted} = {now} (running: {was}): a file cut short or "
+                        "emptied? To move the daemon, change it and restart"
                     )
         return new
 
@@ -840,7 +840,17 @@ class Daemon:
         except SidecarError as exc:
             log.error("reload_failed error=%s; keeping the running configuration", exc)
             if problems is not None:
-                problems.report("config", f"the configuration file could not be reloaded: {exc}")
+                problems.report(
+                    "config",
+                    f"the configuration file could not be reloaded (the previous settings stay): {exc}",
+                )
+            # Said in the answer, not only in status: a person reading the refusal could not tell
+            # whether the daemon still ran, and with which settings. Any refusal (the error keeps
+            # its class and code: only its text grows).
+            exc.args = (
+                f"{exc}\nNothing was applied: the daemon keeps running with its previous settings; fix "
+                "the file and run `sidecar reload` again",
+            )
             raise
         if problems is not None:
             problems.clear("config")
@@ -1115,7 +1125,7 @@ def _hung_up(stop: asyncio.Event) -> None:
 
 def _refuse_empty(source: Path) -> None:
     if holds_nothing(source):
-        raise ConfigError(f"{source} is empty (being written?); nothing applied")
+        raise ConfigError(f"{source} is empty (being written?)")
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

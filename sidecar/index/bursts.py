@@ -72,6 +72,12 @@ class Bursts:
         with self._lock:
             return set(self._waiting.get(name, (0.0, set()))[1])
 
+    def among(self, keys: Collection[str]) -> set[str]:
+        """Those of ``keys`` whose deletion waits (in any root)."""
+        with self._lock:
+            waiting = [known for _, known in self._waiting.values()]
+            return {k for k in keys if any(k in known for known in waiting)}
+
     def judged(self, name: str) -> None:
         """A full sweep judged the root's deletions (or could not list the root: its offline
         retry looks again): none wait any more."""

@@ -125,12 +125,39 @@ class _Listing:
     excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
-def _related(old: str, new: str) -> bool:
-    """Whether two keys can be one note moved: the same name (its folder moved or renamed, to
-    another root too) or the same folder (the note renamed)."""
-    old_folder, _, old_name = old.rpartition("/")
-    new_folder, _, new_name = new.rpartition("/")
-    return old_name == new_name or old_folder == new_folder
+def _pair_moves(
+    missing: Iterable[tuple[str, tuple[int, int]]], fresh: Iterable[NoteFile]
+) -> dict[str, NoteFile]:
+    """Missing keys (each with its recorded mtime and size) paired with the new notes that can
+    be them moved: the same mtime and size, and the same name (its folder moved or renamed, to
+    another root too) or else the same folder (the note renamed). Each new note accounts for one
+    missing key. Found by lookup, not by comparing every pair: a folder of thousands of notes
+    unpacked in one second shares mtime and size."""
+    by_name: dict[tuple[int, int, str], list[NoteFile]] = {}
+    by_folder: dict[tuple[int, int, str], list[NoteFile]] = {}
+    for n in fresh:
+        folder, _, name = n.key.rpartition("/")
+        by_name.setdefault((n.mtime_ns, n.size, name), []).append(n)
+        by_folder.setdefault((n.mtime_ns, n.size, folder), []).append(n)
+    for pool in (*by_name.values(), *by_folder.values()):
+        pool.reverse()  # taken from the end, in the order found
+    used: set[str] = set()
+    out: dict[str, NoteFile] = {}
+    none: list[NoteFile] = []
+    for key, (mtime_ns, size) in missing:
+        folder, _, name = key.rpartition("/")
+        for pool in (
+            by_name.get((mtime_ns, size, name), none),
+            by_folder.get((mtime_ns, size, folder), none),
+        ):
+            while pool and pool[-1].key in used:
+                pool.pop()
+            if pool:
+                match = pool.pop()
+                used.add(match.key)
+                out[key] = match
+                break
+    return out
 
 
 class ChangeFinder:
@@ -424,8 +451,11 @@ class ChangeFinder:
             and supervisor.status(root).hold_kind is None
             and self.bursts.busy(root.name)
         )
-        # Moves are looked for while the root settles too: a folder renamed is applied at once.
-        if settling or supervisor.may_hold(root, len(known), len(missing), len(notes), applied):
+        # Moves are looked for whatever the count (and while the root settles): a folder renamed
+        # is applied at once, each old entry with its new one. Looked for only where the guard
+        # could hold, a rename of a tenth of a vault was none once the listing outlasted the
+        # root's quiet time: every note read again, both copies found until the sweep's end.
+        if missing:
             left_out = self._left_out(listings, alien, diff.left_out)
             moved, away = self._moves(listing, listings, alien, diff, left_out)
             copies = self._excluded_copies(listing, left_out, moved)
@@ -504,21 +534,13 @@ class ChangeFinder:
         indexed = manifest.file_states_of(list(events))
         fresh.update((k, n) for k, n in events.items() if k not in indexed)
         present.update(events)
-        by_stat: dict[tuple[int, int], list[NoteFile]] = {}
-        for n in fresh.values():
-            by_stat.setdefault((n.mtime_ns, n.size), []).append(n)
-        for key in listing.missing:
-            if key in moved:
-                continue
-            st = listing.known[key]
-            pool = by_stat.get((st.mtime_ns, st.size), [])
-            match = next((n for n in pool if _related(key, n.key)), None)
-            if match is not None:
-                pool.remove(match)
-                moved.add(key)
-                diff.moves[key] = match.key
-                if not match.key.startswith(prefix):
-                    away.add(key)
+        known = listing.known
+        looked = [(k, (known[k].mtime_ns, known[k].size)) for k in listing.missing if k not in moved]
+        for key, match in _pair_moves(looked, fresh.values()).items():
+            moved.add(key)
+            diff.moves[key] = match.key
+            if not match.key.startswith(prefix):
+                away.add(key)
         # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
         rest = {
             key: (st.mtime_ns, st.size, st.hash)
@@ -784,6 +806,10 @@ class ChangeFinder:
             kept = tuple(key for _, key in _unreadable(root, found))
             for rel in walked:
                 missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
+                if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) == rel:
+                    # A folder now where a note of its name was ("x.md" deleted, a folder "x.md"
+                    # made): the note is gone, not only till the next full sweep.
+                    missing.update(manifest.file_states_of([key]))
         for n in notes:
             self._skips.pop((root.name, str(n.path)), None)
         self._unreadable_seen(root, found, gone + walked)
@@ -805,12 +831,22 @@ class ChangeFinder:
                     )
         missing -= {n.key for n in notes}
         states = manifest.file_states_of([n.key for n in notes])
-        applied = self._event_deletions_of(root, notes, missing, states)
+        # A move is no loss, whatever its size: a folder renamed (its old and new paths are one
+        # batch of events) is applied now, each old entry with its new one; only the deletions
+        # no move explains count toward the few applied at once (past them, a full sweep took
+        # the rename for a loss whenever its listing outlasted the root's quiet time).
+        # Whether the root's deletions may go ahead, probed once for the group (a listing of the
+        # root under the probe timeout: slow on a share), when the moves or the deletions ask.
+        deletable = functools.cache(functools.partial(self.supervisor.deletable, root))
+        moved = self._event_moves(
+            root, missing - self._held.get(root.name, set()), notes, states, diff, deletable=deletable
+        )
+        applied = self._event_deletions_of(root, notes, missing - moved, states, deletable)
         if applied is None:
+            for key in moved:  # the full sweep of the root finds them again
+                diff.moves.pop(key, None)
             return False
-        missing = applied
-        self._event_moves(missing, notes, states, diff)
-        diff.gone.extend(sorted(missing))
+        diff.gone.extend(sorted(applied | moved))
         diff.excluded.update(excluded)
         diff.left_out.extend(left_out)
         diff.linked.update(n.shared for n in left_out if n.shared[1])
@@ -818,29 +854,39 @@ class ChangeFinder:
         return True
 
     def _event_moves(
-        self, missing: Collection[str], notes: Sequence[NoteFile], states: Collection[str], diff: Diff
-    ) -> None:
-        """The deletions applied now that are moves within the batch (a folder of a few notes
-        renamed: its old and new paths are one batch of events): each note new to the index with
-        a missing note's mtime and size and its name or folder, into ``Diff.moves``, so its old
-        entry leaves with its new one (``states``: the manifest's entries of ``notes``)."""
-        if not missing:
-            return
-        pool: dict[tuple[int, int], list[NoteFile]] = {}
-        for n in notes:
-            if n.key not in states:
-                pool.setdefault((n.mtime_ns, n.size), []).append(n)
-        if not pool:
-            return
-        for key, st in self.manifest.file_states_of(sorted(missing)).items():
-            candidates = pool.get((st.mtime_ns, st.size), [])
-            match = next((n for n in candidates if _related(key, n.key)), None)
-            if match is not None:
-                candidates.remove(match)
-                diff.moves[key] = match.key
+        self,
+        root: Root,
+        missing: Collection[str],
+        notes: Sequence[NoteFile],
+        states: Collection[str],
+        diff: Diff,
+        *,
+        deletable: Callable[[], bool],
+    ) -> set[str]:
+        """The missing keys that are moves within the batch (a folder renamed: its old and new
+        paths are one batch of events), of any count: each note new to the index with a missing
+        note's mtime and size and its name or folder, into ``Diff.moves`` (its old entry leaves
+        with its new one). ``states``: the manifest's entries of ``notes``. No move on a root whose
+        deletions file events may not apply (offline, another mount, emptied): a full sweep and
+        its guard decide there. One pass over each side, by (mtime, size)."""
+        fresh = [n for n in notes if n.key not in states]
+        if not missing or not fresh:
+            return set()
+        known = self.manifest.file_states_of(sorted(missing))
+        pairs = _pair_moves(((k, (st.mtime_ns, st.size)) for k, st in known.items()), fresh)
+        found = {key: n.key for key, n in pairs.items()}
+        if not found or not deletable():
+            return set()
+        diff.moves.update(found)
+        return set(found)
 
     def _event_deletions_of(
-        self, root: Root, notes: list[NoteFile], missing: set[str], states: Collection[str]
+        self,
+        root: Root,
+        notes: list[NoteFile],
+        missing: set[str],
+        states: Collection[str],
+        deletable: Callable[[], bool],
     ) -> set[str] | None:
         """The deletions file events found in ``root`` that are applied now (those that wait are
         handed to ``bursts``), or None: the root needs a full sweep instead. ``states``: the
@@ -856,7 +902,7 @@ class ChangeFinder:
         missing = missing - self._held.get(root.name, set())  # held already: stay held, never "waiting"
         if not missing:
             return missing
-        verdict = self._event_verdict(root, len(missing), arrived)
+        verdict = self._event_verdict(root, len(missing), arrived, deletable)
         if verdict == "sweep":
             return None
         if verdict == "wait":  # judged whole once the root's events go quiet; the rest goes on
@@ -963,7 +1009,7 @@ class ChangeFinder:
                 found.append(got)
         return found, gone, walked
 
-    def _event_verdict(self, root: Root, count: int, arrived: bool) -> str:
+    def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
         root that is where it was and not empty, with none waiting), ``sweep`` (a full sweep of the
         root and its guard now: it applies at once the moves it finds and what they explain, and
@@ -974,7 +1020,7 @@ class ChangeFinder:
         if root.source == "memory":
             self._applied(root, count)
             return "apply"
-        ok = self.supervisor.deletable(root)
+        ok = deletable()
         waiting = self.bursts.waiting(root.name) > 0
         if ok and not waiting and len(_recent(self._event_deletions, root)) + count <= EVENT_DELETIONS_MAX:
             self._applied(root, count)
@@ -1065,7 +1111,9 @@ def _file(  # noqa: PLR0911 - one return per kind of file
             why = why or link_refusal(root, path, base)
             st = os.stat(path)
         except (OSError, RuntimeError):
-            return None
+            # A link to nothing, or a loop: counted as a scan counts it (not until the next
+            # full sweep).
+            return Skipped(path, "broken symlink") if is_note_name(path.name, root.source) else None
         if why is not None:
             return Skipped(path, why)
     if not is_note_name(path.name, root.source):

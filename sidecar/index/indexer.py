@@ -390,7 +390,7 @@ class Indexer:
                 break
             part = diff.work[start : start + batch]
             try:
-                changed += self.index_files(part)
+                changed += self._write_batch(part, moves)
                 # Deletions after the new notes (deleted first, 6,668 moved notes were missing for
                 # up to 28 s), but a moved note's old entry with its new one, not at the end.
                 self._delete_moved(self._moved_written(part, moves), gone)
@@ -436,6 +436,19 @@ class Indexer:
         self._hot_written.clear()
         act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
         return changed
+
+    def _write_batch(self, part: Sequence[NoteFile], moves: dict[str, str]) -> int:
+        """``index_files`` of a sweep's batch: each moved note's old entry leaves every answer in
+        the transaction that records its new one (status counted both, answers found both, until
+        its removal), not one a note saved again meanwhile wrote back (a move undone between
+        batches)."""
+        self.writer.replacing = {
+            n.key: moves[n.key] for n in part if n.key in moves and moves[n.key] not in self._hot_written
+        }
+        try:
+            return self.index_files(part)
+        finally:
+            self.writer.replacing = {}
 
     def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
         """The old keys of the notes of ``part`` that were moved and whose new entry is written."""
@@ -521,11 +534,7 @@ class Indexer:
             # root then) may hold the note just saved; matched against ``every``, it was dropped.
             if self.changes.diff_paths(hot, self.changes.roots(), diff):
                 self._deferred |= hot  # a root needs a full look: given back when this sweep ends
-            if diff.gone:
-                self.delete(diff.gone)
-            if diff.work:
-                self.index_files(diff.work)
-                self._hot_written.update(n.key for n in diff.work)
+            self._write_hot(diff)
             self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
@@ -533,6 +542,22 @@ class Indexer:
                 self._deferred.clear()
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
+
+    def _write_hot(self, diff: Diff) -> None:
+        """The file events' changes taken between a sweep's batches, written in batches as a sweep
+        writes them: a folder renamed mid-sweep (moves of any count) keeps each note's old entry
+        until its new one is written (its old entries deleted first and all read in one call, the
+        notes were found under neither path for the whole read); the other deletions after."""
+        moves = _moves_applied(diff)
+        gone = list(diff.gone)
+        batch = self.cfg.index.batch_files
+        for start in range(0, len(diff.work), batch):
+            part = diff.work[start : start + batch]
+            self._write_batch(part, moves)
+            self._hot_written.update(n.key for n in part)
+            self._delete_moved(self._moved_written(part, moves), gone)
+        if gone:  # newer than the sweep's listing: deleted even if an earlier event wrote them
+            self.delete(gone)
 
     def _record_excluded(self, diff: Diff, every: Sequence[Root] | None, whole: int | None = None) -> None:
         """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:

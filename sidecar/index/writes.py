@@ -75,6 +75,10 @@ class Writer:
         # sweep to record after its own findings (``Indexer._record_excluded``).
         self.left_out: dict[str, dict[str, str]] = {}
         self.group: GroupCommit[Sequence[Prepared]] = GroupCommit(stores.write_lock)
+        # New key -> old key of moved notes (a folder renamed): the old entry is taken out of
+        # every answer in the transaction that records the new one, never both counted or found
+        # (``Indexer._apply`` sets it for a sweep's batch; the old entry is removed after).
+        self.replacing: Mapping[str, str] = {}
         # Note key -> the chunks its last write added (new texts: each waits for a vector), taken
         # by the indexer once the write returns (``Indexer.index_files``).
         self.added: dict[str, int] = {}
@@ -156,6 +160,9 @@ class Writer:
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+                moved = [o for r, _ in built if (o := self.replacing.get(r.key)) is not None]
+                if moved:
+                    self._retire_in(db, moved)
             # A text whose vector was kept when its chunk was deleted (a note back in the index)
             # has it at once, not after the backfill: never counted as waiting for the model.
             self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
@@ -192,14 +199,18 @@ class Writer:
         already (``retire``, a deletion a crash interrupted) are resolved again only where a link
         still points at one of them."""
         with self.stores.manifest.transaction() as db:
-            fresh = [k for k in keys if _state(db, k) not in (None, "deleting")]
-            # Read before the rows go: a link named by a deleted note's alias (its copy left
-            # under a new path) kept the deleted note among its candidates.
-            names = _names(keys) | _alias_names(db, keys)
-            db.executemany("UPDATE files SET state = 'deleting' WHERE key = ?", [(k,) for k in fresh])
-            drop_links(db, keys)
-            if fresh or _pointed_at(db, keys):
-                reresolve(db, self.wiki_subfolder, names=names, keys=keys)
+            self._retire_in(db, keys)
+
+    def _retire_in(self, db: sqlite3.Connection, keys: Sequence[str]) -> None:
+        """``_retire`` within the transaction ``db``."""
+        fresh = [k for k in keys if _state(db, k) not in (None, "deleting")]
+        # Read before the rows go: a link named by a deleted note's alias (its copy left
+        # under a new path) kept the deleted note among its candidates.
+        names = _names(keys) | _alias_names(db, keys)
+        db.executemany("UPDATE files SET state = 'deleting' WHERE key = ?", [(k,) for k in fresh])
+        drop_links(db, keys)
+        if fresh or _pointed_at(db, keys):
+            reresolve(db, self.wiki_subfolder, names=names, keys=keys)
 
     def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str] | None = None) -> None:
         """Remember the excluded notes a sweep found (see ``links.set_excluded``); links whose

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
+from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
@@ -413,18 +414,6 @@ class Supervisor:
         )
         return got is not None and got[0] != got[1]
 
-    def may_hold(self, root: Root, known: int, missing: int, present: int, applied: int = 0) -> bool:
-        """Whether the guard could hold this many deletions for their count (the root emptied,
-        or more than the mass-deletion share gone, ``applied`` of the same burst counted): only
-        then are they checked for moves."""
-        known, lost = known + applied, missing + applied
-        return (
-            root.source != "memory"
-            and missing > 0
-            and known >= MASS_DELETION_MIN_FILES
-            and (present == 0 or lost / known > self.cfg.index.mass_deletion_share)
-        )
-
     def hold_deletions(
         self,
         root: Root,
@@ -525,11 +514,8 @@ class Supervisor:
                 )
         else:
             then = "held while it stays so"
-        self.mark_offline(
-            root,
-            f"{root.path} {why}; {held} deletions {then} "
-            f"(or `sidecar index --confirm-deletions {root.name}`)",
-        )
+        advice = hold_advice(kind, f"`sidecar index --confirm-deletions {root.name}`")
+        self.mark_offline(root, f"{root.path} {why}; {held} deletions {then} ({advice})")
         return kind
 
     def _kind(
