@@ -555,7 +555,7 @@ def test_a_deletion_under_way_counts_each_note_once(make_cfg: Any, vault: Path) 
         _run_queued(loop)
         assert h.indexer.changes.bursts.waiting() == 20
         loop.changed({str(p) for p in gone[10:]})  # the next batch of the same deletion
-        assert loop.catching_up() == (0, 20)
+        assert loop.catching_up() == (0, 20, 0)
     finally:
         h.close()
 
@@ -578,6 +578,6 @@ def test_a_path_named_like_a_waiting_note_is_still_pending(make_cfg: Any, vault:
         assert h.indexer.changes.bursts.waiting() == 20
         (vault / "Old/n15").mkdir()
         loop.changed({str(vault / "Old/n15"), str(gone[3])})
-        assert loop.catching_up() == (0, 21)  # the note once, the folder a change to look at
+        assert loop.catching_up() == (0, 21, 0)  # the note once, the folder a change to look at
     finally:
         h.close()
