@@ -90,11 +90,12 @@ def test_an_edit_that_keeps_size_and_mtime_is_seen(harness: Harness, monkeypatch
     assert harness.sweep()["unchanged"] == 4 and reads == [note]
 
 
-def test_a_note_made_unreadable_is_kept_and_not_read_at_every_sweep(
+def test_a_note_made_unreadable_is_kept_and_read_again_until_it_reads(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A note whose mode alone changed and that cannot be read now keeps its indexed text, and
-    the next sweeps leave it alone (its new status time is remembered) until it changes again."""
+    each sweep tries it again (a folder made readable again changes no stat of its notes) until
+    it reads; then it is no longer named unreadable and sweeps leave it alone."""
     harness.sweep()
     note = harness.cfg.vault.path / "Garden.md"  # type: ignore[operator]
     note.chmod(0)
@@ -111,9 +112,14 @@ def test_a_note_made_unreadable_is_kept_and_not_read_at_every_sweep(
     try:
         harness.sweep()
         harness.sweep()
+        assert reads == [note, note]
+        assert harness.problems.active_in("unreadable") is not None
     finally:
         note.chmod(0o644)
-    assert reads == [note]
+    monkeypatch.setattr(records_mod, "read_note", lambda p, m, r=None: reads.append(p) or real(p, m, r))
+    harness.sweep()
+    harness.sweep()
+    assert reads == [note, note, note] and harness.problems.active_in("unreadable") is None
     assert any("Tomatoes" in c.text for c in harness.stores.manifest.chunks_of("vault/Garden"))
 
 
@@ -238,7 +244,9 @@ def test_bad_files_are_skipped_and_counted(harness: Harness) -> None:
         assert any(k.startswith("unreadable") for k in skipped)
     assert summary["changed"] >= 6
     assert search(harness, "broken front matter")[0]["reference"] == "vault/badyaml"
-    # skipped files are not re-read on the next sweep
+    # skipped files are not re-read on the next sweep, but for one whose read failed: it is
+    # read again (readable now: indexed)
+    assert harness.sweep()["changed"] == (0 if readable_anyway else 1)
     assert harness.sweep()["changed"] == 0
 
 

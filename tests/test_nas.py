@@ -761,3 +761,66 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
     big.indexer.sweep(only=frozenset(), paths={str(target)})
     assert big.indexer.activity.scan_skipped == {}
     assert big.stores.problems.active_in("unreadable") is None
+
+
+def _failing_reads(monkeypatch: pytest.MonkeyPatch, folder: Path) -> list[bool]:
+    """Reads of notes under ``folder`` fail as a folder of mode 000 (or an EIO on a share) makes
+    them fail, while the returned flag is set (root reads mode 000: refused here by hand)."""
+    from sidecar.index import records as records_mod
+
+    failing = [True]
+    real = records_mod.read_note
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        if failing[0] and p.is_relative_to(folder):
+            raise records_mod.NoteUnreadable("unreadable (Permission denied)")
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    return failing
+
+
+def test_notes_whose_first_read_failed_are_read_again_once_they_read(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes listed by a first sweep whose read then failed (the folder made unreadable between
+    the listing and the read) are not in the index: status says so by name, and the next sweep
+    reads them once they read, though no stat of theirs changed. Was: recorded as done with
+    their stat, no sweep read them again until each was edited, and status said "Recovered"."""
+    private = vault / "Private"
+    for i in range(3):
+        write(private / f"p{i}.md", f"# P{i}\n\nprivate heronsgate note {i}\n")
+    failing = _failing_reads(monkeypatch, private)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        assert not h.stores.manifest.chunk_ids("vault/Private/p0")
+        problem = h.stores.problems.active_in("unreadable")
+        assert problem is not None and "3 note(s) of vault are not in the index" in problem["error"]
+        assert str(private / "p0.md") in problem["error"]
+        h.sweep()  # still failing: still named
+        assert h.stores.problems.active_in("unreadable") is not None
+        failing[0] = False
+        h.sweep()
+        assert all(h.stores.manifest.chunk_ids(f"vault/Private/p{i}") for i in range(3))
+        assert h.stores.problems.active_in("unreadable") is None
+        assert h.stores.manifest.counts()["skipped"] == {}
+    finally:
+        h.close()
+
+
+def test_a_rebuild_whose_reads_failed_reads_those_notes_again(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild whose reads of a folder's notes failed partway (the folder made unreadable
+    during it) leaves them out of the index until they read, and the next sweep reads them then
+    (was: lost to search until each was edited)."""
+    before = _counts(big)
+    failing = _failing_reads(monkeypatch, vault / "Notes")
+    big.indexer.clear()
+    big.sweep()
+    assert not any(big.stores.manifest.chunk_ids(f"vault/Notes/n{i}") for i in range(10))
+    failing[0] = False
+    big.sweep()
+    assert _counts(big) == before
+    assert big.stores.problems.active_in("unreadable") is None

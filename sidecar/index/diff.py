@@ -152,6 +152,10 @@ class ChangeFinder:
         # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
+        # Notes not in the index because their read failed, by (root name, path): the manifest
+        # keeps them as not read (``records.file_record``), every sweep reads them again, and
+        # status names them until they read, vanish or their root goes.
+        self._never_read: dict[tuple[str, str], str] = {}
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         # Every deletion applied without a hold, by root (file events' and judgments'): counted
         # with the next judgment within EVENT_DELETION_WINDOW_S.
@@ -182,9 +186,19 @@ class ChangeFinder:
         self._unread_notes[(root.name, str(path))] = why
         self._say_unreadable(root.name)
 
+    def not_read(self, root: Root, path: Path, why: str) -> None:
+        """A note not in the index whose read failed: named in status as not indexed, with why."""
+        self._never_read[(root.name, str(path))] = why
+        self._say_unreadable(root.name)
+
     def read_again(self, notes: Iterable[NoteFile]) -> None:
         """These notes were read (or found unchanged): no longer unreadable."""
-        names = {n.root.name for n in notes if self._unread_notes.pop((n.root.name, str(n.path)), None)}
+        names: set[str] = set()
+        for n in notes:
+            where = (n.root.name, str(n.path))
+            kept, never = self._unread_notes.pop(where, None), self._never_read.pop(where, None)
+            if kept is not None or never is not None:
+                names.add(n.root.name)
         for name in names:
             self._say_unreadable(name)
 
@@ -304,6 +318,7 @@ class ChangeFinder:
         self._deleted = {k: v for k, v in self._deleted.items() if k in names}
         self._held = {k: v for k, v in self._held.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
+        self._never_read = {k: v for k, v in self._never_read.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
@@ -396,6 +411,7 @@ class ChangeFinder:
         self._unread_notes = {
             k: v for k, v in self._unread_notes.items() if k[0] != root.name or k[1] in listed
         }
+        self._never_read = {k: v for k, v in self._never_read.items() if k[0] != root.name or k[1] in listed}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
@@ -652,6 +668,10 @@ class ChangeFinder:
             st = known.get(n.key)
             if st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
                 diff.work.append(n)
+            elif (n.root.name, str(n.path)) in self._unread_notes:
+                # Kept as indexed after a failed read: tried again until it reads (a folder made
+                # readable again changes no stat of its notes).
+                diff.work.append(n)
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
                 # for two saves): read again; equal bytes only update the stat.
@@ -688,14 +708,24 @@ class ChangeFinder:
         """The folders and notes of root ``name`` that cannot be read, in its status and problems:
         those its listing could not read, and the notes kept because their read failed."""
         paths = self._listed_unreadable.get(name, []) + [p for (n, p) in self._unread_notes if n == name]
+        never = sorted(p for (n, p) in self._never_read if n == name)
         status = self.supervisor.roots.get(name)
         if status is not None:
-            status.unreadable = paths
+            status.unreadable = paths + never
+        said: list[str] = []
         if paths:
-            self._unreadable[name] = (
+            said.append(
                 f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
                 f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
             )
+        if never:
+            why = self._never_read[(name, never[0])]
+            said.append(
+                f"{len(never)} note(s) of {name} are not in the index: their read failed ({never[0]}: {why}"
+                f"{', ...' if len(never) > 1 else ''}); each sweep reads them again until they read"
+            )
+        if said:
+            self._unreadable[name] = "; ".join(said)
         else:
             self._unreadable.pop(name, None)
         self._report_unreadable()

@@ -25,7 +25,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
-from sidecar.index.records import Drafted, Prepared, draft, finish
+from sidecar.index.records import Drafted, Prepared, draft, finish, unread
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.upgrade import upgrade_bm25
@@ -631,11 +631,11 @@ class Indexer:
             spent[str(note.path)] -= self._tokenizer_wait - waited
             if p is None:
                 continue
-            unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
-            if unreadable and known(note) is not None:
-                self._keep_unreadable(note, str(p.skip_reason), states.get(note.key))
-                continue
-            read.append(note)
+            if unread(p.skip_reason):
+                if self._read_failed(note, str(p.skip_reason), states.get(note.key), known(note)):
+                    continue
+            else:
+                read.append(note)
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
                 continue
@@ -656,6 +656,16 @@ class Indexer:
         if self.on_indexed is not None and spent:
             self.on_indexed(spent, written)
         return len(prepared)
+
+    def _read_failed(self, note: NoteFile, why: str, st: FileState | None, indexed: str | None) -> bool:
+        """A note whose read failed: an indexed one is kept as it was (True: nothing to write);
+        one not in the index is named as such and written as not read (``records.file_record``),
+        which the next sweep reads again."""
+        if indexed is not None:
+            self._keep_unreadable(note, why, st)
+            return True
+        self.changes.not_read(note.root, note.path, why)
+        return False
 
     def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
         """An indexed note that cannot be read now: a read error is no evidence the note changed,
