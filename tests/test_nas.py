@@ -824,3 +824,91 @@ def test_a_rebuild_whose_reads_failed_reads_those_notes_again(
     big.sweep()
     assert _counts(big) == before
     assert big.stores.problems.active_in("unreadable") is None
+
+
+def test_a_share_gone_during_a_rebuild_keeps_the_notes_it_did_not_read(
+    big: Harness, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share unmounted partway through a rebuild (its notes listed, then gone when read):
+    the notes not read back are kept as indexed before, searchable, and status says the rebuild
+    is not finished; once the share is back the next sweep reads them and the problem clears.
+    Was: half the index gone for as long as the share was away, while answers said its notes
+    were kept as last indexed."""
+    from sidecar.index import records as records_mod
+
+    keys = set(big.stores.manifest.file_states("vault/"))
+    before = _counts(big)
+    docs = before[1]
+    aside = tmp_path / "aside"
+    real = records_mod.read_note
+    reads = [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    big.indexer.clear()
+    big.sweep()
+    assert set(big.stores.manifest.file_states("vault/")) == keys
+    assert big.stores.bm25.num_docs() == docs
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "read again once they can be" in problem["error"]
+    assert not big.stores.manifest.has_aside()
+    big.sweep()  # the share still away: nothing lost, still said
+    assert set(big.stores.manifest.file_states("vault/")) == keys
+    assert big.stores.problems.active_in("rebuild") is not None
+    for child in list(aside.iterdir()):
+        child.rename(vault / child.name)
+    big.sweep()
+    assert set(big.stores.manifest.file_states("vault/")) == keys and big.stores.bm25.num_docs() == docs
+    assert all(st.size > 0 for st in big.stores.manifest.file_states("vault/").values())
+    assert big.stores.problems.active_in("rebuild") is None and _counts(big) == before
+
+
+def test_index_rebuild_without_a_daemon_exits_7_when_the_share_went_away_during_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index --rebuild` (no daemon) whose share goes away partway: exit 7 saying the
+    rebuild is not finished and why, and every note stays in the index (was: exit 0, "indexed N
+    notes" with half of them gone)."""
+    from sidecar.clients.cli import main
+    from sidecar.index import records as records_mod
+    from sidecar.stores.manifest import Manifest
+
+    vault = make_vault(tmp_path / "vault")
+    _notes(vault, 6)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    args = ["index", "--home", str(tmp_path / "h"), "--vault", str(vault)]
+    assert main(args) == 0
+    manifest = Manifest(tmp_path / "h" / "index" / "manifest.sqlite")
+    try:
+        keys = set(manifest.file_states("vault/"))
+    finally:
+        manifest.close()
+    assert len(keys) >= 6
+    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    capsys.readouterr()
+    assert main([*args, "--rebuild"]) == 7
+    err = capsys.readouterr().err
+    assert "rebuild not finished: the rebuild could not read" in err and "read again once they can be" in err
+    manifest = Manifest(tmp_path / "h" / "index" / "manifest.sqlite")
+    try:
+        assert set(manifest.file_states("vault/")) == keys
+    finally:
+        manifest.close()

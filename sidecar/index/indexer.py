@@ -106,6 +106,10 @@ class Indexer:
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
+        # A rebuild's copy of the notes indexed before it (``Manifest.set_aside``), put back for
+        # those it did not read once its first full sweep ends; then the keys put back, until read.
+        self._aside = self.manifest.has_aside()
+        self._put_back: set[str] = set()
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -302,8 +306,41 @@ class Indexer:
         act.phase = "idle"
         return self._sweep_done(diff, changed, chosen, bool(paths))
 
+    def _restore_aside(self) -> None:
+        """After a rebuild's full sweep (or the first of a start after one was cut short): the
+        notes indexed before it that it did not read back (their share went away during it, a
+        stop) are put back as they were and read again by the next sweeps (was: left out of the
+        index for as long as the share was away, while status said its notes were kept as last
+        indexed). Said in status until they are read."""
+        if not self._aside:
+            return
+        back = self.writer.restore_aside()
+        self._aside = False
+        if back:
+            log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
+        self._put_back = set(back)
+
+    def _say_put_back(self) -> None:
+        """What status says of the notes a rebuild put back, until each is read."""
+        if not self._put_back:
+            return
+        states = self.manifest.file_states_of(sorted(self._put_back))
+        self._put_back = {k for k, st in states.items() if st.size == -1}
+        if not self._put_back:
+            self.problems.clear("rebuild")
+            return
+        roots = sorted({k.split("/", 1)[0] for k in self._put_back})
+        self.problems.report(
+            "rebuild",
+            f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
+            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, or they vanished. "
+            "They are kept as indexed before the rebuild and read again once they can be; the "
+            "rebuild finishes then",
+        )
+
     def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
         """The sweep's counts, logged."""
+        self._say_put_back()
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
@@ -839,6 +876,7 @@ class Indexer:
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
+        self._aside, self._put_back = True, set()
         self.links.finish()  # every note is read again, by today's reader
         self.manifest.set_meta("swept", "")
         self._swept = False
@@ -867,7 +905,9 @@ class Indexer:
     def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
         """BM25 checked against the manifest, every link resolved; after a sweep of every root
         not cut short, the vectors a lost manifest's rebuild names again are kept, the others
-        dropped (``Vectoring.settle``)."""
+        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first."""
+        if whole:
+            self._restore_aside()
         check_bm25(self.stores, stop)
         self.writer.defer_links = False
         self.writer.resolve_all_links()

@@ -112,6 +112,10 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 """
 
 
+# Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
+_ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
+
+
 def prefix_end(prefix: str) -> str | None:
     """The least string after every string that starts with ``prefix`` (None: no such bound, the
     prefix is empty): its last character plus one. SQLite compares TEXT as UTF-8 bytes, which is
@@ -917,6 +921,49 @@ class Manifest(VectorBook):
                 record.btime_ns,
             ),
         )
+
+    def set_aside(self, db: sqlite3.Connection) -> None:
+        """Keep a copy of the indexed notes and their chunks before a rebuild empties the index
+        (``restore_aside``): a note the rebuild does not read back (its share went away during
+        it) comes back from here instead of leaving the index while its share is away."""
+        db.execute("DROP TABLE IF EXISTS aside_files")
+        db.execute("DROP TABLE IF EXISTS aside_chunks")
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
+        db.execute(
+            "CREATE TABLE aside_chunks AS SELECT c.* FROM chunks c JOIN files f ON f.key = c.key "
+            "WHERE f.state = 'indexed'"
+        )
+
+    def has_aside(self) -> bool:
+        """Whether a rebuild's copy of the notes indexed before it is kept (``set_aside``)."""
+        return bool(self._query(_ASIDE))
+
+    def restore_aside(self) -> list[str]:
+        """Put back the notes of the copy a rebuild kept that are not in the index now (not read
+        back: their share went away, or they vanished during it), marked to be read again
+        (``reread_all``) with no vector; the copy is dropped. Returns their keys."""
+        with self.transaction() as db:
+            if not db.execute(_ASIDE).fetchall():
+                return []
+            sql = "SELECT key FROM aside_files WHERE key NOT IN (SELECT key FROM files)"
+            keys = [r[0] for r in db.execute(sql)]
+            if keys:
+                # Columns named: a copy written by another version may order them otherwise.
+                files = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_files)"))
+                chunks = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_chunks)"))
+                db.execute(  # before the files: the notes not in the index now
+                    f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks "
+                    "WHERE key NOT IN (SELECT key FROM files)"
+                )
+                db.execute(
+                    f"INSERT INTO files ({files}) SELECT {files} FROM aside_files "
+                    "WHERE key NOT IN (SELECT key FROM files)"
+                )
+                self.reread_keys(keys, db)
+                db.executemany("UPDATE chunks SET has_vector = 0 WHERE key = ?", [(k,) for k in keys])
+            db.execute("DROP TABLE aside_files")
+            db.execute("DROP TABLE IF EXISTS aside_chunks")
+            return keys
 
     def clear(self, db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM links")
