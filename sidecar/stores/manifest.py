@@ -926,13 +926,17 @@ class Manifest(VectorBook):
         """Keep a copy of the indexed notes and their chunks before a rebuild empties the index
         (``restore_aside``): a note the rebuild does not read back (its share went away during
         it) comes back from here instead of leaving the index while its share is away."""
-        db.execute("DROP TABLE IF EXISTS aside_files")
-        db.execute("DROP TABLE IF EXISTS aside_chunks")
+        indexed = "SELECT key FROM files WHERE state = 'indexed'"
+        if db.execute(_ASIDE).fetchall():
+            # A rebuild's copy not put back yet (its sweep failed, or was stopped before it ended):
+            # the notes this index holds now replace theirs there, the others stay.
+            db.execute(f"DELETE FROM aside_files WHERE key IN ({indexed})")
+            db.execute(f"DELETE FROM aside_chunks WHERE key IN ({indexed})")
+            db.execute("INSERT INTO aside_files SELECT * FROM files WHERE state = 'indexed'")
+            db.execute(f"INSERT INTO aside_chunks SELECT * FROM chunks WHERE key IN ({indexed})")
+            return
         db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
-        db.execute(
-            "CREATE TABLE aside_chunks AS SELECT c.* FROM chunks c JOIN files f ON f.key = c.key "
-            "WHERE f.state = 'indexed'"
-        )
+        db.execute(f"CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE key IN ({indexed})")
 
     def has_aside(self) -> bool:
         """Whether a rebuild's copy of the notes indexed before it is kept (``set_aside``)."""
