@@ -809,21 +809,29 @@ def test_notes_whose_first_read_failed_are_read_again_once_they_read(
         h.close()
 
 
-def test_a_rebuild_whose_reads_failed_reads_those_notes_again(
+def test_a_rebuild_whose_reads_failed_keeps_those_notes_and_reads_them_again(
     big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rebuild whose reads of a folder's notes failed partway (the folder made unreadable
-    during it) leaves them out of the index until they read, and the next sweep reads them then
-    (was: lost to search until each was edited)."""
+    during it) keeps them as indexed before it, says the rebuild is not finished, and the next
+    sweep reads them once they read (was: lost to search until each was edited)."""
     before = _counts(big)
     failing = _failing_reads(monkeypatch, vault / "Notes")
     big.indexer.clear()
     big.sweep()
-    assert not any(big.stores.manifest.chunk_ids(f"vault/Notes/n{i}") for i in range(10))
+    assert all(big.stores.manifest.chunk_ids(f"vault/Notes/n{i}") for i in range(10))
+    assert big.stores.bm25.num_docs() == before[1]
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "10 note(s) of vault" in problem["error"]
+    unreadable = big.stores.problems.active_in("unreadable")
+    assert unreadable is not None and "not in the index" not in unreadable["error"]
+    big.sweep()  # still unreadable: kept, still said
+    assert big.stores.problems.active_in("rebuild") is not None and big.stores.bm25.num_docs() == before[1]
     failing[0] = False
     big.sweep()
     assert _counts(big) == before
     assert big.stores.problems.active_in("unreadable") is None
+    assert big.stores.problems.active_in("rebuild") is None
 
 
 def test_a_share_gone_during_a_rebuild_keeps_the_notes_it_did_not_read(

@@ -191,6 +191,24 @@ class ChangeFinder:
         self._never_read[(root.name, str(path))] = why
         self._say_unreadable(root.name)
 
+    def put_back(self, keys: Collection[str]) -> None:
+        """Notes a rebuild could not read, put back as indexed before it: kept unreadable now,
+        no longer "not in the index"."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        wanted, names = set(keys), set()
+        for (name, where), why in list(self._never_read.items()):
+            root = inbox_root(self.cfg, name.removeprefix("memory/")) if name.startswith("memory/") else None
+            root = root or by_name.get(name)
+            path = Path(where)
+            if root is None or not path.is_relative_to(root.path):
+                continue
+            if root.key_of(path.relative_to(root.path).as_posix()) in wanted:
+                del self._never_read[(name, where)]
+                self._unread_notes[(name, where)] = why
+                names.add(name)
+        for name in names:
+            self._say_unreadable(name)
+
     def read_again(self, notes: Iterable[NoteFile]) -> None:
         """These notes were read (or found unchanged): no longer unreadable."""
         names: set[str] = set()

@@ -318,6 +318,7 @@ class Indexer:
         self._aside = False
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
+            self.changes.put_back(back)
         self._put_back = set(back)
 
     def _say_put_back(self) -> None:
@@ -333,7 +334,8 @@ class Indexer:
         self.problems.report(
             "rebuild",
             f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
-            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, or they vanished. "
+            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, they vanished, or "
+            "their read failed. "
             "They are kept as indexed before the rebuild and read again once they can be; the "
             "rebuild finishes then",
         )

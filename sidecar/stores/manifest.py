@@ -944,11 +944,15 @@ class Manifest(VectorBook):
 
     def restore_aside(self) -> list[str]:
         """Put back the notes of the copy a rebuild kept that are not in the index now (not read
-        back: their share went away, or they vanished during it), marked to be read again
+        back: their share went away, they vanished during it, or their read failed), marked to be read again
         (``reread_all``) with no vector; the copy is dropped. Returns their keys."""
         with self.transaction() as db:
             if not db.execute(_ASIDE).fetchall():
                 return []
+            # Those whose read failed in the rebuild (``records.file_record``: skipped, size -1)
+            # are put back too: a folder made unreadable during it dropped them.
+            failed = "SELECT key FROM files WHERE state = 'skipped' AND size = -1"
+            db.execute(f"DELETE FROM files WHERE key IN ({failed}) AND key IN (SELECT key FROM aside_files)")
             sql = "SELECT key FROM aside_files WHERE key NOT IN (SELECT key FROM files)"
             keys = [r[0] for r in db.execute(sql)]
             if keys:
