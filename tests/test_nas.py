@@ -921,3 +921,38 @@ def test_index_rebuild_without_a_daemon_exits_7_when_the_share_went_away_during_
         assert set(manifest.file_states("vault/")) == keys
     finally:
         manifest.close()
+
+
+def test_index_rebuild_through_the_daemon_exits_7_when_the_share_went_away_during_it(
+    vault: Path,
+    tmp_path: Path,
+    serve_in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`sidecar index --rebuild` through the daemon whose share goes away partway: exit 7 with
+    `rebuild not finished`, status says so, and the notes stay found (was: exit 0)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import records as records_mod
+
+    _notes(vault, 6)
+    server = serve_in_process(vault, model="fake")
+    keys = set(server.harness.indexer.manifest.file_states("vault/"))
+    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    code = command_for("index")(build_parser().parse_args(["index", "--rebuild"]), server.cfg)
+    assert code == 7
+    assert "rebuild not finished: the rebuild could not read" in capsys.readouterr().err
+    assert set(server.harness.indexer.manifest.file_states("vault/")) == keys
+    assert "PROBLEM (rebuild not finished" in render_status(server.call("health"))
