@@ -956,3 +956,63 @@ def test_index_rebuild_through_the_daemon_exits_7_when_the_share_went_away_durin
     assert "rebuild not finished: the rebuild could not read" in capsys.readouterr().err
     assert set(server.harness.indexer.manifest.file_states("vault/")) == keys
     assert "PROBLEM (rebuild not finished" in render_status(server.call("health"))
+
+
+def test_a_rebuild_leaves_out_notes_deleted_before_it(big: Harness, vault: Path) -> None:
+    """Notes deleted (or moved) before a rebuild, on a vault that is there, stay out of the
+    index: a rebuild is what removes stale notes. Was: put back as not read back, found by
+    search, the rebuild said unfinished, and with most notes gone the deletion was then held."""
+    for i in range(8):
+        (vault / "Notes" / f"n{i}.md").unlink()
+    big.indexer.clear()
+    big.sweep()
+    keys = set(big.stores.manifest.file_states("vault/Notes/"))
+    assert keys == {"vault/Notes/n8", "vault/Notes/n9"}
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n0")
+    assert big.stores.bm25.num_docs() == big.stores.manifest.chunk_count()
+    assert big.stores.problems.active_in("rebuild") is None
+    assert big.supervisor.roots["vault"].hold_kind is None
+
+
+def test_a_rebuild_leaves_out_notes_a_rule_now_excludes(big: Harness, vault: Path) -> None:
+    """A note excluded by a rule set just before a rebuild is not put back by it (was: the top
+    hit until the next full sweep, and the rebuild said unfinished)."""
+    assert big.indexer.set_excludes(["Notes/n1.md"], False)
+    big.indexer.clear()
+    big.sweep()
+    assert "vault/Notes/n1" not in big.stores.manifest.file_states("vault/")
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n1")
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_that_reads_everything_clears_an_earlier_unfinished_one(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild that put notes back, then one that read every note: "rebuild not finished"
+    clears (was: said until a restart, and every `index --rebuild` exited 7)."""
+    failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is not None
+    failing[0] = False
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is None
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+
+
+def test_notes_a_rebuild_puts_back_keep_their_links(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note put back by a rebuild that could not read it keeps its outgoing links (was: put
+    back without them: no links, no backlinks from it, until read again)."""
+    write(vault / "Linker" / "hub.md", "# Hub\n\nSee [[n2]] and [[n3]].\n")
+    big.sweep()
+    links = "SELECT src, dst FROM links WHERE src = 'vault/Linker/hub' ORDER BY ord"
+    before = big.stores.manifest.read(links)
+    assert [d for _, d in before] == ["vault/Notes/n2", "vault/Notes/n3"]
+    _failing_reads(monkeypatch, vault / "Linker")
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Linker/hub")
+    assert big.stores.manifest.read(links) == before

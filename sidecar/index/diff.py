@@ -327,6 +327,24 @@ class ChangeFinder:
                     out.append(where)
         return sorted(out)
 
+    def unreadable_keys(self) -> tuple[str, ...]:
+        """The keys and key prefixes of the notes and folders recorded as unreadable now (their
+        notes' absence from a listing is no evidence that they are gone)."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        out: list[str] = []
+        for name, paths in list(self._listed_unreadable.items()):
+            root = (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name)
+            )
+            for where in paths:
+                path = Path(where)
+                if root is not None and path.is_relative_to(root.path):
+                    rel = path.relative_to(root.path).as_posix()
+                    out += [root.key_of(rel), _prefix(root, rel)]
+        return tuple(out)
+
     def keep_roots(self, names: Collection[str]) -> None:
         """Forget what is kept of roots no longer swept (an agent's inbox emptied or removed, a
         root taken out of the configuration): their skips were counted in status for as long as

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -37,7 +38,7 @@ from sidecar.stores.manifest import FileState
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
+from sidecar.vault.sources import NoteFile, Root, inbox_root, inboxes_in_use, stamp_ns, vault_roots
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 from sidecar.vault.weekstart import WeekStart
@@ -308,18 +309,70 @@ class Indexer:
 
     def _restore_aside(self) -> None:
         """After a rebuild's full sweep (or the first of a start after one was cut short): the
-        notes indexed before it that it did not read back (their share went away during it, a
-        stop) are put back as they were and read again by the next sweeps (was: left out of the
-        index for as long as the share was away, while status said its notes were kept as last
-        indexed). Said in status until they are read."""
+        notes indexed before it that it could not judge (``_to_put_back``) are put back as they
+        were and read again by the next sweeps (was: left out of the index for as long as their
+        share was away, while status said its notes were kept as last indexed). Said in status
+        until they are read; a rebuild that put nothing back clears what an earlier one said."""
         if not self._aside:
             return
-        back = self.writer.restore_aside()
         self._aside = False
+        try:
+            back = self.writer.restore_aside(self._to_put_back(self.manifest.aside_candidates()))
+        except sqlite3.Error as exc:
+            # A copy that cannot be put back (one written by another version): dropped, else
+            # every later sweep tried it again; the rebuild's own reads stand.
+            log.exception("rebuild_aside_dropped error=%s", exc)
+            self.manifest.drop_aside()
+            back = []
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
         self._put_back = set(back)
+        if not back:
+            self.problems.clear("rebuild")
+
+    def _to_put_back(self, candidates: Sequence[tuple[str, str, bool]]) -> list[str]:
+        """Of the notes a rebuild did not read back, those it could not judge: their read failed,
+        they lie under a folder its listing could not read, or their root fails now what makes a
+        rebuild refuse (offline, the vault missing, empty or not the mount it was). A note whose
+        file is gone from a root that passes was deleted or moved: it stays out, as a sweep
+        removes it. Never put back: a note a rule leaves out now, one of a root no longer set."""
+        if not candidates:
+            return []
+        configured = {r.name: r for r in vault_roots(self.cfg)}
+        unjudged = self._unjudged_roots()
+        unread_keys = self.changes.unreadable_keys()
+        out: list[str] = []
+        for key, rel, failed in candidates:
+            name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
+            memory = name.startswith("memory/")
+            root = inbox_root(self.cfg, name.split("/", 1)[1]) if memory else configured.get(name)
+            if root is None or self.excluded_by(key) is not None:
+                continue
+            held = name in unjudged or (memory and "memory" in unjudged)
+            if failed or held or key.startswith(unread_keys) or not _gone(root.path / rel):
+                out.append(key)
+        return out
+
+    def _unjudged_roots(self) -> set[str]:
+        """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while
+        the home is held): those offline or hanging, the vault and its wiki when the vault is
+        missing, empty, unmounted or another device (asked with the probe timeout)."""
+        out = {st.name for st in list(self.supervisor.roots.values()) if st.offline or st.hanging is not None}
+        if self.cfg.vault.path is not None and "vault" not in out:
+            try:
+                gone, stuck = run_with_timeout(
+                    self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
+                )
+            except OSError:
+                gone, stuck = True, None
+            if gone or stuck is not None:
+                out.add("vault")
+        if "vault" in out:
+            out.add("wiki")
+        if self.supervisor.home.problem() is not None:
+            out.add("memory")
+        return out
 
     def _say_put_back(self) -> None:
         """What status says of the notes a rebuild put back, until each is read."""
@@ -926,6 +979,17 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+def _gone(path: Path) -> bool:
+    """Whether a note's file is gone (an error other than its absence says nothing)."""
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _moves_applied(diff: Diff) -> dict[str, str]:

@@ -241,13 +241,13 @@ class Writer:
             stores.bm25.commit()
             self.vectors.clear()
 
-    def restore_aside(self) -> list[str]:
-        """The notes indexed before a rebuild that it did not read back, put back as they were
-        (``Manifest.restore_aside``) into the manifest and the keyword index; their vectors come
-        from those kept by text or are computed again. Returns their keys."""
+    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+        """The notes ``wanted`` of those indexed before a rebuild that it did not read back, put
+        back as they were (``Manifest.restore_aside``) into the manifest and the keyword index;
+        their vectors come from those kept by text or are computed again. Returns their keys."""
         stores = self.stores
         with stores.write_lock:
-            keys = stores.manifest.restore_aside()
+            keys = stores.manifest.restore_aside(wanted)
             if keys:
                 stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
                 stores.bm25.commit()

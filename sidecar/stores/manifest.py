@@ -114,6 +114,7 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 
 # Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
 _ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
+_ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -934,44 +935,80 @@ class Manifest(VectorBook):
             db.execute(f"DELETE FROM aside_chunks WHERE key IN ({indexed})")
             db.execute("INSERT INTO aside_files SELECT * FROM files WHERE state = 'indexed'")
             db.execute(f"INSERT INTO aside_chunks SELECT * FROM chunks WHERE key IN ({indexed})")
+            if db.execute(_ASIDE_LINKS).fetchall():
+                db.execute(f"DELETE FROM aside_links WHERE src IN ({indexed})")
+                db.execute(f"INSERT INTO aside_links SELECT * FROM links WHERE src IN ({indexed})")
             return
         db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
         db.execute(f"CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE key IN ({indexed})")
+        # Their outgoing links too: a note put back without them showed none, and no backlinks
+        # pointed from it, until read again.
+        db.execute(f"CREATE TABLE aside_links AS SELECT * FROM links WHERE src IN ({indexed})")
 
     def has_aside(self) -> bool:
         """Whether a rebuild's copy of the notes indexed before it is kept (``set_aside``)."""
         return bool(self._query(_ASIDE))
 
-    def restore_aside(self) -> list[str]:
-        """Put back the notes of the copy a rebuild kept that are not in the index now (not read
-        back: their share went away, they vanished during it, or their read failed), marked to be read again
-        (``reread_all``) with no vector; the copy is dropped. Returns their keys."""
+    def aside_candidates(self) -> list[tuple[str, str, bool]]:
+        """The notes of a rebuild's copy (``set_aside``) that it did not read back: (key, file
+        name in its root, whether its read failed in the rebuild: skipped with size -1, see
+        ``records.file_record``). Which of them are put back is the indexer's choice."""
+        if not self._query(_ASIDE):
+            return []
+        sql = (
+            "SELECT a.key, a.rel, f.key IS NOT NULL FROM aside_files a LEFT JOIN files f ON f.key = a.key "
+            "WHERE f.key IS NULL OR (f.state = 'skipped' AND f.size = -1)"
+        )
+        return [(k, rel, bool(failed)) for k, rel, failed in self._query(sql)]
+
+    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+        """Put back the notes ``wanted`` of the copy a rebuild kept that are not in the index now
+        (or whose read failed in it), marked to be read again (``reread_all``) with no vector;
+        the copy is dropped. Returns their keys."""
         with self.transaction() as db:
             if not db.execute(_ASIDE).fetchall():
                 return []
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS aside_back (key TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM aside_back")
+            db.executemany("INSERT OR IGNORE INTO aside_back VALUES (?)", [(k,) for k in wanted])
             # Those whose read failed in the rebuild (``records.file_record``: skipped, size -1)
             # are put back too: a folder made unreadable during it dropped them.
-            failed = "SELECT key FROM files WHERE state = 'skipped' AND size = -1"
-            db.execute(f"DELETE FROM files WHERE key IN ({failed}) AND key IN (SELECT key FROM aside_files)")
-            sql = "SELECT key FROM aside_files WHERE key NOT IN (SELECT key FROM files)"
-            keys = [r[0] for r in db.execute(sql)]
+            db.execute(
+                "DELETE FROM files WHERE state = 'skipped' AND size = -1 AND key IN "
+                "(SELECT key FROM aside_back) AND key IN (SELECT key FROM aside_files)"
+            )
+            back = "key IN (SELECT key FROM aside_back) AND key NOT IN (SELECT key FROM files)"
+            keys = [r[0] for r in db.execute(f"SELECT key FROM aside_files WHERE {back}")]
             if keys:
                 # Columns named: a copy written by another version may order them otherwise.
                 files = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_files)"))
                 chunks = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_chunks)"))
                 db.execute(  # before the files: the notes not in the index now
-                    f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks "
-                    "WHERE key NOT IN (SELECT key FROM files)"
+                    f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks WHERE {back}"
                 )
-                db.execute(
-                    f"INSERT INTO files ({files}) SELECT {files} FROM aside_files "
-                    "WHERE key NOT IN (SELECT key FROM files)"
-                )
+                if db.execute(_ASIDE_LINKS).fetchall():
+                    links = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_links)"))
+                    db.execute(  # their outgoing links, resolved again with every link after
+                        f"INSERT OR IGNORE INTO links ({links}) SELECT {links} FROM aside_links "
+                        "WHERE src IN (SELECT key FROM aside_back) AND src NOT IN (SELECT key FROM files)"
+                    )
+                db.execute(f"INSERT INTO files ({files}) SELECT {files} FROM aside_files WHERE {back}")
                 self.reread_keys(keys, db)
                 db.executemany("UPDATE chunks SET has_vector = 0 WHERE key = ?", [(k,) for k in keys])
-            db.execute("DROP TABLE aside_files")
-            db.execute("DROP TABLE IF EXISTS aside_chunks")
+            self._drop_aside(db)
             return keys
+
+    def drop_aside(self) -> None:
+        """Drop a rebuild's copy without putting anything back (one that cannot be read back)."""
+        with self.transaction() as db:
+            self._drop_aside(db)
+
+    @staticmethod
+    def _drop_aside(db: sqlite3.Connection) -> None:
+        db.execute("DROP TABLE IF EXISTS aside_files")
+        db.execute("DROP TABLE IF EXISTS aside_chunks")
+        db.execute("DROP TABLE IF EXISTS aside_links")
+        db.execute("DROP TABLE IF EXISTS temp.aside_back")
 
     def clear(self, db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM links")
