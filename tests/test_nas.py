@@ -4,6 +4,7 @@ deleted chunks come back without the model; a nested wiki keeps its sibling fold
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -801,6 +802,7 @@ def test_notes_whose_first_read_failed_are_read_again_once_they_read(
         h.sweep()  # still failing: still named
         assert h.stores.problems.active_in("unreadable") is not None
         failing[0] = False
+        h.sweep()  # their turn comes after 2 full sweeps now (a note failing for good waits longer)
         h.sweep()
         assert all(h.stores.manifest.chunk_ids(f"vault/Private/p{i}") for i in range(3))
         assert h.stores.problems.active_in("unreadable") is None
@@ -828,6 +830,7 @@ def test_a_rebuild_whose_reads_failed_keeps_those_notes_and_reads_them_again(
     big.sweep()  # still unreadable: kept, still said
     assert big.stores.problems.active_in("rebuild") is not None and big.stores.bm25.num_docs() == before[1]
     failing[0] = False
+    big.sweep()  # their turn comes after 2 full sweeps now (a note failing for good waits longer)
     big.sweep()
     assert _counts(big) == before
     assert big.stores.problems.active_in("unreadable") is None
@@ -1016,3 +1019,57 @@ def test_notes_a_rebuild_puts_back_keep_their_links(
     big.sweep()
     assert big.stores.manifest.chunk_ids("vault/Linker/hub")
     assert big.stores.manifest.read(links) == before
+
+
+def _counting_failing_reads(monkeypatch: pytest.MonkeyPatch, note: Path) -> tuple[list[bool], list[int]]:
+    """Reads of ``note`` fail while the flag is set; every read of it is counted."""
+    from sidecar.index import records as records_mod
+
+    failing, reads = [True], [0]
+    real = records_mod.read_note
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        if p == note:
+            reads[0] += 1
+            if failing[0]:
+                raise records_mod.NoteUnreadable("unreadable (Input/output error)")
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    return failing, reads
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_note_that_stays_unreadable_is_read_again_less_and_less_often(
+    big: Harness,
+    vault: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    indexed: bool,
+) -> None:
+    """A note whose reads keep failing (an EIO) is tried again after 1, 2, 4... full sweeps, at
+    once on a file event, with one warning at the first failure and one when it reads again
+    (was: read, a read timeout paid and a warning logged at every sweep for good). It stays
+    named in status while it waits."""
+    note = vault / "Notes" / "n3.md" if indexed else write(vault / "Bad" / "eio.md", "# Eio\n\nsandpiper\n")
+    failing, reads = _counting_failing_reads(monkeypatch, note)
+    caplog.set_level(logging.INFO)
+    if indexed:  # read failing since its stat changed (an indexed one unchanged is not read)
+        os.utime(note, ns=(time.time_ns(), time.time_ns()))
+    got = []
+    for _ in range(8):
+        big.sweep()
+        got.append(reads[0])
+        assert big.stores.problems.active_in("unreadable") is not None
+    assert got == [1, 2, 2, 3, 3, 3, 3, 4]  # at full sweeps 1, 2, 4, 8 since the first failure
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING and str(note) in r.getMessage()]
+    assert len([r for r in said if r.name != "sidecar.index.problems"]) == 1  # and the problem, once
+    assert any("unreadable_waiting" in r.getMessage() for r in caplog.records)
+    big.indexer.sweep(only=frozenset(), paths={str(note)})  # a file event: read at once
+    assert reads[0] == 5
+    failing[0] = False
+    big.indexer.sweep(only=frozenset(), paths={str(note)})
+    key = "vault/Notes/n3" if indexed else "vault/Bad/eio"
+    assert big.stores.manifest.chunk_ids(key)
+    assert big.stores.problems.active_in("unreadable") is None
+    assert any("file_readable_again" in r.getMessage() for r in caplog.records)

@@ -756,14 +756,19 @@ class Indexer:
         if indexed is not None:
             self._keep_unreadable(note, why, st)
             return True
-        self.changes.not_read(note.root, note.path, why)
+        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size)):
+            log.warning("file_unread path=%s reason=%s", note.path, why)
         return False
 
     def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
         """An indexed note that cannot be read now: a read error is no evidence the note changed,
         so what is indexed is kept, and said (status counts and names it)."""
-        log.warning("file_kept path=%s reason=%s", note.path, why)
-        self.changes.kept_unreadable(note.root, note.path, why)
+        if self.changes.kept_unreadable(
+            note.root, note.path, why, (note.mtime_ns, note.size)
+        ):  # later failures: counted at INFO
+            log.warning("file_kept path=%s reason=%s", note.path, why)
+        else:
+            log.info("file_kept path=%s reason=%s", note.path, why)
         if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
             # Only its status changed (a chmod that made it unreadable): remember that, or every
             # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is

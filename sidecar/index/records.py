@@ -80,7 +80,10 @@ def draft(
     except FileNotFoundError:
         return None  # vanished between scan and read: the next sweep deletes it
     except NoteUnreadable as exc:
-        log.warning("file_skipped path=%s reason=%s", note.path, exc.reason)
+        # A failed read is warned of by the indexer at its first failure in a row only.
+        (log.info if unread(exc.reason) else log.warning)(
+            "file_skipped path=%s reason=%s", note.path, exc.reason
+        )
         return Prepared(note, "", None, exc.reason)
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if digest == known_hash:
