@@ -1073,3 +1073,23 @@ def test_a_note_that_stays_unreadable_is_read_again_less_and_less_often(
     assert big.stores.manifest.chunk_ids(key)
     assert big.stores.problems.active_in("unreadable") is None
     assert any("file_readable_again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rebuild_without_room_for_its_copy_is_refused_before_anything_is_emptied(
+    big: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild keeps a copy of the index until its notes are read back: on a disk without room
+    for it, the rebuild is refused with a disk error and the index is left whole (was: no check,
+    the copy failed partway with an error of the database)."""
+    from sidecar.contracts.errors import DiskFullError, StorageError
+    from sidecar.stores import manifest as manifest_mod
+
+    before = _counts(big)
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
+    with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
+        big.indexer.refuse_rebuild()
+    with pytest.raises(DiskFullError):
+        big.indexer.clear()
+    assert _counts(big) == before and not big.stores.manifest.has_aside()
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**40)
+    big.indexer.refuse_rebuild()

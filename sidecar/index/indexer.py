@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import UnreadableError
+from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.linkreread import LinkReread
@@ -892,6 +892,9 @@ class Indexer:
         a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
         (and its wiki) from the index for the whole outage, and dropped the notes of a folder of
         mode 000 while status said they stay, where a sweep keeps them as indexed."""
+        short = self.manifest.aside_room()
+        if short is not None:  # nothing changed: a request's error (exit 7), no broken index
+            raise StorageError(short)
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:

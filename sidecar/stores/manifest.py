@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_class
+from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, store_error_class
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats, day_of_path
@@ -927,6 +927,9 @@ class Manifest(VectorBook):
         """Keep a copy of the indexed notes and their chunks before a rebuild empties the index
         (``restore_aside``): a note the rebuild does not read back (its share went away during
         it) comes back from here instead of leaving the index while its share is away."""
+        short = self.aside_room(db)
+        if short is not None:
+            raise DiskFullError(short)
         indexed = "SELECT key FROM files WHERE state = 'indexed'"
         if db.execute(_ASIDE).fetchall():
             # A rebuild's copy not put back yet (its sweep failed, or was stopped before it ended):
@@ -944,6 +947,25 @@ class Manifest(VectorBook):
         # Their outgoing links too: a note put back without them showed none, and no backlinks
         # pointed from it, until read again.
         db.execute(f"CREATE TABLE aside_links AS SELECT * FROM links WHERE src IN ({indexed})")
+
+    def aside_room(self, db: sqlite3.Connection | None = None) -> str | None:
+        """Why a rebuild's copy (``set_aside``) does not fit on the index's disk now, else None.
+        The copy is at most what the manifest holds, and is written twice (its log, then the
+        file): a rebuild on a nearly full disk failed partway with an error of the database."""
+        pragmas = ("page_size", "page_count", "freelist_count")
+        if db is None:
+            size, pages, free_pages = (int(self._query(f"PRAGMA {p}")[0][0]) for p in pragmas)
+        else:
+            size, pages, free_pages = (int(db.execute(f"PRAGMA {p}").fetchone()[0]) for p in pragmas)
+        need = 2 * (pages - free_pages) * size + PROBE_BYTES
+        free = free_bytes(self.path.parent)
+        if free is None or free >= need:
+            return None
+        return (
+            f"not rebuilt: the disk of the index ({self.path.parent}) has {free // 2**20} MiB free and a "
+            f"rebuild needs about {need // 2**20} MiB to keep a copy of the notes indexed until they are "
+            "read back. Nothing was changed. Free some space and run `sidecar index --rebuild` again"
+        )
 
     def has_aside(self) -> bool:
         """Whether a rebuild's copy of the notes indexed before it is kept (``set_aside``)."""
