@@ -1093,3 +1093,31 @@ def test_a_rebuild_without_room_for_its_copy_is_refused_before_anything_is_empti
     assert _counts(big) == before and not big.stores.manifest.has_aside()
     monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**40)
     big.indexer.refuse_rebuild()
+
+
+def test_rebuild_not_finished_is_said_again_after_a_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notes a rebuild put back are kept in the index's files: after a restart status still
+    says the rebuild is not finished until they are read (was: kept in memory only, lost)."""
+    _notes(vault, 4)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        h.sweep()
+        assert h.stores.problems.active_in("rebuild") is not None
+    finally:
+        h.close()
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        problem = h.stores.problems.active_in("rebuild")
+        assert problem is not None and "1 note(s) of vault" in problem["error"]
+        failing[0] = False
+        h.sweep()
+        assert h.stores.problems.active_in("rebuild") is None
+        assert h.stores.manifest.chunk_ids("vault/Notes/n1")
+    finally:
+        h.close()

@@ -110,7 +110,8 @@ class Indexer:
         # A rebuild's copy of the notes indexed before it (``Manifest.set_aside``), put back for
         # those it did not read once its first full sweep ends; then the keys put back, until read.
         self._aside = self.manifest.has_aside()
-        self._put_back: set[str] = set()
+        # Kept in the manifest too: a restart lost them, and with them "rebuild not finished".
+        self._put_back: set[str] = set(json.loads(self.manifest.get_meta(_PUT_BACK) or "[]"))
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -327,9 +328,15 @@ class Indexer:
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
-        self._put_back = set(back)
+        self._keep_put_back(set(back))
         if not back:
             self.problems.clear("rebuild")
+
+    def _keep_put_back(self, keys: set[str]) -> None:
+        """The notes a rebuild put back and not read since, here and in the manifest."""
+        if keys != self._put_back:
+            self.manifest.set_meta(_PUT_BACK, json.dumps(sorted(keys)) if keys else "")
+        self._put_back = keys
 
     def _to_put_back(self, candidates: Sequence[tuple[str, str, bool]]) -> list[str]:
         """Of the notes a rebuild did not read back, those it could not judge: their read failed,
@@ -379,7 +386,7 @@ class Indexer:
         if not self._put_back:
             return
         states = self.manifest.file_states_of(sorted(self._put_back))
-        self._put_back = {k for k, st in states.items() if st.size == -1}
+        self._keep_put_back({k for k, st in states.items() if st.size == -1})
         if not self._put_back:
             self.problems.clear("rebuild")
             return
@@ -939,7 +946,8 @@ class Indexer:
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
-        self._aside, self._put_back = True, set()
+        self._aside = True
+        self._keep_put_back(set())
         self.links.finish()  # every note is read again, by today's reader
         self.manifest.set_meta("swept", "")
         self._swept = False
@@ -987,6 +995,9 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+_PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
 
 
 def _gone(path: Path) -> bool:
