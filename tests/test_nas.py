@@ -1121,3 +1121,25 @@ def test_rebuild_not_finished_is_said_again_after_a_restart(
         assert h.stores.manifest.chunk_ids("vault/Notes/n1")
     finally:
         h.close()
+
+
+def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy whose putting back fails (one written by another version, its columns differing)
+    is dropped with a log line, and the rebuild's own reads stand (was: the error went up, the
+    copy stayed, and every later sweep failed on it)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    def broken(self: Manifest, wanted: Any) -> list[str]:
+        raise sqlite3.OperationalError("table aside_files has 3 columns but 30 values were supplied")
+
+    _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    monkeypatch.setattr(Manifest, "restore_aside", broken)
+    big.indexer.clear()
+    big.sweep()
+    assert not big.stores.manifest.has_aside()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n2")
+    big.sweep()
