@@ -1133,7 +1133,7 @@ def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
 
     from sidecar.stores.manifest import Manifest
 
-    def broken(self: Manifest, wanted: Any) -> list[str]:
+    def broken(self: Manifest, *wanted: Any) -> list[str]:
         raise sqlite3.OperationalError("table aside_files has 3 columns but 30 values were supplied")
 
     _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
