@@ -4,6 +4,7 @@ deleted chunks come back without the model; a nested wiki keeps its sibling fold
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -770,3 +771,384 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
     big.indexer.sweep(only=frozenset(), paths={str(target)})
     assert big.indexer.activity.scan_skipped == {}
     assert big.stores.problems.active_in("unreadable") is None
+
+
+def _failing_reads(monkeypatch: pytest.MonkeyPatch, folder: Path) -> list[bool]:
+    """Reads of notes under ``folder`` fail as a folder of mode 000 (or an EIO on a share) makes
+    them fail, while the returned flag is set (root reads mode 000: refused here by hand)."""
+    from sidecar.index import records as records_mod
+
+    failing = [True]
+    real = records_mod.read_note
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        if failing[0] and p.is_relative_to(folder):
+            raise records_mod.NoteUnreadable("unreadable (Permission denied)")
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    return failing
+
+
+def test_notes_whose_first_read_failed_are_read_again_once_they_read(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes listed by a first sweep whose read then failed (the folder made unreadable between
+    the listing and the read) are not in the index: status says so by name, and the next sweep
+    reads them once they read, though no stat of theirs changed. Was: recorded as done with
+    their stat, no sweep read them again until each was edited, and status said "Recovered"."""
+    private = vault / "Private"
+    for i in range(3):
+        write(private / f"p{i}.md", f"# P{i}\n\nprivate heronsgate note {i}\n")
+    failing = _failing_reads(monkeypatch, private)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        assert not h.stores.manifest.chunk_ids("vault/Private/p0")
+        problem = h.stores.problems.active_in("unreadable")
+        assert problem is not None and "3 note(s) of vault are not in the index" in problem["error"]
+        assert str(private / "p0.md") in problem["error"]
+        h.sweep()  # still failing: still named
+        assert h.stores.problems.active_in("unreadable") is not None
+        failing[0] = False
+        h.sweep()  # their turn comes after 2 full sweeps now (a note failing for good waits longer)
+        h.sweep()
+        assert all(h.stores.manifest.chunk_ids(f"vault/Private/p{i}") for i in range(3))
+        assert h.stores.problems.active_in("unreadable") is None
+        assert h.stores.manifest.counts()["skipped"] == {}
+    finally:
+        h.close()
+
+
+def test_a_rebuild_whose_reads_failed_keeps_those_notes_and_reads_them_again(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild whose reads of a folder's notes failed partway (the folder made unreadable
+    during it) keeps them as indexed before it, says the rebuild is not finished, and the next
+    sweep reads them once they read (was: lost to search until each was edited)."""
+    before = _counts(big)
+    failing = _failing_reads(monkeypatch, vault / "Notes")
+    big.indexer.clear()
+    big.sweep()
+    assert all(big.stores.manifest.chunk_ids(f"vault/Notes/n{i}") for i in range(10))
+    assert big.stores.bm25.num_docs() == before[1]
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "10 note(s) of vault" in problem["error"]
+    unreadable = big.stores.problems.active_in("unreadable")
+    assert unreadable is not None and "not in the index" not in unreadable["error"]
+    big.sweep()  # still unreadable: kept, still said
+    assert big.stores.problems.active_in("rebuild") is not None and big.stores.bm25.num_docs() == before[1]
+    failing[0] = False
+    big.sweep()  # their turn comes after 2 full sweeps now (a note failing for good waits longer)
+    big.sweep()
+    assert _counts(big) == before
+    assert big.stores.problems.active_in("unreadable") is None
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_share_gone_during_a_rebuild_keeps_the_notes_it_did_not_read(
+    big: Harness, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The share unmounted partway through a rebuild (its notes listed, then gone when read):
+    the notes not read back are kept as indexed before, searchable, and status says the rebuild
+    is not finished; once the share is back the next sweep reads them and the problem clears.
+    Was: half the index gone for as long as the share was away, while answers said its notes
+    were kept as last indexed."""
+    from sidecar.index import records as records_mod
+
+    keys = set(big.stores.manifest.file_states("vault/"))
+    before = _counts(big)
+    docs = before[1]
+    aside = tmp_path / "aside"
+    real = records_mod.read_note
+    reads = [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    big.indexer.clear()
+    big.indexer.clear()  # asked again before the first one's sweep ended: its copy is kept
+    big.sweep()
+    assert set(big.stores.manifest.file_states("vault/")) == keys
+    assert big.stores.bm25.num_docs() == docs
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "read again once they can be" in problem["error"]
+    assert not big.stores.manifest.has_aside()
+    big.sweep()  # the share still away: nothing lost, still said
+    assert set(big.stores.manifest.file_states("vault/")) == keys
+    assert big.stores.problems.active_in("rebuild") is not None
+    for child in list(aside.iterdir()):
+        child.rename(vault / child.name)
+    big.sweep()
+    assert set(big.stores.manifest.file_states("vault/")) == keys and big.stores.bm25.num_docs() == docs
+    assert all(st.size > 0 for st in big.stores.manifest.file_states("vault/").values())
+    assert big.stores.problems.active_in("rebuild") is None and _counts(big) == before
+
+
+def test_index_rebuild_without_a_daemon_exits_7_when_the_share_went_away_during_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index --rebuild` (no daemon) whose share goes away partway: exit 7 saying the
+    rebuild is not finished and why, and every note stays in the index (was: exit 0, "indexed N
+    notes" with half of them gone)."""
+    from sidecar.clients.cli import main
+    from sidecar.index import records as records_mod
+    from sidecar.stores.manifest import Manifest
+
+    vault = make_vault(tmp_path / "vault")
+    _notes(vault, 6)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    args = ["index", "--home", str(tmp_path / "h"), "--vault", str(vault)]
+    assert main(args) == 0
+    manifest = Manifest(tmp_path / "h" / "index" / "manifest.sqlite")
+    try:
+        keys = set(manifest.file_states("vault/"))
+    finally:
+        manifest.close()
+    assert len(keys) >= 6
+    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    capsys.readouterr()
+    assert main([*args, "--rebuild"]) == 7
+    err = capsys.readouterr().err
+    assert "rebuild not finished: the rebuild could not read" in err and "read again once they can be" in err
+    manifest = Manifest(tmp_path / "h" / "index" / "manifest.sqlite")
+    try:
+        assert set(manifest.file_states("vault/")) == keys
+    finally:
+        manifest.close()
+
+
+def test_index_rebuild_through_the_daemon_exits_7_when_the_share_went_away_during_it(
+    vault: Path,
+    tmp_path: Path,
+    serve_in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`sidecar index --rebuild` through the daemon whose share goes away partway: exit 7 with
+    `rebuild not finished`, status says so, and the notes stay found (was: exit 0)."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import records as records_mod
+
+    _notes(vault, 6)
+    server = serve_in_process(vault, model="fake")
+    keys = set(server.harness.indexer.manifest.file_states("vault/"))
+    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    code = command_for("index")(build_parser().parse_args(["index", "--rebuild"]), server.cfg)
+    assert code == 7
+    assert "rebuild not finished: the rebuild could not read" in capsys.readouterr().err
+    assert set(server.harness.indexer.manifest.file_states("vault/")) == keys
+    assert "PROBLEM (rebuild not finished" in render_status(server.call("health"))
+
+
+def test_a_rebuild_leaves_out_notes_deleted_before_it(big: Harness, vault: Path) -> None:
+    """Notes deleted (or moved) before a rebuild, on a vault that is there, stay out of the
+    index: a rebuild is what removes stale notes. Was: put back as not read back, found by
+    search, the rebuild said unfinished, and with most notes gone the deletion was then held."""
+    for i in range(8):
+        (vault / "Notes" / f"n{i}.md").unlink()
+    big.indexer.clear()
+    big.sweep()
+    keys = set(big.stores.manifest.file_states("vault/Notes/"))
+    assert keys == {"vault/Notes/n8", "vault/Notes/n9"}
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n0")
+    assert big.stores.bm25.num_docs() == big.stores.manifest.chunk_count()
+    assert big.stores.problems.active_in("rebuild") is None
+    assert big.supervisor.roots["vault"].hold_kind is None
+
+
+def test_a_rebuild_leaves_out_notes_a_rule_now_excludes(big: Harness, vault: Path) -> None:
+    """A note excluded by a rule set just before a rebuild is not put back by it (was: the top
+    hit until the next full sweep, and the rebuild said unfinished)."""
+    assert big.indexer.set_excludes(["Notes/n1.md"], False)
+    big.indexer.clear()
+    big.sweep()
+    assert "vault/Notes/n1" not in big.stores.manifest.file_states("vault/")
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n1")
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_that_reads_everything_clears_an_earlier_unfinished_one(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild that put notes back, then one that read every note: "rebuild not finished"
+    clears (was: said until a restart, and every `index --rebuild` exited 7)."""
+    failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is not None
+    failing[0] = False
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is None
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+
+
+def test_notes_a_rebuild_puts_back_keep_their_links(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note put back by a rebuild that could not read it keeps its outgoing links (was: put
+    back without them: no links, no backlinks from it, until read again)."""
+    write(vault / "Linker" / "hub.md", "# Hub\n\nSee [[n2]] and [[n3]].\n")
+    big.sweep()
+    links = "SELECT src, dst FROM links WHERE src = 'vault/Linker/hub' ORDER BY ord"
+    before = big.stores.manifest.read(links)
+    assert [d for _, d in before] == ["vault/Notes/n2", "vault/Notes/n3"]
+    _failing_reads(monkeypatch, vault / "Linker")
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Linker/hub")
+    assert big.stores.manifest.read(links) == before
+
+
+def _counting_failing_reads(monkeypatch: pytest.MonkeyPatch, note: Path) -> tuple[list[bool], list[int]]:
+    """Reads of ``note`` fail while the flag is set; every read of it is counted."""
+    from sidecar.index import records as records_mod
+
+    failing, reads = [True], [0]
+    real = records_mod.read_note
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        if p == note:
+            reads[0] += 1
+            if failing[0]:
+                raise records_mod.NoteUnreadable("unreadable (Input/output error)")
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    return failing, reads
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_note_that_stays_unreadable_is_read_again_less_and_less_often(
+    big: Harness,
+    vault: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    indexed: bool,
+) -> None:
+    """A note whose reads keep failing (an EIO) is tried again after 1, 2, 4... full sweeps, at
+    once on a file event, with one warning at the first failure and one when it reads again
+    (was: read, a read timeout paid and a warning logged at every sweep for good). It stays
+    named in status while it waits."""
+    note = vault / "Notes" / "n3.md" if indexed else write(vault / "Bad" / "eio.md", "# Eio\n\nsandpiper\n")
+    failing, reads = _counting_failing_reads(monkeypatch, note)
+    caplog.set_level(logging.INFO)
+    if indexed:  # read failing since its stat changed (an indexed one unchanged is not read)
+        os.utime(note, ns=(time.time_ns(), time.time_ns()))
+    got = []
+    for _ in range(8):
+        big.sweep()
+        got.append(reads[0])
+        assert big.stores.problems.active_in("unreadable") is not None
+    assert got == [1, 2, 2, 3, 3, 3, 3, 4]  # at full sweeps 1, 2, 4, 8 since the first failure
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING and str(note) in r.getMessage()]
+    assert len([r for r in said if r.name != "sidecar.index.problems"]) == 1  # and the problem, once
+    assert any("unreadable_waiting" in r.getMessage() for r in caplog.records)
+    big.indexer.sweep(only=frozenset(), paths={str(note)})  # a file event: read at once
+    assert reads[0] == 5
+    failing[0] = False
+    big.indexer.sweep(only=frozenset(), paths={str(note)})
+    key = "vault/Notes/n3" if indexed else "vault/Bad/eio"
+    assert big.stores.manifest.chunk_ids(key)
+    assert big.stores.problems.active_in("unreadable") is None
+    assert any("file_readable_again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rebuild_without_room_for_its_copy_is_refused_before_anything_is_emptied(
+    big: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild keeps a copy of the index until its notes are read back: on a disk without room
+    for it, the rebuild is refused with a disk error and the index is left whole (was: no check,
+    the copy failed partway with an error of the database)."""
+    from sidecar.contracts.errors import DiskFullError, StorageError
+    from sidecar.stores import manifest as manifest_mod
+
+    before = _counts(big)
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
+    with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
+        big.indexer.refuse_rebuild()
+    with pytest.raises(DiskFullError):
+        big.indexer.clear()
+    assert _counts(big) == before and not big.stores.manifest.has_aside()
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**40)
+    big.indexer.refuse_rebuild()
+
+
+def test_rebuild_not_finished_is_said_again_after_a_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notes a rebuild put back are kept in the index's files: after a restart status still
+    says the rebuild is not finished until they are read (was: kept in memory only, lost)."""
+    _notes(vault, 4)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        h.sweep()
+        assert h.stores.problems.active_in("rebuild") is not None
+    finally:
+        h.close()
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        problem = h.stores.problems.active_in("rebuild")
+        assert problem is not None and "1 note(s) of vault" in problem["error"]
+        failing[0] = False
+        h.sweep()
+        assert h.stores.problems.active_in("rebuild") is None
+        assert h.stores.manifest.chunk_ids("vault/Notes/n1")
+    finally:
+        h.close()
+
+
+def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy whose putting back fails (one written by another version, its columns differing)
+    is dropped with a log line, and the rebuild's own reads stand (was: the error went up, the
+    copy stayed, and every later sweep failed on it)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    def broken(self: Manifest, *wanted: Any) -> list[str]:
+        raise sqlite3.OperationalError("table aside_files has 3 columns but 30 values were supplied")
+
+    _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    monkeypatch.setattr(Manifest, "restore_aside", broken)
+    big.indexer.clear()
+    big.sweep()
+    assert not big.stores.manifest.has_aside()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n2")
+    big.sweep()

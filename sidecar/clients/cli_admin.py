@@ -187,7 +187,10 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         for line in still:
             print(f"note: {line}", file=sys.stderr)
-        return int(ExitCode.OK)
+        unfinished = [
+            p["error"] for p in health.get("problems", {}).get("active", []) if p["area"] == "rebuild"
+        ]
+        return _rebuild_unfinished(unfinished[0] if args.rebuild and unfinished else None)
     except DaemonNotRunningError as exc:
         if sent:
             # The daemon took the request, then stopped or died. Indexing here now would hold the
@@ -333,9 +336,10 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
         confirm=confirm,
         waiting=lambda w: _say_waiting(bar, w, told),
     )
+    unfinished = summary.get("rebuild_unfinished") if args.rebuild else None
     if args.json:
         print(json.dumps({"through": "in-process", **summary}, default=str))
-        return int(ExitCode.OK)
+        return _rebuild_unfinished(unfinished)
     # Keyword-only, no chunk ever gets a vector: "5 without vectors" read like a fault.
     vectors = f", {summary['pending_vectors']} without vectors" if cfg.embedder.enabled else ""
     kept = "".join(f"; {r['name']} offline, kept as indexed: {shown(r['error'])}" for r in summary["offline"])
@@ -343,7 +347,17 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
         f"{summary['deleted']} removed{vectors}){kept}"
     )
-    return int(ExitCode.OK)
+    return _rebuild_unfinished(unfinished)
+
+
+def _rebuild_unfinished(why: str | None) -> int:
+    """Exit 7 with why when the rebuild asked for could not read every note back (its share
+    went away during it): those notes are kept as indexed before and read when they can be.
+    It exited 0 with half the index gone."""
+    if why is None:
+        return int(ExitCode.OK)
+    print(f"rebuild not finished: {shown(why)}", file=sys.stderr)
+    return int(ExitCode.REQUEST_FAILED)
 
 
 def _check_root(cfg: Config, name: str) -> None:

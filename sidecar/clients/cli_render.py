@@ -45,6 +45,7 @@ _PROBLEM_AREAS = {
     "stores": "index files",
     "unreadable": "unreadable folders or notes",
     "home": "home folder",
+    "rebuild": "rebuild not finished",
 }
 
 

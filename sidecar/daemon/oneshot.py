@@ -77,6 +77,8 @@ def index_once(
             "files": counts["files"],
             "chunks": counts["chunks"],
             "pending_vectors": manifest.pending_count(),
+            # A rebuild that could not read every note back (``Indexer._restore_aside``).
+            "rebuild_unfinished": (parts.problems.active_in("rebuild") or {}).get("error"),
             "offline": [
                 {"name": st.name, "error": st.error} for st in parts.supervisor.roots.values() if st.offline
             ],

@@ -81,6 +81,8 @@ EVENT_DELETIONS_MAX = 4
 EVENT_DELETION_WINDOW_S = 60.0
 
 _SETTLED = ("indexed", "skipped")
+# The longest a note whose reads keep failing waits for its next read (``ChangeFinder.failed_read``).
+RETRY_MOST_HOURS = 6.0
 
 
 @dataclass
@@ -181,6 +183,18 @@ class ChangeFinder:
         # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
+        # Notes not in the index because their read failed, by (root name, path): the manifest
+        # keeps them as not read (``records.file_record``), every sweep reads them again, and
+        # status names them until they read, vanish or their root goes.
+        self._never_read: dict[tuple[str, str], str] = {}
+        # Notes whose read failed, by (root name, path): (failures in a row, the full sweep it is
+        # tried again at, its mtime and size then). A note that stays unreadable (an EIO, a file
+        # of mode 000) was read, paid a read timeout and logged a warning at every sweep for good:
+        # tried again after 1, 2, 4... full sweeps, up to about RETRY_MOST_HOURS; at once on a
+        # file event or a change of its stat.
+        self._retry: dict[tuple[str, str], tuple[int, int, tuple[int, int]]] = {}
+        self.full_sweeps = 0  # full listings so far (``diff_roots``)
+        self.retry_waiting = 0  # failed notes the last full sweep left for later
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
         # Every deletion applied without a hold, by root (file events' and judgments'): counted
         # with the next judgment within EVENT_DELETION_WINDOW_S.
@@ -205,15 +219,64 @@ class ChangeFinder:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def kept_unreadable(self, root: Root, path: Path, why: str) -> None:
+    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
-        unreadable (it was kept without a word in status, and its later edits went unread)."""
+        unreadable (it was kept without a word in status, and its later edits went unread).
+        True: its first failure in a row (``failed_read``)."""
         self._unread_notes[(root.name, str(path))] = why
         self._say_unreadable(root.name)
+        return self.failed_read(root, path, stamp)
+
+    def not_read(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+        """A note not in the index whose read failed: named in status as not indexed, with why.
+        True: its first failure in a row (``failed_read``)."""
+        self._never_read[(root.name, str(path))] = why
+        self._say_unreadable(root.name)
+        return self.failed_read(root, path, stamp)
+
+    def failed_read(self, root: Root, path: Path, stamp: tuple[int, int]) -> bool:
+        """A read of a note (of mtime and size ``stamp``) failed: it is tried again after twice
+        as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS), or
+        once its stat changes. True: the first failure in a row, the one worth a warning."""
+        where = (root.name, str(path))
+        failures = self._retry.get(where, (0, 0, stamp))[0] + 1
+        most = max(1, int(RETRY_MOST_HOURS * 60 / self.cfg.index.rescan_minutes))
+        self._retry[where] = (failures, self.full_sweeps + min(2 ** (failures - 1), most), stamp)
+        return failures == 1
+
+    def _retry_later(self, n: NoteFile) -> bool:
+        """Whether a note whose read failed, unchanged since, waits for a later full sweep."""
+        failed = self._retry.get((n.root.name, str(n.path)))
+        return failed is not None and self.full_sweeps < failed[1] and failed[2] == (n.mtime_ns, n.size)
+
+    def put_back(self, keys: Collection[str]) -> None:
+        """Notes a rebuild could not read, put back as indexed before it: kept unreadable now,
+        no longer "not in the index"."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        wanted, names = set(keys), set()
+        for (name, where), why in list(self._never_read.items()):
+            root = inbox_root(self.cfg, name.removeprefix("memory/")) if name.startswith("memory/") else None
+            root = root or by_name.get(name)
+            path = Path(where)
+            if root is None or not path.is_relative_to(root.path):
+                continue
+            if root.key_of(path.relative_to(root.path).as_posix()) in wanted:
+                del self._never_read[(name, where)]
+                self._unread_notes[(name, where)] = why
+                names.add(name)
+        for name in names:
+            self._say_unreadable(name)
 
     def read_again(self, notes: Iterable[NoteFile]) -> None:
         """These notes were read (or found unchanged): no longer unreadable."""
-        names = {n.root.name for n in notes if self._unread_notes.pop((n.root.name, str(n.path)), None)}
+        names: set[str] = set()
+        for n in notes:
+            where = (n.root.name, str(n.path))
+            kept, never = self._unread_notes.pop(where, None), self._never_read.pop(where, None)
+            if kept is not None or never is not None:
+                names.add(n.root.name)
+            if self._retry.pop(where, None) is not None:
+                log.warning("file_readable_again path=%s", n.path)
         for name in names:
             self._say_unreadable(name)
 
@@ -300,7 +363,7 @@ class ChangeFinder:
             )
         for note, why in failed:
             log.warning("file_unreadable path=%s reason=%s", note.path, why)
-            self.kept_unreadable(root, note.path, why)
+            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size))
 
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
@@ -324,6 +387,24 @@ class ChangeFinder:
                     out.append(where)
         return sorted(out)
 
+    def unreadable_keys(self) -> tuple[str, ...]:
+        """The keys and key prefixes of the notes and folders recorded as unreadable now (their
+        notes' absence from a listing is no evidence that they are gone)."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        out: list[str] = []
+        for name, paths in list(self._listed_unreadable.items()):
+            root = (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name)
+            )
+            for where in paths:
+                path = Path(where)
+                if root is not None and path.is_relative_to(root.path):
+                    rel = path.relative_to(root.path).as_posix()
+                    out += [root.key_of(rel), _prefix(root, rel)]
+        return tuple(out)
+
     def keep_roots(self, names: Collection[str]) -> None:
         """Forget what is kept of roots no longer swept (an agent's inbox emptied or removed, a
         root taken out of the configuration): their skips were counted in status for as long as
@@ -333,6 +414,8 @@ class ChangeFinder:
         self._deleted = {k: v for k, v in self._deleted.items() if k in names}
         self._held = {k: v for k, v in self._held.items() if k in names}
         self._unread_notes = {k: v for k, v in self._unread_notes.items() if k[0] in names}
+        self._never_read = {k: v for k, v in self._never_read.items() if k[0] in names}
+        self._retry = {k: v for k, v in self._retry.items() if k[0] in names}
         self._listed_unreadable = {k: v for k, v in self._listed_unreadable.items() if k in names}
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
@@ -389,6 +472,8 @@ class ChangeFinder:
         the guard must know the new keys of all of them, whatever the order (``diff.work``
         already holds those that file events found). The vault is decided before its wiki,
         whose guard asks whether the vault around it is there."""
+        self.full_sweeps += 1
+        self.retry_waiting = 0
         listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
         alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
         for listing in sorted(listings, key=lambda x: x.root.within is not None):
@@ -425,6 +510,8 @@ class ChangeFinder:
         self._unread_notes = {
             k: v for k, v in self._unread_notes.items() if k[0] != root.name or k[1] in listed
         }
+        self._never_read = {k: v for k, v in self._never_read.items() if k[0] != root.name or k[1] in listed}
+        self._retry = {k: v for k, v in self._retry.items() if k[0] != root.name or k[1] in listed}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not k.startswith(kept)]
@@ -498,7 +585,10 @@ class ChangeFinder:
             supervisor.mark_online(root)  # reachable and on its mount: only its deletions wait
         if hold not in (None, "mass", "wait"):
             return False  # what is there now is not the share: leave the root alone while it stays so
-        self._add_work(notes, known, diff)
+        waiting = self.retry_waiting
+        self._add_work(notes, known, diff, full=True)
+        if self.retry_waiting > waiting:
+            log.info("unreadable_waiting root=%s count=%d", root.name, self.retry_waiting - waiting)
         return True
 
     def _moves(
@@ -671,10 +761,21 @@ class ChangeFinder:
         st = self.supervisor.status(root)
         return not st.network and stable_inodes(st.fs_type)
 
-    def _add_work(self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff) -> None:
+    def _add_work(
+        self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff, *, full: bool = False
+    ) -> None:
+        """``full``: a full sweep's listing (a note whose read failed waits its turn there; a
+        file event's look reads it at once)."""
         for n in notes:
             st = known.get(n.key)
-            if st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
+            if full and self._retry_later(n):
+                self.retry_waiting += 1
+                diff.unchanged += 1
+            elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
+                diff.work.append(n)
+            elif (n.root.name, str(n.path)) in self._unread_notes:
+                # Kept as indexed after a failed read: tried again until it reads (a folder made
+                # readable again changes no stat of its notes).
                 diff.work.append(n)
                 if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns:
                     diff.recut += 1
@@ -714,14 +815,24 @@ class ChangeFinder:
         """The folders and notes of root ``name`` that cannot be read, in its status and problems:
         those its listing could not read, and the notes kept because their read failed."""
         paths = self._listed_unreadable.get(name, []) + [p for (n, p) in self._unread_notes if n == name]
+        never = sorted(p for (n, p) in self._never_read if n == name)
         status = self.supervisor.roots.get(name)
         if status is not None:
-            status.unreadable = paths
+            status.unreadable = paths + never
+        said: list[str] = []
         if paths:
-            self._unreadable[name] = (
+            said.append(
                 f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
                 f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
             )
+        if never:
+            why = self._never_read[(name, never[0])]
+            said.append(
+                f"{len(never)} note(s) of {name} are not in the index: their read failed ({never[0]}: {why}"
+                f"{', ...' if len(never) > 1 else ''}); later sweeps read them again until they read"
+            )
+        if said:
+            self._unreadable[name] = "; ".join(said)
         else:
             self._unreadable.pop(name, None)
         self._report_unreadable()

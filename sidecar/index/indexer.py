@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -20,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import UnreadableError
+from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
-from sidecar.index.records import Drafted, Prepared, draft, finish
+from sidecar.index.records import Drafted, Prepared, draft, finish, unread
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.upgrade import upgrade_bm25
@@ -38,7 +39,7 @@ from sidecar.stores.manifest import FileState
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, inboxes_in_use, stamp_ns
+from sidecar.vault.sources import NoteFile, Root, inbox_root, inboxes_in_use, stamp_ns, vault_roots
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 from sidecar.vault.weekstart import WeekStart
@@ -134,6 +135,11 @@ class Indexer:
         self.supervisor = supervisor
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
+        # A rebuild's copy of the notes indexed before it (``Manifest.set_aside``), put back for
+        # those it did not read once its first full sweep ends; then the keys put back, until read.
+        self._aside = self.manifest.has_aside()
+        # Kept in the manifest too: a restart lost them, and with them "rebuild not finished".
+        self._put_back: set[str] = set(json.loads(self.manifest.get_meta(_PUT_BACK) or "[]"))
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -329,8 +335,101 @@ class Indexer:
         act.phase = "idle"
         return self._sweep_done(diff, changed, chosen, bool(paths))
 
+    def _restore_aside(self) -> None:
+        """After a rebuild's full sweep (or the first of a start after one was cut short): the
+        notes indexed before it that it could not judge (``_to_put_back``) are put back as they
+        were and read again by the next sweeps (was: left out of the index for as long as their
+        share was away, while status said its notes were kept as last indexed). Said in status
+        until they are read; a rebuild that put nothing back clears what an earlier one said."""
+        if not self._aside:
+            return
+        self._aside = False
+        try:
+            back = self.writer.restore_aside(self._to_put_back(self.manifest.aside_candidates()))
+        except sqlite3.Error as exc:
+            # A copy that cannot be put back (one written by another version): dropped, else
+            # every later sweep tried it again; the rebuild's own reads stand.
+            log.exception("rebuild_aside_dropped error=%s", exc)
+            self.manifest.drop_aside()
+            back = []
+        if back:
+            log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
+            self.changes.put_back(back)
+        self._keep_put_back(set(back))
+        if not back:
+            self.problems.clear("rebuild")
+
+    def _keep_put_back(self, keys: set[str]) -> None:
+        """The notes a rebuild put back and not read since, here and in the manifest."""
+        if keys != self._put_back:
+            self.manifest.set_meta(_PUT_BACK, json.dumps(sorted(keys)) if keys else "")
+        self._put_back = keys
+
+    def _to_put_back(self, candidates: Sequence[tuple[str, str, bool]]) -> list[str]:
+        """Of the notes a rebuild did not read back, those it could not judge: their read failed,
+        they lie under a folder its listing could not read, or their root fails now what makes a
+        rebuild refuse (offline, the vault missing, empty or not the mount it was). A note whose
+        file is gone from a root that passes was deleted or moved: it stays out, as a sweep
+        removes it. Never put back: a note a rule leaves out now, one of a root no longer set."""
+        if not candidates:
+            return []
+        configured = {r.name: r for r in vault_roots(self.cfg)}
+        unjudged = self._unjudged_roots()
+        unread_keys = self.changes.unreadable_keys()
+        out: list[str] = []
+        for key, rel, failed in candidates:
+            name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
+            memory = name.startswith("memory/")
+            root = inbox_root(self.cfg, name.split("/", 1)[1]) if memory else configured.get(name)
+            if root is None or self.excluded_by(key) is not None:
+                continue
+            held = name in unjudged or (memory and "memory" in unjudged)
+            if failed or held or key.startswith(unread_keys) or not _gone(root.path / rel):
+                out.append(key)
+        return out
+
+    def _unjudged_roots(self) -> set[str]:
+        """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while
+        the home is held): those offline or hanging, the vault and its wiki when the vault is
+        missing, empty, unmounted or another device (asked with the probe timeout)."""
+        out = {st.name for st in list(self.supervisor.roots.values()) if st.offline or st.hanging is not None}
+        if self.cfg.vault.path is not None and "vault" not in out:
+            try:
+                gone, stuck = run_with_timeout(
+                    self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
+                )
+            except OSError:
+                gone, stuck = True, None
+            if gone or stuck is not None:
+                out.add("vault")
+        if "vault" in out:
+            out.add("wiki")
+        if self.supervisor.home.problem() is not None:
+            out.add("memory")
+        return out
+
+    def _say_put_back(self) -> None:
+        """What status says of the notes a rebuild put back, until each is read."""
+        if not self._put_back:
+            return
+        states = self.manifest.file_states_of(sorted(self._put_back))
+        self._keep_put_back({k for k, st in states.items() if st.size == -1})
+        if not self._put_back:
+            self.problems.clear("rebuild")
+            return
+        roots = sorted({k.split("/", 1)[0] for k in self._put_back})
+        self.problems.report(
+            "rebuild",
+            f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
+            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, they vanished, or "
+            "their read failed. "
+            "They are kept as indexed before the rebuild and read again once they can be; the "
+            "rebuild finishes then",
+        )
+
     def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
         """The sweep's counts, logged."""
+        self._say_put_back()
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
@@ -683,11 +782,11 @@ class Indexer:
             spent[str(note.path)] -= self._tokenizer_wait - waited
             if p is None:
                 continue
-            unreadable = p.skip_reason is not None and p.skip_reason.startswith("unreadable")
-            if unreadable and known(note) is not None:
-                self._keep_unreadable(note, str(p.skip_reason), states.get(note.key))
-                continue
-            read.append(note)
+            if unread(p.skip_reason):
+                if self._read_failed(note, str(p.skip_reason), states.get(note.key), known(note)):
+                    continue
+            else:
+                read.append(note)
             if p.parsed is None and p.skip_reason is None:
                 self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
                 continue
@@ -709,11 +808,26 @@ class Indexer:
             self.on_indexed(spent, written)
         return len(prepared)
 
+    def _read_failed(self, note: NoteFile, why: str, st: FileState | None, indexed: str | None) -> bool:
+        """A note whose read failed: an indexed one is kept as it was (True: nothing to write);
+        one not in the index is named as such and written as not read (``records.file_record``),
+        which the next sweep reads again."""
+        if indexed is not None:
+            self._keep_unreadable(note, why, st)
+            return True
+        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size)):
+            log.warning("file_unread path=%s reason=%s", note.path, why)
+        return False
+
     def _keep_unreadable(self, note: NoteFile, why: str, st: FileState | None) -> None:
         """An indexed note that cannot be read now: a read error is no evidence the note changed,
         so what is indexed is kept, and said (status counts and names it)."""
-        log.warning("file_kept path=%s reason=%s", note.path, why)
-        self.changes.kept_unreadable(note.root, note.path, why)
+        if self.changes.kept_unreadable(
+            note.root, note.path, why, (note.mtime_ns, note.size)
+        ):  # later failures: counted at INFO
+            log.warning("file_kept path=%s reason=%s", note.path, why)
+        else:
+            log.info("file_kept path=%s reason=%s", note.path, why)
         if st is not None and (st.mtime_ns, st.size) == (note.mtime_ns, note.size):
             # Only its status changed (a chmod that made it unreadable): remember that, or every
             # sweep reads it again. A changed mtime or size stays unrecorded, so the new text is
@@ -850,6 +964,9 @@ class Indexer:
         a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
         (and its wiki) from the index for the whole outage, and dropped the notes of a folder of
         mode 000 while status said they stay, where a sweep keeps them as indexed."""
+        short = self.manifest.aside_room()
+        if short is not None:  # nothing changed: a request's error (exit 7), no broken index
+            raise StorageError(short)
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:
@@ -894,6 +1011,8 @@ class Indexer:
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
         self.writer.clear()
+        self._aside = True
+        self._keep_put_back(set())
         self.links.finish()  # every note is read again, by today's reader
         self.manifest.set_meta("swept", "")
         self._swept = False
@@ -922,7 +1041,9 @@ class Indexer:
     def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
         """BM25 checked against the manifest, every link resolved; after a sweep of every root
         not cut short, the vectors a lost manifest's rebuild names again are kept, the others
-        dropped (``Vectoring.settle``)."""
+        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first."""
+        if whole:
+            self._restore_aside()
         check_bm25(self.stores, stop)
         self.writer.defer_links = False
         self.writer.resolve_all_links()
@@ -939,6 +1060,20 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+_PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+
+
+def _gone(path: Path) -> bool:
+    """Whether a note's file is gone (an error other than its absence says nothing)."""
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _moves_applied(diff: Diff) -> dict[str, str]:

@@ -80,7 +80,10 @@ def draft(
     except FileNotFoundError:
         return None  # vanished between scan and read: the next sweep deletes it
     except NoteUnreadable as exc:
-        log.warning("file_skipped path=%s reason=%s", note.path, exc.reason)
+        # A failed read is warned of by the indexer at its first failure in a row only.
+        (log.info if unread(exc.reason) else log.warning)(
+            "file_skipped path=%s reason=%s", note.path, exc.reason
+        )
         return Prepared(note, "", None, exc.reason)
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     if digest == known_hash:
@@ -111,11 +114,21 @@ def _unparseable(note: NoteFile, digest: str, exc: BaseException) -> Prepared:
     return Prepared(note, digest, None, f"parse error: {type(exc).__name__}")
 
 
+def unread(reason: str | None) -> bool:
+    """Whether a skip reason says the note's read failed (no permission, an I/O error): no
+    verdict on the note, which is read again until it reads."""
+    return reason is not None and reason.startswith("unreadable")
+
+
 def file_record(p: Prepared, state: str) -> FileRecord:
     """The manifest's file record of a prepared note, in ``state``."""
     n = p.note
+    # A note whose read failed gets a size no file has (``Manifest.reread_all``): recorded with
+    # its stat, every later sweep took it as done, and a folder made readable again changes no
+    # stat of its notes, so it stayed out of the index until edited.
+    size = -1 if p.parsed is None and unread(p.skip_reason) else n.size
     record = functools.partial(
-        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, n.size, p.hash,
+        FileRecord, n.key, n.root.source, n.root.agent, n.rel, n.mtime_ns, size, p.hash,
         ctime_ns=n.ctime_ns, dev=n.dev, ino=n.ino, btime_ns=n.born(),
     )  # fmt: skip
     if p.parsed is None:

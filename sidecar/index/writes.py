@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
-from sidecar.index.repair import inboxes_before_write
+from sidecar.index.repair import bm25_doc, inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.links import (
@@ -272,10 +272,23 @@ class Writer:
         stores = self.stores
         with stores.write_lock:
             with stores.manifest.transaction() as db:
+                stores.manifest.set_aside(db)
                 stores.manifest.clear(db)
             stores.bm25.delete_all()
             stores.bm25.commit()
             self.vectors.clear()
+
+    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+        """The notes ``wanted`` of those indexed before a rebuild that it did not read back, put
+        back as they were (``Manifest.restore_aside``) into the manifest and the keyword index;
+        their vectors come from those kept by text or are computed again. Returns their keys."""
+        stores = self.stores
+        with stores.write_lock:
+            keys = stores.manifest.restore_aside(wanted)
+            if keys:
+                stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
+                stores.bm25.commit()
+        return keys
 
 
 def _bm25_docs(record: FileRecord, p: Prepared, chunks: Sequence[ChunkRecord]) -> list[Bm25Doc]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError, StoreNewerError, store_error_class
+from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, store_error_class
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
@@ -114,6 +114,11 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
   (CASE source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END), mtime_ns DESC
 ) WHERE state = 'indexed';
 """
+
+
+# Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
+_ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
+_ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -898,6 +903,115 @@ class Manifest(VectorBook):
                 record.btime_ns,
             ),
         )
+
+    def set_aside(self, db: sqlite3.Connection) -> None:
+        """Keep a copy of the indexed notes and their chunks before a rebuild empties the index
+        (``restore_aside``): a note the rebuild does not read back (its share went away during
+        it) comes back from here instead of leaving the index while its share is away."""
+        short = self.aside_room(db)
+        if short is not None:
+            raise DiskFullError(short)
+        indexed = "SELECT key FROM files WHERE state = 'indexed'"
+        if db.execute(_ASIDE).fetchall():
+            # A rebuild's copy not put back yet (its sweep failed, or was stopped before it ended):
+            # the notes this index holds now replace theirs there, the others stay.
+            db.execute(f"DELETE FROM aside_files WHERE key IN ({indexed})")
+            db.execute(f"DELETE FROM aside_chunks WHERE key IN ({indexed})")
+            db.execute("INSERT INTO aside_files SELECT * FROM files WHERE state = 'indexed'")
+            db.execute(f"INSERT INTO aside_chunks SELECT * FROM chunks WHERE key IN ({indexed})")
+            if db.execute(_ASIDE_LINKS).fetchall():
+                db.execute(f"DELETE FROM aside_links WHERE src IN ({indexed})")
+                db.execute(f"INSERT INTO aside_links SELECT * FROM links WHERE src IN ({indexed})")
+            return
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
+        db.execute(f"CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE key IN ({indexed})")
+        # Their outgoing links too: a note put back without them showed none, and no backlinks
+        # pointed from it, until read again.
+        db.execute(f"CREATE TABLE aside_links AS SELECT * FROM links WHERE src IN ({indexed})")
+
+    def aside_room(self, db: sqlite3.Connection | None = None) -> str | None:
+        """Why a rebuild's copy (``set_aside``) does not fit on the index's disk now, else None.
+        The copy is at most what the manifest holds, and is written twice (its log, then the
+        file): a rebuild on a nearly full disk failed partway with an error of the database."""
+        pragmas = ("page_size", "page_count", "freelist_count")
+        if db is None:
+            size, pages, free_pages = (int(self._query(f"PRAGMA {p}")[0][0]) for p in pragmas)
+        else:
+            size, pages, free_pages = (int(db.execute(f"PRAGMA {p}").fetchone()[0]) for p in pragmas)
+        need = 2 * (pages - free_pages) * size + PROBE_BYTES
+        free = free_bytes(self.path.parent)
+        if free is None or free >= need:
+            return None
+        return (
+            f"not rebuilt: the disk of the index ({self.path.parent}) has {free // 2**20} MiB free and a "
+            f"rebuild needs about {need // 2**20} MiB to keep a copy of the notes indexed until they are "
+            "read back. Nothing was changed. Free some space and run `sidecar index --rebuild` again"
+        )
+
+    def has_aside(self) -> bool:
+        """Whether a rebuild's copy of the notes indexed before it is kept (``set_aside``)."""
+        return bool(self._query(_ASIDE))
+
+    def aside_candidates(self) -> list[tuple[str, str, bool]]:
+        """The notes of a rebuild's copy (``set_aside``) that it did not read back: (key, file
+        name in its root, whether its read failed in the rebuild: skipped with size -1, see
+        ``records.file_record``). Which of them are put back is the indexer's choice."""
+        if not self._query(_ASIDE):
+            return []
+        sql = (
+            "SELECT a.key, a.rel, f.key IS NOT NULL FROM aside_files a LEFT JOIN files f ON f.key = a.key "
+            "WHERE f.key IS NULL OR (f.state = 'skipped' AND f.size = -1)"
+        )
+        return [(k, rel, bool(failed)) for k, rel, failed in self._query(sql)]
+
+    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+        """Put back the notes ``wanted`` of the copy a rebuild kept that are not in the index now
+        (or whose read failed in it), marked to be read again (``reread_all``) with no vector;
+        the copy is dropped. Returns their keys."""
+        with self.transaction() as db:
+            if not db.execute(_ASIDE).fetchall():
+                return []
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS aside_back (key TEXT PRIMARY KEY)")
+            db.execute("DELETE FROM aside_back")
+            db.executemany("INSERT OR IGNORE INTO aside_back VALUES (?)", [(k,) for k in wanted])
+            # Those whose read failed in the rebuild (``records.file_record``: skipped, size -1)
+            # are put back too: a folder made unreadable during it dropped them.
+            db.execute(
+                "DELETE FROM files WHERE state = 'skipped' AND size = -1 AND key IN "
+                "(SELECT key FROM aside_back) AND key IN (SELECT key FROM aside_files)"
+            )
+            back = "key IN (SELECT key FROM aside_back) AND key NOT IN (SELECT key FROM files)"
+            keys = [r[0] for r in db.execute(f"SELECT key FROM aside_files WHERE {back}")]
+            if keys:
+                # Columns named: a copy written by another version may order them otherwise.
+                files = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_files)"))
+                chunks = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_chunks)"))
+                db.execute(  # before the files: the notes not in the index now
+                    f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks WHERE {back}"
+                )
+                if db.execute(_ASIDE_LINKS).fetchall():
+                    links = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_links)"))
+                    db.execute(  # their outgoing links, resolved again with every link after
+                        f"INSERT OR IGNORE INTO links ({links}) SELECT {links} FROM aside_links "
+                        "WHERE src IN (SELECT key FROM aside_back) AND src NOT IN (SELECT key FROM files)"
+                    )
+                db.execute(f"INSERT INTO files ({files}) SELECT {files} FROM aside_files WHERE {back}")
+                self.reread_keys(keys, db)
+                db.executemany("UPDATE chunks SET has_vector = 0 WHERE key = ?", [(k,) for k in keys])
+            self._drop_aside(db)
+            return keys
+
+    def drop_aside(self) -> None:
+        """Drop a rebuild's copy without putting anything back (one that cannot be read back)."""
+        with self.transaction() as db:
+            self._drop_aside(db)
+
+    @staticmethod
+    def _drop_aside(db: sqlite3.Connection) -> None:
+        db.execute("DROP TABLE IF EXISTS aside_files")
+        db.execute("DROP TABLE IF EXISTS aside_chunks")
+        db.execute("DROP TABLE IF EXISTS aside_links")
+        db.execute("DROP TABLE IF EXISTS temp.aside_back")
 
     def clear(self, db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM links")
