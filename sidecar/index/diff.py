@@ -773,12 +773,14 @@ class ChangeFinder:
                 diff.unchanged += 1
             elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
                 diff.work.append(n)
+                # Marked to be cut again (size -1), its file unchanged; a failed read is marked
+                # so too, but is no indexed note.
+                if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns and st.state == "indexed":
+                    diff.recut += 1
             elif (n.root.name, str(n.path)) in self._unread_notes:
                 # Kept as indexed after a failed read: tried again until it reads (a folder made
                 # readable again changes no stat of its notes).
                 diff.work.append(n)
-                if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns:
-                    diff.recut += 1
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
                 # for two saves): read again; equal bytes only update the stat.
