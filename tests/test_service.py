@@ -304,13 +304,27 @@ def test_sighup_reloads_ranking_weights(daemon_factory: Any, vault: Path, tmp_pa
     after = top()
     assert after != before
     assert d.proc is not None and d.proc.pid == pid and d.proc.poll() is None
+
+    def reloaded(key: str, was: int) -> None:
+        # Written within 30 s of the last reload, the file may be read again by the daemon's own
+        # tick before this reload asks (its re-check of a file changing right after a reload):
+        # then this one finds nothing left to change, and the log names the key once more.
+        changed = d.call("reload")["changed"]
+        said = d.log.read_text().count(f"config_reloaded changed={key}\n")
+        assert changed == [key] or (changed == [] and said == was + 1), (changed, said, was)
+
+    def times(key: str) -> int:
+        return d.log.read_text().count(f"config_reloaded changed={key}\n")
+
+    was = times("search.vectorWeight")
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n")
-    assert d.call("reload")["changed"] == ["search.vectorWeight"]
+    reloaded("search.vectorWeight", was)
     # The defaults a request does not give are the reloaded ones too: a floor above every hit
     # empties the search and a limit of 1 keeps one hit, without a restart.
     assert len(d.call("search", {"query": "outboard engine spark plugs and tomatoes"})["hits"]) > 1
+    was = times("search.minScore")
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n  minScore: 50\n")
-    assert d.call("reload")["changed"] == ["search.minScore"]
+    reloaded("search.minScore", was)
     assert d.call("search", {"query": "outboard engine spark plugs and tomatoes"})["hits"] == []
     cfg_file.write_text("search:\n  vectorWeight: 0.5\n  limit: 1\n")
     d.call("reload")
