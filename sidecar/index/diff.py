@@ -365,17 +365,24 @@ class ChangeFinder:
             log.warning("file_unreadable path=%s reason=%s", note.path, why)
             self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size))
 
+    def _listed_unreadable_roots(self) -> list[tuple[Root | None, list[str]]]:
+        """The unreadable folders and notes recorded, with their root (None: no longer one)."""
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        return [
+            (
+                inbox_root(self.cfg, name.removeprefix("memory/"))
+                if name.startswith("memory/")
+                else by_name.get(name),
+                list(paths),
+            )
+            for name, paths in list(self._listed_unreadable.items())
+        ]
+
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
         forgets every note first, and theirs could not be read back (status says they are kept)."""
-        by_name = {r.name: r for r in vault_roots(self.cfg)}
         out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
-        for name, paths in list(self._listed_unreadable.items()):
-            root = (
-                inbox_root(self.cfg, name.removeprefix("memory/"))
-                if name.startswith("memory/")
-                else by_name.get(name)
-            )
+        for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
                 if root is None or not path.is_relative_to(root.path) or where in out:
@@ -390,14 +397,8 @@ class ChangeFinder:
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
         notes' absence from a listing is no evidence that they are gone)."""
-        by_name = {r.name: r for r in vault_roots(self.cfg)}
         out: list[str] = []
-        for name, paths in list(self._listed_unreadable.items()):
-            root = (
-                inbox_root(self.cfg, name.removeprefix("memory/"))
-                if name.startswith("memory/")
-                else by_name.get(name)
-            )
+        for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
                 if root is not None and path.is_relative_to(root.path):

@@ -393,15 +393,8 @@ class Indexer:
         the home is held): those offline or hanging, the vault and its wiki when the vault is
         missing, empty, unmounted or another device (asked with the probe timeout)."""
         out = {st.name for st in list(self.supervisor.roots.values()) if st.offline or st.hanging is not None}
-        if self.cfg.vault.path is not None and "vault" not in out:
-            try:
-                gone, stuck = run_with_timeout(
-                    self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
-                )
-            except OSError:
-                gone, stuck = True, None
-            if gone or stuck is not None:
-                out.add("vault")
+        if self.cfg.vault.path is not None and "vault" not in out and self._vault_away():
+            out.add("vault")
         if "vault" in out:
             out.add("wiki")
         if self.supervisor.home.problem() is not None:
@@ -937,6 +930,17 @@ class Indexer:
             lambda note, fn: supervisor.read(note.root, note.rel, fn),
         )
 
+    def _vault_away(self) -> bool:
+        """The vault's folder is missing, empty, not the mount it was on, or does not answer
+        within the probe timeout."""
+        try:
+            gone, stuck = run_with_timeout(
+                self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
+            )
+        except OSError:
+            return True
+        return bool(gone) or stuck is not None
+
     def unreachable_roots(self) -> dict[str, str]:
         """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
         none has nothing a rebuild could lose): those offline (a mass deletion held is not:
@@ -947,15 +951,13 @@ class Indexer:
             for st in list(self.supervisor.roots.values())
             if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
         }
-        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
-            try:
-                gone, stuck = run_with_timeout(
-                    self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
-                )
-            except OSError:
-                gone, stuck = True, None
-            if gone or stuck is not None:
-                out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
+        if (
+            self.cfg.vault.path is not None
+            and "vault" not in out
+            and self.manifest.has_files("vault/")
+            and self._vault_away()
+        ):
+            out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
         return out
 
     def refuse_rebuild(self) -> None:
