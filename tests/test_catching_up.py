@@ -538,19 +538,25 @@ def test_a_folder_renamed_in_a_large_vault_counts_as_it_goes(serve_in_process: A
     assert loop.catching_up() is None
 
 
+def _twenty_of_sixty_deleted(h: Harness, vault: Path) -> tuple[Any, list[Path]]:
+    """60 notes swept, then the 20 of ``Old/`` deleted (no event yet): the loop and those notes."""
+    for i in range(40):
+        write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
+    gone = _notes(vault / "Old", 20)
+    h.sweep()
+    loop = _loop(h)
+    for p in gone:
+        p.unlink()
+    return loop, gone
+
+
 def test_a_deletion_under_way_counts_each_note_once(make_cfg: Any, vault: Path) -> None:
     """`rm -r` of 20 notes whose events come in two batches: the first batch's sweep finds all 20
     gone (they wait for the root to go quiet), and the second batch's paths name 10 of them again:
     the answers said "0 of 30" (5,000 of 7,928 for a deletion of 5,000)."""
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        for i in range(40):
-            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
-        gone = _notes(vault / "Old", 20)
-        h.sweep()
-        loop = _loop(h)
-        for p in gone:
-            p.unlink()
+        loop, gone = _twenty_of_sixty_deleted(h, vault)
         loop.changed({str(p) for p in gone[:10]})
         _run_queued(loop)
         assert h.indexer.changes.bursts.waiting() == 20
@@ -566,13 +572,7 @@ def test_a_path_named_like_a_waiting_note_is_still_pending(make_cfg: Any, vault:
     note's deletion (waiting already, counted once) instead of a change still to be looked at."""
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
-        for i in range(40):
-            write(vault / "Other" / f"o{i}.md", f"# Other {i}\n\nThe ferry {i} sails at dawn.\n")
-        gone = _notes(vault / "Old", 20)
-        h.sweep()
-        loop = _loop(h)
-        for p in gone:
-            p.unlink()
+        loop, gone = _twenty_of_sixty_deleted(h, vault)
         loop.changed({str(p) for p in gone})
         _run_queued(loop)
         assert h.indexer.changes.bursts.waiting() == 20

@@ -846,6 +846,25 @@ def test_a_rebuild_whose_reads_failed_keeps_those_notes_and_reads_them_again(
     assert big.stores.problems.active_in("rebuild") is None
 
 
+def _share_goes_at_third_read(vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """At the third note read, the share goes: its notes move to the returned folder and its
+    mount point stays behind, empty."""
+    from sidecar.index import records as records_mod
+
+    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
+
+    def read_note(p: Path, m: int, r: Any = None) -> Any:
+        reads[0] += 1
+        if reads[0] == 3:
+            aside.mkdir()
+            for child in list(vault.iterdir()):
+                child.rename(aside / child.name)
+        return real(p, m, r)
+
+    monkeypatch.setattr(records_mod, "read_note", read_note)
+    return aside
+
+
 def test_a_share_gone_during_a_rebuild_keeps_the_notes_it_did_not_read(
     big: Harness, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -854,24 +873,11 @@ def test_a_share_gone_during_a_rebuild_keeps_the_notes_it_did_not_read(
     is not finished; once the share is back the next sweep reads them and the problem clears.
     Was: half the index gone for as long as the share was away, while answers said its notes
     were kept as last indexed."""
-    from sidecar.index import records as records_mod
 
     keys = set(big.stores.manifest.file_states("vault/"))
     before = _counts(big)
     docs = before[1]
-    aside = tmp_path / "aside"
-    real = records_mod.read_note
-    reads = [0]
-
-    def read_note(p: Path, m: int, r: Any = None) -> Any:
-        reads[0] += 1
-        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
-            aside.mkdir()
-            for child in list(vault.iterdir()):
-                child.rename(aside / child.name)
-        return real(p, m, r)
-
-    monkeypatch.setattr(records_mod, "read_note", read_note)
+    aside = _share_goes_at_third_read(vault, tmp_path, monkeypatch)
     big.indexer.clear()
     big.indexer.clear()  # asked again before the first one's sweep ended: its copy is kept
     big.sweep()
@@ -898,7 +904,6 @@ def test_index_rebuild_without_a_daemon_exits_7_when_the_share_went_away_during_
     rebuild is not finished and why, and every note stays in the index (was: exit 0, "indexed N
     notes" with half of them gone)."""
     from sidecar.clients.cli import main
-    from sidecar.index import records as records_mod
     from sidecar.stores.manifest import Manifest
 
     vault = make_vault(tmp_path / "vault")
@@ -913,17 +918,7 @@ def test_index_rebuild_without_a_daemon_exits_7_when_the_share_went_away_during_
     finally:
         manifest.close()
     assert len(keys) >= 6
-    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
-
-    def read_note(p: Path, m: int, r: Any = None) -> Any:
-        reads[0] += 1
-        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
-            aside.mkdir()
-            for child in list(vault.iterdir()):
-                child.rename(aside / child.name)
-        return real(p, m, r)
-
-    monkeypatch.setattr(records_mod, "read_note", read_note)
+    _share_goes_at_third_read(vault, tmp_path, monkeypatch)
     capsys.readouterr()
     assert main([*args, "--rebuild"]) == 7
     err = capsys.readouterr().err
@@ -947,22 +942,11 @@ def test_index_rebuild_through_the_daemon_exits_7_when_the_share_went_away_durin
     from sidecar.clients.cli import command_for
     from sidecar.clients.cli_parser import build_parser
     from sidecar.clients.cli_render import render_status
-    from sidecar.index import records as records_mod
 
     _notes(vault, 6)
     server = serve_in_process(vault, model="fake")
     keys = set(server.harness.indexer.manifest.file_states("vault/"))
-    aside, real, reads = tmp_path / "aside", records_mod.read_note, [0]
-
-    def read_note(p: Path, m: int, r: Any = None) -> Any:
-        reads[0] += 1
-        if reads[0] == 3:  # the share goes: its mount point stays behind, empty
-            aside.mkdir()
-            for child in list(vault.iterdir()):
-                child.rename(aside / child.name)
-        return real(p, m, r)
-
-    monkeypatch.setattr(records_mod, "read_note", read_note)
+    _share_goes_at_third_read(vault, tmp_path, monkeypatch)
     code = command_for("index")(build_parser().parse_args(["index", "--rebuild"]), server.cfg)
     assert code == 7
     assert "rebuild not finished: the rebuild could not read" in capsys.readouterr().err
