@@ -369,7 +369,8 @@ def test_an_index_of_all_memory_damaged_while_running_is_reported_and_refilled(t
     """The index of every agent's memory failing a person's search: that search reads the
     agents' own indexes instead, the failure is reported (``failing``) for the repair, and the
     refill moves it aside and fills a new one; the agents' own indexes are left alone."""
-    from sidecar.stores.bm25 import EVERYONE, Bm25Index
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.bm25_search import EVERYONE
 
     path = tmp_path / "index" / "bm25"
     idx = Bm25Index(path)
@@ -579,7 +580,8 @@ def test_no_index_is_removed_as_idle_while_the_index_of_all_memory_fails(tmp_pat
     """While the index of every agent's memory fails its searches (damaged, its repair pending),
     a person's search reads the agents' own indexes: one removed as idle then was found by
     nobody. None is removed until the repair has refilled it."""
-    from sidecar.stores.bm25 import EVERYONE, Bm25Index
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.bm25_search import EVERYONE
 
     path = tmp_path / "index" / "bm25"
     idx = Bm25Index(path)
@@ -759,7 +761,7 @@ def test_a_persons_search_reads_the_agents_with_memory_at_most_once_a_second(
     import sidecar.index.repair as repair
     from sidecar.index.repair import memory_gap
     from sidecar.search.retrieval import Retriever, SearchRequest
-    from sidecar.stores.bm25 import EVERYONE
+    from sidecar.stores.bm25_search import EVERYONE
 
     cfg = _idle_alpha_then_memory_all_damaged(make_cfg, vault)
     h = Harness(cfg, None)

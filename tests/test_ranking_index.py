@@ -178,7 +178,8 @@ def test_the_query_languages_stemmed_forms_count_as_much_as_the_exact_form(tmp_p
     "configured" answers "configure" more nearly as well as one holding "configure" (else the
     stemmed match counts half). Without a language the exact form leads, and the ideal score
     follows the weights, so a full match stays near 1 on either scale."""
-    from sidecar.stores.bm25 import Bm25Doc, Bm25Index, field_boosts
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+    from sidecar.stores.bm25_text import field_boosts
 
     def doc(name: str, body: str) -> Bm25Doc:
         return Bm25Doc.of(name, f"vault/{name}", "vault", "", title=name, aliases=(), headings=(), body=body)
@@ -619,7 +620,7 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
     import os
     import time
 
-    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores import bm25_inboxes
     from sidecar.stores.bm25 import Bm25Index
 
     def threads() -> int:
@@ -632,7 +633,7 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
         for agent in agents:
             idx.add([_doc(f"memory/{agent}/n", f"kayak note of {agent}")])
         idx.commit()
-        assert len(idx._open) <= bm25_mod._OPEN_INBOXES
+        assert len(idx._open) <= bm25_inboxes._OPEN_INBOXES
     finally:
         idx.close()
     deadline, base = time.monotonic() + 10, -1  # a closed index's threads end at their next poll
@@ -643,9 +644,9 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
     try:
         assert threads() - base < 30  # the vault's pair and writers; nothing of the 60 inboxes
         found = idx.search("kayak", 100, sources=["memory"])  # a person's search: every inbox
-        assert len(found) == 60 and len(idx._open) <= bm25_mod._OPEN_INBOXES
+        assert len(found) == 60 and len(idx._open) <= bm25_inboxes._OPEN_INBOXES
         deadline = time.monotonic() + 10  # a closed index's thread ends at its next poll
-        while threads() - base > 3 * bm25_mod._OPEN_INBOXES:
+        while threads() - base > 3 * bm25_inboxes._OPEN_INBOXES:
             assert time.monotonic() < deadline, threads() - base
             time.sleep(0.1)
         assert idx.num_docs() == idx.num_pages() == 60
@@ -654,7 +655,7 @@ def test_many_agents_cost_what_the_open_ones_cost(tmp_path: Path) -> None:
         for agent in agents[:30]:  # a refill: half the agents still hold memory
             idx.add([_doc(f"memory/{agent}/m", f"canoe note of {agent}")])
             held = [f for pair in idx._open.values() for f in pair if f._writer is not None]
-            assert len(held) <= bm25_mod._OPEN_WRITERS + 2
+            assert len(held) <= bm25_inboxes._OPEN_WRITERS + 2
         idx.commit()
         assert idx.agents() == agents[:30] == sorted(p.name for p in (path / "memory").iterdir())
         assert {k.split("/")[1] for k, _ in idx.search("canoe", 100)} == set(agents[:30])
@@ -672,10 +673,10 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
     that while has passed, a sweep's ``close_idle`` closes them down to the cap. An agent's own
     search opens one inbox and leaves the cap as it is. (A person's search reads the inboxes only
     while the index of every agent's memory is not filled: an install from before it.)"""
-    from sidecar.stores import bm25 as bm25_mod
+    from sidecar.stores import bm25_inboxes
     from sidecar.stores.bm25 import Bm25Index
 
-    monkeypatch.setattr(bm25_mod, "_OPEN_INBOXES", 3)
+    monkeypatch.setattr(bm25_inboxes, "_OPEN_INBOXES", 3)
     path = tmp_path / "bm25"
     idx = Bm25Index(path)
     agents = [f"a{i:02d}" for i in range(12)]
@@ -710,7 +711,7 @@ def test_a_persons_searches_over_more_inboxes_than_the_cap_open_each_once(
         assert opened in ([], ["a00"]) and len(idx._open) <= 3
         # More inboxes than may ever stay open: those open stay, the others are read and closed
         # (closing the least recently used closed the next one read: each opened every time).
-        monkeypatch.setattr(bm25_mod, "_MAX_OPEN_INBOXES", 8)
+        monkeypatch.setattr(bm25_inboxes, "_MAX_OPEN_INBOXES", 8)
         idx.search("kayak", 100)
         assert len(idx._open) == 8
         held = set(idx._open)
@@ -854,12 +855,11 @@ def test_inboxes_committed_early_hold_whole_notes(tmp_path: Path, monkeypatch: A
     """A refill past the writers it may hold commits the inboxes written so far, each with its
     notes' pages (a page index was published holding only the emptying), and closes the least
     recently used; one an early commit left empty and a search closed is removed at the commit."""
-    from sidecar.stores import bm25 as bm25_mod
-    from sidecar.stores import bm25_folder
+    from sidecar.stores import bm25_folder, bm25_inboxes
     from sidecar.stores.bm25 import Bm25Index
 
-    monkeypatch.setattr(bm25_mod, "_OPEN_WRITERS", 2)
-    monkeypatch.setattr(bm25_mod, "_OPEN_INBOXES", 3)
+    monkeypatch.setattr(bm25_inboxes, "_OPEN_WRITERS", 2)
+    monkeypatch.setattr(bm25_inboxes, "_OPEN_INBOXES", 3)
     path = tmp_path / "bm25"
     idx = Bm25Index(path)
     try:

@@ -17,7 +17,7 @@ from sidecar.contracts.errors import (
 )
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores
-from sidecar.stores.bm25 import EVERYONE, SHARED
+from sidecar.stores.bm25_search import EVERYONE, SHARED
 
 # The subject of keyword_search's problem for a search that failed for want of file handles:
 # shown in status, left alone by the repair (which reads the problem without a subject: the

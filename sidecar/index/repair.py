@@ -21,7 +21,8 @@ from sidecar.contracts.errors import PassingFaultError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import EmbedderSlot
-from sidecar.stores.bm25 import EVERYONE, Bm25Index
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest

@@ -46,7 +46,7 @@ from sidecar.notes.frontmatter import description_of
 from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.stores.bm25 import SHARED, SearchFault
+from sidecar.stores.bm25_search import SHARED, SearchFault
 from sidecar.stores.manifest import Manifest, embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held

@@ -49,7 +49,8 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import EVERYONE, SHARED, Bm25Index, SearchFault
+from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.bm25_search import EVERYONE, SHARED, SearchFault
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
