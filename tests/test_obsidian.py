@@ -675,7 +675,7 @@ def test_the_anchor_lookup_is_bounded(tmp_path: Path, serve_in_process: Any, mon
     reads share one byte budget and one deadline (the links past them have no `anchor_found`:
     not checked), and a page read on (`startLine` past 1) looks up nothing."""
     from sidecar.clients.mcp_calls import ToolCalls
-    from sidecar.daemon import handlers
+    from sidecar.daemon import anchors
 
     v = tmp_path / "bounded"
     write(v / "Big.md", "# Big\n\n" + "".join(f"Line {n} ^b{n}\n\n" for n in range(400)))
@@ -689,7 +689,7 @@ def test_the_anchor_lookup_is_bounded(tmp_path: Path, serve_in_process: Any, mon
     assert found == [True] * 200 + [False, True, False, True, True]  # each note looked through once
     # Big is past the bytes left to read: its links are not checked, the smaller notes still are
     # (and Log's own, too large to parse within them, not).
-    monkeypatch.setattr(handlers, "ANCHOR_BYTES", 1000)
+    monkeypatch.setattr(anchors, "ANCHOR_BYTES", 1000)
     got = server.call("get", {"reference": "vault/Log"})
     assert [x.get("anchor_found") for x in got["links"]] == [None] * 201 + [True, False, True, None]
     monkeypatch.undo()

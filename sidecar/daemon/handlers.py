@@ -15,7 +15,6 @@ import time
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +53,7 @@ from sidecar.contracts.wire import (
     stale_note,
 )
 from sidecar.daemon import limits
+from sidecar.daemon.anchors import look_up_anchors, root_key
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import memory_gap
@@ -61,10 +61,10 @@ from sidecar.index.vectoring import Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import line_count, line_range, lines_within
-from sidecar.notes.frontmatter import description_of, parse_front_matter
+from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
-from sidecar.notes.markdown import anchor_lines, filter_tag, note_anchors
+from sidecar.notes.markdown import anchor_lines, filter_tag
 from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
@@ -78,7 +78,6 @@ from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.ignore import OWN_RULES
 from sidecar.vault.sources import (
     TOO_LARGE,
@@ -103,16 +102,6 @@ _SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "
 _TODAY_SLACK_DAYS = 2
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 OUTLINE_BUDGET = 1000
-# ``get`` tells whether a link's heading or block is in its note (``anchor_found``) by reading
-# the linked notes, within bounds: at most this many notes, this many bytes read and parsed in all
-# (about 0.2 s a 500 KB note), and this long in all (a note with hundreds of block links into a
-# large note made each get take seconds, past a client's timeout). The links past a bound are not
-# looked into (no ``anchor_found``).
-ANCHOR_NOTES = 100
-ANCHOR_BYTES = 1024 * 1024
-ANCHOR_SECONDS = 1.0
-# Excalidraw's links to a drawing's group, area or frame: no heading or block of the note.
-_DRAWING_PART = re.compile(r"\^(?:group|area|frame|clippedframe)=", re.IGNORECASE)
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -630,7 +619,16 @@ class Handlers:
         graph = LinkGraph(self.manifest.read)
         links = graph.links_of(key, req.agent)
         if part is None or part[0] == 1:  # a page read on (memory_get's startLine) has them already
-            self._look_up_anchors(key, text, links)
+            look_up_anchors(
+                key,
+                text,
+                links,
+                reader=self._read,
+                excluded_by=self.indexer.excluded_by,
+                manifest=self.manifest,
+                hanging=self._anchors_hanging,
+                clock=self.anchor_clock,
+            )
         for link in links:
             link["target"] = public_reference(link["target"], req.agent) if link["target"] else None
         backlinks = [
@@ -675,64 +673,6 @@ class Handlers:
         if masked:
             out["masked"] = masked
         return out
-
-    def _look_up_anchors(self, key: str, text: str, links: list[dict[str, Any]]) -> None:
-        """``anchor_found`` of each link to a heading or block of a note (``links``: targets by
-        key; ``text``: the note ``key``'s own): whether it is in that note now, as Obsidian
-        marks a link whose note is there and whose heading is not. Each note is read as ``get``
-        reads it, once, and looked through once for all its anchors, within ``ANCHOR_NOTES``,
-        ``ANCHOR_BYTES`` and ``ANCHOR_SECONDS``. Not looked into (no ``anchor_found``): a note
-        past a bound or that cannot be read now, a Canvas, an Excalidraw drawing (its links name
-        elements, groups and frames that are no blocks of its text), a note sidecar's own rules
-        leave out."""
-        wanted: dict[str, list[dict[str, Any]]] = {}
-        for link in links:
-            target, anchor = link["target"], link["anchor"]
-            if (
-                anchor
-                and target is not None
-                and not is_canvas_name(target)
-                and not _DRAWING_PART.match(anchor)
-            ):
-                wanted.setdefault(target, []).append(link)
-        deadline = self.anchor_clock() + ANCHOR_SECONDS
-        budget = ANCHOR_BYTES
-        for n, (target, some) in enumerate(wanted.items()):
-            left = deadline - self.anchor_clock()
-            if n >= ANCHOR_NOTES or left <= 0 or budget <= 0:
-                log.info("get_anchors_unchecked key=%s notes=%d of=%d", key, len(wanted) - n, len(wanted))
-                return
-            if target == key:
-                body = text
-            else:
-                rule = self.indexer.excluded_by(target)  # as get asks it: never shown, never read
-                if rule is not None and rule.startswith(f"{OWN_RULES}:"):
-                    continue
-                known = self.manifest.file_states(target).get(target)
-                if known is not None and known.size > budget:
-                    continue  # larger than what is left to read: smaller notes may still fit
-                source = _root_key(target)
-                read = partial(self._read, target, target, budget)
-                try:
-                    body = bounded_call(read, left, self._anchors_hanging, source, f"anchors-{source}")[1]
-                except NotFoundError:
-                    continue
-                except UnreadableError:
-                    budget = 0  # up to the budget may have been read (a binary file, one grown)
-                    continue
-                except (SourceError, NoAnswer):
-                    continue
-            size = len(body.encode("utf-8", "replace"))
-            if target == key and size > budget:
-                continue  # its links to itself, in a note larger than what is left to parse
-            budget -= size
-            if self.anchor_clock() >= deadline:
-                continue  # read too late to be parsed: the next turn stops
-            anchors = note_anchors(body)
-            if _is_drawing(anchors.fm_raw):
-                continue
-            for link in some:
-                link["anchor_found"] = anchors.has(link["anchor"])
 
     def _offline(self, key: str, reference: str) -> UnreadableError | None:
         """Why ``get`` may not find a note of an offline root (raised at once when what is there
@@ -828,7 +768,7 @@ class Handlers:
         a request thread would otherwise wait as long as the share does (forever for a hard NFS
         mount), and a few such requests would stop the daemon answering at all. After one
         timeout, further looks into the same root fail at once while that call still hangs."""
-        source = _root_key(key)
+        source = root_key(key)
         timeout = self.cfg.watch.probe_timeout_seconds
         return bounded_call(fn, timeout, self._hanging, source, f"get-{source}")
 
@@ -956,20 +896,6 @@ class Handlers:
         if ticket is not None:  # done once health's index.asked_done reaches it
             out["ticket"] = ticket
         return out
-
-
-def _root_key(key: str) -> str:
-    """The root a note's key is under, one per agent's memory (what a hung read is kept by)."""
-    return key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
-
-
-def _is_drawing(fm_raw: str | None) -> bool:
-    """Whether a note's front matter makes it an Excalidraw drawing, as its chunking reads it."""
-    return (
-        fm_raw is not None
-        and "excalidraw-plugin" in fm_raw
-        and "excalidraw-plugin" in parse_front_matter(fm_raw)[0]
-    )
 
 
 def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:
