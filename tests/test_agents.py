@@ -2881,9 +2881,11 @@ def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
     """`today` is read once per search and recall (it was read twice: two warnings for one
     request, and the daemon's date could change between them); 2 days from the daemon's date is
     a time zone's, 3 a wrong clock's."""
+    from sidecar.daemon import searchparams
+
     reads: list[object] = []
-    own = served.handlers._asker_today
-    monkeypatch.setattr(served.handlers, "_asker_today", lambda p: reads.append(p) or own(p))
+    own = searchparams.asker_today
+    monkeypatch.setattr(searchparams, "asker_today", lambda r, p: reads.append(p) or own(r, p))
     two = (TODAY + dt.timedelta(days=2)).isoformat()
     three = (TODAY - dt.timedelta(days=3)).isoformat()
     near = served.call("search", {"query": "garlic gestern", "today": two})

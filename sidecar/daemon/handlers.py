@@ -9,7 +9,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import re
 import threading
 import time
 import unicodedata
@@ -23,20 +22,15 @@ from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import ExcludedError, NotFoundError, ProtocolError, SourceError, UnreadableError
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import (
-    LIMIT_RANGE,
-    MAX_DAY_CHARS,
     MAX_PATH_PREFIX_CHARS,
     MAX_QUERY_CHARS,
     MAX_REFERENCE_CHARS,
-    MAX_TAG_CHARS,
-    MIN_SCORE_RANGE,
     PROTOCOL_VERSION,
     RELATED_LIMIT_RANGE,
     TOKEN_BUDGET_RANGE,
     Request,
     check_known,
     param_bool,
-    param_float,
     param_int,
     param_opt_str,
     param_str,
@@ -54,6 +48,7 @@ from sidecar.contracts.wire import (
 )
 from sidecar.daemon import limits
 from sidecar.daemon.anchors import look_up_anchors, root_key
+from sidecar.daemon.searchparams import SEARCH_PARAMS, asker_today, search_request
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import memory_gap
@@ -64,17 +59,15 @@ from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
 from sidecar.notes.linktext import pasted_link
-from sidecar.notes.markdown import anchor_lines, filter_tag
+from sidecar.notes.markdown import anchor_lines
 from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.search.context import with_note
-from sidecar.search.days import FilterError, parse_day
+from sidecar.search.days import FilterError
 from sidecar.search.explain import explain
-from sidecar.search.query import MAX_TAGS, Filters
 from sidecar.search.recall import recall
-from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
@@ -95,12 +88,6 @@ from sidecar.vault.timeout import NoAnswer, bounded_call
 MAX_LINE = 10_000_000  # beyond any note's line count (notes are at most index.maxFileBytes)
 # Held roots whose folder is not the share: get does not read what lies there now.
 _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
-# Filters and options shared by `search` and `recall`.
-_SEARCH_PARAMS = ("limit", "minScore", "source", "tag", "pathPrefix", "since", "until", "preview", "today")
-# How far the asker's date ("today") may be from the daemon's: time zones lie at most 26 hours
-# apart, two calendar days; further is a wrong clock: the daemon's date is used, and said so.
-_TODAY_SLACK_DAYS = 2
-_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 OUTLINE_BUDGET = 1000
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -327,54 +314,6 @@ class Handlers:
         """Whether a live file watch covers this root (else it is only swept)."""
         return any(Path(path).is_relative_to(w) for w in self.service.watched())
 
-    def _request(
-        self, p: dict[str, Any], agent: str | None, text_param: str, limit: int
-    ) -> tuple[SearchRequest, str | None]:
-        """The search parameters shared by search and recall, validated, and the note saying a
-        ``today`` too far from the daemon's was ignored (read once: a second reading may fall on
-        the other side of midnight, and logs its warning twice)."""
-        query = param_str(p, text_param, max_len=MAX_QUERY_CHARS)
-        if "\0" in query:
-            raise ProtocolError(f"'{text_param}' contains a NUL byte")
-        # One Unicode form: text pasted from a Mac's file names is decomposed (NFD), and the
-        # model's words for "ä" split apart ("Tastenkürzel ändern" lost its page to another).
-        query = unicodedata.normalize("NFC", query)
-        limit = param_int(p, "limit", default=limit, lo=LIMIT_RANGE[0], hi=LIMIT_RANGE[1])
-        lo, hi = MIN_SCORE_RANGE
-        min_score = param_float(p, "minScore", default=self.retriever.cfg.min_score, lo=lo, hi=hi)
-        source = p.get("source")
-        sources: tuple[str, ...] | None
-        if source is None:
-            sources = None
-        elif isinstance(source, str) and source in SOURCES:
-            sources = (source,)
-        elif isinstance(source, list) and source and all(isinstance(s, str) and s in SOURCES for s in source):
-            sources = tuple(dict.fromkeys(source))
-        else:
-            raise ProtocolError(f"'source' must be one of {', '.join(SOURCES)} or a list of them")
-        asker, far = self._asker_today(p)
-        today = asker or self.retriever.today()
-        since = _day(p, "since", today)
-        until = _day(p, "until", today, end=True)
-        if since and until and since > until:
-            raise ProtocolError(f"the date window is empty: 'since' {since} is after 'until' {until}")
-        filters = Filters(
-            tags=_tags(p),
-            path_prefix=param_opt_str(p, "pathPrefix", max_len=MAX_PATH_PREFIX_CHARS),
-            since=since,
-            until=until,
-        )
-        budget = None
-        if text_param == "message":
-            budget = param_int(
-                p,
-                "tokenBudget",
-                default=self.retriever.recall_cfg.token_budget,
-                lo=TOKEN_BUDGET_RANGE[0],
-                hi=TOKEN_BUDGET_RANGE[1],
-            )
-        return SearchRequest(query, limit, min_score, sources, agent, filters, budget, today=asker), far
-
     def _clock(self) -> dict[str, str]:
         """The daemon's own day and time zone: time phrases of a client that sends no ``today``
         are read against them."""
@@ -386,34 +325,10 @@ class Handlers:
             "utcOffset": f"{offset[:3]}:{offset[3:]}" if offset else "",
         }
 
-    def _asker_today(self, p: dict[str, Any]) -> tuple[dt.date | None, str | None]:
-        """The ``today`` parameter: the asker's local date, which "today", "gestern", "last
-        Monday" count from (a client in another time zone than the daemon's); None when not sent,
-        or, with a note saying so, when it is days from the daemon's own (a wrong clock)."""
-        value = param_opt_str(p, "today", max_len=MAX_DAY_CHARS)
-        if value is None:
-            return None, None
-        try:
-            day = dt.date.fromisoformat(value) if _ISO_DAY.fullmatch(value) else None
-        except ValueError:
-            day = None
-        if day is None:
-            raise ProtocolError(f"'today' must be the asker's local date as YYYY-MM-DD, not {value!r}")
-        own = self.retriever.today()
-        apart = abs((day - own).days)
-        if apart > _TODAY_SLACK_DAYS:
-            log.warning("asker_today_ignored today=%s daemon_today=%s", value, own.isoformat())
-            return None, (
-                f"the asker's date ('today' {value}) is {apart} days from the daemon's date "
-                f"{own.isoformat()}, more than time zones explain ({_TODAY_SLACK_DAYS}): time phrases "
-                "were read against the daemon's date (one of the two clocks is wrong)"
-            )
-        return day, None
-
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params
-        check_known(p, ("query", *_SEARCH_PARAMS))
-        request, far = self._request(p, req.agent, "query", self.retriever.cfg.limit)
+        check_known(p, ("query", *SEARCH_PARAMS))
+        request, far = search_request(self.retriever, p, req.agent, "query", self.retriever.cfg.limit)
         if not request.query.strip():
             # Nothing to look for: answered "nothing relevant found" (exit 0), which reads as a
             # search that found nothing (also beside a window given as a parameter).
@@ -445,7 +360,7 @@ class Handlers:
         key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
         try:
             query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
-            out = explain(self.retriever, key, query, req.agent, self._asker_today(p)[0])
+            out = explain(self.retriever, key, query, req.agent, asker_today(self.retriever, p)[0])
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
@@ -485,7 +400,7 @@ class Handlers:
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
         p = req.params
-        check_known(p, ("message", "history", "tokenBudget", *_SEARCH_PARAMS))
+        check_known(p, ("message", "history", "tokenBudget", *SEARCH_PARAMS))
         history = p.get("history", [])
         if (
             not isinstance(history, list)
@@ -496,7 +411,7 @@ class Handlers:
                 "'history' must be a list of at most 100 strings (previous turns, oldest first)"
             )
         history = [unicodedata.normalize("NFC", t) for t in history]
-        search, far = self._request(p, req.agent, "message", self.retriever.recall_cfg.limit)
+        search, far = search_request(self.retriever, p, req.agent, "message", self.retriever.recall_cfg.limit)
         model = self.slot.model
         count = model.count_tokens if model is not None else approx_token_count
         preview = param_bool(p, "preview", default=False)
@@ -898,17 +813,6 @@ class Handlers:
         return out
 
 
-def _day(p: dict[str, Any], name: str, today: dt.date, *, end: bool = False) -> str | None:
-    """A ``since``/``until`` parameter as an ISO day (``2026-9-1``, ``2026-09``, ``yesterday``, ``3d``)."""
-    value = param_opt_str(p, name, max_len=MAX_DAY_CHARS)
-    if value is None:
-        return None
-    try:
-        return parse_day(value, today, name=name, end=end).isoformat()
-    except FilterError as exc:
-        raise ProtocolError(f"'{name}': {exc}") from exc
-
-
 def _text_shown(
     text: str, part: tuple[int, int] | None, most: int, *, mask_secrets: bool
 ) -> tuple[str, dict[str, int], tuple[int, int] | None, bool]:
@@ -934,22 +838,6 @@ def _line_range(p: dict[str, Any]) -> tuple[int, int] | None:
         return None
     first = param_int(p, "startLine", default=1, lo=1, hi=MAX_LINE)
     return first, param_int(p, "endLine", default=MAX_LINE, lo=first, hi=MAX_LINE)
-
-
-def _tags(p: dict[str, Any]) -> tuple[str, ...]:
-    """``tag``: one tag, ``"a,b"`` or a list; a note with any of them passes."""
-    value = p.get("tag")
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(t, str) for t in items) or len(items) > MAX_TAGS:
-        raise ProtocolError(f"'tag' must be a tag, 'a,b' or a list of at most {MAX_TAGS} tags")
-    if any(len(t) > MAX_TAG_CHARS for t in items):
-        raise ProtocolError(f"'tag' holds a tag longer than {MAX_TAG_CHARS} characters")
-    tags = tuple(dict.fromkeys(filter_tag(t) for t in items))
-    if not all(tags):
-        raise ProtocolError("'tag' has an empty tag")
-    return tags
 
 
 def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
