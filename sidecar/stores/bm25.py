@@ -42,7 +42,7 @@ from sidecar.stores.bm25_folder import (
 )
 from sidecar.stores.bm25_inboxes import Pair
 from sidecar.stores.bm25_scoring import Scorer
-from sidecar.stores.bm25_search import _EVERYONE_DIR, EVERYONE, Bm25Search
+from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR, Bm25Search
 from sidecar.stores.bm25_text import (
     READABLE_LAYOUTS,
     Bm25Doc,
@@ -58,7 +58,7 @@ from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, recor
 log = logging.getLogger(__name__)
 
 
-# ``filled`` in the folder of every agent's memory (``_EVERYONE_DIR``) says it holds all memory (an
+# ``filled`` in the folder of every agent's memory (``EVERYONE_DIR``) says it holds all memory (an
 # install from before it fills it from the manifest; until then a person's search reads the inboxes).
 _FILLED = "filled"
 
@@ -179,7 +179,7 @@ class Bm25Index(Bm25Search):
         inbox, it holds all memory there is to hold (a new install); beside inboxes (an install
         from before it) it is filled from the manifest at start (``fill_everyone``). Damaged, it
         is moved aside and made anew, to be filled likewise."""
-        folder = self.path / _EVERYONE_DIR
+        folder = self.path / EVERYONE_DIR
         made = not (folder / "chunks" / "meta.json").is_file()
         try:
             self._everyone = self._everyone_pair()
@@ -200,7 +200,7 @@ class Bm25Index(Bm25Search):
             self._mark_filled()
 
     def _everyone_pair(self) -> Pair:
-        return self._pair(self.path / _EVERYONE_DIR)
+        return self._pair(self.path / EVERYONE_DIR)
 
     def _pair(self, base: Path) -> Pair:
         ro, layout = self.read_only, self.layout
@@ -214,21 +214,21 @@ class Bm25Index(Bm25Search):
         pair, self._everyone, self.everyone_ready = self._everyone, None, False
         if pair is not None:
             self._scorer.forget(pair)
-        folder = self.path / _EVERYONE_DIR
-        target = aside_name(self.path.parent / f"bm25-{_EVERYONE_DIR}")
+        folder = self.path / EVERYONE_DIR
+        target = aside_name(self.path.parent / f"bm25-{EVERYONE_DIR}")
         try:
             folder.rename(target)
         except FileNotFoundError:
             pass
         except OSError:
             remove_folder(folder)
-        log.error("index_rebuilt store=bm25 part=%s reason=%s moved_to=%s", _EVERYONE_DIR, exc, target)
+        log.error("index_rebuilt store=bm25 part=%s reason=%s moved_to=%s", EVERYONE_DIR, exc, target)
 
     def _mark_filled(self) -> None:
         """The pair of every agent's memory holds all of it from now on (and after a restart)."""
         self.everyone_ready = True
         try:
-            (self.path / _EVERYONE_DIR / _FILLED).write_text("all memory\n", encoding="utf-8")
+            (self.path / EVERYONE_DIR / _FILLED).write_text("all memory\n", encoding="utf-8")
         except OSError as exc:  # a full disk: the next start fills it again
             log.warning("bm25_everyone_not_recorded error=%s", exc.strerror or exc)
 
@@ -502,7 +502,7 @@ class Bm25Index(Bm25Search):
         if self.read_only or self._everyone is None or not self.everyone_ready:
             return
         try:
-            os.utime(self.path / _EVERYONE_DIR / _FILLED)
+            os.utime(self.path / EVERYONE_DIR / _FILLED)
         except OSError as exc:  # the next start refills it: memory is small
             log.debug("bm25_everyone_not_stamped error=%s", exc)
 
@@ -515,7 +515,7 @@ class Bm25Index(Bm25Search):
         if self._everyone is None or not self.everyone_ready:
             return False
         try:
-            stamp = (self.path / _EVERYONE_DIR / _FILLED).stat().st_mtime_ns
+            stamp = (self.path / EVERYONE_DIR / _FILLED).stat().st_mtime_ns
         except OSError:
             return True
         for agent in self.agents():
@@ -581,7 +581,7 @@ class Bm25Index(Bm25Search):
         so that the check refills the index."""
         if self._everyone is not None and self.everyone_ready:
             try:
-                return live_docs(self.path / _EVERYONE_DIR / part)
+                return live_docs(self.path / EVERYONE_DIR / part)
             except PassingFaultError:
                 raise  # no file handles left: counted again later (as 0, the check refilled it)
             except StoreError:  # unreadable: the check refills it
@@ -647,7 +647,7 @@ class Bm25Index(Bm25Search):
         None until it holds all memory."""
         if self._everyone is None or not self.everyone_ready:
             return None
-        base = self.path / _EVERYONE_DIR
+        base = self.path / EVERYONE_DIR
         return live_docs(base / "chunks"), live_docs(base / "pages")
 
     def collection_size(self) -> int:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # which no agent's name has. What it holds and when a search reads it: ``bm25``.
 EVERYONE = ".all"
 SHARED = ""  # the vault's and the wiki's index, as a search's ``read`` names it (no agent's name)
-_EVERYONE_DIR = "memory-all"
+EVERYONE_DIR = "memory-all"
 
 SearchFault = tuple[
     str, PassingFaultError
@@ -46,7 +46,7 @@ def _passed(part: str, exc: PassingFaultError, faults: list[SearchFault] | None)
     for repair), but its hits are missing, which the caller is told (``faults``) to say so. Was:
     logged alone, and the answer came back thinner with nothing in status or the answer."""
     log.warning(
-        "keyword_search_failed part=%s error=%s", _EVERYONE_DIR if part == EVERYONE else f"memory/{part}", exc
+        "keyword_search_failed part=%s error=%s", EVERYONE_DIR if part == EVERYONE else f"memory/{part}", exc
     )
     if faults is not None:
         faults.append((part, exc))
@@ -345,7 +345,7 @@ class Bm25Search(Bm25Inboxes):
             except PassingFaultError as exc:  # no handles left, a full disk: no damage, not repaired
                 _passed(EVERYONE, exc, faults)
             except StoreError as exc:  # read the inboxes instead; reported until the repair
-                log.warning("keyword_search_failed part=%s error=%s", _EVERYONE_DIR, exc)
+                log.warning("keyword_search_failed part=%s error=%s", EVERYONE_DIR, exc)
                 self.failing[f"{EVERYONE}/{'pages' if pages else 'chunks'}"] = str(exc)
         self._hold_open(len(inbox_keys))  # a person's search: the inboxes it opens stay a while
         if want_shared:
