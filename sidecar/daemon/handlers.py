@@ -36,7 +36,6 @@ from sidecar.contracts.protocol import (
     param_str,
 )
 from sidecar.contracts.wire import (
-    SOURCES,
     SearchResult,
     catching_up_note,
     explanation_json,
@@ -48,6 +47,7 @@ from sidecar.contracts.wire import (
 )
 from sidecar.daemon import limits
 from sidecar.daemon.anchors import look_up_anchors, root_key
+from sidecar.daemon.naming import named_note
 from sidecar.daemon.searchparams import SEARCH_PARAMS, asker_today, search_request
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
 from sidecar.index.problems import Problems
@@ -58,7 +58,6 @@ from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import line_count, line_range, lines_within
 from sidecar.notes.frontmatter import description_of
 from sidecar.notes.links import LinkGraph, unresolved_paths
-from sidecar.notes.linktext import pasted_link
 from sidecar.notes.markdown import anchor_lines
 from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
@@ -75,7 +74,6 @@ from sidecar.vault.ignore import OWN_RULES
 from sidecar.vault.sources import (
     TOO_LARGE,
     NoteUnreadable,
-    key_for_reference,
     path_for_key,
     public_reference,
     read_inbox_note,
@@ -91,16 +89,6 @@ _NOT_THE_SHARE = frozenset({"unmounted", "device", "empty"})
 OUTLINE_BUDGET = 1000
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Named:
-    """The note a reference names, the part of it a link's anchor points at, and how many notes
-    a bare name could mean (the one Obsidian's link opens is taken)."""
-
-    key: str
-    anchor: str = ""
-    candidates: int = 1
 
 
 @dataclass
@@ -357,7 +345,13 @@ class Handlers:
         """Explain a note's place (or absence) in the results of a query."""
         p = req.params
         check_known(p, ("reference", "query", "today"))
-        key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
+        key = named_note(
+            param_str(p, "reference", max_len=MAX_REFERENCE_CHARS),
+            req.agent,
+            cfg=self.cfg,
+            manifest=self.manifest,
+            on_disk=self._on_disk,
+        ).key
         try:
             query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
             out = explain(self.retriever, key, query, req.agent, asker_today(self.retriever, p)[0])
@@ -506,7 +500,7 @@ class Handlers:
         part = _line_range(p)
         # At most this much text, whole lines (an agent's context); 0: all of it.
         most = param_int(p, "maxChars", default=0, lo=0, hi=MAX_LINE)
-        named = self._named(reference, req.agent)
+        named = named_note(reference, req.agent, cfg=self.cfg, manifest=self.manifest, on_disk=self._on_disk)
         key, manifest = named.key, self.manifest
         rule = self.indexer.excluded_by(key)
         if rule is not None and rule.startswith(f"{OWN_RULES}:"):
@@ -615,69 +609,6 @@ class Handlers:
                 raise offline
         return offline
 
-    def _named(self, reference: str, agent: str | None) -> Named:
-        """The note a reference names: one as search returns it (``vault/Projects/Boat``), or a
-        note's name or a link as written in a note (``Boat``, ``[[Boat#Budget|costs]]``), resolved
-        as Obsidian resolves a link from the vault's top folder (the vault and the wiki only)."""
-        manifest = self.manifest
-        try:
-            key = key_for_reference(reference, agent)
-        except SourceError:
-            path, anchor = pasted_link(reference)
-            if not path and anchor:
-                raise SourceError(
-                    f"{quoted(reference)} names a heading or block of the note it is written in: put that "
-                    "note's name before the '#' (e.g. [[Boat#Budget]])"
-                ) from None
-            if not path or path.startswith(("/", "./", "../")) or path[1:2] == ":":
-                raise  # an absolute or relative path: refused as it was
-            if path.split("/", 1)[0] in SOURCES:
-                if path == reference:
-                    raise  # a reference refused for itself (a ".." in it, a hidden folder, ...)
-                return replace(self._named(path, agent), anchor=anchor)  # [[wiki/Boat#Budget]]
-            found, candidates = LinkGraph(manifest.read).resolve_name(path, self.cfg.vault.wiki_subfolder)
-            if found is None:
-                own = f"memory/{agent}/{path.lower()}" if agent else None
-                hint = (
-                    f"; your memory note is memory/{path.lower()}"
-                    if own is not None and manifest.rel_of(own) is not None
-                    else " (a reference as search returns it starts with vault/, wiki/ or memory/)"
-                )
-                raise NotFoundError(f"no note named {quoted(path)} in the vault or the wiki{hint}") from None
-            return Named(found, anchor, candidates)
-        if not key.startswith("memory/") and key != reference:
-            # "vault/a.md" may name the note a.md.md (its reference as search returns it).
-            exact = key_for_reference(reference + ".md", agent)
-            if manifest.rel_of(exact) is not None:
-                key = exact
-        key = manifest.key_in_any_form(key)  # typed in NFC, named in NFD by a Mac
-        if manifest.rel_of(key) is None and ("#" in reference or "^" in reference):
-            path, anchor = pasted_link(reference)  # vault/Boat#Budget: a note's name holds no "#"
-            if path != reference and path:
-                try:
-                    return replace(self._named(path, agent), anchor=anchor)
-                except SourceError:
-                    pass
-        if manifest.rel_of(key) is None and not key.startswith("memory/"):
-            return self._in_root(key) or Named(key)
-        return Named(key)
-
-    def _in_root(self, key: str) -> Named | None:
-        """``vault/Boat`` with no note at that path: the note a bare name ``Boat`` opens, taken
-        within that root only (``Boat`` worked and ``vault/Boat`` said no such note); None when
-        a file is there (not indexed yet), or no note of the root has that name."""
-        try:
-            self._on_disk(key, lambda: path_for_key(self.cfg, key))
-            return None
-        except NotFoundError:
-            pass
-        except (SourceError, NoAnswer):
-            return None  # refused or not answering: reading it says why
-        source, rest = key.split("/", 1)
-        graph = LinkGraph(self.manifest.read)
-        found, candidates = graph.resolve_name(rest, self.cfg.vault.wiki_subfolder, source)
-        return None if found is None else Named(found, "", candidates)
-
     def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
         """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
         a request thread would otherwise wait as long as the share does (forever for a hard NFS
@@ -714,7 +645,9 @@ class Handlers:
         check_known(p, ("reference", "limit"))
         reference = param_str(p, "reference", max_len=MAX_REFERENCE_CHARS)
         manifest = self.manifest
-        key = self._named(reference, req.agent).key
+        key = named_note(
+            reference, req.agent, cfg=self.cfg, manifest=self.manifest, on_disk=self._on_disk
+        ).key
         limit = param_int(p, "limit", default=10, lo=RELATED_LIMIT_RANGE[0], hi=RELATED_LIMIT_RANGE[1])
         if not manifest.file_states(key).get(key):
             try:  # not_found / unreadable for a note that does not exist or cannot be looked at
