@@ -1,6 +1,7 @@
-"""One function per protocol op. Parameters are validated here; errors are raised as typed
-SidecarErrors and the server turns them into error responses; search results become replies
-through ``sidecar.contracts.wire``.
+"""One function per protocol op. Parameters are validated here (those search and recall share:
+``searchparams``); errors are raised as typed SidecarErrors and the server turns them into error
+responses; search results become replies through ``sidecar.contracts.wire``. The note a reference
+names: ``naming``; whether a link's heading or block is in its note: ``anchors``.
 """
 
 from __future__ import annotations

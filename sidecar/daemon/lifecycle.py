@@ -4,9 +4,9 @@ startup: lock the index, bind the socket, build the parts (the composition root)
 interrupted deletions, start the model loader, the indexer thread (first sweep, then scheduled
 sweeps), the vector backfill, the watcher and the scheduler. serve: the socket server until
 SIGTERM/SIGINT (SIGHUP reloads the configuration, or stops a daemon run in a terminal: the
-terminal closing sends it); the signal handlers are removed again when it returns. shutdown:
-stop the threads with a bound, flush the stores, then (even if that failed) remove the socket and
-release the lock.
+terminal closing sends it; the reload itself: ``reloading``); the signal handlers are removed
+again when it returns. shutdown: stop the threads with a bound, flush the stores, then (even if
+that failed) remove the socket and release the lock.
 """
 
 from __future__ import annotations
