@@ -2881,11 +2881,18 @@ def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
     """`today` is read once per search and recall (it was read twice: two warnings for one
     request, and the daemon's date could change between them); 2 days from the daemon's date is
     a time zone's, 3 a wrong clock's."""
-    from sidecar.daemon import searchparams
+    from sidecar.daemon import handlers, searchparams
 
     reads: list[object] = []
     own = searchparams.asker_today
-    monkeypatch.setattr(searchparams, "asker_today", lambda r, p: reads.append(p) or own(r, p))
+
+    def counted(r: object, p: dict[str, object]) -> object:
+        reads.append(p)
+        return own(r, p)  # type: ignore[arg-type]
+
+    # Both names: search_request reads it in its module, why (and any other handler) in handlers.
+    monkeypatch.setattr(searchparams, "asker_today", counted)
+    monkeypatch.setattr(handlers, "asker_today", counted)
     two = (TODAY + dt.timedelta(days=2)).isoformat()
     three = (TODAY - dt.timedelta(days=3)).isoformat()
     near = served.call("search", {"query": "garlic gestern", "today": two})
