@@ -2389,6 +2389,40 @@ def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Serv
     assert served.call("search", {"query": f"tag:uhr since:{later}"})["listed"] == 0
 
 
+def test_list_says_a_file_dated_in_the_future_as_search_does(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memory list` (the op, the MCP tool, the shell) showed a note whose file is dated years
+    ahead as modified then, unflagged, while its search hit said the file's date lies in the
+    future: a list shows its last change seen here and ``modifiedAhead``, as a hit does."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Uhr/Zukunft.md", "# Zukunft\n\nText.\n")
+    write(vault / "Uhr/Heute.md", "# Heute\n\nText.\n")
+    ahead = time.time() + 5 * 365 * 86_400
+    future = dt.date.fromtimestamp(ahead).isoformat()
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    changed = dt.date.fromtimestamp(os.stat(vault / "Uhr/Zukunft.md").st_ctime).isoformat()
+    served.h.sweep()
+    params = {"source": "vault", "pathPrefix": "Uhr/"}
+    listed = {n["reference"]: n for n in served.call("list", params)["notes"]}
+    zukunft, heute = listed["vault/Uhr/Zukunft"], listed["vault/Uhr/Heute"]
+    assert zukunft["modified"].startswith(changed) and zukunft["modifiedAhead"] == future, zukunft
+    assert "modifiedAhead" not in heute, heute
+    said = f"its last change seen here; its file's date {future} lies in the future"
+    text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_list"](params)
+    assert said in text and text.count("lies in the future") == 1, text
+    assert {n["reference"]: n.get("modifiedAhead") for n in structured["notes"]} == {
+        "vault/Uhr/Heute": None,
+        "vault/Uhr/Zukunft": future,
+    }
+    argv = ["memory", "list", "--agent", "claude", "--source", "vault", "--path", "Uhr/"]
+    argv += ["--home", str(served.cfg.home)]
+    assert command_for("memory")(build_parser().parse_args(argv), served.cfg) == 0
+    out = capsys.readouterr().out
+    assert said in out and out.count("lies in the future") == 1, out
+
+
 def test_a_future_file_keeps_its_day_through_a_reindex_and_never_becomes_today(served: Served) -> None:
     """The day of a note whose mtime lies in the future was when it was indexed, and every
     re-index (a rebuild, a re-read) sets that anew: after one, every such note was "indexed

@@ -900,7 +900,7 @@ class Handlers:
         show = masked_line if self.retriever.cfg.mask_secrets else str  # it sits in system prompts
         pages = []
         tops: set[str] = set()  # the top folders, named when the prefix holds no page
-        for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
+        for key, _src, _agent, title, _tags, _mtime, _chunks, fm, *_ in manifest.list_files(
             "source = ?", [source]
         ):
             path = unicodedata.normalize("NFC", key.split("/", 1)[1])
