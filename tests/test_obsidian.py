@@ -1310,6 +1310,37 @@ def test_daily_note_settings_of_a_folder_alone_or_typed_with_backslashes(tmp_pat
     assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Tage"),)
 
 
+def test_a_daily_notes_plugin_switched_off_sets_no_format(tmp_path: Path) -> None:
+    """Obsidian keeps daily-notes.json (and Periodic Notes' data.json) when the plugin is switched
+    off, and ignores it: its format still dated notes by their names here. Off (core-plugins.json
+    as a map or a list; community-plugins.json for Periodic Notes), its format is not in force and
+    status says why; on again, or no list at all, it counts as before."""
+    from sidecar.clients.cli_render import daily_notes_line
+    from sidecar.vault.dailynotes import DailyNoteFormats
+    from sidecar.vault.settingsfile import COMMUNITY_PLUGINS, CORE_PLUGINS
+
+    vault = tmp_path / "v"
+    write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    formats = DailyNoteFormats(vault)
+    assert formats.refresh() == (("DD.MM.YYYY", "Journal"),)  # no list of plugins: taken as on
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": False, "templates": True}))
+    assert formats.refresh() == () and formats.formats() == () and formats.kept() == []
+    line = daily_notes_line(formats.describe())
+    assert "DD.MM.YYYY in Journal/ (from .obsidian/daily-notes.json) is not used" in line, line
+    assert "the Daily notes plugin is switched off in Obsidian" in line, line
+    write(vault / CORE_PLUGINS, json.dumps(["file-explorer", "daily-notes"]))
+    assert formats.refresh() == (("DD.MM.YYYY", "Journal"),)
+    write(vault / CORE_PLUGINS, json.dumps(["file-explorer"]))
+    assert formats.refresh() == ()
+    periodic = {"daily": {"format": "YYYY/MM/DD", "folder": "Tage"}}
+    write(vault / ".obsidian/plugins/periodic-notes/data.json", json.dumps(periodic))
+    write(vault / COMMUNITY_PLUGINS, json.dumps(["dataview"]))
+    assert formats.refresh() == ()
+    assert "the Periodic Notes plugin is switched off" in daily_notes_line(formats.describe())
+    write(vault / COMMUNITY_PLUGINS, json.dumps(["periodic-notes"]))
+    assert formats.refresh() == (("YYYY/MM/DD", "Tage"),)
+
+
 def test_a_note_sidecars_own_exclude_leaves_out_is_not_shown(tmp_path: Path, serve_in_process: Any) -> None:
     """`index.exclude: [Privat/]` is the user's word to sidecar: get (and memory_get, resources)
     served the whole private note to any agent by name. Obsidian's Excluded files hide notes from

@@ -783,11 +783,19 @@ def _days(days: float) -> str:
 
 def daily_notes_line(formats: list[dict[str, str]]) -> str:
     """The daily-note formats that date a note by its name, and where each was read (status and
-    doctor): a user whose daily notes are not listed for "last week" sees which format counts."""
-    if not formats:
-        return "named YYYY-MM-DD (no daily-note format set in Obsidian)"
-    return "; ".join(
-        f"{shown(f['format'])} in {shown(f['folder']) + '/' if f['folder'] else 'any folder'} "
-        f"(from {shown(f['file'])})"
+    doctor): a user whose daily notes are not listed for "last week" sees which format counts,
+    and why one set in a plugin switched off does not."""
+
+    def said(f: dict[str, str]) -> str:
+        where = shown(f["folder"]) + "/" if f["folder"] else "any folder"
+        return f"{shown(f['format'])} in {where} (from {shown(f['file'])})"
+
+    on = [said(f) for f in formats if not f.get("off")]
+    off = [
+        f"{said(f)} is not used: the {shown(f['off'])} plugin is switched off in Obsidian"
         for f in formats
-    )
+        if f.get("off")
+    ]
+    if not on:
+        on = ["named YYYY-MM-DD (no daily-note format set in Obsidian)" if not off else "named YYYY-MM-DD"]
+    return "; ".join(on + off)
