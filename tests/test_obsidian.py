@@ -1530,6 +1530,35 @@ def test_a_templates_plugin_switched_off_leaves_its_folder_in(tmp_path: Path, ma
         h.close()
 
 
+def test_status_says_a_templates_folder_is_indexed_again_while_its_plugin_is_off(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """The Templates plugin switched off, its folder comes back into the index and the count of
+    notes jumps: status said nothing of it (it names the folder only while it is left out). It
+    says where it spoke of the folder, in plain words, and no more once the plugin is on again."""
+    from sidecar.clients.cli_render import render_status
+
+    v = _template_vault(tmp_path)
+    core = write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    server = serve_in_process(v)
+    health = server.call("health")
+    assert health["index"]["templates_indexed"] == [
+        {"folder": "Vorlagen/", "plugin": "Templates", "file": ".obsidian/templates.json"}
+    ]
+    shown = render_status(health)
+    said = (
+        "Templates folder Vorlagen/ is indexed as notes: the Templates plugin is switched off in "
+        "Obsidian (its folder is set in .obsidian/templates.json)"
+    )
+    assert said in shown, shown
+    write(core, json.dumps({"templates": True}))
+    server.harness.sweep()
+    health = server.call("health")
+    assert health["index"]["templates_indexed"] == []
+    shown = render_status(health)
+    assert "Excluded notes: 1 by Obsidian templates folder: Vorlagen/" in shown and said not in shown, shown
+
+
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
     """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
     (no hold), its notes leave search at once, under the templates folder's rule."""

@@ -198,6 +198,11 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    for t in idx.get("templates_indexed") or ():  # the notes' count grew by its notes: say why
+        lines.append(
+            f"Templates folder {shown(t['folder'])} is indexed as notes: the {shown(t['plugin'])} plugin "
+            f"is switched off in Obsidian (its folder is set in {shown(t['file'])})"
+        )
     if relink := idx.get("links_reread"):
         lines.append(
             f"Links read again after an upgrade: {relink['done']:,} of {relink['total']:,} notes "

@@ -261,6 +261,8 @@ class Handlers:
                 "skipped_files": limits.skipped_files(self.indexer, self.manifest),
                 "max_file_bytes": self.cfg.index.max_file_bytes,
                 "excluded": act.excluded,
+                # Templates folders indexed as notes: their plugin is switched off in Obsidian.
+                "templates_indexed": self.indexer.ignore.templates_indexed(),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.

@@ -54,6 +54,7 @@ TEMPLATE_SETTINGS = (
         ("templater-obsidian", False),
     ),
 )
+_PLUGIN_NAMES = {"templates": "Templates", "templater-obsidian": "Templater"}  # as Obsidian shows them
 TEMPLATES_ORIGIN = "Obsidian templates folder"
 
 
@@ -172,6 +173,8 @@ class IgnoreRules:
                 )
                 self._template_plugins[rel.as_posix()] = plugin
         self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
+        # settings file (relative) -> the folder it names, indexed as notes: its plugin is off
+        self._template_off: dict[str, str] = {}
 
     @property
     def trouble(self) -> str | None:
@@ -212,6 +215,7 @@ class IgnoreRules:
                 if rel in before._template_files:
                     file.take_over(before._template_files[rel])
             self._template_state = dict(before._template_state)
+            self._template_off = dict(before._template_off)
 
     def kept(self) -> dict[str, Any] | None:
         """Obsidian's rules as last read, and since when (wall clock) their file is missing, and
@@ -274,15 +278,29 @@ class IgnoreRules:
                 and switched_off(self.vault, plugin, core=core)
                 and not _holds_a_template(folder, note_templates(self.vault))
             )
-            if off:
+            if off and folder is not None:
+                self._template_off[rel] = folder
                 folder = None
                 if rel in self._template_state:
                     log.info("templates_folder_off path=%s plugin=%s", file.path, plugin)
+            else:
+                self._template_off.pop(rel, None)
             if folder is None:
                 self._template_state.pop(rel, None)
             elif self._template_state.get(rel) != folder:
                 log.info("templates_folder path=%s folder=%s", file.path, printable(folder))
                 self._template_state[rel] = folder
+
+    def templates_indexed(self) -> list[dict[str, str]]:
+        """The templates folders indexed as notes because their plugin is switched off in
+        Obsidian (``folder``, the ``plugin``'s name, the settings ``file`` naming the folder), for
+        status: the folder came back into the index and the count of notes jumped, unexplained."""
+        if not self.templates:
+            return []
+        return [
+            {"folder": folder, "plugin": _PLUGIN_NAMES[self._template_plugins[rel][0]], "file": rel}
+            for rel, folder in self._template_off.items()
+        ]
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
