@@ -581,6 +581,22 @@ def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
         assert served.call("recall", {"message": message})["hits"] == []
 
 
+def test_a_weekend_follow_up_of_a_question_about_ones_day_recalls_that_weekend(
+    served: Served, agent_vault: Path
+) -> None:
+    """After 'Was habe ich gestern gemacht?', 'und am Wochenende?' asks the same of the weekend
+    just gone, as 'und am Donnerstag?' does of Thursday: it searched the word 'Wochenende' and
+    recalled no note of the weekend. Alone it still lists nothing by date."""
+    write(agent_vault / "Daily/2026-11-28.md", "# Samstag\n\nZaun gestrichen.\n")
+    served.h.sweep()
+    history = ["Was habe ich gestern gemacht?", "Du hast die Rosen am Knoblauchbeet geschnitten."]
+    r = served.call("recall", {"message": "und am Wochenende?", "history": history})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in r["hits"]], r["hits"]
+    assert "Zaun gestrichen" in r["context"]
+    alone = served.call("recall", {"message": "und am Wochenende?"})
+    assert [h["reference"] for h in alone["hits"] if h["relevance"] == 0] == []
+
+
 @pytest.mark.parametrize(
     "message", ["what do I have today?", "what have I got today?", "how was my day today?"]
 )

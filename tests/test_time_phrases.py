@@ -121,6 +121,15 @@ def test_since_a_period_runs_from_its_start_to_today(form: str, phrase: str, sin
         ("from 2026-11-20 onwards", "2026-11-20"),
         ("seit 3 Tagen", "2026-11-29"),  # a duration: for three days
         ("seit zwei Wochen", "2026-11-18"),
+        # months and years are durations too (they were words), and in English as German write it
+        ("seit einem Jahr", "2025-12-02"),
+        ("seit 2 Jahren", "2024-12-02"),
+        ("seit drei Monaten", "2026-09-02"),
+        ("seit einem Monat", "2026-11-02"),
+        ("seit einer Woche", "2026-11-25"),
+        ("since a year", "2025-12-02"),
+        ("since 2 months", "2026-10-02"),
+        ("since one week", "2026-11-25"),
     ],
 )
 def test_since_a_day(said: str, since: str) -> None:
@@ -964,10 +973,15 @@ def test_no_off_topic_message_asks_what_happened() -> None:
         ("What did I do on the weekend?", ("2026-11-28", "2026-11-29")),
         ("What happened at the weekend?", ("2026-11-28", "2026-11-29")),
         # no past form, the agenda, a habit, a list: words, as before
+        # a follow-up of the weekend alone, asked: as "und am Donnerstag?" is the last Thursday
+        ("und am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("Am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("and on the weekend?", ("2026-11-28", "2026-11-29")),
         ("Was machst du am Wochenende?", None),
         ("Was steht am Wochenende an?", None),
         ("Ausflug am Wochenende", None),
         ("am Wochenende", None),
+        ("und am Wochenende", None),
         ("am Wochenende schlafe ich aus", None),
         ("What did we do on Friday and at the weekend?", None),
     ],

@@ -562,7 +562,12 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         raise FilterError("a weekend in a list or a quote")
     # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
     # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
-    if r.ahead or not clause_says_done(m) or not clause_asks(m):
+    # Or the weekend alone, asked ("und am Wochenende?", "and on the weekend?"): a follow-up, as
+    # "und am Donnerstag?" is the Thursday gone by (recall lists its notes only after a question
+    # about the person's doings). Without its "?" it stays words ("am Wochenende" is a title, a
+    # search for the word).
+    asked_alone = phrase_alone(m) and text.rstrip().endswith("?")
+    if r.ahead or not (asked_alone or (clause_says_done(m) and clause_asks(m))):
         raise FilterError("a weekend with no question about what happened")
     # Another time phrase or a year says which weekend ("am Wochenende … letztes Jahr", "am
     # Wochenende im Mai 2025"): this one's is not it, and the other phrase is read.
@@ -607,6 +612,14 @@ def _since(period: PhraseWindow) -> PhraseWindow:
     return lambda t, m, r: (period(t, m, Reading(False, r.week_start))[0], t)
 
 
+def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "seit 3 Tagen", "seit einem Jahr", "since a year": from that long ago up to today."""
+    return _ROLLING_START[m[2].lower()[:3]](t, _num(m[1])), t
+
+
+_FOR_FORMS = ((r"seit\s+", _UNITS_DE), (r"since\s+", _UNITS_EN))
+
+
 _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
     "wee": lambda t, r: _week(t, 0, r.week_start),
     "woc": lambda t, r: _week(t, 0, r.week_start),
@@ -617,7 +630,8 @@ _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
 
 
 # Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
-# and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
+# and German "seit 3 Tagen" / "seit 2 Wochen" / "seit einem Jahr", a duration (for three days),
+# not a point; "since a year", "since 2 months" as German speakers write it in English.
 _SINCE_ONLY: tuple[Phrase, ...] = (
     *(
         (lead + _WD + tail, lambda t, m, r: (_last_weekday(t, _weekday_number(m[1])), t))
@@ -627,8 +641,10 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
         (lead + _ISO_DAY + tail, lambda t, m, r: (parse_day(m[1], t, name="since"), t))
         for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
-    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: (t - dt.timedelta(days=_num(m[1])), t)),
-    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m, r: (t - dt.timedelta(weeks=_num(m[1])), t)),
+    *(
+        (lead + _NUM[:1] + r"an?|" + _NUM[1:] + r"\s+" + units + _OF_SOMETHING, _for)
+        for lead, units in _FOR_FORMS
+    ),
     # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
     *(
         (
