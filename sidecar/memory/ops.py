@@ -410,18 +410,8 @@ class MemoryOps:
         refused = self.inbox_refused(agent) if source in ("memory", "all") else None
         listing = self._inbox_listing(agent) if source in ("memory", "all") and refused is None else None
         there = self._there(agent, listing)
-        for (
-            key,
-            src,
-            _owner,
-            title,
-            tags_json,
-            mtime_ns,
-            chunks,
-            fm_json,
-            ctime_ns,
-            indexed_at,
-        ) in manifest.list_files(where, args):
+        for row in manifest.list_files(where, args):
+            key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json, ctime_ns, indexed_at = row
             known.add(key)
             if there is not None and src == "memory" and _stem(key) not in there:
                 continue  # deleted from the inbox, not yet from the index (read-only, or a sweep away)
