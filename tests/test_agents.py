@@ -689,17 +689,25 @@ def test_a_filters_value_a_space_after_its_colon(query: str, rest: str, picked: 
     ("query", "key"), [("tag:", "tag"), ("garlic SOURCE:", "source"), ("garlic until:  ", "until")]
 )
 def test_a_key_ending_the_query_is_a_word_and_the_answer_says_so(
-    served: Served, query: str, key: str
+    served: Served, query: str, key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """'tag:' with nothing after it was a bad_request; now its word is searched (as on older
-    versions) and the answer says the key had no value."""
+    versions) and the answer says the key had no value: search's, and why's (it said nothing of
+    it, in its reply or the shell, while it explained the search that dropped the filter)."""
     rest, filters = split_filters(query, TODAY)
     assert rest == query.strip() and filters.no_value == (key,)
     r = served.call("search", {"query": query, "preview": True})
     assert r["filterNoValue"].startswith(f"{key}: has no value, searched as a word")
     assert r["analysis"]["filters"]["noValue"] == [key]
     assert f"note: {r['filterNoValue']}" in text_of_search(query, r)  # what the MCP tool says
-    served.call("why", {"reference": "vault/Old", "query": query})
+    why = served.call("why", {"reference": "vault/Old", "query": query})
+    assert why["filterNoValue"] == r["filterNoValue"], why
+    assert (
+        served.call("why", {"reference": "vault/Nope", "query": query})["filterNoValue"] == r["filterNoValue"]
+    )
+    args = build_parser().parse_args(["why", "vault/Old", query, "--home", str(served.cfg.home)])
+    assert command_for("why")(args, served.cfg) == 0
+    assert f"note: {r['filterNoValue']}" in capsys.readouterr().err
     served.call("recall", {"message": query})
 
 

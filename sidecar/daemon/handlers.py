@@ -493,7 +493,10 @@ class Handlers:
                 out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:
                 out = replace(out, reason="no such note in the vault, wiki or this agent's memory")
-        return explanation_json(out)
+        reply = explanation_json(out)
+        if out.analysis.filters.no_value:  # as search says it: the query explained dropped a filter
+            reply["filterNoValue"] = no_value_note(out.analysis.filters.no_value)
+        return reply
 
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
