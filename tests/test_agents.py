@@ -581,6 +581,22 @@ def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
         assert served.call("recall", {"message": message})["hits"] == []
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?",
+        "Ich habe seit 3 Tagen Husten, was hilft?",
+        "Since a week is too short for Lyon, what did I note about garlic?",
+    ],
+)
+def test_a_duration_of_a_state_lists_no_period(served: Served, message: str) -> None:
+    """'seit einem Jahr' saying how long a state lasts is no period asked about: recall listed
+    every dated note of the year (relevance 0) for a question about a doctor."""
+    r = served.call("recall", {"message": message, "preview": True})
+    assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], r["hits"]
+    assert r["analysis"]["filters"].get("timePhrase") is None, r["analysis"]
+
+
 def test_a_weekend_follow_up_of_a_question_about_ones_day_recalls_that_weekend(
     served: Served, agent_vault: Path
 ) -> None:

@@ -613,11 +613,50 @@ def _since(period: PhraseWindow) -> PhraseWindow:
 
 
 def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    """ "seit 3 Tagen", "seit einem Jahr", "since a year": from that long ago up to today."""
+    """ "seit 3 Tagen", "seit einem Jahr", "since a year": from that long ago up to today. Only
+    where it asks for that time's notes: its clause a question about what happened ("Was habe ich
+    seit einem Jahr über Knoblauch notiert?"), the phrase alone ("und seit 2 Wochen?") or after
+    keywords ("garlic seit 3 Tagen"). Else it says how long a state lasts ("Ich wohne seit einem
+    Jahr in Berlin, welcher Arzt war gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays
+    words: a window there listed a year of daily notes for a question about a doctor."""
+    if not (phrase_alone(m) or _after_keywords(m) or (clause_says_done(m) and clause_asks(m))):
+        raise FilterError("a duration of a state")
     return _ROLLING_START[m[2].lower()[:3]](t, _num(m[1])), t
 
 
-_FOR_FORMS = ((r"seit\s+", _UNITS_DE), (r"since\s+", _UNITS_EN))
+# Words that make a text a sentence rather than keywords: a subject ("Ich wohne seit einem Jahr",
+# "I live here since a year").
+_SUBJECT = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they|man)\b", re.IGNORECASE)
+
+
+def _after_keywords(m: re.Match[str]) -> bool:
+    """Whether the phrase ends the text and only keywords come before it ("garlic seit 3 Tagen"):
+    no punctuation, no subject."""
+    before, after = m.string[: m.start()], m.string[m.end() :]
+    return (
+        re.fullmatch(r"[\w\s-]*", before) is not None
+        and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
+        and _SUBJECT.search(before) is None
+    )
+
+
+# A duration goes on ("seit einem Jahr und drei Monaten", "since a year and a half"): cut short
+# at its first unit it was a shorter window; words. Causal "since" before a verb ("Since a year
+# has twelve months, …", "since a week is too short for …") is no time.
+_MORE = (
+    r"(?!\s+(?:und|and)\s+(?:a\s+half\b|(?:einem|einer|einen|eine|ein)\s+halb|einhalb\b|(?:"
+    + _NUM[1:]
+    + r"\s))"
+)
+_VERB_EN = (
+    r"(?!\s+(?:has|have|had|is|are|was|were|passed|went|goes|gone|will|would|can|could|should|may|"
+    r"might|must|seems?|feels?|makes?|means?)\b)"
+)
+# The English article belongs to the English lead only ("seit a Jahr" is no German).
+_FOR_FORMS = (
+    (r"seit\s+" + _NUM + r"\s+" + _UNITS_DE + _MORE, ""),
+    (r"since\s+(an?|" + _NUM[1:] + r"\s+" + _UNITS_EN + _MORE, _VERB_EN),
+)
 
 
 _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
@@ -641,10 +680,7 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
         (lead + _ISO_DAY + tail, lambda t, m, r: (parse_day(m[1], t, name="since"), t))
         for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
-    *(
-        (lead + _NUM[:1] + r"an?|" + _NUM[1:] + r"\s+" + units + _OF_SOMETHING, _for)
-        for lead, units in _FOR_FORMS
-    ),
+    *((form + _OF_SOMETHING + verb, _for) for form, verb in _FOR_FORMS),
     # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
     *(
         (
