@@ -613,6 +613,19 @@ def test_a_weekend_follow_up_of_a_question_about_ones_day_recalls_that_weekend(
     assert [h["reference"] for h in alone["hits"] if h["relevance"] == 0] == []
 
 
+def test_a_weekend_follow_up_of_a_question_about_plans_recalls_no_weekend_gone(
+    served: Served, agent_vault: Path
+) -> None:
+    """After 'Was habe ich morgen vor?', 'und am Wochenende?' asks about plans too: it recalled
+    last weekend's daily note (listed by date) for it."""
+    write(agent_vault / "Daily/2026-11-28.md", "# Samstag\n\nZaun gestrichen.\n")
+    served.h.sweep()
+    history = ["Was habe ich morgen vor?", "Du hast einen Zahnarzttermin."]
+    r = served.call("recall", {"message": "und am Wochenende?", "history": history, "preview": True})
+    assert "vault/Daily/2026-11-28" not in [h["reference"] for h in r["hits"]], r["hits"]
+    assert r["analysis"]["filters"]["since"] is None, r["analysis"]
+
+
 @pytest.mark.parametrize(
     "message", ["what do I have today?", "what have I got today?", "how was my day today?"]
 )

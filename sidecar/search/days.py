@@ -779,15 +779,22 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
 
 
 def time_window(
-    text: str, today: dt.date, week_start: int = 0, plain: Callable[[str, str], bool] | None = None
+    text: str,
+    today: dt.date,
+    week_start: int = 0,
+    plain: Callable[[str, str], bool] | None = None,
+    *,
+    ahead: bool = False,
 ) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest: "since last
     week" before "last week", "in November last year" before "last year") as a window of days;
     the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
     coming day or month and whole periods; any other ends its window at today and names no day
     to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday); ``plain`` tells
-    whether a message asks only what happened in its phrase's period (see Reading.plain)."""
-    reading = Reading(asks_ahead(text), week_start, plain=plain)
+    whether a message asks only what happened in its phrase's period (see Reading.plain);
+    ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
+    of a question about plans)."""
+    reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
     found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}

@@ -85,6 +85,7 @@ def split_filters(
     phrases: bool = True,
     window_given: bool = False,
     week_start: int = 0,
+    ahead: bool = False,
 ) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
@@ -94,7 +95,8 @@ def split_filters(
     parameters; or an inline ``since:`` or ``until:``) wins over a time phrase: the phrase is
     stripped as the time it names, and sets nothing (a window of one end from each, as it was,
     was neither what the phrase nor what the filter said; kept as words, "last week" diluted the
-    query's other words).
+    query's other words). ``ahead`` reads the time phrase as the agenda's whatever the text says
+    (a follow-up of a question about plans, see time_window).
     """
     day = today or dt.date.today()
     tags: list[str] = []
@@ -120,7 +122,7 @@ def split_filters(
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
     if phrases:
-        rest, window, phrase = time_window(rest, day, week_start, asks_only_when)
+        rest, window, phrase = time_window(rest, day, week_start, asks_only_when, ahead=ahead)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
         given = window_given or since is not None or until is not None
