@@ -1559,6 +1559,53 @@ def test_status_says_a_templates_folder_is_indexed_again_while_its_plugin_is_off
     assert "Excluded notes: 1 by Obsidian templates folder: Vorlagen/" in shown and said not in shown, shown
 
 
+def test_status_says_no_templates_folder_indexed_that_another_rule_leaves_out(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """Core Templates switched off in favour of Templater, both naming Vorlagen/ (a common set-up):
+    the folder stays out under Templater's rule, and status said it both excluded and 'indexed as
+    notes'."""
+    from sidecar.clients.cli_render import render_status
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Vorlagen"}))
+    write(v / ".obsidian/community-plugins.json", json.dumps(["templater-obsidian"]))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    health = serve_in_process(v).call("health")
+    shown = render_status(health)
+    assert health["index"]["templates_indexed"] == [], health["index"]
+    assert "Excluded notes: 1 by Obsidian templates folder: Vorlagen/" in shown, shown
+    assert "is indexed as notes" not in shown, shown
+
+
+@pytest.mark.parametrize("left_out", ["app.json", "index.exclude", "missing", "empty"])
+def test_a_templates_folder_off_is_indexed_only_with_a_note_no_rule_leaves_out(
+    tmp_path: Path, left_out: str
+) -> None:
+    """The Templates plugin off, its folder is said indexed as notes only when a note of it is:
+    not when Obsidian's Excluded files or index.exclude still leave it out, nor when it is missing
+    or holds no note."""
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    patterns: tuple[str, ...] = ()
+    if left_out == "app.json":
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Vorlagen/"]}))
+    elif left_out == "index.exclude":
+        patterns = ("Vorlagen/",)
+    else:
+        shutil.rmtree(v / "Vorlagen")
+        if left_out == "empty":
+            write(v / "Vorlagen/bild.png", "not a note")
+    rules = IgnoreRules(patterns, v)
+    rules.refresh()
+    assert rules.templates_indexed() == [], left_out
+    if left_out in ("missing", "empty"):  # a note put there: now it is
+        write(v / "Vorlagen/Neu.md", "# Neu\n")
+        assert [t["folder"] for t in rules.templates_indexed()] == ["Vorlagen/"]
+
+
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
     """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
     (no hold), its notes leave search at once, under the templates folder's rule."""
