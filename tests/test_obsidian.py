@@ -1341,6 +1341,41 @@ def test_a_daily_notes_plugin_switched_off_sets_no_format(tmp_path: Path) -> Non
     assert formats.refresh() == (("YYYY/MM/DD", "Tage"),)
 
 
+def test_a_daily_notes_plugin_off_with_its_settings_broken_is_no_trouble(tmp_path: Path) -> None:
+    """Obsidian ignores the settings of a Daily notes plugin switched off: a broken one is no
+    trouble (status named it a problem, doctor warned to fix a file nothing reads); on again, it
+    is."""
+    from sidecar.vault.dailynotes import DailyNoteFormats
+    from sidecar.vault.settingsfile import CORE_PLUGINS
+
+    vault = tmp_path / "v"
+    write(vault / ".obsidian/daily-notes.json", "{not json")
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": False}))
+    formats = DailyNoteFormats(vault)
+    assert formats.refresh() == () and formats.trouble is None, formats.trouble
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": True}))
+    formats.refresh()
+    assert formats.trouble is not None and "daily-notes.json cannot be read" in formats.trouble
+
+
+def test_health_lists_a_daily_note_format_off_apart(tmp_path: Path, serve_in_process: Any) -> None:
+    """A format whose plugin is off is not in health's daily_notes, the formats in force (a client
+    that predates the mark printed it as in force), but in daily_notes_off; status says both."""
+    from sidecar.clients.cli_render import render_status
+
+    v = tmp_path / "dv"
+    write(v / "Journal/03.11.2026.md", "# Tag\n\nZaun gestrichen.\n")
+    write(v / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"daily-notes": False}))
+    h = serve_in_process(v).call("health")
+    assert h["daily_notes"] == [], h["daily_notes"]
+    off = {"format": "DD.MM.YYYY", "folder": "Journal", "file": ".obsidian/daily-notes.json"}
+    off["off"] = "Daily notes"
+    assert h["daily_notes_off"] == [off], h["daily_notes_off"]
+    shown = render_status(h)
+    assert "DD.MM.YYYY in Journal/ (from .obsidian/daily-notes.json) is not used" in shown, shown
+
+
 def test_a_note_sidecars_own_exclude_leaves_out_is_not_shown(tmp_path: Path, serve_in_process: Any) -> None:
     """`index.exclude: [Privat/]` is the user's word to sidecar: get (and memory_get, resources)
     served the whole private note to any agent by name. Obsidian's Excluded files hide notes from

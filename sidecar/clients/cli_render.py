@@ -212,7 +212,7 @@ def render_status(h: dict[str, Any]) -> str:
         if relink.get("waiting"):
             lines.append(f"  waiting for {', '.join(relink['waiting'])} to answer again")
     if h.get("vault") and "daily_notes" in h:
-        lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
+        lines.append(f"Daily notes: {daily_notes_line([*h['daily_notes'], *h.get('daily_notes_off', ())])}")
     if h.get("vault") and (week := h.get("week_start")):
         lines.append(f"Weeks begin on: {week['weekday'].capitalize()} ({shown(week['source'])})")
     unread = idx.get("front_matter_unread") or {"notes": 0}

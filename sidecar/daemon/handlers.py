@@ -314,8 +314,11 @@ class Handlers:
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
             # The daily-note formats in force and the settings file each came from: what dates a
-            # note by its name (an unreadable file is a problem of obsidian_settings).
-            "daily_notes": self.indexer.daily_formats.describe(),
+            # note by its name (an unreadable file is a problem of obsidian_settings); those of a
+            # plugin switched off under a key of their own, so a client that predates it does not
+            # print them as in force.
+            "daily_notes": [d for d in self.indexer.daily_formats.describe() if "off" not in d],
+            "daily_notes_off": [d for d in self.indexer.daily_formats.describe() if "off" in d],
             # The weekday weeks begin on for time phrases, and how it was read (Calendar plugin).
             "week_start": self.indexer.week_start.describe(),
             # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).

@@ -83,11 +83,14 @@ class DailyNoteFormats:
         formats: list[tuple[str, str]] = []
         off: set[Path] = set()
         for rel in _FILES:
-            found = self._file(self.vault / rel)
             plugin, core, name = _PLUGINS[rel]
-            if found and switched_off(self.vault, plugin, core=core):
+            # Off whatever its file holds: Obsidian ignores it, broken too (a broken one was a
+            # warning to fix a file nothing reads).
+            is_off = switched_off(self.vault, plugin, core=core)
+            found = self._file(self.vault / rel, quiet=is_off)
+            if is_off:
                 off.add(rel)
-                if rel not in self._off:
+                if rel not in self._off and found:
                     log.info("daily_note_plugin_off path=%s plugin=%s", self.vault / rel, name)
                 continue
             formats.extend(found)
@@ -138,7 +141,9 @@ class DailyNoteFormats:
         off = {self.vault / rel for rel in self._off} if self.vault is not None else set()
         return "; ".join(t for path, (_, _, t) in self._read.items() if t and path not in off) or None
 
-    def _file(self, path: Path) -> list[tuple[str, str]]:
+    def _file(self, path: Path, *, quiet: bool = False) -> list[tuple[str, str]]:
+        """The formats ``path`` gives (read again when it changed); ``quiet``: its plugin is off,
+        a file that cannot be read is logged as no warning."""
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -157,7 +162,7 @@ class DailyNoteFormats:
             # said once per version of the file, and in status (a log line alone left the user
             # wondering why their daily notes are dated by their last change).
             why = printable(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
-            log.warning("daily_note_settings_unreadable path=%s error=%s", path, why)
+            (log.info if quiet else log.warning)("daily_note_settings_unreadable path=%s error=%s", path, why)
             kept = ", ".join(f for f, _ in before[1])
             kept = f"the daily-note format read before stays ({kept})" if kept else "no format of it is used"
             trouble = f"{path} cannot be read ({why}); {kept}"
