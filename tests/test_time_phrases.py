@@ -1023,6 +1023,10 @@ def test_no_off_topic_message_asks_what_happened() -> None:
         ("und am Wochenende?", ("2026-11-28", "2026-11-29")),
         ("Am Wochenende?", ("2026-11-28", "2026-11-29")),
         ("and on the weekend?", ("2026-11-28", "2026-11-29")),
+        # asked however it ends: "?!" and "??" as "?" and " ?" (it was words)
+        ("und am Wochenende?!", ("2026-11-28", "2026-11-29")),
+        ("und am Wochenende ?", ("2026-11-28", "2026-11-29")),
+        ("und am Wochenende??", ("2026-11-28", "2026-11-29")),
         ("Was machst du am Wochenende?", None),
         ("Was steht am Wochenende an?", None),
         ("Ausflug am Wochenende", None),

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, phrase_alone
+from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, ends_asked, phrase_alone
 from sidecar.search.words import fold, numbered_file
 
 
@@ -566,7 +566,7 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     # "und am Donnerstag?" is the Thursday gone by (recall lists its notes only after a question
     # about the person's doings). Without its "?" it stays words ("am Wochenende" is a title, a
     # search for the word).
-    asked_alone = phrase_alone(m) and text.rstrip().endswith("?")
+    asked_alone = phrase_alone(m) and ends_asked(text)
     if r.ahead or not (asked_alone or (clause_says_done(m) and clause_asks(m))):
         raise FilterError("a weekend with no question about what happened")
     # Another time phrase or a year says which weekend ("am Wochenende … letztes Jahr", "am

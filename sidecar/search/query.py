@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from sidecar.notes.markdown import filter_tag
 from sidecar.search.days import FilterError, parse_day, time_window
+from sidecar.search.tense import ends_asked
 from sidecar.search.words import WORD, fold, kinds_file, words_file
 
 # Filler words: articles, pronouns, auxiliaries and the chat frame around a question ("kannst du
@@ -279,7 +280,7 @@ def _doings(text: str, words: list[str]) -> bool:
 
 def _asked(text: str, words: list[str]) -> bool:
     """A question (a question mark, or a question word first) or a request ("show me …")."""
-    return text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
+    return ends_asked(text) or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
 
 
 def _addressed(tokens: list[str], words: list[str]) -> bool:
@@ -310,7 +311,7 @@ def asks_what_happened(text: str, rest: str) -> bool:
     notes of that period; one about something of its own ("what was the weather yesterday?",
     "what was that yesterday?", "was war das denn gestern?") is answered by its words, and
     "Was that what happened yesterday?" is no German question."""
-    if not text.rstrip().endswith("?"):
+    if not ends_asked(text):
         return False
     words = [w.lower() for w in WORD.findall(_CLITIC.sub("", rest))]
     if not words or words[0] not in ("what", "was"):

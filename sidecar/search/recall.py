@@ -28,7 +28,7 @@ from sidecar.search.query import (
 from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.retrieval import BmParts, Retriever
-from sidecar.search.tense import asks_ahead
+from sidecar.search.tense import asks_ahead, ends_asked
 from sidecar.search.words import WORD
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
@@ -442,4 +442,4 @@ def _follows_a_question_about_self(message: str, qa: QueryAnalysis, history: Seq
     time phrase."""
     if not any(asks_about_self(t) for t in history[-2:]):
         return False
-    return qa.refers_back or (not qa.content_words and message.rstrip().endswith("?"))
+    return qa.refers_back or (not qa.content_words and ends_asked(message))
