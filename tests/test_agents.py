@@ -2864,6 +2864,10 @@ def test_time_phrases_count_from_the_askers_date(
     assert far["window"]["since"] == _ago(1)
     assert "is 7 days from the daemon's date 2026-12-02" in far["todayIgnored"]
     assert far["todayIgnored"] in text_of_search("garlic gestern", far)
+    # why explains that search: it says so too (it dropped the note)
+    why = served.call("why", {"reference": "vault/Old", "query": "garlic gestern", "today": "2026-12-09"})
+    assert why["todayIgnored"] == far["todayIgnored"], why
+    assert "todayIgnored" not in served.call("why", {"reference": "vault/Old", "query": "garlic gestern"})
     assert "the daemon's day is Wednesday 2026-12-02 (time zone" in status_of(health)["message"]
     assert "the daemon's day is Wednesday 2026-12-02" in render_status(health)
     # The MCP shim's memory_search and the command line send their own date.

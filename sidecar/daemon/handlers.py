@@ -461,7 +461,8 @@ class Handlers:
         key = self._named(param_str(p, "reference", max_len=MAX_REFERENCE_CHARS), req.agent).key
         try:
             query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
-            out = explain(self.retriever, key, query, req.agent, self._asker_today(p)[0])
+            asker, far = self._asker_today(p)
+            out = explain(self.retriever, key, query, req.agent, asker)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
@@ -499,6 +500,8 @@ class Handlers:
         reply = explanation_json(out)
         if out.analysis.filters.no_value:  # as search says it: the query explained dropped a filter
             reply["filterNoValue"] = no_value_note(out.analysis.filters.no_value)
+        if far:  # as search says it: the time phrases were read against the daemon's date
+            reply["todayIgnored"] = far
         return reply
 
     def recall(self, req: Request) -> dict[str, Any]:
