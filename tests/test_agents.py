@@ -2476,6 +2476,25 @@ def test_list_says_a_file_dated_in_the_future_as_search_does(
     assert said in out and out.count("lies in the future") == 1, out
 
 
+def test_list_shows_no_future_time_as_the_last_change_seen_here() -> None:
+    """A file dated ahead whose status change time is ahead too, with no index time (a file not
+    indexed): its future mtime was shown as 'its last change seen here' beside 'its file's date
+    lies in the future'; search gives such a note no day, and neither does the list."""
+    from sidecar.contracts.wire import modified_said
+    from sidecar.memory.ops import _modified
+
+    ahead = time.time() + 5 * 365 * 86_400
+    future_ns = int(ahead * 1e9)
+    future = dt.date.fromtimestamp(ahead).isoformat()
+    for ctime_ns in (future_ns, 0):
+        note = _modified(future_ns, ctime_ns, 0.0)
+        assert note == {"modified": "", "modifiedAhead": future}, note
+        assert modified_said(note) == f"no last change seen here; its file's date {future} lies in the future"
+    now_ns = time.time_ns()
+    assert _modified(future_ns, now_ns, 0.0)["modified"].startswith(dt.date.today().isoformat())
+    assert "modifiedAhead" not in _modified(now_ns, 0, 0.0)
+
+
 def test_a_future_file_keeps_its_day_through_a_reindex_and_never_becomes_today(served: Served) -> None:
     """The day of a note whose mtime lies in the future was when it was indexed, and every
     re-index (a rebuild, a re-read) sets that anew: after one, every such note was "indexed

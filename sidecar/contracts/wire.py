@@ -352,6 +352,8 @@ def modified_said(note: dict[str, Any]) -> str:
     the time shown is its last change seen here, the file's own date lies in the future."""
     if not note.get("modifiedAhead"):
         return str(note["modified"])
+    if not note["modified"]:  # no sane time of it seen here either
+        return f"no last change seen here; its file's date {note['modifiedAhead']} lies in the future"
     return (
         f"{note['modified']}, its last change seen here; its file's date {note['modifiedAhead']} "
         "lies in the future"

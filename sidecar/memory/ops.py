@@ -611,13 +611,13 @@ def _local(mtime_ns: int) -> str:
 def _modified(mtime_ns: int, ctime_ns: int, indexed_at: float = 0.0) -> dict[str, str]:
     """A listed note's ``modified``: its last change as search dates it (``last_change``), and
     ``modifiedAhead``, the file's own day, when its mtime lies more than a day in the future (a
-    list showed that date unflagged while the note's hit said it lies in the future). With no
-    time of it known otherwise, the file's own."""
+    list showed that date unflagged while the note's hit said it lies in the future). Ahead with
+    no sane time of it seen here (its ctime ahead too, never indexed): ``modified`` is empty, as
+    search gives such a note no day (the future mtime was shown as its last change seen here)."""
     changed, ahead = last_change(mtime_ns, ctime_ns, indexed_at)
-    out = {"modified": _local(changed or mtime_ns)}
-    if ahead:
-        out["modifiedAhead"] = local_day(mtime_ns)
-    return out
+    if not ahead:
+        return {"modified": _local(mtime_ns)}
+    return {"modified": _local(changed) if changed else "", "modifiedAhead": local_day(mtime_ns)}
 
 
 def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
