@@ -582,6 +582,51 @@ def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        "Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?",
+        "Ich habe seit 3 Tagen Husten, was hilft?",
+        "Since a week is too short for Lyon, what did I note about garlic?",
+    ],
+)
+def test_a_duration_of_a_state_lists_no_period(served: Served, message: str) -> None:
+    """'seit einem Jahr' saying how long a state lasts is no period asked about: recall listed
+    every dated note of the year (relevance 0) for a question about a doctor."""
+    r = served.call("recall", {"message": message, "preview": True})
+    assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], r["hits"]
+    assert r["analysis"]["filters"].get("timePhrase") is None, r["analysis"]
+
+
+def test_a_weekend_follow_up_of_a_question_about_ones_day_recalls_that_weekend(
+    served: Served, agent_vault: Path
+) -> None:
+    """After 'Was habe ich gestern gemacht?', 'und am Wochenende?' asks the same of the weekend
+    just gone, as 'und am Donnerstag?' does of Thursday: it searched the word 'Wochenende' and
+    recalled no note of the weekend. Alone it still lists nothing by date."""
+    write(agent_vault / "Daily/2026-11-28.md", "# Samstag\n\nZaun gestrichen.\n")
+    served.h.sweep()
+    history = ["Was habe ich gestern gemacht?", "Du hast die Rosen am Knoblauchbeet geschnitten."]
+    r = served.call("recall", {"message": "und am Wochenende?", "history": history})
+    assert "vault/Daily/2026-11-28" in [h["reference"] for h in r["hits"]], r["hits"]
+    assert "Zaun gestrichen" in r["context"]
+    alone = served.call("recall", {"message": "und am Wochenende?"})
+    assert [h["reference"] for h in alone["hits"] if h["relevance"] == 0] == []
+
+
+def test_a_weekend_follow_up_of_a_question_about_plans_recalls_no_weekend_gone(
+    served: Served, agent_vault: Path
+) -> None:
+    """After 'Was habe ich morgen vor?', 'und am Wochenende?' asks about plans too: it recalled
+    last weekend's daily note (listed by date) for it."""
+    write(agent_vault / "Daily/2026-11-28.md", "# Samstag\n\nZaun gestrichen.\n")
+    served.h.sweep()
+    history = ["Was habe ich morgen vor?", "Du hast einen Zahnarzttermin."]
+    r = served.call("recall", {"message": "und am Wochenende?", "history": history, "preview": True})
+    assert "vault/Daily/2026-11-28" not in [h["reference"] for h in r["hits"]], r["hits"]
+    assert r["analysis"]["filters"]["since"] is None, r["analysis"]
+
+
+@pytest.mark.parametrize(
     "message", ["what do I have today?", "what have I got today?", "how was my day today?"]
 )
 def test_a_question_about_ones_own_agenda_recalls_the_day(served: Served, message: str) -> None:
@@ -673,17 +718,25 @@ def test_a_filters_value_a_space_after_its_colon(query: str, rest: str, picked: 
     ("query", "key"), [("tag:", "tag"), ("garlic SOURCE:", "source"), ("garlic until:  ", "until")]
 )
 def test_a_key_ending_the_query_is_a_word_and_the_answer_says_so(
-    served: Served, query: str, key: str
+    served: Served, query: str, key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """'tag:' with nothing after it was a bad_request; now its word is searched (as on older
-    versions) and the answer says the key had no value."""
+    versions) and the answer says the key had no value: search's, and why's (it said nothing of
+    it, in its reply or the shell, while it explained the search that dropped the filter)."""
     rest, filters = split_filters(query, TODAY)
     assert rest == query.strip() and filters.no_value == (key,)
     r = served.call("search", {"query": query, "preview": True})
     assert r["filterNoValue"].startswith(f"{key}: has no value, searched as a word")
     assert r["analysis"]["filters"]["noValue"] == [key]
     assert f"note: {r['filterNoValue']}" in text_of_search(query, r)  # what the MCP tool says
-    served.call("why", {"reference": "vault/Old", "query": query})
+    why = served.call("why", {"reference": "vault/Old", "query": query})
+    assert why["filterNoValue"] == r["filterNoValue"], why
+    assert (
+        served.call("why", {"reference": "vault/Nope", "query": query})["filterNoValue"] == r["filterNoValue"]
+    )
+    args = build_parser().parse_args(["why", "vault/Old", query, "--home", str(served.cfg.home)])
+    assert command_for("why")(args, served.cfg) == 0
+    assert f"note: {r['filterNoValue']}" in capsys.readouterr().err
     served.call("recall", {"message": query})
 
 
@@ -2389,6 +2442,59 @@ def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Serv
     assert served.call("search", {"query": f"tag:uhr since:{later}"})["listed"] == 0
 
 
+def test_list_says_a_file_dated_in_the_future_as_search_does(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memory list` (the op, the MCP tool, the shell) showed a note whose file is dated years
+    ahead as modified then, unflagged, while its search hit said the file's date lies in the
+    future: a list shows its last change seen here and ``modifiedAhead``, as a hit does."""
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Uhr/Zukunft.md", "# Zukunft\n\nText.\n")
+    write(vault / "Uhr/Heute.md", "# Heute\n\nText.\n")
+    ahead = time.time() + 5 * 365 * 86_400
+    future = dt.date.fromtimestamp(ahead).isoformat()
+    os.utime(vault / "Uhr/Zukunft.md", (ahead, ahead))
+    changed = dt.date.fromtimestamp(os.stat(vault / "Uhr/Zukunft.md").st_ctime).isoformat()
+    served.h.sweep()
+    params = {"source": "vault", "pathPrefix": "Uhr/"}
+    listed = {n["reference"]: n for n in served.call("list", params)["notes"]}
+    zukunft, heute = listed["vault/Uhr/Zukunft"], listed["vault/Uhr/Heute"]
+    assert zukunft["modified"].startswith(changed) and zukunft["modifiedAhead"] == future, zukunft
+    assert "modifiedAhead" not in heute, heute
+    said = f"its last change seen here; its file's date {future} lies in the future"
+    text, structured = ToolCalls(served.cfg.socket_path, "claude").tools["memory_list"](params)
+    assert said in text and text.count("lies in the future") == 1, text
+    assert {n["reference"]: n.get("modifiedAhead") for n in structured["notes"]} == {
+        "vault/Uhr/Heute": None,
+        "vault/Uhr/Zukunft": future,
+    }
+    argv = ["memory", "list", "--agent", "claude", "--source", "vault", "--path", "Uhr/"]
+    argv += ["--home", str(served.cfg.home)]
+    assert command_for("memory")(build_parser().parse_args(argv), served.cfg) == 0
+    out = capsys.readouterr().out
+    assert said in out and out.count("lies in the future") == 1, out
+
+
+def test_list_shows_no_future_time_as_the_last_change_seen_here() -> None:
+    """A file dated ahead whose status change time is ahead too, with no index time (a file not
+    indexed): its future mtime was shown as 'its last change seen here' beside 'its file's date
+    lies in the future'; search gives such a note no day, and neither does the list."""
+    from sidecar.contracts.wire import modified_said
+    from sidecar.memory.ops import _modified
+
+    ahead = time.time() + 5 * 365 * 86_400
+    future_ns = int(ahead * 1e9)
+    future = dt.date.fromtimestamp(ahead).isoformat()
+    for ctime_ns in (future_ns, 0):
+        note = _modified(future_ns, ctime_ns, 0.0)
+        assert note == {"modified": "", "modifiedAhead": future}, note
+        assert modified_said(note) == f"no last change seen here; its file's date {future} lies in the future"
+    now_ns = time.time_ns()
+    assert _modified(future_ns, now_ns, 0.0)["modified"].startswith(dt.date.today().isoformat())
+    assert "modifiedAhead" not in _modified(now_ns, 0, 0.0)
+
+
 def test_a_future_file_keeps_its_day_through_a_reindex_and_never_becomes_today(served: Served) -> None:
     """The day of a note whose mtime lies in the future was when it was indexed, and every
     re-index (a rebuild, a re-read) sets that anew: after one, every such note was "indexed
@@ -2777,6 +2883,10 @@ def test_time_phrases_count_from_the_askers_date(
     assert far["window"]["since"] == _ago(1)
     assert "is 7 days from the daemon's date 2026-12-02" in far["todayIgnored"]
     assert far["todayIgnored"] in text_of_search("garlic gestern", far)
+    # why explains that search: it says so too (it dropped the note)
+    why = served.call("why", {"reference": "vault/Old", "query": "garlic gestern", "today": "2026-12-09"})
+    assert why["todayIgnored"] == far["todayIgnored"], why
+    assert "todayIgnored" not in served.call("why", {"reference": "vault/Old", "query": "garlic gestern"})
     assert "the daemon's day is Wednesday 2026-12-02 (time zone" in status_of(health)["message"]
     assert "the daemon's day is Wednesday 2026-12-02" in render_status(health)
     # The MCP shim's memory_search and the command line send their own date.

@@ -1310,6 +1310,72 @@ def test_daily_note_settings_of_a_folder_alone_or_typed_with_backslashes(tmp_pat
     assert DailyNoteFormats(vault).refresh() == (("DD.MM.YYYY", "Tage"),)
 
 
+def test_a_daily_notes_plugin_switched_off_sets_no_format(tmp_path: Path) -> None:
+    """Obsidian keeps daily-notes.json (and Periodic Notes' data.json) when the plugin is switched
+    off, and ignores it: its format still dated notes by their names here. Off (core-plugins.json
+    as a map or a list; community-plugins.json for Periodic Notes), its format is not in force and
+    status says why; on again, or no list at all, it counts as before."""
+    from sidecar.clients.cli_render import daily_notes_line
+    from sidecar.vault.dailynotes import DailyNoteFormats
+    from sidecar.vault.settingsfile import COMMUNITY_PLUGINS, CORE_PLUGINS
+
+    vault = tmp_path / "v"
+    write(vault / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    formats = DailyNoteFormats(vault)
+    assert formats.refresh() == (("DD.MM.YYYY", "Journal"),)  # no list of plugins: taken as on
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": False, "templates": True}))
+    assert formats.refresh() == () and formats.formats() == () and formats.kept() == []
+    line = daily_notes_line(formats.describe())
+    assert "DD.MM.YYYY in Journal/ (from .obsidian/daily-notes.json) is not used" in line, line
+    assert "the Daily notes plugin is switched off in Obsidian" in line, line
+    write(vault / CORE_PLUGINS, json.dumps(["file-explorer", "daily-notes"]))
+    assert formats.refresh() == (("DD.MM.YYYY", "Journal"),)
+    write(vault / CORE_PLUGINS, json.dumps(["file-explorer"]))
+    assert formats.refresh() == ()
+    periodic = {"daily": {"format": "YYYY/MM/DD", "folder": "Tage"}}
+    write(vault / ".obsidian/plugins/periodic-notes/data.json", json.dumps(periodic))
+    write(vault / COMMUNITY_PLUGINS, json.dumps(["dataview"]))
+    assert formats.refresh() == ()
+    assert "the Periodic Notes plugin is switched off" in daily_notes_line(formats.describe())
+    write(vault / COMMUNITY_PLUGINS, json.dumps(["periodic-notes"]))
+    assert formats.refresh() == (("YYYY/MM/DD", "Tage"),)
+
+
+def test_a_daily_notes_plugin_off_with_its_settings_broken_is_no_trouble(tmp_path: Path) -> None:
+    """Obsidian ignores the settings of a Daily notes plugin switched off: a broken one is no
+    trouble (status named it a problem, doctor warned to fix a file nothing reads); on again, it
+    is."""
+    from sidecar.vault.dailynotes import DailyNoteFormats
+    from sidecar.vault.settingsfile import CORE_PLUGINS
+
+    vault = tmp_path / "v"
+    write(vault / ".obsidian/daily-notes.json", "{not json")
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": False}))
+    formats = DailyNoteFormats(vault)
+    assert formats.refresh() == () and formats.trouble is None, formats.trouble
+    write(vault / CORE_PLUGINS, json.dumps({"daily-notes": True}))
+    formats.refresh()
+    assert formats.trouble is not None and "daily-notes.json cannot be read" in formats.trouble
+
+
+def test_health_lists_a_daily_note_format_off_apart(tmp_path: Path, serve_in_process: Any) -> None:
+    """A format whose plugin is off is not in health's daily_notes, the formats in force (a client
+    that predates the mark printed it as in force), but in daily_notes_off; status says both."""
+    from sidecar.clients.cli_render import render_status
+
+    v = tmp_path / "dv"
+    write(v / "Journal/03.11.2026.md", "# Tag\n\nZaun gestrichen.\n")
+    write(v / ".obsidian/daily-notes.json", json.dumps({"folder": "Journal", "format": "DD.MM.YYYY"}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"daily-notes": False}))
+    h = serve_in_process(v).call("health")
+    assert h["daily_notes"] == [], h["daily_notes"]
+    off = {"format": "DD.MM.YYYY", "folder": "Journal", "file": ".obsidian/daily-notes.json"}
+    off["off"] = "Daily notes"
+    assert h["daily_notes_off"] == [off], h["daily_notes_off"]
+    shown = render_status(h)
+    assert "DD.MM.YYYY in Journal/ (from .obsidian/daily-notes.json) is not used" in shown, shown
+
+
 def test_a_note_sidecars_own_exclude_leaves_out_is_not_shown(tmp_path: Path, serve_in_process: Any) -> None:
     """`index.exclude: [Privat/]` is the user's word to sidecar: get (and memory_get, resources)
     served the whole private note to any agent by name. Obsidian's Excluded files hide notes from
@@ -1497,6 +1563,82 @@ def test_a_templates_plugin_switched_off_leaves_its_folder_in(tmp_path: Path, ma
         assert "Obsidian templates folder: Vorlagen/" not in h.indexer.activity.excluded
     finally:
         h.close()
+
+
+def test_status_says_a_templates_folder_is_indexed_again_while_its_plugin_is_off(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """The Templates plugin switched off, its folder comes back into the index and the count of
+    notes jumps: status said nothing of it (it names the folder only while it is left out). It
+    says where it spoke of the folder, in plain words, and no more once the plugin is on again."""
+    from sidecar.clients.cli_render import render_status
+
+    v = _template_vault(tmp_path)
+    core = write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    server = serve_in_process(v)
+    health = server.call("health")
+    assert health["index"]["templates_indexed"] == [
+        {"folder": "Vorlagen/", "plugin": "Templates", "file": ".obsidian/templates.json"}
+    ]
+    shown = render_status(health)
+    said = (
+        "Templates folder Vorlagen/ is indexed as notes: the Templates plugin is switched off in "
+        "Obsidian (its folder is set in .obsidian/templates.json)"
+    )
+    assert said in shown, shown
+    write(core, json.dumps({"templates": True}))
+    server.harness.sweep()
+    health = server.call("health")
+    assert health["index"]["templates_indexed"] == []
+    shown = render_status(health)
+    assert "Excluded notes: 1 by Obsidian templates folder: Vorlagen/" in shown and said not in shown, shown
+
+
+def test_status_says_no_templates_folder_indexed_that_another_rule_leaves_out(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """Core Templates switched off in favour of Templater, both naming Vorlagen/ (a common set-up):
+    the folder stays out under Templater's rule, and status said it both excluded and 'indexed as
+    notes'."""
+    from sidecar.clients.cli_render import render_status
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Vorlagen"}))
+    write(v / ".obsidian/community-plugins.json", json.dumps(["templater-obsidian"]))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    health = serve_in_process(v).call("health")
+    shown = render_status(health)
+    assert health["index"]["templates_indexed"] == [], health["index"]
+    assert "Excluded notes: 1 by Obsidian templates folder: Vorlagen/" in shown, shown
+    assert "is indexed as notes" not in shown, shown
+
+
+@pytest.mark.parametrize("left_out", ["app.json", "index.exclude", "missing", "empty"])
+def test_a_templates_folder_off_is_indexed_only_with_a_note_no_rule_leaves_out(
+    tmp_path: Path, left_out: str
+) -> None:
+    """The Templates plugin off, its folder is said indexed as notes only when a note of it is:
+    not when Obsidian's Excluded files or index.exclude still leave it out, nor when it is missing
+    or holds no note."""
+    from sidecar.vault.ignore import IgnoreRules
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    patterns: tuple[str, ...] = ()
+    if left_out == "app.json":
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Vorlagen/"]}))
+    elif left_out == "index.exclude":
+        patterns = ("Vorlagen/",)
+    else:
+        shutil.rmtree(v / "Vorlagen")
+        if left_out == "empty":
+            write(v / "Vorlagen/bild.png", "not a note")
+    rules = IgnoreRules(patterns, v)
+    rules.refresh()
+    assert rules.templates_indexed() == [], left_out
+    if left_out in ("missing", "empty"):  # a note put there: now it is
+        write(v / "Vorlagen/Neu.md", "# Neu\n")
+        assert [t["folder"] for t in rules.templates_indexed()] == ["Vorlagen/"]
 
 
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:

@@ -121,12 +121,67 @@ def test_since_a_period_runs_from_its_start_to_today(form: str, phrase: str, sin
         ("from 2026-11-20 onwards", "2026-11-20"),
         ("seit 3 Tagen", "2026-11-29"),  # a duration: for three days
         ("seit zwei Wochen", "2026-11-18"),
+        # months and years are durations too (they were words), and in English as German write it
+        ("seit einem Jahr", "2025-12-02"),
+        ("seit 2 Jahren", "2024-12-02"),
+        ("seit drei Monaten", "2026-09-02"),
+        ("seit einem Monat", "2026-11-02"),
+        ("seit einer Woche", "2026-11-25"),
+        ("since a year", "2025-12-02"),
+        ("since 2 months", "2026-10-02"),
+        ("since one week", "2026-11-25"),
     ],
 )
 def test_since_a_day(said: str, since: str) -> None:
     """Points that are no period of their own: a weekday (its last one), a date, a duration."""
     rest, f = split_filters(f"garlic {said}", TODAY)
     assert (f.since, f.until, f.phrase, rest) == (since, _TODAY, said, "garlic"), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a state that lasts, beside a question about something else
+        "Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?",
+        "Ich habe seit 3 Tagen Husten, was hilft?",
+        "Ich bin seit zwei Wochen krank",
+        "I live here since a year",
+        # causal "since" before its verb
+        "Since a year has twelve months, how many weeks are there?",
+        "since a week is too short for Lyon, what did I note about garlic?",
+        "What did I write since a year has passed?",
+        # a duration that goes on: cut short at its first unit it was a shorter window
+        "seit einem Jahr und drei Monaten",
+        "seit 2 Jahren und einem halben Monat",
+        "since a year and a half",
+        "since 2 months and 3 weeks",
+        # the English article in the German form
+        "seit a Jahr",
+        "seit an Jahr",
+    ],
+)
+def test_a_duration_of_a_state_stays_words(said: str) -> None:
+    """'seit einem Jahr', 'since a year' are a window only where they ask for that time's notes:
+    a state's duration ('Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?') narrowed
+    the question about a doctor to a year (recall listed the year's daily notes instead)."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "rest"),
+    [
+        ("Was habe ich seit einem Jahr notiert?", "2025-12-02", "Was habe ich notiert?"),
+        ("What did I do since 2 months?", "2026-10-02", "What did I do ?"),
+        ("und seit einem Jahr?", "2025-12-02", "und ?"),
+        ("Knoblauch seit drei Tagen", "2026-11-29", "Knoblauch"),
+        ("seit einem Jahr", "2025-12-02", ""),
+    ],
+)
+def test_a_duration_asked_about_is_a_window(said: str, since: str, rest: str) -> None:
+    """A question about what happened in it, the phrase alone or after keywords: its window."""
+    got, f = split_filters(said, TODAY)
+    assert (f.since, f.until, got) == (since, _TODAY, rest)
 
 
 def test_from_without_on_is_of_the_period() -> None:
@@ -964,10 +1019,19 @@ def test_no_off_topic_message_asks_what_happened() -> None:
         ("What did I do on the weekend?", ("2026-11-28", "2026-11-29")),
         ("What happened at the weekend?", ("2026-11-28", "2026-11-29")),
         # no past form, the agenda, a habit, a list: words, as before
+        # a follow-up of the weekend alone, asked: as "und am Donnerstag?" is the last Thursday
+        ("und am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("Am Wochenende?", ("2026-11-28", "2026-11-29")),
+        ("and on the weekend?", ("2026-11-28", "2026-11-29")),
+        # asked however it ends: "?!" and "??" as "?" and " ?" (it was words)
+        ("und am Wochenende?!", ("2026-11-28", "2026-11-29")),
+        ("und am Wochenende ?", ("2026-11-28", "2026-11-29")),
+        ("und am Wochenende??", ("2026-11-28", "2026-11-29")),
         ("Was machst du am Wochenende?", None),
         ("Was steht am Wochenende an?", None),
         ("Ausflug am Wochenende", None),
         ("am Wochenende", None),
+        ("und am Wochenende", None),
         ("am Wochenende schlafe ich aus", None),
         ("What did we do on Friday and at the weekend?", None),
     ],

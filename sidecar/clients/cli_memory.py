@@ -16,7 +16,7 @@ from sidecar.contracts.errors import ExitCode, RemoteError
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import LIST_LIMIT_RANGE
-from sidecar.contracts.wire import refused_note
+from sidecar.contracts.wire import modified_said, refused_note
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:
@@ -118,7 +118,7 @@ def _print_memory(action: str, result: dict[str, Any]) -> None:
         for n in result["notes"]:
             why = n.get("why", "not indexed")
             state = "" if n.get("indexed", True) else f"  [not searchable: {shown(why)}]"
-            print(f"{shown(n['reference'])}  {shown(n['title'])}  ({n['modified']}){state}")
+            print(f"{shown(n['reference'])}  {shown(n['title'])}  ({modified_said(n)}){state}")
         print(_list_footer(result))
     elif action == "delete":
         print(f"moved to {shown(result['trash'])}" if result.get("trash") else shown(result["message"]))

@@ -181,6 +181,9 @@ def cmd_why(args: argparse.Namespace, cfg: Config) -> int:
     ) as client:
         reply = client.call("why", {"reference": args.reference, "query": args.query, "today": local_today()})
     r = parse_explanation(reply)
+    for key in ("todayIgnored", "filterNoValue"):  # on stderr, as search's notes
+        if reply.get(key):
+            print(f"note: {shown(reply[key])}", file=sys.stderr)
     if not r.indexed and r.exists is False:  # like `get`: a missing note fails, in its error shape
         raise NotFoundError(f"{shown(args.reference)}: not indexed: {shown(r.reason or 'no such note')}")
     if args.json:

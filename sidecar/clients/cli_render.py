@@ -198,6 +198,11 @@ def render_status(h: dict[str, Any]) -> str:
     if idx.get("excluded"):
         parts = ", ".join(f"{n} by {rule}" for rule, n in sorted(idx["excluded"].items()))
         lines.append(f"Excluded notes: {parts}")
+    for t in idx.get("templates_indexed") or ():  # the notes' count grew by its notes: say why
+        lines.append(
+            f"Templates folder {shown(t['folder'])} is indexed as notes: the {shown(t['plugin'])} plugin "
+            f"is switched off in Obsidian (its folder is set in {shown(t['file'])})"
+        )
     if relink := idx.get("links_reread"):
         lines.append(
             f"Links read again after an upgrade: {relink['done']:,} of {relink['total']:,} notes "
@@ -207,7 +212,7 @@ def render_status(h: dict[str, Any]) -> str:
         if relink.get("waiting"):
             lines.append(f"  waiting for {', '.join(relink['waiting'])} to answer again")
     if h.get("vault") and "daily_notes" in h:
-        lines.append(f"Daily notes: {daily_notes_line(h['daily_notes'])}")
+        lines.append(f"Daily notes: {daily_notes_line([*h['daily_notes'], *h.get('daily_notes_off', ())])}")
     if h.get("vault") and (week := h.get("week_start")):
         lines.append(f"Weeks begin on: {week['weekday'].capitalize()} ({shown(week['source'])})")
     unread = idx.get("front_matter_unread") or {"notes": 0}
@@ -783,11 +788,19 @@ def _days(days: float) -> str:
 
 def daily_notes_line(formats: list[dict[str, str]]) -> str:
     """The daily-note formats that date a note by its name, and where each was read (status and
-    doctor): a user whose daily notes are not listed for "last week" sees which format counts."""
-    if not formats:
-        return "named YYYY-MM-DD (no daily-note format set in Obsidian)"
-    return "; ".join(
-        f"{shown(f['format'])} in {shown(f['folder']) + '/' if f['folder'] else 'any folder'} "
-        f"(from {shown(f['file'])})"
+    doctor): a user whose daily notes are not listed for "last week" sees which format counts,
+    and why one set in a plugin switched off does not."""
+
+    def said(f: dict[str, str]) -> str:
+        where = shown(f["folder"]) + "/" if f["folder"] else "any folder"
+        return f"{shown(f['format'])} in {where} (from {shown(f['file'])})"
+
+    on = [said(f) for f in formats if not f.get("off")]
+    off = [
+        f"{said(f)} is not used: the {shown(f['off'])} plugin is switched off in Obsidian"
         for f in formats
-    )
+        if f.get("off")
+    ]
+    if not on:
+        on = ["named YYYY-MM-DD (no daily-note format set in Obsidian)" if not off else "named YYYY-MM-DD"]
+    return "; ".join(on + off)

@@ -240,7 +240,17 @@ class ToolCalls:
     def list(self, a: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         params = {k: a[k] for k in ("source", "tag", "pathPrefix", "limit") if a.get(k) is not None}
         r = self.call("list", params)
-        keep = ("reference", "source", "title", "description", "tags", "modified", "indexed", "why")
+        keep = (
+            "reference",
+            "source",
+            "title",
+            "description",
+            "tags",
+            "modified",
+            "modifiedAhead",
+            "indexed",
+            "why",
+        )
         r = {**r, "notes": [{k: n[k] for k in keep if k in n} for n in r["notes"]]}
         return text_of_list(r), r
 

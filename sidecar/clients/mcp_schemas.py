@@ -53,6 +53,7 @@ NOTE = obj(
         "description": STR,
         "tags": STR_LIST,
         "modified": STR,
+        "modifiedAhead": STR,
         "indexed": BOOL,
         "why": STR,
     },

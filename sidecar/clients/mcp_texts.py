@@ -17,6 +17,7 @@ from sidecar.contracts.wire import (
     clock_said,
     ignored_phrase_note,
     indexing_note,
+    modified_said,
     offline_note,
     parse_window,
     pending_note,
@@ -181,7 +182,7 @@ def text_of_list(r: dict[str, Any]) -> str:
         tags = f"  #{' #'.join(n['tags'])}" if n.get("tags") else ""
         desc = f": {n['description']}" if n.get("description") else ""
         state = "" if n.get("indexed", True) else f"  [not searchable: {n.get('why', 'not indexed')}]"
-        line = f"[{n['source']}] {n['reference']} {n['title']}{desc} ({n['modified']}){tags}{state}"
+        line = f"[{n['source']}] {n['reference']} {n['title']}{desc} ({modified_said(n)}){tags}{state}"
         lines.append(f"- {shown(line)}")
     return "\n".join(lines)
 

@@ -64,7 +64,7 @@ class Hit:
     dated_by: str | None = None
     # With dated_by "modified": the file's own mtime day when that lies in the future (a wrong
     # clock); ``date`` is then the day of its status change, else of its indexing
-    # (``sidecar.search.results.last_change``).
+    # (``sidecar.stores.lastchange.last_change``).
     modified_ahead: str | None = None
     # recall's preview only: the figures its gates compare (the calibrated cosine against
     # recall.minSimilarity; the keyword share of the message's own words, 0-1) and, for a
@@ -345,6 +345,19 @@ def waiting_vectors(result: SearchResult) -> int:
     continuously (each indexing of a log appended to all the time leaves a few for seconds; said
     on every answer for hours, the notice taught people to ignore it)."""
     return max(result.pending_vectors - result.pending_continuous, 0)
+
+
+def modified_said(note: dict[str, Any]) -> str:
+    """A listed note's ``modified`` as the clients show it; with ``modifiedAhead`` as a hit says it:
+    the time shown is its last change seen here, the file's own date lies in the future."""
+    if not note.get("modifiedAhead"):
+        return str(note["modified"])
+    if not note["modified"]:  # no sane time of it seen here either
+        return f"no last change seen here; its file's date {note['modifiedAhead']} lies in the future"
+    return (
+        f"{note['modified']}, its last change seen here; its file's date {note['modifiedAhead']} "
+        "lies in the future"
+    )
 
 
 def no_value_note(keys: Sequence[str]) -> str:

@@ -226,6 +226,8 @@ class Handlers:
                 "skipped_files": limits.skipped_files(self.indexer, self.manifest),
                 "max_file_bytes": self.cfg.index.max_file_bytes,
                 "excluded": act.excluded,
+                # Templates folders indexed as notes: their plugin is switched off in Obsidian.
+                "templates_indexed": self.indexer.ignore.templates_indexed(),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.
@@ -277,8 +279,11 @@ class Handlers:
             "home": str(self.cfg.home),
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
             # The daily-note formats in force and the settings file each came from: what dates a
-            # note by its name (an unreadable file is a problem of obsidian_settings).
-            "daily_notes": self.indexer.daily_formats.describe(),
+            # note by its name (an unreadable file is a problem of obsidian_settings); those of a
+            # plugin switched off under a key of their own, so a client that predates it does not
+            # print them as in force.
+            "daily_notes": [d for d in self.indexer.daily_formats.describe() if "off" not in d],
+            "daily_notes_off": [d for d in self.indexer.daily_formats.describe() if "off" in d],
             # The weekday weeks begin on for time phrases, and how it was read (Calendar plugin).
             "week_start": self.indexer.week_start.describe(),
             # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
@@ -355,7 +360,8 @@ class Handlers:
         ).key
         try:
             query = unicodedata.normalize("NFC", param_str(p, "query", max_len=MAX_QUERY_CHARS))
-            out = explain(self.retriever, key, query, req.agent, asker_today(self.retriever, p)[0])
+            asker, far = asker_today(self.retriever, p)
+            out = explain(self.retriever, key, query, req.agent, asker)
         except FilterError as exc:
             raise ProtocolError(f"bad filter in 'query': {exc}") from exc
         if not out.indexed:
@@ -390,7 +396,12 @@ class Handlers:
                 out = replace(out, reason="the file exists but is not indexed yet (a sweep will pick it up)")
             else:
                 out = replace(out, reason="no such note in the vault, wiki or this agent's memory")
-        return explanation_json(out)
+        reply = explanation_json(out)
+        if out.analysis.filters.no_value:  # as search says it: the query explained dropped a filter
+            reply["filterNoValue"] = no_value_note(out.analysis.filters.no_value)
+        if far:  # as search says it: the time phrases were read against the daemon's date
+            reply["todayIgnored"] = far
+        return reply
 
     def recall(self, req: Request) -> dict[str, Any]:
         """Auto-injection: the current message (previous turns blended in) -> a context block."""
@@ -689,7 +700,7 @@ class Handlers:
         show = masked_line if self.retriever.cfg.mask_secrets else str  # it sits in system prompts
         pages = []
         tops: set[str] = set()  # the top folders, named when the prefix holds no page
-        for key, _src, _agent, title, _tags, _mtime, _chunks, fm in manifest.list_files(
+        for key, _src, _agent, title, _tags, _mtime, _chunks, fm, *_ in manifest.list_files(
             "source = ?", [source]
         ):
             path = unicodedata.normalize("NFC", key.split("/", 1)[1])

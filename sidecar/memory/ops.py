@@ -47,6 +47,7 @@ from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.bm25_search import SHARED, SearchFault
+from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest import Manifest, embed_hash
 from sidecar.stores.vectorbook import NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
@@ -409,7 +410,8 @@ class MemoryOps:
         refused = self.inbox_refused(agent) if source in ("memory", "all") else None
         listing = self._inbox_listing(agent) if source in ("memory", "all") and refused is None else None
         there = self._there(agent, listing)
-        for key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json in manifest.list_files(where, args):
+        for row in manifest.list_files(where, args):
+            key, src, _owner, title, tags_json, mtime_ns, chunks, fm_json, ctime_ns, indexed_at = row
             known.add(key)
             if there is not None and src == "memory" and _stem(key) not in there:
                 continue  # deleted from the inbox, not yet from the index (read-only, or a sweep away)
@@ -426,7 +428,7 @@ class MemoryOps:
                     "title": show(title),
                     "description": show(description_of(fm_json))[:300],
                     "tags": tags,
-                    "modified": _local(mtime_ns),
+                    **_modified(mtime_ns, ctime_ns, indexed_at),
                     "chunks": chunks,
                     "indexed": True,
                 }
@@ -494,11 +496,12 @@ class MemoryOps:
     ) -> Iterable[dict[str, Any]]:
         """Files that are there but not searchable: skipped ones, and memory notes not indexed yet."""
         out = []
-        for key, src, mtime_ns, state, error in self.manifest.unindexed_files(where, args):
+        for key, src, mtime_ns, state, error, ctime_ns in self.manifest.unindexed_files(where, args):
             known.add(key)
             reference = public_reference(key, agent)
             if _under(reference, prefix):
-                out.append(_unindexed_note(reference, src, mtime_ns, f"{state}: {error or 'unknown reason'}"))
+                why = f"{state}: {error or 'unknown reason'}"
+                out.append(_unindexed_note(reference, src, (mtime_ns, ctime_ns), why))
         # Left out by the folder scans (too large, hidden, ...): never in the manifest.
         left_out = self.indexer.changes.skipped_notes()
         for key, (path, reason) in sorted(left_out.items()):
@@ -509,11 +512,12 @@ class MemoryOps:
             if not _under(reference, prefix):
                 continue
             try:
-                mtime_ns = path.lstat().st_mtime_ns  # a link refused: not when its target changed
+                st = path.lstat()  # a link refused: not when its target changed
             except OSError:
                 continue
             known.add(key)
-            out.append(_unindexed_note(reference, src, mtime_ns, f"skipped: {reason}"))
+            times = (st.st_mtime_ns, st.st_ctime_ns)
+            out.append(_unindexed_note(reference, src, times, f"skipped: {reason}"))
         inbox = agent_inbox(self.cfg, agent)
         if listing is not None:
             names = sorted((n, linked) for n, linked in listing if is_markdown_name(n))
@@ -522,12 +526,13 @@ class MemoryOps:
                 if key in known or not _under(f"memory/{name[:-3]}", prefix):
                     continue
                 try:
-                    mtime_ns = (inbox / name).lstat().st_mtime_ns  # a link: not when its target changed
+                    st = (inbox / name).lstat()  # a link: not when its target changed
                 except OSError:
                     continue
                 left = left_out[key][1] if key in left_out else None
                 why = _why_not_indexed(name, linked=linked, left_out=left)
-                out.append(_unindexed_note(public_reference(key, agent), "memory", mtime_ns, why))
+                times = (st.st_mtime_ns, st.st_ctime_ns)
+                out.append(_unindexed_note(public_reference(key, agent), "memory", times, why))
         return out
 
 
@@ -603,6 +608,18 @@ def _local(mtime_ns: int) -> str:
     return dt.datetime.fromtimestamp(mtime_ns / 1e9).astimezone().isoformat(timespec="seconds")
 
 
+def _modified(mtime_ns: int, ctime_ns: int, indexed_at: float = 0.0) -> dict[str, str]:
+    """A listed note's ``modified``: its last change as search dates it (``last_change``), and
+    ``modifiedAhead``, the file's own day, when its mtime lies more than a day in the future (a
+    list showed that date unflagged while the note's hit said it lies in the future). Ahead with
+    no sane time of it seen here (its ctime ahead too, never indexed): ``modified`` is empty, as
+    search gives such a note no day (the future mtime was shown as its last change seen here)."""
+    changed, ahead = last_change(mtime_ns, ctime_ns, indexed_at)
+    if not ahead:
+        return {"modified": _local(mtime_ns)}
+    return {"modified": _local(changed) if changed else "", "modifiedAhead": local_day(mtime_ns)}
+
+
 def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
     """What a delete whose index step failed says: once the entry is marked ``deleting`` no
     answer shows it (only its removal from the keyword and vector indexes waits)."""
@@ -617,14 +634,15 @@ def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
     return f"deleted, but still found by search until the index can be written ({exc})"
 
 
-def _unindexed_note(reference: str, source: str, mtime_ns: int, why: str) -> dict[str, Any]:
+def _unindexed_note(reference: str, source: str, times: tuple[int, int], why: str) -> dict[str, Any]:
+    """A file there but not searchable; ``times``: its (mtime, ctime) in ns."""
     return {
         "reference": reference,
         "source": source,
         "title": reference.rsplit("/", 1)[-1],
         "description": "",
         "tags": [],
-        "modified": _local(mtime_ns),
+        **_modified(*times),
         "chunks": 0,
         "indexed": False,
         "why": why,

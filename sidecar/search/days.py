@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, phrase_alone
+from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, ends_asked, phrase_alone
 from sidecar.search.words import fold, numbered_file
 
 
@@ -562,7 +562,12 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         raise FilterError("a weekend in a list or a quote")
     # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
     # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
-    if r.ahead or not clause_says_done(m) or not clause_asks(m):
+    # Or the weekend alone, asked ("und am Wochenende?", "and on the weekend?"): a follow-up, as
+    # "und am Donnerstag?" is the Thursday gone by (recall lists its notes only after a question
+    # about the person's doings). Without its "?" it stays words ("am Wochenende" is a title, a
+    # search for the word).
+    asked_alone = phrase_alone(m) and ends_asked(text)
+    if r.ahead or not (asked_alone or (clause_says_done(m) and clause_asks(m))):
         raise FilterError("a weekend with no question about what happened")
     # Another time phrase or a year says which weekend ("am Wochenende … letztes Jahr", "am
     # Wochenende im Mai 2025"): this one's is not it, and the other phrase is read.
@@ -607,6 +612,53 @@ def _since(period: PhraseWindow) -> PhraseWindow:
     return lambda t, m, r: (period(t, m, Reading(False, r.week_start))[0], t)
 
 
+def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "seit 3 Tagen", "seit einem Jahr", "since a year": from that long ago up to today. Only
+    where it asks for that time's notes: its clause a question about what happened ("Was habe ich
+    seit einem Jahr über Knoblauch notiert?"), the phrase alone ("und seit 2 Wochen?") or after
+    keywords ("garlic seit 3 Tagen"). Else it says how long a state lasts ("Ich wohne seit einem
+    Jahr in Berlin, welcher Arzt war gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays
+    words: a window there listed a year of daily notes for a question about a doctor."""
+    if not (phrase_alone(m) or _after_keywords(m) or (clause_says_done(m) and clause_asks(m))):
+        raise FilterError("a duration of a state")
+    return _ROLLING_START[m[2].lower()[:3]](t, _num(m[1])), t
+
+
+# Words that make a text a sentence rather than keywords: a subject ("Ich wohne seit einem Jahr",
+# "I live here since a year").
+_SUBJECT = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they|man)\b", re.IGNORECASE)
+
+
+def _after_keywords(m: re.Match[str]) -> bool:
+    """Whether the phrase ends the text and only keywords come before it ("garlic seit 3 Tagen"):
+    no punctuation, no subject."""
+    before, after = m.string[: m.start()], m.string[m.end() :]
+    return (
+        re.fullmatch(r"[\w\s-]*", before) is not None
+        and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
+        and _SUBJECT.search(before) is None
+    )
+
+
+# A duration goes on ("seit einem Jahr und drei Monaten", "since a year and a half"): cut short
+# at its first unit it was a shorter window; words. Causal "since" before a verb ("Since a year
+# has twelve months, …", "since a week is too short for …") is no time.
+_MORE = (
+    r"(?!\s+(?:und|and)\s+(?:a\s+half\b|(?:einem|einer|einen|eine|ein)\s+halb|einhalb\b|(?:"
+    + _NUM[1:]
+    + r"\s))"
+)
+_VERB_EN = (
+    r"(?!\s+(?:has|have|had|is|are|was|were|passed|went|goes|gone|will|would|can|could|should|may|"
+    r"might|must|seems?|feels?|makes?|means?)\b)"
+)
+# The English article belongs to the English lead only ("seit a Jahr" is no German).
+_FOR_FORMS = (
+    (r"seit\s+" + _NUM + r"\s+" + _UNITS_DE + _MORE, ""),
+    (r"since\s+(an?|" + _NUM[1:] + r"\s+" + _UNITS_EN + _MORE, _VERB_EN),
+)
+
+
 _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
     "wee": lambda t, r: _week(t, 0, r.week_start),
     "woc": lambda t, r: _week(t, 0, r.week_start),
@@ -617,7 +669,8 @@ _THIS: dict[str, Callable[[dt.date, Reading], Window]] = {
 
 
 # Points that are no period of their own: "since Monday" (the last Monday), "since 2026-11-20";
-# and German "seit 3 Tagen" / "seit 2 Wochen", a duration (for three days), not a point.
+# and German "seit 3 Tagen" / "seit 2 Wochen" / "seit einem Jahr", a duration (for three days),
+# not a point; "since a year", "since 2 months" as German speakers write it in English.
 _SINCE_ONLY: tuple[Phrase, ...] = (
     *(
         (lead + _WD + tail, lambda t, m, r: (_last_weekday(t, _weekday_number(m[1])), t))
@@ -627,8 +680,7 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
         (lead + _ISO_DAY + tail, lambda t, m, r: (parse_day(m[1], t, name="since"), t))
         for lead, tail in (*_SINCE_FORMS, (_AB, ""))
     ),
-    (r"seit\s+" + _NUM + r"\s+tage?n?", lambda t, m, r: (t - dt.timedelta(days=_num(m[1])), t)),
-    (r"seit\s+" + _NUM + r"\s+wochen?", lambda t, m, r: (t - dt.timedelta(weeks=_num(m[1])), t)),
+    *((form + _OF_SOMETHING + verb, _for) for form, verb in _FOR_FORMS),
     # since a month by its name, or a day of one ("seit dem 3. Dezember", "since December 3rd")
     *(
         (
@@ -727,15 +779,22 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
 
 
 def time_window(
-    text: str, today: dt.date, week_start: int = 0, plain: Callable[[str, str], bool] | None = None
+    text: str,
+    today: dt.date,
+    week_start: int = 0,
+    plain: Callable[[str, str], bool] | None = None,
+    *,
+    ahead: bool = False,
 ) -> tuple[str, Window | None, str | None]:
     """The first time phrase of ``text`` (by position; at one position the longest: "since last
     week" before "last week", "in November last year" before "last year") as a window of days;
     the text without it; the phrase. A question about the agenda (``asks_ahead``) reads the
     coming day or month and whole periods; any other ends its window at today and names no day
     to come. ``week_start`` is the weekday weeks begin on (0 Monday, 6 Sunday); ``plain`` tells
-    whether a message asks only what happened in its phrase's period (see Reading.plain)."""
-    reading = Reading(asks_ahead(text), week_start, plain=plain)
+    whether a message asks only what happened in its phrase's period (see Reading.plain);
+    ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
+    of a question about plans)."""
+    reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
     found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}

@@ -14,7 +14,8 @@ from sidecar.contracts.wire import Hit, SearchResult, Window, under_prefix
 from sidecar.search.fusion import Candidate, Scored
 from sidecar.search.query import Filters, analyze
 from sidecar.search.request import SearchRequest
-from sidecar.search.results import analysis_of, last_change, local_day, to_hit
+from sidecar.search.results import analysis_of, to_hit
+from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest import ChunkView, Manifest, NoteDay
 from sidecar.vault.sources import public_reference
 

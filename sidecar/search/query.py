@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from sidecar.notes.markdown import filter_tag
 from sidecar.search.days import FilterError, parse_day, time_window
+from sidecar.search.tense import ends_asked
 from sidecar.search.words import WORD, fold, kinds_file, words_file
 
 # Filler words: articles, pronouns, auxiliaries and the chat frame around a question ("kannst du
@@ -85,6 +86,7 @@ def split_filters(
     phrases: bool = True,
     window_given: bool = False,
     week_start: int = 0,
+    ahead: bool = False,
 ) -> tuple[str, Filters]:
     """Strip inline filters and a time phrase from the text that is ranked; return both.
 
@@ -94,7 +96,8 @@ def split_filters(
     parameters; or an inline ``since:`` or ``until:``) wins over a time phrase: the phrase is
     stripped as the time it names, and sets nothing (a window of one end from each, as it was,
     was neither what the phrase nor what the filter said; kept as words, "last week" diluted the
-    query's other words).
+    query's other words). ``ahead`` reads the time phrase as the agenda's whatever the text says
+    (a follow-up of a question about plans, see time_window).
     """
     day = today or dt.date.today()
     tags: list[str] = []
@@ -120,7 +123,7 @@ def split_filters(
     until = parse_day(found["until"], day, name="until", end=True).isoformat() if "until" in found else None
     phrase = None
     if phrases:
-        rest, window, phrase = time_window(rest, day, week_start, asks_only_when)
+        rest, window, phrase = time_window(rest, day, week_start, asks_only_when, ahead=ahead)
         # A given window wins; the phrase still says the period's notes were asked for (listed
         # over the given window: "what did I do last week?" with since/until answered nothing).
         given = window_given or since is not None or until is not None
@@ -277,7 +280,7 @@ def _doings(text: str, words: list[str]) -> bool:
 
 def _asked(text: str, words: list[str]) -> bool:
     """A question (a question mark, or a question word first) or a request ("show me …")."""
-    return text.rstrip().endswith("?") or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
+    return ends_asked(text) or words[0] in _PERSONS["question"] or words[0] in _PERSONS["request"]
 
 
 def _addressed(tokens: list[str], words: list[str]) -> bool:
@@ -308,7 +311,7 @@ def asks_what_happened(text: str, rest: str) -> bool:
     notes of that period; one about something of its own ("what was the weather yesterday?",
     "what was that yesterday?", "was war das denn gestern?") is answered by its words, and
     "Was that what happened yesterday?" is no German question."""
-    if not text.rstrip().endswith("?"):
+    if not ends_asked(text):
         return False
     words = [w.lower() for w in WORD.findall(_CLITIC.sub("", rest))]
     if not words or words[0] not in ("what", "was"):

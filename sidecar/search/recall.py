@@ -28,6 +28,8 @@ from sidecar.search.query import (
 from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.retrieval import BmParts, Retriever
+from sidecar.search.tense import asks_ahead, ends_asked
+from sidecar.search.words import WORD
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
 _DROPPED_SHOWN = 10
@@ -51,6 +53,22 @@ def recall(
         # Recall reads what a person typed (a hook on every prompt): prose that reads like a
         # filter ("our CI runs on source:github now") is words, never an error that blocks it.
         text, inline, windowed = message, Filters(), req
+    if inline.phrase and _alone(text) and _follows_an_agenda_question(history):
+        # "und am Wochenende?" after "Was habe ich morgen vor?" asks about plans too: its phrase
+        # is read as the agenda's ("und am Donnerstag?" the coming Thursday; a weekend, which
+        # ahead is as often the one to come, its words). Read back it recalled last weekend's
+        # daily note for a question about the dentist's appointment.
+        try:
+            text, inline = split_filters(
+                message,
+                r.today_of(req),
+                window_given=bool(req.filters.since or req.filters.until),
+                week_start=r.week_start(),
+                ahead=True,
+            )
+            windowed = with_filters(req, inline)
+        except FilterError:
+            pass  # read as before (it was read once without an error)
     qa = analyze(text)
     follow_up = _follows_a_question_about_self(message, qa, history)
     if is_small_talk(message) and not follow_up:
@@ -406,6 +424,17 @@ def _recall_vectors(
     return [blended, message] if message is not None and qa.content_words else [blended]
 
 
+def _alone(rest: str) -> bool:
+    """Whether a message's text beside its time phrase is at most a conjunction ("und ?")."""
+    return all(w.lower() in ("and", "und", "or", "oder") for w in WORD.findall(rest))
+
+
+def _follows_an_agenda_question(history: Sequence[str]) -> bool:
+    """Whether the last turns asked about plans ("Was habe ich morgen vor?"): a follow-up's time
+    phrase looks ahead as theirs did."""
+    return any(asks_ahead(t) for t in history[-2:])
+
+
 def _follows_a_question_about_self(message: str, qa: QueryAnalysis, history: Sequence[str]) -> bool:
     """A follow-up of a question about the person's own doings in the last turns: one that refers
     back ("and yesterday?") or a question of its time phrase alone ("today?", "heute?" after "what
@@ -413,4 +442,4 @@ def _follows_a_question_about_self(message: str, qa: QueryAnalysis, history: Seq
     time phrase."""
     if not any(asks_about_self(t) for t in history[-2:]):
         return False
-    return qa.refers_back or (not qa.content_words and message.rstrip().endswith("?"))
+    return qa.refers_back or (not qa.content_words and ends_asked(message))

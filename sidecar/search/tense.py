@@ -17,6 +17,15 @@ def phrase_alone(m: re.Match[str]) -> bool:
     return all(w.lower() in ("and", "und", "or", "oder") for w in around)
 
 
+_ASKED_END = re.compile(r"\?[?!\s]*$")
+
+
+def ends_asked(text: str) -> bool:
+    """Whether ``text`` ends as a question: "?", also "?!", "??" or "? " (and "und am Wochenende
+    ?!" is asked as "und am Wochenende?" is)."""
+    return _ASKED_END.search(text) is not None
+
+
 # Where a weekday's clause begins and ends: punctuation, or a word that opens a clause of its own.
 # After a conjunction ("Where did I write that the dentist is on Friday?", "Wo hatte ich notiert,
 # dass der Zahnarzt am Freitag ist?") the past form is the writing, the weekday the event's: words.

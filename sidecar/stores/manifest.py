@@ -245,7 +245,7 @@ class ChunkView:
     date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
     dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
     # The file's status change time (ns; 0 unknown) and when this version was indexed (s): what
-    # stands for an mtime in the future (``sidecar.search.results.last_change``).
+    # stands for an mtime in the future (``sidecar.stores.lastchange.last_change``).
     ctime_ns: int = 0
     indexed_at: float = 0.0
 
@@ -1128,19 +1128,21 @@ class Manifest(VectorBook):
         return out
 
     def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, agent, title, tags json, mtime_ns, chunks, front matter json) of indexed
-        files matching ``where``."""
+        """(key, source, agent, title, tags json, mtime_ns, chunks, front matter json, ctime_ns,
+        indexed_at) of indexed files matching ``where``."""
         return self._query(
-            "SELECT key, source, agent, title, tags, mtime_ns, chunks, front_matter FROM files "
+            "SELECT key, source, agent, title, tags, mtime_ns, chunks, front_matter, ctime_ns, indexed_at "
+            "FROM files "
             f"WHERE state = 'indexed' AND ({where}) ORDER BY key",
             args,
         )
 
     def unindexed_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, mtime_ns, state, error) of known files that are not indexed (skipped),
-        not those on their way out (listed as "deleting", a moved note showed its old path)."""
+        """(key, source, mtime_ns, state, error, ctime_ns) of known files that are not indexed
+        (skipped), not those on their way out (listed as "deleting", a moved note showed its old
+        path)."""
         return self._query(
-            "SELECT key, source, mtime_ns, state, error FROM files "
+            "SELECT key, source, mtime_ns, state, error, ctime_ns FROM files "
             f"WHERE state NOT IN ('indexed', 'deleting') AND ({where}) ORDER BY key",
             args,
         )

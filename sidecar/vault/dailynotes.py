@@ -2,9 +2,11 @@
 (``.obsidian/daily-notes.json``, ``format``) and the Periodic Notes plugin
 (``.obsidian/plugins/periodic-notes/data.json``: ``daily.format``, or each ``calendarSets[].day``
 of its 1.x versions). Read beside Obsidian's Excluded files (``sidecar.vault.ignore``), once per
-sweep, each file again only when its size or mtime changed. The formats are returned as written,
-each with the folder its notes are made in (``sidecar.notes.dayformat`` reads them). Imports only
-the settings read (``sidecar.vault.settingsfile``).
+sweep, each file again only when its size or mtime changed. A plugin switched off in Obsidian
+keeps its settings file, which Obsidian then ignores: so does this (its formats are described as
+off). The formats are returned as written, each with the folder its notes are made in
+(``sidecar.notes.dayformat`` reads them). Imports only the settings read
+(``sidecar.vault.settingsfile``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.vault.confine import printable
-from sidecar.vault.settingsfile import read_settings_json
+from sidecar.vault.settingsfile import DAILY_NOTES, PERIODIC_NOTES, read_settings_json, switched_off
 
 log = logging.getLogger(__name__)
-_FILES = (Path(".obsidian/daily-notes.json"), Path(".obsidian/plugins/periodic-notes/data.json"))
+_FILES = (DAILY_NOTES, PERIODIC_NOTES)
+# Each file's plugin: its id in the list of core or community plugins switched on, and its name.
+_PLUGINS = {
+    DAILY_NOTES: ("daily-notes", True, "Daily notes"),
+    PERIODIC_NOTES: ("periodic-notes", False, "Periodic Notes"),
+}
 
 
 def _folder(value: Any) -> str:
@@ -65,21 +72,38 @@ class DailyNoteFormats:
         self.vault = vault
         # file -> (stamp, formats, why it cannot be read or None)
         self._read: dict[Path, tuple[tuple[int, int], list[tuple[str, str]], str | None]] = {}
+        self._off: set[Path] = set()  # the settings files (relative) of plugins switched off
 
     def refresh(self) -> tuple[tuple[str, str], ...]:
-        """Read the settings files that changed; the formats of all of them, each once."""
+        """Read the settings files that changed; the formats of all of them, each once, but those
+        of a plugin switched off (looked at again each time: the list of plugins is a file of
+        its own)."""
         if self.vault is None:
             return ()
         formats: list[tuple[str, str]] = []
+        off: set[Path] = set()
         for rel in _FILES:
-            formats.extend(self._file(self.vault / rel))
+            plugin, core, name = _PLUGINS[rel]
+            # Off whatever its file holds: Obsidian ignores it, broken too (a broken one was a
+            # warning to fix a file nothing reads).
+            is_off = switched_off(self.vault, plugin, core=core)
+            found = self._file(self.vault / rel, quiet=is_off)
+            if is_off:
+                off.add(rel)
+                if rel not in self._off and found:
+                    log.info("daily_note_plugin_off path=%s plugin=%s", self.vault / rel, name)
+                continue
+            formats.extend(found)
+        self._off = off
         return tuple(dict.fromkeys(formats))
 
-    def describe(self) -> list[dict[str, str]]:
-        """Each format in force: ``format``, ``folder`` ('' for anywhere) and the settings ``file``
-        (vault-relative) it was read from."""
+    def describe(self) -> list[dict[str, Any]]:
+        """Each format read: ``format``, ``folder`` ('' for anywhere) and the settings ``file``
+        (vault-relative) it was read from; one of a plugin switched off with ``off``, the plugin's
+        name (not in force)."""
         return [
             {"format": fmt, "folder": folder, "file": str(rel)}
+            | ({"off": _PLUGINS[rel][2]} if rel in self._off else {})
             for rel in _FILES
             if self.vault is not None and (read := self._read.get(self.vault / rel))
             for fmt, folder in read[1]
@@ -88,7 +112,7 @@ class DailyNoteFormats:
     def kept(self) -> list[list[str]]:
         """The formats in force as ``[format, folder, file]``, for the index to keep: a daemon
         started while the vault's share is away dates its daily notes by them (``resume``)."""
-        return [[d["format"], d["folder"], d["file"]] for d in self.describe()]
+        return [[d["format"], d["folder"], d["file"]] for d in self.describe() if "off" not in d]
 
     def resume(self, kept: object) -> None:
         """At a start, the formats a run before read (``kept``): in force until the settings
@@ -108,15 +132,18 @@ class DailyNoteFormats:
         """The formats in force as last read (nothing read again)."""
         if self.vault is None:
             return ()
-        read = [self._read.get(self.vault / rel) for rel in _FILES]
+        read = [self._read.get(self.vault / rel) for rel in _FILES if rel not in self._off]
         return tuple(dict.fromkeys(f for r in read if r is not None for f in r[1]))
 
     @property
     def trouble(self) -> str | None:
         """What is wrong with the daily-note settings as last read, or None."""
-        return "; ".join(t for _, _, t in self._read.values() if t) or None
+        off = {self.vault / rel for rel in self._off} if self.vault is not None else set()
+        return "; ".join(t for path, (_, _, t) in self._read.items() if t and path not in off) or None
 
-    def _file(self, path: Path) -> list[tuple[str, str]]:
+    def _file(self, path: Path, *, quiet: bool = False) -> list[tuple[str, str]]:
+        """The formats ``path`` gives (read again when it changed); ``quiet``: its plugin is off,
+        a file that cannot be read is logged as no warning."""
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -135,7 +162,7 @@ class DailyNoteFormats:
             # said once per version of the file, and in status (a log line alone left the user
             # wondering why their daily notes are dated by their last change).
             why = printable(exc.strerror if isinstance(exc, OSError) and exc.strerror else exc)
-            log.warning("daily_note_settings_unreadable path=%s error=%s", path, why)
+            (log.info if quiet else log.warning)("daily_note_settings_unreadable path=%s error=%s", path, why)
             kept = ", ".join(f for f, _ in before[1])
             kept = f"the daily-note format read before stays ({kept})" if kept else "no format of it is used"
             trouble = f"{path} cannot be read ({why}); {kept}"

@@ -20,6 +20,7 @@ confined reads and the Canvas file names (``sidecar.vault.canvas``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ TEMPLATE_SETTINGS = (
         ("templater-obsidian", False),
     ),
 )
+_PLUGIN_NAMES = {"templates": "Templates", "templater-obsidian": "Templater"}  # as Obsidian shows them
 TEMPLATES_ORIGIN = "Obsidian templates folder"
 
 
@@ -172,6 +174,8 @@ class IgnoreRules:
                 )
                 self._template_plugins[rel.as_posix()] = plugin
         self._template_state: dict[str, str] = {}  # settings file (relative) -> its folder ("Vorlagen/")
+        # settings file (relative) -> the folder it names, indexed as notes: its plugin is off
+        self._template_off: dict[str, str] = {}
 
     @property
     def trouble(self) -> str | None:
@@ -212,6 +216,7 @@ class IgnoreRules:
                 if rel in before._template_files:
                     file.take_over(before._template_files[rel])
             self._template_state = dict(before._template_state)
+            self._template_off = dict(before._template_off)
 
     def kept(self) -> dict[str, Any] | None:
         """Obsidian's rules as last read, and since when (wall clock) their file is missing, and
@@ -274,15 +279,50 @@ class IgnoreRules:
                 and switched_off(self.vault, plugin, core=core)
                 and not _holds_a_template(folder, note_templates(self.vault))
             )
-            if off:
+            if off and folder is not None:
+                self._template_off[rel] = folder
                 folder = None
                 if rel in self._template_state:
                     log.info("templates_folder_off path=%s plugin=%s", file.path, plugin)
+            else:
+                self._template_off.pop(rel, None)
             if folder is None:
                 self._template_state.pop(rel, None)
             elif self._template_state.get(rel) != folder:
                 log.info("templates_folder path=%s folder=%s", file.path, printable(folder))
                 self._template_state[rel] = folder
+
+    def templates_indexed(self) -> list[dict[str, str]]:
+        """The templates folders indexed as notes because their plugin is switched off in
+        Obsidian (``folder``, the ``plugin``'s name, the settings ``file`` naming the folder), for
+        status: the folder came back into the index and the count of notes jumped, unexplained.
+        Only a folder that holds a note no other rule leaves out: one the other templates plugin
+        names (Templater beside the core plugin switched off), one in Obsidian's Excluded files
+        or ``index.exclude``, or one that is missing or empty was said indexed and excluded at once."""
+        vault = self.vault
+        if not self.templates or vault is None:
+            return []
+        return [
+            {"folder": folder, "plugin": _PLUGIN_NAMES[self._template_plugins[rel][0]], "file": rel}
+            for rel, folder in self._template_off.items()
+            if self._holds_an_indexed_note(vault, folder)
+        ]
+
+    def _holds_an_indexed_note(self, vault: Path, folder: str) -> bool:
+        """Whether the vault's ``folder`` holds a note no rule leaves out (it stops at the first)."""
+        inside = unicodedata.normalize("NFC", folder.strip().replace("\\", "/").strip("/"))
+        if not inside:
+            return False
+        root = vault / inside
+        for dirpath, dirnames, filenames in os.walk(root):  # no symlinks followed, errors skipped
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                if not (name.lower().endswith(".md") or is_canvas_name(name)):
+                    continue
+                rel = Path(dirpath, name).relative_to(vault).as_posix()
+                if self.match(rel) is None:
+                    return True
+        return False
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
