@@ -1364,3 +1364,85 @@ def test_a_conversion_that_differs_on_long_chunks_only_does_not_keep_the_vectors
         assert h.stores.manifest.pending_count() == chunks  # recomputed
     finally:
         h.close()
+
+
+def _long_notes(vault: Path, n: int = 3) -> None:
+    for i in range(n):
+        body = " ".join(f"word{i}x{j}" for j in range(120))
+        write(vault / f"Long {i}.md", f"# Long {i}\n\n{body}\n")
+
+
+def test_notes_cut_again_during_a_switch_are_embedded_by_the_new_model_only(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A model switch cuts every note again (sizes count in the new model's tokens): the chunks
+    cut anew go to the new model's table only. The retiring model embedded each of them first,
+    for a table dropped at the switch (on two cores, minutes to hours of work for nothing). A
+    note edited meanwhile still reaches both tables, so the serving one finds it by meaning."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        before = manifest.all_chunk_ids()
+        other = OtherModel()
+        attach(h.cfg, h.vectors, other)
+        cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+        h.indexer.cfg = cfg  # the new model counts the notes' tokens otherwise
+        h.indexer.reparse_if_chunking_changed()
+        write(vault / "Late.md", "# Late\n\nA note written during the switch about the canoe.\n")
+        retiring.embedded.clear()
+        h.indexer.sweep()
+        assert manifest.all_chunk_ids() - before, "the notes were cut anew"
+        # Only the note edited meanwhile waits for the retiring model.
+        assert manifest.pending_count() == len(manifest.chunk_ids("vault/Late")) == 1
+        while h.vectors.embed_pending(batch=8) and h.stores.building is not None:
+            serving = h.stores.serving
+            assert serving is not None and serving.model is retiring
+        assert {t.split("\n")[0] for t in retiring.embedded} == {"Late"}
+        assert search(h, "note written during the switch about the canoe")[0]["vecScore"] is not None
+        h.sweep()
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def test_chunks_left_to_a_switch_that_is_undone_wait_for_the_serving_model(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The switch undone (the previous model configured again) or its model failing to load: the
+    chunks cut anew for it are embedded by the model that serves after all, none stays without
+    a vector."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        attach(h.cfg, h.vectors, OtherModel())
+        h.indexer.cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        manifest = h.stores.manifest
+        assert manifest.pending_count() == 0
+        h.stores.building = None  # a restart with the previous model configured again
+        attach(h.cfg, h.vectors, retiring)
+        assert manifest.pending_count() > 0
+        while h.vectors.embed_pending():
+            pass
+        store = h.stores.vectors
+        assert store is not None and store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()

@@ -858,8 +858,8 @@ class Indexer:
         converges on today's chunking."""
         # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
         # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
-        # tails were never embedded (the previous model embeds the re-cut chunks first, so search
-        # stays whole during the switch).
+        # tails were never embedded (the re-cut chunks go to the new model's table only:
+        # ``Writer._recut_for_switch``).
         counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
         want = self._chunking(counted)
         have = self.manifest.get_meta("chunker")

@@ -136,6 +136,7 @@ class Writer:
             # Read before the marks: only a note recorded ``indexed`` is known to be in BM25 as
             # the manifest says (twice in one batch: the second must replace the first entirely).
             before = {p.note.key: stores.manifest.indexed_chunks(p.note.key) for p in prepared}
+            recut = self._recut_for_switch(prepared)
             stores.manifest.mark(file_record(p, "indexing") for p in prepared)
             vanished: list[str] = []
             for (record, chunks), p in zip(built, prepared, strict=True):
@@ -160,6 +161,8 @@ class Writer:
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+                if recut:
+                    stores.manifest.leave_to_next(recut, db)
                 moved = [o for r, _ in built if (o := self.replacing.get(r.key)) is not None]
                 if moved:
                     self._retire_in(db, moved)
@@ -167,6 +170,21 @@ class Writer:
             # has it at once, not after the backfill: never counted as waiting for the model.
             self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
         self.vectors.notify_written()
+
+    def _recut_for_switch(self, prepared: Sequence[Prepared]) -> list[str]:
+        """The notes only cut again (marked so, their files unchanged) while a switch to another
+        model builds its table: their new chunks are embedded by that model alone (``NEXT_ONLY``)."""
+        if self.stores.building is None:
+            return []
+        states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
+        return [
+            p.note.key
+            for p in prepared
+            if (st := states.get(p.note.key)) is not None
+            and st.state == "indexed"
+            and st.size == -1
+            and st.mtime_ns == p.note.mtime_ns
+        ]
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

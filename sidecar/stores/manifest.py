@@ -34,7 +34,7 @@ from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.stores.noteday import daily_note, note_day
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
-from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
+from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR, VectorBook, _in_groups
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
 SCHEMA_VERSION = MANIFEST_SCHEMA  # read by thin clients from stores.versions
@@ -1074,7 +1074,7 @@ class Manifest(VectorBook):
                 _strings(r[9]),
                 r[10],
                 _aliases(r[11]),
-                bool(r[12]),
+                r[12] not in (0, NEXT_ONLY),  # left to a switch's table: no vector to serve
                 *note_day(r[11], r[1], self.day_formats),
                 r[13],
                 r[14],
