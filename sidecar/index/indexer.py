@@ -509,7 +509,7 @@ class Indexer:
             if progress is not None:
                 progress(act)
             if every is not None:
-                self._index_hot()
+                self._index_hot(stop)
         # The rest of the deletions after the new notes: a note deleted, and a move whose new
         # note was not written (unreadable, a share that hangs) leaves with the sweep as before;
         # not when the sweep was stopped before its batch: that note would be found under neither
@@ -611,7 +611,7 @@ class Indexer:
         between its batches: deleting them now would lose them until the next full sweep)."""
         return [k for k in gone if k not in self._hot_written]
 
-    def _index_hot(self) -> None:
+    def _index_hot(self, stop: threading.Event | None = None) -> None:
         """Between the batches of a full sweep: the notes saved since it began, so each is
         searchable within a batch's time, not at the end of a sweep of minutes. Paths whose root
         needs a full sweep of its own are given back as they came."""
@@ -626,7 +626,7 @@ class Indexer:
             # root then) may hold the note just saved; matched against ``every``, it was dropped.
             if self.changes.diff_paths(hot, self.changes.roots(), diff):
                 self._deferred |= hot  # a root needs a full look: given back when this sweep ends
-            self._write_hot(diff)
+            self._write_hot(diff, stop)
             self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
@@ -635,15 +635,25 @@ class Indexer:
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
 
-    def _write_hot(self, diff: Diff) -> None:
+    def _write_hot(self, diff: Diff, stop: threading.Event | None = None) -> None:
         """The file events' changes taken between a sweep's batches, written in batches as a sweep
         writes them: a folder renamed mid-sweep (moves of any count) keeps each note's old entry
         until its new one is written (its old entries deleted first and all read in one call, the
-        notes were found under neither path for the whole read); the other deletions after."""
+        notes were found under neither path for the whole read); the other deletions after.
+        ``stop`` set (the daemon stops) ends it between two batches (a stop waited for every
+        batch of a folder of thousands renamed): the rest is given back, and the next start's
+        sweep finds it anyway."""
         moves = _moves_applied(diff)
         gone = list(diff.gone)
         batch = self.cfg.index.batch_files
         for start in range(0, len(diff.work), batch):
+            if stop is not None and stop.is_set():
+                left = diff.work[start:]
+                # Nothing more is deleted either: a moved note whose new entry is not written keeps
+                # its old one (found under neither path until the next start, else).
+                self._deferred |= {str(n.path) for n in left} | self._paths_of(gone, self.changes.roots())
+                log.info("hot_paths_stopped written=%d of=%d (the rest is looked at again)", start, len(diff.work))
+                return
             part = diff.work[start : start + batch]
             self._write_batch(part, moves)
             self._hot_written.update(n.key for n in part)
