@@ -1104,6 +1104,44 @@ def test_a_stop_ends_the_events_batches_between_two_and_loses_no_note(make_cfg: 
         h.close()
 
 
+def _case_insensitive(monkeypatch: pytest.MonkeyPatch, folder: Path, old: str, new: str) -> None:
+    """``folder/old`` opens as ``folder/new`` (a hard link: the same file), and the folder lists
+    ``new`` only: what a case-insensitive disk shows of a name whose case changed."""
+    os.link(folder / new, folder / old)
+    real = os.listdir
+
+    def listdir(path: Any = ".") -> list[str]:
+        names = real(path)
+        return [n for n in names if n != old] if Path(path) == folder else names
+
+    monkeypatch.setattr(os, "listdir", listdir)
+
+
+@pytest.mark.parametrize("how", ["renamed", "made anew"])
+def test_a_note_whose_name_changes_case_on_a_case_insensitive_disk_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """macOS or an SMB share: `Tar.md` renamed `tar.md`, or deleted and `tar.md` made anew. The old
+    spelling still opens there, so its events' look kept the note under `vault/Tar` beside the
+    new `vault/tar`: found twice until a full sweep (whose deletion a mass-deletion hold may
+    keep). The folder's listing decides: the old spelling is gone, the note is indexed once."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        if how == "renamed":
+            (vault / "Tar.md").rename(vault / "tar.md")
+        else:
+            (vault / "Tar.md").unlink()
+            write(vault / "tar.md", "# tar\n\nUnpack a tarball with tar xf, pack one with tar czf.\n")
+        _case_insensitive(monkeypatch, vault, "Tar.md", "tar.md")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Tar.md"), str(vault / "tar.md")})
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/tar"}
+        assert _hits(h, "tarball") == ["vault/tar"]
+    finally:
+        h.close()
+
+
 def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
     """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
     deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked
