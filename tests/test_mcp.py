@@ -316,7 +316,9 @@ def test_memory_status_says_how_long_indexing_and_a_switch_take() -> None:
     jsonschema.validate(out, schema)
     health["problems"] = {"active": [{"area": "embedding", "error": "storing vectors failed: disk full"}]}
     stalled = status_of(health, "a")
-    assert stalled["pace"]["vectors"]["secondsLeft"] is None and stalled["pace"]["switch"]["secondsLeft"] is None
+    assert (
+        stalled["pace"]["vectors"]["secondsLeft"] is None and stalled["pace"]["switch"]["secondsLeft"] is None
+    )
     assert "paused: storing vectors fails" in stalled["message"]
     jsonschema.validate(stalled, schema)
     del health["index"]["progress"], health["index"]["embed_rate_chunks_per_second"], health["vectors"]

@@ -248,7 +248,9 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     if catching := idx.get("catching_up"):
         parts.append(catching_up_note(catching["done"], catching["total"], catching.get("recut", 0)))
     if waiting:
-        parts.append(f"{waiting} chunks wait for their vector (found by keywords only){_left(pace.get('vectors'))}")
+        parts.append(
+            f"{waiting} chunks wait for their vector (found by keywords only){_left(pace.get('vectors'))}"
+        )
     if continuous:
         n = continuous.get("notes", 0)
         parts.append(
@@ -319,7 +321,12 @@ def _pace(health: dict[str, Any], index: dict[str, Any], waiting: int) -> dict[s
     progress = idx.get("progress") or {}
     stalled = any(p.get("area") == "embedding" for p in (health.get("problems") or {}).get("active", []))
     work = {
-        "notes": (progress.get("notes_per_second"), progress.get("rough"), index["total"] - index["done"], False),
+        "notes": (
+            progress.get("notes_per_second"),
+            progress.get("rough"),
+            index["total"] - index["done"],
+            False,
+        ),
         "vectors": (idx.get("embed_rate_chunks_per_second"), idx.get("embed_rate_rough"), waiting, stalled),
         "switch": (
             vec.get("building_rate_chunks_per_second") if vec.get("building") else None,
@@ -341,7 +348,7 @@ def _pace(health: dict[str, Any], index: dict[str, Any], waiting: int) -> dict[s
 
 
 def _left(pace: dict[str, Any] | None) -> str:
-    """", about 3m left" (and whether it is rough) from one of ``_pace``'s entries; "" without."""
+    """ ", about 3m left" (and whether it is rough) from one of ``_pace``'s entries; "" without."""
     if pace is None:
         return ""
     if pace["secondsLeft"] is None:

@@ -310,7 +310,7 @@ TOOLS: list[dict[str, Any]] = [
                 ),
                 # Only the work under way that has a pace: the sweep's notes, the vectors waiting,
                 # a model switch's vectors.
-                "pace": obj({k: PACE for k in ("notes", "vectors", "switch")}),
+                "pace": obj(dict.fromkeys(("notes", "vectors", "switch"), PACE)),
             },
             ("daemon", "message"),
         ),

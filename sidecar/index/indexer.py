@@ -652,7 +652,9 @@ class Indexer:
                 # Nothing more is deleted either: a moved note whose new entry is not written keeps
                 # its old one (found under neither path until the next start, else).
                 self._deferred |= {str(n.path) for n in left} | self._paths_of(gone, self.changes.roots())
-                log.info("hot_paths_stopped written=%d of=%d (the rest is looked at again)", start, len(diff.work))
+                log.info(
+                    "hot_paths_stopped written=%d of=%d (the rest is looked at again)", start, len(diff.work)
+                )
                 return
             part = diff.work[start : start + batch]
             self._write_batch(part, moves)

@@ -208,7 +208,9 @@ class Vectoring:
             self._retired.pop(store.name, None)  # wanted again: not dropped by its old due time
             if not switching and (released := manifest.release_next_only()):
                 # Left to a switch that does not go on (undone, or its model does not load).
-                log.info("vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released)
+                log.info(
+                    "vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released
+                )
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
                 manifest.reset_vectors()

@@ -269,14 +269,17 @@ class VectorBook:
     def leave_to_next(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """The chunks of these notes still waiting for a serving vector wait for none (``NEXT_ONLY``)."""
         db.executemany(
-            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = ? AND has_vector = 0", [(k,) for k in keys]
+            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = ? AND has_vector = 0",
+            [(k,) for k in keys],
         )
 
     def release_next_only(self) -> int:
         """Chunks left to a switch's table wait for a serving vector again (the table serves
         without a switch: the switch was undone, or its model could not be loaded); how many."""
         with self.transaction() as db:
-            return int(db.execute(f"UPDATE chunks SET has_vector = 0 WHERE has_vector = {NEXT_ONLY}").rowcount)
+            return int(
+                db.execute(f"UPDATE chunks SET has_vector = 0 WHERE has_vector = {NEXT_ONLY}").rowcount
+            )
 
     def promote_next(self, db: sqlite3.Connection) -> None:
         """The table being built becomes the serving one."""
