@@ -1446,3 +1446,40 @@ def test_chunks_left_to_a_switch_that_is_undone_wait_for_the_serving_model(
         assert store is not None and store.ids() == manifest.all_chunk_ids()
     finally:
         h.close()
+
+
+def test_notes_cut_again_before_the_switch_begins_are_left_to_the_new_model(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with another model configured: the sweep cuts the notes again as soon as the new
+    model's tokenizer is there, while the models still load and no table is attached yet. Those
+    chunks wait for the new model too, not for the previous one, which embedded them first."""
+    from dataclasses import replace
+
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.indexer.reparse_if_chunking_changed()  # as every start does: the notes cut for this model
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        retiring.embedded.clear()
+        migration.attach(h.cfg, h.vectors, other)
+        assert h.stores.building is not None and manifest.pending_count() == 0
+        h.sweep()
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    finally:
+        h.close()

@@ -875,12 +875,23 @@ class Indexer:
         counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
         want = self._chunking(counted)
         have = self.manifest.get_meta("chunker")
+        # A switch to this model follows once it loads (``Writer.switch_due``): cut for another
+        # model, or a switch under way before the stop.
+        self.writer.switch_due = self._switch_due(have, counted)
         if have == want:
             return
         notes = self.manifest.reread_all()  # none in a new index
         if notes:
             log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
         self.manifest.set_meta("chunker", want)
+
+    def _switch_due(self, have: str | None, counted: str) -> bool:
+        """Whether a switch to the configured model follows once it loads: the notes were cut
+        for another model's tokens, or a switch was under way when the daemon stopped."""
+        if not self.cfg.embedder.enabled or not self.manifest.get_meta("vector_table"):
+            return False
+        cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
+        return cut_for_another or bool(self.manifest.get_meta("vector_table_next"))
 
     def reread_canvases_if_read_differently(self) -> None:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their

@@ -82,6 +82,10 @@ class Writer:
         # Note key -> the chunks its last write added (new texts: each waits for a vector), taken
         # by the indexer once the write returns (``Indexer.index_files``).
         self.added: dict[str, int] = {}
+        # A switch to the configured model follows as soon as it loads (set at a start by
+        # ``Indexer.reparse_if_chunking_changed``): the notes cut again before it begins are left
+        # to its table too; a table attached without a switch takes them back.
+        self.switch_due = False
 
     def write(self, prepared: Sequence[Prepared]) -> None:
         """Write a batch of notes (sharing the commit with writers queued behind the lock)."""
@@ -173,10 +177,12 @@ class Writer:
 
     def _recut_for_switch(self, prepared: Sequence[Prepared]) -> list[str]:
         """The notes only cut again (marked so, their files unchanged) while a switch to another
-        model builds its table: their new chunks are embedded by that model alone (``NEXT_ONLY``)."""
-        if self.stores.building is None:
+        model builds its table, or before it begins: their new chunks are embedded by that model
+        alone (``NEXT_ONLY``)."""
+        stores = self.stores
+        if stores.building is None and not (self.switch_due and stores.serving is None):
             return []
-        states = self.stores.manifest.file_states_of([p.note.key for p in prepared])
+        states = stores.manifest.file_states_of([p.note.key for p in prepared])
         return [
             p.note.key
             for p in prepared
