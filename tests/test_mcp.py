@@ -321,6 +321,13 @@ def test_memory_status_says_how_long_indexing_and_a_switch_take() -> None:
     )
     assert "paused: storing vectors fails" in stalled["message"]
     jsonschema.validate(stalled, schema)
+    for state in ("loading", "failed"):
+        # The model not computing: the last known rate says nothing of when vectors come (as status).
+        health["embedder"]["state"] = state
+        gone = status_of(health, "a")
+        assert set(gone["pace"]) == {"notes"}, gone["pace"]
+        assert "10m 0s" not in gone["message"] and "30m 0s" not in gone["message"]
+    health["embedder"]["state"] = "ok"
     del health["index"]["progress"], health["index"]["embed_rate_chunks_per_second"], health["vectors"]
     assert "pace" not in status_of(health, "a")  # no rate yet: nothing guessed
 

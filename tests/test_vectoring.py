@@ -1483,3 +1483,98 @@ def test_notes_cut_again_before_the_switch_begins_are_left_to_the_new_model(
         assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
     finally:
         h.close()
+
+
+def _cut_again_during_a_switch(make_cfg: Any, tmp_path: Path, cap: int | None = None) -> Harness:
+    """Three long notes, then a switch to another model that cuts them again (``cap``: the
+    per-note vector limit meanwhile)."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    attach(h.cfg, h.vectors, OtherModel())
+    if cap is not None:
+        h.stores.manifest.vector_cap = cap
+    h.indexer.cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+    h.indexer.reparse_if_chunking_changed()
+    h.indexer.sweep()
+    return h
+
+
+def test_a_note_edited_during_a_switch_waits_for_the_serving_model_whole(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note cut again for the switch, then edited: its chunks whose text stayed (left to the
+    new model) wait for the serving model again with the new ones, so the note is found by
+    meaning during the switch (they kept the flag: only the changed chunk got a vector)."""
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    h = _cut_again_during_a_switch(make_cfg, tmp_path)
+    try:
+        manifest = h.stores.manifest
+        key = "vault/Long 0"
+        rows = manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))
+        assert len(rows) > 1 and all(f == NEXT_ONLY for (f,) in rows)
+        p = tmp_path / "v" / "Long 0.md"
+        write(p, p.read_text() + "\nA new closing line about the canoe.\n")
+        h.indexer.sweep()
+        flags = [f for (f,) in manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))]
+        assert NEXT_ONLY not in flags, flags
+        assert (
+            manifest.left_to_switch()
+            == manifest.read(f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY}")[0][0]
+            > 0
+        )  # the other notes stay left to the new model
+        while manifest.pending_count() and h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and h.stores.building is not None
+        assert manifest.chunk_ids(key) <= serving.store.ids()
+    finally:
+        h.close()
+
+
+def test_chunks_past_the_vector_limit_stay_keyword_only_during_a_switch(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """Chunks past index.maxVectorChunksPerNote wait for no vector: cut again during a switch
+    they are not left to the new model (they were, and status' keyword-only count missed them)."""
+    h = _cut_again_during_a_switch(make_cfg, tmp_path, cap=2)
+    try:
+        manifest = h.stores.manifest
+        past = manifest.read("SELECT count(*) FROM chunks WHERE ord >= 2")[0][0]
+        notes, chunks, _ = manifest.keyword_only()
+        assert past > 0 and (notes, chunks) == (3, past)
+        assert manifest.left_to_switch() == manifest.read("SELECT count(*) FROM chunks WHERE ord < 2")[0][0]
+    finally:
+        h.close()
+
+
+def test_a_stop_after_the_cut_before_the_switch_begins_keeps_the_switch_due(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A stop (or a kill) after a start recorded the new model's chunker, before its switch began:
+    the next start still knows a switch follows (the serving table is another model's), so the
+    notes it cuts are left to the new model too."""
+    from dataclasses import replace
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake-bow"))
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        assert not h.indexer.writer.switch_due  # the serving table is the configured model's
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.reparse_if_chunking_changed()  # the first start: the notes cut for it
+        assert h.indexer.writer.switch_due
+        h.indexer.writer.switch_due = False  # stopped before the switch began; the next start:
+        h.indexer.reparse_if_chunking_changed()
+        assert h.indexer.writer.switch_due
+    finally:
+        h.close()

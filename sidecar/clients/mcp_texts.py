@@ -224,6 +224,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "chunks": idx.get("chunks", 0),
         **_searchable(idx, agent),
         "pendingVectors": idx.get("pending_vectors", 0),
+        # Cut again during a model switch: no vector serves them until it ends (not in pendingVectors).
+        "leftToSwitch": idx.get("left_to_switch", 0),
     }
     continuous = idx.get("continuous") or {}
     # Of pendingVectors, the chunks of notes written continuously (their vectors follow each
@@ -262,6 +264,12 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         parts.append(
             f"switching models: {vec.get('building_pending', 0)} chunks still wait for the new model's "
             f"vectors{_left(pace.get('switch'))}; search uses {vec.get('serving_model')} until then"
+            + (
+                f" ({index['leftToSwitch']} chunks cut again for the new model are found by keywords only "
+                "until the switch ends)"
+                if index["leftToSwitch"]
+                else ""
+            )
         )
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
@@ -315,11 +323,15 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
 
 def _pace(health: dict[str, Any], index: dict[str, Any], waiting: int) -> dict[str, dict[str, Any]]:
     """The paces `sidecar status` turns into "about 3h 57m left", for the work that has one: the
-    sweep's notes, the vectors waiting, a model switch's vectors. ``secondsLeft`` is null while
+    sweep's notes, the vectors waiting, a model switch's vectors (those two while the model is ok).
+    ``secondsLeft`` is null while
     storing vectors fails (nothing moves); ``rough`` while the pace still settles."""
     idx, vec = health.get("index") or {}, health.get("vectors") or {}
     progress = idx.get("progress") or {}
     stalled = any(p.get("area") == "embedding" for p in (health.get("problems") or {}).get("active", []))
+    # Vectors have a pace only while the model computes them (as `sidecar status`): loading or
+    # failed, the last known rate says nothing of when they come.
+    computing = (health.get("embedder") or {}).get("state") == "ok"
     work = {
         "notes": (
             progress.get("notes_per_second"),
@@ -327,9 +339,14 @@ def _pace(health: dict[str, Any], index: dict[str, Any], waiting: int) -> dict[s
             index["total"] - index["done"],
             False,
         ),
-        "vectors": (idx.get("embed_rate_chunks_per_second"), idx.get("embed_rate_rough"), waiting, stalled),
+        "vectors": (
+            idx.get("embed_rate_chunks_per_second") if computing else None,
+            idx.get("embed_rate_rough"),
+            waiting,
+            stalled,
+        ),
         "switch": (
-            vec.get("building_rate_chunks_per_second") if vec.get("building") else None,
+            vec.get("building_rate_chunks_per_second") if vec.get("building") and computing else None,
             vec.get("building_rate_rough"),
             int(vec.get("building_pending") or 0),
             stalled,

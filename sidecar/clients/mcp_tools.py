@@ -290,6 +290,7 @@ TOOLS: list[dict[str, Any]] = [
                         "files": INT,
                         "chunks": INT,
                         "pendingVectors": INT,
+                        "leftToSwitch": INT,
                     }
                 ),
                 "keywordOnly": BOOL,

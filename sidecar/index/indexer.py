@@ -36,6 +36,7 @@ from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
+from sidecar.stores.vectors import table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
@@ -887,11 +888,19 @@ class Indexer:
 
     def _switch_due(self, have: str | None, counted: str) -> bool:
         """Whether a switch to the configured model follows once it loads: the notes were cut
-        for another model's tokens, or a switch was under way when the daemon stopped."""
-        if not self.cfg.embedder.enabled or not self.manifest.get_meta("vector_table"):
+        for another model's tokens, the serving table is another model's, or a switch was under
+        way when the daemon stopped."""
+        table = self.manifest.get_meta("vector_table")
+        if not self.cfg.embedder.enabled or not table:
             return False
         cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
-        return cut_for_another or bool(self.manifest.get_meta("vector_table_next"))
+        # The table another model's (a stop or a kill after a start's re-cut recorded the new
+        # chunker, before the switch began: the chunker then says nothing of it).
+        return (
+            cut_for_another
+            or bool(self.manifest.get_meta("vector_table_next"))
+            or not table.startswith(table_prefix(counted))
+        )
 
     def reread_canvases_if_read_differently(self) -> None:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their

@@ -140,7 +140,7 @@ class Writer:
             # Read before the marks: only a note recorded ``indexed`` is known to be in BM25 as
             # the manifest says (twice in one batch: the second must replace the first entirely).
             before = {p.note.key: stores.manifest.indexed_chunks(p.note.key) for p in prepared}
-            recut = self._recut_for_switch(prepared)
+            recut, edited = self._recut_for_switch(prepared)
             stores.manifest.mark(file_record(p, "indexing") for p in prepared)
             vanished: list[str] = []
             for (record, chunks), p in zip(built, prepared, strict=True):
@@ -167,6 +167,10 @@ class Writer:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
                 if recut:
                     stores.manifest.leave_to_next(recut, db)
+                if edited:
+                    # Their chunks whose text stayed kept the flag of the re-cut: the serving
+                    # model embeds them too now (a note edited during the switch is found by meaning).
+                    stores.manifest.wait_again(edited, db)
                 moved = [o for r, _ in built if (o := self.replacing.get(r.key)) is not None]
                 if moved:
                     self._retire_in(db, moved)
@@ -175,22 +179,25 @@ class Writer:
             self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
         self.vectors.notify_written()
 
-    def _recut_for_switch(self, prepared: Sequence[Prepared]) -> list[str]:
-        """The notes only cut again (marked so, their files unchanged) while a switch to another
-        model builds its table, or before it begins: their new chunks are embedded by that model
-        alone (``NEXT_ONLY``)."""
+    def _recut_for_switch(self, prepared: Sequence[Prepared]) -> tuple[list[str], list[str]]:
+        """While a switch to another model builds its table, or before it begins: the notes only
+        cut again (marked so, their files unchanged), whose new chunks are embedded by that model
+        alone (``NEXT_ONLY``), and the others (new, edited). An agent's memory notes are among the
+        others: small, and what agents search for, they stay found by meaning during the switch
+        (the serving model embeds them first, as it always did)."""
         stores = self.stores
         if stores.building is None and not (self.switch_due and stores.serving is None):
-            return []
+            return [], []
         states = stores.manifest.file_states_of([p.note.key for p in prepared])
-        return [
-            p.note.key
-            for p in prepared
-            if (st := states.get(p.note.key)) is not None
-            and st.state == "indexed"
-            and st.size == -1
-            and st.mtime_ns == p.note.mtime_ns
-        ]
+        recut: list[str] = []
+        others: list[str] = []
+        for p in prepared:
+            st = states.get(p.note.key)
+            only_cut = (
+                st is not None and st.state == "indexed" and st.size == -1 and st.mtime_ns == p.note.mtime_ns
+            )
+            (recut if only_cut and memory_agent(p.note.key) is None else others).append(p.note.key)
+        return recut, others
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
+-- The chunks left to a model switch's table (has_vector 3, NEXT_ONLY): counted for health at
+-- every status without reading every chunk; empty but during a switch.
+CREATE INDEX IF NOT EXISTS chunks_left_to_switch ON chunks(ord) WHERE has_vector = 3;
 -- The backfill queue in priority order: walking this index and probing chunks_waiting answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).

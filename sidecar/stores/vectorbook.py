@@ -268,10 +268,25 @@ class VectorBook:
 
     def leave_to_next(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """The chunks of these notes still waiting for a serving vector wait for none (``NEXT_ONLY``)."""
+        # Not those past the per-note limit: they wait for no vector of either model (keyword-only).
         db.executemany(
-            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = ? AND has_vector = 0",
+            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = ? AND has_vector = 0 AND ord < ?",
+            [(k, self.vector_cap) for k in keys],
+        )
+
+    def wait_again(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
+        """The chunks of these notes left to a switch's table wait for a serving vector again (a
+        note edited during the switch is found by meaning with the serving model too)."""
+        db.executemany(
+            f"UPDATE chunks SET has_vector = 0 WHERE key = ? AND has_vector = {NEXT_ONLY}",
             [(k,) for k in keys],
         )
+
+    def left_to_switch(self) -> int:
+        """Chunks within the per-note limit left to a switch's table (``NEXT_ONLY``): no vector
+        serves them, search finds them by keywords only until the switch ends."""
+        sql = f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY} AND ord < ?"
+        return int(self._query(sql, (self.vector_cap,))[0][0])
 
     def release_next_only(self) -> int:
         """Chunks left to a switch's table wait for a serving vector again (the table serves
