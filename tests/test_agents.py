@@ -2926,6 +2926,7 @@ def test_chunks_left_to_a_switch_are_said_to_be_found_by_keywords_only(served: S
     until it ends. Health counts them, a search counts them among the chunks without a vector,
     and neither `sidecar status` nor memory_status says every chunk has a vector (both said so
     for the whole switch)."""
+    from sidecar.daemon.watchdog import status_line
     from sidecar.stores.vectorbook import NEXT_ONLY
 
     _switch_cutting_again(served)
@@ -2942,6 +2943,9 @@ def test_chunks_left_to_a_switch_are_said_to_be_found_by_keywords_only(served: S
     assert f"{left} chunks cut again for the new model are found by keywords only" in said["message"]
     reply = served.call("search", {"query": "stroke5 stroke6 canoe"})
     assert reply.get("pendingVectors", 0) >= left, reply
+    h = served.h
+    line = status_line(h.indexer.activity, h.supervisor, manifest, "ok", h.vectors)
+    assert line.endswith(f"({left:,} found by keywords only until it ends)"), line
 
 
 def test_an_agents_memory_stays_found_by_meaning_during_a_switch(served: Served) -> None:
