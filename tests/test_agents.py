@@ -3011,3 +3011,86 @@ def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
     assert len(reads) == 2, reads
     assert "is 3 days from the daemon's date 2026-12-02" in far["todayIgnored"]
     assert served.call("search", {"query": "garlic gestern", "today": three})["window"]["since"] == _ago(1)
+
+
+def _switch_cutting_again(served: Served) -> None:
+    """A model switch that cuts every note again (the new model counts tokens otherwise), with
+    a long vault note and a long memory note of the agent's."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+    from tests.test_vectoring import OtherModel
+
+    paddles = " ".join(f"paddle{j}" for j in range(150))
+    served.call("write", {"slug": "kayak", "content": paddles})
+    vault = served.cfg.vault.path
+    assert vault is not None
+    write(vault / "Canoe.md", "# Canoe\n\n" + " ".join(f"stroke{j}" for j in range(150)) + "\n")
+    h = served.h
+    h.indexer.sweep()
+    while h.vectors.embed_pending():
+        pass
+    attach(h.cfg, h.vectors, OtherModel())
+    h.indexer.cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+    h.indexer.reparse_if_chunking_changed()
+    h.indexer.sweep()
+    # What waits for the serving model gets its vectors (the agent's memory note, cut again).
+    while h.stores.manifest.pending_count() and h.vectors.embed_pending(batch=8):
+        pass
+    assert h.stores.building is not None  # still switching
+
+
+def test_chunks_left_to_a_switch_are_said_to_be_found_by_keywords_only(served: Served) -> None:
+    """Chunks cut again during a model switch wait for the new model only: no vector serves them
+    until it ends. Health counts them, a search counts them among the chunks without a vector,
+    and neither `sidecar status` nor memory_status says every chunk has a vector (both said so
+    for the whole switch)."""
+    from sidecar.daemon.watchdog import status_line
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    _switch_cutting_again(served)
+    manifest = served.h.stores.manifest
+    left = manifest.read(f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY}")[0][0]
+    assert left > 0 and manifest.pending_count() == 0
+    health = served.call("health")
+    assert health["index"]["left_to_switch"] == left and health["index"]["pending_vectors"] == 0
+    status = render_status(health)
+    assert "every chunk has a vector" not in status, status
+    assert f"Vectors: {left:,} chunks cut again for the model switch are found by keywords only" in status
+    said = status_of(health, "claude")
+    assert said["index"]["leftToSwitch"] == left
+    assert f"{left} chunks cut again for the new model are found by keywords only" in said["message"]
+    reply = served.call("search", {"query": "stroke5 stroke6 canoe"})
+    assert reply.get("pendingVectors", 0) >= left, reply
+    h = served.h
+    line = status_line(h.indexer.activity, h.supervisor, manifest, "ok", h.vectors)
+    assert line.endswith(f"({left:,} found by keywords only until it ends)"), line
+
+
+def test_an_agents_memory_stays_found_by_meaning_during_a_switch(served: Served) -> None:
+    """An agent's memory notes are small and what it searches for: cut again during a model
+    switch, they wait for the serving model too (first in its queue), found by meaning all along;
+    a write says meaning only once a serving vector exists (it said so for chunks left to the
+    new model, which no vector served)."""
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    _switch_cutting_again(served)
+    h = served.h
+    manifest = h.stores.manifest
+    rows = manifest.read("SELECT has_vector FROM chunks WHERE key = 'memory/claude/kayak'")
+    assert len(rows) > 1 and all(f != NEXT_ONLY for (f,) in rows), rows
+    canoe = manifest.read("SELECT has_vector FROM chunks WHERE key = 'vault/Canoe'")
+    assert any(f == NEXT_ONLY for (f,) in canoe)
+    serving = h.stores.serving
+    assert serving is not None
+    assert manifest.chunk_ids("memory/claude/kayak") <= serving.store.ids()
+    hits = served.call("search", {"query": "paddle5 paddle6 paddle7"})["hits"]
+    kayak = [x for x in hits if "kayak" in x["reference"]]
+    assert kayak and kayak[0]["vecScore"] is not None, hits
+    # A chunk of the note left to the new model all the same: the write says keywords only.
+    with manifest.transaction() as db:
+        db.execute(
+            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = 'memory/claude/kayak' AND ord = 0"
+        )
+    searchable, by, why = served.handlers.memory._searchable("memory/claude/kayak")
+    assert searchable and by == ["keywords"] and why is not None and "model being switched to" in why

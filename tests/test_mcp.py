@@ -272,6 +272,66 @@ def test_memory_status_leaves_out_other_agents_inboxes() -> None:
     assert "bob" not in str(out)
 
 
+def test_memory_status_says_how_long_indexing_and_a_switch_take() -> None:
+    """memory_status carries the paces `sidecar status` shows (rate, time left, rough while the
+    pace settles) for the sweep, the vectors and a model switch, in words and structured: an
+    agent could not tell whether to wait a minute or a day. None while storing vectors fails."""
+    import jsonschema
+
+    from sidecar.clients.mcp_texts import status_of
+    from sidecar.clients.mcp_tools import TOOLS
+
+    health = {
+        "embedder": {"state": "ok", "model": "new@1"},
+        "index": {
+            "state": "building",
+            "phase": "indexing",
+            "progress": {"done": 100, "total": 700, "notes_per_second": 2.0, "rough": True},
+            "files": 100,
+            "chunks": 900,
+            "pending_vectors": 600,
+            "embed_rate_chunks_per_second": 1.0,
+            "embed_rate_rough": False,
+        },
+        "vectors": {
+            "serving": "t1",
+            "serving_model": "old@1",
+            "building": "t2",
+            "building_pending": 7200,
+            "building_rate_chunks_per_second": 4.0,
+            "building_rate_rough": False,
+        },
+    }
+    out = status_of(health, "a")
+    assert out["pace"] == {
+        "notes": {"perSecond": 2.0, "left": 600, "secondsLeft": 300.0, "rough": True},
+        "vectors": {"perSecond": 1.0, "left": 600, "secondsLeft": 600.0, "rough": False},
+        "switch": {"perSecond": 4.0, "left": 7200, "secondsLeft": 1800.0, "rough": False},
+    }
+    said = out["message"]
+    assert "100/700 notes read, about 5m 0s left (a rough estimate: the pace is still settling)" in said
+    assert "600 chunks wait for their vector (found by keywords only), about 10m 0s left;" in said
+    assert "7200 chunks still wait for the new model's vectors, about 30m 0s left;" in said
+    schema = next(t["outputSchema"] for t in TOOLS if t["name"] == "memory_status")
+    jsonschema.validate(out, schema)
+    health["problems"] = {"active": [{"area": "embedding", "error": "storing vectors failed: disk full"}]}
+    stalled = status_of(health, "a")
+    assert (
+        stalled["pace"]["vectors"]["secondsLeft"] is None and stalled["pace"]["switch"]["secondsLeft"] is None
+    )
+    assert "paused: storing vectors fails" in stalled["message"]
+    jsonschema.validate(stalled, schema)
+    for state in ("loading", "failed"):
+        # The model not computing: the last known rate says nothing of when vectors come (as status).
+        health["embedder"]["state"] = state
+        gone = status_of(health, "a")
+        assert set(gone["pace"]) == {"notes"}, gone["pace"]
+        assert "10m 0s" not in gone["message"] and "30m 0s" not in gone["message"]
+    health["embedder"]["state"] = "ok"
+    del health["index"]["progress"], health["index"]["embed_rate_chunks_per_second"], health["vectors"]
+    assert "pace" not in status_of(health, "a")  # no rate yet: nothing guessed
+
+
 def test_memory_status_names_a_held_deletion() -> None:
     """A root whose mass deletion is held (mode 'held', the folder is there) is named with its
     reason and command, as an offline one is (the shim looked for 'offline' only)."""

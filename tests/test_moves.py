@@ -1053,6 +1053,95 @@ def test_a_folder_renamed_during_a_full_sweep_is_found_at_every_batch(make_cfg: 
         h.close()
 
 
+def test_a_stop_ends_the_events_batches_between_two_and_loses_no_note(make_cfg: Any, vault: Path) -> None:
+    """A stop while the events taken between a sweep's batches are written (a folder of 12
+    renamed, 2 notes a batch): the writing ends after the batch that runs (the stop waited for
+    every batch, minutes for thousands of notes), each note is found under one path meanwhile,
+    the rest is given back, and the next sweep (the next start's) finishes the move."""
+    import threading
+
+    moved = _notes(vault / "Notes", 12)
+    h = Harness(make_cfg(vault, **{"index.batchFiles": 2, "embedder.enabled": False}), None)
+    try:
+        h.sweep()
+        for i in range(4):  # work for the sweep's own batches
+            write(vault / f"New/x{i}.md", f"# X{i}\n")
+        stop = threading.Event()
+        fired: list[bool] = []
+
+        def hot() -> frozenset[str]:
+            if fired:
+                return frozenset()
+            fired.append(True)
+            (vault / "Notes").rename(vault / "Renamed")
+            return frozenset({str(vault / "Notes"), str(vault / "Renamed")})
+
+        written: list[int] = []
+        real = h.indexer.index_files
+
+        def index_files(notes: Any, data: Any = None) -> int:
+            changed = real(notes, data)
+            if fired:  # an events' batch: the stop comes while the first one is written
+                written.append(len(notes))
+                stop.set()
+            return changed
+
+        given_back: set[str] = set()
+        h.indexer.hot_paths = hot
+        h.indexer.hot_back = given_back.update
+        h.indexer.index_files = index_files  # type: ignore[method-assign]
+        h.indexer.sweep(stop=stop)
+        assert written == [2], written
+        renamed, old = _keys(h, "vault/Renamed/"), _keys(h, "vault/Notes/")
+        assert len(renamed) == 2 and len(old) == len(moved) - 2  # each under one path, none lost
+        assert {str(vault / "Renamed" / f"{k.rsplit('/', 1)[1]}.md") for k in old} <= given_back
+        h.indexer.index_files = real  # type: ignore[method-assign]
+        h.indexer.sweep()
+        assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(len(moved))}
+        assert not _keys(h, "vault/Notes/")
+        assert _hits(h, "lighthouse 3") == ["vault/Renamed/n3"]
+    finally:
+        h.close()
+
+
+def _case_insensitive(monkeypatch: pytest.MonkeyPatch, folder: Path, old: str, new: str) -> None:
+    """``folder/old`` opens as ``folder/new`` (a hard link: the same file), and the folder lists
+    ``new`` only: what a case-insensitive disk shows of a name whose case changed."""
+    os.link(folder / new, folder / old)
+    real = os.listdir
+
+    def listdir(path: Any = ".") -> list[str]:
+        names = real(path)
+        return [n for n in names if n != old] if Path(path) == folder else names
+
+    monkeypatch.setattr(os, "listdir", listdir)
+
+
+@pytest.mark.parametrize("how", ["renamed", "made anew"])
+def test_a_note_whose_name_changes_case_on_a_case_insensitive_disk_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """macOS or an SMB share: `Tar.md` renamed `tar.md`, or deleted and `tar.md` made anew. The old
+    spelling still opens there, so its events' look kept the note under `vault/Tar` beside the
+    new `vault/tar`: found twice until a full sweep (whose deletion a mass-deletion hold may
+    keep). The folder's listing decides: the old spelling is gone, the note is indexed once."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        if how == "renamed":
+            (vault / "Tar.md").rename(vault / "tar.md")
+        else:
+            (vault / "Tar.md").unlink()
+            write(vault / "tar.md", "# tar\n\nUnpack a tarball with tar xf, pack one with tar czf.\n")
+        _case_insensitive(monkeypatch, vault, "Tar.md", "tar.md")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Tar.md"), str(vault / "tar.md")})
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/tar"}
+        assert _hits(h, "tarball") == ["vault/tar"]
+    finally:
+        h.close()
+
+
 def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
     """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
     deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked

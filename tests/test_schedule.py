@@ -222,6 +222,77 @@ def test_the_daily_housekeeping_first_runs_ten_minutes_after_the_start(runs: Any
     assert real_dt.timedelta(minutes=9) < due <= real_dt.timedelta(minutes=10)
 
 
+def test_the_daily_job_gives_the_manifests_free_pages_back_and_outlives_its_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The scheduler's daily job is the daemon's housekeeping, which gives the manifest's free
+    pages back (``Manifest.give_back``, its steps yielding to searches). A failure of it is
+    logged and nothing else: the schedule and the job go on, and the next run tries again."""
+    import sqlite3
+
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.stores.manifest import Manifest
+
+    caplog.set_level(logging.INFO)
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={})
+    daemon = Daemon(cfg)
+    manifest = Manifest(tmp_path / "m.sqlite")
+    real = manifest.give_back
+    ran = threading.Semaphore(0)
+    fault: list[BaseException] = []
+    betweens: list[Any] = []
+
+    def give_back(between: Callable[[], object] = lambda: None) -> int:
+        betweens.append(between)
+        if fault:
+            raise fault.pop()
+        return real(between)
+
+    manifest.give_back = give_back  # type: ignore[method-assign]
+    daemon.parts = SimpleNamespace(stores=SimpleNamespace(manifest=manifest))  # type: ignore[assignment]
+    nothing = SimpleNamespace(schedule_sweep=lambda: None, sweep_roots=lambda _: None, polled=lambda: False)
+    schedule = build_scheduler(
+        cfg,
+        nothing,  # type: ignore[arg-type]
+        SimpleNamespace(due=lambda poll_all=False: []),  # type: ignore[arg-type]
+        SimpleNamespace(tick=lambda: None),  # type: ignore[arg-type]
+        vectors=SimpleNamespace(),  # type: ignore[arg-type]
+        retry_embedder=lambda: None,
+        notify=None,
+        daily=daemon._daily,
+    )
+    from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
+
+    def ended(event: Any) -> None:  # the run ended (a run still going skips the next one)
+        if event.job_id == "daily":
+            ran.release()
+
+    schedule.scheduler.add_listener(ended, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+    schedule.start()
+    try:
+        job = schedule.scheduler.get_job("daily")
+
+        def run_now() -> None:
+            job.modify(next_run_time=real_dt.datetime.now(schedule.scheduler.timezone))
+            assert ran.acquire(timeout=30)
+
+        run_now()
+        assert len(betweens) == 1 and callable(betweens[0])  # searches get their turn between steps
+        for exc in (sqlite3.OperationalError("disk I/O error"), RuntimeError("unforeseen")):
+            fault.append(exc)
+            run_now()
+        assert "scheduled_job_failed job=daily error=RuntimeError('unforeseen')" in caplog.text
+        assert "manifest_give_back_failed error=disk I/O error" in caplog.text
+        assert schedule.scheduler.running
+        due = schedule.scheduler.get_job("daily").next_run_time - real_dt.datetime.now(real_dt.UTC)
+        assert due > real_dt.timedelta(hours=23)  # tried again the next day
+        run_now()  # and runs again
+        assert len(betweens) == 4
+    finally:
+        schedule.shutdown()
+        manifest.close()
+
+
 @pytest.mark.parametrize("zone", ["<+0530>-5:30", "Europe/Berln"])
 def test_a_time_zone_the_database_does_not_know_runs_the_schedule_in_utc(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, zone: str

@@ -1364,3 +1364,217 @@ def test_a_conversion_that_differs_on_long_chunks_only_does_not_keep_the_vectors
         assert h.stores.manifest.pending_count() == chunks  # recomputed
     finally:
         h.close()
+
+
+def _long_notes(vault: Path, n: int = 3) -> None:
+    for i in range(n):
+        body = " ".join(f"word{i}x{j}" for j in range(120))
+        write(vault / f"Long {i}.md", f"# Long {i}\n\n{body}\n")
+
+
+def test_notes_cut_again_during_a_switch_are_embedded_by_the_new_model_only(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A model switch cuts every note again (sizes count in the new model's tokens): the chunks
+    cut anew go to the new model's table only. The retiring model embedded each of them first,
+    for a table dropped at the switch (on two cores, minutes to hours of work for nothing). A
+    note edited meanwhile still reaches both tables, so the serving one finds it by meaning."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        before = manifest.all_chunk_ids()
+        other = OtherModel()
+        attach(h.cfg, h.vectors, other)
+        cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+        h.indexer.cfg = cfg  # the new model counts the notes' tokens otherwise
+        h.indexer.reparse_if_chunking_changed()
+        write(vault / "Late.md", "# Late\n\nA note written during the switch about the canoe.\n")
+        retiring.embedded.clear()
+        h.indexer.sweep()
+        assert manifest.all_chunk_ids() - before, "the notes were cut anew"
+        # Only the note edited meanwhile waits for the retiring model.
+        assert manifest.pending_count() == len(manifest.chunk_ids("vault/Late")) == 1
+        while h.vectors.embed_pending(batch=8) and h.stores.building is not None:
+            serving = h.stores.serving
+            assert serving is not None and serving.model is retiring
+        assert {t.split("\n")[0] for t in retiring.embedded} == {"Late"}
+        assert search(h, "note written during the switch about the canoe")[0]["vecScore"] is not None
+        h.sweep()
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def test_chunks_left_to_a_switch_that_is_undone_wait_for_the_serving_model(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The switch undone (the previous model configured again) or its model failing to load: the
+    chunks cut anew for it are embedded by the model that serves after all, none stays without
+    a vector."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        attach(h.cfg, h.vectors, OtherModel())
+        h.indexer.cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        manifest = h.stores.manifest
+        assert manifest.pending_count() == 0
+        h.stores.building = None  # a restart with the previous model configured again
+        attach(h.cfg, h.vectors, retiring)
+        assert manifest.pending_count() > 0
+        while h.vectors.embed_pending():
+            pass
+        store = h.stores.vectors
+        assert store is not None and store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_notes_cut_again_before_the_switch_begins_are_left_to_the_new_model(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with another model configured: the sweep cuts the notes again as soon as the new
+    model's tokenizer is there, while the models still load and no table is attached yet. Those
+    chunks wait for the new model too, not for the previous one, which embedded them first."""
+    from dataclasses import replace
+
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.indexer.reparse_if_chunking_changed()  # as every start does: the notes cut for this model
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        retiring.embedded.clear()
+        migration.attach(h.cfg, h.vectors, other)
+        assert h.stores.building is not None and manifest.pending_count() == 0
+        h.sweep()
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert serving.store.ids() == manifest.all_chunk_ids() and manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def _cut_again_during_a_switch(make_cfg: Any, tmp_path: Path, cap: int | None = None) -> Harness:
+    """Three long notes, then a switch to another model that cuts them again (``cap``: the
+    per-note vector limit meanwhile)."""
+    from dataclasses import replace
+
+    from sidecar.index.migration import attach
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    h.sweep()
+    attach(h.cfg, h.vectors, OtherModel())
+    if cap is not None:
+        h.stores.manifest.vector_cap = cap
+    h.indexer.cfg = replace(h.cfg, chunking=replace(h.cfg.chunking, max_tokens=40))
+    h.indexer.reparse_if_chunking_changed()
+    h.indexer.sweep()
+    return h
+
+
+def test_a_note_edited_during_a_switch_waits_for_the_serving_model_whole(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A note cut again for the switch, then edited: its chunks whose text stayed (left to the
+    new model) wait for the serving model again with the new ones, so the note is found by
+    meaning during the switch (they kept the flag: only the changed chunk got a vector)."""
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    h = _cut_again_during_a_switch(make_cfg, tmp_path)
+    try:
+        manifest = h.stores.manifest
+        key = "vault/Long 0"
+        rows = manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))
+        assert len(rows) > 1 and all(f == NEXT_ONLY for (f,) in rows)
+        p = tmp_path / "v" / "Long 0.md"
+        write(p, p.read_text() + "\nA new closing line about the canoe.\n")
+        h.indexer.sweep()
+        flags = [f for (f,) in manifest.read("SELECT has_vector FROM chunks WHERE key = ?", (key,))]
+        assert NEXT_ONLY not in flags, flags
+        assert (
+            manifest.left_to_switch()
+            == manifest.read(f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY}")[0][0]
+            > 0
+        )  # the other notes stay left to the new model
+        while manifest.pending_count() and h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and h.stores.building is not None
+        assert manifest.chunk_ids(key) <= serving.store.ids()
+    finally:
+        h.close()
+
+
+def test_chunks_past_the_vector_limit_stay_keyword_only_during_a_switch(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """Chunks past index.maxVectorChunksPerNote wait for no vector: cut again during a switch
+    they are not left to the new model (they were, and status' keyword-only count missed them)."""
+    h = _cut_again_during_a_switch(make_cfg, tmp_path, cap=2)
+    try:
+        manifest = h.stores.manifest
+        past = manifest.read("SELECT count(*) FROM chunks WHERE ord >= 2")[0][0]
+        notes, chunks, _ = manifest.keyword_only()
+        assert past > 0 and (notes, chunks) == (3, past)
+        assert manifest.left_to_switch() == manifest.read("SELECT count(*) FROM chunks WHERE ord < 2")[0][0]
+    finally:
+        h.close()
+
+
+def test_a_stop_after_the_cut_before_the_switch_begins_keeps_the_switch_due(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A stop (or a kill) after a start recorded the new model's chunker, before its switch began:
+    the next start still knows a switch follows (the serving table is another model's), so the
+    notes it cuts are left to the new model too."""
+    from dataclasses import replace
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake-bow"))
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        assert not h.indexer.writer.switch_due  # the serving table is the configured model's
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.reparse_if_chunking_changed()  # the first start: the notes cut for it
+        assert h.indexer.writer.switch_due
+        h.indexer.writer.switch_due = False  # stopped before the switch began; the next start:
+        h.indexer.reparse_if_chunking_changed()
+        assert h.indexer.writer.switch_due
+    finally:
+        h.close()

@@ -350,6 +350,7 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             return ", paused: storing vectors fails (see PROBLEM below)"
         return time_left(left, rate, rough)
 
+    said_switch = False  # the chunks left to a model switch named on the Vectors line
     if emb["state"] == "ok":
         lines.append(f"Embedder: ok ({emb['model']}, from {emb['origin']}){_fallback_words(emb, todo)}")
         if waiting:
@@ -364,15 +365,20 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
             lines.append("Vectors: computed for the notes as the rebuild reads them")
         else:
             lines.append(f"Vectors: {all_vectors_words(idx)}")
+            said_switch = True
         lines += _continuous_lines(continuous)
         lines += _keyword_only_lines(idx.get("keyword_only"), todo)
         vec = h.get("vectors") or {}
         if vec.get("building"):  # a model switch: the old model's vectors answer meanwhile
             left = vec.get("building_pending", 0)
             when = eta(left, vec.get("building_rate_chunks_per_second"), vec.get("building_rate_rough"))
+            # The chunks cut again for it have no serving vector (said here unless the Vectors
+            # line said so).
+            switch = int(idx.get("left_to_switch") or 0)
+            only = f" ({switch:,} cut again found by keywords only)" if switch and not said_switch else ""
             lines.append(
                 f"Model switch: {left:,} of {idx['chunks']:,} chunks still wait for {emb['model']}'s "
-                f"vectors{when}; searches use {vec.get('serving_model')}'s until then"
+                f"vectors{when}; searches use {vec.get('serving_model')}'s until then{only}"
             )
         lines += _index_build_lines(vec)
         lines += _paused_lines(vec)

@@ -34,13 +34,19 @@ def backlog(idx: dict[str, Any]) -> int:
 def all_vectors_words(idx: dict[str, Any]) -> str:
     """ "every chunk has a vector", or, beside chunks past the per-note limit (found by keywords
     only), every chunk within it: the line must not say all while the next one says some have none
-    (nor while chunks of a note written continuously wait: all but those, said which)."""
+    (nor while chunks of a note written continuously wait, or chunks wait for a model switch's end:
+    all but those, said which)."""
     capped = idx.get("keyword_only")
     left = _continuous_pending(idx)
     but = f" but the {left:,} a note written continuously just added" if left else ""
-    if not capped:
-        return f"every chunk{but} has a vector"
-    return f"every chunk within {capped['setting']}{but} has a vector"
+    within = f" within {capped['setting']}" if capped else ""
+    if switch := int(idx.get("left_to_switch") or 0):
+        # Cut again during a model switch, left to the new model's table: never "every chunk".
+        return (
+            f"{switch:,} chunks cut again for the model switch are found by keywords only until it "
+            f"ends; every other chunk{within}{but} has a vector"
+        )
+    return f"every chunk{within}{but} has a vector"
 
 
 def duration(seconds: float) -> str:

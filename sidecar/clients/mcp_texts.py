@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any
 
+from sidecar.clients.foreground import time_left
 from sidecar.clients.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
@@ -224,6 +225,8 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "chunks": idx.get("chunks", 0),
         **_searchable(idx, agent),
         "pendingVectors": idx.get("pending_vectors", 0),
+        # Cut again during a model switch: no vector serves them until it ends (not in pendingVectors).
+        "leftToSwitch": idx.get("left_to_switch", 0),
     }
     continuous = idx.get("continuous") or {}
     # Of pendingVectors, the chunks of notes written continuously (their vectors follow each
@@ -231,10 +234,12 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     waiting = max(index["pendingVectors"] - int(continuous.get("pending_vectors") or 0), 0)
     # While building: notes read so far during the sweep, then the vectors (the sweep's counter
     # stays at its end while chunks wait for theirs).
+    vec = health.get("vectors") or {}
+    pace = _pace(health, index, waiting)
     building = ""
     if index["state"] == "building":
         if index["total"] and index["done"] < index["total"]:
-            building = f" ({index['done']}/{index['total']} notes read)"
+            building = f" ({index['done']}/{index['total']} notes read{_left(pace.get('notes'))})"
         elif waiting:
             building = " (computing vectors)"
     elif not idx.get("complete", True):
@@ -246,7 +251,9 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     if catching := idx.get("catching_up"):
         parts.append(catching_up_note(catching["done"], catching["total"], catching.get("recut", 0)))
     if waiting:
-        parts.append(f"{waiting} chunks wait for their vector (found by keywords only)")
+        parts.append(
+            f"{waiting} chunks wait for their vector (found by keywords only){_left(pace.get('vectors'))}"
+        )
     if continuous:
         n = continuous.get("notes", 0)
         parts.append(
@@ -254,11 +261,16 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
             "minute later, what each indexing adds found by its words at once, by meaning once its vectors "
             "are computed"
         )
-    vec = health.get("vectors") or {}
     if vec.get("building"):
         parts.append(
             f"switching models: {vec.get('building_pending', 0)} chunks still wait for the new model's "
-            f"vectors; search uses {vec.get('serving_model')} until then"
+            f"vectors{_left(pace.get('switch'))}; search uses {vec.get('serving_model')} until then"
+            + (
+                f" ({index['leftToSwitch']} chunks cut again for the new model are found by keywords only "
+                "until the switch ends)"
+                if index["leftToSwitch"]
+                else ""
+            )
         )
     if keyword_only:
         parts.append(f"keyword-only search (embedder {emb.get('state', 'unknown')})")
@@ -306,7 +318,60 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "offlineRoots": offline,
         "problems": problems,
         **({"inbox": _inbox(inbox)} if inbox else {}),
+        **({"pace": pace} if pace else {}),
     }
+
+
+def _pace(health: dict[str, Any], index: dict[str, Any], waiting: int) -> dict[str, dict[str, Any]]:
+    """The paces `sidecar status` turns into "about 3h 57m left", for the work that has one: the
+    sweep's notes, the vectors waiting, a model switch's vectors (those two while the model is ok).
+    ``secondsLeft`` is null while
+    storing vectors fails (nothing moves); ``rough`` while the pace still settles."""
+    idx, vec = health.get("index") or {}, health.get("vectors") or {}
+    progress = idx.get("progress") or {}
+    stalled = any(p.get("area") == "embedding" for p in (health.get("problems") or {}).get("active", []))
+    # Vectors have a pace only while the model computes them (as `sidecar status`): loading or
+    # failed, the last known rate says nothing of when they come.
+    computing = (health.get("embedder") or {}).get("state") == "ok"
+    work = {
+        "notes": (
+            progress.get("notes_per_second"),
+            progress.get("rough"),
+            index["total"] - index["done"],
+            False,
+        ),
+        "vectors": (
+            idx.get("embed_rate_chunks_per_second") if computing else None,
+            idx.get("embed_rate_rough"),
+            waiting,
+            stalled,
+        ),
+        "switch": (
+            vec.get("building_rate_chunks_per_second") if vec.get("building") and computing else None,
+            vec.get("building_rate_rough"),
+            int(vec.get("building_pending") or 0),
+            stalled,
+        ),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, (rate, rough, left, paused) in work.items():
+        if rate and left > 0:
+            out[name] = {
+                "perSecond": rate,
+                "left": left,
+                "secondsLeft": None if paused else round(left / rate, 1),
+                "rough": bool(rough),
+            }
+    return out
+
+
+def _left(pace: dict[str, Any] | None) -> str:
+    """ ", about 3m left" (and whether it is rough) from one of ``_pace``'s entries; "" without."""
+    if pace is None:
+        return ""
+    if pace["secondsLeft"] is None:
+        return ", paused: storing vectors fails (see the problem below)"
+    return time_left(pace["left"], pace["perSecond"], pace["rough"])
 
 
 def _searchable(idx: dict[str, Any], agent: str | None) -> dict[str, int]:

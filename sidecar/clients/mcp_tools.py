@@ -56,6 +56,13 @@ DAY_HELP = (
     "a weekday name (English or German) or Nd (N days ago)."
 )
 
+# A pace of work under way (memory_status): units a second, units left, the seconds that makes
+# (null while storing vectors fails), and whether the pace still settles.
+PACE = obj(
+    {"perSecond": NUM, "left": INT, "secondsLeft": {"type": ["number", "null"]}, "rough": BOOL},
+    ("perSecond", "left", "secondsLeft", "rough"),
+)
+
 # A line of a note (the daemon takes as many: no note has more).
 LINE = {"type": "integer", "minimum": 1, "maximum": 10_000_000}
 
@@ -257,7 +264,8 @@ TOOLS: list[dict[str, Any]] = [
         "memory_status",
         "Memory status",
         "Whether recall is complete right now: the embedding model's state, the index (building or "
-        "ready, with progress), chunks still waiting for their vector, folders that are offline and why, "
+        "ready, with progress), chunks still waiting for their vector, how long these take (pace: rate, "
+        "seconds left, rough while the pace settles), folders that are offline and why, "
         "whether search runs on keywords only, and how full your memory inbox is (maxBytes 0: no limit). "
         "Call it when results look thin or a note is missing.",
         obj({}),
@@ -282,6 +290,7 @@ TOOLS: list[dict[str, Any]] = [
                         "files": INT,
                         "chunks": INT,
                         "pendingVectors": INT,
+                        "leftToSwitch": INT,
                     }
                 ),
                 "keywordOnly": BOOL,
@@ -300,6 +309,9 @@ TOOLS: list[dict[str, Any]] = [
                         "stale": STR,
                     }
                 ),
+                # Only the work under way that has a pace: the sweep's notes, the vectors waiting,
+                # a model switch's vectors.
+                "pace": obj(dict.fromkeys(("notes", "vectors", "switch"), PACE)),
             },
             ("daemon", "message"),
         ),

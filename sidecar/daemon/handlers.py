@@ -210,6 +210,9 @@ class Handlers:
                 "files": counts["files"],
                 "chunks": counts["chunks"],
                 "pending_vectors": pending,
+                # Chunks cut again during a model switch, left to the new model's table: no
+                # vector serves them, found by keywords only until the switch ends.
+                "left_to_switch": self.manifest.left_to_switch() if embedder["state"] != "off" else 0,
                 # The note with most of the backlog (a long note can be most of it), and the
                 # chunks past index.maxVectorChunksPerNote found by keywords only.
                 "pending_largest": self.limits.pending_largest(backlog, caps if continuous and ok else None),

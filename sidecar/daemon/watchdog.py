@@ -89,6 +89,8 @@ def status_line(
         if vectors is not None and vectors.stores.building is not None:
             waiting = manifest.pending_count("has_next")
             text += f"; model switch: {waiting:,} chunks wait for the new model's vectors"
+            if left := manifest.left_to_switch():
+                text += f" ({left:,} found by keywords only until it ends)"
     if offline:
         text += f"; offline: {', '.join(offline)}"
     return text

@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -1073,7 +1074,9 @@ class ChangeFinder:
             return [Skipped(root.path, refusal)], [], []
         base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        todo, looked = list(rels), set(rels)
+        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
+        gone.extend(sorted(_case_aliases(root.path, rels)))
+        todo, looked = [r for r in rels if r not in gone], set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
         for rel in todo:  # grows by the twins of deleted notes
@@ -1274,6 +1277,43 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
             with contextlib.suppress(ValueError):
                 rel = s.path.relative_to(root.path).as_posix()
                 out.append((s.path, root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel)))
+    return out
+
+
+def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
+    """Those of ``rels`` that another one spells but for case ("Tar" and "tar") and that their
+    folder does not list by that spelling, while it lists another of them: on a case-insensitive
+    disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" -> "tar", or
+    deleted and made anew as "tar.md", still opens, and its note stayed indexed beside the new
+    one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion hold
+    could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    groups: dict[str, list[str]] = {}
+    for rel in rels:
+        groups.setdefault(rel.lower(), []).append(rel)
+    listed: dict[Path, set[str] | None] = {}
+
+    def on_disk(rel: str) -> bool | None:
+        folder = top
+        for part in rel.split("/"):
+            if folder not in listed:
+                try:
+                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
+                except OSError:
+                    listed[folder] = None
+            names = listed[folder]
+            if names is None:
+                return None  # not known: taken as spelled
+            if unicodedata.normalize("NFC", part) not in names:
+                return False
+            folder = folder / part
+        return True
+
+    out: set[str] = set()
+    for spellings in groups.values():
+        if len(spellings) > 1:
+            found = {rel: on_disk(rel) for rel in spellings}
+            if any(found.values()):  # one spelling listed: the others are only its aliases
+                out.update(rel for rel, there in found.items() if there is False)
     return out
 
 

@@ -36,6 +36,7 @@ from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
+from sidecar.stores.vectors import table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
@@ -509,7 +510,7 @@ class Indexer:
             if progress is not None:
                 progress(act)
             if every is not None:
-                self._index_hot()
+                self._index_hot(stop)
         # The rest of the deletions after the new notes: a note deleted, and a move whose new
         # note was not written (unreadable, a share that hangs) leaves with the sweep as before;
         # not when the sweep was stopped before its batch: that note would be found under neither
@@ -611,7 +612,7 @@ class Indexer:
         between its batches: deleting them now would lose them until the next full sweep)."""
         return [k for k in gone if k not in self._hot_written]
 
-    def _index_hot(self) -> None:
+    def _index_hot(self, stop: threading.Event | None = None) -> None:
         """Between the batches of a full sweep: the notes saved since it began, so each is
         searchable within a batch's time, not at the end of a sweep of minutes. Paths whose root
         needs a full sweep of its own are given back as they came."""
@@ -626,7 +627,7 @@ class Indexer:
             # root then) may hold the note just saved; matched against ``every``, it was dropped.
             if self.changes.diff_paths(hot, self.changes.roots(), diff):
                 self._deferred |= hot  # a root needs a full look: given back when this sweep ends
-            self._write_hot(diff)
+            self._write_hot(diff, stop)
             self._record_excluded(diff, None)
         except BaseException:
             if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
@@ -635,15 +636,27 @@ class Indexer:
             raise
         log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
 
-    def _write_hot(self, diff: Diff) -> None:
+    def _write_hot(self, diff: Diff, stop: threading.Event | None = None) -> None:
         """The file events' changes taken between a sweep's batches, written in batches as a sweep
         writes them: a folder renamed mid-sweep (moves of any count) keeps each note's old entry
         until its new one is written (its old entries deleted first and all read in one call, the
-        notes were found under neither path for the whole read); the other deletions after."""
+        notes were found under neither path for the whole read); the other deletions after.
+        ``stop`` set (the daemon stops) ends it between two batches (a stop waited for every
+        batch of a folder of thousands renamed): the rest is given back, and the next start's
+        sweep finds it anyway."""
         moves = _moves_applied(diff)
         gone = list(diff.gone)
         batch = self.cfg.index.batch_files
         for start in range(0, len(diff.work), batch):
+            if stop is not None and stop.is_set():
+                left = diff.work[start:]
+                # Nothing more is deleted either: a moved note whose new entry is not written keeps
+                # its old one (found under neither path until the next start, else).
+                self._deferred |= {str(n.path) for n in left} | self._paths_of(gone, self.changes.roots())
+                log.info(
+                    "hot_paths_stopped written=%d of=%d (the rest is looked at again)", start, len(diff.work)
+                )
+                return
             part = diff.work[start : start + batch]
             self._write_batch(part, moves)
             self._hot_written.update(n.key for n in part)
@@ -858,17 +871,36 @@ class Indexer:
         converges on today's chunking."""
         # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
         # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
-        # tails were never embedded (the previous model embeds the re-cut chunks first, so search
-        # stays whole during the switch).
+        # tails were never embedded (the re-cut chunks go to the new model's table only:
+        # ``Writer._recut_for_switch``).
         counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
         want = self._chunking(counted)
         have = self.manifest.get_meta("chunker")
+        # A switch to this model follows once it loads (``Writer.switch_due``): cut for another
+        # model, or a switch under way before the stop.
+        self.writer.switch_due = self._switch_due(have, counted)
         if have == want:
             return
         notes = self.manifest.reread_all()  # none in a new index
         if notes:
             log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
         self.manifest.set_meta("chunker", want)
+
+    def _switch_due(self, have: str | None, counted: str) -> bool:
+        """Whether a switch to the configured model follows once it loads: the notes were cut
+        for another model's tokens, the serving table is another model's, or a switch was under
+        way when the daemon stopped."""
+        table = self.manifest.get_meta("vector_table")
+        if not self.cfg.embedder.enabled or not table:
+            return False
+        cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
+        # The table another model's (a stop or a kill after a start's re-cut recorded the new
+        # chunker, before the switch began: the chunker then says nothing of it).
+        return (
+            cut_for_another
+            or bool(self.manifest.get_meta("vector_table_next"))
+            or not table.startswith(table_prefix(counted))
+        )
 
     def reread_canvases_if_read_differently(self) -> None:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their

@@ -40,7 +40,7 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
         previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
         if previous is not None:
             if vectors.stores.serving is None:
-                vectors.attach(*previous)
+                vectors.attach(*previous, switching=True)
             new = open_vectors(cfg, model.model_id, model.dim, model.pooling, problems)
             vectors.begin_migration(previous[0], previous[1], new, model)
             tidy(vectors, cfg.index_dir / "vectors")

@@ -200,11 +200,17 @@ class Vectoring:
         """The table the manifest's vector flags belong to (another model's after a switch)."""
         return self.manifest.get_meta("vector_table")
 
-    def attach(self, store: VectorStore, model: Embedder) -> None:
-        """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled."""
+    def attach(self, store: VectorStore, model: Embedder, *, switching: bool = False) -> None:
+        """Serve from ``store``; reconcile it with the manifest so no chunk is missing or doubled.
+        ``switching``: a switch to another model begins next (``begin_migration``)."""
         manifest = self.manifest
         with self.stores.write_lock:
             self._retired.pop(store.name, None)  # wanted again: not dropped by its old due time
+            if not switching and (released := manifest.release_next_only()):
+                # Left to a switch that does not go on (undone, or its model does not load).
+                log.info(
+                    "vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released
+                )
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
                 manifest.reset_vectors()

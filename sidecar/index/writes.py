@@ -82,6 +82,10 @@ class Writer:
         # Note key -> the chunks its last write added (new texts: each waits for a vector), taken
         # by the indexer once the write returns (``Indexer.index_files``).
         self.added: dict[str, int] = {}
+        # A switch to the configured model follows as soon as it loads (set at a start by
+        # ``Indexer.reparse_if_chunking_changed``): the notes cut again before it begins are left
+        # to its table too; a table attached without a switch takes them back.
+        self.switch_due = False
 
     def write(self, prepared: Sequence[Prepared]) -> None:
         """Write a batch of notes (sharing the commit with writers queued behind the lock)."""
@@ -136,6 +140,7 @@ class Writer:
             # Read before the marks: only a note recorded ``indexed`` is known to be in BM25 as
             # the manifest says (twice in one batch: the second must replace the first entirely).
             before = {p.note.key: stores.manifest.indexed_chunks(p.note.key) for p in prepared}
+            recut, edited = self._recut_for_switch(prepared)
             stores.manifest.mark(file_record(p, "indexing") for p in prepared)
             vanished: list[str] = []
             for (record, chunks), p in zip(built, prepared, strict=True):
@@ -160,6 +165,12 @@ class Writer:
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
                     reresolve(db, self.wiki_subfolder, names=names, keys=[r.key for r, _ in built])
+                if recut:
+                    stores.manifest.leave_to_next(recut, db)
+                if edited:
+                    # Their chunks whose text stayed kept the flag of the re-cut: the serving
+                    # model embeds them too now (a note edited during the switch is found by meaning).
+                    stores.manifest.wait_again(edited, db)
                 moved = [o for r, _ in built if (o := self.replacing.get(r.key)) is not None]
                 if moved:
                     self._retire_in(db, moved)
@@ -167,6 +178,26 @@ class Writer:
             # has it at once, not after the backfill: never counted as waiting for the model.
             self.vectors.reuse_kept([c for _, chunks in built for c in chunks])
         self.vectors.notify_written()
+
+    def _recut_for_switch(self, prepared: Sequence[Prepared]) -> tuple[list[str], list[str]]:
+        """While a switch to another model builds its table, or before it begins: the notes only
+        cut again (marked so, their files unchanged), whose new chunks are embedded by that model
+        alone (``NEXT_ONLY``), and the others (new, edited). An agent's memory notes are among the
+        others: small, and what agents search for, they stay found by meaning during the switch
+        (the serving model embeds them first, as it always did)."""
+        stores = self.stores
+        if stores.building is None and not (self.switch_due and stores.serving is None):
+            return [], []
+        states = stores.manifest.file_states_of([p.note.key for p in prepared])
+        recut: list[str] = []
+        others: list[str] = []
+        for p in prepared:
+            st = states.get(p.note.key)
+            only_cut = (
+                st is not None and st.state == "indexed" and st.size == -1 and st.mtime_ns == p.note.mtime_ns
+            )
+            (recut if only_cut and memory_agent(p.note.key) is None else others).append(p.note.key)
+        return recut, others
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""

@@ -49,7 +49,7 @@ from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.bm25_search import SHARED, SearchFault
 from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest import Manifest, embed_hash
-from sidecar.stores.vectorbook import NO_VECTOR
+from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
     CONFLICT_REASON,
@@ -226,13 +226,19 @@ class MemoryOps:
             )
         if all(f == NO_VECTOR for f in flags):  # an empty note, or data such as base64
             return True, ["keywords"], "searchable by keywords; it holds no text to search by meaning"
-        if all(f != 0 for f in flags):
+        # NEXT_ONLY: left to a model switch's table, no vector serves it until the switch ends.
+        if all(f not in (0, NEXT_ONLY) for f in flags):
             past = (
                 f"{capped:,} of its chunks are past index.maxVectorChunksPerNote "
                 f"({manifest.vector_cap:,}): those are found by keywords only"
             )
             return True, ["keywords", "meaning"], past if capped else None
-        why = "the embedding model is not loaded yet" if self.stores.serving is None else "it is queued"
+        if self.stores.serving is None:
+            why = "the embedding model is not loaded yet"
+        elif NEXT_ONLY in flags:
+            why = "it waits for the model being switched to"
+        else:
+            why = "it is queued"
         return True, ["keywords"], f"searchable by keywords now, by meaning once its vectors exist ({why})"
 
     def _near_duplicates(

@@ -334,14 +334,15 @@ class Retriever:
         self._pending: tuple[float, int, int] = (-1.0, 0, 0)
 
     def pending_vectors(self) -> tuple[int, int]:
-        """Chunks of the serving table still waiting for their vector, and how many of those are
-        of notes written continuously, counted at most once a second (a search during a backfill
-        or after a table was replaced says so)."""
+        """Chunks without a vector in the serving table (waiting for it, or left to a model switch's
+        table until it ends), and how many of those are of notes written continuously, counted at
+        most once a second (a search during a backfill or after a table was replaced says so)."""
         at, n, continuous = self._pending
         now = time.monotonic()
         if now - at > 1.0:
             try:
-                n = self.stores.manifest.pending_count()
+                # With the chunks left to a model switch's table: none has a serving vector either.
+                n = self.stores.manifest.pending_count() + self.stores.manifest.left_to_switch()
                 caps = self.stores.continuous() if n else {}
                 continuous = min(n, self.stores.manifest.pending_count_of(caps)) if caps else 0
             except sqlite3.Error:  # the answer is a courtesy: never fail a search for it

@@ -34,7 +34,7 @@ from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.stores.noteday import daily_note, note_day
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
-from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
+from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR, VectorBook, _in_groups
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
 SCHEMA_VERSION = MANIFEST_SCHEMA  # read by thin clients from stores.versions
@@ -89,6 +89,9 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
+-- The chunks left to a model switch's table (has_vector 3, NEXT_ONLY): counted for health at
+-- every status without reading every chunk; empty but during a switch.
+CREATE INDEX IF NOT EXISTS chunks_left_to_switch ON chunks(ord) WHERE has_vector = 3;
 -- The backfill queue in priority order: walking this index and probing chunks_waiting answers
 -- "the next 256 chunks without a vector" in under a millisecond, where sorting every pending
 -- chunk took 0.2 s per call at 100 k chunks (the ORDER BY of pending_vectors must match it).
@@ -1074,7 +1077,7 @@ class Manifest(VectorBook):
                 _strings(r[9]),
                 r[10],
                 _aliases(r[11]),
-                bool(r[12]),
+                r[12] not in (0, NEXT_ONLY),  # left to a switch's table: no vector to serve
                 *note_day(r[11], r[1], self.day_formats),
                 r[13],
                 r[14],

@@ -16,6 +16,12 @@ from typing import Any, TypeVar
 # front-matter-only note).
 FLAGS = ("has_vector", "has_next")
 NO_VECTOR = 2
+# has_vector only: waits for no vector in the serving table, as the chunk of a note cut again (its
+# file unchanged) while a switch to another model builds its table. The model being switched to
+# cut it and embeds it; the retiring model embedded every such chunk first, minutes to hours of a
+# small CPU for vectors dropped with its table at the switch. Waits again (0) once a table serves
+# without a switch (``release_next_only``); the switch's end replaces it (``promote_next``).
+NEXT_ONLY = 3
 # A chunk at or past this place in its note (``ord``) waits for no vector (index.maxVectorChunksPerNote,
 # set by the daemon): it is found by keywords only. Not stored in the flags: a raised limit queues
 # the chunks it lets in, a lowered one keeps the vectors computed, with no rewrite of any row.
@@ -259,6 +265,36 @@ class VectorBook:
     def reset_vectors(self, flag: str = "has_vector") -> None:
         with self.transaction() as db:
             db.execute(f"UPDATE chunks SET {_flag(flag)} = 0 WHERE {_flag(flag)} = 1")
+
+    def leave_to_next(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
+        """The chunks of these notes still waiting for a serving vector wait for none (``NEXT_ONLY``)."""
+        # Not those past the per-note limit: they wait for no vector of either model (keyword-only).
+        db.executemany(
+            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE key = ? AND has_vector = 0 AND ord < ?",
+            [(k, self.vector_cap) for k in keys],
+        )
+
+    def wait_again(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
+        """The chunks of these notes left to a switch's table wait for a serving vector again (a
+        note edited during the switch is found by meaning with the serving model too)."""
+        db.executemany(
+            f"UPDATE chunks SET has_vector = 0 WHERE key = ? AND has_vector = {NEXT_ONLY}",
+            [(k,) for k in keys],
+        )
+
+    def left_to_switch(self) -> int:
+        """Chunks within the per-note limit left to a switch's table (``NEXT_ONLY``): no vector
+        serves them, search finds them by keywords only until the switch ends."""
+        sql = f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY} AND ord < ?"
+        return int(self._query(sql, (self.vector_cap,))[0][0])
+
+    def release_next_only(self) -> int:
+        """Chunks left to a switch's table wait for a serving vector again (the table serves
+        without a switch: the switch was undone, or its model could not be loaded); how many."""
+        with self.transaction() as db:
+            return int(
+                db.execute(f"UPDATE chunks SET has_vector = 0 WHERE has_vector = {NEXT_ONLY}").rowcount
+            )
 
     def promote_next(self, db: sqlite3.Connection) -> None:
         """The table being built becomes the serving one."""

@@ -129,8 +129,16 @@ def _empty_copy(dim: int) -> _Exact:
 
 
 def table_name(model_id: str, dim: int, pooling: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9_]+", "_", model_id).strip("_").lower()
-    return f"vectors_{safe}_{dim}_{pooling}"
+    return f"vectors_{_safe(model_id)}_{dim}_{pooling}"
+
+
+def table_prefix(model: str) -> str:
+    """How the names of a model's tables begin (``model``: its name, without the digest)."""
+    return f"vectors_{_safe(model)}_"
+
+
+def _safe(model_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", model_id).strip("_").lower()
 
 
 def _quote(value: str) -> str:
