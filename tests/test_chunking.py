@@ -198,6 +198,26 @@ def test_odd_aliases_are_names_on_one_line() -> None:
     assert one_string.aliases == ("Foo", "x")
 
 
+def test_an_unquoted_wiki_link_is_an_alias_as_a_quoted_one() -> None:
+    """``aliases: [[Bar]]`` as Obsidian's users write it (YAML reads a list in a list), also as a
+    list item, with a shown name, or under the older ``alias`` key: the link's name is the alias,
+    as when it is quoted, and the first chunk says it. A list of two names in it is no link, a
+    mapping no name. Was: no alias at all."""
+    cases = {
+        "aliases: [[Bar]]": ("Bar",),
+        'aliases: "[[Bar]]"': ("Bar",),
+        "aliases: [[Bar|Shown]]": ("Shown",),
+        "aliases:\n  - [[Ordner/Baz.md#Kopf]]\n  - Qux": ("Baz", "Qux"),
+        "alias: [[Bar]]": ("Bar",),
+        "aliases: [[a, b]]": (),
+        "aliases: [[Bar: x]]": (),
+    }
+    for fm, aliases in cases.items():
+        note = chunk_note(f"---\n{fm}\n---\nText.\n", title="Foo", count_tokens=words)
+        assert note.aliases == aliases, fm
+        assert note.chunks[0].embed_text == "\n".join(["Foo", *([", ".join(aliases)] if aliases else []), "Text."])
+
+
 def test_links_comments_and_code_hold_no_tags() -> None:
     """A heading link, a link anchor, indented code and Obsidian or HTML comments (over lines too)
     are no tags; tags around them, nested and umlaut tags still are (also in a link's text, as in

@@ -50,7 +50,8 @@ _MIN_BUDGET = 24
 # 8: the first "---" line after the opening one ends the front matter ("---/---/---" is an empty
 #    block and a rule, which was lost).
 # 9: a note's aliases are read beside its title in its first chunk.
-CHUNKER_VERSION = 9
+# 10: an alias written as an unquoted wiki-link (``aliases: [[Bar]]``) is read (it was none).
+CHUNKER_VERSION = 10
 # How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
 # it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
 # not the whole vault as a CHUNKER_VERSION change does.

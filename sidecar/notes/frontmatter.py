@@ -105,19 +105,33 @@ def property_value(front_matter: Mapping[str, Any], *names: str) -> Any:
 
 
 def aliases_of(front_matter: Any) -> tuple[str, ...]:
-    """A note's aliases as Obsidian reads them: ``aliases`` or ``alias`` (any case), a list of
-    names or one string of names separated by commas ("My Alias, Other" is two names; a space
-    does not separate). One reading for the sweep, the links and a refill from the index."""
+    """A note's aliases as Obsidian reads them: ``aliases`` or ``alias`` (any case; ``alias`` is
+    the name before Obsidian 1.4, still in older vaults), a list of names or one string of names
+    separated by commas ("My Alias, Other" is two names; a space does not separate). A wiki-link
+    written without quotes (``aliases: [[Bar]]``, or ``- [[Bar]]`` in a list), which YAML reads as
+    a list in a list, is the link's name, as when it is quoted. One reading for the sweep, the
+    links and a refill from the index."""
     value = property_value(front_matter, "aliases", "alias") if isinstance(front_matter, dict) else None
     if isinstance(value, str):
         names = [_alias_text(a) for a in value.split(",")]
     elif isinstance(value, list):
-        # A yes/no is no name ("aliases: [yes]" reads as true, which named the note "True").
-        kept = [a for a in value if isinstance(a, str | int | float) and not isinstance(a, bool)]
-        names = [_alias_text(str(a)) for a in kept]
+        names = [_alias_text(a) for a in map(_list_alias, value) if a is not None]
     else:
         names = []
     return tuple(a for a in names if a)
+
+
+def _list_alias(item: Any) -> str | None:
+    """One item of an alias list as text; a list of one item (YAML's reading of an unquoted
+    ``[[Bar]]``: a list in a list) as the wiki-link it was written as. Was: no alias at all,
+    and Obsidian's users write it so. A list of more items is no link ("[[a, b]]"), nor a
+    mapping; a yes/no is no name ("aliases: [yes]" reads as true, which named the note "True")."""
+    nested = isinstance(item, list)
+    while isinstance(item, list) and len(item) == 1:
+        item = item[0]
+    if not isinstance(item, str | int | float) or isinstance(item, bool):
+        return None
+    return f"[[{item}]]" if nested else str(item)
 
 
 # A wiki-link written as an alias ("[[Bar]]", "[[Bar|bar]]"): the name it shows.
