@@ -1,6 +1,7 @@
 """Files a cut commit leaves in a keyword index folder (a full disk, a hard stop) and that no
 commit references: removed when the index is opened for writing and after a failed commit, so
-they neither block later commits nor pile up. Real Tantivy in ``tmp_path``."""
+they neither block later commits nor pile up; a close that fails half-way leaves nothing open.
+Real Tantivy in ``tmp_path``."""
 
 from __future__ import annotations
 
@@ -733,3 +734,54 @@ def test_an_inbox_removed_with_changes_not_committed_says_nothing_of_them(
         assert [k for k, _ in idx.search("kayak", 5, agent_scope="beta")] == ["memory/beta/trip#0"]
     finally:
         idx.close()
+
+
+def test_a_close_that_raises_in_one_folder_still_closes_the_others_and_marks_the_index_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword index lost (its reopen failed) whose first folder's close raises: every other
+    folder is closed all the same (their writers' locks released), the index is marked lost
+    (every write refused with that reason), and the error is raised. Was: the close stopped at
+    the first folder, leaving the others' writers open, and the index was not marked lost."""
+    from sidecar.contracts.errors import IndexNotOpenError
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    failing = idx._chunks
+
+    def breaks(**_kw: Any) -> None:
+        raise RuntimeError("close failed")
+
+    monkeypatch.setattr(failing, "close", breaks)
+    folders = idx._folders()
+    with pytest.raises(RuntimeError, match="close failed"):
+        idx.lost("the reopen failed")
+    assert [f.path for f in folders if f is not failing and not f.closed] == []
+    assert idx.unavailable == "the reopen failed"
+    with pytest.raises(IndexNotOpenError, match="the reopen failed"):
+        idx.add([_doc("vault/Canoe", "a canoe")])
+    monkeypatch.undo()
+    failing.close()
+
+
+def test_the_manifest_is_closed_when_the_keyword_index_close_raises(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop whose keyword index close raises still closes the manifest (its write-ahead log
+    checkpointed, its connection released), then raises. Was: the manifest was left open."""
+    import sqlite3
+
+    stores = harness.stores
+    real = stores.bm25.close
+
+    def breaks() -> None:
+        real()
+        raise RuntimeError("close failed")
+
+    monkeypatch.setattr(stores.bm25, "close", breaks)
+    with pytest.raises(RuntimeError, match="close failed"):
+        stores.close()
+    monkeypatch.undo()
+    with pytest.raises(sqlite3.ProgrammingError):
+        stores.manifest.get_meta("chunker")

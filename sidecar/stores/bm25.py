@@ -1479,9 +1479,12 @@ class Bm25Index:
         refill in place, and the open after it failed too: too many open files): every search
         and write raises a StoreError saying so, nothing is written or removed in its folder,
         until the stores hold one opened again (``index.upgrade.reopen_bm25``). Left closed and
-        unmarked, every write failed ("IndexWriter was consumed") until a restart."""
-        self.close()
-        self.unavailable = why
+        unmarked, every write failed ("IndexWriter was consumed") until a restart. Marked also
+        when the close raises: unmarked, it took writes on closed writers."""
+        try:
+            self.close()
+        finally:
+            self.unavailable = why
 
     def _usable(self) -> None:
         if self.unavailable is not None:
@@ -1490,13 +1493,21 @@ class Bm25Index:
             )
 
     def close(self) -> None:
-        """Wait for background merges and release the writer locks; safe to call twice."""
+        """Wait for background merges and release the writer locks; safe to call twice. Each
+        folder is closed even when one before it raises (the first error is raised after):
+        a folder left open kept its writer's lock, and a reopen took it for another daemon's."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            failed: BaseException | None = None
             for folder in self._folders():
-                folder.close()
+                try:
+                    folder.close()
+                except BaseException as exc:  # raised below, once the rest is closed
+                    failed = failed or exc
+            if failed is not None:
+                raise failed
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:
