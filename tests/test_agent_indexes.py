@@ -1277,3 +1277,58 @@ def test_a_memory_writes_duplicate_check_out_of_file_handles_is_said_in_status(
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
     finally:
         h.close()
+
+
+def test_a_memory_write_during_a_refill_of_its_agents_index_ends_in_the_new_index(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write of an agent that comes while the agent's own index is replaced (refilled
+    from the manifest: the old one removed, the new one not filled yet): the refill holds the
+    stores' write lock from its read of the manifest to its commit, so the write waits for it and
+    ends in the new index, beside the agent's other notes (it neither lands in the old index,
+    dropped by the swap, nor is missed by the refill's read). A hook inside the swap, no sleeps."""
+    import threading
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.index.repair import refill_inbox
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe canoe of alpha waits at the pond.\n"}
+        writer = threading.Thread(target=ops.write, args=(Request(op="write", params=params, agent="alpha"),))
+        lock_free: list[bool] = []
+        real = bm25._add
+
+        def in_the_swap(notes: Any, **kw: Any) -> Any:
+            if not writer.is_alive() and not lock_free:
+                writer.start()
+
+                def probe() -> None:
+                    took = h.stores.write_lock.acquire(blocking=False)
+                    if took:
+                        h.stores.write_lock.release()
+                    lock_free.append(took)
+
+                other = threading.Thread(target=probe)
+                other.start()
+                other.join()
+            return real(notes, **kw)
+
+        monkeypatch.setattr(bm25, "_add", in_the_swap)
+        refill_inbox(h.stores, "alpha")
+        writer.join()
+        monkeypatch.undo()
+        assert lock_free == [False]
+        assert "alpha" in bm25.agents()
+        assert _keys(h, "canoe kayak paddle", "alpha") == {
+            "memory/alpha/canoe",
+            "memory/alpha/trip",
+            "memory/alpha/gear",
+        }
+    finally:
+        h.close()
