@@ -215,7 +215,8 @@ def test_an_unquoted_wiki_link_is_an_alias_as_a_quoted_one() -> None:
     for fm, aliases in cases.items():
         note = chunk_note(f"---\n{fm}\n---\nText.\n", title="Foo", count_tokens=words)
         assert note.aliases == aliases, fm
-        assert note.chunks[0].embed_text == "\n".join(["Foo", *([", ".join(aliases)] if aliases else []), "Text."])
+        named = [", ".join(aliases)] if aliases else []
+        assert note.chunks[0].embed_text == "\n".join(["Foo", *named, "Text."])
 
 
 def test_links_comments_and_code_hold_no_tags() -> None:
