@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sidecar.config import load_config
 from sidecar.model.embedder import load_model
 from sidecar.notes.chunking import chunk_note
+from sidecar.notes.frontmatter import aliases_of, parse_front_matter
 from sidecar.notes.linktext import extract_links
 from sidecar.notes.markdown import mostly_data, readable_links
 
@@ -217,6 +218,34 @@ def test_an_unquoted_wiki_link_is_an_alias_as_a_quoted_one() -> None:
         assert note.aliases == aliases, fm
         named = [", ".join(aliases)] if aliases else []
         assert note.chunks[0].embed_text == "\n".join(["Foo", *named, "Text."])
+
+
+def test_an_unquoted_link_names_only_the_text_written_one_level_deep() -> None:
+    """In an unquoted ``[[...]]`` YAML reads numbers, times and infinities (``[[010]]`` is 8,
+    ``[[12:30]]`` 750 in base 60): no alias, not a name the user never wrote. Only a link as YAML
+    reads it (a list of one list of one text), as the value or an item of it, is one: lists
+    deeper down or of other shapes are none. A plain list of numbers keeps its names
+    (``aliases: [2024]``), a date in the link its text."""
+    cases = {
+        "aliases: [[010]]": (),
+        "aliases: [[12:30]]": (),
+        "aliases: [[0x1F]]": (),
+        "aliases: [[1_000]]": (),
+        "aliases: [[1.50]]": (),
+        "aliases: [[.inf]]": (),
+        "aliases: [[2024]]": (),
+        "aliases: [[true]]": (),
+        "aliases: [[[[Deep]]]]": (),
+        "aliases: [[[Bar]]]": ("Bar",),
+        "aliases:\n  - [[[Deep]]]": (),
+        "aliases: [[Bar], [Baz]]": (),
+        "aliases: [[Bar], Qux]": ("Qux",),
+        "aliases: [[2024-01-05]]": ("2024-01-05",),
+        "aliases: [[[Bar]], [[Baz]]]": ("Bar", "Baz"),
+        "aliases: [2024]": ("2024",),
+    }
+    for fm, aliases in cases.items():
+        assert aliases_of(parse_front_matter(fm)[0]) == aliases, fm
 
 
 def test_links_comments_and_code_hold_no_tags() -> None:
