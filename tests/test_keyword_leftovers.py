@@ -785,3 +785,70 @@ def test_the_manifest_is_closed_when_the_keyword_index_close_raises(
     monkeypatch.undo()
     with pytest.raises(sqlite3.ProgrammingError):
         stores.manifest.get_meta("chunker")
+
+
+class _Interrupted:
+    """A writer whose end is interrupted (Ctrl-C landing as a close starts ending it); the rest
+    is the real writer's. Its raise holds no reference to the wrapper (a static method), so the
+    traceback keeps no writer alive that the code under test dropped."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    @staticmethod
+    def wait_merging_threads() -> None:
+        raise KeyboardInterrupt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+
+def test_an_index_whose_close_was_interrupted_opens_again_in_this_process(tmp_path: Path) -> None:
+    """A folder's close interrupted as it ends its writer still lets the writer go (its lock
+    released): the index opens again in this process and takes writes. Was: the folder kept its
+    writer and lock, a second close did nothing, and every reopen (tried every few seconds) failed
+    with "in use by another process"."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Canoe", "a canoe")])  # a change not committed: the close drops it
+    shared = idx._chunks
+    shared._writer = _Interrupted(shared._writer)
+    with pytest.raises(KeyboardInterrupt):
+        idx.lost("the reopen failed")
+    idx.close()
+    again = Bm25Index(path)
+    try:
+        again.add([_doc("vault/Raft", "a raft")])
+        again.commit()
+        assert [k for k, _ in again.search("raft", 5)] == ["vault/Raft#0"]
+    finally:
+        again.close()
+
+
+def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keyword index lost (no index would open) while its close is interrupted: the stores
+    hold it marked lost all the same, the log and the problem say so, and the reopen in the
+    background opens it again. Was: the stores kept the index they held, nothing was said."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.upgrade import _lose, reopen_bm25
+
+    stores = harness.stores
+    old = stores.bm25
+    old._chunks._writer = _Interrupted(old._chunks._writer)
+    held: Any = object()  # what the stores held (an index that would not open)
+    stores.bm25 = held
+    try:
+        with caplog.at_level("ERROR"), pytest.raises(KeyboardInterrupt):
+            _lose(stores, old, StoreError("no file handles left"))
+    finally:
+        if stores.bm25 is held:  # the harness closes what the stores hold
+            stores.bm25 = old
+    assert stores.bm25 is old and old.unavailable == "no file handles left"
+    assert "bm25_unavailable" in caplog.text
+    assert stores.problems.active_in("keyword_index") is not None
+    assert reopen_bm25(stores) and stores.bm25.unavailable is None
+    assert stores.problems.active_in("keyword_index") is None
+    assert stores.bm25.num_docs() == stores.manifest.indexed_chunk_count()

@@ -1507,7 +1507,10 @@ class Bm25Index:
                 except BaseException as exc:  # raised below, once the rest is closed
                     failed = failed or exc
             if failed is not None:
-                raise failed
+                try:
+                    raise failed
+                finally:
+                    failed = None  # no cycle through this frame: it kept the writers it reached
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:
