@@ -50,13 +50,18 @@ _MIN_BUDGET = 24
 # 8: the first "---" line after the opening one ends the front matter ("---/---/---" is an empty
 #    block and a rule, which was lost).
 # 9: a note's aliases are read beside its title in its first chunk.
-# 10: an alias written as an unquoted wiki-link (``aliases: [[Bar]]``) is read (it was none).
-CHUNKER_VERSION = 10
+CHUNKER_VERSION = 9
 # How Excalidraw drawings (notes with ``excalidraw-plugin`` in their front matter) are read; when
 # it changes, only the drawings are read again (``Indexer.reread_drawings_if_read_differently``),
 # not the whole vault as a CHUNKER_VERSION change does.
 # 2: the element links and the text elements' ids are no text.
 DRAWING_READER_VERSION = 2
+# How aliases written as a list in a list are read (``aliases: [[Bar]]``, a wiki-link unquoted);
+# when it changes, only the notes whose stored aliases hold such a list are read again
+# (``Indexer.reread_link_aliases_if_read_differently``): a chunker version read every note again
+# for a form few notes use.
+# 2: an unquoted wiki-link is the alias it names (it was none).
+LINK_ALIAS_READER_VERSION = 2
 
 
 def _norm(line: str) -> str:
