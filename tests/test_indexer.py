@@ -530,6 +530,22 @@ def test_notes_with_an_unquoted_link_alias_are_read_again_and_nothing_else(
         h.close()
 
 
+def test_sidecar_index_reads_the_unquoted_link_aliases_again_once(make_cfg: Any, vault: Path) -> None:
+    """`sidecar index` without a daemon reads the notes with an unquoted link alias again at the
+    upgrade, as a daemon's start does, and only them."""
+    import sqlite3
+
+    from sidecar.daemon.oneshot import index_once
+
+    write(vault / "Gartenhaus.md", "---\naliases: [[Schuppen]]\n---\nDas Haus im Garten.\n")
+    cfg = make_cfg(vault)
+    index_once(cfg, rebuild=False)
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("DELETE FROM meta WHERE name = 'link_alias_reader'")
+    assert index_once(cfg, rebuild=False)["changed"] == 1
+    assert index_once(cfg, rebuild=False)["changed"] == 0
+
+
 def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(
     make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
