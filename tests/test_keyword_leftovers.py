@@ -827,23 +827,28 @@ def test_an_index_whose_close_was_interrupted_opens_again_in_this_process(tmp_pa
 
 
 def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
-    harness: Harness, caplog: pytest.LogCaptureFixture
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The keyword index lost (no index would open) while its close is interrupted: the stores
-    hold it marked lost all the same, the log and the problem say so, and the reopen in the
-    background opens it again. Was: the stores kept the index they held, nothing was said."""
+    """The keyword index lost (no index would open) while a folder's close raises before it let
+    its writer go: the stores hold it marked lost all the same, the log and the problem say so,
+    and the reopen in the background closes that folder and opens the index again. Was: the
+    stores kept the index they held, nothing was said, and the folder kept its writer's lock."""
     from sidecar.contracts.errors import StoreError
     from sidecar.index.upgrade import _lose, reopen_bm25
 
+    def breaks(**_kw: Any) -> None:
+        raise KeyboardInterrupt
+
     stores = harness.stores
     old = stores.bm25
-    old._chunks._writer = _Interrupted(old._chunks._writer)
+    monkeypatch.setattr(old._chunks, "close", breaks)
     held: Any = object()  # what the stores held (an index that would not open)
     stores.bm25 = held
     try:
         with caplog.at_level("ERROR"), pytest.raises(KeyboardInterrupt):
             _lose(stores, old, StoreError("no file handles left"))
     finally:
+        monkeypatch.undo()
         if stores.bm25 is held:  # the harness closes what the stores hold
             stores.bm25 = old
     assert stores.bm25 is old and old.unavailable == "no file handles left"
@@ -852,3 +857,32 @@ def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
     assert reopen_bm25(stores) and stores.bm25.unavailable is None
     assert stores.problems.active_in("keyword_index") is None
     assert stores.bm25.num_docs() == stores.manifest.indexed_chunk_count()
+
+
+def test_a_second_close_closes_the_folder_whose_close_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's close that raised before it let its writer go: the index's next close closes it
+    again, and the index opens again in this process. Was: the second close did nothing, the
+    folder kept its writer's lock, and the open took the index for another daemon's."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Canoe", "a canoe")])
+    failing = idx._chunks
+
+    def breaks(**_kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(failing, "close", breaks)
+    with pytest.raises(KeyboardInterrupt):
+        idx.lost("the reopen failed")
+    monkeypatch.undo()
+    idx.close()
+    assert failing.closed and failing._writer is None
+    again = Bm25Index(path)
+    try:
+        again.add([_doc("vault/Raft", "a raft")])
+        again.commit()
+    finally:
+        again.close()

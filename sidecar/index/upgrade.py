@@ -266,6 +266,12 @@ def reopen_bm25(stores: Stores) -> bool:
         if lost.unavailable is None:
             return True
         index_dir = lost.path.parent
+        # Its folders whose close raised as it was lost let go of their writers' locks first:
+        # held, every open here took the index for another daemon's.
+        try:
+            lost.close()
+        except Exception as exc:  # a writer that fails to end is dropped all the same
+            log.warning("bm25_lost_close_failed error=%s", exc)
         settle(index_dir)
         fresh = _open_or_replace(index_dir / "bm25")
         try:

@@ -160,6 +160,7 @@ class Bm25Index:
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
+        self._unclosed: list[Folder] = []  # folders whose close raised: the next close tries again
         # Why it is closed with no index open in its place (``lost``), else None.
         self.unavailable: str | None = None
         # Why the index takes no commit until it is made anew (a leftover file that cannot be
@@ -1495,16 +1496,18 @@ class Bm25Index:
     def close(self) -> None:
         """Wait for background merges and release the writer locks; safe to call twice. Each
         folder is closed even when one before it raises (the first error is raised after):
-        a folder left open kept its writer's lock, and a reopen took it for another daemon's."""
+        a folder left open kept its writer's lock, and a reopen took it for another daemon's.
+        A second call closes again the folders whose close raised (it did nothing: they kept
+        their writers)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+            folders = self._unclosed if self._closed else self._folders()
+            self._closed, self._unclosed = True, []
             failed: BaseException | None = None
-            for folder in self._folders():
+            for folder in folders:
                 try:
                     folder.close()
                 except BaseException as exc:  # raised below, once the rest is closed
+                    self._unclosed.append(folder)
                     failed = failed or exc
             if failed is not None:
                 try:
