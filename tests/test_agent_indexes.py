@@ -365,6 +365,75 @@ def test_why_scores_an_agents_note_as_its_search_does(make_cfg: Any, vault: Path
         h.close()
 
 
+@pytest.mark.parametrize("fault", ["lost", "damaged"])
+def test_why_on_a_keyword_index_that_cannot_be_read_answers_and_says_so(
+    make_cfg: Any, vault: Path, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`why` while the keyword index cannot be read (lost: closed with none open in its place;
+    damaged: its searches fail): it answers as the search does, from vectors, with no keyword
+    score and the note that keyword search failed; a damaged index is reported for the repair.
+    Was: `why` failed with the keyword index's error."""
+    from sidecar.search.explain import explain
+    from sidecar.search.retrieval import Retriever, SearchRequest
+    from sidecar.stores.bm25_folder import engine
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        if fault == "lost":
+            bm25.lost("too many open files at its reopen")
+        else:
+
+            def damaged(*_args: Any, **_kw: Any) -> Any:
+                with engine("search"):
+                    raise ValueError("Data corrupted: checksum mismatch")
+
+            monkeypatch.setattr(bm25, "_search", damaged)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        said = r.search(SearchRequest("kayak lake", 10, 0.0, agent="alpha")).degraded
+        assert said is not None and "keyword search failed" in said, said
+        why = explain(r, "memory/alpha/trip", "kayak lake", "alpha")
+        assert why.indexed and why.chunks and all(c.bm25_score is None for c in why.chunks)
+        assert why.degraded is not None and why.degraded.count("keyword search failed") == 1, why.degraded
+        assert (h.problems.active_in("keyword_search") is not None) == (fault == "damaged")
+    finally:
+        h.close()
+
+
+def test_why_says_a_memory_index_it_could_not_read_for_its_note(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`why`'s keyword search of the note itself failing in the agent's own index for want of
+    file handles (the search before it had read it): the answer says that index's notes may be
+    missing, as a search's does, and status says no file handles left. Was: the note showed no
+    keyword score and nothing said why."""
+    from sidecar.index.keyword_faults import NO_HANDLES
+    from sidecar.search.explain import explain
+    from sidecar.search.retrieval import Retriever
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        real = bm25._inbox_hits
+
+        def one_note_fails(agent: str, *, pages: bool, keys: Any, **kw: Any) -> Any:
+            if not pages and keys is not None:  # the chunk search of one note: why's own
+                _out_of_handles()
+            return real(agent, pages=pages, keys=keys, **kw)
+
+        monkeypatch.setattr(bm25, "_inbox_hits", one_note_fails)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        why = explain(r, "memory/alpha/trip", "kayak lake", "alpha")
+        assert why.chunks and all(c.bm25_score is None for c in why.chunks)
+        note = why.degraded
+        assert note is not None and "memory/alpha" in note and "may be missing" in note, note
+        assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is not None
+    finally:
+        h.close()
+
+
 def test_an_index_of_all_memory_damaged_while_running_is_reported_and_refilled(tmp_path: Path) -> None:
     """The index of every agent's memory failing a person's search: that search reads the
     agents' own indexes instead, the failure is reported (``failing``) for the repair, and the
@@ -1208,5 +1277,60 @@ def test_a_memory_writes_duplicate_check_out_of_file_handles_is_said_in_status(
         monkeypatch.undo()
         search(h, "kayak", agent="alpha")
         assert h.problems.active_in("keyword_search", subject=NO_HANDLES) is None
+    finally:
+        h.close()
+
+
+def test_a_memory_write_during_a_refill_of_its_agents_index_ends_in_the_new_index(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write of an agent that comes while the agent's own index is replaced (refilled
+    from the manifest: the old one removed, the new one not filled yet): the refill holds the
+    stores' write lock from its read of the manifest to its commit, so the write waits for it and
+    ends in the new index, beside the agent's other notes (it neither lands in the old index,
+    dropped by the swap, nor is missed by the refill's read). A hook inside the swap, no sleeps."""
+    import threading
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.index.repair import refill_inbox
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault, _NOTES)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        bm25 = h.stores.bm25
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe canoe of alpha waits at the pond.\n"}
+        writer = threading.Thread(target=ops.write, args=(Request(op="write", params=params, agent="alpha"),))
+        lock_free: list[bool] = []
+        real = bm25._add
+
+        def in_the_swap(notes: Any, **kw: Any) -> Any:
+            if not writer.is_alive() and not lock_free:
+                writer.start()
+
+                def probe() -> None:
+                    took = h.stores.write_lock.acquire(blocking=False)
+                    if took:
+                        h.stores.write_lock.release()
+                    lock_free.append(took)
+
+                other = threading.Thread(target=probe)
+                other.start()
+                other.join()
+            return real(notes, **kw)
+
+        monkeypatch.setattr(bm25, "_add", in_the_swap)
+        refill_inbox(h.stores, "alpha")
+        writer.join()
+        monkeypatch.undo()
+        assert lock_free == [False]
+        assert "alpha" in bm25.agents()
+        assert _keys(h, "canoe kayak paddle", "alpha") == {
+            "memory/alpha/canoe",
+            "memory/alpha/trip",
+            "memory/alpha/gear",
+        }
     finally:
         h.close()

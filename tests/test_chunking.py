@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sidecar.config import load_config
 from sidecar.model.embedder import load_model
 from sidecar.notes.chunking import chunk_note
+from sidecar.notes.frontmatter import aliases_of, parse_front_matter
 from sidecar.notes.linktext import extract_links
 from sidecar.notes.markdown import mostly_data, readable_links
 
@@ -196,6 +197,55 @@ def test_odd_aliases_are_names_on_one_line() -> None:
     assert chunk_note(fm, title="t", count_tokens=words).aliases == ("2024", "Bar", "Qux", "zwei Zeilen")
     one_string = chunk_note("---\naliases: '[[Foo]], x'\n---\n", title="t", count_tokens=words)
     assert one_string.aliases == ("Foo", "x")
+
+
+def test_an_unquoted_wiki_link_is_an_alias_as_a_quoted_one() -> None:
+    """``aliases: [[Bar]]`` as Obsidian's users write it (YAML reads a list in a list), also as a
+    list item, with a shown name, or under the older ``alias`` key: the link's name is the alias,
+    as when it is quoted, and the first chunk says it. A list of two names in it is no link, a
+    mapping no name. Was: no alias at all."""
+    cases = {
+        "aliases: [[Bar]]": ("Bar",),
+        'aliases: "[[Bar]]"': ("Bar",),
+        "aliases: [[Bar|Shown]]": ("Shown",),
+        "aliases:\n  - [[Ordner/Baz.md#Kopf]]\n  - Qux": ("Baz", "Qux"),
+        "alias: [[Bar]]": ("Bar",),
+        "aliases: [[a, b]]": (),
+        "aliases: [[Bar: x]]": (),
+    }
+    for fm, aliases in cases.items():
+        note = chunk_note(f"---\n{fm}\n---\nText.\n", title="Foo", count_tokens=words)
+        assert note.aliases == aliases, fm
+        named = [", ".join(aliases)] if aliases else []
+        assert note.chunks[0].embed_text == "\n".join(["Foo", *named, "Text."])
+
+
+def test_an_unquoted_link_names_only_the_text_written_one_level_deep() -> None:
+    """In an unquoted ``[[...]]`` YAML reads numbers, times and infinities (``[[010]]`` is 8,
+    ``[[12:30]]`` 750 in base 60): no alias, not a name the user never wrote. Only a link as YAML
+    reads it (a list of one list of one text), as the value or an item of it, is one: lists
+    deeper down or of other shapes are none. A plain list of numbers keeps its names
+    (``aliases: [2024]``), a date in the link its text."""
+    cases = {
+        "aliases: [[010]]": (),
+        "aliases: [[12:30]]": (),
+        "aliases: [[0x1F]]": (),
+        "aliases: [[1_000]]": (),
+        "aliases: [[1.50]]": (),
+        "aliases: [[.inf]]": (),
+        "aliases: [[2024]]": (),
+        "aliases: [[true]]": (),
+        "aliases: [[[[Deep]]]]": (),
+        "aliases: [[[Bar]]]": ("Bar",),
+        "aliases:\n  - [[[Deep]]]": (),
+        "aliases: [[Bar], [Baz]]": (),
+        "aliases: [[Bar], Qux]": ("Qux",),
+        "aliases: [[2024-01-05]]": ("2024-01-05",),
+        "aliases: [[[Bar]], [[Baz]]]": ("Bar", "Baz"),
+        "aliases: [2024]": ("2024",),
+    }
+    for fm, aliases in cases.items():
+        assert aliases_of(parse_front_matter(fm)[0]) == aliases, fm
 
 
 def test_links_comments_and_code_hold_no_tags() -> None:

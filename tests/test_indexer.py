@@ -489,6 +489,63 @@ def test_a_new_drawing_reader_reads_the_drawings_again_and_nothing_else(
         h.close()
 
 
+def test_notes_with_an_unquoted_link_alias_are_read_again_and_nothing_else(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index built when ``aliases: [[Schuppen]]`` (a wiki-link unquoted: a list in a list as
+    YAML reads it) named nothing: at the upgrade only the notes whose stored aliases hold such a
+    list are read again, their first chunks name the alias, and the rest of the vault is not read.
+    Was: a chunker version that read and cut every note again at the next start."""
+    from sidecar.notes import frontmatter
+    from sidecar.stores import manifest as manifest_mod
+
+    write(vault / "Gartenhaus.md", "---\naliases: [[Schuppen]]\n---\nDas Haus im Garten.\n")
+    write(vault / "Laube.md", "---\nAliases:\n  - [[Hütte]]\n  - Pavillon\n---\nHolz.\n")
+    # A list in a list elsewhere, and aliases in plain lists: nothing to read again.
+    write(vault / "Werkstatt.md", "---\naliases: [Keller]\nrelated: [[Garden]]\n---\nWerkzeug.\n")
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        monkeypatch.setattr(frontmatter, "_unquoted_link", lambda _value: None)  # the reading before
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        assert not any("Schuppen" in t or "Hütte" in t for t in model.embedded)
+        # The index the previous reader wrote: no version recorded.
+        with h.stores.manifest.transaction() as db:
+            db.execute("DELETE FROM meta WHERE name = 'link_alias_reader'")
+        monkeypatch.undo()
+        manifest_mod._aliases.cache_clear()
+        model.embedded.clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reparse_if_chunking_changed()  # the chunker is the one that cut them
+            h.indexer.reread_link_aliases_if_read_differently()
+        assert "index_rechunk" not in caplog.text
+        assert "link_alias_reread notes=2 old=1 new=2" in caplog.text
+        assert h.sweep()["changed"] == 2  # the two notes alone
+        assert any(t.startswith("Gartenhaus\nSchuppen\n") for t in model.embedded), model.embedded
+        assert any(t.startswith("Laube\nHütte, Pavillon\n") for t in model.embedded), model.embedded
+        h.indexer.reread_link_aliases_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
+def test_sidecar_index_reads_the_unquoted_link_aliases_again_once(make_cfg: Any, vault: Path) -> None:
+    """`sidecar index` without a daemon reads the notes with an unquoted link alias again at the
+    upgrade, as a daemon's start does, and only them."""
+    import sqlite3
+
+    from sidecar.daemon.oneshot import index_once
+
+    write(vault / "Gartenhaus.md", "---\naliases: [[Schuppen]]\n---\nDas Haus im Garten.\n")
+    cfg = make_cfg(vault)
+    index_once(cfg, rebuild=False)
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        db.execute("DELETE FROM meta WHERE name = 'link_alias_reader'")
+    assert index_once(cfg, rebuild=False)["changed"] == 1
+    assert index_once(cfg, rebuild=False)["changed"] == 0
+
+
 def test_a_first_sweep_reads_and_parses_while_the_tokenizer_loads(
     make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

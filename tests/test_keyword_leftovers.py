@@ -1,6 +1,7 @@
 """Files a cut commit leaves in a keyword index folder (a full disk, a hard stop) and that no
 commit references: removed when the index is opened for writing and after a failed commit, so
-they neither block later commits nor pile up. Real Tantivy in ``tmp_path``."""
+they neither block later commits nor pile up; a close that fails half-way leaves nothing open.
+Real Tantivy in ``tmp_path``."""
 
 from __future__ import annotations
 
@@ -733,3 +734,155 @@ def test_an_inbox_removed_with_changes_not_committed_says_nothing_of_them(
         assert [k for k, _ in idx.search("kayak", 5, agent_scope="beta")] == ["memory/beta/trip#0"]
     finally:
         idx.close()
+
+
+def test_a_close_that_raises_in_one_folder_still_closes_the_others_and_marks_the_index_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyword index lost (its reopen failed) whose first folder's close raises: every other
+    folder is closed all the same (their writers' locks released), the index is marked lost
+    (every write refused with that reason), and the error is raised. Was: the close stopped at
+    the first folder, leaving the others' writers open, and the index was not marked lost."""
+    from sidecar.contracts.errors import IndexNotOpenError
+
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    failing = idx._chunks
+
+    def breaks(**_kw: Any) -> None:
+        raise RuntimeError("close failed")
+
+    monkeypatch.setattr(failing, "close", breaks)
+    folders = idx._folders()
+    with pytest.raises(RuntimeError, match="close failed"):
+        idx.lost("the reopen failed")
+    assert [f.path for f in folders if f is not failing and not f.closed] == []
+    assert idx.unavailable == "the reopen failed"
+    with pytest.raises(IndexNotOpenError, match="the reopen failed"):
+        idx.add([_doc("vault/Canoe", "a canoe")])
+    monkeypatch.undo()
+    failing.close()
+
+
+def test_the_manifest_is_closed_when_the_keyword_index_close_raises(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop whose keyword index close raises still closes the manifest (its write-ahead log
+    checkpointed, its connection released), then raises. Was: the manifest was left open."""
+    import sqlite3
+
+    stores = harness.stores
+    real = stores.bm25.close
+
+    def breaks() -> None:
+        real()
+        raise RuntimeError("close failed")
+
+    monkeypatch.setattr(stores.bm25, "close", breaks)
+    with pytest.raises(RuntimeError, match="close failed"):
+        stores.close()
+    monkeypatch.undo()
+    with pytest.raises(sqlite3.ProgrammingError):
+        stores.manifest.get_meta("chunker")
+
+
+class _Interrupted:
+    """A writer whose end is interrupted (Ctrl-C landing as a close starts ending it); the rest
+    is the real writer's. Its raise holds no reference to the wrapper (a static method), so the
+    traceback keeps no writer alive that the code under test dropped."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    @staticmethod
+    def wait_merging_threads() -> None:
+        raise KeyboardInterrupt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+
+def test_an_index_whose_close_was_interrupted_opens_again_in_this_process(tmp_path: Path) -> None:
+    """A folder's close interrupted as it ends its writer still lets the writer go (its lock
+    released): the index opens again in this process and takes writes. Was: the folder kept its
+    writer and lock, a second close did nothing, and every reopen (tried every few seconds) failed
+    with "in use by another process"."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Canoe", "a canoe")])  # a change not committed: the close drops it
+    shared = idx._chunks
+    shared._writer = _Interrupted(shared._writer)
+    with pytest.raises(KeyboardInterrupt):
+        idx.lost("the reopen failed")
+    idx.close()
+    again = Bm25Index(path)
+    try:
+        again.add([_doc("vault/Raft", "a raft")])
+        again.commit()
+        assert [k for k, _ in again.search("raft", 5)] == ["vault/Raft#0"]
+    finally:
+        again.close()
+
+
+def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index lost (no index would open) while a folder's close raises before it let
+    its writer go: the stores hold it marked lost all the same, the log and the problem say so,
+    and the reopen in the background closes that folder and opens the index again. Was: the
+    stores kept the index they held, nothing was said, and the folder kept its writer's lock."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.upgrade import _lose, reopen_bm25
+
+    def breaks(**_kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    stores = harness.stores
+    old = stores.bm25
+    monkeypatch.setattr(old._chunks, "close", breaks)
+    held: Any = object()  # what the stores held (an index that would not open)
+    stores.bm25 = held
+    try:
+        with caplog.at_level("ERROR"), pytest.raises(KeyboardInterrupt):
+            _lose(stores, old, StoreError("no file handles left"))
+    finally:
+        monkeypatch.undo()
+        if stores.bm25 is held:  # the harness closes what the stores hold
+            stores.bm25 = old
+    assert stores.bm25 is old and old.unavailable == "no file handles left"
+    assert "bm25_unavailable" in caplog.text
+    assert stores.problems.active_in("keyword_index") is not None
+    assert reopen_bm25(stores) and stores.bm25.unavailable is None
+    assert stores.problems.active_in("keyword_index") is None
+    assert stores.bm25.num_docs() == stores.manifest.indexed_chunk_count()
+
+
+def test_a_second_close_closes_the_folder_whose_close_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's close that raised before it let its writer go: the index's next close closes it
+    again, and the index opens again in this process. Was: the second close did nothing, the
+    folder kept its writer's lock, and the open took the index for another daemon's."""
+    path = tmp_path / "bm25"
+    _filled(path)
+    idx = Bm25Index(path)
+    idx.add([_doc("vault/Canoe", "a canoe")])
+    failing = idx._chunks
+
+    def breaks(**_kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(failing, "close", breaks)
+    with pytest.raises(KeyboardInterrupt):
+        idx.lost("the reopen failed")
+    monkeypatch.undo()
+    idx.close()
+    assert failing.closed and failing._writer is None
+    again = Bm25Index(path)
+    try:
+        again.add([_doc("vault/Raft", "a raft")])
+        again.commit()
+    finally:
+        again.close()

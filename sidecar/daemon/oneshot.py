@@ -49,6 +49,7 @@ def index_once(
         indexer.reparse_if_chunking_changed()
         indexer.reread_canvases_if_read_differently()
         indexer.reread_drawings_if_read_differently()
+        indexer.reread_link_aliases_if_read_differently()
         record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)

@@ -33,7 +33,7 @@ from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION
+from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
 from sidecar.stores.vectors import table_prefix
@@ -927,6 +927,20 @@ class Indexer:
         if drawings:
             log.info("drawing_reread notes=%d old=%s new=%s", drawings, have or "1", want)
         self.manifest.set_meta("drawing_reader", want)
+
+    def reread_link_aliases_if_read_differently(self) -> None:
+        """Notes whose aliases hold a wiki-link written unquoted (``aliases: [[Bar]]``, a list in a
+        list as YAML reads it) are read again by the next sweep when the way such aliases are read
+        changes (their bytes are as they were): the alias was none, and their first chunks did not
+        name it. Only they are read again, not every note as a chunker change does."""
+        want = str(LINK_ALIAS_READER_VERSION)
+        have = self.manifest.get_meta("link_alias_reader")
+        if have == want:
+            return
+        notes = self.manifest.reread_link_aliases()  # before the row: a crash between redoes it
+        if notes:
+            log.info("link_alias_reread notes=%d old=%s new=%s", notes, have or "1", want)
+        self.manifest.set_meta("link_alias_reader", want)
 
     def _chunking(self, counted: str) -> str:
         chunking = self.cfg.chunking

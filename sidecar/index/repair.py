@@ -60,7 +60,9 @@ def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
 
 def refill_inbox(stores: Stores, agent: str) -> None:
     """One agent's keyword index refilled from the manifest, the others left as they are
-    (``EVERYONE``: the index of every agent's memory)."""
+    (``EVERYONE``: the index of every agent's memory). The write lock is held from the read of
+    the manifest to the commit: a note written meanwhile would be in neither (written into the
+    old index, which the refill removes, after the read)."""
     if agent == EVERYONE:
         fill_everyone(stores)
         return

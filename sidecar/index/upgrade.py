@@ -240,16 +240,19 @@ def _lose(stores: Stores, index: Bm25Index, exc: BaseException) -> None:
     ``index`` (closed) stays in the stores marked lost, so that searches and writes fail with a
     StoreError saying so (a sweep's batch fails and is redone; a memory write is saved and said
     not searchable yet, and indexed once it opens), and it is said as a problem until
-    ``reopen_bm25`` opens one."""
-    index.lost(str(exc))
-    stores.bm25 = index
-    log.error("bm25_unavailable error=%s (opened again in the background)", exc)
-    stores.problems.report(
-        UPGRADE_AREA,
-        f"the keyword index could not be opened ({exc}); keyword search finds nothing and notes "
-        "and memory cannot be indexed until it is (they are kept and indexed then); it is tried "
-        "again by itself every few seconds",
-    )
+    ``reopen_bm25`` opens one. All of it also when the close in ``lost`` raises (it is marked
+    lost all the same): the stores kept the index they held, which nothing reopened, said nowhere."""
+    try:
+        index.lost(str(exc))
+    finally:
+        stores.bm25 = index
+        log.error("bm25_unavailable error=%s (opened again in the background)", exc)
+        stores.problems.report(
+            UPGRADE_AREA,
+            f"the keyword index could not be opened ({exc}); keyword search finds nothing and notes "
+            "and memory cannot be indexed until it is (they are kept and indexed then); it is tried "
+            "again by itself every few seconds",
+        )
 
 
 def reopen_bm25(stores: Stores) -> bool:
@@ -263,6 +266,12 @@ def reopen_bm25(stores: Stores) -> bool:
         if lost.unavailable is None:
             return True
         index_dir = lost.path.parent
+        # Its folders whose close raised as it was lost let go of their writers' locks first:
+        # held, every open here took the index for another daemon's.
+        try:
+            lost.close()
+        except Exception as exc:  # a writer that fails to end is dropped all the same
+            log.warning("bm25_lost_close_failed error=%s", exc)
         settle(index_dir)
         fresh = _open_or_replace(index_dir / "bm25")
         try:

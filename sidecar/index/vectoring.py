@@ -113,9 +113,12 @@ class Stores:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
     def close(self) -> None:
-        """Flush and close BM25 and the manifest (the vector tables need no closing)."""
-        self.bm25.close()
-        self.manifest.close()
+        """Flush and close BM25 and the manifest (the vector tables need no closing); the
+        manifest also when BM25's close raises (its writer connection and lock count kept)."""
+        try:
+            self.bm25.close()
+        finally:
+            self.manifest.close()
 
 
 def _stamp(store: VectorStore) -> str:

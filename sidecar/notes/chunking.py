@@ -56,6 +56,12 @@ CHUNKER_VERSION = 9
 # not the whole vault as a CHUNKER_VERSION change does.
 # 2: the element links and the text elements' ids are no text.
 DRAWING_READER_VERSION = 2
+# How aliases written as a list in a list are read (``aliases: [[Bar]]``, a wiki-link unquoted);
+# when it changes, only the notes whose stored aliases hold such a list are read again
+# (``Indexer.reread_link_aliases_if_read_differently``): a chunker version read every note again
+# for a form few notes use.
+# 2: an unquoted wiki-link is the alias it names (it was none).
+LINK_ALIAS_READER_VERSION = 2
 
 
 def _norm(line: str) -> str:

@@ -105,19 +105,46 @@ def property_value(front_matter: Mapping[str, Any], *names: str) -> Any:
 
 
 def aliases_of(front_matter: Any) -> tuple[str, ...]:
-    """A note's aliases as Obsidian reads them: ``aliases`` or ``alias`` (any case), a list of
-    names or one string of names separated by commas ("My Alias, Other" is two names; a space
-    does not separate). One reading for the sweep, the links and a refill from the index."""
+    """A note's aliases as Obsidian reads them: ``aliases`` or ``alias`` (any case; ``alias`` is
+    the name before Obsidian 1.4, still in older vaults), a list of names or one string of names
+    separated by commas ("My Alias, Other" is two names; a space does not separate). A wiki-link
+    written without quotes (``aliases: [[Bar]]``, or ``- [[Bar]]`` in a list), which YAML reads as
+    a list of one list of one text, is the link's name, as when it is quoted. One reading for the
+    sweep, the links and a refill from the index."""
     value = property_value(front_matter, "aliases", "alias") if isinstance(front_matter, dict) else None
     if isinstance(value, str):
         names = [_alias_text(a) for a in value.split(",")]
     elif isinstance(value, list):
-        # A yes/no is no name ("aliases: [yes]" reads as true, which named the note "True").
-        kept = [a for a in value if isinstance(a, str | int | float) and not isinstance(a, bool)]
-        names = [_alias_text(str(a)) for a in kept]
+        link = _unquoted_link(value)
+        items = [link] if link is not None else map(_list_alias, value)
+        names = [_alias_text(a) for a in items if a is not None]
     else:
         names = []
     return tuple(a for a in names if a)
+
+
+def _unquoted_link(value: Any) -> str | None:
+    """``[[Bar]]`` written unquoted, as YAML reads it (a list of one list of one text), as the
+    link it was written as; None for anything else. Exactly that: a list of more items is no link
+    ("[[a, b]]"), nor a mapping in it, nor a list deeper down ("[[[[Bar]]]]"). Only text counts:
+    YAML reads ``[[010]]``, ``[[12:30]]`` or ``[[1.50]]`` as the numbers 8, 750 and 1.5, names
+    never written, and the parsed number no longer says how it was written. Once parsed, the block
+    form ``- - Bar`` and an anchor to a list of one name read the same, and are taken alike."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list) and len(value[0]) == 1:
+        name = value[0][0]
+        return f"[[{name}]]" if isinstance(name, str) else None
+    return None
+
+
+def _list_alias(item: Any) -> str | None:
+    """One item of an alias list as text: a name, or a link written unquoted (``- [[Bar]]``);
+    another list is none. A yes/no is no name ("aliases: [yes]" reads as true, which named the
+    note "True")."""
+    if isinstance(item, list):
+        return _unquoted_link(item)
+    if not isinstance(item, str | int | float) or isinstance(item, bool):
+        return None
+    return str(item)
 
 
 # A wiki-link written as an alias ("[[Bar]]", "[[Bar|bar]]"): the name it shows.

@@ -4,21 +4,19 @@ limit, folded, capped, or not a candidate at all)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
 
-from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.index.repair import ready_inbox
 from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
-from sidecar.search.retrieval import Retriever, bm25_text, typed_part
+from sidecar.search.retrieval import Retriever, bm25_text, note_keyword_scores, typed_part
 from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 
@@ -43,11 +41,10 @@ def explain(
     stem = found.stem
     words = [(bm25_text(qa), 1.0), *typed_part(spelled)]
     # Scored as the asker's search scores it: an agent's own index, a person's of all memory.
-    direct_bm = dict(r.stores.bm25.search(words, len(ids) + 5, agent_scope=agent, key=key, stem=stem))
+    direct_bm, bm_note = note_keyword_scores(r.stores, words, len(ids) + 5, agent, key=key, stem=stem)
     page_bm: dict[str, float] = {}
-    if r.page_share(weight) > 0:
-        with contextlib.suppress(StoreError):  # a failing page index: searches report it, why goes on
-            page_bm = dict(r.stores.bm25.search_pages(words, 1, agent_scope=agent, key=key, stem=stem))
+    if r.page_share(weight) > 0:  # a failing page index: said in status, as a search says it
+        page_bm, _ = note_keyword_scores(r.stores, words, 1, agent, key=key, stem=stem, pages=True)
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:
@@ -100,10 +97,18 @@ def explain(
         reference=public_reference(key, agent),
         chunks=tuple(out),
         vector_weight=weight,
-        degraded=found.degraded,
+        degraded=_said_once(found.degraded, bm_note),
         page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )
+
+
+def _said_once(arms: str | None, note: str | None) -> str | None:
+    """What the arms' search said, and what the note's own keyword search met that it did not
+    say already (the same fault met twice is said once)."""
+    if not note or (arms and note in arms):
+        return arms
+    return f"{arms}; {note}" if arms else note
 
 
 def _read(r: Retriever, asked: SearchRequest) -> tuple[str, Filters]:

@@ -207,6 +207,38 @@ def _memory_unread(stores: Stores, faults: Sequence[SearchFault]) -> str | None:
     return "; ".join(said) or None
 
 
+def note_keyword_scores(
+    stores: Stores,
+    words: BmParts,
+    limit: int,
+    agent: str | None,
+    *,
+    key: str,
+    stem: str | None,
+    pages: bool = False,
+) -> tuple[dict[str, float], str | None]:
+    """One note's keyword scores (``key``'s chunks, or with ``pages`` its whole note) as the
+    search of ``agent`` reads them (``why``), and what the answer says of the faults met, as a
+    search says them: an index that cannot be read gives no score (vector results only), a
+    memory index that failed may miss notes; reported in status alike (damage for the repair,
+    no file handles left). A failing page index is said in status alone, as by a search. Was:
+    ``why`` failed with the index's error, or showed no keyword score and said nothing."""
+    bm25 = stores.bm25
+    kind = "pages" if pages else "chunks"
+    faults: list[SearchFault] = []
+    seen: set[str] = set()
+    try:
+        search = bm25.search_pages if pages else bm25.search
+        found = search(words, limit, agent_scope=agent, key=key, stem=stem, faults=faults, read=seen)
+    except StoreError as exc:
+        log.warning("keyword_search_failed part=%s error=%s", kind, exc)
+        keyword_damage(stores.problems, exc, f"{PAGE_FAILURE}{exc}" if pages else str(exc))
+        handles_seen(stores, kind, seen, [(SHARED, exc), *faults])
+        return {}, None if pages else f"keyword search failed ({exc}); vector results only"
+    missed = _keyword_read(stores, kind, faults, seen)
+    return dict(found), None if pages else _memory_unread(stores, missed)
+
+
 def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
     """Report an agent's failing inbox index (``Bm25Index.failing``) as the keyword problem, so
     that the repair refills the index; whether one was. A search that never reads it must not

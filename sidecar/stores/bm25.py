@@ -105,6 +105,7 @@ class Bm25Index(Bm25Search):
         self._lock = threading.Lock()  # writes, commits, and closing an inbox
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
+        self._unclosed: list[Folder] = []  # folders whose close raised: the next close tries again
         # Why it is closed with no index open in its place (``lost``), else None.
         self.unavailable: str | None = None
         # Why the index takes no commit until it is made anew (a leftover file that cannot be
@@ -689,9 +690,12 @@ class Bm25Index(Bm25Search):
         refill in place, and the open after it failed too: too many open files): every search
         and write raises a StoreError saying so, nothing is written or removed in its folder,
         until the stores hold one opened again (``index.upgrade.reopen_bm25``). Left closed and
-        unmarked, every write failed ("IndexWriter was consumed") until a restart."""
-        self.close()
-        self.unavailable = why
+        unmarked, every write failed ("IndexWriter was consumed") until a restart. Marked also
+        when the close raises: unmarked, it took writes on closed writers."""
+        try:
+            self.close()
+        finally:
+            self.unavailable = why
 
     def _usable(self) -> None:
         if self.unavailable is not None:
@@ -700,13 +704,26 @@ class Bm25Index(Bm25Search):
             )
 
     def close(self) -> None:
-        """Wait for background merges and release the writer locks; safe to call twice."""
+        """Wait for background merges and release the writer locks; safe to call twice. Each
+        folder is closed even when one before it raises (the first error is raised after):
+        a folder left open kept its writer's lock, and a reopen took it for another daemon's.
+        A second call closes again the folders whose close raised (it did nothing: they kept
+        their writers)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for folder in self._folders():
-                folder.close()
+            folders = self._unclosed if self._closed else self._folders()
+            self._closed, self._unclosed = True, []
+            failed: BaseException | None = None
+            for folder in folders:
+                try:
+                    folder.close()
+                except BaseException as exc:  # raised below, once the rest is closed
+                    self._unclosed.append(folder)
+                    failed = failed or exc
+            if failed is not None:
+                try:
+                    raise failed
+                finally:
+                    failed = None  # no cycle through this frame: it kept the writers it reached
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:

@@ -366,6 +366,10 @@ class Folder:
                 self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)
+        finally:
+            # Dropped also when its end raised (an interrupt): kept, it held the index's lock, and
+            # the reopen in this process took the index for another daemon's, at every try.
+            self._writer = None
         if self.dirty and not removed:
             self._drop_uncommitted()
 

@@ -687,6 +687,19 @@ class Manifest(VectorBook):
                 ).rowcount
             )
 
+    def reread_link_aliases(self) -> int:
+        """``reread_all`` for the notes whose front matter, as stored, has ``aliases`` or ``alias``
+        (any case) holding a list in its list: a wiki-link written unquoted (``[[Bar]]``) as YAML
+        reads it."""
+        with self.transaction() as db:
+            return int(
+                db.execute(
+                    "UPDATE files SET size = -1, hash = '' WHERE front_matter LIKE '%alias%[%[%' "
+                    "AND json_valid(front_matter) AND EXISTS (SELECT 1 FROM json_tree(files.front_matter) t "
+                    "WHERE t.type = 'array' AND lower(t.path) IN ('$.aliases', '$.alias'))"
+                ).rowcount
+            )
+
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
         db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
