@@ -1136,3 +1136,34 @@ def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
     assert not big.stores.manifest.has_aside()
     assert big.stores.manifest.chunk_ids("vault/Notes/n2")
     big.sweep()
+
+
+def test_a_full_disk_when_a_rebuild_puts_notes_back_keeps_the_copy(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put-back that fails for a full disk keeps the rebuild's copy: the next sweep puts the
+    notes back (was: the copy dropped as one of another version, and with it the notes the
+    rebuild could not read, gone from the index until they read again)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    real, calls = Manifest.restore_aside, [0]
+
+    def full_once(self: Manifest, wanted: Any) -> list[str]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, wanted)
+
+    _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    monkeypatch.setattr(Manifest, "restore_aside", full_once)
+    before = big.stores.manifest.chunk_ids("vault/Notes/n1")
+    big.indexer.clear()
+    with pytest.raises(sqlite3.OperationalError):
+        big.sweep()
+    assert big.stores.manifest.has_aside()
+    big.sweep()  # the retry
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1") == before
+    assert not big.stores.manifest.has_aside()
+    assert big.stores.problems.active_in("rebuild") is not None

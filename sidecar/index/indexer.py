@@ -343,15 +343,19 @@ class Indexer:
         until they are read; a rebuild that put nothing back clears what an earlier one said."""
         if not self._aside:
             return
-        self._aside = False
         try:
             back = self.writer.restore_aside(self._to_put_back(self.manifest.aside_candidates()))
         except sqlite3.Error as exc:
+            if _passing(exc):
+                # A full disk, an I/O error, a lock: the copy stays and the next whole sweep
+                # puts it back (was: dropped, and with it every note the rebuild could not read).
+                raise
             # A copy that cannot be put back (one written by another version): dropped, else
             # every later sweep tried it again; the rebuild's own reads stand.
             log.exception("rebuild_aside_dropped error=%s", exc)
             self.manifest.drop_aside()
             back = []
+        self._aside = False
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
@@ -1065,6 +1069,20 @@ class Indexer:
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+
+
+# SQLite's result codes of a fault that passes: busy, locked, out of memory, read-only,
+# interrupted, an I/O error, the disk full, a file that cannot be opened now.
+_PASSING_SQLITE = frozenset({5, 6, 7, 8, 9, 10, 13, 14})
+
+
+def _passing(exc: sqlite3.Error) -> bool:
+    """Whether a database error is a fault that passes, not the form of what was read."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _PASSING_SQLITE
+    text = str(exc)
+    return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
 
 
 def _gone(path: Path) -> bool:
