@@ -1180,6 +1180,43 @@ def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, 
         h.close()
 
 
+def test_a_rebuild_without_room_for_its_copy_at_its_turn_ends_and_its_sweep_runs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk filled between the request's room check and the rebuild's copy: the rebuild
+    ends with nothing emptied, status says why (`index --rebuild` exits 7 with it), and the
+    job's sweep runs as one without a rebuild (was: retried as a failed sweep every few seconds
+    with every later sweep merged into it: nothing was indexed until the copy had room)."""
+    import sqlite3
+
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.stores.manifest import Manifest
+
+    def full(self: Manifest, db: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        monkeypatch.setattr(Manifest, "set_aside", full)
+        write(vault / "Later.md", "# Later\n\nwritten while the disk had no room for the copy\n")
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert set(h.stores.manifest.file_states("vault/")) == keys | {"vault/Later"}
+        assert loop.asked_done == ticket and not loop.rebuilding()
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and problem["error"].startswith("not rebuilt: the disk of the index")
+        assert "Nothing was changed" in problem["error"]
+        assert _rebuild_unfinished(problem["error"]) == 7
+        assert capsys.readouterr().err.startswith("not rebuilt: the disk of the index")
+    finally:
+        h.close()
+
+
 def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
     make_cfg: Any, tmp_path: Path
 ) -> None:

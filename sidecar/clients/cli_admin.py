@@ -353,10 +353,11 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
 def _rebuild_unfinished(why: str | None) -> int:
     """Exit 7 with why when the rebuild asked for could not read every note back (its share
     went away during it): those notes are kept as indexed before and read when they can be.
-    It exited 0 with half the index gone."""
+    It exited 0 with half the index gone. Also when the daemon refused it at its turn."""
     if why is None:
         return int(ExitCode.OK)
-    print(f"rebuild not finished: {shown(why)}", file=sys.stderr)
+    # A rebuild the daemon refused when its turn came (no room for its copy): said as refused.
+    print(shown(why) if why.startswith("not rebuilt:") else f"rebuild not finished: {shown(why)}", file=sys.stderr)
     return int(ExitCode.REQUEST_FAILED)
 
 

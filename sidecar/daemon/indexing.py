@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import StorageError, StoreError
 from sidecar.daemon.hot import HOT_MAX_S, HotNotes
 from sidecar.index.bursts import Bursts
 from sidecar.index.indexer import Activity, Indexer
@@ -399,9 +399,18 @@ class IndexLoop:
     def _run(self, job: Job) -> None:
         indexer = self.indexer
         if job.rebuild:
-            indexer.clear()
-            with self._progress:  # begun once the index is empty: a clear that failed emptied nothing
-                self._rebuild_begun = max(self._rebuild_begun, job.ticket)
+            try:
+                indexer.clear()
+            except StorageError as exc:
+                # No room for the rebuild's copy (the disk filled since the request's check):
+                # nothing was emptied. Said, and the sweep runs without the rebuild (retried as a
+                # failed sweep, it failed every few seconds, and every sweep merged into it).
+                log.error("rebuild_refused error=%s", exc)
+                self.problems.report("rebuild", str(exc))
+                job = replace(job, rebuild=False)
+            else:
+                with self._progress:  # begun once the index is empty: a clear that failed emptied nothing
+                    self._rebuild_begun = max(self._rebuild_begun, job.ticket)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
         mark = self.problems.mark()

@@ -21,6 +21,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+from sidecar.contracts.errors import DiskFullError, StorageError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import bm25_doc, inboxes_before_write
@@ -268,12 +269,25 @@ class Writer:
             log.info("links_reresolved count=%d", changed)
 
     def clear(self) -> None:
-        """Empty every store (for a rebuild)."""
+        """Empty every store (for a rebuild). StorageError, nothing emptied: no room on the
+        index's disk for the copy of the notes indexed (``Manifest.set_aside``)."""
         stores = self.stores
         with stores.write_lock:
-            with stores.manifest.transaction() as db:
-                stores.manifest.set_aside(db)
-                stores.manifest.clear(db)
+            try:
+                with stores.manifest.transaction() as db:
+                    stores.manifest.set_aside(db)
+                    stores.manifest.clear(db)
+            except DiskFullError as exc:  # the room check (``aside_room``): nothing was emptied
+                raise StorageError(str(exc)) from exc
+            except sqlite3.OperationalError as exc:
+                if "full" not in str(exc):
+                    raise
+                # The disk filled since the room check: rolled back, nothing was emptied.
+                raise StorageError(
+                    f"not rebuilt: the disk of the index ({stores.manifest.path.parent}) filled while "
+                    "the rebuild kept its copy of the notes indexed. Nothing was changed. Free some "
+                    "space and run `sidecar index --rebuild` again"
+                ) from exc
             stores.bm25.delete_all()
             stores.bm25.commit()
             self.vectors.clear()
