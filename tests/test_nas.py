@@ -1168,3 +1168,67 @@ def test_a_full_disk_when_a_rebuild_puts_notes_back_keeps_the_copy(
     assert not big.stores.manifest.has_aside()
     assert big.stores.problems.active_in("rebuild") is not None
 
+
+
+class _DeadFile(_DeadEntry):
+    """A listed note whose stat fails (an I/O error on a share)."""
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return False
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        raise OSError(5, "Input/output error", self.path)
+
+
+def test_a_note_deleted_beside_an_unreadable_one_of_a_longer_name_leaves(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note that fails its stat keeps only itself: n12 deleted while n1 cannot be read
+    leaves the index (was: "vault/Notes/n1" kept every key it began, n12 with it, for as long
+    as n1 stayed unreadable)."""
+    write(vault / "Notes" / "n12.md", "# N12\n\nthe twelfth lighthouse\n")
+    big.sweep()
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) != vault / "Notes":
+            return real(path)
+        with real(path) as it:
+            return _Listing([_DeadFile(e) if e.name == "n1.md" else e for e in it])
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    (vault / "Notes" / "n12.md").unlink()
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+    assert not big.stores.manifest.file_states_of(["vault/Notes/n12"])
+
+
+def test_a_rebuild_with_a_folder_it_cannot_list_keeps_its_notes_not_a_deleted_namesake(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that cannot be listed during a rebuild (made unreadable partway): its notes are
+    put back as indexed before it; a note deleted before the rebuild whose name only begins
+    like the folder's ("Ab.md" beside "A/") stays out (was: put back, found by search, and the
+    rebuild said unfinished while "A" stayed unreadable)."""
+    write(vault / "A" / "inner.md", "# Inner\n\nthe inner harbour\n")
+    write(vault / "Ab.md", "# Ab\n\nan abandoned quay\n")
+    big.sweep()
+    (vault / "Ab.md").unlink()
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == vault / "A":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    big.indexer.clear()
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/A/inner")
+    assert not big.stores.manifest.file_states_of(["vault/Ab"])
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "1 note(s) of vault" in problem["error"]
+    monkeypatch.setattr(sources_mod.os, "scandir", real)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/A/inner")
+    assert big.stores.problems.active_in("rebuild") is None

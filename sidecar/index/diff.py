@@ -396,7 +396,7 @@ class ChangeFinder:
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
-        notes' absence from a listing is no evidence that they are gone)."""
+        notes' absence from a listing is no evidence that they are gone; matched by ``kept_by``)."""
         out: list[str] = []
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
@@ -515,7 +515,7 @@ class ChangeFinder:
         self._retry = {k: v for k, v in self._retry.items() if k[0] != root.name or k[1] in listed}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
-        missing = [k for k in known if k not in seen and not k.startswith(kept)]
+        missing = [k for k in known if k not in seen and not kept_by(k, kept)]
         return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
@@ -919,7 +919,7 @@ class ChangeFinder:
             # one's notes behind. Notes below what could not be read are kept, as a sweep does.
             kept = tuple(key for _, key in _unreadable(root, found))
             for rel in walked:
-                missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
+                missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not kept_by(k, kept))
                 if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) == rel:
                     # A folder now where a note of its name was ("x.md" deleted, a folder "x.md"
                     # made): the note is gone, not only till the next full sweep.
@@ -1258,6 +1258,13 @@ def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
     """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
     now = time.monotonic()
     return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+
+
+def kept_by(key: str, marks: tuple[str, ...]) -> bool:
+    """Whether ``key`` is one of ``marks`` (a note's key) or lies under one ending in "/" (a
+    folder's key prefix): whole path parts only, "vault/a" keeps neither "vault/ab" nor
+    "vault/a/b" (a note deleted beside an unreadable one was kept for as long as it stayed so)."""
+    return any(key == m or (m.endswith("/") and key.startswith(m)) for m in marks)
 
 
 def _prefix(root: Root, rel: str) -> str:

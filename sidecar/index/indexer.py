@@ -23,7 +23,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
-from sidecar.index.diff import ChangeFinder, Diff
+from sidecar.index.diff import ChangeFinder, Diff, kept_by
 from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish, unread
@@ -388,7 +388,7 @@ class Indexer:
             if root is None or self.excluded_by(key) is not None:
                 continue
             held = name in unjudged or (memory and "memory" in unjudged)
-            if failed or held or key.startswith(unread_keys) or not _gone(root.path / rel):
+            if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
         return out
 
