@@ -1232,3 +1232,45 @@ def test_a_rebuild_with_a_folder_it_cannot_list_keeps_its_notes_not_a_deleted_na
     big.sweep()
     assert big.stores.manifest.chunk_ids("vault/A/inner")
     assert big.stores.problems.active_in("rebuild") is None
+
+
+@pytest.mark.parametrize("away", ["home", "inbox"])
+def test_a_rebuild_keeps_the_agents_memory_while_the_home_is_held_or_an_inbox_cannot_be_listed(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch, away: str
+) -> None:
+    """The agents folder gone (its share unmounted) or one inbox that cannot be listed during a
+    rebuild: the agents' notes are put back as indexed before it and said unfinished; once they
+    can be read, the next sweep reads them and the problem clears."""
+    from sidecar.vault.sources import inbox_root
+
+    cfg, h = in_process.cfg, in_process.harness
+    for slug in ("m1", "m2"):
+        in_process.call("write", {"slug": slug, "content": f"frank memory {slug}"}, agent="frank")
+    before = _memory_keys(in_process)
+    assert len(before) == 2
+    inbox = inbox_root(cfg, "frank").path
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    h.indexer.clear()
+    if away == "home":
+        cfg.agents_dir.rename(cfg.home / "agents.away")
+    else:
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    h.sweep()
+    assert _memory_keys(in_process) == before
+    assert all(h.stores.manifest.chunk_ids(k) for k in before)
+    problem = h.stores.problems.active_in("rebuild")
+    assert problem is not None and "2 note(s) of memory" in problem["error"]
+    if away == "home":
+        (cfg.home / "agents.away").rename(cfg.agents_dir)
+    else:
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+    h.sweep()
+    h.sweep()
+    assert _memory_keys(in_process) == before
+    assert h.stores.problems.active_in("rebuild") is None
