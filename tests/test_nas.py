@@ -1169,7 +1169,6 @@ def test_a_full_disk_when_a_rebuild_puts_notes_back_keeps_the_copy(
     assert big.stores.problems.active_in("rebuild") is not None
 
 
-
 class _DeadFile(_DeadEntry):
     """A listed note whose stat fails (an I/O error on a share)."""
 
@@ -1274,3 +1273,22 @@ def test_a_rebuild_keeps_the_agents_memory_while_the_home_is_held_or_an_inbox_ca
     h.sweep()
     assert _memory_keys(in_process) == before
     assert h.stores.problems.active_in("rebuild") is None
+
+
+def test_a_note_a_rebuild_put_back_leaves_once_its_file_is_deleted(
+    big: Harness, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note put back by a rebuild whose share went away, deleted while the share was away:
+    once the share is back the next sweep removes it and the rebuild is said finished."""
+    aside = _share_goes_at_third_read(vault, tmp_path, monkeypatch)
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is not None
+    (aside / "Notes" / "n7.md").unlink()
+    for child in list(aside.iterdir()):
+        child.rename(vault / child.name)
+    big.sweep()
+    assert not big.stores.manifest.file_states_of(["vault/Notes/n7"])
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n7")
+    assert big.stores.manifest.chunk_ids("vault/Notes/n8")
+    assert big.stores.problems.active_in("rebuild") is None

@@ -357,7 +357,10 @@ def _rebuild_unfinished(why: str | None) -> int:
     if why is None:
         return int(ExitCode.OK)
     # A rebuild the daemon refused when its turn came (no room for its copy): said as refused.
-    print(shown(why) if why.startswith("not rebuilt:") else f"rebuild not finished: {shown(why)}", file=sys.stderr)
+    print(
+        shown(why) if why.startswith("not rebuilt:") else f"rebuild not finished: {shown(why)}",
+        file=sys.stderr,
+    )
     return int(ExitCode.REQUEST_FAILED)
 
 
