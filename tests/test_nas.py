@@ -1292,3 +1292,21 @@ def test_a_note_a_rebuild_put_back_leaves_once_its_file_is_deleted(
     assert not big.stores.manifest.chunk_ids("vault/Notes/n7")
     assert big.stores.manifest.chunk_ids("vault/Notes/n8")
     assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_is_refused_while_a_mass_deletion_is_held(big: Harness, vault: Path) -> None:
+    """Most notes vanished at once (a sync tool's glitch, a nested share unmounted): their
+    removal is held, and a rebuild is refused with nothing changed (was: it ran, and the held
+    notes left the index with no confirmation); once confirmed, the rebuild runs."""
+    from sidecar.contracts.errors import UnreadableError
+
+    before = _counts(big)
+    moved = vault.parent / "glitch"
+    (vault / "Notes").rename(moved)
+    big.sweep()
+    assert big.supervisor.roots["vault"].hold_kind == "mass"
+    with pytest.raises(UnreadableError, match="removal of 10 notes of vault is held"):
+        big.indexer.refuse_rebuild()
+    assert _counts(big) == before
+    big.indexer.sweep(confirm_deletions=frozenset({"vault"}))
+    big.indexer.refuse_rebuild()

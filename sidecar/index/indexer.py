@@ -976,6 +976,7 @@ class Indexer:
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:
+            self._refuse_held()
             return
         what: list[str] = []
         then: list[str] = []
@@ -1013,6 +1014,26 @@ class Indexer:
                 + " removes its notes from the index; a rebuild runs after that"
             )
         raise UnreadableError(message)
+
+    def _refuse_held(self) -> None:
+        """Raise UnreadableError while a root's mass deletion is held: the rebuild forgets every
+        note and puts back only those it could not judge, so the notes the hold keeps (vanished
+        at once, waiting for the clock or a confirmation) left the index unconfirmed."""
+        held = sorted(
+            (st.name, st.held_deletions)
+            for st in list(self.supervisor.roots.values())
+            if st.hold_kind == "mass" and st.held_deletions
+        )
+        if not held:
+            return
+        said = ", ".join(f"{n} notes of {name}" for name, n in held)
+        raise UnreadableError(
+            f"not rebuilt: the removal of {said} is held (they vanished at once). A rebuild "
+            "would drop them without the confirmation the hold waits for. Nothing was changed. Bring "
+            "them back, wait for the hold to end (`sidecar status` shows when), or confirm it with "
+            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name, _ in held)
+            + "; then run `sidecar index --rebuild` again."
+        )
 
     def clear(self) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
