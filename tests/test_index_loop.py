@@ -1218,6 +1218,46 @@ def test_a_rebuild_without_room_for_its_copy_at_its_turn_ends_and_its_sweep_runs
         h.close()
 
 
+def test_a_rebuild_whose_sweep_failed_reads_on_without_emptying_the_index_again(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild whose sweep failed after it emptied the index (a full disk) is retried as the
+    sweep it was, not emptied again (was: each retry emptied the index again, and with no room
+    for a second copy ended as "not rebuilt ... Nothing was changed" half done)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        real_clear, real_index, cleared = h.indexer.clear, h.indexer.index_files, [0]
+
+        def clear() -> None:
+            cleared[0] += 1
+            real_clear()
+
+        def full(*_a: Any, **_k: Any) -> int:
+            raise StoreError("database or disk is full")
+
+        h.indexer.clear = clear  # type: ignore[method-assign]
+        h.indexer.index_files = full  # type: ignore[method-assign]
+        job = loop._next()
+        assert job is not None
+        with pytest.raises(StoreError) as failed:
+            loop._run(job)
+        loop._failed(job, failed.value, 0.0)
+        h.indexer.index_files = real_index  # type: ignore[method-assign]
+        retry = loop._next()
+        assert retry is not None and not retry.rebuild and retry.ticket == ticket
+        assert loop.rebuilding() and not loop.rebuild_queued()
+        loop._run(retry)
+        assert cleared[0] == 1 and loop.asked_done == ticket
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
 def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
     make_cfg: Any, tmp_path: Path
 ) -> None:

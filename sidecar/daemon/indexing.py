@@ -502,6 +502,13 @@ class IndexLoop:
             )
         self.problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
         self.stop.wait(delay)
+        with self._progress:
+            emptied = job.rebuild and 0 < job.ticket <= self._rebuild_begun
+        if emptied:
+            # The rebuild emptied the index and keeps its copy: the retry reads on (emptied again,
+            # the notes read meanwhile were read once more, and on a disk without room for the
+            # second copy the rebuild ended as refused, half done, saying nothing was changed).
+            job = replace(job, rebuild=False)
         leftover = self.indexer.leftover
         # The first sweep is retried whole (its unchanged notes cost a stat): finished as a list of
         # leftover paths, it never counted as done, and status said "building" until the next
