@@ -1310,3 +1310,43 @@ def test_a_rebuild_is_refused_while_a_mass_deletion_is_held(big: Harness, vault:
     assert _counts(big) == before
     big.indexer.sweep(confirm_deletions=frozenset({"vault"}))
     big.indexer.refuse_rebuild()
+
+
+def test_a_rebuild_stopped_partway_keeps_its_copy_for_the_next_start(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stopped during a rebuild's sweep: the notes it had not reached are not put
+    back at the stop (a long write while stopping, then said "could not read" as for a share
+    gone away); the copy stays, and the next start's first sweep reads them, nothing lost."""
+    from sidecar.index import records as records_mod
+
+    _notes(vault, 8)
+    cfg = make_cfg(vault, **{"index.batchFiles": 2})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        stop, real, reads = threading.Event(), records_mod.read_note, [0]
+
+        def read_note(p: Path, m: int, r: Any = None) -> Any:
+            reads[0] += 1
+            if reads[0] == 3:
+                stop.set()
+            return real(p, m, r)
+
+        monkeypatch.setattr(records_mod, "read_note", read_note)
+        h.indexer.clear()
+        h.indexer.sweep(stop=stop)
+        assert h.stores.manifest.has_aside()
+        assert h.stores.problems.active_in("rebuild") is None
+    finally:
+        h.close()
+    monkeypatch.setattr(records_mod, "read_note", real)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        assert not h.stores.manifest.has_aside()
+        assert h.stores.problems.active_in("rebuild") is None
+    finally:
+        h.close()

@@ -1068,8 +1068,11 @@ class Indexer:
     def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
         """BM25 checked against the manifest, every link resolved; after a sweep of every root
         not cut short, the vectors a lost manifest's rebuild names again are kept, the others
-        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first."""
-        if whole:
+        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first, not
+        after a sweep stopped partway (the daemon stops): those it had not reached were put back
+        at the stop, a long write then, and said not read for a share gone away; the copy stays
+        for the next start's first sweep."""
+        if whole and not (stop is not None and stop.is_set()):
             self._restore_aside()
         check_bm25(self.stores, stop)
         self.writer.defer_links = False
