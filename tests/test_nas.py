@@ -1350,3 +1350,19 @@ def test_a_rebuild_stopped_partway_keeps_its_copy_for_the_next_start(
         assert h.stores.problems.active_in("rebuild") is None
     finally:
         h.close()
+
+
+def test_a_note_never_read_that_is_deleted_is_no_longer_named_at_its_event(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note not in the index because its read failed, deleted: its file event ends what
+    status says of it (was: "not in the index: their read failed" named it until the next
+    full sweep, up to index.rescanMinutes later)."""
+    note = write(vault / "Bad" / "eio.md", "# Eio\n\nsandpiper\n")
+    _counting_failing_reads(monkeypatch, note)
+    big.sweep()
+    problem = big.stores.problems.active_in("unreadable")
+    assert problem is not None and "not in the index" in problem["error"]
+    note.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(note)})
+    assert big.stores.problems.active_in("unreadable") is None

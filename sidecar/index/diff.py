@@ -800,6 +800,20 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
+    def _unread_gone(self, root: Root, vanished: tuple[str, ...]) -> None:
+        """Notes whose read failed that are gone now (at or below ``vanished``): no longer named,
+        those never read too (named "not in the index" until the next full sweep)."""
+        if not any(_at_or_below(k, root.name, vanished) for k in (*self._unread_notes, *self._never_read)):
+            return
+        self._unread_notes = {
+            k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
+        }
+        self._never_read = {
+            k: v for k, v in self._never_read.items() if not _at_or_below(k, root.name, vanished)
+        }
+        self._retry = {k: v for k, v in self._retry.items() if not _at_or_below(k, root.name, vanished)}
+        self._say_unreadable(root.name)
+
     def _unreadable_seen(
         self, root: Root, found: Sequence[NoteFile | Skipped], looked: Sequence[str]
     ) -> None:
@@ -899,12 +913,7 @@ class ChangeFinder:
             wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
             # Unreadable notes that went (a walk may leave one in place: unchanged, not read again)
-            vanished = tuple(str(root.path / rel) for rel in gone)
-            if any(_at_or_below(k, root.name, vanished) for k in self._unread_notes):
-                self._unread_notes = {
-                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
-                }
-                self._say_unreadable(root.name)
+            self._unread_gone(root, tuple(str(root.path / rel) for rel in gone))
         for rel in gone:
             if rel.lower().endswith(NOTE_SUFFIXES):
                 key = root.key_of(rel)
