@@ -1308,6 +1308,7 @@ def test_a_rebuild_is_refused_while_a_mass_deletion_is_held(big: Harness, vault:
     with pytest.raises(UnreadableError, match="removal of 10 notes of vault is held"):
         big.indexer.refuse_rebuild()
     assert _counts(big) == before
+    big.indexer.refuse_rebuild(["vault"])  # `index --rebuild --confirm-deletions vault`
     big.indexer.sweep(confirm_deletions=frozenset({"vault"}))
     big.indexer.refuse_rebuild()
 

@@ -964,7 +964,7 @@ class Indexer:
             out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
         return out
 
-    def refuse_rebuild(self) -> None:
+    def refuse_rebuild(self, confirmed: Collection[str] = ()) -> None:
         """Raise UnreadableError when a root that has notes indexed cannot be read now, or a
         folder (or note) with notes indexed is recorded unreadable (no permission, an I/O error):
         a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
@@ -976,7 +976,7 @@ class Indexer:
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:
-            self._refuse_held()
+            self._refuse_held(confirmed)
             return
         what: list[str] = []
         then: list[str] = []
@@ -1015,14 +1015,15 @@ class Indexer:
             )
         raise UnreadableError(message)
 
-    def _refuse_held(self) -> None:
-        """Raise UnreadableError while a root's mass deletion is held: the rebuild forgets every
-        note and puts back only those it could not judge, so the notes the hold keeps (vanished
-        at once, waiting for the clock or a confirmation) left the index unconfirmed."""
+    def _refuse_held(self, confirmed: Collection[str]) -> None:
+        """Raise UnreadableError while a root's mass deletion is held (unless the same request
+        confirms it): the rebuild forgets every note and puts back only those it could not judge,
+        so the notes the hold keeps (vanished at once, waiting for the clock or a confirmation)
+        left the index unconfirmed."""
         held = sorted(
             (st.name, st.held_deletions)
             for st in list(self.supervisor.roots.values())
-            if st.hold_kind == "mass" and st.held_deletions
+            if st.hold_kind == "mass" and st.held_deletions and st.name not in confirmed
         )
         if not held:
             return
@@ -1032,7 +1033,12 @@ class Indexer:
             "would drop them without the confirmation the hold waits for. Nothing was changed. Bring "
             "them back, wait for the hold to end (`sidecar status` shows when), or confirm it with "
             + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name, _ in held)
-            + "; then run `sidecar index --rebuild` again."
+            + "; then run `sidecar index --rebuild` again"
+            + (
+                f" (`sidecar index --rebuild --confirm-deletions {held[0][0]}` does both)."
+                if len(held) == 1
+                else "."
+            )
         )
 
     def clear(self) -> None:
