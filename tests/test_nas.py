@@ -1367,3 +1367,20 @@ def test_a_note_never_read_that_is_deleted_is_no_longer_named_at_its_event(
     note.unlink()
     big.indexer.sweep(only=frozenset(), paths={str(note)})
     assert big.stores.problems.active_in("unreadable") is None
+
+
+def test_index_rebuild_through_the_daemon_is_refused_while_a_mass_deletion_is_held(
+    vault: Path, serve_in_process: Any
+) -> None:
+    """The `index` op refuses a rebuild while a mass deletion is held (`unreadable`, exit 7),
+    and runs it when the same request confirms that root."""
+    _notes(vault, 10)
+    server = serve_in_process(vault, model="fake")
+    (vault / "Notes").rename(vault.parent / "glitch")
+    server.harness.sweep()
+    assert server.harness.supervisor.roots["vault"].hold_kind == "mass"
+    with pytest.raises(RemoteError, match="removal of 10 notes of vault is held"):
+        server.call("index", {"rebuild": True})
+    assert server.harness.stores.manifest.file_states("vault/Notes/")
+    server.call("index", {"rebuild": True, "confirmDeletions": "vault"})
+    assert not server.harness.stores.manifest.file_states("vault/Notes/")
