@@ -1384,3 +1384,35 @@ def test_index_rebuild_through_the_daemon_is_refused_while_a_mass_deletion_is_he
     assert server.harness.stores.manifest.file_states("vault/Notes/")
     server.call("index", {"rebuild": True, "confirmDeletions": "vault"})
     assert not server.harness.stores.manifest.file_states("vault/Notes/")
+
+
+def test_a_keyword_index_failing_when_a_rebuild_puts_notes_back_keeps_them_said(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index fails (a full disk) as a rebuild puts notes back, after the manifest
+    took them: status still says the rebuild is not finished until they are read, and the
+    keyword index is refilled from the manifest (was: the error went up with their keys, and
+    the retry found no copy left and said the rebuild finished)."""
+    from sidecar.contracts.errors import DiskFullError
+
+    before = _counts(big)
+    failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    real, calls = big.stores.bm25.add, [0]
+
+    def add(docs: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+        real(docs)
+
+    big.indexer.clear()
+    monkeypatch.setattr(big.stores.bm25, "add", add)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "1 note(s) of vault" in problem["error"]
+    assert big.stores.bm25.num_docs() == before[1]
+    failing[0] = False
+    big.sweep()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is None

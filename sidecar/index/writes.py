@@ -21,7 +21,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from sidecar.contracts.errors import DiskFullError, StorageError
+from sidecar.contracts.errors import DiskFullError, StorageError, StoreError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import bm25_doc, inboxes_before_write
@@ -300,8 +300,13 @@ class Writer:
         with stores.write_lock:
             keys = stores.manifest.restore_aside(wanted)
             if keys:
-                stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
-                stores.bm25.commit()
+                try:
+                    stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
+                    stores.bm25.commit()
+                except StoreError as exc:
+                    # The notes are back in the manifest (committed): their keys are kept for
+                    # status; the keyword index is refilled from it by the check after the sweep.
+                    log.warning("rebuild_put_back_keywords_later count=%d error=%s", len(keys), exc)
         return keys
 
 
