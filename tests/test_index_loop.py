@@ -19,7 +19,7 @@ import pytest
 
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
-from sidecar.daemon.indexing import IndexLoop, Job
+from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
 from sidecar.notes.links import LinkGraph
@@ -1208,7 +1208,7 @@ def test_a_rebuild_without_room_for_its_copy_at_its_turn_ends_and_its_sweep_runs
         loop._run(job)
         assert set(h.stores.manifest.file_states("vault/")) == keys | {"vault/Later"}
         assert loop.asked_done == ticket and not loop.rebuilding()
-        problem = h.problems.active_in("rebuild")
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
         assert problem is not None and problem["error"].startswith("not rebuilt: the disk of the index")
         assert "Nothing was changed" in problem["error"]
         assert _rebuild_unfinished(problem["error"]) == 7
@@ -1232,9 +1232,9 @@ def test_a_rebuild_whose_sweep_failed_reads_on_without_emptying_the_index_again(
         ticket = loop.request_sweep(rebuild=True)
         real_clear, real_index, cleared = h.indexer.clear, h.indexer.index_files, [0]
 
-        def clear() -> None:
+        def clear(begun: Any = None) -> None:
             cleared[0] += 1
-            real_clear()
+            real_clear(begun)
 
         def full(*_a: Any, **_k: Any) -> int:
             raise StoreError("database or disk is full")
@@ -1299,7 +1299,7 @@ def test_a_rebuild_whose_clear_failed_is_not_said_under_way(make_cfg: Any, vault
         loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
         loop.request_sweep(rebuild=True)
 
-        def clear() -> None:
+        def clear(begun: Any = None) -> None:  # fails before the manifest is emptied: never begun
             raise StoreError("BM25 commit failed: No space left on device")
 
         h.indexer.clear = clear  # type: ignore[method-assign]

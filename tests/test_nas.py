@@ -1150,11 +1150,11 @@ def test_a_full_disk_when_a_rebuild_puts_notes_back_keeps_the_copy(
 
     real, calls = Manifest.restore_aside, [0]
 
-    def full_once(self: Manifest, wanted: Any) -> list[str]:
+    def full_once(self: Manifest, wanted: Any, kept_as: str | None = None) -> list[str]:
         calls[0] += 1
         if calls[0] == 1:
             raise sqlite3.OperationalError("database or disk is full")
-        return real(self, wanted)
+        return real(self, wanted, kept_as)
 
     _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
     monkeypatch.setattr(Manifest, "restore_aside", full_once)
@@ -1416,3 +1416,289 @@ def test_a_keyword_index_failing_when_a_rebuild_puts_notes_back_keeps_them_said(
     big.sweep()
     big.sweep()
     assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_whose_keyword_index_fails_after_the_manifest_emptied_reads_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest's copy and emptying committed, then the keyword index fails (the copy took
+    the disk's room): the rebuild has begun, its retry reads on and puts back what it could not
+    read (was: retried as a rebuild not begun, refused by the room check as "Nothing was
+    changed" over an emptied index, and the copy not put back until a restart)."""
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+    from sidecar.stores import manifest as manifest_mod
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        before = h.stores.manifest.chunk_ids("vault/Notes/n1")
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        real = h.stores.bm25.delete_all
+
+        def full() -> None:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+
+        monkeypatch.setattr(h.stores.bm25, "delete_all", full)
+        job = loop._next()
+        assert job is not None and job.rebuild
+        with pytest.raises(DiskFullError) as failed:
+            loop._run(job)
+        assert h.stores.manifest.has_aside() and not h.stores.manifest.file_states("vault/")
+        assert loop.rebuilding() and not loop.rebuild_queued()  # begun, not waiting
+        loop._failed(job, failed.value, 0.0)
+        monkeypatch.setattr(h.stores.bm25, "delete_all", real)
+        monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)  # no room for a copy
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        retry = loop._next()
+        assert retry is not None and not retry.rebuild and retry.ticket == ticket
+        loop._run(retry)
+        assert h.stores.manifest.chunk_ids("vault/Notes/n1") == before  # put back
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+        problem = h.problems.active_in(REBUILD_AREA)
+        assert problem is not None and "could not read 1 note(s) of vault" in problem["error"]
+    finally:
+        h.close()
+
+
+def _kept_copy_of_other_columns(h: Harness, change: str) -> None:
+    """A rebuild's copy kept (one stopped before its sweep ended, still empty) written by another
+    version: its chunks have a column fewer, more, or in another order (``change``)."""
+    db = h.stores.manifest._db
+    with h.stores.manifest._lock:
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE 0")
+        db.execute("CREATE TABLE aside_links AS SELECT * FROM links WHERE 0")
+        if change == "fewer":
+            db.execute("CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE 0")
+            db.execute("ALTER TABLE aside_chunks DROP COLUMN embed_hash")
+        elif change == "more":
+            db.execute("CREATE TABLE aside_chunks AS SELECT *, '' AS embed_head FROM chunks WHERE 0")
+        else:  # the same columns, two of them swapped
+            columns = [r[1] for r in db.execute("PRAGMA table_info(chunks)")]
+            i, j = columns.index("text"), columns.index("headings")
+            columns[i], columns[j] = columns[j], columns[i]
+            db.execute(f"CREATE TABLE aside_chunks AS SELECT {', '.join(columns)} FROM chunks WHERE 0")
+
+
+@pytest.mark.parametrize("change", ["fewer", "more", "swapped"])
+def test_a_rebuild_over_a_kept_copy_of_other_columns_merges_and_puts_back_by_name(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A rebuild over the copy an earlier one kept, written by another version (its columns
+    differ): the notes indexed now are merged into it by column name, and those the rebuild cannot
+    read are put back as they were (was: merged by position: "11 columns but 12 values" failed
+    every retry of the rebuild, or values went to the wrong columns; a copy with a column the
+    index lacks was dropped at the put-back, and the unread notes with it)."""
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        before = [
+            (c.chunk_id, c.text, c.headings, c.title) for c in h.stores.manifest.chunks_of("vault/Notes/n1")
+        ]
+        assert before
+        _kept_copy_of_other_columns(h, change)
+        h.indexer.clear()
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.sweep()
+        after = [
+            (c.chunk_id, c.text, c.headings, c.title) for c in h.stores.manifest.chunks_of("vault/Notes/n1")
+        ]
+        assert after == before
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_is_refused_for_a_saved_hold_after_a_restart_and_without_a_daemon(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A mass deletion held as a restart comes (before its first sweep judges the root again), or
+    held by `sidecar index` without a daemon: a rebuild is refused by the hold saved with the
+    root (was: the hold was known to a running daemon only, and the rebuild dropped the held
+    notes with no confirmation); the same command confirming the root runs it."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.oneshot import index_once
+
+    _notes(vault, 10)
+    cfg = make_cfg(vault)
+    index_once(cfg, rebuild=False)
+    (vault / "Notes").rename(vault.parent / "glitch")
+    write(vault / "Other.md", "# Other\n\nstill here\n")
+    index_once(cfg, rebuild=False)  # holds the removal of the 10 notes
+    with pytest.raises(UnreadableError, match="removal of the notes of vault is held"):
+        index_once(cfg, rebuild=True)
+    h = Harness(cfg, FakeEmbedder())  # the daemon starts: its first sweep not run yet
+    try:
+        with pytest.raises(UnreadableError, match="removal of the notes of vault is held"):
+            h.indexer.refuse_rebuild()
+        assert len(h.stores.manifest.file_states("vault/Notes/")) == 10
+        h.sweep()  # judged again: held, with its count
+        with pytest.raises(UnreadableError, match="removal of 10 notes of vault is held"):
+            h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+    index_once(cfg, rebuild=True, confirm=frozenset({"vault"}))
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.stores.manifest.file_states("vault/Notes/")
+        assert h.stores.manifest.file_states("vault/Other")
+    finally:
+        h.close()
+
+
+def test_a_rebuild_is_refused_at_its_turn_when_the_sweep_before_it_began_a_hold(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild queued behind a sweep that holds a mass deletion: refused when its turn comes,
+    nothing emptied, said as "not rebuilt" (was: checked only at the request, and the rebuild
+    dropped the held notes with no confirmation)."""
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        h.indexer.refuse_rebuild()  # at the request: nothing held yet
+        ticket = loop.request_sweep(rebuild=True)
+        (vault / "Notes").rename(vault.parent / "glitch")
+        h.sweep()  # the sweep under way when the request came holds the removal
+        assert h.supervisor.roots["vault"].hold_kind == "mass"
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert len(h.stores.manifest.file_states("vault/Notes/")) == 10
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and "removal of 10 notes of vault is held" in problem["error"]
+        assert _rebuild_unfinished(problem["error"]) == 7
+        loop.request_sweep(rebuild=True, confirm=frozenset({"vault"}))  # confirmed: it runs
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert not h.stores.manifest.file_states("vault/Notes/")
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+    finally:
+        h.close()
+
+
+def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild refused at its turn (the disk filled) whose sweep reads the notes an earlier
+    rebuild put back: the refusal stays said and `index --rebuild` exits 7 with it (was: the
+    sweep cleared the rebuild's problem as the notes were read, and the command exited 0)."""
+    import sqlite3
+
+    from sidecar.clients.cli_admin import _rebuild_problem, _rebuild_unfinished
+    from sidecar.daemon.indexing import IndexLoop
+    from sidecar.stores.manifest import Manifest
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        h.sweep()
+        assert h.problems.active_in("rebuild") is not None  # 1 note put back
+        failing[0] = False
+
+        def full(self: Manifest, db: Any) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(Manifest, "set_aside", full)
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert h.problems.active_in("rebuild") is None  # the note put back is read
+        why = _rebuild_problem({"problems": {"active": h.problems.active()}})
+        assert why is not None and why.startswith("not rebuilt: the disk of the index")
+        assert _rebuild_unfinished(why) == 7
+    finally:
+        h.close()
+
+
+def test_rebuild_problem_names_a_refusal_before_notes_put_back() -> None:
+    """Both said: the refusal at the rebuild's turn is what `index --rebuild` reports."""
+    from sidecar.clients.cli_admin import _rebuild_problem
+
+    put_back = {"area": "rebuild", "error": "the rebuild could not read 1 note(s) of vault"}
+    refused = {"area": "rebuild", "subject": "refused", "error": "not rebuilt: the disk filled"}
+    other = {"area": "index", "error": "not rebuilt: elsewhere"}
+    assert _rebuild_problem({"problems": {"active": [other, put_back, refused]}}) == refused["error"]
+    assert _rebuild_problem({"problems": {"active": [put_back]}}) == put_back["error"]
+    assert _rebuild_problem({"problems": {"active": [other]}}) is None
+
+
+def test_the_notes_a_rebuild_put_back_are_kept_with_the_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys of the notes put back are written in the put-back's own transaction: a write of
+    the meta afterwards that fails (a full disk) no longer loses them, and a restart still says
+    the rebuild is not finished (was: written after it, and lost with such a fault)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        real = Manifest.set_meta
+
+        def full(self: Manifest, name: str, value: str) -> None:
+            if name == "rebuild_put_back":
+                raise sqlite3.OperationalError("database or disk is full")
+            real(self, name, value)
+
+        monkeypatch.setattr(Manifest, "set_meta", full)
+        h.sweep()
+        assert h.stores.manifest.get_meta("rebuild_put_back") == '["vault/Notes/n1"]'
+    finally:
+        h.close()
+    monkeypatch.undo()
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.sweep()
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "1 note(s) of vault" in problem["error"]
+    finally:
+        h.close()
+
+
+def test_an_error_naming_full_that_is_no_full_disk_is_not_said_as_one(
+    big: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest's emptying fails with an error that merely holds the word "full" (a column so
+    named): it goes up as the error it is, not as "the disk of the index filled ... Nothing was
+    changed" (was: told apart by the word); a full disk is told by SQLite's result code."""
+    import sqlite3
+
+    from sidecar.index.writes import disk_full
+    from sidecar.stores.manifest import Manifest
+
+    def odd(self: Manifest, db: sqlite3.Connection) -> None:
+        db.execute("SELECT full FROM files")
+
+    monkeypatch.setattr(Manifest, "set_aside", odd)
+    with pytest.raises(sqlite3.OperationalError, match="no such column: full"):
+        big.indexer.clear()
+    assert big.stores.manifest.file_states("vault/")
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (x)")
+    db.execute("PRAGMA max_page_count = 2")
+    with pytest.raises(sqlite3.OperationalError) as exc:
+        db.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4096,)] * 4)
+    assert exc.value.sqlite_errorcode == 13 and disk_full(exc.value)
+    db.close()

@@ -187,10 +187,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         for line in still:
             print(f"note: {line}", file=sys.stderr)
-        unfinished = [
-            p["error"] for p in health.get("problems", {}).get("active", []) if p["area"] == "rebuild"
-        ]
-        return _rebuild_unfinished(unfinished[0] if args.rebuild and unfinished else None)
+        return _rebuild_unfinished(_rebuild_problem(health) if args.rebuild else None)
     except DaemonNotRunningError as exc:
         if sent:
             # The daemon took the request, then stopped or died. Indexing here now would hold the
@@ -348,6 +345,13 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
         f"{summary['deleted']} removed{vectors}){kept}"
     )
     return _rebuild_unfinished(unfinished)
+
+
+def _rebuild_problem(health: dict[str, Any]) -> str | None:
+    """What status says of the rebuild, a refusal at its turn ("not rebuilt: ...") first: the
+    notes an earlier rebuild put back may be said beside it, and nothing was rebuilt."""
+    said = [p["error"] for p in health.get("problems", {}).get("active", []) if p["area"] == "rebuild"]
+    return min(said, key=lambda why: not why.startswith("not rebuilt:"), default=None)
 
 
 def _rebuild_unfinished(why: str | None) -> int:

@@ -344,7 +344,8 @@ class Indexer:
         if not self._aside:
             return
         try:
-            back = self.writer.restore_aside(self._to_put_back(self.manifest.aside_candidates()))
+            wanted = self._to_put_back(self.manifest.aside_candidates())
+            back = self.writer.restore_aside(wanted, kept_as=_PUT_BACK)  # their keys kept with them
         except sqlite3.Error as exc:
             if _passing(exc):
                 # A full disk, an I/O error, a lock: the copy stays and the next whole sweep
@@ -355,11 +356,12 @@ class Indexer:
             log.exception("rebuild_aside_dropped error=%s", exc)
             self.manifest.drop_aside()
             back = []
+            self._keep_put_back(set())
         self._aside = False
+        self._put_back = set(back)
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
-        self._keep_put_back(set(back))
         if not back:
             self.problems.clear("rebuild")
 
@@ -976,7 +978,7 @@ class Indexer:
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:
-            self._refuse_held(confirmed)
+            self.refuse_held(confirmed)
             return
         what: list[str] = []
         then: list[str] = []
@@ -1015,19 +1017,16 @@ class Indexer:
             )
         raise UnreadableError(message)
 
-    def _refuse_held(self, confirmed: Collection[str]) -> None:
+    def refuse_held(self, confirmed: Collection[str]) -> None:
         """Raise UnreadableError while a root's mass deletion is held (unless the same request
         confirms it): the rebuild forgets every note and puts back only those it could not judge,
         so the notes the hold keeps (vanished at once, waiting for the clock or a confirmation)
-        left the index unconfirmed."""
-        held = sorted(
-            (st.name, st.held_deletions)
-            for st in list(self.supervisor.roots.values())
-            if st.hold_kind == "mass" and st.held_deletions and st.name not in confirmed
-        )
+        left the index unconfirmed. Asked at the request and again at the rebuild's turn (a sweep
+        it waited behind may begin a hold)."""
+        held = self._held_roots(confirmed)
         if not held:
             return
-        said = ", ".join(f"{n} notes of {name}" for name, n in held)
+        said = ", ".join(f"{n} notes of {name}" if n else f"the notes of {name}" for name, n in held)
         raise UnreadableError(
             f"not rebuilt: the removal of {said} is held (they vanished at once). A rebuild "
             "would drop them without the confirmation the hold waits for. Nothing was changed. Bring "
@@ -1041,18 +1040,44 @@ class Indexer:
             )
         )
 
-    def clear(self) -> None:
-        """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
-        self.writer.clear()
-        self._aside = True
-        self._keep_put_back(set())
+    def _held_roots(self, confirmed: Collection[str]) -> list[tuple[str, int | None]]:
+        """The roots whose mass deletion is held, with how many notes (None: not known here). A
+        root not judged by this process yet (a restart's first sweep to come, `sidecar index`
+        without a daemon) by the hold saved with its state (was: the hold of a running daemon
+        only, and a rebuild then dropped the held notes unconfirmed)."""
+        roots = dict(self.supervisor.roots)
+        saved = {row[len("root:") :] for row in self.manifest.meta_names("root:")}
+        held: list[tuple[str, int | None]] = []
+        for name in sorted((set(roots) | saved) - set(confirmed)):
+            st = roots.get(name)
+            if st is not None and st.last_sweep is not None:  # judged here: what it said holds
+                if st.hold_kind == "mass" and st.held_deletions:
+                    held.append((name, st.held_deletions))
+            elif _saved_hold(self.manifest.get_meta(f"root:{name}")) == "mass":
+                held.append((name, None))
+        return held
+
+    def clear(self, begun: Callable[[], None] | None = None) -> None:
+        """Forget everything indexed (for a rebuild); the next sweep reads every note again.
+        ``begun``: told once the manifest is emptied (its copy kept), also when the keyword index
+        or the vectors fail after that: the rebuild has begun, and is not to be asked again."""
+
+        def emptied() -> None:
+            # In memory only (nothing here can fail): the copy is put back by this process's
+            # next whole sweep, which counts as a first one again.
+            self._aside = True
+            self._put_back = set()
+            self._swept = False
+            self._read_whole.clear()
+            self.activity.first_sweep_done = self.activity.ready_once = False
+            if self.on_cleared is not None:
+                self.on_cleared()
+            if begun is not None:
+                begun()
+
+        # The rows that describe the emptied index are written with its emptying.
+        self.writer.clear({_PUT_BACK: "", "swept": ""}, emptied)
         self.links.finish()  # every note is read again, by today's reader
-        self.manifest.set_meta("swept", "")
-        self._swept = False
-        self._read_whole.clear()
-        self.activity.first_sweep_done = self.activity.ready_once = False
-        if self.on_cleared is not None:
-            self.on_cleared()
         log.info("index_cleared reason=rebuild requested")
 
     def index_now(self, root: Root, path: Path, written: tuple[bytes, int, int] | None = None) -> str:
@@ -1113,6 +1138,17 @@ def _passing(exc: sqlite3.Error) -> bool:
         return code & 0xFF in _PASSING_SQLITE
     text = str(exc)
     return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
+
+
+def _saved_hold(raw: str | None) -> str | None:
+    """The kind of hold a root's saved state names (``Supervisor``'s meta row), else None."""
+    try:
+        memo = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    hold = memo.get("hold") if isinstance(memo, dict) else None
+    kind = hold.get("kind") if isinstance(hold, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _gone(path: Path) -> bool:
