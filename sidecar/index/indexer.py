@@ -1046,7 +1046,8 @@ class Indexer:
         without a daemon) by the hold saved with its state (was: the hold of a running daemon
         only, and a rebuild then dropped the held notes unconfirmed)."""
         roots = dict(self.supervisor.roots)
-        saved = {row[len("root:") :] for row in self.manifest.meta_names("root:")}
+        configured = {r.name for r in vault_roots(self.cfg)}  # an agent's inbox is never held
+        saved = {row[len("root:") :] for row in self.manifest.meta_names("root:")} & configured
         held: list[tuple[str, int | None]] = []
         for name in sorted((set(roots) | saved) - set(confirmed)):
             st = roots.get(name)
