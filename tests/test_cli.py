@@ -1080,3 +1080,11 @@ def test_a_long_error_line_is_cut_before_it_is_cleaned() -> None:
 
     said = plain_error(("/" + "a" * 20000 + "\n") * 3 + "b" * 100000)
     assert all(len(part) <= 2000 for part in said.split("; "))
+
+
+def test_index_help_says_confirm_deletions_goes_with_rebuild() -> None:
+    """`sidecar index --help` says --confirm-deletions combines with --rebuild, as the refusal of
+    a rebuild while a mass deletion is held advises it."""
+    index = next(a for a in build_parser("index")._actions if a.dest == "command").choices["index"]
+    help_text = " ".join(index.format_help().split())
+    assert "with --rebuild, the rebuild runs after them" in help_text

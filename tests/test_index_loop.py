@@ -19,7 +19,7 @@ import pytest
 
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.backfill import Backfill
-from sidecar.daemon.indexing import IndexLoop, Job
+from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop, Job
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.watchdog import status_line
 from sidecar.notes.links import LinkGraph
@@ -1180,6 +1180,84 @@ def test_sweep_requests_are_queued_in_the_order_of_their_tickets(make_cfg: Any, 
         h.close()
 
 
+def test_a_rebuild_without_room_for_its_copy_at_its_turn_ends_and_its_sweep_runs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk filled between the request's room check and the rebuild's copy: the rebuild
+    ends with nothing emptied, status says why (`index --rebuild` exits 7 with it), and the
+    job's sweep runs as one without a rebuild (was: retried as a failed sweep every few seconds
+    with every later sweep merged into it: nothing was indexed until the copy had room)."""
+    import sqlite3
+
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.stores.manifest import Manifest
+
+    def full(self: Manifest, db: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        monkeypatch.setattr(Manifest, "set_aside", full)
+        write(vault / "Later.md", "# Later\n\nwritten while the disk had no room for the copy\n")
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert set(h.stores.manifest.file_states("vault/")) == keys | {"vault/Later"}
+        assert loop.asked_done == ticket and not loop.rebuilding()
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and problem["error"].startswith("not rebuilt: the disk of the index")
+        assert "Nothing was changed" in problem["error"]
+        assert _rebuild_unfinished(problem["error"]) == 7
+        said = capsys.readouterr().err.splitlines()  # the log's lines may come before it
+        assert said[-1].startswith("not rebuilt: the disk of the index")
+    finally:
+        h.close()
+
+
+def test_a_rebuild_whose_sweep_failed_reads_on_without_emptying_the_index_again(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild whose sweep failed after it emptied the index (a full disk) is retried as the
+    sweep it was, not emptied again (was: each retry emptied the index again, and with no room
+    for a second copy ended as "not rebuilt ... Nothing was changed" half done)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        real_clear, real_index, cleared = h.indexer.clear, h.indexer.index_files, [0]
+
+        def clear(begun: Any = None) -> None:
+            cleared[0] += 1
+            real_clear(begun)
+
+        def full(*_a: Any, **_k: Any) -> int:
+            raise StoreError("database or disk is full")
+
+        h.indexer.clear = clear  # type: ignore[method-assign]
+        h.indexer.index_files = full  # type: ignore[method-assign]
+        job = loop._next()
+        assert job is not None
+        with pytest.raises(StoreError) as failed:
+            loop._run(job)
+        loop._failed(job, failed.value, 0.0)
+        h.indexer.index_files = real_index  # type: ignore[method-assign]
+        retry = loop._next()
+        assert retry is not None and not retry.rebuild and retry.ticket == ticket
+        assert loop.rebuilding() and not loop.rebuild_queued()
+        loop._run(retry)
+        assert cleared[0] == 1 and loop.asked_done == ticket
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
 def test_a_removal_that_fails_is_said_in_status_until_a_sweep_removes_the_notes(
     make_cfg: Any, tmp_path: Path
 ) -> None:
@@ -1221,7 +1299,7 @@ def test_a_rebuild_whose_clear_failed_is_not_said_under_way(make_cfg: Any, vault
         loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
         loop.request_sweep(rebuild=True)
 
-        def clear() -> None:
+        def clear(begun: Any = None) -> None:  # fails before the manifest is emptied: never begun
             raise StoreError("BM25 commit failed: No space left on device")
 
         h.indexer.clear = clear  # type: ignore[method-assign]

@@ -1074,14 +1074,14 @@ def test_a_rebuild_without_room_for_its_copy_is_refused_before_anything_is_empti
     """A rebuild keeps a copy of the index until its notes are read back: on a disk without room
     for it, the rebuild is refused with a disk error and the index is left whole (was: no check,
     the copy failed partway with an error of the database)."""
-    from sidecar.contracts.errors import DiskFullError, StorageError
+    from sidecar.contracts.errors import StorageError
     from sidecar.stores import manifest as manifest_mod
 
     before = _counts(big)
     monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
     with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
         big.indexer.refuse_rebuild()
-    with pytest.raises(DiskFullError):
+    with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
         big.indexer.clear()
     assert _counts(big) == before and not big.stores.manifest.has_aside()
     monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**40)
@@ -1136,3 +1136,569 @@ def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
     assert not big.stores.manifest.has_aside()
     assert big.stores.manifest.chunk_ids("vault/Notes/n2")
     big.sweep()
+
+
+def test_a_full_disk_when_a_rebuild_puts_notes_back_keeps_the_copy(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put-back that fails for a full disk keeps the rebuild's copy: the next sweep puts the
+    notes back (was: the copy dropped as one of another version, and with it the notes the
+    rebuild could not read, gone from the index until they read again)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    real, calls = Manifest.restore_aside, [0]
+
+    def full_once(self: Manifest, wanted: Any, kept_as: str | None = None) -> list[str]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, wanted, kept_as)
+
+    _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    monkeypatch.setattr(Manifest, "restore_aside", full_once)
+    before = big.stores.manifest.chunk_ids("vault/Notes/n1")
+    big.indexer.clear()
+    with pytest.raises(sqlite3.OperationalError):
+        big.sweep()
+    assert big.stores.manifest.has_aside()
+    big.sweep()  # the retry
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1") == before
+    assert not big.stores.manifest.has_aside()
+    assert big.stores.problems.active_in("rebuild") is not None
+
+
+class _DeadFile(_DeadEntry):
+    """A listed note whose stat fails (an I/O error on a share)."""
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return False
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        raise OSError(5, "Input/output error", self.path)
+
+
+def test_a_note_deleted_beside_an_unreadable_one_of_a_longer_name_leaves(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note that fails its stat keeps only itself: n12 deleted while n1 cannot be read
+    leaves the index (was: "vault/Notes/n1" kept every key it began, n12 with it, for as long
+    as n1 stayed unreadable)."""
+    write(vault / "Notes" / "n12.md", "# N12\n\nthe twelfth lighthouse\n")
+    big.sweep()
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) != vault / "Notes":
+            return real(path)
+        with real(path) as it:
+            return _Listing([_DeadFile(e) if e.name == "n1.md" else e for e in it])
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    (vault / "Notes" / "n12.md").unlink()
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+    assert not big.stores.manifest.file_states_of(["vault/Notes/n12"])
+
+
+def test_a_rebuild_with_a_folder_it_cannot_list_keeps_its_notes_not_a_deleted_namesake(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that cannot be listed during a rebuild (made unreadable partway): its notes are
+    put back as indexed before it; a note deleted before the rebuild whose name only begins
+    like the folder's ("Ab.md" beside "A/") stays out (was: put back, found by search, and the
+    rebuild said unfinished while "A" stayed unreadable)."""
+    write(vault / "A" / "inner.md", "# Inner\n\nthe inner harbour\n")
+    write(vault / "Ab.md", "# Ab\n\nan abandoned quay\n")
+    big.sweep()
+    (vault / "Ab.md").unlink()
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == vault / "A":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    big.indexer.clear()
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/A/inner")
+    assert not big.stores.manifest.file_states_of(["vault/Ab"])
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "1 note(s) of vault" in problem["error"]
+    monkeypatch.setattr(sources_mod.os, "scandir", real)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/A/inner")
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+@pytest.mark.parametrize("away", ["home", "inbox"])
+def test_a_rebuild_keeps_the_agents_memory_while_the_home_is_held_or_an_inbox_cannot_be_listed(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch, away: str
+) -> None:
+    """The agents folder gone (its share unmounted) or one inbox that cannot be listed during a
+    rebuild: the agents' notes are put back as indexed before it and said unfinished; once they
+    can be read, the next sweep reads them and the problem clears."""
+    from sidecar.vault.sources import inbox_root
+
+    cfg, h = in_process.cfg, in_process.harness
+    for slug in ("m1", "m2"):
+        in_process.call("write", {"slug": slug, "content": f"frank memory {slug}"}, agent="frank")
+    before = _memory_keys(in_process)
+    assert len(before) == 2
+    inbox = inbox_root(cfg, "frank").path
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    h.indexer.clear()
+    if away == "home":
+        cfg.agents_dir.rename(cfg.home / "agents.away")
+    else:
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    h.sweep()
+    assert _memory_keys(in_process) == before
+    assert all(h.stores.manifest.chunk_ids(k) for k in before)
+    problem = h.stores.problems.active_in("rebuild")
+    assert problem is not None and "2 note(s) of memory" in problem["error"]
+    if away == "home":
+        (cfg.home / "agents.away").rename(cfg.agents_dir)
+    else:
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+    h.sweep()
+    h.sweep()
+    assert _memory_keys(in_process) == before
+    assert h.stores.problems.active_in("rebuild") is None
+
+
+def test_a_note_a_rebuild_put_back_leaves_once_its_file_is_deleted(
+    big: Harness, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note put back by a rebuild whose share went away, deleted while the share was away:
+    once the share is back the next sweep removes it and the rebuild is said finished."""
+    aside = _share_goes_at_third_read(vault, tmp_path, monkeypatch)
+    big.indexer.clear()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is not None
+    (aside / "Notes" / "n7.md").unlink()
+    for child in list(aside.iterdir()):
+        child.rename(vault / child.name)
+    big.sweep()
+    assert not big.stores.manifest.file_states_of(["vault/Notes/n7"])
+    assert not big.stores.manifest.chunk_ids("vault/Notes/n7")
+    assert big.stores.manifest.chunk_ids("vault/Notes/n8")
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_is_refused_while_a_mass_deletion_is_held(big: Harness, vault: Path) -> None:
+    """Most notes vanished at once (a sync tool's glitch, a nested share unmounted): their
+    removal is held, and a rebuild is refused with nothing changed (was: it ran, and the held
+    notes left the index with no confirmation); once confirmed, the rebuild runs."""
+    from sidecar.contracts.errors import UnreadableError
+
+    before = _counts(big)
+    moved = vault.parent / "glitch"
+    (vault / "Notes").rename(moved)
+    big.sweep()
+    assert big.supervisor.roots["vault"].hold_kind == "mass"
+    with pytest.raises(UnreadableError, match="removal of 10 notes of vault is held"):
+        big.indexer.refuse_rebuild()
+    assert _counts(big) == before
+    big.indexer.refuse_rebuild(["vault"])  # `index --rebuild --confirm-deletions vault`
+    big.indexer.sweep(confirm_deletions=frozenset({"vault"}))
+    big.indexer.refuse_rebuild()
+
+
+def test_a_rebuild_stopped_partway_keeps_its_copy_for_the_next_start(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stopped during a rebuild's sweep: the notes it had not reached are not put
+    back at the stop (a long write while stopping, then said "could not read" as for a share
+    gone away); the copy stays, and the next start's first sweep reads them, nothing lost."""
+    from sidecar.index import records as records_mod
+
+    _notes(vault, 8)
+    cfg = make_cfg(vault, **{"index.batchFiles": 2})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        stop, real, reads = threading.Event(), records_mod.read_note, [0]
+
+        def read_note(p: Path, m: int, r: Any = None) -> Any:
+            reads[0] += 1
+            if reads[0] == 3:
+                stop.set()
+            return real(p, m, r)
+
+        monkeypatch.setattr(records_mod, "read_note", read_note)
+        h.indexer.clear()
+        h.indexer.sweep(stop=stop)
+        assert h.stores.manifest.has_aside()
+        assert h.stores.problems.active_in("rebuild") is None
+    finally:
+        h.close()
+    monkeypatch.setattr(records_mod, "read_note", real)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        assert not h.stores.manifest.has_aside()
+        assert h.stores.problems.active_in("rebuild") is None
+    finally:
+        h.close()
+
+
+def test_a_note_never_read_that_is_deleted_is_no_longer_named_at_its_event(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note not in the index because its read failed, deleted: its file event ends what
+    status says of it (was: "not in the index: their read failed" named it until the next
+    full sweep, up to index.rescanMinutes later)."""
+    note = write(vault / "Bad" / "eio.md", "# Eio\n\nsandpiper\n")
+    _counting_failing_reads(monkeypatch, note)
+    big.sweep()
+    problem = big.stores.problems.active_in("unreadable")
+    assert problem is not None and "not in the index" in problem["error"]
+    note.unlink()
+    big.indexer.sweep(only=frozenset(), paths={str(note)})
+    assert big.stores.problems.active_in("unreadable") is None
+
+
+def test_index_rebuild_through_the_daemon_is_refused_while_a_mass_deletion_is_held(
+    vault: Path, serve_in_process: Any
+) -> None:
+    """The `index` op refuses a rebuild while a mass deletion is held (`unreadable`, exit 7),
+    and runs it when the same request confirms that root."""
+    _notes(vault, 10)
+    server = serve_in_process(vault, model="fake")
+    (vault / "Notes").rename(vault.parent / "glitch")
+    server.harness.sweep()
+    assert server.harness.supervisor.roots["vault"].hold_kind == "mass"
+    with pytest.raises(RemoteError, match="removal of 10 notes of vault is held"):
+        server.call("index", {"rebuild": True})
+    assert server.harness.stores.manifest.file_states("vault/Notes/")
+    server.call("index", {"rebuild": True, "confirmDeletions": "vault"})
+    assert not server.harness.stores.manifest.file_states("vault/Notes/")
+
+
+def test_a_keyword_index_failing_when_a_rebuild_puts_notes_back_keeps_them_said(
+    big: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index fails (a full disk) as a rebuild puts notes back, after the manifest
+    took them: status still says the rebuild is not finished until they are read, and the
+    keyword index is refilled from the manifest (was: the error went up with their keys, and
+    the retry found no copy left and said the rebuild finished)."""
+    from sidecar.contracts.errors import DiskFullError
+
+    before = _counts(big)
+    failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+    real, calls = big.stores.bm25.add, [0]
+
+    def add(docs: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+        real(docs)
+
+    big.indexer.clear()
+    monkeypatch.setattr(big.stores.bm25, "add", add)
+    big.sweep()
+    assert big.stores.manifest.chunk_ids("vault/Notes/n1")
+    problem = big.stores.problems.active_in("rebuild")
+    assert problem is not None and "1 note(s) of vault" in problem["error"]
+    assert big.stores.bm25.num_docs() == before[1]
+    failing[0] = False
+    big.sweep()
+    big.sweep()
+    assert big.stores.problems.active_in("rebuild") is None
+
+
+def test_a_rebuild_whose_keyword_index_fails_after_the_manifest_emptied_reads_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest's copy and emptying committed, then the keyword index fails (the copy took
+    the disk's room): the rebuild has begun, its retry reads on and puts back what it could not
+    read (was: retried as a rebuild not begun, refused by the room check as "Nothing was
+    changed" over an emptied index, and the copy not put back until a restart)."""
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+    from sidecar.stores import manifest as manifest_mod
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        before = h.stores.manifest.chunk_ids("vault/Notes/n1")
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        ticket = loop.request_sweep(rebuild=True)
+        real = h.stores.bm25.delete_all
+
+        def full() -> None:
+            raise DiskFullError("BM25 commit failed: No space left on device")
+
+        monkeypatch.setattr(h.stores.bm25, "delete_all", full)
+        job = loop._next()
+        assert job is not None and job.rebuild
+        with pytest.raises(DiskFullError) as failed:
+            loop._run(job)
+        assert h.stores.manifest.has_aside() and not h.stores.manifest.file_states("vault/")
+        assert loop.rebuilding() and not loop.rebuild_queued()  # begun, not waiting
+        loop._failed(job, failed.value, 0.0)
+        monkeypatch.setattr(h.stores.bm25, "delete_all", real)
+        monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)  # no room for a copy
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        retry = loop._next()
+        assert retry is not None and not retry.rebuild and retry.ticket == ticket
+        loop._run(retry)
+        assert h.stores.manifest.chunk_ids("vault/Notes/n1") == before  # put back
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+        problem = h.problems.active_in(REBUILD_AREA)
+        assert problem is not None and "could not read 1 note(s) of vault" in problem["error"]
+    finally:
+        h.close()
+
+
+def _kept_copy_of_other_columns(h: Harness, change: str) -> None:
+    """A rebuild's copy kept (one stopped before its sweep ended, still empty) written by another
+    version: its chunks have a column fewer, more, or in another order (``change``)."""
+    db = h.stores.manifest._db
+    with h.stores.manifest._lock:
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE 0")
+        db.execute("CREATE TABLE aside_links AS SELECT * FROM links WHERE 0")
+        if change == "fewer":
+            db.execute("CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE 0")
+            db.execute("ALTER TABLE aside_chunks DROP COLUMN embed_hash")
+        elif change == "more":
+            db.execute("CREATE TABLE aside_chunks AS SELECT *, '' AS embed_head FROM chunks WHERE 0")
+        else:  # the same columns, two of them swapped
+            columns = [r[1] for r in db.execute("PRAGMA table_info(chunks)")]
+            i, j = columns.index("text"), columns.index("headings")
+            columns[i], columns[j] = columns[j], columns[i]
+            db.execute(f"CREATE TABLE aside_chunks AS SELECT {', '.join(columns)} FROM chunks WHERE 0")
+
+
+@pytest.mark.parametrize("change", ["fewer", "more", "swapped"])
+def test_a_rebuild_over_a_kept_copy_of_other_columns_merges_and_puts_back_by_name(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A rebuild over the copy an earlier one kept, written by another version (its columns
+    differ): the notes indexed now are merged into it by column name, and those the rebuild cannot
+    read are put back as they were (was: merged by position: "11 columns but 12 values" failed
+    every retry of the rebuild, or values went to the wrong columns; a copy with a column the
+    index lacks was dropped at the put-back, and the unread notes with it)."""
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        before = [
+            (c.chunk_id, c.text, c.headings, c.title) for c in h.stores.manifest.chunks_of("vault/Notes/n1")
+        ]
+        assert before
+        _kept_copy_of_other_columns(h, change)
+        h.indexer.clear()
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.sweep()
+        after = [
+            (c.chunk_id, c.text, c.headings, c.title) for c in h.stores.manifest.chunks_of("vault/Notes/n1")
+        ]
+        assert after == before
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_is_refused_for_a_saved_hold_after_a_restart_and_without_a_daemon(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A mass deletion held as a restart comes (before its first sweep judges the root again), or
+    held by `sidecar index` without a daemon: a rebuild is refused by the hold saved with the
+    root (was: the hold was known to a running daemon only, and the rebuild dropped the held
+    notes with no confirmation); the same command confirming the root runs it."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.oneshot import index_once
+
+    _notes(vault, 10)
+    cfg = make_cfg(vault)
+    index_once(cfg, rebuild=False)
+    (vault / "Notes").rename(vault.parent / "glitch")
+    write(vault / "Other.md", "# Other\n\nstill here\n")
+    index_once(cfg, rebuild=False)  # holds the removal of the 10 notes
+    with pytest.raises(UnreadableError, match="removal of the notes of vault is held"):
+        index_once(cfg, rebuild=True)
+    h = Harness(cfg, FakeEmbedder())  # the daemon starts: its first sweep not run yet
+    try:
+        with pytest.raises(UnreadableError, match="removal of the notes of vault is held"):
+            h.indexer.refuse_rebuild()
+        assert len(h.stores.manifest.file_states("vault/Notes/")) == 10
+        h.sweep()  # judged again: held, with its count
+        with pytest.raises(UnreadableError, match="removal of 10 notes of vault is held"):
+            h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+    index_once(cfg, rebuild=True, confirm=frozenset({"vault"}))
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.stores.manifest.file_states("vault/Notes/")
+        assert h.stores.manifest.file_states("vault/Other")
+    finally:
+        h.close()
+
+
+def test_a_rebuild_is_refused_at_its_turn_when_the_sweep_before_it_began_a_hold(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild queued behind a sweep that holds a mass deletion: refused when its turn comes,
+    nothing emptied, said as "not rebuilt" (was: checked only at the request, and the rebuild
+    dropped the held notes with no confirmation)."""
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 10)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        h.indexer.refuse_rebuild()  # at the request: nothing held yet
+        ticket = loop.request_sweep(rebuild=True)
+        (vault / "Notes").rename(vault.parent / "glitch")
+        h.sweep()  # the sweep under way when the request came holds the removal
+        assert h.supervisor.roots["vault"].hold_kind == "mass"
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert len(h.stores.manifest.file_states("vault/Notes/")) == 10
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and "removal of 10 notes of vault is held" in problem["error"]
+        assert _rebuild_unfinished(problem["error"]) == 7
+        loop.request_sweep(rebuild=True, confirm=frozenset({"vault"}))  # confirmed: it runs
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert not h.stores.manifest.file_states("vault/Notes/")
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+    finally:
+        h.close()
+
+
+def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild refused at its turn (the disk filled) whose sweep reads the notes an earlier
+    rebuild put back: the refusal stays said and `index --rebuild` exits 7 with it (was: the
+    sweep cleared the rebuild's problem as the notes were read, and the command exited 0)."""
+    import sqlite3
+
+    from sidecar.clients.cli_admin import _rebuild_problem, _rebuild_unfinished
+    from sidecar.daemon.indexing import IndexLoop
+    from sidecar.stores.manifest import Manifest
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        h.sweep()
+        assert h.problems.active_in("rebuild") is not None  # 1 note put back
+        failing[0] = False
+
+        def full(self: Manifest, db: Any) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(Manifest, "set_aside", full)
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert h.problems.active_in("rebuild") is None  # the note put back is read
+        why = _rebuild_problem({"problems": {"active": h.problems.active()}})
+        assert why is not None and why.startswith("not rebuilt: the disk of the index")
+        assert _rebuild_unfinished(why) == 7
+    finally:
+        h.close()
+
+
+def test_rebuild_problem_names_a_refusal_before_notes_put_back() -> None:
+    """Both said: the refusal at the rebuild's turn is what `index --rebuild` reports."""
+    from sidecar.clients.cli_admin import _rebuild_problem
+
+    put_back = {"area": "rebuild", "error": "the rebuild could not read 1 note(s) of vault"}
+    refused = {"area": "rebuild", "subject": "refused", "error": "not rebuilt: the disk filled"}
+    other = {"area": "index", "error": "not rebuilt: elsewhere"}
+    assert _rebuild_problem({"problems": {"active": [other, put_back, refused]}}) == refused["error"]
+    assert _rebuild_problem({"problems": {"active": [put_back]}}) == put_back["error"]
+    assert _rebuild_problem({"problems": {"active": [other]}}) is None
+
+
+def test_the_notes_a_rebuild_put_back_are_kept_with_the_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys of the notes put back are written in the put-back's own transaction: a write of
+    the meta afterwards that fails (a full disk) no longer loses them, and a restart still says
+    the rebuild is not finished (was: written after it, and lost with such a fault)."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.indexer.clear()
+        real = Manifest.set_meta
+
+        def full(self: Manifest, name: str, value: str) -> None:
+            if name == "rebuild_put_back":
+                raise sqlite3.OperationalError("database or disk is full")
+            real(self, name, value)
+
+        monkeypatch.setattr(Manifest, "set_meta", full)
+        h.sweep()
+        assert h.stores.manifest.get_meta("rebuild_put_back") == '["vault/Notes/n1"]'
+    finally:
+        h.close()
+    monkeypatch.undo()
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        h.sweep()
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "1 note(s) of vault" in problem["error"]
+    finally:
+        h.close()
+
+
+def test_an_error_naming_full_that_is_no_full_disk_is_not_said_as_one(
+    big: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The manifest's emptying fails with an error that merely holds the word "full" (a column so
+    named): it goes up as the error it is, not as "the disk of the index filled ... Nothing was
+    changed" (was: told apart by the word); a full disk is told by SQLite's result code."""
+    import sqlite3
+
+    from sidecar.index.writes import disk_full
+    from sidecar.stores.manifest import Manifest
+
+    def odd(self: Manifest, db: sqlite3.Connection) -> None:
+        db.execute("SELECT full FROM files")
+
+    monkeypatch.setattr(Manifest, "set_aside", odd)
+    with pytest.raises(sqlite3.OperationalError, match="no such column: full"):
+        big.indexer.clear()
+    assert big.stores.manifest.file_states("vault/")
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (x)")
+    db.execute("PRAGMA max_page_count = 2")
+    with pytest.raises(sqlite3.OperationalError) as exc:
+        db.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4096,)] * 4)
+    assert exc.value.sqlite_errorcode == 13 and disk_full(exc.value)
+    db.close()

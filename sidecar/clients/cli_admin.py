@@ -187,10 +187,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         for line in still:
             print(f"note: {line}", file=sys.stderr)
-        unfinished = [
-            p["error"] for p in health.get("problems", {}).get("active", []) if p["area"] == "rebuild"
-        ]
-        return _rebuild_unfinished(unfinished[0] if args.rebuild and unfinished else None)
+        return _rebuild_unfinished(_rebuild_problem(health) if args.rebuild else None)
     except DaemonNotRunningError as exc:
         if sent:
             # The daemon took the request, then stopped or died. Indexing here now would hold the
@@ -350,13 +347,24 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
     return _rebuild_unfinished(unfinished)
 
 
+def _rebuild_problem(health: dict[str, Any]) -> str | None:
+    """What status says of the rebuild, a refusal at its turn ("not rebuilt: ...") first: the
+    notes an earlier rebuild put back may be said beside it, and nothing was rebuilt."""
+    said = [p["error"] for p in health.get("problems", {}).get("active", []) if p["area"] == "rebuild"]
+    return min(said, key=lambda why: not why.startswith("not rebuilt:"), default=None)
+
+
 def _rebuild_unfinished(why: str | None) -> int:
     """Exit 7 with why when the rebuild asked for could not read every note back (its share
     went away during it): those notes are kept as indexed before and read when they can be.
-    It exited 0 with half the index gone."""
+    It exited 0 with half the index gone. Also when the daemon refused it at its turn."""
     if why is None:
         return int(ExitCode.OK)
-    print(f"rebuild not finished: {shown(why)}", file=sys.stderr)
+    # A rebuild the daemon refused when its turn came (no room for its copy): said as refused.
+    print(
+        shown(why) if why.startswith("not rebuilt:") else f"rebuild not finished: {shown(why)}",
+        file=sys.stderr,
+    )
     return int(ExitCode.REQUEST_FAILED)
 
 

@@ -261,7 +261,8 @@ def _index(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--confirm-deletions",
         metavar="ROOT",
-        help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes vanished",
+        help="apply deletions held for ROOT (vault, wiki, memory/<agent>) after most of its notes "
+        "vanished; with --rebuild, the rebuild runs after them (it is refused while they are held)",
     )
     p.add_argument(
         "--accept-home",

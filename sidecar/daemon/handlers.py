@@ -752,7 +752,9 @@ class Handlers:
                 f"unknown root {quoted(confirm)}; roots: {', '.join(sorted(known)) or 'none yet'}"
             )
         if rebuild:
-            self.indexer.refuse_rebuild()  # a root offline: its notes would leave the index
+            # A root offline or its mass deletion held (unless confirmed here): its notes would
+            # leave the index.
+            self.indexer.refuse_rebuild([confirm] if confirm else [])
         sweeps = self.indexer.activity.sweeps
         ticket = self.service.request_sweep(rebuild, None, frozenset([confirm]) if confirm else frozenset())
         out: dict[str, Any] = {"queued": True, "rebuild": rebuild, "sweeps": sweeps}

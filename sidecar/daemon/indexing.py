@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import StorageError, StoreError, UnreadableError
 from sidecar.daemon.hot import HOT_MAX_S, HotNotes
 from sidecar.index.bursts import Bursts
 from sidecar.index.indexer import Activity, Indexer
@@ -45,7 +45,11 @@ CATCHING_UP_MIN = 10
 # skipped rather than the memory grow without end).
 _REPORTED_MAX = 200_000
 LOST_AREA = "watch"
-WATCH_LIMIT = "limit"  # the subject of the watch's problem of running out of inotify watches
+WATCH_LIMIT = "limit"
+REBUILD_AREA = "rebuild"
+# The subject of a rebuild refused at its turn ("not rebuilt: ..."): its own entry, so the put-back
+# of an earlier rebuild, read by the same sweep, neither clears nor replaces it.
+REFUSED = "refused"  # the subject of the watch's problem of running out of inotify watches
 
 
 @dataclass(frozen=True)
@@ -399,9 +403,20 @@ class IndexLoop:
     def _run(self, job: Job) -> None:
         indexer = self.indexer
         if job.rebuild:
-            indexer.clear()
-            with self._progress:  # begun once the index is empty: a clear that failed emptied nothing
-                self._rebuild_begun = max(self._rebuild_begun, job.ticket)
+            try:
+                # A mass deletion held since the request (by the sweep it waited behind): the
+                # rebuild would drop the held notes unconfirmed, as the request's check refuses.
+                indexer.refuse_held(job.confirm)
+                indexer.clear(lambda: self._begun(job.ticket))
+            except (StorageError, UnreadableError) as exc:
+                # Nothing was emptied (no room for the rebuild's copy: the disk filled since the
+                # request's check; or a hold). Said, and the sweep runs without the rebuild
+                # (retried as a failed sweep, it failed every few seconds, and every sweep merged
+                # into it). A clear that failed after the manifest was emptied raises other errors:
+                # the rebuild has begun then (``_begun``), and is retried as its sweep.
+                log.error("rebuild_refused error=%s", exc)
+                self.problems.report(REBUILD_AREA, str(exc), subject=REFUSED)
+                job = replace(job, rebuild=False)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
         mark = self.problems.mark()
@@ -429,6 +444,12 @@ class IndexLoop:
             self.problems.clear(LOST_AREA)
         if audit:
             self._check_lost(began)
+
+    def _begun(self, ticket: int) -> None:
+        """A rebuild emptied the index (its copy kept): it runs, and a retry reads on."""
+        with self._progress:
+            self._rebuild_begun = max(self._rebuild_begun, ticket)
+        self.problems.clear(REBUILD_AREA, subject=REFUSED)  # an earlier refusal: this one runs
 
     def _swept(self) -> None:
         """A sweep ended: its notes count as applied while more changes wait (the catch-up goes
@@ -493,6 +514,13 @@ class IndexLoop:
             )
         self.problems.report("index", f"updating the index failed: {why} (retrying in {delay:.0f} s)")
         self.stop.wait(delay)
+        with self._progress:
+            emptied = job.rebuild and 0 < job.ticket <= self._rebuild_begun
+        if emptied:
+            # The rebuild emptied the index and keeps its copy: the retry reads on (emptied again,
+            # the notes read meanwhile were read once more, and on a disk without room for the
+            # second copy the rebuild ended as refused, half done, saying nothing was changed).
+            job = replace(job, rebuild=False)
         leftover = self.indexer.leftover
         # The first sweep is retried whole (its unchanged notes cost a stat): finished as a list of
         # leftover paths, it never counted as done, and status said "building" until the next

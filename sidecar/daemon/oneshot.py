@@ -56,7 +56,7 @@ def index_once(
         if rebuild:
             # No sweep ran in this process: what cannot be read is not known until it is listed.
             indexer.changes.list_unreadable()
-            indexer.refuse_rebuild()  # the vault's share away: its notes would leave the index
+            indexer.refuse_rebuild(confirm)  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)

@@ -397,7 +397,7 @@ class ChangeFinder:
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
-        notes' absence from a listing is no evidence that they are gone)."""
+        notes' absence from a listing is no evidence that they are gone; matched by ``kept_by``)."""
         out: list[str] = []
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
@@ -516,7 +516,7 @@ class ChangeFinder:
         self._retry = {k: v for k, v in self._retry.items() if k[0] != root.name or k[1] in listed}
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
-        missing = [k for k in known if k not in seen and not k.startswith(kept)]
+        missing = [k for k in known if k not in seen and not kept_by(k, kept)]
         return _Listing(root, notes, known, missing, t0, left_out)
 
     def _decide(
@@ -801,6 +801,20 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
+    def _unread_gone(self, root: Root, vanished: tuple[str, ...]) -> None:
+        """Notes whose read failed that are gone now (at or below ``vanished``): no longer named,
+        those never read too (named "not in the index" until the next full sweep)."""
+        if not any(_at_or_below(k, root.name, vanished) for k in (*self._unread_notes, *self._never_read)):
+            return
+        self._unread_notes = {
+            k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
+        }
+        self._never_read = {
+            k: v for k, v in self._never_read.items() if not _at_or_below(k, root.name, vanished)
+        }
+        self._retry = {k: v for k, v in self._retry.items() if not _at_or_below(k, root.name, vanished)}
+        self._say_unreadable(root.name)
+
     def _unreadable_seen(
         self, root: Root, found: Sequence[NoteFile | Skipped], looked: Sequence[str]
     ) -> None:
@@ -900,12 +914,7 @@ class ChangeFinder:
             wheres = tuple(str(root.path / rel) for rel in gone + walked)
             self._skips = {k: v for k, v in self._skips.items() if not _at_or_below(k, root.name, wheres)}
             # Unreadable notes that went (a walk may leave one in place: unchanged, not read again)
-            vanished = tuple(str(root.path / rel) for rel in gone)
-            if any(_at_or_below(k, root.name, vanished) for k in self._unread_notes):
-                self._unread_notes = {
-                    k: v for k, v in self._unread_notes.items() if not _at_or_below(k, root.name, vanished)
-                }
-                self._say_unreadable(root.name)
+            self._unread_gone(root, tuple(str(root.path / rel) for rel in gone))
         for rel in gone:
             if rel.lower().endswith(NOTE_SUFFIXES):
                 key = root.key_of(rel)
@@ -920,7 +929,7 @@ class ChangeFinder:
             # one's notes behind. Notes below what could not be read are kept, as a sweep does.
             kept = tuple(key for _, key in _unreadable(root, found))
             for rel in walked:
-                missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not k.startswith(kept))
+                missing.update(k for k in manifest.file_states(_prefix(root, rel)) if not kept_by(k, kept))
                 if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) == rel:
                     # A folder now where a note of its name was ("x.md" deleted, a folder "x.md"
                     # made): the note is gone, not only till the next full sweep.
@@ -1261,6 +1270,13 @@ def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
     """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
     now = time.monotonic()
     return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+
+
+def kept_by(key: str, marks: tuple[str, ...]) -> bool:
+    """Whether ``key`` is one of ``marks`` (a note's key) or lies under one ending in "/" (a
+    folder's key prefix): whole path parts only, "vault/a" keeps neither "vault/ab" nor
+    "vault/a/b" (a note deleted beside an unreadable one was kept for as long as it stayed so)."""
+    return any(key == m or (m.endswith("/") and key.startswith(m)) for m in marks)
 
 
 def _prefix(root: Root, rel: str) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
-from sidecar.index.diff import ChangeFinder, Diff
+from sidecar.index.diff import ChangeFinder, Diff, kept_by
 from sidecar.index.linkreread import LinkReread
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, draft, finish, unread
@@ -344,19 +344,25 @@ class Indexer:
         until they are read; a rebuild that put nothing back clears what an earlier one said."""
         if not self._aside:
             return
-        self._aside = False
         try:
-            back = self.writer.restore_aside(self._to_put_back(self.manifest.aside_candidates()))
+            wanted = self._to_put_back(self.manifest.aside_candidates())
+            back = self.writer.restore_aside(wanted, kept_as=_PUT_BACK)  # their keys kept with them
         except sqlite3.Error as exc:
+            if _passing(exc):
+                # A full disk, an I/O error, a lock: the copy stays and the next whole sweep
+                # puts it back (was: dropped, and with it every note the rebuild could not read).
+                raise
             # A copy that cannot be put back (one written by another version): dropped, else
             # every later sweep tried it again; the rebuild's own reads stand.
             log.exception("rebuild_aside_dropped error=%s", exc)
             self.manifest.drop_aside()
             back = []
+            self._keep_put_back(set())
+        self._aside = False
+        self._put_back = set(back)
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
-        self._keep_put_back(set(back))
         if not back:
             self.problems.clear("rebuild")
 
@@ -385,7 +391,7 @@ class Indexer:
             if root is None or self.excluded_by(key) is not None:
                 continue
             held = name in unjudged or (memory and "memory" in unjudged)
-            if failed or held or key.startswith(unread_keys) or not _gone(root.path / rel):
+            if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
         return out
 
@@ -1006,7 +1012,7 @@ class Indexer:
             out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
         return out
 
-    def refuse_rebuild(self) -> None:
+    def refuse_rebuild(self, confirmed: Collection[str] = ()) -> None:
         """Raise UnreadableError when a root that has notes indexed cannot be read now, or a
         folder (or note) with notes indexed is recorded unreadable (no permission, an I/O error):
         a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
@@ -1018,6 +1024,7 @@ class Indexer:
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
         if not gone and not folders:
+            self.refuse_held(confirmed)
             return
         what: list[str] = []
         then: list[str] = []
@@ -1056,18 +1063,68 @@ class Indexer:
             )
         raise UnreadableError(message)
 
-    def clear(self) -> None:
-        """Forget everything indexed (for a rebuild); the next sweep reads every note again."""
-        self.writer.clear()
-        self._aside = True
-        self._keep_put_back(set())
+    def refuse_held(self, confirmed: Collection[str]) -> None:
+        """Raise UnreadableError while a root's mass deletion is held (unless the same request
+        confirms it): the rebuild forgets every note and puts back only those it could not judge,
+        so the notes the hold keeps (vanished at once, waiting for the clock or a confirmation)
+        left the index unconfirmed. Asked at the request and again at the rebuild's turn (a sweep
+        it waited behind may begin a hold)."""
+        held = self._held_roots(confirmed)
+        if not held:
+            return
+        said = ", ".join(f"{n} notes of {name}" if n else f"the notes of {name}" for name, n in held)
+        raise UnreadableError(
+            f"not rebuilt: the removal of {said} is held (they vanished at once). A rebuild "
+            "would drop them without the confirmation the hold waits for. Nothing was changed. Bring "
+            "them back, wait for the hold to end (`sidecar status` shows when), or confirm it with "
+            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name, _ in held)
+            + "; then run `sidecar index --rebuild` again"
+            + (
+                f" (`sidecar index --rebuild --confirm-deletions {held[0][0]}` does both)."
+                if len(held) == 1
+                else "."
+            )
+        )
+
+    def _held_roots(self, confirmed: Collection[str]) -> list[tuple[str, int | None]]:
+        """The roots whose mass deletion is held, with how many notes (None: not known here). A
+        root not judged by this process yet (a restart's first sweep to come, `sidecar index`
+        without a daemon) by the hold saved with its state (was: the hold of a running daemon
+        only, and a rebuild then dropped the held notes unconfirmed)."""
+        roots = dict(self.supervisor.roots)
+        configured = {r.name for r in vault_roots(self.cfg)}  # an agent's inbox is never held
+        saved = {row[len("root:") :] for row in self.manifest.meta_names("root:")} & configured
+        held: list[tuple[str, int | None]] = []
+        for name in sorted((set(roots) | saved) - set(confirmed)):
+            st = roots.get(name)
+            if st is not None and st.last_sweep is not None:  # judged here: what it said holds
+                if st.hold_kind == "mass" and st.held_deletions:
+                    held.append((name, st.held_deletions))
+            elif _saved_hold(self.manifest.get_meta(f"root:{name}")) == "mass":
+                held.append((name, None))
+        return held
+
+    def clear(self, begun: Callable[[], None] | None = None) -> None:
+        """Forget everything indexed (for a rebuild); the next sweep reads every note again.
+        ``begun``: told once the manifest is emptied (its copy kept), also when the keyword index
+        or the vectors fail after that: the rebuild has begun, and is not to be asked again."""
+
+        def emptied() -> None:
+            # In memory only (nothing here can fail): the copy is put back by this process's
+            # next whole sweep, which counts as a first one again.
+            self._aside = True
+            self._put_back = set()
+            self._swept = False
+            self._read_whole.clear()
+            self.activity.first_sweep_done = self.activity.ready_once = False
+            if self.on_cleared is not None:
+                self.on_cleared()
+            if begun is not None:
+                begun()
+
+        # The rows that describe the emptied index are written with its emptying.
+        self.writer.clear({_PUT_BACK: "", "swept": ""}, emptied)
         self.links.finish()  # every note is read again, by today's reader
-        self.manifest.set_meta("swept", "")
-        self._swept = False
-        self._read_whole.clear()
-        self.activity.first_sweep_done = self.activity.ready_once = False
-        if self.on_cleared is not None:
-            self.on_cleared()
         log.info("index_cleared reason=rebuild requested")
 
     def index_now(self, root: Root, path: Path, written: tuple[bytes, int, int] | None = None) -> str:
@@ -1089,8 +1146,11 @@ class Indexer:
     def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:
         """BM25 checked against the manifest, every link resolved; after a sweep of every root
         not cut short, the vectors a lost manifest's rebuild names again are kept, the others
-        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first."""
-        if whole:
+        dropped (``Vectoring.settle``). A rebuild's notes not read back are put back first, not
+        after a sweep stopped partway (the daemon stops): those it had not reached were put back
+        at the stop, a long write then, and said not read for a share gone away; the copy stays
+        for the next start's first sweep."""
+        if whole and not (stop is not None and stop.is_set()):
             self._restore_aside()
         check_bm25(self.stores, stop)
         self.writer.defer_links = False
@@ -1111,6 +1171,31 @@ class Indexer:
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+
+
+# SQLite's result codes of a fault that passes: busy, locked, out of memory, read-only,
+# interrupted, an I/O error, the disk full, a file that cannot be opened now.
+_PASSING_SQLITE = frozenset({5, 6, 7, 8, 9, 10, 13, 14})
+
+
+def _passing(exc: sqlite3.Error) -> bool:
+    """Whether a database error is a fault that passes, not the form of what was read."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _PASSING_SQLITE
+    text = str(exc)
+    return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
+
+
+def _saved_hold(raw: str | None) -> str | None:
+    """The kind of hold a root's saved state names (``Supervisor``'s meta row), else None."""
+    try:
+        memo = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    hold = memo.get("hold") if isinstance(memo, dict) else None
+    kind = hold.get("kind") if isinstance(hold, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _gone(path: Path) -> bool:

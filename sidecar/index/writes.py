@@ -21,6 +21,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 
+from sidecar.contracts.errors import DiskFullError, StorageError, StoreError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.records import Prepared, file_record, records
 from sidecar.index.repair import bm25_doc, inboxes_before_write
@@ -298,28 +299,68 @@ class Writer:
         if changed:
             log.info("links_reresolved count=%d", changed)
 
-    def clear(self) -> None:
-        """Empty every store (for a rebuild)."""
+    def clear(self, meta: Mapping[str, str], emptied: Callable[[], None]) -> None:
+        """Empty every store (for a rebuild), writing the ``meta`` rows with the manifest's
+        emptying. StorageError, nothing emptied: no room on the index's disk for the copy of the
+        notes indexed (``Manifest.set_aside``). ``emptied`` is told once the manifest's copy and
+        emptying are committed, even when the keyword index or the vectors fail after it: the
+        rebuild has begun then and its copy is kept (was: its retry took it for a rebuild not
+        begun and, on a disk the copy had filled, said "Nothing was changed" over an empty index)."""
         stores = self.stores
         with stores.write_lock:
-            with stores.manifest.transaction() as db:
-                stores.manifest.set_aside(db)
-                stores.manifest.clear(db)
-            stores.bm25.delete_all()
-            stores.bm25.commit()
-            self.vectors.clear()
+            try:
+                with stores.manifest.transaction() as db:
+                    stores.manifest.set_aside(db)
+                    stores.manifest.clear(db)
+                    stores.manifest.set_meta_in(db, meta)
+            except DiskFullError as exc:  # the room check (``aside_room``): nothing was emptied
+                raise StorageError(str(exc)) from exc
+            except sqlite3.OperationalError as exc:
+                if not disk_full(exc):
+                    raise
+                # The disk filled since the room check: rolled back, nothing was emptied.
+                raise StorageError(
+                    f"not rebuilt: the disk of the index ({stores.manifest.path.parent}) filled while "
+                    "the rebuild kept its copy of the notes indexed. Nothing was changed. Free some "
+                    "space and run `sidecar index --rebuild` again"
+                ) from exc
+            try:
+                stores.bm25.delete_all()
+                stores.bm25.commit()
+                self.vectors.clear()
+            finally:
+                emptied()
 
-    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+    def restore_aside(self, wanted: Collection[str], kept_as: str | None = None) -> list[str]:
         """The notes ``wanted`` of those indexed before a rebuild that it did not read back, put
         back as they were (``Manifest.restore_aside``) into the manifest and the keyword index;
-        their vectors come from those kept by text or are computed again. Returns their keys."""
+        their vectors come from those kept by text or are computed again. Returns their keys (kept
+        as JSON in the meta row ``kept_as`` with them, ``Manifest.restore_aside``)."""
         stores = self.stores
         with stores.write_lock:
-            keys = stores.manifest.restore_aside(wanted)
+            keys = stores.manifest.restore_aside(wanted, kept_as)
             if keys:
-                stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
-                stores.bm25.commit()
+                try:
+                    stores.bm25.add(bm25_doc(v) for k in keys for v in stores.manifest.chunks_of(k))
+                    stores.bm25.commit()
+                except StoreError as exc:
+                    # The notes are back in the manifest (committed): their keys are kept for
+                    # status; the keyword index is refilled from it by the check after the sweep.
+                    log.warning("rebuild_put_back_keywords_later count=%d error=%s", len(keys), exc)
         return keys
+
+
+# SQLite's result code of a full disk (or a database at its page limit).
+SQLITE_FULL = 13
+
+
+def disk_full(exc: sqlite3.Error) -> bool:
+    """Whether a database error is a full disk, by its result code (an error raised by hand has
+    none: by SQLite's message then). Was: any message with "full" in it, e.g. a column so named."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF == SQLITE_FULL)
+    return "database or disk is full" in str(exc)
 
 
 def _bm25_docs(record: FileRecord, p: Prepared, chunks: Sequence[ChunkRecord]) -> list[Bm25Doc]:

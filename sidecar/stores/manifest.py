@@ -21,7 +21,7 @@ import time
 import unicodedata
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -650,6 +650,11 @@ class Manifest(VectorBook):
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", (name, value))
 
+    @staticmethod
+    def set_meta_in(db: sqlite3.Connection, rows: Mapping[str, str]) -> None:
+        """Meta rows written in a transaction of the caller's (with what they describe)."""
+        db.executemany("INSERT OR REPLACE INTO meta(name, value) VALUES (?, ?)", list(rows.items()))
+
     def meta_names(self, prefix: str) -> list[str]:
         """The names of the meta rows that start with ``prefix``."""
         where, args = _under(prefix, "name")
@@ -933,11 +938,11 @@ class Manifest(VectorBook):
             # the notes this index holds now replace theirs there, the others stay.
             db.execute(f"DELETE FROM aside_files WHERE key IN ({indexed})")
             db.execute(f"DELETE FROM aside_chunks WHERE key IN ({indexed})")
-            db.execute("INSERT INTO aside_files SELECT * FROM files WHERE state = 'indexed'")
-            db.execute(f"INSERT INTO aside_chunks SELECT * FROM chunks WHERE key IN ({indexed})")
+            _merge_aside(db, "files", "WHERE state = 'indexed'")
+            _merge_aside(db, "chunks", f"WHERE key IN ({indexed})")
             if db.execute(_ASIDE_LINKS).fetchall():
                 db.execute(f"DELETE FROM aside_links WHERE src IN ({indexed})")
-                db.execute(f"INSERT INTO aside_links SELECT * FROM links WHERE src IN ({indexed})")
+                _merge_aside(db, "links", f"WHERE src IN ({indexed})")
             return
         db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
         db.execute(f"CREATE TABLE aside_chunks AS SELECT * FROM chunks WHERE key IN ({indexed})")
@@ -980,12 +985,16 @@ class Manifest(VectorBook):
         )
         return [(k, rel, bool(failed)) for k, rel, failed in self._query(sql)]
 
-    def restore_aside(self, wanted: Collection[str]) -> list[str]:
+    def restore_aside(self, wanted: Collection[str], kept_as: str | None = None) -> list[str]:
         """Put back the notes ``wanted`` of the copy a rebuild kept that are not in the index now
         (or whose read failed in it), marked to be read again (``reread_all``) with no vector;
-        the copy is dropped. Returns their keys."""
+        the copy is dropped. Returns their keys, also kept (as JSON) in the meta row ``kept_as``
+        in the same transaction: a fault between the two lost them, and status said the rebuild
+        finished."""
         with self.transaction() as db:
             if not db.execute(_ASIDE).fetchall():
+                if kept_as is not None:
+                    self.set_meta_in(db, {kept_as: ""})
                 return []
             db.execute("CREATE TEMP TABLE IF NOT EXISTS aside_back (key TEXT PRIMARY KEY)")
             db.execute("DELETE FROM aside_back")
@@ -999,14 +1008,15 @@ class Manifest(VectorBook):
             back = "key IN (SELECT key FROM aside_back) AND key NOT IN (SELECT key FROM files)"
             keys = [r[0] for r in db.execute(f"SELECT key FROM aside_files WHERE {back}")]
             if keys:
-                # Columns named: a copy written by another version may order them otherwise.
-                files = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_files)"))
-                chunks = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_chunks)"))
+                # Columns named, those both tables have: a copy written by another version may
+                # order them otherwise, or hold one the index no longer has.
+                files = _shared_columns(db, "files")
+                chunks = _shared_columns(db, "chunks")
                 db.execute(  # before the files: the notes not in the index now
                     f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks WHERE {back}"
                 )
                 if db.execute(_ASIDE_LINKS).fetchall():
-                    links = ", ".join(r[1] for r in db.execute("PRAGMA table_info(aside_links)"))
+                    links = _shared_columns(db, "links")
                     db.execute(  # their outgoing links, resolved again with every link after
                         f"INSERT OR IGNORE INTO links ({links}) SELECT {links} FROM aside_links "
                         "WHERE src IN (SELECT key FROM aside_back) AND src NOT IN (SELECT key FROM files)"
@@ -1015,6 +1025,8 @@ class Manifest(VectorBook):
                 self.reread_keys(keys, db)
                 db.executemany("UPDATE chunks SET has_vector = 0 WHERE key = ?", [(k,) for k in keys])
             self._drop_aside(db)
+            if kept_as is not None:
+                self.set_meta_in(db, {kept_as: json.dumps(sorted(keys)) if keys else ""})
             return keys
 
     def drop_aside(self) -> None:
@@ -1297,3 +1309,22 @@ def _vacuum_room(live: int, folder: Path) -> tuple[Path, int, int] | None:
         if room is not None and room < needed:
             return where, needed, room
     return None
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+def _shared_columns(db: sqlite3.Connection, table: str) -> str:
+    """The columns of ``table`` its rebuild copy ``aside_<table>`` has too, named (comma-separated)."""
+    kept = set(_columns(db, f"aside_{table}"))
+    return ", ".join(f'"{c}"' for c in _columns(db, table) if c in kept)
+
+
+def _merge_aside(db: sqlite3.Connection, table: str, where: str) -> None:
+    """``table``'s rows ``where`` into a rebuild's copy kept already, by the columns both have
+    (one written by another version may order its columns otherwise, or lack one or have one
+    more: what it lacks takes its default when put back). By position, it failed ("11 columns
+    but 12 values") and so did every retry of the rebuild, or values went to the wrong columns."""
+    columns = _shared_columns(db, table)
+    db.execute(f"INSERT INTO aside_{table} ({columns}) SELECT {columns} FROM {table} {where}")
