@@ -32,6 +32,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
+from sidecar.stores.embedtext import split_embed_text
 from sidecar.stores.noteday import daily_note, note_day
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
@@ -85,7 +86,7 @@ CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
   headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
   embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0,
-  has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT ''
+  has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT '', embed_from INTEGER
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
@@ -119,6 +120,7 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 # Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
 _ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
 _ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
+_ASIDE_CHUNKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_chunks'"
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -326,13 +328,14 @@ class Manifest(VectorBook):
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise _newer(path, version)
-            if version not in (0, 1, 2, 3, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
             if version in (1, 2):
                 self._add_embed_hashes()
             self._add_columns()
+            upgraded = self._store_embed_heads()
             self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
@@ -341,7 +344,7 @@ class Manifest(VectorBook):
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
-            self._shrink()
+            self._shrink(rewrite=upgraded)
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
             self._count_writer()
         except StoreError:
@@ -406,16 +409,18 @@ class Manifest(VectorBook):
             hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""
             raise StoreError(f"manifest {path} cannot be opened read-only: {exc}{hint}") from exc
 
-    def _shrink(self) -> None:
+    def _shrink(self, *, rewrite: bool = False) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns
         them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
         at open (nothing else holds the file yet, no search waits on it) when free pages are a
         quarter of it or more: 5,000 of 17,000 notes deleted left 110 MB free in 350, under the
-        half this once asked for. Not tried without room on the disk (``_vacuum_room``)."""
+        half this once asked for. Not tried without room on the disk (``_vacuum_room``).
+        ``rewrite``: whatever the free pages (an upgrade that made every row shorter left its
+        pages part empty, which no free page counts)."""
         page = self._db.execute("PRAGMA page_size").fetchone()[0]
         total = self._db.execute("PRAGMA page_count").fetchone()[0]
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        if free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total:
+        if not rewrite and (free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total):
             return
         short = _vacuum_room((total - free) * page, self.path.parent)
         if short is not None:
@@ -435,7 +440,7 @@ class Manifest(VectorBook):
         log.info(
             "manifest_shrunk path=%s freed_mb=%.1f seconds=%.2f",
             self.path,
-            free * page / 2**20,
+            (total - self._db.execute("PRAGMA page_count").fetchone()[0]) * page / 2**20,
             time.monotonic() - started,
         )
 
@@ -513,6 +518,43 @@ class Manifest(VectorBook):
             "UPDATE chunks SET embed_hash = ? WHERE chunk_id = ?", [(embed_hash(t), i) for i, t in rows]
         )
         self._db.execute("COMMIT")
+
+    def _store_embed_heads(self) -> bool:
+        """Schema 5: each chunk's model text kept as what it adds to the chunk's text
+        (``embedtext``), rewritten in one transaction (a kill leaves schema 4 to redo); texts,
+        ids, hashes and vector flags stay. A rebuild's copy (``aside_chunks``) gets the column
+        with its rows whole (NULL), so the two tables keep one column order. Whether it ran."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(chunks)").fetchall()}
+        if not columns or "embed_from" in columns:
+            return False
+        started = time.monotonic()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
+            if self._db.execute(_ASIDE_CHUNKS).fetchall():
+                self._db.execute("ALTER TABLE aside_chunks ADD COLUMN embed_from INTEGER")
+            last, rows = -1, 0
+            while batch := self._db.execute(
+                "SELECT rowid, embed_text, text FROM chunks WHERE rowid > ? ORDER BY rowid LIMIT 2000",
+                (last,),
+            ).fetchall():
+                self._db.executemany(
+                    "UPDATE chunks SET embed_text = ?, embed_from = ? WHERE rowid = ?",
+                    [(*split_embed_text(e, t), r) for r, e, t in batch],
+                )
+                last, rows = batch[-1][0], rows + len(batch)
+            self._db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):  # the error may have ended it
+                self._db.execute("ROLLBACK")
+            raise
+        log.info(
+            "manifest_embed_heads_stored path=%s chunks=%d seconds=%.2f",
+            self.path,
+            rows,
+            time.monotonic() - started,
+        )
+        return True
 
     def close(self) -> None:
         with self._lock:
@@ -856,10 +898,12 @@ class Manifest(VectorBook):
         changed = [c for c in chunks if old.get(c.chunk_id) != _placed(c)]
         db.executemany(
             "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, "
-            "tokens, embed_hash, has_vector, has_next) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
+            "embed_from, tokens, embed_hash, has_vector, has_next) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
             "text = excluded.text, headings = excluded.headings, start_line = excluded.start_line, "
-            "end_line = excluded.end_line",
+            # The model's text is the same (the id says so), its part kept beside the text is not.
+            "end_line = excluded.end_line, embed_text = excluded.embed_text, "
+            "embed_from = excluded.embed_from",
             [
                 (
                     c.chunk_id,
@@ -869,7 +913,7 @@ class Manifest(VectorBook):
                     json.dumps(c.headings, ensure_ascii=False),
                     c.start_line,
                     c.end_line,
-                    c.embed_text,
+                    *split_embed_text(c.embed_text, c.text),
                     c.tokens,
                     c.embed_hash,
                     0 if c.embed_hash else NO_VECTOR,

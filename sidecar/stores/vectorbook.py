@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
+from sidecar.stores.embedtext import joined_embed_text
+
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
 # newly configured model (vectors of two models never share a table). Only these two names are
 # ever put into SQL. Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or
@@ -71,8 +73,8 @@ class VectorBook:
         """(chunk_id, key, embed_text, embed_hash) still without a vector: memory, then wiki, then
         newest vault notes."""
         only = "AND c.key = ? " if key is not None else ""
-        return self._query(
-            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
+        rows = self._query(
+            "SELECT c.chunk_id, c.key, c.embed_text, c.text, c.embed_from, c.embed_hash FROM files f "
             "JOIN chunks c ON c.key = f.key "
             f"WHERE c.{_flag(flag)} = 0 AND c.ord < ? AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
@@ -80,6 +82,7 @@ class VectorBook:
             "LIMIT ?",
             (self.vector_cap, key, limit) if key is not None else (self.vector_cap, limit),
         )
+        return [(i, k, joined_embed_text(e, t, start), h) for i, k, e, t, start, h in rows]
 
     def keyword_only(self, examples: int = 5) -> tuple[int, int, list[tuple[str, int, int]]]:
         """Chunks past the per-note limit (``vector_cap``) without a vector in the serving table:
