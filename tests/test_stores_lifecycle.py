@@ -514,11 +514,13 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
     import sqlite3
 
+    from sidecar.stores.embedtext import joined_embed_text
     from sidecar.stores.manifest import Manifest, embed_hash
 
     cfg = make_cfg(vault)
     index_and_close(cfg)
     path = cfg.index_dir / "manifest.sqlite"
+    _as_schema_4(path)
     db = sqlite3.connect(path)
     db.execute("DROP INDEX chunks_by_text")
     db.execute("ALTER TABLE chunks DROP COLUMN embed_hash")
@@ -526,13 +528,103 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     db.commit()
     db.close()
     m = Manifest(path)
-    rows = m._query("SELECT embed_text, embed_hash, has_vector FROM chunks")
+    rows = m._query("SELECT embed_text, text, embed_from, embed_hash, has_vector FROM chunks")
     m.close()
-    assert rows and all(h == embed_hash(t) and v == 1 for t, h, v in rows)
+    assert rows and all(h == embed_hash(joined_embed_text(e, t, s)) and v == 1 for e, t, s, h, v in rows)
     h = Harness(cfg, FakeEmbedder())
     h.sweep()
     assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
     h.close()
+
+
+def _as_schema_4(path: Path, *, aside: bool = False) -> None:
+    """Turn the manifest at ``path`` into what the code of schema 4 wrote: each chunk's model text
+    whole in ``embed_text``, no ``embed_from``; ``aside``: with a rebuild's copy of its chunks."""
+    import sqlite3
+
+    from sidecar.stores.embedtext import joined_embed_text
+
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT rowid, embed_text, text, embed_from FROM chunks").fetchall()
+    db.executemany(
+        "UPDATE chunks SET embed_text = ? WHERE rowid = ?",
+        [(joined_embed_text(e, t, s), r) for r, e, t, s in rows],
+    )
+    db.execute("ALTER TABLE chunks DROP COLUMN embed_from")
+    if aside:
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
+        db.execute("CREATE TABLE aside_chunks AS SELECT * FROM chunks")
+    db.execute("PRAGMA user_version=4")
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+
+
+def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any, vault: Path) -> None:
+    """A manifest whose chunks hold the model's text whole beside the text (schema 4) is upgraded
+    in place: each row keeps only the head, the model's text and its hash read back unchanged,
+    the file is smaller, and no chunk is embedded again."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest, embed_hash
+    from sidecar.stores.versions import manifest_schema
+
+    for n in range(12):
+        body = "\n\n".join(f"Paragraph {i} of note {n} about boats, sails and knots." * 6 for i in range(20))
+        write(vault / f"Long/Note {n}.md", f"# Note {n}\n\n{body}\n")
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    _as_schema_4(path, aside=True)
+    db = sqlite3.connect(path)
+    before = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
+    flags = dict(db.execute("SELECT chunk_id, has_vector FROM chunks").fetchall())
+    db.close()
+    size = path.stat().st_size
+    m = Manifest(path)
+    try:
+        assert manifest_schema(path) == 5
+        heads = m._query("SELECT chunk_id, embed_text, text, embed_from FROM chunks")
+        assert all(s is not None for _, _, _, s in heads)
+        assert sum(len(e) for _, e, _, _ in heads) * 5 < sum(len(e) for e in before.values())
+        with m.transaction() as tx:  # the rebuild's copy takes the chunks as they are now
+            m.set_aside(tx)
+        assert m._query("SELECT count(*) FROM aside_chunks")[0][0] == len(before)
+        m._db.execute("UPDATE chunks SET has_vector = 0")
+        pending = m.pending_vectors(10_000)
+        m._db.execute("UPDATE chunks SET has_vector = 1")
+    finally:
+        m.close()
+    assert {i: e for i, _, e, _ in pending} == before
+    assert all(h == embed_hash(e) for _, _, e, h in pending)
+    assert dict(sqlite3.connect(path).execute("SELECT chunk_id, has_vector FROM chunks").fetchall()) == flags
+    assert path.stat().st_size < size * 0.8
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.slot.model.embedded == []  # type: ignore[union-attr]
+        assert h.stores.manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def test_a_chunk_whose_text_changes_under_the_same_id_reads_its_model_text_back(tmp_path: Path) -> None:
+    """A chunk re-written with another text but the same model text (a repeated heading line the
+    model does not read) keeps its model text whole: the stored head follows the new text."""
+    from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest, embed_hash
+
+    m = Manifest(tmp_path / "m.sqlite")
+    model_text = "Boat\nThe engine needs plugs."
+    record = FileRecord("vault/Boat.md", "vault", "", "Boat.md", 1, 10, "h", "indexed")
+    try:
+        for text in ("# Boat\nThe engine needs plugs.", "## Boat\nThe engine needs plugs."):
+            chunk = ChunkRecord("c1", record.key, 0, text, (), 1, 2, model_text, 5, embed_hash(model_text))
+            with m.transaction() as db:
+                m.commit_file(record, [chunk], db)
+        assert m._query("SELECT text FROM chunks")[0][0].startswith("## Boat")
+        assert [r[2] for r in m.pending_vectors(10)] == [model_text]
+    finally:
+        m.close()
 
 
 def test_pages_missing_beside_whole_chunks_are_refilled(
@@ -1341,7 +1433,7 @@ def test_giving_back_within_a_transaction_is_refused(tmp_path: Path, monkeypatch
     monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
     path = tmp_path / "m.sqlite"
     _bulk_manifest(path, 60)
-    monkeypatch.setattr(Manifest, "_shrink", lambda self: None)  # its free pages kept at open
+    monkeypatch.setattr(Manifest, "_shrink", lambda self, **_: None)  # its free pages kept at open
     m = Manifest(path)
     try:
 
