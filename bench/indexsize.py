@@ -75,7 +75,9 @@ def folder_mb(path: Path) -> float:
 
 
 def index_vault(code: Path, vault: Path, home: Path, users: Path) -> tuple[float, str]:
-    """``sidecar index`` of ``code`` over ``vault`` into ``home``, keyword-only; (seconds, its output)."""
+    """``sidecar index`` of ``code`` over ``vault`` into ``home``, keyword-only; (seconds, its summary)."""
+    for name in ("home", "state", "config", "run"):
+        (users / name).mkdir(parents=True, exist_ok=True)
     config = users / "kw.yaml"
     config.write_text("embedder:\n  enabled: false\n")
     env = clean_env(
@@ -86,14 +88,13 @@ def index_vault(code: Path, vault: Path, home: Path, users: Path) -> tuple[float
             "XDG_RUNTIME_DIR": str(users / "run"),
         }
     )
-    for name in ("home", "state", "config", "run"):
-        (users / name).mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "sidecar", "index", "--vault", str(vault), "--home", str(home)]
     started = time.monotonic()
     done = subprocess.run(
         [*cmd, "--config", str(config)], cwd=code, env=env, capture_output=True, text=True, check=True
     )
-    return time.monotonic() - started, done.stdout.strip()
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("indexed ")]
+    return time.monotonic() - started, said[-1] if said else ""
 
 
 def main() -> None:
