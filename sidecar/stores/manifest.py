@@ -4,8 +4,8 @@ It is the root of the derived indexes: chunk text and metadata live here, Tantiv
 only what they search on plus the chunk id. A file's ``state`` is written before the stores are
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
 crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``) and its
-own vector bookkeeping (``vectorbook``), the day a note is about (``noteday``), and the disk's free
-space (``space``).
+own vector bookkeeping (``vectorbook``), how a chunk's model text is stored (``embedtext``), the day a
+note is about (``noteday``), and the disk's free space (``space``).
 """
 
 from __future__ import annotations
