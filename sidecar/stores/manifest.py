@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, store_error_class
+from sidecar.contracts.errors import (
+    DiskFullError,
+    StoreError,
+    StoreNewerError,
+    is_disk_full,
+    store_error_class,
+)
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
@@ -120,7 +126,15 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 # Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
 _ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
 _ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
-_ASIDE_CHUNKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_chunks'"
+# Rows whose model text is kept whole (``embed_from`` NULL), found by a partial index that holds
+# only them: none once every row is split, so a start asks for them without reading the table.
+_WHOLE_INDEX = "CREATE INDEX IF NOT EXISTS chunks_whole ON chunks(embed_from) WHERE embed_from IS NULL"
+_WHOLE_ROWS = "SELECT rowid, embed_text, text FROM chunks WHERE embed_from IS NULL"
+_WHOLE_ROW = "SELECT 1 FROM chunks WHERE embed_from IS NULL LIMIT 1"
+# Rows split in one write transaction of ``Manifest.store_embed_heads``.
+_SPLIT_BATCH = 1000
+# The meta row saying the file is rewritten (VACUUM) once its rows are split (``_shrink``).
+_COMPACT_OWED = "compact_owed"
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -335,16 +349,16 @@ class Manifest(VectorBook):
             if version in (1, 2):
                 self._add_embed_hashes()
             self._add_columns()
-            upgraded = self._store_embed_heads()
             self._db.executescript(_SCHEMA + _PENDING_INDEX)
             if links.ensure_schema(self._db) and version != 0:
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
                 # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).
                 self._db.execute("UPDATE files SET mtime_ns = 0, hash = '' WHERE state = 'indexed'")
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._add_embed_from(version)
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
-            self._shrink(rewrite=upgraded)
+            self.store_embed_heads()
+            self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
             self._count_writer()
         except StoreError:
@@ -409,18 +423,22 @@ class Manifest(VectorBook):
             hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""
             raise StoreError(f"manifest {path} cannot be opened read-only: {exc}{hint}") from exc
 
-    def _shrink(self, *, rewrite: bool = False) -> None:
+    def _shrink(self) -> None:
         """Give the disk back after mass deletions: SQLite reuses free pages but never returns
         them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
         at open (nothing else holds the file yet, no search waits on it) when free pages are a
         quarter of it or more: 5,000 of 17,000 notes deleted left 110 MB free in 350, under the
         half this once asked for. Not tried without room on the disk (``_vacuum_room``).
-        ``rewrite``: whatever the free pages (an upgrade that made every row shorter left its
-        pages part empty, which no free page counts)."""
+        Whatever the free pages while a rewrite is owed (``_COMPACT_OWED``: the schema-5 upgrade
+        made every row shorter and left its pages part empty, which no free page counts), once
+        every row is split: until then, and without room, it stays owed for a later start."""
         page = self._db.execute("PRAGMA page_size").fetchone()[0]
         total = self._db.execute("PRAGMA page_count").fetchone()[0]
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        if not rewrite and (free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total):
+        owed = self._db.execute("SELECT 1 FROM meta WHERE name = ?", (_COMPACT_OWED,)).fetchall() != []
+        if owed and self._db.execute(_WHOLE_ROW).fetchall():
+            owed = False  # rows left whole (no room to split them): compacted once they are split
+        if not owed and (free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total):
             return
         short = _vacuum_room((total - free) * page, self.path.parent)
         if short is not None:
@@ -434,6 +452,8 @@ class Manifest(VectorBook):
             self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if owed:  # after the rewrite: a kill before it leaves it owed
+                self._db.execute("DELETE FROM meta WHERE name = ?", (_COMPACT_OWED,))
         except sqlite3.Error as exc:  # a full disk: the manifest works as it is
             log.warning("manifest_shrink_failed path=%s error=%s", self.path, exc)
             return
@@ -519,42 +539,81 @@ class Manifest(VectorBook):
         )
         self._db.execute("COMMIT")
 
-    def _store_embed_heads(self) -> bool:
+    def _add_embed_from(self, version: int) -> None:
         """Schema 5: each chunk's model text kept as what it adds to the chunk's text
-        (``embedtext``), rewritten in one transaction (a kill leaves schema 4 to redo); texts,
-        ids, hashes and vector flags stay. A rebuild's copy (``aside_chunks``) gets the column
-        with its rows whole (NULL), so the two tables keep one column order. Whether it ran."""
+        (``embedtext``). One transaction adds the column (NULL: the row's model text is whole, as
+        every reader takes it), labels the file schema 5 and, for an older file, records that a
+        rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row is
+        split under an older label, which an older version would read as whole. A rebuild's copy
+        (``aside_chunks``) gets the column too, so the two tables keep one column order."""
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(chunks)").fetchall()}
-        if not columns or "embed_from" in columns:
-            return False
-        started = time.monotonic()
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
-            if self._db.execute(_ASIDE_CHUNKS).fetchall():
+            if "embed_from" not in columns:
+                self._db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
+            aside = {r[1] for r in self._db.execute("PRAGMA table_info(aside_chunks)").fetchall()}
+            if aside and "embed_from" not in aside:
                 self._db.execute("ALTER TABLE aside_chunks ADD COLUMN embed_from INTEGER")
-            last, rows = -1, 0
-            while batch := self._db.execute(
-                "SELECT rowid, embed_text, text FROM chunks WHERE rowid > ? ORDER BY rowid LIMIT 2000",
-                (last,),
-            ).fetchall():
-                self._db.executemany(
-                    "UPDATE chunks SET embed_text = ?, embed_from = ? WHERE rowid = ?",
-                    [(*split_embed_text(e, t), r) for r, e, t in batch],
-                )
-                last, rows = batch[-1][0], rows + len(batch)
+            self._db.execute(_WHOLE_INDEX)
+            if version not in (0, SCHEMA_VERSION):
+                self._db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, '1')", (_COMPACT_OWED,))
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):  # the error may have ended it
                 self._db.execute("ROLLBACK")
             raise
-        log.info(
-            "manifest_embed_heads_stored path=%s chunks=%d seconds=%.2f",
-            self.path,
-            rows,
-            time.monotonic() - started,
-        )
-        return True
+
+    def store_embed_heads(self, between: Callable[[], object] = lambda: None) -> int:
+        """Rows still holding their model text whole (``embed_from`` NULL: the schema-5 upgrade's,
+        or put back from a rebuild's copy written before) split into head and ``embed_from``,
+        ``_SPLIT_BATCH`` rows a transaction, ``between()`` after each: one transaction over every row
+        needed about the chunk table's size free for its write-ahead log, and a start on a disk
+        short of that failed. Each batch leaves the file whole (texts, hashes and vector flags
+        stay); a full disk ends the pass, the rest is split at a later start or housekeeping.
+        Returns the rows split."""
+        if self.read_only:
+            return 0
+        done, started = 0, time.monotonic()
+        while True:
+            with self._lock:
+                try:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    rows = self._db.execute(f"{_WHOLE_ROWS} LIMIT ?", (_SPLIT_BATCH,)).fetchall()
+                    self._db.executemany(
+                        "UPDATE chunks SET embed_text = ?, embed_from = ? WHERE rowid = ?",
+                        [(*split_embed_text(e, t), r) for r, e, t in rows],
+                    )
+                    self._db.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    with contextlib.suppress(sqlite3.Error):  # the error may have ended it
+                        self._db.execute("ROLLBACK")
+                    if not is_disk_full(exc):
+                        raise
+                    log.warning(
+                        "manifest_embed_heads_paused path=%s chunks=%d left=whole error=%s "
+                        "(split at a later start, once there is room)",
+                        self.path,
+                        done,
+                        exc,
+                    )
+                    return done
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                    raise
+            if not rows:
+                break
+            done += len(rows)
+            between()
+        if done:
+            log.info(
+                "manifest_embed_heads_stored path=%s chunks=%d seconds=%.2f",
+                self.path,
+                done,
+                time.monotonic() - started,
+            )
+        return done
 
     def close(self) -> None:
         with self._lock:
