@@ -806,6 +806,32 @@ def test_chunks_put_back_from_a_schema_4_copy_read_whole_and_are_split_later(
         m.close()
 
 
+def test_the_daily_housekeeping_splits_rows_left_whole(make_cfg: Any, vault: Path) -> None:
+    """Rows left whole while the daemon runs (put back from a rebuild's older copy, or a start
+    whose disk filled) are split by the daily housekeeping, not only at the next start."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.stores.manifest import Manifest
+
+    path, before = _schema_4_index(make_cfg, vault)
+    m = Manifest(path)
+    try:
+        with m.transaction() as db:  # as a put-back of an older copy leaves them
+            for chunk_id, model_text in list(before.items())[:20]:
+                db.execute(
+                    "UPDATE chunks SET embed_text = ?, embed_from = NULL WHERE chunk_id = ?",
+                    (model_text, chunk_id),
+                )
+        daemon = Daemon(make_cfg(vault))
+        daemon.parts = SimpleNamespace(stores=SimpleNamespace(manifest=m))  # type: ignore[assignment]
+        daemon._give_back_manifest()
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+
+
 def test_a_chunk_whose_text_changes_under_the_same_id_reads_its_model_text_back(tmp_path: Path) -> None:
     """A chunk re-written with another text but the same model text (a repeated heading line the
     model does not read) keeps its model text whole: the stored head follows the new text."""

@@ -590,12 +590,8 @@ class Manifest(VectorBook):
                         self._db.execute("ROLLBACK")
                     if not is_disk_full(exc):
                         raise
-                    log.warning(
-                        "manifest_embed_heads_paused path=%s chunks=%d left=whole error=%s "
-                        "(split at a later start, once there is room)",
-                        self.path,
-                        done,
-                        exc,
+                    log.warning(  # the rows left read whole; split at a later start or housekeeping
+                        "manifest_embed_heads_paused path=%s chunks=%d error=%s", self.path, done, exc
                     )
                     return done
                 except BaseException:
