@@ -31,6 +31,7 @@ from common import ROOT
 from sidecar.config import load_config
 from sidecar.model.embedder import OnnxEmbedder, load_model
 from sidecar.search.query import analyze
+from sidecar.stores.embedtext import joined_embed_text
 
 Matrix = np.ndarray[Any, Any]
 Q = TypeVar("Q")
@@ -39,13 +40,24 @@ _INLINE = re.compile(r"`[^`\n]+`")
 _SENTENCE = re.compile(r"(?<=[.!?:])\s+|\n+")
 
 
+def chunk_rows(home: Path) -> list[tuple[str, str, int, str, str, str]]:
+    """Every chunk of the home's manifest in note order: (id, key, ord, model text, text, heading
+    path as JSON). The manifest keeps the model's text as a head plus where in the text the rest
+    starts (``embedtext``): the column ``embed_text`` alone is only that head."""
+    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
+    rows = db.execute(
+        "SELECT chunk_id, key, ord, embed_text, text, embed_from, headings FROM chunks ORDER BY key, ord"
+    ).fetchall()
+    db.close()
+    return [(c, k, o, joined_embed_text(e, t, start), t, h) for c, k, o, e, t, start, h in rows]
+
+
 def open_home(home: Path) -> tuple[OnnxEmbedder, list[tuple[str, str, str, str]], dict[str, Matrix]]:
-    """The home's model, its chunks (id, key, embed text, text) and their stored vectors."""
+    """The home's model, its chunks (id, key, model text, text) and their stored vectors."""
     import lancedb
 
     model = load_model(load_config(flags={"home": str(home)}, env={}))
-    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
-    rows = db.execute("SELECT chunk_id, key, embed_text, text FROM chunks").fetchall()
+    rows = [(c, k, e, t) for c, k, _o, e, t, _h in chunk_rows(home)]
     store = lancedb.connect(str(home / "index" / "vectors"))
     listed = store.list_tables()
     names = listed.tables if hasattr(listed, "tables") else listed
@@ -147,10 +159,9 @@ def cmd_embedtext(args: argparse.Namespace) -> None:
     questions = [json.loads(line) for line in args.questions.open(encoding="utf-8")]
     if args.variant == "lead":  # every chunk after the first gets its note's lead sentence
         leads = note_leads(args.home)
-        db = sqlite3.connect(f"file:{args.home}/index/manifest.sqlite?mode=ro", uri=True)
         fresh = [
             (c, lead_in(e, leads[k]))
-            for c, k, o, e in db.execute("SELECT chunk_id, key, ord, embed_text FROM chunks")
+            for c, k, o, e, _t, _h in chunk_rows(args.home)
             if o > 0 and leads.get(k)
         ]
     else:
@@ -199,10 +210,9 @@ def cmd_sentences(args: argparse.Namespace) -> None:
 
 def note_texts(home: Path) -> dict[str, str]:
     """Each note's title and its chunks' lines in order, a line repeated by a chunk's overlap once."""
-    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
     out: dict[str, list[str]] = {}
     seen: dict[str, set[str]] = {}
-    for key, embed_text, text in db.execute("SELECT key, embed_text, text FROM chunks ORDER BY key, ord"):
+    for _c, key, _o, embed_text, text, _h in chunk_rows(home):
         lines = out.setdefault(key, [embed_text.split("\n", 1)[0]])
         mine = seen.setdefault(key, set())
         for line in text.split("\n"):
@@ -214,12 +224,9 @@ def note_texts(home: Path) -> dict[str, str]:
 
 def note_outlines(home: Path) -> dict[str, str]:
     """Each note's title, lead sentence and headings in order: what the whole page is about."""
-    db = sqlite3.connect(f"file:{home}/index/manifest.sqlite?mode=ro", uri=True)
     leads = note_leads(home)
     out: dict[str, list[str]] = {}
-    for key, embed_text, headings in db.execute(
-        "SELECT key, embed_text, headings FROM chunks ORDER BY key, ord"
-    ):
+    for _c, key, _o, embed_text, _t, headings in chunk_rows(home):
         lines = out.setdefault(key, [embed_text.split("\n", 1)[0], leads.get(key, "")])
         for h in json.loads(headings or "[]"):
             if h and h not in lines:

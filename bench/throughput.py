@@ -33,7 +33,9 @@ from sidecar.config import load_config
 from sidecar.daemon.compose import build
 from sidecar.daemon.process import load_embedder
 from sidecar.model.embedder import EmbedderSlot, OnnxEmbedder, _batches
+from sidecar.stores.embedtext import joined_embed_text
 from sidecar.stores.lifecycle import open_vectors
+from sidecar.stores.manifest import Manifest
 
 
 class Recorder:
@@ -103,6 +105,16 @@ def ideal_feeds(model: OnnxEmbedder, texts: list[str], inputs: set[str]) -> list
     return out
 
 
+def waiting_texts(manifest: Manifest) -> list[tuple[str, int, str]]:
+    """(model text, tokens, embed hash) of each chunk without a vector: the manifest keeps a
+    model text as a head plus where in the chunk's text the rest starts (``embedtext``), so the
+    column ``embed_text`` alone is only that head."""
+    rows = manifest.read(
+        "SELECT embed_text, text, embed_from, tokens, embed_hash FROM chunks WHERE has_vector = 0"
+    )
+    return [(joined_embed_text(e, t, start), n, h) for e, t, start, n, h in rows]
+
+
 def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     cfg = load_config(flags={"home": str(home), "vault.path": str(vault), **overrides}, env={})
     sampler = RssSampler()
@@ -117,7 +129,7 @@ def run(vault: Path, home: Path, overrides: dict[str, str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     indexer.sweep()
     sweep_s = time.perf_counter() - t0
-    rows = stores.manifest._query("SELECT embed_text, tokens, embed_hash FROM chunks WHERE has_vector = 0")
+    rows = waiting_texts(stores.manifest)
     distinct = {h: (t, n) for t, n, h in rows}
     session = model._session
     inputs = {i.name for i in session.get_inputs()}

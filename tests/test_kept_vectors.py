@@ -127,3 +127,31 @@ def test_pruning_a_notes_edits_reads_the_note_index_not_the_whole_table(tmp_path
             assert on_kept and all("kept_by_note" in p for p in on_kept), plan
     finally:
         m.close()
+
+
+def test_finding_a_vector_to_share_reads_the_text_index_not_the_whole_table(tmp_path: Path) -> None:
+    """vector_donors runs for every backfill batch and every memory write's chunks: it must go
+    through chunks_by_text (a partial index, used only when the query implies embed_hash != '')."""
+    from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
+
+    m = Manifest(tmp_path / "manifest.sqlite")
+    try:
+        record = FileRecord("vault/A.md", "vault", "", "A.md", 1, 10, "h", "indexed")
+        chunks = [
+            ChunkRecord(f"c{i}", record.key, i, f"t{i}", (), i, i, f"A\nt{i}", 3, embed_hash(f"A\nt{i}"))
+            for i in range(5)
+        ]
+        with m.transaction() as db:
+            m.commit_file(record, chunks, db)
+        m._db.execute("UPDATE chunks SET has_vector = 1")
+        statements: list[str] = []
+        m._db.set_trace_callback(statements.append)
+        assert m.vector_donors([chunks[1].embed_hash, "nothing"]) == {chunks[1].embed_hash: "c1"}
+        m._db.set_trace_callback(None)
+        selects = [s for s in statements if "FROM chunks" in s]
+        assert selects
+        for sql in selects:
+            plan = [row[-1] for row in m._db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()]
+            assert any("chunks_by_text" in p for p in plan), plan
+    finally:
+        m.close()

@@ -514,11 +514,13 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
     import sqlite3
 
+    from sidecar.stores.embedtext import joined_embed_text
     from sidecar.stores.manifest import Manifest, embed_hash
 
     cfg = make_cfg(vault)
     index_and_close(cfg)
     path = cfg.index_dir / "manifest.sqlite"
+    _as_schema_4(path)
     db = sqlite3.connect(path)
     db.execute("DROP INDEX chunks_by_text")
     db.execute("ALTER TABLE chunks DROP COLUMN embed_hash")
@@ -526,13 +528,327 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     db.commit()
     db.close()
     m = Manifest(path)
-    rows = m._query("SELECT embed_text, embed_hash, has_vector FROM chunks")
+    rows = m._query("SELECT embed_text, text, embed_from, embed_hash, has_vector FROM chunks")
     m.close()
-    assert rows and all(h == embed_hash(t) and v == 1 for t, h, v in rows)
+    assert rows and all(h == embed_hash(joined_embed_text(e, t, s)) and v == 1 for e, t, s, h, v in rows)
     h = Harness(cfg, FakeEmbedder())
     h.sweep()
     assert h.slot.model.embedded == [] and h.stores.manifest.pending_count() == 0  # type: ignore[union-attr]
     h.close()
+
+
+def _as_schema_4(path: Path, *, aside: bool = False) -> None:
+    """Turn the manifest at ``path`` into what the code of schema 4 wrote: each chunk's model text
+    whole in ``embed_text``, no ``embed_from``; ``aside``: with a rebuild's copy of its chunks."""
+    import sqlite3
+
+    from sidecar.stores.embedtext import joined_embed_text
+
+    db = sqlite3.connect(path)
+    rows = db.execute("SELECT rowid, embed_text, text, embed_from FROM chunks").fetchall()
+    db.executemany(
+        "UPDATE chunks SET embed_text = ? WHERE rowid = ?",
+        [(joined_embed_text(e, t, s), r) for r, e, t, s in rows],
+    )
+    db.execute("DROP INDEX IF EXISTS chunks_whole")
+    db.execute("ALTER TABLE chunks DROP COLUMN embed_from")
+    if aside:
+        db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
+        db.execute("CREATE TABLE aside_chunks AS SELECT * FROM chunks")
+    db.execute("PRAGMA user_version=4")
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+
+
+def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any, vault: Path) -> None:
+    """A manifest whose chunks hold the model's text whole beside the text (schema 4) is upgraded
+    in place: each row keeps only the head, the model's text and its hash read back unchanged,
+    the file is smaller, and no chunk is embedded again."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest, embed_hash
+    from sidecar.stores.versions import manifest_schema
+
+    for n in range(12):
+        body = "\n\n".join(f"Paragraph {i} of note {n} about boats, sails and knots." * 6 for i in range(20))
+        write(vault / f"Long/Note {n}.md", f"# Note {n}\n\n{body}\n")
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    _as_schema_4(path, aside=True)
+    db = sqlite3.connect(path)
+    before = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
+    flags = dict(db.execute("SELECT chunk_id, has_vector FROM chunks").fetchall())
+    chunk_bytes = db.execute("SELECT sum(pgsize) FROM dbstat WHERE name = 'chunks'").fetchone()[0]
+    db.close()
+    size = path.stat().st_size
+    m = Manifest(path)
+    try:
+        assert manifest_schema(path) == 5
+        # Compacted at the open: the chunk table to under two thirds of its pages (the schema-4
+        # copy of the rebuild, ``aside_chunks``, keeps its rows whole).
+        assert m._query("SELECT sum(pgsize) FROM dbstat WHERE name = 'chunks'")[0][0] * 3 < chunk_bytes * 2
+        assert path.stat().st_size < size * 0.85
+        heads = m._query("SELECT chunk_id, embed_text, text, embed_from FROM chunks")
+        assert all(s is not None for _, _, _, s in heads)
+        assert sum(len(e) for _, e, _, _ in heads) * 5 < sum(len(e) for e in before.values())
+        with m.transaction() as tx:  # the rebuild's copy takes the chunks as they are now
+            m.set_aside(tx)
+        assert m._query("SELECT count(*) FROM aside_chunks")[0][0] == len(before)
+        m._db.execute("UPDATE chunks SET has_vector = 0")
+        pending = m.pending_vectors(10_000)
+        m._db.execute("UPDATE chunks SET has_vector = 1")
+    finally:
+        m.close()
+    assert {i: e for i, _, e, _ in pending} == before
+    assert all(h == embed_hash(e) for _, _, e, h in pending)
+    assert dict(sqlite3.connect(path).execute("SELECT chunk_id, has_vector FROM chunks").fetchall()) == flags
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.slot.model.embedded == []  # type: ignore[union-attr]
+        assert h.stores.manifest.pending_count() == 0
+    finally:
+        h.close()
+
+
+def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple[Path, dict[str, str]]:
+    """A manifest of long notes as the code of schema 4 wrote it, and its chunks' model texts."""
+    import sqlite3
+
+    for n in range(12):
+        body = "\n\n".join(f"Paragraph {i} of note {n} about boats, sails and knots." * 6 for i in range(20))
+        write(vault / f"Long/Note {n}.md", f"# Note {n}\n\n{body}\n")
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    path = cfg.index_dir / "manifest.sqlite"
+    _as_schema_4(path, aside=aside)
+    db = sqlite3.connect(path)
+    texts = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
+    db.close()
+    return path, texts
+
+
+def _model_texts(m: Any) -> dict[str, str]:
+    """Every chunk's model text as the backfill reads it (``pending_vectors``)."""
+    flags = m._query("SELECT chunk_id, has_vector FROM chunks")
+    m._db.execute("UPDATE chunks SET has_vector = 0")
+    try:
+        return {i: e for i, _, e, _ in m.pending_vectors(100_000)}
+    finally:
+        m._db.executemany("UPDATE chunks SET has_vector = ? WHERE chunk_id = ?", [(f, i) for i, f in flags])
+
+
+def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_start(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Splitting every row in one transaction needed about the chunk table's size free for its
+    write-ahead log: on a disk short of that the start failed (and the daemon with it, where the
+    older version opened the file). The rows are split a batch at a time, each committed: a full
+    disk ends the pass, the file opens with rows left whole (read whole), and a later start
+    splits the rest and then compacts the file."""
+    import sqlite3
+
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.embedtext import split_embed_text
+    from sidecar.stores.manifest import Manifest
+    from sidecar.stores.versions import manifest_schema
+
+    path, before = _schema_4_index(make_cfg, vault)
+    assert len(before) > 30
+    monkeypatch.setattr(manifest_mod, "_SPLIT_BATCH", 10, raising=False)
+    calls = []
+
+    def tight(embed_text: str, text: str) -> tuple[str, int]:
+        calls.append(text)
+        if len(calls) > 15:  # the second batch finds the disk full
+            raise sqlite3.OperationalError("database or disk is full")
+        return split_embed_text(embed_text, text)
+
+    monkeypatch.setattr(manifest_mod, "split_embed_text", tight)
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert m._query("PRAGMA user_version") == [(5,)]
+        assert "manifest_embed_heads_paused" in caplog.text and "manifest_shrunk" not in caplog.text
+        assert m._query("SELECT count(embed_from) FROM chunks") == [(10,)]
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+    assert manifest_schema(path) == 5  # written into the file at the close
+    monkeypatch.setattr(manifest_mod, "split_embed_text", split_embed_text)
+    size = path.stat().st_size
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert "manifest_embed_heads_stored" in caplog.text and "manifest_shrunk" in caplog.text
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
+        assert _model_texts(m) == before
+        assert m.get_meta("compact_owed") is None
+    finally:
+        m.close()
+    assert path.stat().st_size < size * 0.8
+
+
+def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
+    """A kill between the split rows' commit and the new schema number left split rows in a file
+    labelled 4: an older version reads those heads as whole model texts (and embeds them). The
+    file says 5 before any row is split."""
+    import sqlite3
+
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.embedtext import split_embed_text
+    from sidecar.stores.manifest import Manifest
+
+    path, before = _schema_4_index(make_cfg, vault)
+    seen: set[int] = set()
+
+    def watched(embed_text: str, text: str) -> tuple[str, int]:
+        other = sqlite3.connect(path)  # what a process opening the file now reads
+        seen.add(other.execute("PRAGMA user_version").fetchone()[0])
+        other.close()
+        return split_embed_text(embed_text, text)
+
+    monkeypatch.setattr(manifest_mod, "split_embed_text", watched)
+    m = Manifest(path)
+    try:
+        assert seen == {5}
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+
+
+def test_rows_split_under_schema_4_by_an_interrupted_upgrade_are_compacted(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file an interrupted upgrade left with split rows and schema 4 was labelled 5 at the next
+    start but never compacted (only the call that split rows asked for it): the rewrite is owed
+    by the schema read at open."""
+    import sqlite3
+
+    from sidecar.stores.embedtext import split_embed_text
+    from sidecar.stores.manifest import Manifest
+
+    path, before = _schema_4_index(make_cfg, vault)
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
+    rows = db.execute("SELECT rowid, embed_text, text FROM chunks").fetchall()
+    db.executemany(
+        "UPDATE chunks SET embed_text = ?, embed_from = ? WHERE rowid = ?",
+        [(*split_embed_text(e, t), r) for r, e, t in rows],
+    )
+    db.commit()
+    db.close()
+    size = path.stat().st_size
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        m = Manifest(path)
+    try:
+        assert "manifest_shrunk" in caplog.text
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+    assert path.stat().st_size < size * 0.8
+
+
+def test_the_upgrade_compaction_skipped_for_room_is_done_at_a_later_start(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rewrite after the schema-5 upgrade, skipped without room for it, was never tried again
+    (its part-empty pages meet no free-page rule): it stays owed until a start has the room."""
+    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores.manifest import Manifest
+
+    path, _before = _schema_4_index(make_cfg, vault)
+    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()
+    assert "manifest_shrink_skipped" in caplog.text and "manifest_shrunk" not in caplog.text
+    size = path.stat().st_size
+    monkeypatch.undo()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()
+    assert "manifest_shrunk" in caplog.text
+    assert path.stat().st_size < size * 0.8
+    caplog.clear()
+    with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
+        Manifest(path).close()  # done: not again
+    assert "manifest_shrunk" not in caplog.text
+
+
+def test_chunks_put_back_from_a_schema_4_copy_read_whole_and_are_split_later(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild's copy written under schema 4 holds model texts whole: the notes put back from it
+    read them whole, and the next start splits those rows too (they stayed whole for good)."""
+    from sidecar.stores.manifest import Manifest
+
+    path, before = _schema_4_index(make_cfg, vault, aside=True)
+    m = Manifest(path)
+    try:
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
+        gone = ["vault/Long/Note 1", "vault/Long/Note 2"]
+        with m.transaction() as db:  # the rebuild did not read these back
+            db.executemany("DELETE FROM chunks WHERE key = ?", [(k,) for k in gone])
+            db.executemany("DELETE FROM files WHERE key = ?", [(k,) for k in gone])
+        assert sorted(m.restore_aside(gone)) == gone
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL")[0][0] > 0
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+    m = Manifest(path)
+    try:
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+
+
+def test_the_daily_housekeeping_splits_rows_left_whole(make_cfg: Any, vault: Path) -> None:
+    """Rows left whole while the daemon runs (put back from a rebuild's older copy, or a start
+    whose disk filled) are split by the daily housekeeping, not only at the next start."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.stores.manifest import Manifest
+
+    path, before = _schema_4_index(make_cfg, vault)
+    m = Manifest(path)
+    try:
+        with m.transaction() as db:  # as a put-back of an older copy leaves them
+            for chunk_id, model_text in list(before.items())[:20]:
+                db.execute(
+                    "UPDATE chunks SET embed_text = ?, embed_from = NULL WHERE chunk_id = ?",
+                    (model_text, chunk_id),
+                )
+        daemon = Daemon(make_cfg(vault))
+        daemon.parts = SimpleNamespace(stores=SimpleNamespace(manifest=m))  # type: ignore[assignment]
+        daemon._give_back_manifest()
+        assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
+        assert _model_texts(m) == before
+    finally:
+        m.close()
+
+
+def test_a_chunk_whose_text_changes_under_the_same_id_reads_its_model_text_back(tmp_path: Path) -> None:
+    """A chunk re-written with another text but the same model text (a repeated heading line the
+    model does not read) keeps its model text whole: the stored head follows the new text."""
+    from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest, embed_hash
+
+    m = Manifest(tmp_path / "m.sqlite")
+    model_text = "Boat\nThe engine needs plugs."
+    record = FileRecord("vault/Boat.md", "vault", "", "Boat.md", 1, 10, "h", "indexed")
+    try:
+        for text in ("# Boat\nThe engine needs plugs.", "## Boat\nThe engine needs plugs."):
+            chunk = ChunkRecord("c1", record.key, 0, text, (), 1, 2, model_text, 5, embed_hash(model_text))
+            with m.transaction() as db:
+                m.commit_file(record, [chunk], db)
+        assert m._query("SELECT text FROM chunks")[0][0].startswith("## Boat")
+        assert [r[2] for r in m.pending_vectors(10)] == [model_text]
+    finally:
+        m.close()
 
 
 def test_pages_missing_beside_whole_chunks_are_refilled(
@@ -1341,7 +1657,7 @@ def test_giving_back_within_a_transaction_is_refused(tmp_path: Path, monkeypatch
     monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
     path = tmp_path / "m.sqlite"
     _bulk_manifest(path, 60)
-    monkeypatch.setattr(Manifest, "_shrink", lambda self: None)  # its free pages kept at open
+    monkeypatch.setattr(Manifest, "_shrink", lambda self, **_: None)  # its free pages kept at open
     m = Manifest(path)
     try:
 

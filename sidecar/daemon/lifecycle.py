@@ -767,11 +767,14 @@ class Daemon(ConfigReload):
 
     def _give_back_manifest(self) -> None:
         """The manifest's free pages back to the disk (``Manifest.give_back``): a step at a time,
-        searches in flight served between steps."""
+        searches in flight served between steps. Rows still holding their model text whole
+        (put back from a rebuild's copy, or left by a start short of room) are split first
+        (``Manifest.store_embed_heads``), a batch at a time."""
         parts = self.parts
         if parts is None:
             return
         try:
+            parts.stores.manifest.store_embed_heads(between=lambda: FOREGROUND.yield_to(0.5))
             parts.stores.manifest.give_back(between=lambda: FOREGROUND.yield_to(0.5))
         except sqlite3.Error as exc:  # a full disk, a busy file: the next day tries again
             log.warning("manifest_give_back_failed error=%s", exc)

@@ -20,6 +20,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.index.vectortables import tidy
 from sidecar.model.embedder import Embedder, load_model, model_name
+from sidecar.stores.embedtext import joined_embed_text
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.vectors import VectorStore, table_model, table_name
 
@@ -118,13 +119,14 @@ def _agreement(vectors: Vectoring, old: VectorStore, model: Embedder) -> float |
     for the same texts, or None without any stored vector. Spread over the index by text hash,
     and the longest chunks."""
     where = "FROM chunks WHERE has_vector = 1 AND embed_hash != ''"
-    spread = vectors.manifest.read(
-        f"SELECT chunk_id, embed_text {where} ORDER BY embed_hash LIMIT ?", (_SAMPLE,)
-    )
+    columns = "chunk_id, embed_text, text, embed_from"
+    spread = vectors.manifest.read(f"SELECT {columns} {where} ORDER BY embed_hash LIMIT ?", (_SAMPLE,))
+    # The model's text is the head (embed_text) and the text from embed_from on (stores.embedtext).
+    length = "length(embed_text) + coalesce(length(text) - embed_from, 0)"
     longest = vectors.manifest.read(
-        f"SELECT chunk_id, embed_text {where} ORDER BY length(embed_text) DESC LIMIT ?", (_SAMPLE_LONGEST,)
+        f"SELECT {columns} {where} ORDER BY {length} DESC LIMIT ?", (_SAMPLE_LONGEST,)
     )
-    sample = list(dict(spread + longest).items())
+    sample = list({i: joined_embed_text(e, t, start) for i, e, t, start in spread + longest}.items())
     stored = old.vectors_of([cid for cid, _ in sample])
     pairs = [(stored[cid], text) for cid, text in sample if cid in stored]
     if not pairs:

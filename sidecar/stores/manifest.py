@@ -4,8 +4,8 @@ It is the root of the derived indexes: chunk text and metadata live here, Tantiv
 only what they search on plus the chunk id. A file's ``state`` is written before the stores are
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
 crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``) and its
-own vector bookkeeping (``vectorbook``), the day a note is about (``noteday``), and the disk's free
-space (``space``).
+own vector bookkeeping (``vectorbook``), how a chunk's model text is stored (``embedtext``), the day a
+note is about (``noteday``), and the disk's free space (``space``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import DiskFullError, StoreError, StoreNewerError, store_error_class
+from sidecar.contracts.errors import (
+    DiskFullError,
+    StoreError,
+    StoreNewerError,
+    is_disk_full,
+    store_error_class,
+)
 from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
+from sidecar.stores.embedtext import split_embed_text
 from sidecar.stores.noteday import daily_note, note_day
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR, VectorBook, _in_groups
@@ -85,7 +92,7 @@ CREATE TABLE IF NOT EXISTS chunks (
   chunk_id TEXT PRIMARY KEY, key TEXT NOT NULL, ord INTEGER NOT NULL, text TEXT NOT NULL,
   headings TEXT NOT NULL, start_line INTEGER NOT NULL, end_line INTEGER NOT NULL,
   embed_text TEXT NOT NULL, tokens INTEGER NOT NULL, has_vector INTEGER NOT NULL DEFAULT 0,
-  has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT ''
+  has_next INTEGER NOT NULL DEFAULT 0, embed_hash TEXT NOT NULL DEFAULT '', embed_from INTEGER
 );
 CREATE INDEX IF NOT EXISTS chunks_by_key ON chunks(key);
 CREATE INDEX IF NOT EXISTS chunks_by_text ON chunks(embed_hash) WHERE embed_hash != '';
@@ -122,6 +129,15 @@ CREATE INDEX IF NOT EXISTS files_queue ON files(
 # Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
 _ASIDE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_files'"
 _ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
+# Rows whose model text is kept whole (``embed_from`` NULL), found by a partial index that holds
+# only them: none once every row is split, so a start asks for them without reading the table.
+_WHOLE_INDEX = "CREATE INDEX IF NOT EXISTS chunks_whole ON chunks(embed_from) WHERE embed_from IS NULL"
+_WHOLE_ROWS = "SELECT rowid, embed_text, text FROM chunks WHERE embed_from IS NULL"
+_WHOLE_ROW = "SELECT 1 FROM chunks WHERE embed_from IS NULL LIMIT 1"
+# Rows split in one write transaction of ``Manifest.store_embed_heads``.
+_SPLIT_BATCH = 1000
+# The meta row saying the file is rewritten (VACUUM) once its rows are split (``_shrink``).
+_COMPACT_OWED = "compact_owed"
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -329,7 +345,7 @@ class Manifest(VectorBook):
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise _newer(path, version)
-            if version not in (0, 1, 2, 3, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
@@ -341,9 +357,10 @@ class Manifest(VectorBook):
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
                 # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).
                 self._db.execute("UPDATE files SET mtime_ns = 0, hash = '' WHERE state = 'indexed'")
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._add_embed_from(version)
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
+            self.store_embed_heads()
             self._shrink()
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
             self._count_writer()
@@ -414,11 +431,17 @@ class Manifest(VectorBook):
         them, so a vault that once held 40,000 notes kept its manifest's size for good. Rewritten
         at open (nothing else holds the file yet, no search waits on it) when free pages are a
         quarter of it or more: 5,000 of 17,000 notes deleted left 110 MB free in 350, under the
-        half this once asked for. Not tried without room on the disk (``_vacuum_room``)."""
+        half this once asked for. Not tried without room on the disk (``_vacuum_room``).
+        Whatever the free pages while a rewrite is owed (``_COMPACT_OWED``: the schema-5 upgrade
+        made every row shorter and left its pages part empty, which no free page counts), once
+        every row is split: until then, and without room, it stays owed for a later start."""
         page = self._db.execute("PRAGMA page_size").fetchone()[0]
         total = self._db.execute("PRAGMA page_count").fetchone()[0]
         free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
-        if free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total:
+        owed = self._db.execute("SELECT 1 FROM meta WHERE name = ?", (_COMPACT_OWED,)).fetchall() != []
+        if owed and self._db.execute(_WHOLE_ROW).fetchall():
+            owed = False  # rows left whole (no room to split them): compacted once they are split
+        if not owed and (free * page < _SHRINK_MIN_BYTES or free * _SHRINK_SHARE < total):
             return
         short = _vacuum_room((total - free) * page, self.path.parent)
         if short is not None:
@@ -432,13 +455,15 @@ class Manifest(VectorBook):
             self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if owed:  # after the rewrite: a kill before it leaves it owed
+                self._db.execute("DELETE FROM meta WHERE name = ?", (_COMPACT_OWED,))
         except sqlite3.Error as exc:  # a full disk: the manifest works as it is
             log.warning("manifest_shrink_failed path=%s error=%s", self.path, exc)
             return
         log.info(
             "manifest_shrunk path=%s freed_mb=%.1f seconds=%.2f",
             self.path,
-            free * page / 2**20,
+            (total - self._db.execute("PRAGMA page_count").fetchone()[0]) * page / 2**20,
             time.monotonic() - started,
         )
 
@@ -516,6 +541,78 @@ class Manifest(VectorBook):
             "UPDATE chunks SET embed_hash = ? WHERE chunk_id = ?", [(embed_hash(t), i) for i, t in rows]
         )
         self._db.execute("COMMIT")
+
+    def _add_embed_from(self, version: int) -> None:
+        """Schema 5: each chunk's model text kept as what it adds to the chunk's text
+        (``embedtext``). One transaction adds the column (NULL: the row's model text is whole, as
+        every reader takes it), labels the file schema 5 and, for an older file, records that a
+        rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row is
+        split under an older label, which an older version would read as whole. A rebuild's copy
+        (``aside_chunks``) gets the column too, so the two tables keep one column order."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(chunks)").fetchall()}
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if "embed_from" not in columns:
+                self._db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
+            aside = {r[1] for r in self._db.execute("PRAGMA table_info(aside_chunks)").fetchall()}
+            if aside and "embed_from" not in aside:
+                self._db.execute("ALTER TABLE aside_chunks ADD COLUMN embed_from INTEGER")
+            self._db.execute(_WHOLE_INDEX)
+            if version not in (0, SCHEMA_VERSION):
+                self._db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, '1')", (_COMPACT_OWED,))
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):  # the error may have ended it
+                self._db.execute("ROLLBACK")
+            raise
+
+    def store_embed_heads(self, between: Callable[[], object] = lambda: None) -> int:
+        """Rows still holding their model text whole (``embed_from`` NULL: the schema-5 upgrade's,
+        or put back from a rebuild's copy written before) split into head and ``embed_from``,
+        ``_SPLIT_BATCH`` rows a transaction, ``between()`` after each: one transaction over every row
+        needed about the chunk table's size free for its write-ahead log, and a start on a disk
+        short of that failed. Each batch leaves the file whole (texts, hashes and vector flags
+        stay); a full disk ends the pass, the rest is split at a later start or housekeeping.
+        Returns the rows split."""
+        if self.read_only:
+            return 0
+        done, started = 0, time.monotonic()
+        while True:
+            with self._lock:
+                try:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    rows = self._db.execute(f"{_WHOLE_ROWS} LIMIT ?", (_SPLIT_BATCH,)).fetchall()
+                    self._db.executemany(
+                        "UPDATE chunks SET embed_text = ?, embed_from = ? WHERE rowid = ?",
+                        [(*split_embed_text(e, t), r) for r, e, t in rows],
+                    )
+                    self._db.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    with contextlib.suppress(sqlite3.Error):  # the error may have ended it
+                        self._db.execute("ROLLBACK")
+                    if not is_disk_full(exc):
+                        raise
+                    log.warning(  # the rows left read whole; split at a later start or housekeeping
+                        "manifest_embed_heads_paused path=%s chunks=%d error=%s", self.path, done, exc
+                    )
+                    return done
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                    raise
+            if not rows:
+                break
+            done += len(rows)
+            between()
+        if done:
+            log.info(
+                "manifest_embed_heads_stored path=%s chunks=%d seconds=%.2f",
+                self.path,
+                done,
+                time.monotonic() - started,
+            )
+        return done
 
     def close(self) -> None:
         with self._lock:
@@ -877,10 +974,12 @@ class Manifest(VectorBook):
         changed = [c for c in chunks if old.get(c.chunk_id) != _placed(c)]
         db.executemany(
             "INSERT INTO chunks(chunk_id, key, ord, text, headings, start_line, end_line, embed_text, "
-            "tokens, embed_hash, has_vector, has_next) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
+            "embed_from, tokens, embed_hash, has_vector, has_next) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(chunk_id) DO UPDATE SET ord = excluded.ord, "
             "text = excluded.text, headings = excluded.headings, start_line = excluded.start_line, "
-            "end_line = excluded.end_line",
+            # The model's text is the same (the id says so), its part kept beside the text is not.
+            "end_line = excluded.end_line, embed_text = excluded.embed_text, "
+            "embed_from = excluded.embed_from",
             [
                 (
                     c.chunk_id,
@@ -890,7 +989,7 @@ class Manifest(VectorBook):
                     json.dumps(c.headings, ensure_ascii=False),
                     c.start_line,
                     c.end_line,
-                    c.embed_text,
+                    *split_embed_text(c.embed_text, c.text),
                     c.tokens,
                     c.embed_hash,
                     0 if c.embed_hash else NO_VECTOR,

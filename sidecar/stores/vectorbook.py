@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
+from sidecar.stores.embedtext import joined_embed_text
+
 # has_vector: the chunk is in the serving vector table; has_next: in the table being built for a
 # newly configured model (vectors of two models never share a table). Only these two names are
 # ever put into SQL. Values: 0 waits for a vector, 1 has one, 2 needs none (an empty or
@@ -36,6 +38,14 @@ PRUNE_EDITS = (
     "DELETE FROM kept_vectors WHERE vec_table = ? AND note = ? AND note != '' AND kept_at < ("
     "SELECT min(kept_at) FROM (SELECT DISTINCT kept_at FROM kept_vectors "
     "WHERE vec_table = ? AND note = ? AND note != '' ORDER BY kept_at DESC LIMIT ?))"
+)
+
+# ``embed_hash != ''`` lets SQLite use the partial index chunks_by_text (``IN (?, ...)`` alone does
+# not imply it): without, each call scanned the whole chunk table, 36-60 ms at 76,000 chunks, for
+# every backfill batch and every memory write's chunks. ``{marks}``: a group's placeholders.
+VECTOR_DONORS = (
+    "SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) AND embed_hash != '' "
+    "AND {flag} = 1 GROUP BY embed_hash"
 )
 
 
@@ -77,8 +87,8 @@ class VectorBook:
         """(chunk_id, key, embed_text, embed_hash) still without a vector: memory, then wiki, then
         newest vault notes."""
         only = "AND c.key = ? " if key is not None else ""
-        return self._query(
-            "SELECT c.chunk_id, c.key, c.embed_text, c.embed_hash FROM files f "
+        rows = self._query(
+            "SELECT c.chunk_id, c.key, c.embed_text, c.text, c.embed_from, c.embed_hash FROM files f "
             "JOIN chunks c ON c.key = f.key "
             f"WHERE c.{_flag(flag)} = 0 AND c.ord < ? AND f.state = 'indexed' {only}"
             "ORDER BY CASE f.source WHEN 'memory' THEN 0 WHEN 'wiki' THEN 1 ELSE 2 END, "
@@ -86,6 +96,7 @@ class VectorBook:
             "LIMIT ?",
             (self.vector_cap, key, limit) if key is not None else (self.vector_cap, limit),
         )
+        return [(i, k, joined_embed_text(e, t, start), h) for i, k, e, t, start, h in rows]
 
     def keyword_only(self, examples: int = 5) -> tuple[int, int, list[tuple[str, int, int]]]:
         """Chunks past the per-note limit (``vector_cap``) without a vector in the serving table:
@@ -124,11 +135,7 @@ class VectorBook:
 
     def vector_donors(self, hashes: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """For texts about to be embedded: a chunk with the same text that already has a vector."""
-        return self._pairs(
-            "SELECT embed_hash, min(chunk_id) FROM chunks WHERE embed_hash IN ({marks}) "
-            f"AND {_flag(flag)} = 1 GROUP BY embed_hash",
-            hashes,
-        )
+        return self._pairs(VECTOR_DONORS.replace("{flag}", _flag(flag)), hashes)
 
     def embed_hashes(self, chunk_ids: Sequence[str], flag: str = "has_vector") -> dict[str, str]:
         """chunk_id -> text hash of those chunks that have a vector in ``flag``'s table."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = 4
+MANIFEST_SCHEMA = 5
 # The keyword index's layout: its fields, their analyzers and its folders. A change that an index
 # written before cannot serve raises it (and the analyzers get new names when text is prepared
 # differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``. 3: a word
