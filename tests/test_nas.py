@@ -1075,16 +1075,16 @@ def test_a_rebuild_without_room_for_its_copy_is_refused_before_anything_is_empti
     for it, the rebuild is refused with a disk error and the index is left whole (was: no check,
     the copy failed partway with an error of the database)."""
     from sidecar.contracts.errors import StorageError
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_aside
 
     before = _counts(big)
-    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
+    monkeypatch.setattr(manifest_aside, "free_bytes", lambda _folder: 4096)
     with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
         big.indexer.refuse_rebuild()
     with pytest.raises(StorageError, match="not rebuilt: the disk of the index"):
         big.indexer.clear()
     assert _counts(big) == before and not big.stores.manifest.has_aside()
-    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 2**40)
+    monkeypatch.setattr(manifest_aside, "free_bytes", lambda _folder: 2**40)
     big.indexer.refuse_rebuild()
 
 
@@ -1427,7 +1427,7 @@ def test_a_rebuild_whose_keyword_index_fails_after_the_manifest_emptied_reads_on
     changed" over an emptied index, and the copy not put back until a restart)."""
     from sidecar.contracts.errors import DiskFullError
     from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_aside
 
     _notes(vault, 5)
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1450,7 +1450,7 @@ def test_a_rebuild_whose_keyword_index_fails_after_the_manifest_emptied_reads_on
         assert loop.rebuilding() and not loop.rebuild_queued()  # begun, not waiting
         loop._failed(job, failed.value, 0.0)
         monkeypatch.setattr(h.stores.bm25, "delete_all", real)
-        monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)  # no room for a copy
+        monkeypatch.setattr(manifest_aside, "free_bytes", lambda _folder: 4096)  # no room for a copy
         _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
         retry = loop._next()
         assert retry is not None and not retry.rebuild and retry.ticket == ticket
