@@ -12,7 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest, embed_hash
+from sidecar.stores.embedtext import embed_hash
+from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 # A note whose text starts with its title's heading: the head kept is '' (stores.embedtext).

@@ -132,7 +132,8 @@ def test_pruning_a_notes_edits_reads_the_note_index_not_the_whole_table(tmp_path
 def test_finding_a_vector_to_share_reads_the_text_index_not_the_whole_table(tmp_path: Path) -> None:
     """vector_donors runs for every backfill batch and every memory write's chunks: it must go
     through chunks_by_text (a partial index, used only when the query implies embed_hash != '')."""
-    from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
+    from sidecar.stores.embedtext import embed_hash
+    from sidecar.stores.manifest import ChunkRecord, FileRecord
 
     m = Manifest(tmp_path / "manifest.sqlite")
     try:

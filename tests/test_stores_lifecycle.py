@@ -514,8 +514,8 @@ def test_schema_2_manifest_gains_text_hashes_and_keeps_vectors(make_cfg: Any, va
     """An index written before text de-duplication opens, gets its hashes and embeds nothing again."""
     import sqlite3
 
-    from sidecar.stores.embedtext import joined_embed_text
-    from sidecar.stores.manifest import Manifest, embed_hash
+    from sidecar.stores.embedtext import embed_hash, joined_embed_text
+    from sidecar.stores.manifest import Manifest
 
     cfg = make_cfg(vault)
     index_and_close(cfg)
@@ -567,7 +567,8 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
     the file is smaller, and no chunk is embedded again."""
     import sqlite3
 
-    from sidecar.stores.manifest import Manifest, embed_hash
+    from sidecar.stores.embedtext import embed_hash
+    from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
     for n in range(12):
@@ -650,14 +651,14 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
     splits the rest and then compacts the file."""
     import sqlite3
 
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
     path, before = _schema_4_index(make_cfg, vault)
     assert len(before) > 30
-    monkeypatch.setattr(manifest_mod, "_SPLIT_BATCH", 10, raising=False)
+    monkeypatch.setattr(manifest_file, "_SPLIT_BATCH", 10, raising=False)
     calls = []
 
     def tight(embed_text: str, text: str) -> tuple[str, int]:
@@ -666,7 +667,7 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
             raise sqlite3.OperationalError("database or disk is full")
         return split_embed_text(embed_text, text)
 
-    monkeypatch.setattr(manifest_mod, "split_embed_text", tight)
+    monkeypatch.setattr(manifest_file, "split_embed_text", tight)
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         m = Manifest(path)
     try:
@@ -677,7 +678,7 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
     finally:
         m.close()
     assert manifest_schema(path) == 5  # written into the file at the close
-    monkeypatch.setattr(manifest_mod, "split_embed_text", split_embed_text)
+    monkeypatch.setattr(manifest_file, "split_embed_text", split_embed_text)
     size = path.stat().st_size
     caplog.clear()
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
@@ -698,7 +699,7 @@ def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path
     file says 5 before any row is split."""
     import sqlite3
 
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
 
@@ -711,7 +712,7 @@ def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path
         other.close()
         return split_embed_text(embed_text, text)
 
-    monkeypatch.setattr(manifest_mod, "split_embed_text", watched)
+    monkeypatch.setattr(manifest_file, "split_embed_text", watched)
     m = Manifest(path)
     try:
         assert seen == {5}
@@ -757,11 +758,11 @@ def test_the_upgrade_compaction_skipped_for_room_is_done_at_a_later_start(
 ) -> None:
     """The rewrite after the schema-5 upgrade, skipped without room for it, was never tried again
     (its part-empty pages meet no free-page rule): it stays owed until a start has the room."""
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
     path, _before = _schema_4_index(make_cfg, vault)
-    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: 4096)
+    monkeypatch.setattr(manifest_file, "free_bytes", lambda _folder: 4096)
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         Manifest(path).close()
     assert "manifest_shrink_skipped" in caplog.text and "manifest_shrunk" not in caplog.text
@@ -835,7 +836,8 @@ def test_the_daily_housekeeping_splits_rows_left_whole(make_cfg: Any, vault: Pat
 def test_a_chunk_whose_text_changes_under_the_same_id_reads_its_model_text_back(tmp_path: Path) -> None:
     """A chunk re-written with another text but the same model text (a repeated heading line the
     model does not read) keeps its model text whole: the stored head follows the new text."""
-    from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest, embed_hash
+    from sidecar.stores.embedtext import embed_hash
+    from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
 
     m = Manifest(tmp_path / "m.sqlite")
     model_text = "Boat\nThe engine needs plugs."
@@ -1560,10 +1562,10 @@ def test_manifest_shrinks_once_a_quarter_of_it_is_free(
 ) -> None:
     """5,000 of 17,000 notes deleted left 110 MB of 350 free, and the manifest never shrank (it
     waited for half): about 26 % free is enough, about 20 % is not worth a rewrite."""
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
-    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)  # the share decides here, not the size
+    monkeypatch.setattr(manifest_file, "_SHRINK_MIN_BYTES", 2**20)  # the share decides here, not the size
     path = tmp_path / "m.sqlite"
     share, _live = _bulk_manifest(path, deleted)
     assert 0.25 < share < 0.27 if shrinks else 0.19 < share < 0.21
@@ -1584,20 +1586,20 @@ def test_manifest_shrinks_only_with_room_for_the_copy_and_the_log(
     """A VACUUM copies the live pages into a temporary database, then writes them back through the
     write-ahead log: with SQLite's temporary folder on the manifest's disk it needs twice the live
     pages there (room for once was taken for enough). Without that room it is not tried."""
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
-    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
-    monkeypatch.setattr(manifest_mod, "sqlite_temp_dir", lambda: tmp_path, raising=False)  # the same disk
+    monkeypatch.setattr(manifest_file, "_SHRINK_MIN_BYTES", 2**20)
+    monkeypatch.setattr(manifest_file, "sqlite_temp_dir", lambda: tmp_path, raising=False)  # the same disk
     path = tmp_path / "m.sqlite"
     _share, live = _bulk_manifest(path, 60)
     before = path.stat().st_size
-    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: live * 3 // 2)  # once, not twice
+    monkeypatch.setattr(manifest_file, "free_bytes", lambda _folder: live * 3 // 2)  # once, not twice
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         Manifest(path).close()
     assert "manifest_shrink_skipped" in caplog.text and "manifest_shrunk" not in caplog.text
     assert path.stat().st_size == before
-    monkeypatch.setattr(manifest_mod, "free_bytes", lambda _folder: live * 5 // 2)
+    monkeypatch.setattr(manifest_file, "free_bytes", lambda _folder: live * 5 // 2)
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         m = Manifest(path)
     try:
@@ -1651,10 +1653,10 @@ def test_giving_back_within_a_transaction_is_refused(tmp_path: Path, monkeypatch
     the transaction rolls back whole."""
     import sqlite3
 
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
-    monkeypatch.setattr(manifest_mod, "_SHRINK_MIN_BYTES", 2**20)
+    monkeypatch.setattr(manifest_file, "_SHRINK_MIN_BYTES", 2**20)
     path = tmp_path / "m.sqlite"
     _bulk_manifest(path, 60)
     monkeypatch.setattr(Manifest, "_shrink", lambda self, **_: None)  # its free pages kept at open

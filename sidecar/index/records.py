@@ -18,7 +18,8 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.notes.chunking import NoteDraft, ParsedNote, cut_note, parse_note
 from sidecar.notes.linktext import Link, extract_links
-from sidecar.stores.manifest import ChunkRecord, FileRecord, embed_hash
+from sidecar.stores.embedtext import embed_hash
+from sidecar.stores.manifest import ChunkRecord, FileRecord
 from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
 
 log = logging.getLogger(__name__)

@@ -47,8 +47,9 @@ from sidecar.notes.markdown import filter_tag
 from sidecar.notes.redact import masked_line
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.bm25_search import SHARED, SearchFault
+from sidecar.stores.embedtext import embed_hash
 from sidecar.stores.lastchange import last_change, local_day
-from sidecar.stores.manifest import Manifest, embed_hash
+from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (

@@ -4,10 +4,13 @@ A chunk's model text is a head (title, heading path, aliases) and the chunk's ow
 leading line that repeats the head: stored whole beside the text, the chunk table held each
 chunk's text twice (44 of 120 MB on a 10,000-note vault). The manifest keeps the head and where
 in the text the rest starts (``embed_from``); NULL there: the row holds the model's text whole
-(written before, or put back from an older copy). Pure; imports only the standard library.
+(written before, or put back from an older copy). A model text's identity (``embed_hash``) lets
+equal chunks share one embedding. Pure; imports only the standard library.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 
 def split_embed_text(embed_text: str, text: str) -> tuple[str, int]:
@@ -29,3 +32,8 @@ def split_embed_text(embed_text: str, text: str) -> tuple[str, int]:
 def joined_embed_text(head: str, text: str, start: int | None) -> str:
     """The model's text of a manifest row (``embed_text``, ``text``, ``embed_from``)."""
     return head if start is None else head + text[start:]
+
+
+def embed_hash(embed_text: str) -> str:
+    """Identity of a chunk's text for the model: equal texts anywhere share one embedding."""
+    return hashlib.blake2b(embed_text.encode(), digest_size=12).hexdigest()
