@@ -291,3 +291,12 @@ def test_held_deletions_say_when_the_command_applies(serve_in_process: Serve, ki
         assert line.endswith("from now on: sidecar index --confirm-deletions vault"), line
     else:
         assert line.endswith("sidecar index --confirm-deletions vault"), line
+
+
+def test_one_chunk_left_to_a_model_switch_is_said_in_the_singular() -> None:
+    from sidecar.clients.foreground import all_vectors_words
+
+    one = all_vectors_words({"left_to_switch": 1, "pending_vectors": 1})
+    assert one.startswith("1 chunk cut again for the model switch is found by keywords only"), one
+    two = all_vectors_words({"left_to_switch": 2, "pending_vectors": 2})
+    assert two.startswith("2 chunks cut again for the model switch are found"), two

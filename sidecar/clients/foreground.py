@@ -42,10 +42,12 @@ def all_vectors_words(idx: dict[str, Any]) -> str:
     within = f" within {capped['setting']}" if capped else ""
     if switch := int(idx.get("left_to_switch") or 0):
         # Cut again during a model switch, left to the new model's table: never "every chunk".
-        return (
-            f"{switch:,} chunks cut again for the model switch are found by keywords only until it "
-            f"ends; every other chunk{within}{but} has a vector"
+        said = (
+            f"{switch:,} chunks cut again for the model switch are"
+            if switch > 1
+            else "1 chunk cut again for the model switch is"
         )
+        return f"{said} found by keywords only until it ends; every other chunk{within}{but} has a vector"
     return f"every chunk{within}{but} has a vector"
 
 
