@@ -715,6 +715,106 @@ def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
     assert "vault offline, kept as indexed: reading Hang.md" in err
 
 
+def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> None:
+    """Listing ``folder`` hangs until ``release`` (a stalled SMB/NFS listing of one subfolder);
+    the root's own listing and every other call answer."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, name: str, release: threading.Event) -> None:
+    """The stat of the entry ``name`` hangs until ``release`` (a share whose getattr hangs)."""
+    real = sources_mod.stat_of
+
+    def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
+        if entry.name == name:
+            release.wait(20)
+        return real(entry)
+
+    monkeypatch.setattr(sources_mod, "stat_of", stat_of)
+
+
+@pytest.mark.parametrize("call", ["listing", "stat"])
+def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """A sweep whose listing of one subfolder (or stat of one note) hangs gives up after the
+    probe timeout, as a hung read does, and names what hangs: the root offline, its notes kept,
+    no second stuck call while it hangs, everything read again once it answers. It waited
+    scanTimeoutSeconds (600 s) with `Index: ready` and said only "did not answer"."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        before = set(h.stores.manifest.file_states("vault/"))
+        assert "vault/Recipes/Bread" in before
+        if call == "listing":
+            _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        else:
+            _hang_stat_of(monkeypatch, "Bread.md", release)
+        started = time.monotonic()
+        h.indexer.sweep()
+        assert time.monotonic() - started < 10
+        st = h.supervisor.roots["vault"]
+        said = "listing Recipes" if call == "listing" else "looking up Recipes/Bread.md"
+        assert st.offline and said in str(st.error) and "did not answer" in str(st.error)
+        assert set(h.stores.manifest.file_states("vault/")) == before  # kept, none deleted
+        assert _stuck_readers("vault") == 1
+        h.indexer.sweep()  # while it hangs: no second call on the share, still named
+        assert _stuck_readers("vault") == 1
+        assert said in str(h.supervisor.roots["vault"].error)
+        release.set()
+        for _ in range(100):
+            if not _stuck_readers("vault"):
+                break
+            time.sleep(0.05)
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline
+        assert set(h.stores.manifest.file_states("vault/")) == before
+    finally:
+        release.set()
+        h.close()
+
+
+def test_offline_index_says_which_listing_it_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` on a share whose listing of one subfolder hangs says which folder it waits
+    for, and names it in the root left offline (it printed nothing for scanTimeoutSeconds)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    release = threading.Event()
+    _hang_listing_of(monkeypatch, vault / "Projects", release)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    try:
+        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
+    finally:
+        release.set()
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "waiting for vault to answer the listing of Projects (hung share?)" in err
+    assert "vault offline, kept as indexed: listing Projects in" in err
+
+
+def test_the_status_line_says_which_listing_the_sweep_waits_for(big: Harness) -> None:
+    """`systemctl status` said "ready" for as long as a listing hung."""
+    from sidecar.daemon.watchdog import status_line
+
+    big.supervisor.waiting = ("vault", "Projects", time.monotonic() - 3, "listing")
+    line = status_line(big.indexer.activity, big.supervisor, big.stores.manifest, "ok")
+    assert "waiting 3 s for vault to answer the listing of Projects" in line
+
+
 def test_a_pipe_named_like_a_note_seen_by_an_event_is_counted_at_once(big: Harness, vault: Path) -> None:
     """A FIFO made while running (a file event) is counted as skipped at once, not at the next
     full sweep, and no longer once it is gone; it is never opened."""

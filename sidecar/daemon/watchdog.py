@@ -91,4 +91,8 @@ def status_line(
             text += f"; model switch: {waiting:,} chunks wait for the new model's vectors"
     if offline:
         text += f"; offline: {', '.join(offline)}"
+    asked = supervisor.describe_waiting()
+    if asked:  # a share that hangs: `systemctl status` said "ready" for as long as it hung
+        what = {"listing": "the listing of", "stat": "the stat of"}.get(asked["call"], "the read of")
+        text += f"; waiting {asked['seconds']:.0f} s for {asked['root']} to answer {what} {asked['path']}"
     return text

@@ -412,7 +412,41 @@ def extension_twin(name: str, names: Container[str]) -> str | None:
     return twin if twin in names else None
 
 
-def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Skipped]:
+class Asking:
+    """The file-system call a scan waits on now (``listing`` of a folder, ``stat`` of an entry),
+    its relative path and since when (monotonic), or None: another thread tells a share that
+    hangs on one call from a long scan of a slow one by it. One tuple, swapped whole."""
+
+    def __init__(self) -> None:
+        self.now: tuple[str, str, float] | None = None
+
+    def ask(self, call: str, rel: str) -> None:
+        self.now = (call, rel, time.monotonic())
+
+    def answered(self) -> None:
+        self.now = None
+
+
+def _listed(folder: Path, rel: str, asking: Asking | None) -> list[os.DirEntry[str]]:
+    """The entries of ``folder``; each entry that comes starts ``asking``'s clock again (a
+    large folder of a slow share is listed in many answers, none of which hangs)."""
+    if asking is None:
+        return list(os.scandir(folder))
+    out = []
+    asking.ask("listing", rel)
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                out.append(e)
+                asking.ask("listing", rel)
+    finally:
+        asking.answered()
+    return out
+
+
+def scan(
+    root: Root, max_bytes: int, start: str = "", asking: Asking | None = None
+) -> Iterator[NoteFile | Skipped]:
     """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
     left out with a reason.
 
@@ -423,7 +457,7 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
     real path, and loops are impossible); only regular files are notes. The memory inbox is flat,
     must be a real folder of this user (not a symlink, nor the agent's folder) and its symlinks are
     never followed. Raises OSError when the root itself (or ``start``) cannot be listed (the caller
-    decides what an unreachable root means).
+    decides what an unreachable root means). ``asking`` is kept told of each listing and stat.
     """
     if root.source == "memory":
         reason = inbox_refusal(root)
@@ -440,7 +474,7 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
     while stack:
         folder, rel_dir = stack.pop()
         try:
-            entries = list(os.scandir(folder))
+            entries = _listed(folder, rel_dir.rstrip("/") or ".", asking)
         except OSError:
             if first:
                 raise
@@ -450,7 +484,7 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
         names = {e.name for e in entries}
         keys: set[str] = set()
         for entry in sorted(entries, key=lambda e: e.name):
-            found = _entry(root, entry, rel_dir, base, max_bytes)
+            found = _entry(root, entry, rel_dir, base, max_bytes, asking=asking)
             if isinstance(found, str):
                 stack.append((Path(entry.path), found))
             elif isinstance(found, NoteFile):
@@ -465,7 +499,13 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
 
 
 def _entry(  # noqa: PLR0911 - one return per kind of entry
-    root: Root, entry: os.DirEntry[str], rel_dir: str, base: Path, max_bytes: int
+    root: Root,
+    entry: os.DirEntry[str],
+    rel_dir: str,
+    base: Path,
+    max_bytes: int,
+    *,
+    asking: Asking | None = None,
 ) -> NoteFile | Skipped | str | None:
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
@@ -479,7 +519,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     is_link = False
     try:
         is_link = entry.is_symlink()
-        st = entry.stat(follow_symlinks=True)
+        st = _asked_stat(entry, rel, asking)
     except OSError:
         if is_note_name(entry.name, root.source):
             return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
@@ -522,6 +562,22 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         if why
         else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st, linked=is_link)
     )
+
+
+def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
+    """An entry's stat, its symlink followed (a module function: tests make one hang)."""
+    return entry.stat(follow_symlinks=True)
+
+
+def _asked_stat(entry: os.DirEntry[str], rel: str, asking: Asking | None) -> os.stat_result:
+    """``stat_of``, ``asking`` told of it while it waits."""
+    if asking is None:
+        return stat_of(entry)
+    asking.ask("stat", rel)
+    try:
+        return stat_of(entry)
+    finally:
+        asking.answered()
 
 
 def name_refusal(root: Root, name: str) -> str | None:

@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import NoteFile, Root, Skipped, scan
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, scan
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class RootStatus:
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
-    hung_on: str | None = None  # the note whose read hangs (relative path), when a read hangs
+    hung_on: str | None = None  # the call that hangs, when one does ("reading a.md", "listing b")
     _stuck: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -156,7 +156,7 @@ class Supervisor:
         self.mount_points_seen: set[str] = set()
         # The note a read waits for longer than a second now: (root name, relative path, since
         # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
-        self.waiting: tuple[str, str, float] | None = None
+        self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
@@ -285,7 +285,7 @@ class Supervisor:
         since = time.monotonic()
 
         def beat() -> None:  # called once a second while the read waits: say what it waits for
-            self.waiting = (root.name, rel, since)
+            self.waiting = (root.name, rel, since, "read")
             if self.beat is not None:
                 self.beat()
 
@@ -294,7 +294,7 @@ class Supervisor:
         finally:
             self.waiting = None
         if stuck is not None:
-            st._stuck, st.hung_on = stuck, rel
+            st._stuck, st.hung_on = stuck, f"reading {rel}"
             log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
             raise RootUnreachable(
                 f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
@@ -310,17 +310,31 @@ class Supervisor:
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
         st._stuck, st.hung_on = None, None
-        try:
-            ident, stuck = run_with_timeout(
-                lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+        timeout = self.cfg.watch.probe_timeout_seconds
+        asking = Asking()
+
+        def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
+            now = asking.now
+            self.waiting = (
+                (root.name, now[1], now[2], now[0]) if now and time.monotonic() - now[2] >= 1 else None
             )
+            if self.beat is not None:
+                self.beat()
+
+        def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
+            now = asking.now
+            return now is not None and time.monotonic() - now[2] >= timeout
+
+        try:
+            ident, stuck = run_with_timeout(lambda: _probe(root, self.mounts), timeout, root.name, self.beat)
             if stuck is None:
                 st.identity, st.absent = ident, False
                 found, stuck = run_with_timeout(
-                    lambda: list(scan(root, self.cfg.index.max_file_bytes)),
+                    lambda: list(scan(root, self.cfg.index.max_file_bytes, asking=asking)),
                     self.cfg.watch.scan_timeout_seconds,
                     root.name,
-                    self.beat,
+                    beat,
+                    hung,
                 )
         except FileNotFoundError:
             if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
@@ -331,10 +345,21 @@ class Supervisor:
             return []
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
+        finally:
+            self.waiting = None
         if stuck is not None:
             st._stuck = stuck
-            log.error("scan_hung root=%s", root.name)
-            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+            now = asking.now
+            if now is None:  # the probe, or the whole scan past scanTimeoutSeconds
+                log.error("scan_hung root=%s", root.name)
+                raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+            call, rel, _since = now
+            st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
+            log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
+            raise RootUnreachable(
+                f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+                "notes of this root are not read until it answers"
+            )
         assert found is not None
         return found
 
@@ -620,14 +645,16 @@ class Supervisor:
         return out
 
     def describe_waiting(self) -> dict[str, Any] | None:
-        """The note whose read indexing waits for now (past a second), and for how long."""
+        """The call indexing waits for now (past a second): the read of a note, the listing of a
+        folder or the stat (``call``: read, listing, stat) of an entry, and for how long."""
         waiting = self.waiting
         if waiting is None:
             return None
-        name, rel, since = waiting
+        name, rel, since, call = waiting
         return {
             "root": name,
             "path": rel,
+            "call": call,
             "seconds": round(time.monotonic() - since, 1),
             "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
         }
@@ -696,8 +723,9 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
 
 
 def _still_hangs(root: Root, st: RootStatus) -> str:
-    """Why a root is not asked again: a call on it still hangs (and the note it was reading)."""
-    on = f" (reading {st.hung_on})" if st.hung_on else ""
+    """Why a root is not asked again: a call on it still hangs (and what it was: reading a note,
+    listing a folder)."""
+    on = f" ({st.hung_on})" if st.hung_on else ""
     return f"an earlier call on {root.path}{on} still hangs (hung share?)"
 
 
