@@ -247,9 +247,31 @@ def test_unreadable_folder_keeps_its_notes(
     assert _counts(big) == before
     assert not big.supervisor.roots["vault"].offline
     problem = big.stores.problems.active_in("unreadable")
-    assert problem is not None and str(bad) in problem["error"]
+    # The cause with the folder: the line named the folder, never why it could not be read.
+    assert problem is not None and f"{bad}: Permission denied" in problem["error"]
     monkeypatch.setattr(sources_mod.os, "scandir", real)
     big.sweep()
+    assert big.stores.problems.active_in("unreadable") is None
+    assert _counts(big) == before
+
+
+def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Harness, vault: Path) -> None:
+    """A folder chain past PATH_MAX (ENAMETOOLONG) is no passing fault of a share: counted as
+    `path too long`, no `unreadable` problem (it was one for ever, without a reason)."""
+    fd = os.open(vault, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # made by relative steps: the whole path is too long for any one call
+        for _ in range(24):
+            name = "d" * 200
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(os.open("Deep.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    before = _counts(big)
+    big.sweep()
+    assert big.indexer.activity.scan_skipped.get("path too long") == 1
     assert big.stores.problems.active_in("unreadable") is None
     assert _counts(big) == before
 
@@ -309,7 +331,10 @@ def test_folder_that_fails_a_stat_keeps_its_notes(
     big.sweep()
     assert _counts(big) == before and big.stores.manifest.chunk_ids("vault/Projects/Boat")
     problem = big.stores.problems.active_in("unreadable")
-    assert problem is not None and str(vault / "Projects") in problem["error"]
+    assert (
+        problem is not None
+        and f"{vault / 'Projects'}: Transport endpoint is not connected" in problem["error"]
+    )
     monkeypatch.setattr(sources_mod.os, "scandir", real)
     big.sweep()
     assert big.stores.problems.active_in("unreadable") is None and _counts(big) == before

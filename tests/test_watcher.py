@@ -237,7 +237,7 @@ def test_a_folder_made_unreadable_is_a_problem_at_its_event_not_at_the_next_swee
             private.chmod(0)
             try:
                 _until(lambda: unreadable() is not None)
-                assert f"of vault cannot be read ({private})" in str(unreadable())
+                assert f"of vault cannot be read ({private}: Permission denied)" in str(unreadable())
                 assert h.supervisor.roots["vault"].unreadable == [str(private)]
                 assert _keys(h) == keys  # its notes stay as they were
             finally:

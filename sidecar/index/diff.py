@@ -49,6 +49,7 @@ from sidecar.vault.sources import (
     scan,
     stored_id,
     twin_reason,
+    unreadable_skip,
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
@@ -180,6 +181,7 @@ class ChangeFinder:
         self.excluded_by = excluded_by
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
         self._listed_unreadable: dict[str, list[str]] = {}  # root name -> what its listing could not read
+        self._causes: dict[str, str] = {}  # path -> why its listing or stat failed ("Input/output error")
         # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
@@ -797,6 +799,7 @@ class ChangeFinder:
         unread = _unreadable(root, skipped)
         self.supervisor.status(root)  # there for ``_say_unreadable``
         self._listed_unreadable[root.name] = [str(path) for path, _ in unread]
+        self._causes.update(_causes(skipped))
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
@@ -810,6 +813,7 @@ class ChangeFinder:
         was = self._listed_unreadable.get(root.name, [])
         now = [p for p in was if not any(p == w or p.startswith(w + "/") for w in wheres)]
         now += [str(path) for path, _ in _unreadable(root, found) if str(path) not in now]
+        self._causes.update(_causes(found))
         if now != was:
             self._listed_unreadable[root.name] = now
             self._say_unreadable(root.name)
@@ -822,11 +826,18 @@ class ChangeFinder:
         status = self.supervisor.roots.get(name)
         if status is not None:
             status.unreadable = paths + never
+        listed = {p for ps in self._listed_unreadable.values() for p in ps}
+        self._causes = {p: c for p, c in self._causes.items() if p in listed}
         said: list[str] = []
         if paths:
+            # The system's words for the first (an I/O error, no permission), as a failed read says them.
+            why = self._causes.get(paths[0]) or self._unread_notes.get((name, paths[0]), "")
+            if why.startswith("unreadable (") and why.endswith(")"):
+                why = why[len("unreadable (") : -1]
             said.append(
                 f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
-                f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
+                f"{f': {why}' if why else ''}{', ...' if len(paths) > 1 else ''}); "
+                "their notes stay in the index as they were"
             )
         if never:
             why = self._never_read[(name, never[0])]
@@ -1246,12 +1257,17 @@ def _file(  # noqa: PLR0911 - one return per kind of file
 
 
 def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
-    """What a folder whose listing failed is: unreadable (no permission, an I/O error), or
-    nothing when it was renamed, removed or replaced by a file since its stat (a sync tool's
-    flap; the event of its going or of what took its place follows)."""
+    """What a folder whose listing failed is: unreadable (no permission, an I/O error), its
+    path too long, or nothing when it was renamed, removed or replaced by a file since its stat
+    (a sync tool's flap; the event of its going or of what took its place follows)."""
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return []
-    return [Skipped(folder, "unreadable folder")]
+    return [unreadable_skip(folder, exc, "unreadable folder")]
+
+
+def _causes(found: Sequence[NoteFile | Skipped]) -> dict[str, str]:
+    """Why each folder or note a listing could not read failed, by path."""
+    return {str(s.path): s.cause for s in found if isinstance(s, Skipped) and s.cause}
 
 
 def _recent(times: dict[str, list[float]], root: Root) -> list[float]:

@@ -10,6 +10,7 @@ Imports ``config``, ``confine``, ``canvas`` and ``contracts`` (errors, the sourc
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -169,6 +170,15 @@ class Skipped:
     path: Path
     reason: str
     size: int = 0  # its bytes, where the size is the reason (too large); else 0
+    cause: str = ""  # the system's words for why it could not be read ("Input/output error")
+
+
+def unreadable_skip(path: Path, exc: OSError, reason: str) -> Skipped:
+    """A folder or note whose listing or stat failed with ``exc``: ``reason`` with the error's
+    words, or ``PATH_TOO_LONG`` (no later sweep reads it: not a passing fault of the share)."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return Skipped(path, PATH_TOO_LONG)
+    return Skipped(path, reason, cause=exc.strerror or type(exc).__name__)
 
 
 def agent_inbox(cfg: Config, agent: str) -> Path:
@@ -376,6 +386,7 @@ COUNTED_SUFFIXES = NOTE_SUFFIXES + tuple(_COUNTED_KINDS)
 # Larger than index.maxFileBytes: the category health counts skipped files under (kept as it is:
 # --json readers count by it); the size and the limit are said beside it, not in it.
 TOO_LARGE = "too large"
+PATH_TOO_LONG = "path too long"  # longer than the system allows (ENAMETOOLONG)
 
 
 def kind_skipped(root: Root, path: Path, st: os.stat_result) -> Skipped | None:
@@ -475,10 +486,10 @@ def scan(
         folder, rel_dir = stack.pop()
         try:
             entries = _listed(folder, rel_dir.rstrip("/") or ".", asking)
-        except OSError:
+        except OSError as exc:
             if first:
                 raise
-            yield Skipped(folder, "unreadable folder")
+            yield unreadable_skip(folder, exc, "unreadable folder")
             continue
         first = False
         names = {e.name for e in entries}
@@ -520,9 +531,9 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     try:
         is_link = entry.is_symlink()
         st = _asked_stat(entry, rel, asking)
-    except OSError:
+    except OSError as exc:
         if is_note_name(entry.name, root.source):
-            return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
+            return unreadable_skip(Path(entry.path), exc, "unreadable" if not is_link else "broken symlink")
         if is_link:
             return None  # a link to nothing: no notes lie behind it
         # A folder that does not answer a stat (no search permission on its parent, a dead share
@@ -532,7 +543,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             folder = entry.is_dir(follow_symlinks=False)
         except OSError:
             folder = True
-        return Skipped(Path(entry.path), "unreadable folder") if folder else None
+        return unreadable_skip(Path(entry.path), exc, "unreadable folder") if folder else None
     if is_link and rel != root.exclude:  # the wiki folder, a link: the wiki root reports it
         why = link_refusal(root, Path(entry.path), base)
         if why is not None:
