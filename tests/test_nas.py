@@ -688,6 +688,11 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
         assert st.offline and "Hang.md" in str(st.error) and "did not answer" in str(st.error)
         assert "vault/Hang" not in h.stores.manifest.file_states("vault/")
         assert _stuck_readers("vault") == 1
+        # A search's "N of M notes read so far" counts the notes read, not those listed (it said
+        # "926 of 926" with 319 left behind the hung note).
+        act, counts = h.indexer.activity, h.stores.manifest.counts()
+        read = sum(c["files"] for c in counts["by_source"].values())
+        assert act.notes_read() == read < act.total == act.done
         # While it hangs: sweeps (full, and of an inbox's file events) answer at once, index the
         # inbox, start no second read of the share, and still say which note hangs.
         later = write(inbox / "later.md", "# Later\n\nThe lychee crate.\n")

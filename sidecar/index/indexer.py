@@ -75,6 +75,9 @@ class Activity:
     leaving: dict[str, int] = field(default_factory=dict)
     # Notes of this sweep read only to be cut again, their files unchanged (``Diff.recut``).
     recut: int = 0
+    # Notes of this sweep's batches not read: their root went offline (a hung share) or their
+    # read failed. Counted in ``done`` (their batch is), not in ``notes_read``.
+    not_read: int = 0
     # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
     # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
     tokenizer_wait_since: float | None = None
@@ -86,13 +89,18 @@ class Activity:
     def begin(self) -> None:
         """A sweep begins: counts and pace from nothing."""
         self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
-        self.leaving, self.recut = {}, 0
+        self.leaving, self.recut, self.not_read = {}, 0, 0
         self.pace.clear()
 
     def indexing(self, total: int) -> None:
         """Its changes found: ``total`` to write, the pace counted from now."""
         self.phase, self.total = "indexing", total
         self._step_at = self.clock()
+
+    def notes_read(self) -> int:
+        """This sweep's notes done and read (``done`` without ``not_read``): a search's "N of M
+        notes read so far" on a first index (it said "926 of 926" with 319 behind a hung note)."""
+        return max(self.done - self.not_read, 0)
 
     def written(self, notes: int) -> None:
         """A batch of ``notes`` written: counted, with its time into the pace."""
@@ -773,10 +781,11 @@ class Indexer:
                 p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
             # The first start's wait for the model is not what this note costs to cut.
             spent[str(note.path)] -= self._tokenizer_wait - waited
-            if p is None:
-                continue
-            if unread(p.skip_reason):
-                if self._read_failed(note, str(p.skip_reason), states.get(note.key), known(note)):
+            if p is None or unread(p.skip_reason):  # its root offline, or its read failed
+                self.activity.not_read += 1
+                if p is None or self._read_failed(
+                    note, str(p.skip_reason), states.get(note.key), known(note)
+                ):
                     continue
             else:
                 read.append(note)
