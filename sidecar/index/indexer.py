@@ -697,6 +697,15 @@ class Indexer:
             return False  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
+        if self._ignore_stuck is not None:
+            # Said, not only waited out: a new Excluded files rule went unapplied without a word.
+            # Cleared by the first read that ends (``_keep_rules``).
+            log.error("obsidian_settings_hung path=%s timeout=%.0fs", vault / ".obsidian", timeout)
+            self.problems.report(
+                "obsidian_settings",
+                f"reading Obsidian's settings in {vault / '.obsidian'} did not answer within {timeout:.0f} s "
+                "(hung share?); the rules read before stay until it answers",
+            )
         if formats is None:
             return False  # past the timeout: the rules in force stay
         # Dates are read from the names when a search asks (nothing stored to redo): a format
