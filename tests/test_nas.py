@@ -813,6 +813,34 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
         h.close()
 
 
+def test_a_stop_ends_the_wait_for_a_hung_listing(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's stop ends the indexer's wait for a share's call at once (its join waited the
+    call's whole deadline, scanTimeoutSeconds for a listing, and gave up on the indexer); the
+    root is not said to hang for it."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        sweeping = threading.Thread(target=h.indexer.sweep, daemon=True)
+        sweeping.start()
+        for _ in range(200):  # until the sweep waits on the listing
+            if h.supervisor.waiting is not None or h.supervisor.hung_call():
+                break
+            time.sleep(0.05)
+        assert h.supervisor.hung_call() == "vault (listing Recipes)"
+        h.supervisor.stopping.set()
+        sweeping.join(20)
+        assert not sweeping.is_alive() and not release.is_set()
+        st = h.supervisor.roots["vault"]
+        assert "the daemon stops" in str(st.error) and "hung" not in str(st.error)
+    finally:
+        release.set()
+        h.close()
+
+
 def test_offline_index_says_which_listing_it_waits_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

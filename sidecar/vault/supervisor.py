@@ -154,9 +154,13 @@ class Supervisor:
         # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
         # and is no longer is an unmounted folder, not notes moved (``index.diff``).
         self.mount_points_seen: set[str] = set()
-        # The note a read waits for longer than a second now: (root name, relative path, since
-        # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
+        # The call (the read of a note, a listing, a stat) indexing waits for longer than a second
+        # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and
+        # `sidecar index` to say what indexing waits for.
         self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
+        # Set by the daemon's stop: a wait for a share's call ends at once (the stop waited the
+        # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
@@ -225,6 +229,7 @@ class Supervisor:
                     self.cfg.watch.probe_timeout_seconds,
                     root.name,
                     self.beat,
+                    self.stopping.is_set,
                 )
             except OSError:
                 continue  # list_root says why
@@ -258,11 +263,14 @@ class Supervisor:
             raise RootUnreachable(_still_hangs(root, st))
         st._stuck, st.hung_on = None, None
         try:
-            value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
+            value, stuck = run_with_timeout(
+                fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat, self.stopping.is_set
+            )
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
         if stuck is not None:
-            st._stuck = stuck
+            st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+            _not_waited_for(root, self.stopping)
             log.error("scan_hung root=%s timeout=%.0fs", root.name, self.cfg.watch.scan_timeout_seconds)
             raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
         assert value is not None
@@ -290,11 +298,12 @@ class Supervisor:
                 self.beat()
 
         try:
-            value, stuck = run_with_timeout(fn, timeout, root.name, beat)
+            value, stuck = run_with_timeout(fn, timeout, root.name, beat, self.stopping.is_set)
         finally:
             self.waiting = None
         if stuck is not None:
             st._stuck, st.hung_on = stuck, f"reading {rel}"
+            _not_waited_for(root, self.stopping)
             log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
             raise RootUnreachable(
                 f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
@@ -323,10 +332,12 @@ class Supervisor:
 
         def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
             now = asking.now
-            return now is not None and time.monotonic() - now[2] >= timeout
+            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
 
         try:
-            ident, stuck = run_with_timeout(lambda: _probe(root, self.mounts), timeout, root.name, self.beat)
+            ident, stuck = run_with_timeout(
+                lambda: _probe(root, self.mounts), timeout, root.name, self.beat, self.stopping.is_set
+            )
             if stuck is None:
                 st.identity, st.absent = ident, False
                 found, stuck = run_with_timeout(
@@ -350,11 +361,13 @@ class Supervisor:
         if stuck is not None:
             st._stuck = stuck
             now = asking.now
+            if now is not None:
+                call, rel, _since = now
+                st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
+            _not_waited_for(root, self.stopping)
             if now is None:  # the probe, or the whole scan past scanTimeoutSeconds
                 log.error("scan_hung root=%s", root.name)
                 raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
-            call, rel, _since = now
-            st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
             log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
             raise RootUnreachable(
                 f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
@@ -644,6 +657,17 @@ class Supervisor:
                     out.append(st.name)
         return out
 
+    def hung_call(self) -> str | None:
+        """A call on a share indexing waits for now, or one given up on that still hangs (a
+        thread blocked in the kernel until the share answers), in words; None when none is known."""
+        waiting = self.waiting
+        if waiting is not None:
+            return f"{waiting[0]} ({waiting[3]} {waiting[1]})"
+        with self._lock:
+            statuses = list(self.roots.values())
+        hung = next((st for st in statuses if st.hanging is not None), None)
+        return None if hung is None else f"{hung.name} ({hung.hung_on or 'a call'})"
+
     def describe_waiting(self) -> dict[str, Any] | None:
         """The call indexing waits for now (past a second): the read of a note, the listing of a
         folder or the stat (``call``: read, listing, stat) of an entry, and for how long."""
@@ -720,6 +744,12 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
+
+
+def _not_waited_for(root: Root, stopping: threading.Event) -> None:
+    """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
+    if stopping.is_set():
+        raise RootUnreachable(f"{root.path}: not waited for, the daemon stops")
 
 
 def _still_hangs(root: Root, st: RootStatus) -> str:
