@@ -758,16 +758,40 @@ def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: thr
     monkeypatch.setattr(sources_mod.os, "scandir", scandir)
 
 
-def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, name: str, release: threading.Event) -> None:
-    """The stat of the entry ``name`` hangs until ``release`` (a share whose getattr hangs)."""
-    real = sources_mod.stat_of
+class _HangingEntry:
+    """A listed entry whose lstat hangs until ``release``: a FUSE share's listing gives no file
+    type, so ``is_symlink`` asks the share (its getattr hangs)."""
 
-    def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
-        if entry.name == name:
-            release.wait(20)
-        return real(entry)
+    def __init__(self, entry: os.DirEntry[str], release: threading.Event) -> None:
+        self._entry, self._release = entry, release
+        self.name, self.path = entry.name, entry.path
 
-    monkeypatch.setattr(sources_mod, "stat_of", stat_of)
+    def is_symlink(self) -> bool:
+        self._release.wait(20)
+        return self._entry.is_symlink()
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_dir(follow_symlinks=follow_symlinks)
+
+    def is_file(self, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_file(follow_symlinks=follow_symlinks)
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        return self._entry.stat(follow_symlinks=follow_symlinks)
+
+
+def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, path: Path, release: threading.Event) -> None:
+    """The look-up (lstat) of the file ``path`` hangs until ``release`` (a share whose getattr
+    hangs); its folder's listing answers."""
+    real = os.scandir
+
+    def scandir(folder: Any = ".") -> Any:
+        if Path(folder) != path.parent:
+            return real(folder)
+        with real(folder) as it:
+            return _Listing([_HangingEntry(e, release) if e.name == path.name else e for e in it])
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
 
 
 @pytest.mark.parametrize("call", ["listing", "stat"])
@@ -787,7 +811,7 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
         if call == "listing":
             _hang_listing_of(monkeypatch, vault / "Recipes", release)
         else:
-            _hang_stat_of(monkeypatch, "Bread.md", release)
+            _hang_stat_of(monkeypatch, vault / "Recipes" / "Bread.md", release)
         started = time.monotonic()
         h.indexer.sweep()
         assert time.monotonic() - started < 10

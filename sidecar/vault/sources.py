@@ -480,6 +480,7 @@ def scan(
         yield Skipped(root.path, refusal)
         return
     base = root.path.resolve()
+    asking = asking if asking is not None else Asking()  # told of each stat whoever asks
     stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
     while stack:
@@ -516,7 +517,7 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     base: Path,
     max_bytes: int,
     *,
-    asking: Asking | None = None,
+    asking: Asking,
 ) -> NoteFile | Skipped | str | None:
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
@@ -528,9 +529,12 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     if not decodable(entry.name):
         return Skipped(Path(entry.path), "name is not valid UTF-8")
     is_link = False
+    # Asked as one call: without a file type from the listing (a FUSE share's), is_symlink is
+    # the lstat that hangs.
+    asking.ask("stat", rel)
     try:
         is_link = entry.is_symlink()
-        st = _asked_stat(entry, rel, asking)
+        st = stat_of(entry)
     except OSError as exc:
         if is_note_name(entry.name, root.source):
             return unreadable_skip(Path(entry.path), exc, "unreadable" if not is_link else "broken symlink")
@@ -544,6 +548,8 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         except OSError:
             folder = True
         return unreadable_skip(Path(entry.path), exc, "unreadable folder") if folder else None
+    finally:
+        asking.answered()
     if is_link and rel != root.exclude:  # the wiki folder, a link: the wiki root reports it
         why = link_refusal(root, Path(entry.path), base)
         if why is not None:
@@ -578,17 +584,6 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
 def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
     """An entry's stat, its symlink followed (a module function: tests make one hang)."""
     return entry.stat(follow_symlinks=True)
-
-
-def _asked_stat(entry: os.DirEntry[str], rel: str, asking: Asking | None) -> os.stat_result:
-    """``stat_of``, ``asking`` told of it while it waits."""
-    if asking is None:
-        return stat_of(entry)
-    asking.ask("stat", rel)
-    try:
-        return stat_of(entry)
-    finally:
-        asking.answered()
 
 
 def name_refusal(root: Root, name: str) -> str | None:
