@@ -1318,3 +1318,133 @@ def test_a_rebuild_copy_that_cannot_be_put_back_is_dropped(
     assert not big.stores.manifest.has_aside()
     assert big.stores.manifest.chunk_ids("vault/Notes/n2")
     big.sweep()
+
+
+def _wait_for(cond: Any, tries: int = 200) -> bool:
+    """Poll ``cond`` (another thread's progress) for up to ~10 s; its last answer."""
+    for _ in range(tries):
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_a_slow_share_is_indexed_not_given_up_at_the_same_listing_each_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share whose listing of one folder answers after probeTimeoutSeconds on every sweep
+    (a cold SMB cache) is slow, not hung: once the listing given up on answers by itself, the
+    root's next scan waits for its calls up to scanTimeoutSeconds, and says so while it waits.
+    It was given up on at the same listing every sweep, offline for good, nothing new indexed."""
+    from sidecar.daemon.watchdog import status_line
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    said: list[Any] = []
+    try:
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+        real = os.scandir
+
+        def scandir(path: Any = ".") -> Any:
+            if Path(path) == vault / "Recipes":
+                # Answers late every time: once the sweep was given up on it, or once the sweep
+                # said it waits past the probe timeout (the beat tells it after a second).
+                _wait_for(lambda: st.hung_on is not None or h.supervisor.waiting is not None)
+                said.append(h.supervisor.describe_waiting())
+                said.append(status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok"))
+            return real(path)
+
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.indexer.sweep()
+        assert st.offline and "listing Recipes" in str(st.error)
+        assert _wait_for(lambda: not _stuck_readers("vault"))  # it answered: its scan ended there
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and st.slow
+        assert "vault/Recipes/New" in h.stores.manifest.file_states("vault/")
+        waited = said[-2]
+        assert waited is not None and waited["slow"] and waited["path"] == "Recipes"
+        assert waited["timeout_seconds"] == h.cfg.watch.scan_timeout_seconds
+        assert "waiting 1 s for vault to answer the listing of Recipes (a slow share" in said[-1]
+        assert h.supervisor.describe(lambda _p: True)[0]["slow"] is True
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+        h.indexer.sweep()  # every call quick again: given up per call again
+        assert not st.slow
+    finally:
+        h.close()
+
+
+def test_status_stops_naming_a_listing_once_it_answered(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing given up on that answers later: the scan it was part of ends at its next call
+    (nothing would use what it finds), so the root is not said to hang on it any more. The
+    scan went on with the rest of the share, the root said "(listing Recipes) still hangs"
+    while it did, and no sweep started until it ended."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    recipes, projects = threading.Event(), threading.Event()
+    listed: list[str] = []
+    try:
+        h.indexer.sweep()
+        real = os.scandir
+
+        def scandir(path: Any = ".") -> Any:
+            listed.append(Path(path).name)
+            if Path(path) == vault / "Recipes":
+                recipes.wait(20)
+            elif Path(path) == vault / "Projects":
+                projects.wait(20)
+            return real(path)
+
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        assert "listing Recipes" in str(st.error) and st.hanging is not None
+        listed.clear()
+        recipes.set()
+        assert _wait_for(lambda: not _stuck_readers("vault"), tries=100)
+        assert "Projects" not in listed and st.hanging is None
+        projects.set()
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and "still hangs" not in str(st.error)
+    finally:
+        recipes.set()
+        projects.set()
+        h.close()
+
+
+def test_a_file_event_in_a_folder_whose_listing_hangs_is_given_up_naming_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file event for a folder whose listing hangs: the look at it says what it waits on and
+    gives up after probeTimeoutSeconds, as a sweep does (it waited scanTimeoutSeconds, naming
+    nothing)."""
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 1.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    seen: list[Any] = []
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        looking = threading.Thread(
+            target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
+        )
+        looking.start()
+
+        def waits() -> bool:
+            seen.append(h.supervisor.describe_waiting())
+            return not looking.is_alive()
+
+        _wait_for(waits, tries=200)
+        looking.join(5)
+        assert not looking.is_alive() and not release.is_set()
+        said = [s for s in seen if s]
+        assert said and said[0]["call"] == "listing" and said[0]["path"] == "Recipes"
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "listing Recipes" in str(st.error)
+    finally:
+        release.set()
+        h.close()

@@ -391,7 +391,8 @@ def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[
     said.add((waiting["root"], waiting["path"]))
     bar.say(
         f"waiting for {shown(waiting['root'])} to answer {waited_call(waiting)} "
-        f"(hung share?); given up after {waiting['timeout_seconds']:.0f} s, the root is then offline"
+        f"({'a slow share' if waiting.get('slow') else 'hung share?'}); given up after "
+        f"{waiting['timeout_seconds']:.0f} s, the root is then offline"
     )
 
 

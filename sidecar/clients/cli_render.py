@@ -192,9 +192,15 @@ def render_status(h: dict[str, Any]) -> str:
     lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
     if waiting:  # a call that has not answered for a second or more: what indexing waits for
+        why = (
+            "(a slow share: a listing or stat of it took longer than watch.probeTimeoutSeconds; "
+            "its scans wait up to watch.scanTimeoutSeconds)"
+            if waiting.get("slow")
+            else "(hung share?)"
+        )
         lines.append(
             f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer "
-            f"{waited_call(waiting)} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
+            f"{waited_call(waiting)} {why}; after {waiting['timeout_seconds']:.0f} s the root "
             "goes offline and the others are indexed on"
         )
     lines += _count_lines(idx)

@@ -1099,8 +1099,10 @@ class Daemon:
         if parts is not None:
             parts.vectors.stop_builds()
         stuck = False
-        hung = parts.supervisor.hung_call() if parts is not None else None
         for t in self._threads:
+            # Asked at its turn: the indexer's join before it ends a wait for the share at the
+            # stop, and a call that hangs is known once that wait ended.
+            hung = parts.supervisor.hung_call() if parts is not None and t.name == "watcher" else None
             if t.name == "watcher" and hung is not None:
                 # Its walk of the share is in the kernel until the share answers (a walk is no
                 # bounded call); it writes nothing, so it is not waited for (the stop took

@@ -35,6 +35,7 @@ from sidecar.vault.sources import (
     NOTE_SUFFIXES,
     TOO_LARGE,
     TWIN_REASON,
+    Asking,
     NoteFile,
     Root,
     Skipped,
@@ -1072,9 +1073,12 @@ class ChangeFinder:
                 excluded[key] = {key: rule}  # a changed file of its own
         return kept, excluded
 
-    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
+    def _look(
+        self, root: Root, rels: Sequence[str], asking: Asking
+    ) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
         """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
-        folders walked whole)."""
+        folders walked whole). ``asking`` is told of each stat and listing (the supervisor gives
+        up on one that hangs, as in a sweep)."""
         found: list[NoteFile | Skipped] = []
         gone: list[str] = []
         walked: list[str] = []
@@ -1094,7 +1098,7 @@ class ChangeFinder:
             if _below_a_link(root.path, rel, folders):
                 continue
             try:
-                st = os.lstat(path)
+                st = _lstat(path, rel, asking)
             except FileNotFoundError:
                 gone.append(rel)
                 # "Note.MD" beside a deleted "Note.md" owns the key now, and has no event.
@@ -1109,7 +1113,7 @@ class ChangeFinder:
             if stat.S_ISDIR(st.st_mode):
                 if root.source != "memory":
                     try:
-                        listed = list(scan(root, max_bytes, start=rel))
+                        listed = list(scan(root, max_bytes, start=rel, asking=asking))
                     except OSError as exc:
                         # Not listed: nothing known of what it holds, kept as it is. Said now (a
                         # chmod 000 is an event for the folder): status showed no problem until
@@ -1254,6 +1258,15 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, TOO_LARGE, st.st_size)
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
+
+
+def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:
+    """The lstat of a changed path, ``asking`` told of it (a hung share is given up on there)."""
+    asking.ask("stat", rel)
+    try:
+        return os.lstat(path)
+    finally:
+        asking.answered()
 
 
 def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:

@@ -423,19 +423,39 @@ def extension_twin(name: str, names: Container[str]) -> str | None:
     return twin if twin in names else None
 
 
+class GivenUp(Exception):  # noqa: N818 - the end of a scan whose waiter left, not a bug
+    """Raised in a scan whose waiter gave up on it, at its next call (none is left hanging)."""
+
+
 class Asking:
     """The file-system call a scan waits on now (``listing`` of a folder, ``stat`` of an entry),
     its relative path and since when (monotonic), or None: another thread tells a share that
-    hangs on one call from a long scan of a slow one by it. One tuple, swapped whole."""
+    hangs on one call from a long scan of a slow one by it. One tuple, swapped whole.
+    ``longest`` is the longest call so far (seconds); once ``abandon`` is called the scan ends
+    with ``GivenUp`` at its next call (its waiter left: nothing would use what it finds)."""
 
     def __init__(self) -> None:
         self.now: tuple[str, str, float] | None = None
+        self.longest = 0.0
+        self._abandoned = False
 
     def ask(self, call: str, rel: str) -> None:
+        self._ended()
+        if self._abandoned:
+            raise GivenUp(rel)
         self.now = (call, rel, time.monotonic())
 
     def answered(self) -> None:
+        self._ended()
         self.now = None
+
+    def abandon(self) -> None:
+        self._abandoned = True
+
+    def _ended(self) -> None:
+        now = self.now
+        if now is not None:
+            self.longest = max(self.longest, time.monotonic() - now[2])
 
 
 def _listed(folder: Path, rel: str, asking: Asking | None) -> list[os.DirEntry[str]]:

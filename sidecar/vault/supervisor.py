@@ -111,13 +111,25 @@ class RootStatus:
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
     hung_on: str | None = None  # the call that hangs, when one does ("reading a.md", "listing b")
+    # A listing or stat of this root answered, but only after watch.probeTimeoutSeconds (a slow
+    # share, not a hung one): its scans are bounded by watch.scanTimeoutSeconds as a whole, not
+    # per call, until one ends with every call quicker (given up per call, it was never indexed).
+    slow: bool = False
     _stuck: threading.Thread | None = field(default=None, repr=False)
+    # The scan given up on at one call, and that call: the hang is over once the call answered
+    # (the scan then ends at its next call: ``Asking.abandon``).
+    _asking: Asking | None = field(default=None, repr=False)
+    _given_up: tuple[str, str, float] | None = field(default=None, repr=False)
 
     @property
     def hanging(self) -> threading.Thread | None:
         """The call on this root that still hangs (a hung share), if any."""
         stuck = self._stuck
-        return stuck if stuck is not None and stuck.is_alive() else None
+        if stuck is None or not stuck.is_alive():
+            return None
+        if self._asking is not None and self._asking.now is not self._given_up:
+            return None  # the call given up on answered: not hung (its scan stops at its next call)
+        return stuck
 
 
 class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
@@ -254,27 +266,83 @@ class Supervisor:
         why = self.home.problem()
         return f"{why}; nothing of it is deleted while it stays so" if why is not None else None
 
-    def bounded(self, root: Root, fn: Callable[[], T]) -> T:
-        """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
+    def bounded(self, root: Root, fn: Callable[[Asking], T]) -> T:
+        """Run file-system work on ``root`` (``fn``, told of each call by the ``Asking`` it gets)
+        as a scan is: each listing or stat bounded by the probe timeout (the whole by the scan
+        timeout on a slow share); RootUnreachable if it hangs."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
+        st = self._fresh(root)
+        try:
+            return self._asked(root, st, fn)
+        except OSError as exc:
+            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
+
+    def _fresh(self, root: Root) -> RootStatus:
+        """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
+        scan given up on at a call that answered since makes the root slow."""
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
-        st._stuck, st.hung_on = None, None
+        if st._asking is not None and not self.stopping.is_set():
+            st.slow = True  # the call answered by itself: slow, not hung
+            log.warning(
+                "share_slow root=%s call=%s probe_timeout=%.1fs: its scans wait up to scanTimeoutSeconds",
+                root.name,
+                st.hung_on,
+                self.cfg.watch.probe_timeout_seconds,
+            )
+        st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
+        return st
+
+    def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T]) -> T:
+        """``fn`` with an ``Asking``: given up once one call has not answered for the probe
+        timeout (the whole after the scan timeout on a slow root), naming the call."""
+        timeout = self.cfg.watch.probe_timeout_seconds
+        asking = Asking()
+        slow = st.slow
+
+        def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
+            now = asking.now
+            self.waiting = (
+                (root.name, now[1], now[2], now[0]) if now and time.monotonic() - now[2] >= 1 else None
+            )
+            if self.beat is not None:
+                self.beat()
+
+        def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
+            now = asking.now
+            return self.stopping.is_set() or (
+                not slow and now is not None and time.monotonic() - now[2] >= timeout
+            )
+
         try:
             value, stuck = run_with_timeout(
-                fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat, self.stopping.is_set
+                lambda: fn(asking), self.cfg.watch.scan_timeout_seconds, root.name, beat, hung
             )
-        except OSError as exc:
-            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
-        if stuck is not None:
-            st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
-            _not_waited_for(root, self.stopping)
-            log.error("scan_hung root=%s timeout=%.0fs", root.name, self.cfg.watch.scan_timeout_seconds)
-            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
-        assert value is not None
-        return value
+        finally:
+            self.waiting = None
+        if stuck is None:
+            st.slow = asking.longest >= timeout  # every call quicker: per call again
+            return value  # type: ignore[return-value]  # fn's own result
+        asking.abandon()  # it stops at its next call once this one answers
+        st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+        now = asking.now
+        if now is not None:
+            call, rel, _since = now
+            st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
+            st._asking, st._given_up = asking, now
+        _not_waited_for(root, self.stopping)
+        if now is None or slow:  # the probe, or the whole scan past scanTimeoutSeconds
+            on = f" ({st.hung_on})" if st.hung_on else ""
+            log.error("scan_hung root=%s%s", root.name, f" call={now[0]} path={now[1]}" if now else "")
+            raise RootUnreachable(f"{root.path}{on} did not answer within its timeout (hung share?)")
+        log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
+        raise RootUnreachable(
+            f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+            "notes of this root are not read until it answers (a share only slow is asked again "
+            "with watch.scanTimeoutSeconds once it answers)"
+        )
 
     def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
         """Read one note of ``root`` (``fn``, its relative path ``rel``) with the probe timeout,
@@ -315,38 +383,23 @@ class Supervisor:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
-        st = self.status(root)
-        if st.hanging is not None:
-            raise RootUnreachable(_still_hangs(root, st))
-        st._stuck, st.hung_on = None, None
-        timeout = self.cfg.watch.probe_timeout_seconds
-        asking = Asking()
-
-        def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
-            now = asking.now
-            self.waiting = (
-                (root.name, now[1], now[2], now[0]) if now and time.monotonic() - now[2] >= 1 else None
-            )
-            if self.beat is not None:
-                self.beat()
-
-        def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
-            now = asking.now
-            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
-
+        st = self._fresh(root)
         try:
             ident, stuck = run_with_timeout(
-                lambda: _probe(root, self.mounts), timeout, root.name, self.beat, self.stopping.is_set
+                lambda: _probe(root, self.mounts),
+                self.cfg.watch.probe_timeout_seconds,
+                root.name,
+                self.beat,
+                self.stopping.is_set,
             )
-            if stuck is None:
-                st.identity, st.absent = ident, False
-                found, stuck = run_with_timeout(
-                    lambda: list(scan(root, self.cfg.index.max_file_bytes, asking=asking)),
-                    self.cfg.watch.scan_timeout_seconds,
-                    root.name,
-                    beat,
-                    hung,
-                )
+            if stuck is not None:
+                st._stuck = stuck
+                _not_waited_for(root, self.stopping)
+                log.error("scan_hung root=%s", root.name)
+                raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+            st.identity, st.absent = ident, False
+            max_bytes = self.cfg.index.max_file_bytes
+            return self._asked(root, st, lambda asking: list(scan(root, max_bytes, asking=asking)))
         except FileNotFoundError:
             if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
@@ -356,25 +409,6 @@ class Supervisor:
             return []
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
-        finally:
-            self.waiting = None
-        if stuck is not None:
-            st._stuck = stuck
-            now = asking.now
-            if now is not None:
-                call, rel, _since = now
-                st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
-            _not_waited_for(root, self.stopping)
-            if now is None:  # the probe, or the whole scan past scanTimeoutSeconds
-                log.error("scan_hung root=%s", root.name)
-                raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
-            log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
-            raise RootUnreachable(
-                f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
-                "notes of this root are not read until it answers"
-            )
-        assert found is not None
-        return found
 
     def vault_not_there(self) -> bool:
         """Whether the vault folder is missing, empty, unmounted or another device than before
@@ -675,12 +709,17 @@ class Supervisor:
         if waiting is None:
             return None
         name, rel, since, call = waiting
+        st = self.roots.get(name)
+        slow = call != "read" and st is not None and st.slow
+        watch = self.cfg.watch
         return {
             "root": name,
             "path": rel,
             "call": call,
             "seconds": round(time.monotonic() - since, 1),
-            "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
+            # A slow root's listings and stats wait as long as its whole scan may take.
+            "timeout_seconds": watch.scan_timeout_seconds if slow else watch.probe_timeout_seconds,
+            "slow": slow,
         }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
@@ -712,6 +751,7 @@ class Supervisor:
                     else round(st.last_sweep_seconds, 3),
                     "files_seen": st.seen,
                     "absent": st.absent,
+                    "slow": st.slow,
                     "files_skipped": st.skipped,
                     "held_deletions": st.held_deletions,
                     "waiting_deletions": st.waiting_deletions,
