@@ -340,8 +340,9 @@ class Supervisor:
         log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
         raise RootUnreachable(
             f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
-            "notes of this root are not read until it answers (a share only slow is asked again "
-            "with watch.scanTimeoutSeconds once it answers)"
+            "notes of this root are not read until it answers (should it answer late, a slow "
+            "share: its calls are then waited for up to watch.scanTimeoutSeconds; for "
+            "`sidecar index` without the daemon raise watch.probeTimeoutSeconds)"
         )
 
     def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
