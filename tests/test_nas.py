@@ -1448,3 +1448,36 @@ def test_a_file_event_in_a_folder_whose_listing_hangs_is_given_up_naming_it(
     finally:
         release.set()
         h.close()
+
+
+def test_status_and_index_say_a_slow_share_and_the_bound_in_force(vault: Path, serve_in_process: Any) -> None:
+    """A listing of a slow share (one that answered after probeTimeoutSeconds before) is said to
+    be waited on as a slow share, up to scanTimeoutSeconds, not as a hung share given up on after
+    probeTimeoutSeconds."""
+    from sidecar.clients.cli_admin import _say_waiting
+    from sidecar.clients.cli_render import render_status
+
+    server = serve_in_process(vault, model="fake")
+    supervisor = server.harness.supervisor
+    supervisor.roots["vault"].slow = True
+    supervisor.waiting = ("vault", "Recipes", time.monotonic() - 3, "listing")
+    health = server.call("health")
+    supervisor.waiting = None
+    waiting = health["index"]["waiting"]
+    assert waiting["slow"] and waiting["timeout_seconds"] == server.cfg.watch.scan_timeout_seconds
+    assert "to answer the listing of Recipes (a slow share: a listing or stat of it took longer than " in (
+        render_status(health)
+    )
+    assert next(r for r in health["roots"] if r["name"] == "vault")["slow"] is True
+
+    class Bar:
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def say(self, text: str) -> None:
+            self.said.append(text)
+
+    bar = Bar()
+    _say_waiting(bar, waiting, set())  # type: ignore[arg-type]
+    bound = server.cfg.watch.scan_timeout_seconds
+    assert f"the listing of Recipes (a slow share); given up after {bound:.0f} s" in bar.said[0]
