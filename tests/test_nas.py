@@ -1481,3 +1481,21 @@ def test_status_and_index_say_a_slow_share_and_the_bound_in_force(vault: Path, s
     _say_waiting(bar, waiting, set())  # type: ignore[arg-type]
     bound = server.cfg.watch.scan_timeout_seconds
     assert f"the listing of Recipes (a slow share); given up after {bound:.0f} s" in bar.said[0]
+
+
+def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault: Path) -> None:
+    """Only a whole scan with every call quick ends a share's being slow: a file event's look at
+    one note (a call or two) took it back to giving up per call, and the next sweep was given up
+    at the same slow listing again."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        st.slow = True
+        write(vault / "Recipes" / "Bread.md", "# Bread\n\nRye, slowly.\n")
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes" / "Bread.md")])
+        assert st.slow
+        h.indexer.sweep()
+        assert not st.slow
+    finally:
+        h.close()

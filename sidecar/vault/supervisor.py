@@ -274,7 +274,7 @@ class Supervisor:
             raise RootUnreachable(why)
         st = self._fresh(root)
         try:
-            return self._asked(root, st, fn)
+            return self._asked(root, st, fn, whole=False)
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
 
@@ -295,9 +295,10 @@ class Supervisor:
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
 
-    def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T]) -> T:
+    def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool) -> T:
         """``fn`` with an ``Asking``: given up once one call has not answered for the probe
-        timeout (the whole after the scan timeout on a slow root), naming the call."""
+        timeout (the whole after the scan timeout on a slow root), naming the call. Only a
+        ``whole`` scan of the root ends its being slow (a file event's look asks a few calls)."""
         timeout = self.cfg.watch.probe_timeout_seconds
         asking = Asking()
         slow = st.slow
@@ -323,7 +324,8 @@ class Supervisor:
         finally:
             self.waiting = None
         if stuck is None:
-            st.slow = asking.longest >= timeout  # every call quicker: per call again
+            late = asking.longest >= timeout
+            st.slow = late or (st.slow and not whole)  # a whole scan with every call quicker: per call again
             return value  # type: ignore[return-value]  # fn's own result
         asking.abandon()  # it stops at its next call once this one answers
         st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
@@ -400,7 +402,11 @@ class Supervisor:
                 raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
             st.identity, st.absent = ident, False
             max_bytes = self.cfg.index.max_file_bytes
-            return self._asked(root, st, lambda asking: list(scan(root, max_bytes, asking=asking)))
+
+            def listing(asking: Asking) -> list[NoteFile | Skipped]:
+                return list(scan(root, max_bytes, asking=asking))
+
+            return self._asked(root, st, listing, whole=True)
         except FileNotFoundError:
             if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
