@@ -1423,7 +1423,7 @@ def test_a_file_event_in_a_folder_whose_listing_hangs_is_given_up_naming_it(
     gives up after probeTimeoutSeconds, as a sweep does (it waited scanTimeoutSeconds, naming
     nothing)."""
     h = Harness(
-        make_cfg(vault, **{"watch.probeTimeoutSeconds": 1.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 2.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
     )
     release = threading.Event()
     seen: list[Any] = []
