@@ -614,6 +614,95 @@ def test_a_stop_that_gives_up_on_a_worker_says_so(
     worker.join(5)
 
 
+def test_a_stop_does_not_wait_for_a_watcher_stuck_on_a_hung_share(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a call on a share known to hang, the stop does not wait its whole join for the
+    watcher (its walk of the share is in the kernel until the share answers; it writes nothing):
+    10 s for it beside the indexer's took 20 s of the unit's TimeoutStopSec=30. Said in the log,
+    and the process leaves with os._exit (``stuck``)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sidecar.daemon import lifecycle
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 30.0)
+    cfg = make_cfg(vault)
+    daemon = lifecycle.Daemon(cfg)
+    supervisor = Supervisor(cfg)
+    release = threading.Event()
+    call = threading.Thread(target=release.wait, args=(30,), daemon=True)  # the call that hangs
+    call.start()
+    st = supervisor.status(Root("vault", vault))
+    st._stuck, st.hung_on = call, "listing Projects"
+    daemon.parts = SimpleNamespace(supervisor=supervisor, vectors=SimpleNamespace(stop_builds=lambda: None))  # type: ignore[assignment]
+    watcher = threading.Thread(target=release.wait, args=(5,), name="watcher", daemon=True)
+    indexer = threading.Thread(target=lambda: None, name="indexer", daemon=True)
+    for t in (watcher, indexer):
+        t.start()
+        daemon._threads.append(t)
+    daemon.stop_clock.begin()
+    try:
+        with caplog.at_level("WARNING"):
+            stuck = daemon._join_workers()
+        assert watcher.is_alive()  # not waited for: the old stop joined it until the share answered
+        assert not stuck and daemon.stuck
+        assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
+    finally:
+        release.set()
+        watcher.join(5)
+        call.join(5)
+
+
+def test_a_stop_asks_for_a_hung_call_when_the_watchers_turn_comes(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call found to hang while the indexer is joined (its wait for the share ended at the
+    stop) still spares the stop the watcher's whole join: the hung call is asked for when the
+    watcher's turn comes (it was asked once before the indexer's join, and none was known yet)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sidecar.daemon import lifecycle
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 30.0)
+    cfg = make_cfg(vault)
+    daemon = lifecycle.Daemon(cfg)
+    supervisor = Supervisor(cfg)
+    release = threading.Event()
+    call = threading.Thread(target=release.wait, args=(30,), daemon=True)  # the call that hangs
+    call.start()
+    st = supervisor.status(Root("vault", vault))
+    daemon.parts = SimpleNamespace(supervisor=supervisor, vectors=SimpleNamespace(stop_builds=lambda: None))  # type: ignore[assignment]
+    indexer_go = threading.Event()
+
+    def indexer_run() -> None:  # its wait for the listing ends at the stop: the hang is known then
+        indexer_go.wait(5)
+        st._stuck, st.hung_on = call, "listing Projects"
+
+    indexer = threading.Thread(target=indexer_run, name="indexer", daemon=True)
+    watcher = threading.Thread(target=release.wait, args=(5,), name="watcher", daemon=True)
+    for t in (indexer, watcher):
+        t.start()
+        daemon._threads.append(t)
+    daemon.stop_clock.begin()
+    try:
+        indexer_go.set()
+        with caplog.at_level("WARNING"):
+            stuck = daemon._join_workers()
+        assert watcher.is_alive()  # not waited for its whole join
+        assert not stuck and daemon.stuck
+        assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
+    finally:
+        release.set()
+        watcher.join(5)
+        call.join(5)
+
+
 @pytest.mark.parametrize("raised", ["config", "other"])
 def test_a_reload_refused_for_any_reason_says_the_previous_settings_stay_once(
     make_cfg: Any, vault: Path, raised: str

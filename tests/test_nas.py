@@ -247,9 +247,31 @@ def test_unreadable_folder_keeps_its_notes(
     assert _counts(big) == before
     assert not big.supervisor.roots["vault"].offline
     problem = big.stores.problems.active_in("unreadable")
-    assert problem is not None and str(bad) in problem["error"]
+    # The cause with the folder: the line named the folder, never why it could not be read.
+    assert problem is not None and f"{bad}: Permission denied" in problem["error"]
     monkeypatch.setattr(sources_mod.os, "scandir", real)
     big.sweep()
+    assert big.stores.problems.active_in("unreadable") is None
+    assert _counts(big) == before
+
+
+def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Harness, vault: Path) -> None:
+    """A folder chain past PATH_MAX (ENAMETOOLONG) is no passing fault of a share: counted as
+    `path too long`, no `unreadable` problem (it was one for ever, without a reason)."""
+    fd = os.open(vault, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # made by relative steps: the whole path is too long for any one call
+        for _ in range(24):
+            name = "d" * 200
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(os.open("Deep.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    before = _counts(big)
+    big.sweep()
+    assert big.indexer.activity.scan_skipped.get("path too long") == 1
     assert big.stores.problems.active_in("unreadable") is None
     assert _counts(big) == before
 
@@ -309,7 +331,10 @@ def test_folder_that_fails_a_stat_keeps_its_notes(
     big.sweep()
     assert _counts(big) == before and big.stores.manifest.chunk_ids("vault/Projects/Boat")
     problem = big.stores.problems.active_in("unreadable")
-    assert problem is not None and str(vault / "Projects") in problem["error"]
+    assert (
+        problem is not None
+        and f"{vault / 'Projects'}: Transport endpoint is not connected" in problem["error"]
+    )
     monkeypatch.setattr(sources_mod.os, "scandir", real)
     big.sweep()
     assert big.stores.problems.active_in("unreadable") is None and _counts(big) == before
@@ -663,6 +688,11 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
         assert st.offline and "Hang.md" in str(st.error) and "did not answer" in str(st.error)
         assert "vault/Hang" not in h.stores.manifest.file_states("vault/")
         assert _stuck_readers("vault") == 1
+        # A search's "N of M notes read so far" counts the notes read, not those listed (it said
+        # "926 of 926" with 319 left behind the hung note).
+        act, counts = h.indexer.activity, h.stores.manifest.counts()
+        read = sum(c["files"] for c in counts["by_source"].values())
+        assert act.notes_read() == read < act.total == act.done
         # While it hangs: sweeps (full, and of an inbox's file events) answer at once, index the
         # inbox, start no second read of the share, and still say which note hangs.
         later = write(inbox / "later.md", "# Later\n\nThe lychee crate.\n")
@@ -713,6 +743,158 @@ def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
     err = capsys.readouterr().err
     assert "waiting for vault to answer the read of Hang.md (hung share?)" in err
     assert "vault offline, kept as indexed: reading Hang.md" in err
+
+
+def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> None:
+    """Listing ``folder`` hangs until ``release`` (a stalled SMB/NFS listing of one subfolder);
+    the root's own listing and every other call answer."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+class _HangingEntry:
+    """A listed entry whose lstat hangs until ``release``: a FUSE share's listing gives no file
+    type, so ``is_symlink`` asks the share (its getattr hangs)."""
+
+    def __init__(self, entry: os.DirEntry[str], release: threading.Event) -> None:
+        self._entry, self._release = entry, release
+        self.name, self.path = entry.name, entry.path
+
+    def is_symlink(self) -> bool:
+        self._release.wait(20)
+        return self._entry.is_symlink()
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_dir(follow_symlinks=follow_symlinks)
+
+    def is_file(self, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_file(follow_symlinks=follow_symlinks)
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        return self._entry.stat(follow_symlinks=follow_symlinks)
+
+
+def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, path: Path, release: threading.Event) -> None:
+    """The look-up (lstat) of the file ``path`` hangs until ``release`` (a share whose getattr
+    hangs); its folder's listing answers."""
+    real = os.scandir
+
+    def scandir(folder: Any = ".") -> Any:
+        if Path(folder) != path.parent:
+            return real(folder)
+        with real(folder) as it:
+            return _Listing([_HangingEntry(e, release) if e.name == path.name else e for e in it])
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+@pytest.mark.parametrize("call", ["listing", "stat"])
+def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """A sweep whose listing of one subfolder (or stat of one note) hangs gives up after the
+    probe timeout, as a hung read does, and names what hangs: the root offline, its notes kept,
+    no second stuck call while it hangs, everything read again once it answers. It waited
+    scanTimeoutSeconds (600 s) with `Index: ready` and said only "did not answer"."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        before = set(h.stores.manifest.file_states("vault/"))
+        assert "vault/Recipes/Bread" in before
+        if call == "listing":
+            _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        else:
+            _hang_stat_of(monkeypatch, vault / "Recipes" / "Bread.md", release)
+        started = time.monotonic()
+        h.indexer.sweep()
+        assert time.monotonic() - started < 10
+        st = h.supervisor.roots["vault"]
+        said = "listing Recipes" if call == "listing" else "looking up Recipes/Bread.md"
+        assert st.offline and said in str(st.error) and "did not answer" in str(st.error)
+        assert set(h.stores.manifest.file_states("vault/")) == before  # kept, none deleted
+        assert _stuck_readers("vault") == 1
+        h.indexer.sweep()  # while it hangs: no second call on the share, still named
+        assert _stuck_readers("vault") == 1
+        assert said in str(h.supervisor.roots["vault"].error)
+        release.set()
+        for _ in range(100):
+            if not _stuck_readers("vault"):
+                break
+            time.sleep(0.05)
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline
+        assert set(h.stores.manifest.file_states("vault/")) == before
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_stop_ends_the_wait_for_a_hung_listing(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's stop ends the indexer's wait for a share's call at once (its join waited the
+    call's whole deadline, scanTimeoutSeconds for a listing, and gave up on the indexer); the
+    root is not said to hang for it."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        sweeping = threading.Thread(target=h.indexer.sweep, daemon=True)
+        sweeping.start()
+        for _ in range(200):  # until the sweep waits on the listing
+            if h.supervisor.waiting is not None or h.supervisor.hung_call():
+                break
+            time.sleep(0.05)
+        assert h.supervisor.hung_call() == "vault (listing Recipes)"
+        h.supervisor.stopping.set()
+        sweeping.join(20)
+        assert not sweeping.is_alive() and not release.is_set()
+        st = h.supervisor.roots["vault"]
+        assert "the daemon stops" in str(st.error) and "hung" not in str(st.error)
+    finally:
+        release.set()
+        h.close()
+
+
+def test_offline_index_says_which_listing_it_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` on a share whose listing of one subfolder hangs says which folder it waits
+    for, and names it in the root left offline (it printed nothing for scanTimeoutSeconds)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    release = threading.Event()
+    _hang_listing_of(monkeypatch, vault / "Projects", release)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    try:
+        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
+    finally:
+        release.set()
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "waiting for vault to answer the listing of Projects (hung share?)" in err
+    assert "vault offline, kept as indexed: listing Projects in" in err
+
+
+def test_the_status_line_says_which_listing_the_sweep_waits_for(big: Harness) -> None:
+    """`systemctl status` said "ready" for as long as a listing hung."""
+    from sidecar.daemon.watchdog import status_line
+
+    big.supervisor.waiting = ("vault", "Projects", time.monotonic() - 3, "listing")
+    line = status_line(big.indexer.activity, big.supervisor, big.stores.manifest, "ok")
+    assert "waiting 3 s for vault to answer the listing of Projects" in line
 
 
 def test_a_pipe_named_like_a_note_seen_by_an_event_is_counted_at_once(big: Harness, vault: Path) -> None:
@@ -1702,3 +1884,185 @@ def test_an_error_naming_full_that_is_no_full_disk_is_not_said_as_one(
         db.executemany("INSERT INTO t VALUES (?)", [(b"x" * 4096,)] * 4)
     assert exc.value.sqlite_errorcode == 13 and disk_full(exc.value)
     db.close()
+
+
+def _wait_for(cond: Any, tries: int = 200) -> bool:
+    """Poll ``cond`` (another thread's progress) for up to ~10 s; its last answer."""
+    for _ in range(tries):
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_a_slow_share_is_indexed_not_given_up_at_the_same_listing_each_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share whose listing of one folder answers after probeTimeoutSeconds on every sweep
+    (a cold SMB cache) is slow, not hung: once the listing given up on answers by itself, the
+    root's next scan waits for its calls up to scanTimeoutSeconds, and says so while it waits.
+    It was given up on at the same listing every sweep, offline for good, nothing new indexed."""
+    from sidecar.daemon.watchdog import status_line
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    said: list[Any] = []
+    try:
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+        real = os.scandir
+
+        def scandir(path: Any = ".") -> Any:
+            if Path(path) == vault / "Recipes":
+                # Answers late every time: once the sweep was given up on it, or once the sweep
+                # said it waits past the probe timeout (the beat tells it after a second).
+                _wait_for(lambda: st.hung_on is not None or h.supervisor.waiting is not None)
+                said.append(h.supervisor.describe_waiting())
+                said.append(status_line(h.indexer.activity, h.supervisor, h.stores.manifest, "ok"))
+            return real(path)
+
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.indexer.sweep()
+        assert st.offline and "listing Recipes" in str(st.error)
+        assert _wait_for(lambda: not _stuck_readers("vault"))  # it answered: its scan ended there
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and st.slow
+        assert "vault/Recipes/New" in h.stores.manifest.file_states("vault/")
+        waited = said[-2]
+        assert waited is not None and waited["slow"] and waited["path"] == "Recipes"
+        assert waited["timeout_seconds"] == h.cfg.watch.scan_timeout_seconds
+        bound = f"(a slow share: up to {h.cfg.watch.scan_timeout_seconds:.0f} s)"
+        assert f"for vault to answer the listing of Recipes {bound}" in said[-1]
+        assert h.supervisor.describe(lambda _p: True)[0]["slow"] is True
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+        h.indexer.sweep()  # every call quick again: given up per call again
+        assert not st.slow
+    finally:
+        h.close()
+
+
+def test_status_stops_naming_a_listing_once_it_answered(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing given up on that answers later: the scan it was part of ends at its next call
+    (nothing would use what it finds), so the root is not said to hang on it any more. The
+    scan went on with the rest of the share, the root said "(listing Recipes) still hangs"
+    while it did, and no sweep started until it ended."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    recipes, projects = threading.Event(), threading.Event()
+    listed: list[str] = []
+    try:
+        h.indexer.sweep()
+        real = os.scandir
+
+        def scandir(path: Any = ".") -> Any:
+            listed.append(Path(path).name)
+            if Path(path) == vault / "Recipes":
+                recipes.wait(20)
+            elif Path(path) == vault / "Projects":
+                projects.wait(20)
+            return real(path)
+
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        assert "listing Recipes" in str(st.error) and st.hanging is not None
+        listed.clear()
+        recipes.set()
+        assert _wait_for(lambda: not _stuck_readers("vault"), tries=100)
+        assert "Projects" not in listed and st.hanging is None
+        projects.set()
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and "still hangs" not in str(st.error)
+    finally:
+        recipes.set()
+        projects.set()
+        h.close()
+
+
+def test_a_file_event_in_a_folder_whose_listing_hangs_is_given_up_naming_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file event for a folder whose listing hangs: the look at it says what it waits on and
+    gives up after probeTimeoutSeconds, as a sweep does (it waited scanTimeoutSeconds, naming
+    nothing)."""
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 2.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    seen: list[Any] = []
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        looking = threading.Thread(
+            target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
+        )
+        looking.start()
+
+        def waits() -> bool:
+            seen.append(h.supervisor.describe_waiting())
+            return not looking.is_alive()
+
+        _wait_for(waits, tries=200)
+        looking.join(5)
+        assert not looking.is_alive() and not release.is_set()
+        said = [s for s in seen if s]
+        assert said and said[0]["call"] == "listing" and said[0]["path"] == "Recipes"
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "listing Recipes" in str(st.error)
+    finally:
+        release.set()
+        h.close()
+
+
+def test_status_and_index_say_a_slow_share_and_the_bound_in_force(vault: Path, serve_in_process: Any) -> None:
+    """A listing of a slow share (one that answered after probeTimeoutSeconds before) is said to
+    be waited on as a slow share, up to scanTimeoutSeconds, not as a hung share given up on after
+    probeTimeoutSeconds."""
+    from sidecar.clients.cli_admin import _say_waiting
+    from sidecar.clients.cli_render import render_status
+
+    server = serve_in_process(vault, model="fake")
+    supervisor = server.harness.supervisor
+    supervisor.roots["vault"].slow = True
+    supervisor.waiting = ("vault", "Recipes", time.monotonic() - 3, "listing")
+    health = server.call("health")
+    supervisor.waiting = None
+    waiting = health["index"]["waiting"]
+    assert waiting["slow"] and waiting["timeout_seconds"] == server.cfg.watch.scan_timeout_seconds
+    assert "to answer the listing of Recipes (a slow share: a listing or stat of it took longer than " in (
+        render_status(health)
+    )
+    assert next(r for r in health["roots"] if r["name"] == "vault")["slow"] is True
+
+    class Bar:
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def say(self, text: str) -> None:
+            self.said.append(text)
+
+    bar = Bar()
+    _say_waiting(bar, waiting, set())  # type: ignore[arg-type]
+    bound = server.cfg.watch.scan_timeout_seconds
+    assert f"the listing of Recipes (a slow share); given up after {bound:.0f} s" in bar.said[0]
+
+
+def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault: Path) -> None:
+    """Only a whole scan with every call quick ends a share's being slow: a file event's look at
+    one note (a call or two) took it back to giving up per call, and the next sweep was given up
+    at the same slow listing again."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        st.slow = True
+        write(vault / "Recipes" / "Bread.md", "# Bread\n\nRye, slowly.\n")
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes" / "Bread.md")])
+        assert st.slow
+        h.indexer.sweep()
+        assert not st.slow
+    finally:
+        h.close()

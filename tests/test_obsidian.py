@@ -1695,6 +1695,47 @@ def test_a_templates_folder_read_during_a_slow_settings_read_is_never_indexed(
         h.close()
 
 
+def test_a_settings_file_whose_read_hangs_is_said_in_status(
+    tmp_path: Path, make_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """.obsidian/app.json whose open hangs on a share: the read is given up after the probe
+    timeout and said (log and status), the rules in force stay; once it answers it is applied
+    and the problem goes. Nothing was said while a new Excluded files rule went unapplied."""
+    from sidecar.vault import settingsfile
+
+    v = tmp_path / "v"
+    write(v / "Private/a.md", "# A\n\nGarten.\n")
+    write(v / "b.md", "# B\n\nBlumen.\n")
+    h = Harness(make_cfg(v, **{"watch.probeTimeoutSeconds": "0.2"}), FakeEmbedder())
+    release = threading.Event()
+    real = settingsfile.read_settings_json
+
+    def hanging(path: Path, encoding: str = "utf-8") -> Any:
+        if path.name == "app.json":
+            release.wait(30)  # a share that does not answer the open, until the test lets it
+        return real(path, encoding)
+
+    try:
+        h.sweep()
+        assert _keys(h) == {"vault/Private/a", "vault/b"}
+        monkeypatch.setattr(settingsfile, "read_settings_json", hanging)
+        write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Private/"]}))
+        h.sweep()
+        problem = h.indexer.problems.active_in("obsidian_settings")
+        assert problem is not None and "did not answer within" in problem["error"]
+        assert ".obsidian" in problem["error"]
+        release.set()
+        stuck = h.indexer._ignore_stuck
+        assert stuck is not None
+        stuck.join(30)
+        h.sweep()
+        assert h.indexer.problems.active_in("obsidian_settings") is None
+        assert _keys(h) == {"vault/b"}
+    finally:
+        release.set()
+        h.close()
+
+
 def test_a_templates_folder_a_daily_note_template_lies_in_stays_out(tmp_path: Path, make_cfg: Any) -> None:
     """With the Templates plugin switched off, the Daily notes core plugin (or Periodic Notes) may
     still make each day's note from a template in its folder ("template": "Vorlagen/Tagesnotiz"):

@@ -209,9 +209,9 @@ def test_long_scan_beats_the_watchdog_and_a_hung_one_is_reported(
     real_scan = supervisor_mod.scan
     delay = {"vault": 2.5}
 
-    def slow_scan(root: Root, max_bytes: int) -> Any:
-        time.sleep(delay.get(root.source, 0.0))
-        return real_scan(root, max_bytes)
+    def slow_scan(root: Root, max_bytes: int, asking: Any = None) -> Any:
+        time.sleep(delay.get(root.source, 0.0))  # no call asked: slow, and past the scan's timeout
+        return real_scan(root, max_bytes, asking=asking)
 
     monkeypatch.setattr(supervisor_mod, "scan", slow_scan)
     h = Harness(make_cfg(vault, **{"watch.scanTimeoutSeconds": 4}), FakeEmbedder())

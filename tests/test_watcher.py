@@ -237,7 +237,7 @@ def test_a_folder_made_unreadable_is_a_problem_at_its_event_not_at_the_next_swee
             private.chmod(0)
             try:
                 _until(lambda: unreadable() is not None)
-                assert f"of vault cannot be read ({private})" in str(unreadable())
+                assert f"of vault cannot be read ({private}: Permission denied)" in str(unreadable())
                 assert h.supervisor.roots["vault"].unreadable == [str(private)]
                 assert _keys(h) == keys  # its notes stay as they were
             finally:
@@ -333,6 +333,35 @@ def test_a_folder_symlink_is_no_new_folder_of_a_folder_by_folder_watch(tmp_path:
     assert w._new_folders(set(), known, {str(vault / "link")}) == set()
     added = {(watchfiles.Change.added, str(vault / "link"))}
     assert w._new_folders(added, known, set()) == set()
+
+
+def test_a_symlink_loop_drops_nothing_else_of_its_folder_from_the_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A symlink loop (x.md -> x.md) raises ELOOP when followed: the folder-by-folder walk skips
+    that entry alone, so the folders listed after it are still watched and a folder symlink
+    after it still keeps the watch from going recursive."""
+    from sidecar.vault import watcher as w
+
+    vault = tmp_path / "vault"
+    (vault / "b-sub" / "deeper").mkdir(parents=True)
+    (vault / "c-sub").mkdir()
+    os.symlink("a-loop.md", vault / "a-loop.md")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, vault / "d-link")
+    real_scandir = os.scandir
+
+    @contextmanager
+    def in_name_order(path: Any) -> Iterator[list[os.DirEntry[str]]]:
+        # The listing's order is the file system's: here the loop comes first, always.
+        with real_scandir(path) as it:
+            yield sorted(it, key=lambda e: e.name)
+
+    monkeypatch.setattr(w.os, "scandir", in_name_order)
+    walked, linked = w._walk([vault])
+    assert {p.relative_to(vault).as_posix() for p in walked} == {".", "b-sub", "b-sub/deeper", "c-sub"}
+    assert linked
 
 
 def test_a_folder_symlink_made_in_a_folder_by_folder_watch_restarts_it_once(

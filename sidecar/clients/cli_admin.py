@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
-from sidecar.clients.cli_render import Progress, render_status
+from sidecar.clients.cli_render import Progress, render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
@@ -392,14 +392,15 @@ def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...])
 
 
 def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str]]) -> None:
-    """Say once per note that indexing waits for its read (a share that hangs on open or read):
-    the bar stood still, and nothing was printed, for as long as the share hung."""
+    """Say once per note or folder that indexing waits for its read, listing or stat (a share
+    that hangs): the bar stood still, and nothing was printed, for as long as the share hung."""
     if not waiting or (waiting["root"], waiting["path"]) in said:
         return
     said.add((waiting["root"], waiting["path"]))
     bar.say(
-        f"waiting for {shown(waiting['root'])} to answer the read of {shown(waiting['path'])} "
-        f"(hung share?); given up after {waiting['timeout_seconds']:.0f} s, the root is then offline"
+        f"waiting for {shown(waiting['root'])} to answer {waited_call(waiting)} "
+        f"({'a slow share' if waiting.get('slow') else 'hung share?'}); given up after "
+        f"{waiting['timeout_seconds']:.0f} s, the root is then offline"
     )
 
 

@@ -16,6 +16,13 @@ from sidecar.contracts.wire import anchor_missing, catching_up_note, clock_said,
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
+def waited_call(waiting: dict[str, Any]) -> str:
+    """The call a sweep waits on, in words: the read of a note, the listing of a folder, the
+    stat of an entry (``describe_waiting``; a daemon before ``call`` read notes only)."""
+    what = {"listing": "the listing of", "stat": "the stat of"}.get(str(waiting.get("call")), "the read of")
+    return f"{what} {shown(waiting['path'])}"
+
+
 def _ago(ts: float | None) -> str:
     if ts is None:
         return "never"
@@ -184,10 +191,16 @@ def render_status(h: dict[str, Any]) -> str:
         )
     lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
-    if waiting:  # a read that has not answered for a second or more: what indexing waits for
+    if waiting:  # a call that has not answered for a second or more: what indexing waits for
+        why = (
+            "(a slow share: a listing or stat of it took longer than watch.probeTimeoutSeconds; "
+            "its scans wait up to watch.scanTimeoutSeconds)"
+            if waiting.get("slow")
+            else "(hung share?)"
+        )
         lines.append(
-            f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer the read of "
-            f"{shown(waiting['path'])} (hung share?); after {waiting['timeout_seconds']:.0f} s the root "
+            f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer "
+            f"{waited_call(waiting)} {why}; after {waiting['timeout_seconds']:.0f} s the root "
             "goes offline and the others are indexed on"
         )
     lines += _count_lines(idx)

@@ -104,7 +104,10 @@ class WatchConfig:
         5.0, "Longest wait before an index update that failed (disk full, read-only) is tried again.", min=0.1
     )
     probe_timeout_seconds: float = _opt(
-        10.0, "A root whose listing takes longer is treated as unreachable (hung share).", min=0.1
+        10.0,
+        "A root whose listing, or one listing, stat or read in it, takes longer is treated as "
+        "unreachable (hung share).",
+        min=0.1,
     )
     scan_timeout_seconds: float = _opt(600.0, "Longest a full scan of one root may take.", min=1.0)
     mount_table: Path | None = _opt(

@@ -506,7 +506,7 @@ class Handlers:
         if not self.indexer.reading_first_time:
             return None
         act = self.indexer.activity
-        return act.done, act.total
+        return act.notes_read(), act.total
 
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params

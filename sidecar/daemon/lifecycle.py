@@ -72,6 +72,8 @@ from sidecar.vault.watcher import Watcher
 log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 10.0
+# How long the stop waits for the watcher while a call on a share is known to hang.
+_HUNG_JOIN_S = 1.0
 # How long a thread of a failed switch may keep the next switch waiting before status says to
 # restart: only a restart ends a thread stuck for good (a read of a hard-hung share, a native call).
 _CLOSING_STUCK_S = 180.0
@@ -812,6 +814,8 @@ class Daemon(ConfigReload):
         bound: a write that outlasted it was answered ``timeout`` and runs on, so they wait for it;
         a read still running is not waited for). Every wait gets what is left of ``stop_clock``."""
         self.stop.set()
+        if self.parts is not None:  # the indexer's wait for a share's call ends now, not at its deadline
+            self.parts.supervisor.stopping.set()
         self.stop_clock.begin()  # a failed start stops here: its waits are bounded alike
         dispatch = self._dispatch
         if dispatch is not None:  # held requests answered now, not after the joins
@@ -834,7 +838,8 @@ class Daemon(ConfigReload):
             self._work_stop.set()
             if self._scheduler is not None:
                 self._scheduler.shutdown()
-            stuck = self.stuck = self._join_workers()
+            stuck = self._join_workers()
+            self.stuck = self.stuck or stuck
         finally:
             if self._listener is not None:
                 self._listener.close()
@@ -896,6 +901,18 @@ class Daemon(ConfigReload):
             parts.vectors.stop_builds()
         stuck = False
         for t in self._threads:
+            # Asked at its turn: the indexer's join before it ends a wait for the share at the
+            # stop, and a call that hangs is known once that wait ended.
+            hung = parts.supervisor.hung_call() if parts is not None and t.name == "watcher" else None
+            if t.name == "watcher" and hung is not None:
+                # Its walk of the share is in the kernel until the share answers (a walk is no
+                # bounded call); it writes nothing, so it is not waited for (the stop took
+                # _JOIN_TIMEOUT for it, beside the indexer's, of the unit's TimeoutStopSec).
+                t.join(min(self.stop_clock.left(_JOIN_TIMEOUT), _HUNG_JOIN_S))
+                if t.is_alive():
+                    self.stuck = True  # the process leaves with os._exit
+                    log.warning("shutdown_timeout thread=%s hung_share=%s", t.name, hung)
+                continue
             t.join(self.stop_clock.left(_JOIN_TIMEOUT))
             if t.is_alive():
                 stuck = True

@@ -93,4 +93,10 @@ def status_line(
                 text += f" ({left:,} found by keywords only until it ends)"
     if offline:
         text += f"; offline: {', '.join(offline)}"
+    asked = supervisor.describe_waiting()
+    if asked:  # a share that hangs: `systemctl status` said "ready" for as long as it hung
+        what = {"listing": "the listing of", "stat": "the stat of"}.get(asked["call"], "the read of")
+        text += f"; waiting {asked['seconds']:.0f} s for {asked['root']} to answer {what} {asked['path']}"
+        if asked.get("slow"):  # not given up after probeTimeoutSeconds: it answered late before
+            text += f" (a slow share: up to {asked['timeout_seconds']:.0f} s)"
     return text

@@ -36,6 +36,7 @@ from sidecar.vault.sources import (
     NOTE_SUFFIXES,
     TOO_LARGE,
     TWIN_REASON,
+    Asking,
     NoteFile,
     Root,
     Skipped,
@@ -50,6 +51,7 @@ from sidecar.vault.sources import (
     scan,
     stored_id,
     twin_reason,
+    unreadable_skip,
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
@@ -181,6 +183,7 @@ class ChangeFinder:
         self.excluded_by = excluded_by
         self._unreadable: dict[str, str] = {}  # root name -> what cannot be read there
         self._listed_unreadable: dict[str, list[str]] = {}  # root name -> what its listing could not read
+        self._causes: dict[str, str] = {}  # path -> why its listing or stat failed ("Input/output error")
         # Indexed notes whose read failed (no permission, I/O error), kept as they were, by (root
         # name, path): counted and named as unreadable until they are read, vanish or their root goes.
         self._unread_notes: dict[tuple[str, str], str] = {}
@@ -798,6 +801,7 @@ class ChangeFinder:
         unread = _unreadable(root, skipped)
         self.supervisor.status(root)  # there for ``_say_unreadable``
         self._listed_unreadable[root.name] = [str(path) for path, _ in unread]
+        self._causes.update(_causes(skipped))
         self._say_unreadable(root.name)
         return tuple(key for _, key in unread)
 
@@ -825,6 +829,7 @@ class ChangeFinder:
         was = self._listed_unreadable.get(root.name, [])
         now = [p for p in was if not any(p == w or p.startswith(w + "/") for w in wheres)]
         now += [str(path) for path, _ in _unreadable(root, found) if str(path) not in now]
+        self._causes.update(_causes(found))
         if now != was:
             self._listed_unreadable[root.name] = now
             self._say_unreadable(root.name)
@@ -837,11 +842,18 @@ class ChangeFinder:
         status = self.supervisor.roots.get(name)
         if status is not None:
             status.unreadable = paths + never
+        listed = {p for ps in self._listed_unreadable.values() for p in ps}
+        self._causes = {p: c for p, c in self._causes.items() if p in listed}
         said: list[str] = []
         if paths:
+            # The system's words for the first (an I/O error, no permission), as a failed read says them.
+            why = self._causes.get(paths[0]) or self._unread_notes.get((name, paths[0]), "")
+            if why.startswith("unreadable (") and why.endswith(")"):
+                why = why[len("unreadable (") : -1]
             said.append(
                 f"{len(paths)} folder(s) or note(s) of {name} cannot be read ({paths[0]}"
-                f"{', ...' if len(paths) > 1 else ''}); their notes stay in the index as they were"
+                f"{f': {why}' if why else ''}{', ...' if len(paths) > 1 else ''}); "
+                "their notes stay in the index as they were"
             )
         if never:
             why = self._never_read[(name, never[0])]
@@ -1071,9 +1083,12 @@ class ChangeFinder:
                 excluded[key] = {key: rule}  # a changed file of its own
         return kept, excluded
 
-    def _look(self, root: Root, rels: Sequence[str]) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
+    def _look(
+        self, root: Root, rels: Sequence[str], asking: Asking
+    ) -> tuple[list[NoteFile | Skipped], list[str], list[str]]:
         """Stat each changed path of a root: (notes and skipped files found, relative paths gone,
-        folders walked whole)."""
+        folders walked whole). ``asking`` is told of each stat and listing (the supervisor gives
+        up on one that hangs, as in a sweep)."""
         found: list[NoteFile | Skipped] = []
         gone: list[str] = []
         walked: list[str] = []
@@ -1095,7 +1110,7 @@ class ChangeFinder:
             if _below_a_link(root.path, rel, folders):
                 continue
             try:
-                st = os.lstat(path)
+                st = _lstat(path, rel, asking)
             except FileNotFoundError:
                 gone.append(rel)
                 # "Note.MD" beside a deleted "Note.md" owns the key now, and has no event.
@@ -1110,7 +1125,7 @@ class ChangeFinder:
             if stat.S_ISDIR(st.st_mode):
                 if root.source != "memory":
                     try:
-                        listed = list(scan(root, max_bytes, start=rel))
+                        listed = list(scan(root, max_bytes, start=rel, asking=asking))
                     except OSError as exc:
                         # Not listed: nothing known of what it holds, kept as it is. Said now (a
                         # chmod 000 is an event for the folder): status showed no problem until
@@ -1257,13 +1272,27 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
 
 
+def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:
+    """The lstat of a changed path, ``asking`` told of it (a hung share is given up on there)."""
+    asking.ask("stat", rel)
+    try:
+        return os.lstat(path)
+    finally:
+        asking.answered()
+
+
 def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
-    """What a folder whose listing failed is: unreadable (no permission, an I/O error), or
-    nothing when it was renamed, removed or replaced by a file since its stat (a sync tool's
-    flap; the event of its going or of what took its place follows)."""
+    """What a folder whose listing failed is: unreadable (no permission, an I/O error), its
+    path too long, or nothing when it was renamed, removed or replaced by a file since its stat
+    (a sync tool's flap; the event of its going or of what took its place follows)."""
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return []
-    return [Skipped(folder, "unreadable folder")]
+    return [unreadable_skip(folder, exc, "unreadable folder")]
+
+
+def _causes(found: Sequence[NoteFile | Skipped]) -> dict[str, str]:
+    """Why each folder or note a listing could not read failed, by path."""
+    return {str(s.path): s.cause for s in found if isinstance(s, Skipped) and s.cause}
 
 
 def _recent(times: dict[str, list[float]], root: Root) -> list[float]:

@@ -76,6 +76,9 @@ class Activity:
     leaving: dict[str, int] = field(default_factory=dict)
     # Notes of this sweep read only to be cut again, their files unchanged (``Diff.recut``).
     recut: int = 0
+    # Notes of this sweep's batches not read: their root went offline (a hung share) or their
+    # read failed. Counted in ``done`` (their batch is), not in ``notes_read``.
+    not_read: int = 0
     # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
     # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
     tokenizer_wait_since: float | None = None
@@ -87,13 +90,18 @@ class Activity:
     def begin(self) -> None:
         """A sweep begins: counts and pace from nothing."""
         self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
-        self.leaving, self.recut = {}, 0
+        self.leaving, self.recut, self.not_read = {}, 0, 0
         self.pace.clear()
 
     def indexing(self, total: int) -> None:
         """Its changes found: ``total`` to write, the pace counted from now."""
         self.phase, self.total = "indexing", total
         self._step_at = self.clock()
+
+    def notes_read(self) -> int:
+        """This sweep's notes done and read (``done`` without ``not_read``): a search's "N of M
+        notes read so far" on a first index (it said "926 of 926" with 319 behind a hung note)."""
+        return max(self.done - self.not_read, 0)
 
     def written(self, notes: int) -> None:
         """A batch of ``notes`` written: counted, with its time into the pace."""
@@ -708,6 +716,15 @@ class Indexer:
             return False  # the vault's own call still hangs: its rules in force stay
         timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
         formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
+        if self._ignore_stuck is not None:
+            # Said, not only waited out: a new Excluded files rule went unapplied without a word.
+            # Cleared by the first read that ends (``_keep_rules``).
+            log.error("obsidian_settings_hung path=%s timeout=%.0fs", vault / ".obsidian", timeout)
+            self.problems.report(
+                "obsidian_settings",
+                f"reading Obsidian's settings in {vault / '.obsidian'} did not answer within {timeout:.0f} s "
+                "(hung share?); the rules read before stay until it answers",
+            )
         if formats is None:
             return False  # past the timeout: the rules in force stay
         # Dates are read from the names when a search asks (nothing stored to redo): a format
@@ -792,10 +809,11 @@ class Indexer:
                 p = finish(self.cfg, d, self._count_tokens) if isinstance(d, Drafted) else d
             # The first start's wait for the model is not what this note costs to cut.
             spent[str(note.path)] -= self._tokenizer_wait - waited
-            if p is None:
-                continue
-            if unread(p.skip_reason):
-                if self._read_failed(note, str(p.skip_reason), states.get(note.key), known(note)):
+            if p is None or unread(p.skip_reason):  # its root offline, or its read failed
+                self.activity.not_read += 1
+                if p is None or self._read_failed(
+                    note, str(p.skip_reason), states.get(note.key), known(note)
+                ):
                     continue
             else:
                 read.append(note)

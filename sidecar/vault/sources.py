@@ -10,6 +10,7 @@ Imports ``config``, ``confine``, ``canvas`` and ``contracts`` (errors, the sourc
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -169,6 +170,15 @@ class Skipped:
     path: Path
     reason: str
     size: int = 0  # its bytes, where the size is the reason (too large); else 0
+    cause: str = ""  # the system's words for why it could not be read ("Input/output error")
+
+
+def unreadable_skip(path: Path, exc: OSError, reason: str) -> Skipped:
+    """A folder or note whose listing or stat failed with ``exc``: ``reason`` with the error's
+    words, or ``PATH_TOO_LONG`` (no later sweep reads it: not a passing fault of the share)."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return Skipped(path, PATH_TOO_LONG)
+    return Skipped(path, reason, cause=exc.strerror or type(exc).__name__)
 
 
 def agent_inbox(cfg: Config, agent: str) -> Path:
@@ -376,6 +386,7 @@ COUNTED_SUFFIXES = NOTE_SUFFIXES + tuple(_COUNTED_KINDS)
 # Larger than index.maxFileBytes: the category health counts skipped files under (kept as it is:
 # --json readers count by it); the size and the limit are said beside it, not in it.
 TOO_LARGE = "too large"
+PATH_TOO_LONG = "path too long"  # longer than the system allows (ENAMETOOLONG)
 
 
 def kind_skipped(root: Root, path: Path, st: os.stat_result) -> Skipped | None:
@@ -412,7 +423,61 @@ def extension_twin(name: str, names: Container[str]) -> str | None:
     return twin if twin in names else None
 
 
-def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Skipped]:
+class GivenUp(Exception):  # noqa: N818 - the end of a scan whose waiter left, not a bug
+    """Raised in a scan whose waiter gave up on it, at its next call (none is left hanging)."""
+
+
+class Asking:
+    """The file-system call a scan waits on now (``listing`` of a folder, ``stat`` of an entry),
+    its relative path and since when (monotonic), or None: another thread tells a share that
+    hangs on one call from a long scan of a slow one by it. One tuple, swapped whole.
+    ``longest`` is the longest call so far (seconds); once ``abandon`` is called the scan ends
+    with ``GivenUp`` at its next call (its waiter left: nothing would use what it finds)."""
+
+    def __init__(self) -> None:
+        self.now: tuple[str, str, float] | None = None
+        self.longest = 0.0
+        self._abandoned = False
+
+    def ask(self, call: str, rel: str) -> None:
+        self._ended()
+        if self._abandoned:
+            raise GivenUp(rel)
+        self.now = (call, rel, time.monotonic())
+
+    def answered(self) -> None:
+        self._ended()
+        self.now = None
+
+    def abandon(self) -> None:
+        self._abandoned = True
+
+    def _ended(self) -> None:
+        now = self.now
+        if now is not None:
+            self.longest = max(self.longest, time.monotonic() - now[2])
+
+
+def _listed(folder: Path, rel: str, asking: Asking | None) -> list[os.DirEntry[str]]:
+    """The entries of ``folder``; each entry that comes starts ``asking``'s clock again (a
+    large folder of a slow share is listed in many answers, none of which hangs)."""
+    if asking is None:
+        return list(os.scandir(folder))
+    out = []
+    asking.ask("listing", rel)
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                out.append(e)
+                asking.ask("listing", rel)
+    finally:
+        asking.answered()
+    return out
+
+
+def scan(
+    root: Root, max_bytes: int, start: str = "", asking: Asking | None = None
+) -> Iterator[NoteFile | Skipped]:
     """Walk a root (or its subfolder ``start``, relative): notes with their stat, and the files
     left out with a reason.
 
@@ -423,7 +488,7 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
     real path, and loops are impossible); only regular files are notes. The memory inbox is flat,
     must be a real folder of this user (not a symlink, nor the agent's folder) and its symlinks are
     never followed. Raises OSError when the root itself (or ``start``) cannot be listed (the caller
-    decides what an unreachable root means).
+    decides what an unreachable root means). ``asking`` is kept told of each listing and stat.
     """
     if root.source == "memory":
         reason = inbox_refusal(root)
@@ -435,22 +500,23 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
         yield Skipped(root.path, refusal)
         return
     base = root.path.resolve()
+    asking = asking if asking is not None else Asking()  # told of each stat whoever asks
     stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
     while stack:
         folder, rel_dir = stack.pop()
         try:
-            entries = list(os.scandir(folder))
-        except OSError:
+            entries = _listed(folder, rel_dir.rstrip("/") or ".", asking)
+        except OSError as exc:
             if first:
                 raise
-            yield Skipped(folder, "unreadable folder")
+            yield unreadable_skip(folder, exc, "unreadable folder")
             continue
         first = False
         names = {e.name for e in entries}
         keys: set[str] = set()
         for entry in sorted(entries, key=lambda e: e.name):
-            found = _entry(root, entry, rel_dir, base, max_bytes)
+            found = _entry(root, entry, rel_dir, base, max_bytes, asking=asking)
             if isinstance(found, str):
                 stack.append((Path(entry.path), found))
             elif isinstance(found, NoteFile):
@@ -465,7 +531,13 @@ def scan(root: Root, max_bytes: int, start: str = "") -> Iterator[NoteFile | Ski
 
 
 def _entry(  # noqa: PLR0911 - one return per kind of entry
-    root: Root, entry: os.DirEntry[str], rel_dir: str, base: Path, max_bytes: int
+    root: Root,
+    entry: os.DirEntry[str],
+    rel_dir: str,
+    base: Path,
+    max_bytes: int,
+    *,
+    asking: Asking,
 ) -> NoteFile | Skipped | str | None:
     """One entry of a scanned folder: a note, a skip, a folder to descend (its rel prefix), or None."""
     rel = f"{rel_dir}{entry.name}"
@@ -477,12 +549,15 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     if not decodable(entry.name):
         return Skipped(Path(entry.path), "name is not valid UTF-8")
     is_link = False
+    # Asked as one call: without a file type from the listing (a FUSE share's), is_symlink is
+    # the lstat that hangs.
+    asking.ask("stat", rel)
     try:
         is_link = entry.is_symlink()
-        st = entry.stat(follow_symlinks=True)
-    except OSError:
+        st = stat_of(entry)
+    except OSError as exc:
         if is_note_name(entry.name, root.source):
-            return Skipped(Path(entry.path), "unreadable" if not is_link else "broken symlink")
+            return unreadable_skip(Path(entry.path), exc, "unreadable" if not is_link else "broken symlink")
         if is_link:
             return None  # a link to nothing: no notes lie behind it
         # A folder that does not answer a stat (no search permission on its parent, a dead share
@@ -492,7 +567,9 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
             folder = entry.is_dir(follow_symlinks=False)
         except OSError:
             folder = True
-        return Skipped(Path(entry.path), "unreadable folder") if folder else None
+        return unreadable_skip(Path(entry.path), exc, "unreadable folder") if folder else None
+    finally:
+        asking.answered()
     if is_link and rel != root.exclude:  # the wiki folder, a link: the wiki root reports it
         why = link_refusal(root, Path(entry.path), base)
         if why is not None:
@@ -522,6 +599,11 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
         if why
         else NoteFile.of(root.key_of(rel), root, Path(entry.path), rel, st, linked=is_link)
     )
+
+
+def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
+    """An entry's stat, its symlink followed (a module function: tests make one hang)."""
+    return entry.stat(follow_symlinks=True)
 
 
 def name_refusal(root: Root, name: str) -> str | None:

@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import NoteFile, Root, Skipped, scan
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, scan
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -110,14 +110,26 @@ class RootStatus:
     unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
     identity: Identity | None = None  # as seen by the last listing
     absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
-    hung_on: str | None = None  # the note whose read hangs (relative path), when a read hangs
+    hung_on: str | None = None  # the call that hangs, when one does ("reading a.md", "listing b")
+    # A listing or stat of this root answered, but only after watch.probeTimeoutSeconds (a slow
+    # share, not a hung one): its scans are bounded by watch.scanTimeoutSeconds as a whole, not
+    # per call, until one ends with every call quicker (given up per call, it was never indexed).
+    slow: bool = False
     _stuck: threading.Thread | None = field(default=None, repr=False)
+    # The scan given up on at one call, and that call: the hang is over once the call answered
+    # (the scan then ends at its next call: ``Asking.abandon``).
+    _asking: Asking | None = field(default=None, repr=False)
+    _given_up: tuple[str, str, float] | None = field(default=None, repr=False)
 
     @property
     def hanging(self) -> threading.Thread | None:
         """The call on this root that still hangs (a hung share), if any."""
         stuck = self._stuck
-        return stuck if stuck is not None and stuck.is_alive() else None
+        if stuck is None or not stuck.is_alive():
+            return None
+        if self._asking is not None and self._asking.now is not self._given_up:
+            return None  # the call given up on answered: not hung (its scan stops at its next call)
+        return stuck
 
 
 class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
@@ -154,9 +166,13 @@ class Supervisor:
         # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
         # and is no longer is an unmounted folder, not notes moved (``index.diff``).
         self.mount_points_seen: set[str] = set()
-        # The note a read waits for longer than a second now: (root name, relative path, since
-        # ``time.monotonic()``), for `status` and `sidecar index` to say what indexing waits for.
-        self.waiting: tuple[str, str, float] | None = None
+        # The call (the read of a note, a listing, a stat) indexing waits for longer than a second
+        # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and
+        # `sidecar index` to say what indexing waits for.
+        self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
+        # Set by the daemon's stop: a wait for a share's call ends at once (the stop waited the
+        # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
@@ -225,6 +241,7 @@ class Supervisor:
                     self.cfg.watch.probe_timeout_seconds,
                     root.name,
                     self.beat,
+                    self.stopping.is_set,
                 )
             except OSError:
                 continue  # list_root says why
@@ -249,24 +266,86 @@ class Supervisor:
         why = self.home.problem()
         return f"{why}; nothing of it is deleted while it stays so" if why is not None else None
 
-    def bounded(self, root: Root, fn: Callable[[], T]) -> T:
-        """Run file-system work on ``root`` with its scan timeout; RootUnreachable if it hangs."""
+    def bounded(self, root: Root, fn: Callable[[Asking], T]) -> T:
+        """Run file-system work on ``root`` (``fn``, told of each call by the ``Asking`` it gets)
+        as a scan is: each listing or stat bounded by the probe timeout (the whole by the scan
+        timeout on a slow share); RootUnreachable if it hangs."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
+        st = self._fresh(root)
+        try:
+            return self._asked(root, st, fn, whole=False)
+        except OSError as exc:
+            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
+
+    def _fresh(self, root: Root) -> RootStatus:
+        """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
+        scan given up on at a call that answered since makes the root slow."""
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
-        st._stuck, st.hung_on = None, None
+        if st._asking is not None and not self.stopping.is_set():
+            st.slow = True  # the call answered by itself: slow, not hung
+            log.warning(
+                "share_slow root=%s call=%s probe_timeout=%.1fs: its scans wait up to scanTimeoutSeconds",
+                root.name,
+                st.hung_on,
+                self.cfg.watch.probe_timeout_seconds,
+            )
+        st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
+        return st
+
+    def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool) -> T:
+        """``fn`` with an ``Asking``: given up once one call has not answered for the probe
+        timeout (the whole after the scan timeout on a slow root), naming the call. Only a
+        ``whole`` scan of the root ends its being slow (a file event's look asks a few calls)."""
+        timeout = self.cfg.watch.probe_timeout_seconds
+        asking = Asking()
+        slow = st.slow
+
+        def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
+            now = asking.now
+            self.waiting = (
+                (root.name, now[1], now[2], now[0]) if now and time.monotonic() - now[2] >= 1 else None
+            )
+            if self.beat is not None:
+                self.beat()
+
+        def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
+            now = asking.now
+            return self.stopping.is_set() or (
+                not slow and now is not None and time.monotonic() - now[2] >= timeout
+            )
+
         try:
-            value, stuck = run_with_timeout(fn, self.cfg.watch.scan_timeout_seconds, root.name, self.beat)
-        except OSError as exc:
-            raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
-        if stuck is not None:
-            st._stuck = stuck
-            log.error("scan_hung root=%s timeout=%.0fs", root.name, self.cfg.watch.scan_timeout_seconds)
-            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
-        assert value is not None
-        return value
+            value, stuck = run_with_timeout(
+                lambda: fn(asking), self.cfg.watch.scan_timeout_seconds, root.name, beat, hung
+            )
+        finally:
+            self.waiting = None
+        if stuck is None:
+            late = asking.longest >= timeout
+            st.slow = late or (st.slow and not whole)  # a whole scan with every call quicker: per call again
+            return value  # type: ignore[return-value]  # fn's own result
+        asking.abandon()  # it stops at its next call once this one answers
+        st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+        now = asking.now
+        if now is not None:
+            call, rel, _since = now
+            st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
+            st._asking, st._given_up = asking, now
+        _not_waited_for(root, self.stopping)
+        if now is None or slow:  # the probe, or the whole scan past scanTimeoutSeconds
+            on = f" ({st.hung_on})" if st.hung_on else ""
+            log.error("scan_hung root=%s%s", root.name, f" call={now[0]} path={now[1]}" if now else "")
+            raise RootUnreachable(f"{root.path}{on} did not answer within its timeout (hung share?)")
+        log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
+        raise RootUnreachable(
+            f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+            "notes of this root are not read until it answers (should it answer late, a slow "
+            "share: its calls are then waited for up to watch.scanTimeoutSeconds; for "
+            "`sidecar index` without the daemon raise watch.probeTimeoutSeconds)"
+        )
 
     def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
         """Read one note of ``root`` (``fn``, its relative path ``rel``) with the probe timeout,
@@ -285,16 +364,17 @@ class Supervisor:
         since = time.monotonic()
 
         def beat() -> None:  # called once a second while the read waits: say what it waits for
-            self.waiting = (root.name, rel, since)
+            self.waiting = (root.name, rel, since, "read")
             if self.beat is not None:
                 self.beat()
 
         try:
-            value, stuck = run_with_timeout(fn, timeout, root.name, beat)
+            value, stuck = run_with_timeout(fn, timeout, root.name, beat, self.stopping.is_set)
         finally:
             self.waiting = None
         if stuck is not None:
-            st._stuck, st.hung_on = stuck, rel
+            st._stuck, st.hung_on = stuck, f"reading {rel}"
+            _not_waited_for(root, self.stopping)
             log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
             raise RootUnreachable(
                 f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
@@ -306,22 +386,27 @@ class Supervisor:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
-        st = self.status(root)
-        if st.hanging is not None:
-            raise RootUnreachable(_still_hangs(root, st))
-        st._stuck, st.hung_on = None, None
+        st = self._fresh(root)
         try:
             ident, stuck = run_with_timeout(
-                lambda: _probe(root, self.mounts), self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+                lambda: _probe(root, self.mounts),
+                self.cfg.watch.probe_timeout_seconds,
+                root.name,
+                self.beat,
+                self.stopping.is_set,
             )
-            if stuck is None:
-                st.identity, st.absent = ident, False
-                found, stuck = run_with_timeout(
-                    lambda: list(scan(root, self.cfg.index.max_file_bytes)),
-                    self.cfg.watch.scan_timeout_seconds,
-                    root.name,
-                    self.beat,
-                )
+            if stuck is not None:
+                st._stuck = stuck
+                _not_waited_for(root, self.stopping)
+                log.error("scan_hung root=%s", root.name)
+                raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+            st.identity, st.absent = ident, False
+            max_bytes = self.cfg.index.max_file_bytes
+
+            def listing(asking: Asking) -> list[NoteFile | Skipped]:
+                return list(scan(root, max_bytes, asking=asking))
+
+            return self._asked(root, st, listing, whole=True)
         except FileNotFoundError:
             if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
@@ -331,12 +416,6 @@ class Supervisor:
             return []
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
-        if stuck is not None:
-            st._stuck = stuck
-            log.error("scan_hung root=%s", root.name)
-            raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
-        assert found is not None
-        return found
 
     def vault_not_there(self) -> bool:
         """Whether the vault folder is missing, empty, unmounted or another device than before
@@ -619,17 +698,35 @@ class Supervisor:
                     out.append(st.name)
         return out
 
+    def hung_call(self) -> str | None:
+        """A call on a share indexing waits for now, or one given up on that still hangs (a
+        thread blocked in the kernel until the share answers), in words; None when none is known."""
+        waiting = self.waiting
+        if waiting is not None:
+            return f"{waiting[0]} ({waiting[3]} {waiting[1]})"
+        with self._lock:
+            statuses = list(self.roots.values())
+        hung = next((st for st in statuses if st.hanging is not None), None)
+        return None if hung is None else f"{hung.name} ({hung.hung_on or 'a call'})"
+
     def describe_waiting(self) -> dict[str, Any] | None:
-        """The note whose read indexing waits for now (past a second), and for how long."""
+        """The call indexing waits for now (past a second): the read of a note, the listing of a
+        folder or the stat (``call``: read, listing, stat) of an entry, and for how long."""
         waiting = self.waiting
         if waiting is None:
             return None
-        name, rel, since = waiting
+        name, rel, since, call = waiting
+        st = self.roots.get(name)
+        slow = call != "read" and st is not None and st.slow
+        watch = self.cfg.watch
         return {
             "root": name,
             "path": rel,
+            "call": call,
             "seconds": round(time.monotonic() - since, 1),
-            "timeout_seconds": self.cfg.watch.probe_timeout_seconds,
+            # A slow root's listings and stats wait as long as its whole scan may take.
+            "timeout_seconds": watch.scan_timeout_seconds if slow else watch.probe_timeout_seconds,
+            "slow": slow,
         }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
@@ -661,6 +758,7 @@ class Supervisor:
                     else round(st.last_sweep_seconds, 3),
                     "files_seen": st.seen,
                     "absent": st.absent,
+                    "slow": st.slow,
                     "files_skipped": st.skipped,
                     "held_deletions": st.held_deletions,
                     "waiting_deletions": st.waiting_deletions,
@@ -695,9 +793,16 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     return ident
 
 
+def _not_waited_for(root: Root, stopping: threading.Event) -> None:
+    """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
+    if stopping.is_set():
+        raise RootUnreachable(f"{root.path}: not waited for, the daemon stops")
+
+
 def _still_hangs(root: Root, st: RootStatus) -> str:
-    """Why a root is not asked again: a call on it still hangs (and the note it was reading)."""
-    on = f" (reading {st.hung_on})" if st.hung_on else ""
+    """Why a root is not asked again: a call on it still hangs (and what it was: reading a note,
+    listing a folder)."""
+    on = f" ({st.hung_on})" if st.hung_on else ""
     return f"an earlier call on {root.path}{on} still hangs (hung share?)"
 
 

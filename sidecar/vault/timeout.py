@@ -18,14 +18,19 @@ T = TypeVar("T")
 
 
 def run_with_timeout(
-    fn: Callable[[], T], timeout: float, name: str, beat: Callable[[], None] | None = None
+    fn: Callable[[], T],
+    timeout: float,
+    name: str,
+    beat: Callable[[], None] | None = None,
+    give_up: Callable[[], bool] | None = None,
 ) -> tuple[T | None, threading.Thread | None]:
     """Run ``fn`` in a daemon thread; (result, None), or (None, the stuck thread) after ``timeout``.
 
     A thread blocked in a hung NFS call cannot be killed; it is left behind and reported so that
     no second one is started for the same root while it hangs. ``beat`` is called about once a
     second while waiting: the caller is alive as long as the wait is bounded, so a long scan of a
-    slow share does not look like a hung daemon to the watchdog.
+    slow share does not look like a hung daemon to the watchdog. ``give_up`` (asked as often)
+    ends the wait early, as the deadline does: one call of a long scan that hangs.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -42,7 +47,7 @@ def run_with_timeout(
     thread.start()
     deadline = time.monotonic() + timeout
     while not done.wait(max(min(1.0, deadline - time.monotonic()), 0.0)):
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (give_up is not None and give_up()):
             return None, thread
         if beat is not None:
             beat()

@@ -110,15 +110,21 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
         out.append(folder)
         try:
             with os.scandir(folder) as it:
-                for e in it:
-                    if e.name.startswith(".") or not decodable(e.name):
-                        continue
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(Path(e.path))
-                    elif not linked and e.is_symlink() and e.is_dir(follow_symlinks=True):
-                        linked = True
+                entries = list(it)
         except OSError:
             continue
+        for e in entries:
+            if e.name.startswith(".") or not decodable(e.name):
+                continue
+            # Per entry: a symlink loop (x.md -> x.md) or a dangling link raises here, and must
+            # not drop the rest of its folder from the watch.
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                elif not linked and e.is_symlink() and e.is_dir(follow_symlinks=True):
+                    linked = True
+            except OSError:
+                continue
     return out, linked
 
 
