@@ -10,6 +10,7 @@ included. The first sweep of a start checks BM25 against the manifest and resolv
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -930,41 +931,36 @@ class Indexer:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their
         bytes are as they were, so no sweep would): a first card opening with "---" stayed the
         canvas's front matter until it was edited. Vectors of chunks whose text stays are kept."""
-        want = str(CANVAS_READER_VERSION)
-        have = self.manifest.get_meta("canvas_reader")
-        if have == want:
-            return
-        canvases = self.manifest.reread_suffix(CANVAS_SUFFIX)  # before the row: a crash between redoes it
-        if canvases:
-            log.info("canvas_reread notes=%d old=%s new=%s", canvases, have or "1", want)
-        self.manifest.set_meta("canvas_reader", want)
+        reread = functools.partial(self.manifest.reread_suffix, CANVAS_SUFFIX)
+        self._reread_once("canvas_reader", CANVAS_READER_VERSION, reread, "canvas_reread")
 
     def reread_drawings_if_read_differently(self) -> None:
         """Excalidraw drawings indexed by another drawing reader are read again by the next sweep
         (their bytes are as they were): the elements' ids were words of the drawing. Only they
         are read again, not every note as a chunker change does (a whole vault on a share)."""
-        want = str(DRAWING_READER_VERSION)
-        have = self.manifest.get_meta("drawing_reader")
-        if have == want:
-            return
-        drawings = self.manifest.reread_drawings()  # before the row: a crash between redoes it
-        if drawings:
-            log.info("drawing_reread notes=%d old=%s new=%s", drawings, have or "1", want)
-        self.manifest.set_meta("drawing_reader", want)
+        reread = self.manifest.reread_drawings
+        self._reread_once("drawing_reader", DRAWING_READER_VERSION, reread, "drawing_reread")
 
     def reread_link_aliases_if_read_differently(self) -> None:
         """Notes whose aliases hold a wiki-link written unquoted (``aliases: [[Bar]]``, a list in a
         list as YAML reads it) are read again by the next sweep when the way such aliases are read
         changes (their bytes are as they were): the alias was none, and their first chunks did not
         name it. Only they are read again, not every note as a chunker change does."""
-        want = str(LINK_ALIAS_READER_VERSION)
-        have = self.manifest.get_meta("link_alias_reader")
+        reread = self.manifest.reread_link_aliases
+        self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
+
+    def _reread_once(self, row: str, version: int, reread: Callable[[], int], event: str) -> None:
+        """Mark the notes ``reread`` picks to be read again by the next sweep once the meta
+        ``row`` is not ``version`` (a reader that changed); marked before the row is written: a
+        crash between the two redoes it. ``event``: the log line's name."""
+        want = str(version)
+        have = self.manifest.get_meta(row)
         if have == want:
             return
-        notes = self.manifest.reread_link_aliases()  # before the row: a crash between redoes it
+        notes = reread()
         if notes:
-            log.info("link_alias_reread notes=%d old=%s new=%s", notes, have or "1", want)
-        self.manifest.set_meta("link_alias_reader", want)
+            log.info("%s notes=%d old=%s new=%s", event, notes, have or "1", want)
+        self.manifest.set_meta(row, want)
 
     def _chunking(self, counted: str) -> str:
         chunking = self.cfg.chunking
