@@ -24,7 +24,7 @@ from sidecar.index.repair import Repair
 from sidecar.index.upgrade import reopen_bm25
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
-from sidecar.search.retrieval import INBOX_FAILURE
+from sidecar.search.keyword_gaps import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
 from sidecar.stores.bm25_folder import engine_failure, low_disk
 from sidecar.stores.manifest import Manifest

@@ -27,7 +27,8 @@ from sidecar.search.query import (
 )
 from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.search.retrieval import BmParts, Retriever
+from sidecar.search.querywords import BmParts
+from sidecar.search.retrieval import Retriever
 from sidecar.search.tense import asks_ahead, ends_asked
 from sidecar.search.words import WORD
 
