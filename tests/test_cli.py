@@ -846,7 +846,7 @@ def test_search_snippets_read_as_prose_around_the_query_words() -> None:
     """A hit's line shows the part of its text that holds the query's words (it showed the first 200
     characters, the matched words often past them), without table rules, emphasis, link brackets,
     quote and callout marks or embedded images."""
-    from sidecar.clients.cli_render import plain_text, snippet
+    from sidecar.clients.cli_hits import plain_text, snippet
 
     chunk = (
         "## Set up\n\nFirst **open** the [[Settings#Sync|sync settings]] ![[cog.svg#icon]] and "
@@ -875,7 +875,7 @@ def test_snippets_show_code_blocks_as_written() -> None:
     """A ``#`` comment in a fenced code block is no heading in a hit's one-line snippet (it got the
     heading's colon: "Flächenberechnung für das Pultdach:"), a ``|`` there no table cell; the text
     after the block is prose again."""
-    from sidecar.clients.cli_render import plain_text
+    from sidecar.clients.cli_hits import plain_text
 
     chunk = (
         "## Skript zur Berechnung\n\n```bash\n#!/bin/bash\n# Flächenberechnung für das Pultdach\n"

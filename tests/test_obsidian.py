@@ -635,7 +635,7 @@ def test_a_link_to_a_heading_or_block_that_is_not_there_is_marked(
     (`anchor_found`), as Obsidian marks such a link: `[[Boat#Nowhere]]` was listed as a plain
     link to the note. The CLI says "heading not found" / "block not found", the MCP text names
     the links; a link without anchor or to no note has no `anchor_found`."""
-    from sidecar.clients.cli_render import render_links
+    from sidecar.clients.cli_hits import render_links
     from sidecar.clients.mcp_calls import ToolCalls
 
     v = tmp_path / "anchors"

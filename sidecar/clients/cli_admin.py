@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
-from sidecar.clients.cli_render import Progress, render_status, waited_call
+from sidecar.clients.cli_progress import Progress
+from sidecar.clients.cli_render import render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
