@@ -571,15 +571,8 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
     from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
-    for n in range(12):
-        body = "\n\n".join(f"Paragraph {i} of note {n} about boats, sails and knots." * 6 for i in range(20))
-        write(vault / f"Long/Note {n}.md", f"# Note {n}\n\n{body}\n")
-    cfg = make_cfg(vault)
-    index_and_close(cfg)
-    path = cfg.index_dir / "manifest.sqlite"
-    _as_schema_4(path, aside=True)
+    cfg, path, before = _schema_4_index(make_cfg, vault, aside=True)
     db = sqlite3.connect(path)
-    before = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
     flags = dict(db.execute("SELECT chunk_id, has_vector FROM chunks").fetchall())
     chunk_bytes = db.execute("SELECT sum(pgsize) FROM dbstat WHERE name = 'chunks'").fetchone()[0]
     db.close()
@@ -614,8 +607,9 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
         h.close()
 
 
-def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple[Path, dict[str, str]]:
-    """A manifest of long notes as the code of schema 4 wrote it, and its chunks' model texts."""
+def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple[Any, Path, dict[str, str]]:
+    """A manifest of long notes as the code of schema 4 wrote it: the configuration, the
+    manifest's path and its chunks' model texts."""
     import sqlite3
 
     for n in range(12):
@@ -628,7 +622,7 @@ def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple
     db = sqlite3.connect(path)
     texts = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
     db.close()
-    return path, texts
+    return cfg, path, texts
 
 
 def _model_texts(m: Any) -> dict[str, str]:
@@ -656,7 +650,7 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
     from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     assert len(before) > 30
     monkeypatch.setattr(manifest_file, "_SPLIT_BATCH", 10, raising=False)
     calls = []
@@ -703,7 +697,7 @@ def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     seen: set[int] = set()
 
     def watched(embed_text: str, text: str) -> tuple[str, int]:
@@ -732,7 +726,7 @@ def test_rows_split_under_schema_4_by_an_interrupted_upgrade_are_compacted(
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
     rows = db.execute("SELECT rowid, embed_text, text FROM chunks").fetchall()
@@ -761,7 +755,7 @@ def test_the_upgrade_compaction_skipped_for_room_is_done_at_a_later_start(
     from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
-    path, _before = _schema_4_index(make_cfg, vault)
+    _cfg, path, _before = _schema_4_index(make_cfg, vault)
     monkeypatch.setattr(manifest_file, "free_bytes", lambda _folder: 4096)
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         Manifest(path).close()
@@ -786,7 +780,7 @@ def test_chunks_put_back_from_a_schema_4_copy_read_whole_and_are_split_later(
     read them whole, and the next start splits those rows too (they stayed whole for good)."""
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault, aside=True)
+    _cfg, path, before = _schema_4_index(make_cfg, vault, aside=True)
     m = Manifest(path)
     try:
         assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
@@ -815,7 +809,7 @@ def test_the_daily_housekeeping_splits_rows_left_whole(make_cfg: Any, vault: Pat
     from sidecar.daemon.lifecycle import Daemon
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     m = Manifest(path)
     try:
         with m.transaction() as db:  # as a put-back of an older copy leaves them
