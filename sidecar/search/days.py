@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, ends_asked, phrase_alone
-from sidecar.search.words import fold, numbered_file
+from sidecar.search.tense import asks_ahead, asks_coming, clause_asks, clause_says_done, ends_asked, phrase_alone
+from sidecar.search.words import WORD, fold, numbered_file, words_file
 
 
 class FilterError(ValueError):
@@ -432,6 +432,14 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     raise FilterError("a weekday with no tense")
 
 
+def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
+    doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
+    coming one: no window but the agenda's (the month gone by was read, and its notes listed)."""
+    ahead = r.ahead or (not (m[2] or m[5] or m[3] or m[6]) and asks_coming(m.string))
+    return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
+
+
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
 _PERIODS: tuple[Phrase, ...] = (
@@ -533,7 +541,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + _YEAR_OF
         + ")"
         + _NO_RANGE,
-        lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
+        _month_in,
     ),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
@@ -619,7 +627,8 @@ def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     keywords ("garlic seit 3 Tagen"). Else it says how long a state lasts ("Ich wohne seit einem
     Jahr in Berlin, welcher Arzt war gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays
     words: a window there listed a year of daily notes for a question about a doctor."""
-    if not (phrase_alone(m) or _after_keywords(m) or (clause_says_done(m) and clause_asks(m))):
+    asked = clause_says_done(m, of_a_thing=False) and clause_asks(m)
+    if not (phrase_alone(m) or _after_keywords(m) or asked):
         raise FilterError("a duration of a state")
     return _ROLLING_START[m[2].lower()[:3]](t, _num(m[1])), t
 
@@ -631,13 +640,61 @@ _SUBJECT = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they|ma
 
 def _after_keywords(m: re.Match[str]) -> bool:
     """Whether the phrase ends the text and only keywords come before it ("garlic seit 3 Tagen"):
-    no punctuation, no subject."""
+    no punctuation, no subject, no sentence (see _sentence)."""
     before, after = m.string[: m.start()], m.string[m.end() :]
     return (
         re.fullmatch(r"[\w\s-]*", before) is not None
         and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
         and _SUBJECT.search(before) is None
+        and not _sentence(before)
     )
+
+
+_STOPWORDS = words_file("stopwords-en.txt") | words_file("stopwords-de.txt")
+
+
+def _sentence(text: str) -> bool:
+    """Whether ``text`` reads as a sentence, not as keywords: it opens with a capital and a later
+    word in lower case is no filler word. German writes its nouns with a capital, so such a word
+    is a verb or an adjective ("Knoblauch wächst", "Heizung kaputt", "Der Server läuft"); an
+    English sentence opens with a capital ("Garlic grows"). Keywords are nouns, or typed in lower
+    case ("garlic", "Budget Meeting", "Notizen über Knoblauch", "server down")."""
+    words = WORD.findall(text)
+    if not words or not words[0][0].isupper():
+        return False
+    return any(w[0].islower() and fold(w) not in _STOPWORDS for w in words[1:])
+
+
+def _states(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause states how things are rather than asking for notes: no
+    question, no past form, and a subject ("Ich bin seit gestern krank, was hilft?", "I have been
+    sick since Monday, what helps?", "Ich wohne seit März in Berlin"). A request ("Show me my
+    notes since Monday", a sentence without a subject: see _sentence is not asked here), keywords
+    ("garlic since Monday") and a question ("Was habe ich seit gestern gemacht?") ask for the
+    notes."""
+    if clause_asks(m) or clause_says_done(m, of_a_thing=False):
+        return False
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_END.search(text, m.end())
+    clause = text[begin : end.start() if end else len(text)]
+    return _SUBJECT.search(clause) is not None
+
+
+_CLAUSE_END = re.compile(r"[.!?;:,\n]")
+
+
+def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
+    """A "since" phrase's window, unless its clause states a state (see _states): words then, as
+    a duration of a state is (see _for); its window listed the period's notes for a question
+    about a cough."""
+
+    def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+        if _states(m):  # the period inside it is no window either ("seit gestern krank")
+            raise _LoosePhraseError("since a point, stating a state")
+        return period(t, m, r)
+
+    return window
 
 
 # A duration goes on ("seit einem Jahr und drei Monaten", "since a year and a half"): cut short
@@ -715,9 +772,9 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
     for pat, fn in (
-        *_SINCE_ONLY,
+        *((pat, fn if fn is _for else _unless_a_state(fn)) for pat, fn in _SINCE_ONLY),
         *(
-            (lead + "(?:" + pat + ")" + tail, _since(fn))
+            (lead + "(?:" + pat + ")" + tail, _unless_a_state(_since(fn)))
             for pat, fn in _PERIODS
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),

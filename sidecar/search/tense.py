@@ -101,9 +101,11 @@ def _past_form(clause: str) -> bool:
     return bool(words) and bool(_HAVE_DE.search(clause)) and bool(_PARTICIPLE_DE.fullmatch(words[-1]))
 
 
-def clause_says_done(m: re.Match[str]) -> bool:
+def clause_says_done(m: re.Match[str], *, of_a_thing: bool = True) -> bool:
     """Whether the weekday's own clause has a past form (see _DONE), no future or duty is said,
-    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's."""
+    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's. A duration
+    ("since a year") belongs to no thing (``of_a_thing`` False): "What did I write about garlic
+    since a year?" asks about the writing of that year, as "the party on Saturday" does not."""
     text = m.string
     if _TO_COME.search(text):
         return False
@@ -115,7 +117,7 @@ def clause_says_done(m: re.Match[str]) -> bool:
         return False  # a conjunction inside the sentence, not the question's first word
     after = _CLAUSE_EDGE.search(text, m.end())
     clause = text[begin : after.start() if after else len(text)]
-    if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
+    if of_a_thing and _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
     return _past_form(clause)
 
@@ -168,3 +170,27 @@ _PAST = re.compile(
 def asks_ahead(text: str) -> bool:
     """Whether ``text`` asks about the agenda (see _AGENDA)."""
     return _AGENDA.search(text) is not None and _PAST.search(text) is None
+
+
+# A question in the present of happening or doing: "Was passiert im März?", "Was mache ich im
+# März?", "What happens in March?", "What am I doing in March?". A month it names is not one gone
+# by (asked in December, read back they listed last March's notes); "Was ist im März passiert?"
+# (perfect) and "What was happening in March?" are. Not the agenda's plain words (a weekday
+# beside them, "Was passiert am Freitag?", stays words as any tenseless weekday does).
+_COMING = re.compile(
+    r"\b(?:passier(?:t|en)|geschieht|mach(?:e|st|t)|tu(?:e|st|t)|happens)\b"
+    r"|(?:\b(?:am|are|is)|'s|’s|'re|’re|'m|’m)\s+(?:\w+\s+)?(?:happening|doing)\b",
+    re.IGNORECASE,
+)
+_PERFECT_DE = re.compile(r"\b(?:ist|sind|bin|bist|seid)\b", re.IGNORECASE)
+
+
+def asks_coming(text: str) -> bool:
+    """Whether ``text`` is a question in the present of happening or doing (see _COMING), with no
+    past form in it."""
+    return (
+        ends_asked(text)
+        and _COMING.search(text) is not None
+        and _PERFECT_DE.search(text) is None
+        and _PAST.search(text) is None
+    )
