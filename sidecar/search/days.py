@@ -650,7 +650,7 @@ def _after_keywords(m: re.Match[str]) -> bool:
     )
 
 
-_STOPWORDS = words_file("stopwords-en.txt") | words_file("stopwords-de.txt")
+_STOPWORDS = frozenset(fold(w) for w in words_file("stopwords-en.txt") | words_file("stopwords-de.txt"))
 
 
 def _sentence(text: str) -> bool:
@@ -678,7 +678,21 @@ def _states(m: re.Match[str]) -> bool:
     begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
     end = _CLAUSE_END.search(text, m.end())
     clause = text[begin : end.start() if end else len(text)]
-    return _SUBJECT.search(clause) is not None
+    if _SUBJECT.search(clause) is not None:
+        return True
+    noun = _NOUN_SUBJECT.match(text, begin, m.start())  # before the phrase: "Die Notizen seit"
+    return noun is not None and fold(noun[1]) not in _STOPWORDS
+
+
+# A German subject and its verb opening a clause: an article or a possessive, a noun (a capital)
+# and a word in lower case that is no filler word ("Das Projekt läuft seit März gut", "Mein Auto
+# steht seit Montag in der Werkstatt"); English nouns have no capital, and an English request
+# opens with its verb ("Show me my notes since Monday"), so only the German form is read.
+_NOUN_SUBJECT = re.compile(
+    r"\s*(?:der|die|das|den|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)\s+"
+    r"(?-i:[A-ZÄÖÜ])\w*\s+((?-i:[a-zäöüß])\w*)\b",
+    re.IGNORECASE,
+)
 
 
 _CLAUSE_END = re.compile(r"[.!?;:,\n]")
