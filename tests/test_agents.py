@@ -587,6 +587,10 @@ def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
         "Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?",
         "Ich habe seit 3 Tagen Husten, was hilft?",
         "Since a week is too short for Lyon, what did I note about garlic?",
+        "Knoblauch wächst seit einem Jahr",
+        "Garlic grows since a year",
+        "Ich bin seit gestern krank, was hilft?",
+        "I have been sick since Monday, what helps?",
     ],
 )
 def test_a_duration_of_a_state_lists_no_period(served: Served, message: str) -> None:
@@ -2741,6 +2745,38 @@ def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplica
         assert checked == ["one", "two", "one"]
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("message", ["Was passiert im März?", "What's happening in March?"])
+def test_a_question_about_a_month_to_come_lists_no_month_gone_by(
+    served: Served, agent_vault: Path, message: str
+) -> None:
+    """'Was passiert im März?' asked in December is about the March to come: recall listed the
+    daily notes of the March gone by."""
+    write(agent_vault / "Daily/2026-03-10.md", "# Ein Tag\n\nMit Lena den Zaun gestrichen.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": message, "preview": True})
+    assert "vault/Daily/2026-03-10" not in [h["reference"] for h in r["hits"]], r["hits"]
+    assert r["analysis"]["filters"].get("timePhrase") is None, r["analysis"]
+
+
+@pytest.mark.parametrize(
+    ("message", "note"),
+    [
+        ("What did I write about garlic since a year?", "Daily/2026-03-10"),
+        ("Was habe ich über Knoblauch seit einem Jahr geschrieben?", "Daily/2026-03-10"),
+    ],
+)
+def test_a_question_about_a_topic_since_a_year_reads_the_year(
+    served: Served, agent_vault: Path, message: str, note: str
+) -> None:
+    """'What did I write about garlic since a year?' asks about the last year's notes: the
+    duration was taken for the garlic's and the question searched all days."""
+    write(agent_vault / f"{note}.md", "# Ein Tag\n\nKnoblauch gesetzt, garlic planted.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": message, "preview": True})
+    assert (r["window"]["since"], r["window"]["until"]) == ("2025-12-02", TODAY.isoformat()), r["window"]
+    assert f"vault/{note}" in [h["reference"] for h in r["hits"]], r["hits"]
 
 
 @pytest.mark.parametrize(

@@ -1140,3 +1140,84 @@ def test_the_weekend_gives_way_to_a_closer_phrase_and_needs_a_question(
     assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
     if window is None:
         assert rest == said
+
+
+_YEAR_BACK = ("2025-12-02", _TODAY)
+_LAST_WEEK = ("2026-11-23", "2026-11-29")
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # a question about what was written in a period: "about <thing>" before the duration
+        # names the topic, not a thing the duration belongs to
+        ("What did I write about garlic since a year?", _YEAR_BACK),
+        ("Was habe ich über Knoblauch seit einem Jahr geschrieben?", _YEAR_BACK),
+        ("Was habe ich seit einem Jahr über Knoblauch geschrieben?", _YEAR_BACK),
+        ("What did I note about the budget since 2 months?", ("2026-10-02", _TODAY)),
+        ("Was habe ich zum Budget seit drei Monaten notiert?", ("2026-09-02", _TODAY)),
+        ("Welche Notizen habe ich seit Montag über Lyon geschrieben?", ("2026-11-30", _TODAY)),
+        # what happened, with a topic beside it: the period and the words
+        ("what happened with the budget last week?", _LAST_WEEK),
+        ("Was ist letzte Woche mit dem Budget passiert?", _LAST_WEEK),
+        ("Was ist seit einem Jahr passiert?", _YEAR_BACK),
+        ("What happened since a year?", _YEAR_BACK),
+        ("Was hat sich seit letzter Woche geändert?", ("2026-11-23", _TODAY)),
+        ("What has changed since last week?", ("2026-11-23", _TODAY)),
+        # keywords and requests
+        ("Knoblauch seit drei Tagen", ("2026-11-29", _TODAY)),
+        ("garlic since 2 weeks", ("2026-11-18", _TODAY)),
+        ("Budget Meeting seit einem Monat", ("2026-11-02", _TODAY)),
+        ("Show me my notes since last week", ("2026-11-23", _TODAY)),
+        ("Zeig mir meine Notizen seit Montag", ("2026-11-30", _TODAY)),
+        # a state stated, with a noun or a pronoun for its subject: words
+        ("Knoblauch wächst seit einem Jahr", None),
+        ("Garlic grows since a year", None),
+        ("Tomaten blühen seit einer Woche", None),
+        ("Der Server läuft seit 2 Wochen", None),
+        ("The heating is broken since a week", None),
+        ("Ich bin seit gestern krank, was hilft?", None),
+        ("I have been sick since Monday, what helps?", None),
+        ("Ich wohne seit März in Berlin, welcher Arzt war gut?", None),
+        ("Since last week I feel tired, is it the flu?", None),
+        ("Das Projekt läuft seit März gut", None),
+        ("Seit Montag regnet es, was soll ich anziehen?", None),
+        # a month in a question in the present of happening or doing is the one to come: no
+        # window of the one gone by (the agenda's plain words read the coming one)
+        ("Was passiert im März?", None),
+        ("What happens in March?", None),
+        ("Was mache ich im März?", None),
+        ("What am I doing in March?", None),
+        ("Was ist im März passiert?", ("2026-03-01", "2026-03-31")),
+        ("What did I do in March?", ("2026-03-01", "2026-03-31")),
+        ("Was steht im März an?", ("2027-03-01", "2027-03-31")),
+        # a period to come is no window of days gone by
+        ("Was habe ich nächsten Monat vor?", None),
+        ("What do I have planned next month?", None),
+    ],
+)
+def test_a_period_asked_about_or_a_state_stated(said: str, window: tuple[str, str] | None) -> None:
+    """A message asking what happened or was written in a period reads its window; one stating how
+    long a state lasts, or asking about a month to come, keeps its words. 'What did I write about
+    garlic since a year?' was words (the duration taken for the garlic's), 'Knoblauch wächst seit
+    einem Jahr' and 'Ich bin seit gestern krank, was hilft?' were windows (a state's duration),
+    'Was passiert im März?' asked in December the March gone by (recall listed its notes)."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "word"),
+    [
+        ("what happened with the budget last week?", "budget"),
+        ("Was ist letzte Woche mit dem Budget passiert?", "budget"),
+    ],
+)
+def test_what_happened_with_a_topic_is_the_period_and_the_topic(said: str, word: str) -> None:
+    """'what happened with the budget last week?' is last week's window, and 'budget' is still
+    searched in it."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.until) == _LAST_WEEK
+    assert word in [w.lower() for w in query.analyze(rest).content_words]

@@ -11,7 +11,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, asks_coming, clause_asks, clause_says_done, ends_asked, phrase_alone
+from sidecar.search.tense import (
+    asks_ahead,
+    asks_coming,
+    clause_asks,
+    clause_says_done,
+    ends_asked,
+    phrase_alone,
+)
 from sidecar.search.words import WORD, fold, numbered_file, words_file
 
 
