@@ -1170,6 +1170,8 @@ _LAST_WEEK = ("2026-11-23", "2026-11-29")
         ("Budget Meeting seit einem Monat", ("2026-11-02", _TODAY)),
         ("Show me my notes since last week", ("2026-11-23", _TODAY)),
         ("Zeig mir meine Notizen seit Montag", ("2026-11-30", _TODAY)),
+        ("I need my notes since Monday", ("2026-11-30", _TODAY)),
+        ("Ich suche alles seit letzter Woche zum Budget", ("2026-11-23", _TODAY)),
         # a state stated, with a noun or a pronoun for its subject: words
         ("Knoblauch wächst seit einem Jahr", None),
         ("Garlic grows since a year", None),

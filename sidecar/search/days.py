@@ -685,6 +685,8 @@ def _states(m: re.Match[str]) -> bool:
     begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
     end = _CLAUSE_END.search(text, m.end())
     clause = text[begin : end.start() if end else len(text)]
+    if _ASKS_FOR.search(clause):
+        return False
     if _SUBJECT.search(clause) is not None:
         return True
     noun = _NOUN_SUBJECT.match(text, begin, m.start())  # before the phrase: "Die Notizen seit"
@@ -703,6 +705,13 @@ _NOUN_SUBJECT = re.compile(
 
 
 _CLAUSE_END = re.compile(r"[.!?;:,\n]")
+# A request in the first person, or the notes named: "I need my notes since Monday", "Ich suche
+# alles seit letzter Woche zum Budget" ask for the period's notes, however stated.
+_ASKS_FOR = re.compile(
+    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|brauche|suche|möchte|hätte|zeig\w*"
+    r"|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
+    re.IGNORECASE,
+)
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
