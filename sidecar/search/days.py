@@ -675,10 +675,10 @@ def _sentence(text: str) -> bool:
 def _states(m: re.Match[str]) -> bool:
     """Whether the phrase's own clause states how things are rather than asking for notes: no
     question, no past form, and a subject ("Ich bin seit gestern krank, was hilft?", "I have been
-    sick since Monday, what helps?", "Ich wohne seit März in Berlin"). A request ("Show me my
-    notes since Monday", a sentence without a subject: see _sentence is not asked here), keywords
-    ("garlic since Monday") and a question ("Was habe ich seit gestern gemacht?") ask for the
-    notes."""
+    sick since Monday, what helps?", "Ich wohne seit März in Berlin", "Das Projekt läuft seit
+    März gut"). A request ("Show me my notes since Monday", "I need my notes since Monday"),
+    keywords ("garlic since Monday") and a question ("Was habe ich seit gestern gemacht?") ask for
+    the notes. (_sentence is not asked: an English request opens with a capital and its verb.)"""
     if clause_asks(m) or clause_says_done(m, of_a_thing=False):
         return False
     text = m.string
