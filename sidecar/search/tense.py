@@ -172,25 +172,76 @@ def asks_ahead(text: str) -> bool:
     return _AGENDA.search(text) is not None and _PAST.search(text) is None
 
 
-# A question in the present of happening or doing: "Was passiert im März?", "Was mache ich im
-# März?", "What happens in March?", "What am I doing in March?". A month it names is not one gone
-# by (asked in December, read back they listed last March's notes); "Was ist im März passiert?"
-# (perfect) and "What was happening in March?" are. Not the agenda's plain words (a weekday
-# beside them, "Was passiert am Freitag?", stays words as any tenseless weekday does).
+# A question about the month to come, in the month's own clause: opened by "what"/"was", in the
+# future ("What will happen in March?", "Was wird im März passieren?"), in the present of
+# happening ("Was passiert im März", "What's happening in March?", "Was ist im März los?") or of
+# one's doing or planning ("Was machen wir im März?", "What do we do in March?", "What is the team
+# doing in March?"). Asked in December, read back they listed last March's notes. Not a habit
+# ("Was macht man im März im Garten?", "What happens to garlic in March?", "What do I usually do in
+# March?"), not a clause with a past form ("Was ist im März passiert?", "What was happening in
+# March?"), and not another clause's question ("Photos from Lyon in January, what am I doing with
+# them?", "Wie viel macht die Stromrechnung im Januar?": the month is the one gone by).
+_WHAT_OPENS = re.compile(r"\W*(?:(?:and|und)\s+)?(?:what|was)\b", re.IGNORECASE)
 _COMING = re.compile(
-    r"\b(?:passier(?:t|en)|geschieht|mach(?:e|st|t)|tu(?:e|st|t)|happens)\b"
-    r"|(?:\b(?:am|are|is)|'s|’s|'re|’re|'m|’m)\s+(?:\w+\s+)?(?:happening|doing)\b",
+    r"\b(?:will|wird|werden|happens|passier(?:t|en)|geschieht)\b|['’]ll\b"
+    r"|\b(?:mach|tu|plan)(?:e|en|st|t|n)?\s+(?:ich|wir|du|ihr)\b"
+    r"|\bist\b.*\blos\b"
+    r"|(?:\b(?:am|are|is)|['’](?:s|re|m))\s+(?:\w+\s+){0,2}(?:happening|doing|planning)\b"
+    r"|\bdo\s+(?:i|we|you|they)\s+(?:\w+\s+)?do\b",
     re.IGNORECASE,
 )
-_PERFECT_DE = re.compile(r"\b(?:ist|sind|bin|bist|seid)\b", re.IGNORECASE)
+_HABIT = re.compile(
+    r"\b(?:man|usually|normally|typically|always|often|every|jede[snm]?|gewöhnlich|normalerweise"
+    r"|meistens|immer)\b|\bhappens\s+to\b",
+    re.IGNORECASE,
+)
+_CLAUSE_STOP = re.compile(r"[.!?;,\n]")
 
 
-def asks_coming(text: str) -> bool:
-    """Whether ``text`` is a question in the present of happening or doing (see _COMING), with no
-    past form in it."""
+def _own_clause(m: re.Match[str]) -> str:
+    """The phrase's own clause: from the punctuation before it to the one after it."""
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_STOP.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_STOP.search(text, m.end())
+    return text[begin : end.start() if end else len(text)]
+
+
+def asks_coming(m: re.Match[str]) -> bool:
+    """Whether the month's own clause asks about the month to come (see _COMING)."""
+    clause = _own_clause(m)
     return (
-        ends_asked(text)
-        and _COMING.search(text) is not None
-        and _PERFECT_DE.search(text) is None
-        and _PAST.search(text) is None
+        _WHAT_OPENS.match(clause) is not None
+        and _COMING.search(clause) is not None
+        and _HABIT.search(clause) is None
+        and not _past_form(clause)
+        and _PAST.search(clause) is None
     )
+
+
+# A past form a statement can hide: German perfect with its participle anywhere in the clause
+# ("was ich seit Montag gelesen habe"), English perfect ("Everything I've read", "I haven't slept",
+# not "have been", "have a"), an English past after its subject ("Stuff I cooked", "we discussed").
+_PERFECT_EN = re.compile(
+    r"(?:\b(?:have|has|had)(?:n['’]t)?|['’]ve)(?:\s+(?:not|never|just|already|only|really))?"
+    r"\s+(?!(?:been|a|an|the|my|your|his|her|our|their|no|some|any|to|this|that|it)\b)[a-z]+",
+    re.IGNORECASE,
+)
+_PAST_AFTER_SUBJECT = re.compile(
+    r"\b(?:i|we|you|he|she|they)\s+(?:\w+ly\s+|just\s+|already\s+)?"
+    r"(?:[a-z]+ed|read|wrote|saw|ate|ran|sent|bought|got|made|did|went|met|heard|found|took)\b",
+    re.IGNORECASE,
+)
+
+
+def says_done(text: str) -> bool:
+    """Whether any clause of ``text`` has a past form (see _past_form, _PAST and the forms above):
+    a statement beside it, or in it, speaks of what was done, and asks for the notes of then."""
+    for clause in _CLAUSE_STOP.split(text):
+        words = WORD.findall(clause)
+        if _past_form(clause) or _PAST.search(clause) or _PERFECT_EN.search(clause):
+            return True
+        if _PAST_AFTER_SUBJECT.search(clause):
+            return True
+        if _HAVE_DE.search(clause) and any(_PARTICIPLE_DE.fullmatch(w) for w in words):
+            return True
+    return False
