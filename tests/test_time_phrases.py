@@ -1251,6 +1251,8 @@ _MARCH_GONE = ("2026-03-01", "2026-03-31")
         ("Bücher, die ich seit Januar gelesen habe", ("2026-01-01", _TODAY)),
         ("Stuff I cooked since last week", ("2026-11-23", _TODAY)),
         ("I haven't slept since Monday, what helps?", _SINCE_MONDAY),
+        ("I have been tracking my sleep since Monday", _SINCE_MONDAY),
+        ("He has been working on the budget since March", ("2026-03-01", _TODAY)),
         # a request or a question about one's doings anywhere in the message
         ("I've been tracking my sleep since Monday, how did it go?", _SINCE_MONDAY),
         ("Ich lese seit Montag Dune, was habe ich dazu notiert?", _SINCE_MONDAY),

@@ -220,10 +220,17 @@ def asks_coming(m: re.Match[str]) -> bool:
 
 # A past form a statement can hide: German perfect with its participle anywhere in the clause
 # ("was ich seit Montag gelesen habe"), English perfect ("Everything I've read", "I haven't slept",
-# not "have been", "have a"), an English past after its subject ("Stuff I cooked", "we discussed").
+# "I've been tracking", not "have been sick", "have a"), an English past after its subject ("Stuff
+# I cooked", "we discussed").
 _PERFECT_EN = re.compile(
     r"(?:\b(?:have|has|had)(?:n['’]t)?|['’]ve)(?:\s+(?:not|never|just|already|only|really))?"
     r"\s+(?!(?:been|a|an|the|my|your|his|her|our|their|no|some|any|to|this|that|it)\b)[a-z]+",
+    re.IGNORECASE,
+)
+# "have been doing" is a doing going on, its notes asked for ("I've been tracking my sleep since
+# Monday"); "have been sick" is a state.
+_BEEN_DOING = re.compile(
+    r"(?:\b(?:have|has)(?:n['’]t)?|['’]ve)(?:\s+(?:not|never|just|already))?\s+been\s+[a-z]+ing\b",
     re.IGNORECASE,
 )
 _PAST_AFTER_SUBJECT = re.compile(
@@ -240,7 +247,7 @@ def says_done(text: str) -> bool:
         words = WORD.findall(clause)
         if _past_form(clause) or _PAST.search(clause) or _PERFECT_EN.search(clause):
             return True
-        if _PAST_AFTER_SUBJECT.search(clause):
+        if _PAST_AFTER_SUBJECT.search(clause) or _BEEN_DOING.search(clause):
             return True
         if _HAVE_DE.search(clause) and any(_PARTICIPLE_DE.fullmatch(w) for w in words):
             return True
