@@ -230,7 +230,9 @@ class Handlers:
                 "max_file_bytes": self.cfg.index.max_file_bytes,
                 "excluded": act.excluded,
                 # Templates folders indexed as notes: their plugin is switched off in Obsidian.
-                "templates_indexed": self.indexer.ignore.templates_indexed(),
+                "templates_indexed": self.indexer.ignore.templates_indexed(
+                    self.manifest.has_files, self.cfg.vault.wiki_subfolder
+                ),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.
