@@ -1688,6 +1688,25 @@ def test_a_templates_folder_off_is_found_in_the_index_by_its_own_notes(
     assert bool(got) is said, got
 
 
+@pytest.mark.parametrize("folder", ["/", "", "./", "\\"])
+@pytest.mark.parametrize("on", [True, False])
+def test_a_templates_folder_set_to_the_vault_root_leaves_nothing_out(
+    tmp_path: Path, serve_in_process: Any, folder: str, on: bool
+) -> None:
+    """Obsidian reads a templates folder of "/" (or none) as the vault root, its templates anywhere:
+    leaving that folder out would leave the whole vault out, so no note is, switched on or off, and
+    status names no templates folder (none is indexed again when the plugin is off)."""
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/templates.json", json.dumps({"folder": folder}))
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": folder}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": on}))
+    write(v / ".obsidian/community-plugins.json", json.dumps(["templater-obsidian"] if on else []))
+    server = serve_in_process(v)
+    health = server.call("health")
+    assert health["index"]["excluded"] == {} and health["index"]["templates_indexed"] == [], health["index"]
+    assert "vault/Vorlagen/Tagesnotiz" in _keys(server.harness)
+
+
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:
     """Templater's folder set to "Journal": a templates folder is in force as soon as it is read
     (no hold), its notes leave search at once, under the templates folder's rule."""
