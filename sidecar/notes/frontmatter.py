@@ -36,6 +36,37 @@ class _Loader(_BASE_LOADER):  # type: ignore[misc]
             seen.add(name)
         return super().construct_mapping(node, deep)
 
+    def construct_document(self, node: Any) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[int] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value.lower() in _AS_WRITTEN:
+                    _as_written(value, 2, seen)
+        return super().construct_document(node)
+
+
+# The properties that hold names as the user typed them (any case, as ``property_value`` reads
+# them): YAML 1.1 reads an unquoted ``010`` as 8, ``1e3`` as 1000.0, ``yes`` as true, and
+# ``2024-01-01 10:00`` as a time written back in another form: an alias, tag or title nobody typed.
+_AS_WRITTEN = frozenset({"aliases", "alias", "tags", "tag", "title"})
+_STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
+
+
+def _as_written(node: Any, depth: int, seen: set[int]) -> None:
+    """An unquoted value of a name property, and the items of its list (and of a list in it: a
+    link written unquoted, ``[[010]]``), read as the text written; an empty value or ``null``
+    stays none. Each node once: a YAML alias repeats a node, and a list of them must not cost
+    its square (a node shared with another key is read as written there too)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        if not node.style and node.tag not in (_STR, _NULL):  # plain: no quotes, no | or >
+            node.tag = _STR
+    elif isinstance(node, yaml.SequenceNode) and depth > 0:
+        for item in node.value:
+            _as_written(item, depth - 1, seen)
+
 
 def _timestamp(loader: Any, node: Any) -> Any:
     try:
@@ -126,9 +157,9 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
 def _unquoted_link(value: Any) -> str | None:
     """``[[Bar]]`` written unquoted, as YAML reads it (a list of one list of one text), as the
     link it was written as; None for anything else. Exactly that: a list of more items is no link
-    ("[[a, b]]"), nor a mapping in it, nor a list deeper down ("[[[[Bar]]]]"). Only text counts:
-    YAML reads ``[[010]]``, ``[[12:30]]`` or ``[[1.50]]`` as the numbers 8, 750 and 1.5, names
-    never written, and the parsed number no longer says how it was written. Once parsed, the block
+    ("[[a, b]]"), nor a mapping in it, nor a list deeper down ("[[[[Bar]]]]"). Only text counts
+    (the parser reads ``[[010]]`` as the text written, ``_as_written``; a number is from an index
+    an older reader wrote, whose notes are read again). Once parsed, the block
     form ``- - Bar`` and an anchor to a list of one name read the same, and are taken alike."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list) and len(value[0]) == 1:
         name = value[0][0]
@@ -138,8 +169,8 @@ def _unquoted_link(value: Any) -> str | None:
 
 def _list_alias(item: Any) -> str | None:
     """One item of an alias list as text: a name, or a link written unquoted (``- [[Bar]]``);
-    another list is none. A yes/no is no name ("aliases: [yes]" reads as true, which named the
-    note "True")."""
+    another list is none. A yes/no is no name (none comes from the parser, which reads an unquoted
+    ``yes`` as the text written; a true stored by an older reader named the note "True")."""
     if isinstance(item, list):
         return _unquoted_link(item)
     if not isinstance(item, str | int | float) or isinstance(item, bool):
