@@ -898,6 +898,31 @@ def test_a_clean_close_leaves_no_write_ahead_log(make_cfg: Any, vault: Path) -> 
     assert not wal.exists() or wal.stat().st_size == 0
 
 
+def test_a_manifest_closes_its_writer_when_a_reader_close_raises(tmp_path: Path) -> None:
+    """A reader connection whose close raises: the others and the writer's connection are closed
+    all the same and the writer's count released (they stayed open, the log unwritten), and the
+    error is raised after."""
+    import sqlite3
+
+    from sidecar.stores import manifest_file
+    from sidecar.stores.manifest import Manifest
+
+    class Stuck:
+        def close(self) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    m = Manifest(tmp_path / "m.sqlite")
+    other = sqlite3.connect(tmp_path / "m.sqlite")
+    m._readers.extend([Stuck(), other])  # type: ignore[list-item]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        m.close()
+    for db in (other, m._db):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            db.execute("SELECT 1")
+    assert manifest_file._open_writers[m.path] == 0 and not m._readers
+    m.close()  # a second close is harmless
+
+
 def test_manifest_gives_the_disk_back_after_mass_deletions(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
