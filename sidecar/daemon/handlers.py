@@ -269,9 +269,15 @@ class Handlers:
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
-                # Copies of damaged stores kept for inspection (removed after a month).
+                # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
+                # a newer release's, replaced by a rebuild asked for after a downgrade.
                 "moved_aside": [
-                    {"name": c.path.name, "store": c.store, "age_days": round(c.age_days, 1)}
+                    {
+                        "name": c.path.name,
+                        "store": c.store,
+                        "age_days": round(c.age_days, 1),
+                        "newer": c.newer,
+                    }
                     for c in moved_aside(self.cfg.index_dir)
                 ],
             },
