@@ -281,6 +281,20 @@ def test_aliases_tags_and_title_are_read_as_written(written: str, read: str) -> 
     assert (empty.aliases, empty.tags, empty.title) == ((), (), "t")
 
 
+def test_a_value_a_name_shares_through_an_anchor_keeps_its_reading_under_the_other_key() -> None:
+    """A node anchored under another key and repeated under a name key (``title: *d``) is read
+    as written there only: the date stays a time, the count a number, a shared list's items
+    numbers and yes/no under its own key."""
+    fm, problem = parse_front_matter(
+        "date: &d 2024-01-01 10:00:00\ncount: &n 010\nlist: &l [010, yes]\n"
+        "title: *d\naliases: [*n]\ntags: *l\nagain: *l\n"
+    )
+    assert problem is None
+    assert fm["date"] == "2024-01-01T10:00:00" and fm["title"] == "2024-01-01 10:00:00"
+    assert fm["count"] == 8 and fm["aliases"] == ["010"]
+    assert fm["list"] == fm["again"] == [8, True] and fm["tags"] == ["010", "yes"]
+
+
 def test_a_yaml_alias_repeated_in_a_name_list_is_refused() -> None:
     """An anchored list repeated many times in ``aliases`` (a YAML alias bomb), whose values are
     read as written: the front matter is still refused by its node budget."""

@@ -38,10 +38,13 @@ class _Loader(_BASE_LOADER):  # type: ignore[misc]
 
     def construct_document(self, node: Any) -> Any:
         if isinstance(node, yaml.MappingNode):
-            seen: set[int] = set()
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value.lower() in _AS_WRITTEN:
-                    _as_written(value, 2, seen)
+            done: dict[int, Any] = {}
+            node.value = [
+                (key, _as_written(value, 2, done))
+                if isinstance(key, yaml.ScalarNode) and key.value.lower() in _AS_WRITTEN
+                else (key, value)
+                for key, value in node.value
+            ]
         return super().construct_document(node)
 
 
@@ -52,20 +55,24 @@ _AS_WRITTEN = frozenset({"aliases", "alias", "tags", "tag", "title"})
 _STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
 
 
-def _as_written(node: Any, depth: int, seen: set[int]) -> None:
+def _as_written(node: Any, depth: int, done: dict[int, Any]) -> Any:
     """An unquoted value of a name property, and the items of its list (and of a list in it: a
-    link written unquoted, ``[[010]]``), read as the text written; an empty value or ``null``
-    stays none. Each node once: a YAML alias repeats a node, and a list of them must not cost
-    its square (a node shared with another key is read as written there too)."""
-    if id(node) in seen:
-        return
-    seen.add(id(node))
+    link written unquoted, ``[[010]]``), as a node read as the text written; an empty value or
+    ``null`` stays none. A new node where one changes: a node shared through a YAML anchor with
+    another key (``date: &d 2024-01-01 10:00`` and ``title: *d``) keeps its reading there. Each
+    node once (``done``: its id, the node it became): a list of aliases must not cost its square."""
+    if id(node) in done:
+        return done[id(node)]
+    new = node
     if isinstance(node, yaml.ScalarNode):
         if not node.style and node.tag not in (_STR, _NULL):  # plain: no quotes, no | or >
-            node.tag = _STR
+            new = yaml.ScalarNode(_STR, node.value, node.start_mark, node.end_mark, node.style)
     elif isinstance(node, yaml.SequenceNode) and depth > 0:
-        for item in node.value:
-            _as_written(item, depth - 1, seen)
+        items = [_as_written(item, depth - 1, done) for item in node.value]
+        if any(a is not b for a, b in zip(items, node.value, strict=True)):
+            new = yaml.SequenceNode(node.tag, items, node.start_mark, node.end_mark, node.flow_style)
+    done[id(node)] = new
+    return new
 
 
 def _timestamp(loader: Any, node: Any) -> Any:
