@@ -1664,6 +1664,30 @@ def test_status_asks_the_index_not_the_disk_whether_a_templates_folder_is_indexe
     assert server.call("health")["index"]["templates_indexed"] == []
 
 
+def test_status_lists_the_templates_folders_while_a_sweep_changes_them(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """status asks the index about each templates folder switched off while the sweep's thread
+    may read the plugins' settings anew (a plugin switched back on): the list it goes through is
+    its own copy ("dictionary changed size during iteration" failed status)."""
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Vorlagen"}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    write(v / ".obsidian/community-plugins.json", json.dumps([]))
+    ignore = serve_in_process(v).harness.indexer.ignore
+    asked: list[str] = []
+
+    def indexed(prefix: str) -> bool:
+        if not asked:  # the sweep, meanwhile: the core plugin switched on again
+            write(v / ".obsidian/core-plugins.json", json.dumps({"templates": True}))
+            ignore.refresh()
+        asked.append(prefix)
+        return True
+
+    said = ignore.templates_indexed(indexed, "")
+    assert said and asked, said
+
+
 @pytest.mark.parametrize(
     ("folder", "note", "said"),
     [

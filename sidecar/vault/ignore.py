@@ -305,7 +305,8 @@ class IgnoreRules:
             return []
         return [
             {"folder": folder, "plugin": _PLUGIN_NAMES[self._template_plugins[rel][0]], "file": rel}
-            for rel, folder in self._template_off.items()
+            # A copy: the sweep's thread may read the settings anew meanwhile.
+            for rel, folder in list(self._template_off.items())
             if any(indexed(prefix) for prefix in _key_prefixes(folder, wiki_subfolder))
         ]
 
