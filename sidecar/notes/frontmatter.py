@@ -84,6 +84,61 @@ def _timestamp(loader: Any, node: Any) -> Any:
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
 _LOADER = _Loader
+
+
+def is_name_property(key: str) -> bool:
+    """Whether a front matter key holds a note's names (``aliases``, ``alias``, ``tags``,
+    ``tag``, ``title``, any case), read as the text written."""
+    return key.lower() in _AS_WRITTEN
+
+
+class Written(str):
+    """A plain value of front matter kept as the text written (``12:30``, ``1.10``,
+    ``2024-01-01``, ``yes``), for a writer that writes the block again: YAML 1.1 reads them as
+    750, 1.1, a date and true, which a dump writes back otherwise (``zeit: 750``)."""
+
+    __slots__ = ()
+
+
+class _WrittenLoader(_Loader):
+    """The loader, with a plain number, yes/no or time kept as the text written (``Written``)."""
+
+
+def _keep_written(construct: Any) -> Any:
+    def keep(loader: Any, node: Any) -> Any:
+        # Plain, and of the type its text reads as (an explicit ``!!float 1`` is written otherwise).
+        if not node.style and loader.resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag:
+            return Written(node.value)
+        return construct(loader, node)
+
+    return keep
+
+
+for _tag, _construct in (
+    ("int", _BASE_LOADER.construct_yaml_int),
+    ("float", _BASE_LOADER.construct_yaml_float),
+    ("bool", _BASE_LOADER.construct_yaml_bool),
+    ("timestamp", _timestamp),
+):
+    _WrittenLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _keep_written(_construct))
+
+
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, with a ``Written`` value written back as it was written (unquoted)."""
+
+
+def _represent_written(dumper: Any, data: Written) -> Any:
+    return dumper.represent_scalar(dumper.resolve(yaml.ScalarNode, str(data), (True, False)), str(data))
+
+
+_Dumper.add_representer(Written, _represent_written)
+
+
+def dump_front_matter(front_matter: Mapping[str, Any]) -> str:
+    """Front matter as YAML, in its keys' order; a ``Written`` value as it was written."""
+    return str(yaml.dump(dict(front_matter), Dumper=_Dumper, sort_keys=False, allow_unicode=True))
+
+
 # A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
 # Windows line ends too: an agent's text may come with them (notes read from disk are normalised).
 # The first "---" line after the opening one closes it: "---/---" is an empty block, and a "---"
@@ -108,12 +163,14 @@ def _json_safe(value: Any, budget: list[int]) -> Any:
     return str(value)
 
 
-def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
+def parse_front_matter(raw: str, *, as_written: bool = False) -> tuple[dict[str, Any], str | None]:
+    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping.
+    ``as_written``: a plain number, yes/no or time as ``Written`` text, to be written again."""
     if len(raw) > _MAX_FRONT_MATTER:
         return {}, "front matter larger than 64 KiB"
     try:
-        data = yaml.load(raw, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
+        loader = _WrittenLoader if as_written else _LOADER
+        data = yaml.load(raw, Loader=loader)  # noqa: S506 - a safe loader, C or Python
         if data is None:
             return {}, None
         if not isinstance(data, dict):
@@ -236,12 +293,12 @@ def front_matter_block(text: str) -> tuple[str, int] | None:
     return m.group(1) or "", text.count("\n", 0, m.end()) + (0 if text[m.end() - 1 : m.end()] == "\n" else 1)
 
 
-def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+def split_front_matter(text: str, *, as_written: bool = False) -> tuple[dict[str, Any], str]:
     """Front matter of a note as a dict (empty when absent or broken) and the body."""
     m = _BLOCK.match(text)
     if not m:
         return {}, text
-    data, problem = parse_front_matter(m.group(1) or "")
+    data, problem = parse_front_matter(m.group(1) or "", as_written=as_written)
     if problem is not None:
         return {}, text  # keep a broken block as body rather than lose it
     return data, text[m.end() :]
