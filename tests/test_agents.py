@@ -3208,3 +3208,58 @@ def test_an_agents_memory_stays_found_by_meaning_during_a_switch(served: Served)
         )
     searchable, by, why = served.handlers.memory._searchable("memory/claude/kayak")
     assert searchable and by == ["keywords"] and why is not None and "model being switched to" in why
+
+
+def test_a_memory_writes_inline_front_matter_keeps_its_values_as_written(served: Served) -> None:
+    """An agent's ``zeit: 12:30`` and ``version: 1.10`` were stored as ``zeit: 750`` and
+    ``version: 1.1`` (YAML 1.1 read them as numbers, which the note was written back from), a
+    date became quoted text: every value is written as the agent wrote it, through an edit too;
+    names are the text written, quoted."""
+    from sidecar.notes.frontmatter import split_front_matter
+
+    content = (
+        "---\nzeit: 12:30\nversion: 1.10\ndue: 2024-01-01\ncount: 5\nfertig: yes\n"
+        "title: 010\ntags: [2024, yes]\n---\nDer Kajak liegt im Keller.\n"
+    )
+    note = served.cfg.agents_dir / "claude" / "memory" / "kajak.md"
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        client.call("write", {"slug": "kajak", "content": content})
+        written = note.read_text()
+        edit = {"slug": "kajak", "content": "Im Keller, links.", "frontmatter": {"ort": "Keller"}}
+        client.call("edit", edit)
+    edited = note.read_text()
+    for text in (written, edited):
+        for line in ("zeit: 12:30\n", "version: 1.10\n", "due: 2024-01-01\n", "count: 5\n", "fertig: yes\n"):
+            assert line in text, text
+        fm = split_front_matter(text)[0]
+        assert fm["title"] == "010" and fm["tags"] == ["2024", "yes"], text
+        assert "title: '010'\n" in text, text
+    assert "ort: Keller\n" in edited and edited.endswith("Im Keller, links.\n")
+
+
+def test_a_memory_write_stores_names_sent_as_numbers_as_text_and_refuses_a_yes_no(served: Served) -> None:
+    """JSON numbers an agent sends as aliases, tags or a title are written as their text, quoted
+    (the file says what every reader reads); JSON true/false as a name is refused (no name an
+    agent means: the text "true" is sent as text), and nothing is written."""
+    from sidecar.notes.frontmatter import split_front_matter
+
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        client.call(
+            "write",
+            {
+                "slug": "raum",
+                "content": "Der Raum.",
+                "frontmatter": {"Aliases": [7, "Keller", [10]], "title": 2024, "tags": [1.5], "count": 3},
+            },
+        )
+        text = (inbox / "raum.md").read_text()
+        fm = split_front_matter(text)[0]
+        assert fm["Aliases"] == ["7", "Keller", ["10"]] and fm["title"] == "2024", text
+        assert fm["tags"] == ["1.5"] and fm["count"] == 3, text
+        assert "- '7'\n" in text and "title: '2024'\n" in text, text
+        for bad in ({"aliases": [True]}, {"title": False}, {"TAGS": ["a", True]}):
+            with pytest.raises(SidecarError, match="a yes/no, not a name"):
+                client.call("write", {"slug": "flag", "content": "x", "frontmatter": bad})
+        client.call("write", {"slug": "flag", "content": "x", "frontmatter": {"aliases": ["true"]}})
+    assert split_front_matter((inbox / "flag.md").read_text())[0]["aliases"] == ["true"]

@@ -242,7 +242,30 @@ def test_a_rebuild_on_purpose_replaces_a_newer_keyword_index(make_cfg: Any, vaul
     summary = index_once(cfg, rebuild=True)
     assert summary["chunks"] == expected
     assert bm25_layout(cfg.index_dir / "bm25") == BM25_LAYOUT
-    assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+    assert [p.name.split("-")[0] for p in cfg.index_dir.iterdir() if ".newer-" in p.name] == ["bm25.newer"]
+
+
+def test_a_newer_index_replaced_by_a_rebuild_is_not_called_damaged(make_cfg: Any, vault: Path) -> None:
+    """After a downgrade, the newer release's index a rebuild asked for moved aside (manifest and
+    keyword index) was listed as damaged: it is named and listed as made by a newer release, and
+    doctor says so too (status: ``test_status_names_copies_of_damaged_stores_kept_for_inspection``)."""
+    import contextlib
+    import sqlite3
+
+    from sidecar.clients.doctor_storage import check_disk
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.aside import moved_aside
+    from sidecar.stores.manifest import SCHEMA_VERSION
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    with contextlib.closing(sqlite3.connect(cfg.index_dir / "manifest.sqlite")) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.commit()
+    index_once(cfg, rebuild=True)
+    copies = moved_aside(cfg.index_dir)
+    assert sorted((c.store, c.newer) for c in copies) == [("bm25", True), ("manifest.sqlite", True)]
+    assert "in 2 copies of an index a newer release made moved aside" in check_disk(cfg).verdict
 
 
 def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> None:
@@ -892,6 +915,31 @@ def test_a_clean_close_leaves_no_write_ahead_log(make_cfg: Any, vault: Path) -> 
     assert not wal.exists() or wal.stat().st_size == 0
 
 
+def test_a_manifest_closes_its_writer_when_a_reader_close_raises(tmp_path: Path) -> None:
+    """A reader connection whose close raises: the others and the writer's connection are closed
+    all the same and the writer's count released (they stayed open, the log unwritten), and the
+    error is raised after."""
+    import sqlite3
+
+    from sidecar.stores import manifest_file
+    from sidecar.stores.manifest import Manifest
+
+    class Stuck:
+        def close(self) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    m = Manifest(tmp_path / "m.sqlite")
+    other = sqlite3.connect(tmp_path / "m.sqlite")
+    m._readers.extend([Stuck(), other])  # type: ignore[list-item]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        m.close()
+    for db in (other, m._db):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            db.execute("SELECT 1")
+    assert manifest_file._open_writers[m.path] == 0 and not m._readers
+    m.close()  # a second close is harmless
+
+
 def test_manifest_gives_the_disk_back_after_mass_deletions(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1028,7 +1076,7 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     cfg = make_cfg(vault)
     index_and_close(cfg)
     index = cfg.index_dir
-    old_bm25 = index / "bm25.broken-20200101-000000-1"
+    old_bm25 = index / "bm25.newer-20200101-000000-1"  # a newer release's, replaced: alike
     (old_bm25 / "chunks").mkdir(parents=True)
     (old_bm25 / "chunks" / "meta.json").write_text("{}")
     old_manifest = index / "manifest.sqlite.broken-20200102-000000-2"

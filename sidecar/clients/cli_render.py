@@ -237,18 +237,33 @@ def render_status(h: dict[str, Any]) -> str:
             f"{shown(first['reference'])} ({shown(first['reason'])}){more}"
         )
     lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
-    if aside := idx.get("moved_aside"):
-        oldest = max(c["age_days"] for c in aside)
-        lines.append(
-            f"Damaged index copies: {len(aside)} moved aside in {h['home']}/index "
-            f"({', '.join(c['name'] for c in aside)}; the oldest {_days(oldest)} old), kept for "
-            f"inspection and removed after {KEEP_MOVED_ASIDE_DAYS} days; `sidecar doctor` shows their size"
-        )
+    lines += _aside_lines(idx.get("moved_aside") or [], h["home"])
     if h["vault"] is None:
         todo.append("configure a vault (--vault or vault.path) to index notes")
     if todo:
         lines.append("To do: " + "; ".join(todo))
     return "\n".join(lines)
+
+
+def _aside_lines(aside: list[dict[str, Any]], home: str) -> list[str]:
+    """The copies of stores moved aside: the damaged ones, and apart a newer release's a rebuild
+    replaced after a downgrade (no damage). A daemon before ``newer`` named such copies
+    ``.broken-`` too: they are among the damaged ones here."""
+    lines = []
+    newer = "Index copies made by a newer release (replaced by a rebuild)"
+    for label, copies in (
+        ("Damaged index copies", [c for c in aside if not c.get("newer")]),
+        (newer, [c for c in aside if c.get("newer")]),
+    ):
+        if copies:
+            oldest = max(c["age_days"] for c in copies)
+            lines.append(
+                f"{label}: {len(copies)} moved aside in {home}/index "
+                f"({', '.join(c['name'] for c in copies)}; the oldest {_days(oldest)} old), kept for "
+                f"inspection and removed after {KEEP_MOVED_ASIDE_DAYS} days; `sidecar doctor` shows "
+                "their size"
+            )
+    return lines
 
 
 def _count_lines(idx: dict[str, Any]) -> list[str]:

@@ -281,6 +281,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
             indexer.reread_canvases_if_read_differently,
             indexer.reread_drawings_if_read_differently,
             indexer.reread_link_aliases_if_read_differently,
+            indexer.reread_property_names_if_read_differently,
         ):
             self._unless_stopping()  # a switch to writable can take minutes: a stop ends it early
             step()

@@ -50,6 +50,7 @@ def index_once(
         indexer.reread_canvases_if_read_differently()
         indexer.reread_drawings_if_read_differently()
         indexer.reread_link_aliases_if_read_differently()
+        indexer.reread_property_names_if_read_differently()
         record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)

@@ -34,7 +34,12 @@ from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION
+from sidecar.notes.chunking import (
+    CHUNKER_VERSION,
+    DRAWING_READER_VERSION,
+    LINK_ALIAS_READER_VERSION,
+    PROPERTY_NAME_READER_VERSION,
+)
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
 from sidecar.stores.vectors import table_prefix
@@ -948,6 +953,13 @@ class Indexer:
         name it. Only they are read again, not every note as a chunker change does."""
         reread = self.manifest.reread_link_aliases
         self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
+
+    def reread_property_names_if_read_differently(self) -> None:
+        """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
+        (``aliases: [010]`` named the note "8") are read again by the next sweep when the way
+        such names are read changes (their bytes are as they were). Only they are read again."""
+        version, reread = PROPERTY_NAME_READER_VERSION, self.manifest.reread_typed_names
+        self._reread_once("property_name_reader", version, reread, "property_name_reread")
 
     def _reread_once(self, row: str, version: int, reread: Callable[[], int], event: str) -> None:
         """Mark the notes ``reread`` picks to be read again by the next sweep once the meta

@@ -75,6 +75,10 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
+# The properties whose values name a note (``frontmatter._AS_WRITTEN``, lower case).
+_NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
+
+
 def _under(prefix: str, column: str = "key") -> tuple[str, tuple[str, ...]]:
     """A WHERE clause (and its arguments) for the values of ``column`` that start with ``prefix``."""
     end = prefix_end(prefix)
@@ -435,6 +439,33 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                     "UPDATE files SET size = -1, hash = '' WHERE front_matter LIKE '%alias%[%[%' "
                     "AND json_valid(front_matter) AND EXISTS (SELECT 1 FROM json_tree(files.front_matter) t "
                     "WHERE t.type = 'array' AND lower(t.path) IN ('$.aliases', '$.alias'))"
+                ).rowcount
+            )
+
+    def reread_typed_names(self) -> int:
+        """``reread_all`` for the notes whose front matter, as stored, gives ``aliases``,
+        ``alias``, ``tags``, ``tag`` or ``title`` (any case) a number, a yes/no or a time
+        ("2024-01-01T10:00:00"), alone or in its lists: what YAML made of the text written
+        (``010`` stored as 8), which a reader of the text as written reads otherwise. Also those
+        an older reader could not read for such a value and a reader of the text reads now: a tag
+        YAML has no constructor for (``title: =``, ``title: !wichtig Plan``), stored as an error
+        (any key's tag may be the cause: such a note is read once more for nothing), and
+        ``.inf``/``.nan`` stored as ``Infinity``/``NaN``, which is no JSON to look into."""
+        named = " OR ".join(f"k = '$.{n}' OR k GLOB '$.{n}[[]*'" for n in _NAME_PROPERTIES)
+        # Key as json.dumps writes it: '"title": '; LIKE is case-blind for ASCII, as keys are read.
+        keyed = " OR ".join(f"front_matter LIKE '%\"{n}\":%'" for n in _NAME_PROPERTIES)
+        time = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:*"
+        with self.transaction() as db:
+            return int(
+                db.execute(
+                    "UPDATE files SET size = -1, hash = '' WHERE ((front_matter LIKE '%alias%' OR "
+                    "front_matter LIKE '%tag%' OR front_matter LIKE '%title%') AND json_valid(front_matter) "
+                    "AND EXISTS (SELECT 1 FROM (SELECT lower(fullkey) AS k, type, atom FROM "
+                    f"json_tree(files.front_matter)) WHERE ({named}) AND (type IN ('integer', 'real', "
+                    f"'true', 'false') OR (type = 'text' AND atom GLOB '{time}')))) "
+                    f"OR (NOT json_valid(front_matter) AND ({keyed})) "
+                    "OR (state = 'indexed' AND error LIKE "
+                    "'invalid YAML in front matter: could not determine a constructor%')"
                 ).rowcount
             )
 
