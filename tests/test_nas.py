@@ -1769,17 +1769,48 @@ def test_a_rebuild_is_refused_at_its_turn_when_the_sweep_before_it_began_a_hold(
         h.close()
 
 
+def test_a_rebuild_is_refused_at_its_turn_when_the_vault_went_offline_since_the_request(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The vault's share goes away between the request and the rebuild's turn: refused at the turn
+    with the request's own message (exit 7), nothing emptied (was: only a mass deletion held was
+    checked again, and the rebuild ran against the missing share)."""
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        h.indexer.refuse_rebuild()  # at the request: the share is there
+        ticket = loop.request_sweep(rebuild=True)
+        vault.rename(vault.parent / "unmounted")  # the share goes away before the turn
+        with pytest.raises(UnreadableError) as asked:
+            h.indexer.refuse_rebuild()  # what the request would say now
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and problem["error"] == str(asked.value)
+        assert _rebuild_unfinished(problem["error"]) == 7
+    finally:
+        h.close()
+
+
 def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put_back(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rebuild refused at its turn (the disk filled) whose sweep reads the notes an earlier
     rebuild put back: the refusal stays said and `index --rebuild` exits 7 with it (was: the
     sweep cleared the rebuild's problem as the notes were read, and the command exited 0)."""
-    import sqlite3
-
     from sidecar.clients.cli_admin import _rebuild_problem, _rebuild_unfinished
     from sidecar.daemon.indexing import IndexLoop
-    from sidecar.stores.manifest import Manifest
+    from sidecar.stores import manifest_aside
 
     _notes(vault, 5)
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1790,11 +1821,8 @@ def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put
         h.sweep()
         assert h.problems.active_in("rebuild") is not None  # 1 note put back
         failing[0] = False
-
-        def full(self: Manifest, db: Any) -> None:
-            raise sqlite3.OperationalError("database or disk is full")
-
-        monkeypatch.setattr(Manifest, "set_aside", full)
+        # The disk filled: the turn's check (the request's, room first) finds no room for a copy.
+        monkeypatch.setattr(manifest_aside, "free_bytes", lambda _folder: 4096)
         loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
         loop.request_sweep(rebuild=True)
         job = loop._next()

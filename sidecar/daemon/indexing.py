@@ -404,13 +404,14 @@ class IndexLoop:
         indexer = self.indexer
         if job.rebuild:
             try:
-                # A mass deletion held since the request (by the sweep it waited behind): the
-                # rebuild would drop the held notes unconfirmed, as the request's check refuses.
-                indexer.refuse_held(job.confirm)
+                # The request's check again: since it, a share may have gone offline, a folder
+                # become unreadable or a mass deletion been held (by the sweep it waited behind);
+                # the rebuild would then run against what it cannot read or drop held notes.
+                indexer.refuse_rebuild(job.confirm)
                 indexer.clear(lambda: self._begun(job.ticket))
             except (StorageError, UnreadableError) as exc:
                 # Nothing was emptied (no room for the rebuild's copy: the disk filled since the
-                # request's check; or a hold). Said, and the sweep runs without the rebuild
+                # request's check; a share offline, an unreadable folder or a hold). Said, and the sweep runs without the rebuild
                 # (retried as a failed sweep, it failed every few seconds, and every sweep merged
                 # into it). A clear that failed after the manifest was emptied raises other errors:
                 # the rebuild has begun then (``_begun``), and is retried as its sweep.
