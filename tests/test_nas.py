@@ -2094,3 +2094,44 @@ def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault:
         assert not st.slow
     finally:
         h.close()
+
+
+def test_an_event_sweep_looks_up_only_its_own_notes_among_those_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With notes a rebuild put back, a sweep of file events looks up only the put-back notes of
+    its batch (was: every put-back note at every sweep, a second per sweep with tens of
+    thousands); one read by it leaves what status says, and a whole sweep settles the rest."""
+    from sidecar.stores.manifest import Manifest
+
+    notes = _notes(vault, 30, "Share")
+    write(vault / "Other.md", "# Other\n\nfirst words\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Share")
+        h.indexer.clear()
+        h.sweep()
+        put_back = {f"vault/Share/n{i}" for i in range(30)}
+        assert h.indexer._put_back == put_back
+        failing[0] = False
+        asked: list[str] = []
+        real = Manifest.file_states_of
+
+        def counting(self: Manifest, keys: Any) -> Any:
+            asked.extend(k for k in keys if k in put_back)
+            return real(self, keys)
+
+        monkeypatch.setattr(Manifest, "file_states_of", counting)
+        write(vault / "Other.md", "# Other\n\nnew words\n")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Other.md")})
+        assert asked == []  # none of the put-back notes is in the batch
+        h.indexer.sweep(only=frozenset(), paths={str(notes[3])})
+        assert set(asked) == {"vault/Share/n3"}  # its own, whatever the batch's lookups
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 29 note(s)" in problem["error"]
+        asked.clear()
+        h.sweep()  # a whole sweep reads the rest
+        assert h.problems.active_in("rebuild") is None and not h.indexer._put_back
+    finally:
+        h.close()

@@ -343,6 +343,7 @@ class Indexer:
         if not self._swept:
             self._count_read_whole(listed, names, stop)
         act.phase = "idle"
+        self._say_put_back(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, chosen, bool(paths))
 
     def _restore_aside(self) -> None:
@@ -417,12 +418,23 @@ class Indexer:
             out.add("memory")
         return out
 
-    def _say_put_back(self) -> None:
-        """What status says of the notes a rebuild put back, until each is read."""
+    def _say_put_back(self, batch: Diff | None) -> None:
+        """What status says of the notes a rebuild put back, until each is read. Only the notes
+        of ``batch`` (an event sweep's) are looked up: every put-back note was, at each sweep, a
+        second per sweep with tens of thousands of them. None: a whole sweep's (the start's, a
+        rescan's), which looks at all of them (its listing costs as much), also those read or
+        removed outside a sweep (a memory write)."""
         if not self._put_back:
             return
-        states = self.manifest.file_states_of(sorted(self._put_back))
-        self._keep_put_back({k for k, st in states.items() if st.size == -1})
+        if batch is None:
+            asked = self._put_back
+        else:
+            touched = {n.key for n in batch.work} | set(batch.gone) | set(batch.moves)
+            asked = touched & self._put_back
+        if asked:
+            states = self.manifest.file_states_of(sorted(asked))
+            read = {k for k in asked if k not in states or states[k].size != -1}
+            self._keep_put_back(self._put_back - read)
         if not self._put_back:
             self.problems.clear("rebuild")
             return
@@ -430,7 +442,7 @@ class Indexer:
         self.problems.report(
             "rebuild",
             f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
-            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, they vanished, or "
+            f"(e.g. {min(self._put_back)}): its share went away during it, they vanished, or "
             "their read failed. "
             "They are kept as indexed before the rebuild and read again once they can be; the "
             "rebuild finishes then",
@@ -438,7 +450,6 @@ class Indexer:
 
     def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
         """The sweep's counts, logged."""
-        self._say_put_back()
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
