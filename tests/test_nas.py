@@ -2135,3 +2135,69 @@ def test_an_event_sweep_looks_up_only_its_own_notes_among_those_put_back(
         assert h.problems.active_in("rebuild") is None and not h.indexer._put_back
     finally:
         h.close()
+
+
+def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
+    """Make an agent's inbox one sidecar refuses: a symbolic link (to ``outside``, where its
+    notes go, with one more), or a folder of another user (needs root: skipped otherwise)."""
+    if how == "symlink":
+        inbox.rename(outside)
+        inbox.symlink_to(outside)
+        write(outside / "through.md", "# Through\n\nwritten behind the link\n")
+        return
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    os.chown(inbox, 65534, 65534)
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_a_rebuild_is_refused_while_an_inbox_with_notes_indexed_is_refused(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str
+) -> None:
+    """An agent's inbox with notes indexed turned into a symbolic link or another user's folder:
+    the rebuild is refused saying so, nothing changed (was: it ran, put the notes back as if
+    their share had gone away, served them from the refused inbox, and the next sweep dropped
+    them without a word)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith("not rebuilt: a memory inbox with notes indexed is not read (memory/ops: ")
+        assert ("symbolic link" if how == "symlink" else "another user") in said
+        assert "keeps those notes as indexed" not in said and "`sidecar index` removes its notes" in said
+        assert set(h.stores.manifest.file_states("memory/")) == {"memory/ops/plan"}
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inbox refused while a rebuild runs: its notes are not put back (a refused inbox is
+    neither read nor served), nothing behind a link is indexed, and the log and status say
+    why (was: put back as if their share had gone away, served, then dropped unsaid)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        h.indexer.clear()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index.indexer"):
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        assert not h.stores.manifest.has_aside() and not h.indexer._put_back
+        assert "rebuild_inbox_refused inbox=memory/ops" in caplog.text
+        assert h.problems.active_in("rebuild") is None
+        assert any("refused" in why for why in h.indexer.activity.scan_skipped)
+    finally:
+        h.close()

@@ -411,10 +411,11 @@ class IndexLoop:
                 indexer.clear(lambda: self._begun(job.ticket))
             except (StorageError, UnreadableError) as exc:
                 # Nothing was emptied (no room for the rebuild's copy: the disk filled since the
-                # request's check; a share offline, an unreadable folder or a hold). Said, and the sweep runs without the rebuild
-                # (retried as a failed sweep, it failed every few seconds, and every sweep merged
-                # into it). A clear that failed after the manifest was emptied raises other errors:
-                # the rebuild has begun then (``_begun``), and is retried as its sweep.
+                # request's check; a share offline, an unreadable folder or a hold). Said, and the
+                # sweep runs without the rebuild (retried as a failed sweep, it failed every few
+                # seconds, and every sweep merged into it). A clear that failed after the manifest
+                # was emptied raises other errors: the rebuild has begun then (``_begun``), and is
+                # retried as its sweep.
                 log.error("rebuild_refused error=%s", exc)
                 self.problems.report(REBUILD_AREA, str(exc), subject=REFUSED)
                 job = replace(job, rebuild=False)

@@ -41,7 +41,15 @@ from sidecar.stores.vectors import table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, inbox_root, inboxes_in_use, stamp_ns, vault_roots
+from sidecar.vault.sources import (
+    NoteFile,
+    Root,
+    inbox_refusal,
+    inbox_root,
+    inboxes_in_use,
+    stamp_ns,
+    vault_roots,
+)
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 from sidecar.vault.weekstart import WeekStart
@@ -393,6 +401,7 @@ class Indexer:
         configured = {r.name: r for r in vault_roots(self.cfg)}
         unjudged = self._unjudged_roots()
         unread_keys = self.changes.unreadable_keys()
+        refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
         out: list[str] = []
         for key, rel, failed in candidates:
             name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
@@ -401,6 +410,16 @@ class Indexer:
             if root is None or self.excluded_by(key) is not None:
                 continue
             held = name in unjudged or (memory and "memory" in unjudged)
+            if memory and not held:
+                # Not put back: a refused inbox is neither read nor served (a sweep drops its
+                # notes); put back, its notes were served and said "not read back" until the next
+                # sweep removed them. Said in the log; status names the inbox as skipped.
+                if name not in refused:
+                    refused[name] = inbox_refusal(root)
+                    if refused[name] is not None:
+                        log.warning("rebuild_inbox_refused inbox=%s why=%s", name, refused[name])
+                if refused[name] is not None:
+                    continue
             if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
         return out
@@ -1048,7 +1067,8 @@ class Indexer:
             raise StorageError(short)
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
-        if not gone and not folders:
+        refused = self.refused_inboxes()
+        if not gone and not folders and not refused:
             self.refuse_held(confirmed)
             return
         what: list[str] = []
@@ -1056,23 +1076,34 @@ class Indexer:
         if gone:
             said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
             what.append(f"{', '.join(sorted(gone))} cannot be read now ({said})")
-            then.append("Mount the share (`sidecar status` shows when it is back)")
+            then.append("mount the share (`sidecar status` shows when it is back)")
         if folders:
             named = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
             what.append(
                 f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
             )
-            first = "make them readable" if gone else "Make them readable"
             then.append(
-                f"{first} to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` a folder; "
-                "`sidecar status` shows while they are not)"
+                "make them readable to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` "
+                "a folder; `sidecar status` shows while they are not)"
             )
+        if refused:
+            said = "; ".join(f"memory/{agent}: {why}" for agent, why in sorted(refused.items()))
+            what.append(f"a memory inbox with notes indexed is not read ({said})")
+            then.append("make it a folder of your own again (no symbolic link)")
+        then[0] = then[0][:1].upper() + then[0][1:]
+        kept = " and keeps those notes as indexed" if gone or folders else ""
         message = (
             f"not rebuilt: {'; '.join(what)}. A rebuild reads every note again, and notes that cannot "
             "be read would be gone from the index until they can. Nothing was changed. "
             f"{' and '.join(then)} and run `sidecar index --rebuild` again; `sidecar index` updates "
-            "the rest now and keeps those notes as indexed."
+            f"the rest now{kept}."
         )
+        if refused:
+            # No sweep reads a refused inbox: its notes leave the index with the next one anyway.
+            message += (
+                " A refused inbox is neither read nor served: `sidecar index` removes its notes from "
+                "the index (read again once it is your folder again), and the rebuild runs after that."
+            )
         if folders:
             # The way past the refusal when those notes are to leave the index.
             message += (
@@ -1087,6 +1118,15 @@ class Indexer:
                 + " removes its notes from the index; a rebuild runs after that"
             )
         raise UnreadableError(message)
+
+    def refused_inboxes(self) -> dict[str, str]:
+        """Agents with notes indexed whose inbox is refused now (a symbolic link, not a folder,
+        another user's), with why: a rebuild would drop their notes, not read back (a sweep drops
+        them too, its skipped files say why). None while the home is held (its inboxes are offline)."""
+        if self.supervisor.home.problem() is not None:
+            return {}
+        found = {a: inbox_refusal(inbox_root(self.cfg, a)) for a in self.manifest.memory_agents()}
+        return {agent: why for agent, why in found.items() if why is not None}
 
     def refuse_held(self, confirmed: Collection[str]) -> None:
         """Raise UnreadableError while a root's mass deletion is held (unless the same request
