@@ -2201,3 +2201,37 @@ def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
         assert any("refused" in why for why in h.indexer.activity.scan_skipped)
     finally:
         h.close()
+
+
+def test_a_rebuild_gives_its_copys_pages_back_once_it_is_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild's copy dropped at the end of its sweep: its pages go back to the disk then, a
+    step at a time (was: the manifest kept them as free pages until the next start or the daily
+    housekeeping, about twice its size after a rebuild)."""
+    from sidecar.stores import manifest_file
+
+    monkeypatch.setattr(manifest_file, "_SHRINK_MIN_BYTES", 2**16)  # the share decides here, not the size
+    for i in range(40):
+        words = " ".join(f"storm{i}x{j} lighthouse keeper logbook" for j in range(300))
+        write(vault / "Logs" / f"log{i}.md", f"# Log {i}\n\n{words}\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        db = h.stores.manifest._db
+
+        def pages() -> tuple[int, int]:
+            with h.stores.manifest._lock:
+                return tuple(
+                    db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count")
+                )  # type: ignore[return-value]
+
+        h.indexer.clear()
+        assert h.stores.manifest.has_aside()
+        with_copy = pages()[0]
+        h.sweep()
+        total, free = pages()
+        assert not h.stores.manifest.has_aside()
+        assert free * 4 < total and total < with_copy
+    finally:
+        h.close()

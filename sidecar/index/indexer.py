@@ -35,6 +35,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION
+from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
 from sidecar.stores.vectors import table_prefix
@@ -377,12 +378,24 @@ class Indexer:
             back = []
             self._keep_put_back(set())
         self._aside = False
+        self._give_back_aside()
         self._put_back = set(back)
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
         if not back:
             self.problems.clear("rebuild")
+
+    def _give_back_aside(self) -> None:
+        """The pages the rebuild's copy took, back to the disk now it is dropped (was: the manifest
+        kept about twice its size until the next start or the daily housekeeping). A step at a
+        time (``Manifest.give_back``), searches in flight served between steps; under its rule,
+        so a small copy (under 8 MB) stays as free pages to reuse. A failure costs nothing but
+        the space, given back later."""
+        try:
+            self.manifest.give_back(between=lambda: FOREGROUND.yield_to(_GIVE_BACK_YIELD_S))
+        except sqlite3.Error as exc:  # a full disk, a busy file: the next start or day tries again
+            log.warning("manifest_give_back_failed error=%s", exc)
 
     def _keep_put_back(self, keys: set[str]) -> None:
         """The notes a rebuild put back and not read since, here and in the manifest."""
@@ -1236,6 +1249,8 @@ class Indexer:
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+# A step of giving back the rebuild copy's pages waits at most this long for searches in flight.
+_GIVE_BACK_YIELD_S = 0.5
 
 
 # SQLite's result codes of a fault that passes: busy, locked, out of memory, read-only,
