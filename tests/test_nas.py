@@ -2235,3 +2235,43 @@ def test_a_rebuild_gives_its_copys_pages_back_once_it_is_dropped(
         assert free * 4 < total and total < with_copy
     finally:
         h.close()
+
+
+def test_the_retry_of_a_failed_read_keeps_its_turn_and_warning_across_a_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A note whose read keeps failing: after a restart it still waits its turn (the backoff
+    kept in the manifest), is still named unreadable, and warns no more (was: each restart read
+    it at once again and logged one more warning, its backoff begun anew)."""
+    _notes(vault, 3)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        write(vault / "Notes" / "n1.md", "# Note 1\n\nedited, then unreadable\n")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index.indexer"):
+            h.sweep()
+        assert caplog.text.count("file_kept path=") == 1
+    finally:
+        h.close()
+    caplog.clear()
+    h = Harness(cfg, FakeEmbedder())  # a restart
+    try:
+        with caplog.at_level(logging.INFO, logger="sidecar.index"):
+            h.sweep()
+        assert "file_kept path=" not in caplog.text  # not read: its turn is the next full sweep
+        assert h.indexer.changes.retry_waiting == 1
+        unreadable = h.stores.problems.active_in("unreadable")
+        assert unreadable is not None and "n1.md" in unreadable["error"]
+        with caplog.at_level(logging.INFO, logger="sidecar.index"):
+            h.sweep()  # its turn: read, failed again, said at info only
+        assert "WARNING" not in [r.levelname for r in caplog.records if "file_kept" in r.getMessage()]
+        assert "file_kept path=" in caplog.text
+        failing[0] = False
+        os.chmod(vault / "Notes" / "n1.md", 0o644)  # made readable: its ctime moves, read at once
+        h.sweep()
+        assert h.stores.problems.active_in("unreadable") is None
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()

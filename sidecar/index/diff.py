@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
+import math
 import os
+import sqlite3
 import stat
 import time
 import unicodedata
@@ -86,6 +89,11 @@ EVENT_DELETION_WINDOW_S = 60.0
 _SETTLED = ("indexed", "skipped")
 # The longest a note whose reads keep failing waits for its next read (``ChangeFinder.failed_read``).
 RETRY_MOST_HOURS = 6.0
+# The meta row keeping ``ChangeFinder._retry`` across restarts, as JSON rows: root name, path,
+# failures in a row, next try (a time), mtime, size, ctime, why, kept as indexed.
+_RETRIES = "read_retries"
+_Where = tuple[str, str]  # (root name, path) of a note
+_Stamp = tuple[int, int, int]  # mtime, size and ctime of a note whose read failed
 
 
 @dataclass
@@ -196,7 +204,8 @@ class ChangeFinder:
         # of mode 000) was read, paid a read timeout and logged a warning at every sweep for good:
         # tried again after 1, 2, 4... full sweeps, up to about RETRY_MOST_HOURS; at once on a
         # file event or a change of its stat.
-        self._retry: dict[tuple[str, str], tuple[int, int, tuple[int, int]]] = {}
+        # Kept in the manifest (``save_retries``): each restart read them at once and warned again.
+        self._retry: dict[tuple[str, str], tuple[int, int, _Stamp]] = {}
         self.full_sweeps = 0  # full listings so far (``diff_roots``)
         self.retry_waiting = 0  # failed notes the last full sweep left for later
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
@@ -213,6 +222,45 @@ class ChangeFinder:
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
+        self._retry_saved = self._load_retries()
+
+    def _load_retries(self) -> dict[tuple[str, str], tuple[int, int, _Stamp]]:
+        """``_retry`` as the last process saved it, with the notes it names as unreadable: each
+        next try, saved as a time, becomes the full sweep of this start due then (the first
+        is this start's own). A row that cannot be read is dropped (the notes are read again)."""
+        rescan = self.cfg.index.rescan_minutes * 60
+        now = time.time()
+        try:
+            for name, where, failures, due, mtime, size, ctime, why, kept in json.loads(
+                self.manifest.get_meta(_RETRIES) or "[]"
+            ):
+                turn = 1 + max(0, math.ceil((float(due) - now) / rescan))
+                stamp = (int(mtime), int(size), int(ctime))
+                self._retry[(str(name), str(where))] = (int(failures), turn, stamp)
+                (self._unread_notes if kept else self._never_read)[(str(name), str(where))] = str(why)
+        except (ValueError, TypeError) as exc:  # another shape: forgotten, as before it was kept
+            log.warning("read_retries_dropped error=%s", exc)
+            self._retry, self._unread_notes, self._never_read = {}, {}, {}
+        return dict(self._retry)
+
+    def save_retries(self) -> None:
+        """Keep ``_retry`` in the manifest when it changed (after a sweep): its next tries as
+        times, a full sweep ``index.rescanMinutes`` apart. A failed write keeps it for the next."""
+        if self._retry == self._retry_saved:
+            return
+        rescan = self.cfg.index.rescan_minutes * 60
+        now = time.time()
+        rows = [
+            [name, where, failures, now + (turn - self.full_sweeps) * rescan, *stamp, why, kept]
+            for (name, where), (failures, turn, stamp) in sorted(self._retry.items())
+            for why, kept in [_why_unread(self._unread_notes, self._never_read, (name, where))]
+        ]
+        try:
+            self.manifest.set_meta(_RETRIES, json.dumps(rows) if rows else "")
+        except sqlite3.Error as exc:
+            log.warning("read_retries_not_saved error=%s", exc)
+            return
+        self._retry_saved = dict(self._retry)
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -223,7 +271,7 @@ class ChangeFinder:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
         unreadable (it was kept without a word in status, and its later edits went unread).
         True: its first failure in a row (``failed_read``)."""
@@ -231,17 +279,19 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def not_read(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def not_read(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """A note not in the index whose read failed: named in status as not indexed, with why.
         True: its first failure in a row (``failed_read``)."""
         self._never_read[(root.name, str(path))] = why
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def failed_read(self, root: Root, path: Path, stamp: tuple[int, int]) -> bool:
-        """A read of a note (of mtime and size ``stamp``) failed: it is tried again after twice
-        as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS), or
-        once its stat changes. True: the first failure in a row, the one worth a warning."""
+    def failed_read(self, root: Root, path: Path, stamp: _Stamp) -> bool:
+        """A read of a note (of mtime, size and ctime ``stamp``) failed: it is tried again after
+        twice as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS),
+        or once its stat changes (a chmod that makes it readable moves its ctime: a restart, or
+        `sidecar index` with no events told, read it at once). True: the first failure in a row,
+        the one worth a warning."""
         where = (root.name, str(path))
         failures = self._retry.get(where, (0, 0, stamp))[0] + 1
         most = max(1, int(RETRY_MOST_HOURS * 60 / self.cfg.index.rescan_minutes))
@@ -251,7 +301,8 @@ class ChangeFinder:
     def _retry_later(self, n: NoteFile) -> bool:
         """Whether a note whose read failed, unchanged since, waits for a later full sweep."""
         failed = self._retry.get((n.root.name, str(n.path)))
-        return failed is not None and self.full_sweeps < failed[1] and failed[2] == (n.mtime_ns, n.size)
+        stamp = (n.mtime_ns, n.size, n.ctime_ns)
+        return failed is not None and self.full_sweeps < failed[1] and failed[2] == stamp
 
     def put_back(self, keys: Collection[str]) -> None:
         """Notes a rebuild could not read, put back as indexed before it: kept unreadable now,
@@ -367,7 +418,7 @@ class ChangeFinder:
             )
         for note, why in failed:
             log.warning("file_unreadable path=%s reason=%s", note.path, why)
-            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size))
+            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns))
 
     def _listed_unreadable_roots(self) -> list[tuple[Root | None, list[str]]]:
         """The unreadable folders and notes recorded, with their root (None: no longer one)."""
@@ -1299,6 +1350,13 @@ def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
     """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
     now = time.monotonic()
     return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
+
+
+def _why_unread(kept: dict[_Where, str], never: dict[_Where, str], where: _Where) -> tuple[str, bool]:
+    """Why a note's read failed and whether it is kept as indexed (else not in the index)."""
+    if where in kept:
+        return kept[where], True
+    return never.get(where, "unreadable"), False
 
 
 def kept_by(key: str, marks: tuple[str, ...]) -> bool:

@@ -481,7 +481,8 @@ class Indexer:
         )
 
     def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
-        """The sweep's counts, logged."""
+        """The sweep's counts, logged; the read retries kept for a restart."""
+        self.changes.save_retries()
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
@@ -889,7 +890,7 @@ class Indexer:
         if indexed is not None:
             self._keep_unreadable(note, why, st)
             return True
-        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size)):
+        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns)):
             log.warning("file_unread path=%s reason=%s", note.path, why)
         return False
 
@@ -897,7 +898,7 @@ class Indexer:
         """An indexed note that cannot be read now: a read error is no evidence the note changed,
         so what is indexed is kept, and said (status counts and names it)."""
         if self.changes.kept_unreadable(
-            note.root, note.path, why, (note.mtime_ns, note.size)
+            note.root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns)
         ):  # later failures: counted at INFO
             log.warning("file_kept path=%s reason=%s", note.path, why)
         else:
