@@ -1291,6 +1291,7 @@ def test_rebuild_not_finished_is_said_again_after_a_restart(
         problem = h.stores.problems.active_in("rebuild")
         assert problem is not None and "1 note(s) of vault" in problem["error"]
         failing[0] = False
+        h.sweep()  # its second failure in a row (the first was before the restart): waits a sweep
         h.sweep()
         assert h.stores.problems.active_in("rebuild") is None
         assert h.stores.manifest.chunk_ids("vault/Notes/n1")
@@ -2237,12 +2238,12 @@ def test_a_rebuild_gives_its_copys_pages_back_once_it_is_dropped(
         h.close()
 
 
-def test_the_retry_of_a_failed_read_keeps_its_turn_and_warning_across_a_restart(
+def test_the_retry_of_a_failed_read_keeps_its_backoff_and_warning_across_a_restart(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A note whose read keeps failing: after a restart it still waits its turn (the backoff
-    kept in the manifest), is still named unreadable, and warns no more (was: each restart read
-    it at once again and logged one more warning, its backoff begun anew)."""
+    """A note whose read keeps failing: a restart reads it once (a share healed meanwhile is
+    read back), and a failure then is its next in a row, kept in the manifest: no new warning
+    and a longer wait (was: each restart began its backoff anew and logged one more warning)."""
     _notes(vault, 3)
     cfg = make_cfg(vault)
     h = Harness(cfg, FakeEmbedder())
@@ -2259,19 +2260,196 @@ def test_the_retry_of_a_failed_read_keeps_its_turn_and_warning_across_a_restart(
     h = Harness(cfg, FakeEmbedder())  # a restart
     try:
         with caplog.at_level(logging.INFO, logger="sidecar.index"):
-            h.sweep()
-        assert "file_kept path=" not in caplog.text  # not read: its turn is the next full sweep
-        assert h.indexer.changes.retry_waiting == 1
-        unreadable = h.stores.problems.active_in("unreadable")
-        assert unreadable is not None and "n1.md" in unreadable["error"]
-        with caplog.at_level(logging.INFO, logger="sidecar.index"):
-            h.sweep()  # its turn: read, failed again, said at info only
+            h.sweep()  # read once: failed again, its second in a row, said at info only
         assert "WARNING" not in [r.levelname for r in caplog.records if "file_kept" in r.getMessage()]
         assert "file_kept path=" in caplog.text
+        assert h.indexer.changes.retry_waiting == 0
+        unreadable = h.stores.problems.active_in("unreadable")
+        assert unreadable is not None and "n1.md" in unreadable["error"]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sidecar.index"):
+            h.sweep()  # waits: 2 full sweeps after a second failure (1 after a first)
+        assert "file_kept path=" not in caplog.text
+        assert h.indexer.changes.retry_waiting == 1
         failing[0] = False
         os.chmod(vault / "Notes" / "n1.md", 0o644)  # made readable: its ctime moves, read at once
         h.sweep()
         assert h.stores.problems.active_in("unreadable") is None
         assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+def _unreadable_then_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[bool]]:
+    """Three notes indexed, the first edited and then unreadable (kept as indexed), the daemon
+    stopped: its read retry is kept in the manifest."""
+    _notes(vault, 3)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        write(vault / "Notes" / "n1.md", "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        assert h.stores.problems.active_in("unreadable") is not None
+    finally:
+        h.close()
+    return cfg, failing
+
+
+def test_a_rebuild_with_no_daemon_runs_once_the_unreadable_note_reads(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal said `chmod u+r` the note; done, with the daemon stopped: `sidecar index
+    --rebuild` runs (was: the read retry kept from before the stop named the note unreadable)."""
+    from sidecar.daemon.oneshot import index_once
+
+    cfg, failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    failing[0] = False
+    os.chmod(vault / "Notes" / "n1.md", 0o644)  # as told; it reads now
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()  # what `sidecar index --rebuild` does before its check
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+    index_once(cfg, rebuild=True)  # the command itself
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+def test_a_rebuild_with_no_daemon_runs_once_the_unreadable_note_is_deleted(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unreadable note deleted while the daemon was down names no note in a refusal."""
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    (vault / "Notes" / "n1.md").unlink()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_with_no_daemon_still_refuses_a_note_that_still_fails(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What still cannot be read still refuses the rebuild (its probe finds it)."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.index import diff as diff_mod
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    n1 = vault / "Notes" / "n1.md"
+    real = diff_mod.read_refusal
+    monkeypatch.setattr(
+        diff_mod, "read_refusal", lambda p: "unreadable (Input/output error)" if p == n1 else real(p)
+    )
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()
+        with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
+            h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_right_after_a_restart_runs_once_the_share_healed(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note's I/O error gone while the daemon was down (no change of its stat): the start's
+    sweep reads it, and neither status nor a rebuild names it (was: it waited its turn, named
+    unreadable, and the rebuild was refused for up to about 6 hours)."""
+    cfg, failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    failing[0] = False
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.refuse_rebuild()  # before the start's first sweep ends, too
+        h.sweep()
+        assert h.indexer.changes.retry_waiting == 0
+        assert h.stores.problems.active_in("unreadable") is None
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note kept unreadable that reads again while it waits its turn (an I/O error healed, no
+    change of its stat) no longer refuses a rebuild; one that still fails does."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.index import diff as diff_mod
+
+    _notes(vault, 3)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        n1 = vault / "Notes" / "n1.md"
+        failing = _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        real = diff_mod.read_refusal
+        monkeypatch.setattr(
+            diff_mod,
+            "read_refusal",
+            lambda p: "unreadable (Input/output error)" if failing[0] and p == n1 else real(p),
+        )
+        with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
+            h.indexer.refuse_rebuild()
+        failing[0] = False
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_read_retries_of_a_root_no_longer_configured_are_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read retry kept for a root taken out of the configuration is not loaded."""
+    import json
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    rows = json.loads(h.stores.manifest.get_meta("read_retries"))
+    h.stores.manifest.set_meta("read_retries", json.dumps([["wiki-gone", "/elsewhere/x.md", 3], *rows]))
+    h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert [n for n, _p in h.indexer.changes._retry] == ["vault"]
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_read_retry_loaded_waits_no_longer_than_the_cap(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count of failures kept from before (a clock set ahead, a long outage) makes the note
+    wait at most about 6 hours after the start's read of it (was: a next try saved under a
+    clock a year ahead was taken as it was, 52,561 full sweeps away)."""
+    import json
+
+    from sidecar.index.diff import RETRY_MOST_HOURS
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    rows = json.loads(h.stores.manifest.get_meta("read_retries"))
+    rows[0][2] = 10**6
+    h.stores.manifest.set_meta("read_retries", json.dumps(rows))
+    h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        most = max(1, int(RETRY_MOST_HOURS * 60 / cfg.index.rescan_minutes))
+        ((_f, turn, _s),) = h.indexer.changes._retry.values()
+        assert turn == 1  # read by the start's first full sweep
+        h.sweep()
+        ((_f, turn, _s),) = h.indexer.changes._retry.values()
+        assert 1 < turn <= 1 + most
     finally:
         h.close()

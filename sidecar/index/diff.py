@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import os
 import sqlite3
 import stat
@@ -89,9 +88,11 @@ EVENT_DELETION_WINDOW_S = 60.0
 _SETTLED = ("indexed", "skipped")
 # The longest a note whose reads keep failing waits for its next read (``ChangeFinder.failed_read``).
 RETRY_MOST_HOURS = 6.0
-# The meta row keeping ``ChangeFinder._retry`` across restarts, as JSON rows: root name, path,
-# failures in a row, next try (a time), mtime, size, ctime, why, kept as indexed.
+# The meta row keeping ``ChangeFinder._retry``'s failures across restarts, as JSON rows: root
+# name, path, failures in a row.
 _RETRIES = "read_retries"
+# A loaded count of failures is cut to this: its wait is at the cap (RETRY_MOST_HOURS) already.
+_RETRY_MOST_FAILURES = 32
 _Where = tuple[str, str]  # (root name, path) of a note
 _Stamp = tuple[int, int, int]  # mtime, size and ctime of a note whose read failed
 
@@ -204,7 +205,8 @@ class ChangeFinder:
         # of mode 000) was read, paid a read timeout and logged a warning at every sweep for good:
         # tried again after 1, 2, 4... full sweeps, up to about RETRY_MOST_HOURS; at once on a
         # file event or a change of its stat.
-        # Kept in the manifest (``save_retries``): each restart read them at once and warned again.
+        # Their failures are kept in the manifest (``save_retries``): each restart began the
+        # backoff anew and warned again.
         self._retry: dict[tuple[str, str], tuple[int, int, _Stamp]] = {}
         self.full_sweeps = 0  # full listings so far (``diff_roots``)
         self.retry_waiting = 0  # failed notes the last full sweep left for later
@@ -224,43 +226,42 @@ class ChangeFinder:
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
         self._retry_saved = self._load_retries()
 
-    def _load_retries(self) -> dict[tuple[str, str], tuple[int, int, _Stamp]]:
-        """``_retry`` as the last process saved it, with the notes it names as unreadable: each
-        next try, saved as a time, becomes the full sweep of this start due then (the first
-        is this start's own). A row that cannot be read is dropped (the notes are read again)."""
-        rescan = self.cfg.index.rescan_minutes * 60
-        now = time.time()
+    def _load_retries(self) -> dict[_Where, int]:
+        """``_retry``'s failures in a row as the last process saved them, for the notes of roots
+        configured now. Only the backoff is kept: each such note is read again by this start's
+        first full sweep (a restart is a way out for a share that healed without a change of the
+        note), and a failure then is its next in a row (no new warning, a longer wait). Never
+        named unreadable from a row: a note that reads now, or is gone, is no unreadable note
+        (a rebuild was refused for it). A row that cannot be read is dropped."""
+        names = {r.name for r in vault_roots(self.cfg)}
         try:
-            for name, where, failures, due, mtime, size, ctime, why, kept in json.loads(
-                self.manifest.get_meta(_RETRIES) or "[]"
-            ):
-                turn = 1 + max(0, math.ceil((float(due) - now) / rescan))
-                stamp = (int(mtime), int(size), int(ctime))
-                self._retry[(str(name), str(where))] = (int(failures), turn, stamp)
-                (self._unread_notes if kept else self._never_read)[(str(name), str(where))] = str(why)
+            for name, where, failures in json.loads(self.manifest.get_meta(_RETRIES) or "[]"):
+                if str(name) in names or str(name).startswith("memory/"):
+                    # Turn 1: this start's first full sweep. A count past the cap waits no longer.
+                    count = min(max(int(failures), 1), _RETRY_MOST_FAILURES)
+                    self._retry[(str(name), str(where))] = (count, 1, (0, 0, 0))
         except (ValueError, TypeError) as exc:  # another shape: forgotten, as before it was kept
             log.warning("read_retries_dropped error=%s", exc)
-            self._retry, self._unread_notes, self._never_read = {}, {}, {}
-        return dict(self._retry)
+            self._retry = {}
+        return self._saved_retries()
+
+    def _saved_retries(self) -> dict[_Where, int]:
+        """What ``save_retries`` keeps of ``_retry``: the failures in a row of each note."""
+        return {where: failures for where, (failures, _turn, _stamp) in self._retry.items()}
 
     def save_retries(self) -> None:
-        """Keep ``_retry`` in the manifest when it changed (after a sweep): its next tries as
-        times, a full sweep ``index.rescanMinutes`` apart. A failed write keeps it for the next."""
-        if self._retry == self._retry_saved:
+        """Keep ``_retry``'s failures in the manifest when they changed (after a sweep). A failed
+        write keeps them for the next."""
+        now = self._saved_retries()
+        if now == self._retry_saved:
             return
-        rescan = self.cfg.index.rescan_minutes * 60
-        now = time.time()
-        rows = [
-            [name, where, failures, now + (turn - self.full_sweeps) * rescan, *stamp, why, kept]
-            for (name, where), (failures, turn, stamp) in sorted(self._retry.items())
-            for why, kept in [_why_unread(self._unread_notes, self._never_read, (name, where))]
-        ]
+        rows = [[name, where, failures] for (name, where), failures in sorted(now.items())]
         try:
             self.manifest.set_meta(_RETRIES, json.dumps(rows) if rows else "")
         except sqlite3.Error as exc:
             log.warning("read_retries_not_saved error=%s", exc)
             return
-        self._retry_saved = dict(self._retry)
+        self._retry_saved = now
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -435,8 +436,10 @@ class ChangeFinder:
 
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
-        forgets every note first, and theirs could not be read back (status says they are kept)."""
-        out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
+        forgets every note first, and theirs could not be read back (status says they are kept).
+        The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
+        not named (it waits in its backoff, or its share healed with no change of its stat)."""
+        out = self._still_unread()  # only indexed notes are kept unreadable
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
@@ -448,6 +451,23 @@ class ChangeFinder:
                 ):
                     out.append(where)
         return sorted(out)
+
+    def _still_unread(self) -> list[str]:
+        """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
+        configured. Bounded by ``watch.scanTimeoutSeconds``: a share that does not answer leaves
+        them named as recorded. Nothing recorded is changed (a request's thread asks too; the
+        sweeps find what changed)."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        recorded = sorted(p for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
+        if not recorded:
+            return []
+        done, _stuck = run_with_timeout(
+            lambda: [p for p in recorded if read_refusal(Path(p)) is not None],
+            self.cfg.watch.scan_timeout_seconds,
+            "unreadable notes",
+            self.supervisor.beat,
+        )
+        return recorded if done is None else done
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
@@ -833,9 +853,12 @@ class ChangeFinder:
                 # so too, but is no indexed note.
                 if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns and st.state == "indexed":
                     diff.recut += 1
-            elif (n.root.name, str(n.path)) in self._unread_notes:
-                # Kept as indexed after a failed read: tried again until it reads (a folder made
-                # readable again changes no stat of its notes).
+            elif (n.root.name, str(n.path)) in self._unread_notes or (
+                n.root.name,
+                str(n.path),
+            ) in self._retry:
+                # Kept as indexed after a failed read (in this process, or before a restart): tried
+                # again until it reads (a folder made readable again changes no stat of its notes).
                 diff.work.append(n)
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
@@ -1350,13 +1373,6 @@ def _recent(times: dict[str, list[float]], root: Root) -> list[float]:
     """The times of ``root`` in ``times`` within ``EVENT_DELETION_WINDOW_S``."""
     now = time.monotonic()
     return [t for t in times.get(root.name, []) if now - t < EVENT_DELETION_WINDOW_S]
-
-
-def _why_unread(kept: dict[_Where, str], never: dict[_Where, str], where: _Where) -> tuple[str, bool]:
-    """Why a note's read failed and whether it is kept as indexed (else not in the index)."""
-    if where in kept:
-        return kept[where], True
-    return never.get(where, "unreadable"), False
 
 
 def kept_by(key: str, marks: tuple[str, ...]) -> bool:
