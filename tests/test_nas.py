@@ -1803,6 +1803,42 @@ def test_a_rebuild_is_refused_at_its_turn_when_the_vault_went_offline_since_the_
         h.close()
 
 
+def test_a_rebuild_refused_at_its_turn_for_an_offline_vault_leaves_status_once_it_is_back(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild refused at its turn for a share offline: said while it is, and no longer a
+    PROBLEM once a whole sweep reads the share again (kept under Recovered); the sweep of the
+    refusal itself keeps it said (was: said until a rebuild ran or a restart, its cause gone)."""
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        vault.rename(vault.parent / "unmounted")
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is not None
+        loop.request_sweep()  # a whole sweep, the share still away: still said
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is not None
+        (vault.parent / "unmounted").rename(vault)  # the share is back
+        loop.request_sweep()
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+        recent = h.problems.describe()["recent"]
+        assert any(r["error"].startswith("not rebuilt: vault cannot be read now") for r in recent)
+    finally:
+        h.close()
+
+
 def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put_back(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
