@@ -2215,6 +2215,51 @@ def test_a_rebuild_is_refused_while_an_inbox_with_notes_indexed_is_refused(
         h.close()
 
 
+def test_a_rebuild_refused_for_many_inboxes_names_a_few_by_cause(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """Many agents' inboxes refused: at most 3 named per cause, "and N more", in the plural; the
+    agents folder behind a symbolic link is named as that folder (was: every agent listed with
+    the same cause, 3.5 KB for 40 agents, "a memory inbox ... make it a folder")."""
+    from sidecar.contracts.errors import UnreadableError
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(40):
+            write(agents / f"agent{i:02}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        for i in range(5):  # five inboxes behind a link each
+            inbox = agents / f"agent{i:02}" / "memory"
+            inbox.rename(tmp_path / f"outside{i}")
+            inbox.symlink_to(tmp_path / f"outside{i}")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith(
+            "not rebuilt: 5 memory inboxes with notes indexed are not read (memory/agent00, memory/agent01, "
+            "memory/agent02 and 2 more: a symbolic link or not a folder)"
+        )
+        assert "make them folders of your own again" in said.lower() and "agent03" not in said
+        for i in range(5):  # back as they were; then the agents folder itself behind a link
+            inbox = agents / f"agent{i:02}" / "memory"
+            inbox.unlink()
+            (tmp_path / f"outside{i}").rename(inbox)
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith(
+            f"not rebuilt: the agents folder {agents} is a symbolic link or not a folder: the memory "
+            "inboxes of 40 agents with notes indexed are not read."
+        )
+        assert "make the agents folder a folder of your own again" in said.lower()
+        assert "memory/agent" not in said and len(said) < 1000
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("how", ["symlink", "owner"])
 def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
     make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture

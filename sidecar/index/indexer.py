@@ -1101,9 +1101,9 @@ class Indexer:
                 "a folder; `sidecar status` shows while they are not)"
             )
         if refused:
-            said = "; ".join(f"memory/{agent}: {why}" for agent, why in sorted(refused.items()))
-            what.append(f"a memory inbox with notes indexed is not read ({said})")
-            then.append("make it a folder of your own again (no symbolic link)")
+            said, told = _refused_said(self.cfg.agents_dir, refused)
+            what += said
+            then += told
         then[0] = then[0][:1].upper() + then[0][1:]
         kept = " and keeps those notes as indexed" if gone or folders else ""
         message = (
@@ -1247,6 +1247,39 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
+
+
+def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What a rebuild's refusal says of refused inboxes, and what to do: grouped by cause, at
+    most 3 agents named each ("and N more"; hundreds of agents made tens of KB of one cause
+    repeated), the agents folder named as such when it is the cause (a symbolic link itself)."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for agent, why in sorted(refused.items()):
+        label, sep, tail = why.partition(") ")
+        part = label.removeprefix("inbox (") if sep and label.startswith("inbox (") else ""
+        cause = (tail if sep else why).removesuffix("; refused")
+        groups.setdefault((part == agents.name, cause), []).append(agent)
+    what: list[str] = []
+    then: list[str] = []
+    for (whole, cause), names in groups.items():
+        n = len(names)
+        inboxes = "the memory inbox of 1 agent" if n == 1 else f"the memory inboxes of {n} agents"
+        if whole:
+            what.append(
+                f"the agents folder {agents} {cause}: {inboxes} with notes indexed {'is' if n == 1 else 'are'} not read"
+            )
+            then.append("make the agents folder a folder of your own again (no symbolic link)")
+            continue
+        named = ", ".join(f"memory/{a}" for a in names[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        cause = cause.removeprefix("is ")
+        if n == 1:
+            what.append(f"a memory inbox with notes indexed is not read ({named}: {cause})")
+        else:
+            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {cause})")
+        then.append(
+            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
+        )
+    return what, list(dict.fromkeys(then))
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
