@@ -2252,7 +2252,7 @@ def test_a_rebuild_refused_for_many_inboxes_names_a_few_by_cause(
         said = str(refused.value)
         assert said.startswith(
             f"not rebuilt: the agents folder {agents} is a symbolic link or not a folder: the memory "
-            "inboxes of 40 agents with notes indexed are not read."
+            "inboxes of 40 agents are not read (with notes indexed)."
         )
         assert "make the agents folder a folder of your own again" in said.lower()
         assert "memory/agent" not in said and len(said) < 1000

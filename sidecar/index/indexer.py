@@ -1101,8 +1101,8 @@ class Indexer:
                 "a folder; `sidecar status` shows while they are not)"
             )
         if refused:
-            said, told = _refused_said(self.cfg.agents_dir, refused)
-            what += said
+            inboxes, told = _refused_said(self.cfg.agents_dir, refused)
+            what += inboxes
             then += told
         then[0] = then[0][:1].upper() + then[0][1:]
         kept = " and keeps those notes as indexed" if gone or folders else ""
@@ -1263,19 +1263,17 @@ def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], lis
     then: list[str] = []
     for (whole, cause), names in groups.items():
         n = len(names)
-        inboxes = "the memory inbox of 1 agent" if n == 1 else f"the memory inboxes of {n} agents"
+        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
         if whole:
-            what.append(
-                f"the agents folder {agents} {cause}: {inboxes} with notes indexed {'is' if n == 1 else 'are'} not read"
-            )
+            what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
             then.append("make the agents folder a folder of your own again (no symbolic link)")
             continue
         named = ", ".join(f"memory/{a}" for a in names[:3]) + (f" and {n - 3} more" if n > 3 else "")
-        cause = cause.removeprefix("is ")
+        what_is = cause.removeprefix("is ")
         if n == 1:
-            what.append(f"a memory inbox with notes indexed is not read ({named}: {cause})")
+            what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")
         else:
-            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {cause})")
+            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {what_is})")
         then.append(
             f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
         )
