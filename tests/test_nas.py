@@ -2489,6 +2489,31 @@ def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
         h.close()
 
 
+def test_a_rebuild_reads_a_note_that_waits_its_retry(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note whose read failed reads again before its turn (no change of its stat): the
+    rebuild's check lets it run, and the rebuild reads it (was: counted unchanged while it
+    waited, put back unread, and the rebuild said unfinished until its turn)."""
+    _notes(vault, 3)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        n1 = vault / "Notes" / "n1.md"
+        failing = _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        h.sweep()  # its turn: failed again, waits 2 full sweeps now
+        failing[0] = False  # healed, its turn not come
+        h.indexer.refuse_rebuild()
+        h.indexer.clear()
+        h.sweep()
+        assert h.problems.active_in("rebuild") is None
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
 def test_read_retries_of_a_root_no_longer_configured_are_dropped(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -844,7 +844,9 @@ class ChangeFinder:
         file event's look reads it at once)."""
         for n in notes:
             st = known.get(n.key)
-            if full and self._retry_later(n):
+            # No record: a rebuild emptied the index, which reads every note (one waiting its
+            # turn was put back unread, and the rebuild said unfinished for hours).
+            if full and st is not None and self._retry_later(n):
                 self.retry_waiting += 1
                 diff.unchanged += 1
             elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
