@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
+import sqlite3
 import stat
 import time
 import unicodedata
@@ -86,6 +88,13 @@ EVENT_DELETION_WINDOW_S = 60.0
 _SETTLED = ("indexed", "skipped")
 # The longest a note whose reads keep failing waits for its next read (``ChangeFinder.failed_read``).
 RETRY_MOST_HOURS = 6.0
+# The meta row keeping ``ChangeFinder._retry``'s failures across restarts, as JSON rows: root
+# name, path, failures in a row.
+_RETRIES = "read_retries"
+# A loaded count of failures is cut to this: its wait is at the cap (RETRY_MOST_HOURS) already.
+_RETRY_MOST_FAILURES = 32
+_Where = tuple[str, str]  # (root name, path) of a note
+_Stamp = tuple[int, int, int]  # mtime, size and ctime of a note whose read failed
 
 
 @dataclass
@@ -196,7 +205,9 @@ class ChangeFinder:
         # of mode 000) was read, paid a read timeout and logged a warning at every sweep for good:
         # tried again after 1, 2, 4... full sweeps, up to about RETRY_MOST_HOURS; at once on a
         # file event or a change of its stat.
-        self._retry: dict[tuple[str, str], tuple[int, int, tuple[int, int]]] = {}
+        # Their failures are kept in the manifest (``save_retries``): each restart began the
+        # backoff anew and warned again.
+        self._retry: dict[tuple[str, str], tuple[int, int, _Stamp]] = {}
         self.full_sweeps = 0  # full listings so far (``diff_roots``)
         self.retry_waiting = 0  # failed notes the last full sweep left for later
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
@@ -213,6 +224,44 @@ class ChangeFinder:
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
+        self._retry_saved = self._load_retries()
+
+    def _load_retries(self) -> dict[_Where, int]:
+        """``_retry``'s failures in a row as the last process saved them, for the notes of roots
+        configured now. Only the backoff is kept: each such note is read again by this start's
+        first full sweep (a restart is a way out for a share that healed without a change of the
+        note), and a failure then is its next in a row (no new warning, a longer wait). Never
+        named unreadable from a row: a note that reads now, or is gone, is no unreadable note
+        (a rebuild was refused for it). A row that cannot be read is dropped."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        try:
+            for name, where, failures in json.loads(self.manifest.get_meta(_RETRIES) or "[]"):
+                if str(name) in names or str(name).startswith("memory/"):
+                    # Turn 1: this start's first full sweep. A count past the cap waits no longer.
+                    count = min(max(int(failures), 1), _RETRY_MOST_FAILURES)
+                    self._retry[(str(name), str(where))] = (count, 1, (0, 0, 0))
+        except (ValueError, TypeError) as exc:  # another shape: forgotten, as before it was kept
+            log.warning("read_retries_dropped error=%s", exc)
+            self._retry = {}
+        return self._saved_retries()
+
+    def _saved_retries(self) -> dict[_Where, int]:
+        """What ``save_retries`` keeps of ``_retry``: the failures in a row of each note."""
+        return {where: failures for where, (failures, _turn, _stamp) in self._retry.items()}
+
+    def save_retries(self) -> None:
+        """Keep ``_retry``'s failures in the manifest when they changed (after a sweep). A failed
+        write keeps them for the next."""
+        now = self._saved_retries()
+        if now == self._retry_saved:
+            return
+        rows = [[name, where, failures] for (name, where), failures in sorted(now.items())]
+        try:
+            self.manifest.set_meta(_RETRIES, json.dumps(rows) if rows else "")
+        except sqlite3.Error as exc:
+            log.warning("read_retries_not_saved error=%s", exc)
+            return
+        self._retry_saved = now
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -223,7 +272,7 @@ class ChangeFinder:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
         unreadable (it was kept without a word in status, and its later edits went unread).
         True: its first failure in a row (``failed_read``)."""
@@ -231,17 +280,19 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def not_read(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def not_read(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """A note not in the index whose read failed: named in status as not indexed, with why.
         True: its first failure in a row (``failed_read``)."""
         self._never_read[(root.name, str(path))] = why
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def failed_read(self, root: Root, path: Path, stamp: tuple[int, int]) -> bool:
-        """A read of a note (of mtime and size ``stamp``) failed: it is tried again after twice
-        as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS), or
-        once its stat changes. True: the first failure in a row, the one worth a warning."""
+    def failed_read(self, root: Root, path: Path, stamp: _Stamp) -> bool:
+        """A read of a note (of mtime, size and ctime ``stamp``) failed: it is tried again after
+        twice as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS),
+        or once its stat changes (a chmod that makes it readable moves its ctime: a restart, or
+        `sidecar index` with no events told, read it at once). True: the first failure in a row,
+        the one worth a warning."""
         where = (root.name, str(path))
         failures = self._retry.get(where, (0, 0, stamp))[0] + 1
         most = max(1, int(RETRY_MOST_HOURS * 60 / self.cfg.index.rescan_minutes))
@@ -251,7 +302,8 @@ class ChangeFinder:
     def _retry_later(self, n: NoteFile) -> bool:
         """Whether a note whose read failed, unchanged since, waits for a later full sweep."""
         failed = self._retry.get((n.root.name, str(n.path)))
-        return failed is not None and self.full_sweeps < failed[1] and failed[2] == (n.mtime_ns, n.size)
+        stamp = (n.mtime_ns, n.size, n.ctime_ns)
+        return failed is not None and self.full_sweeps < failed[1] and failed[2] == stamp
 
     def put_back(self, keys: Collection[str]) -> None:
         """Notes a rebuild could not read, put back as indexed before it: kept unreadable now,
@@ -367,7 +419,7 @@ class ChangeFinder:
             )
         for note, why in failed:
             log.warning("file_unreadable path=%s reason=%s", note.path, why)
-            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size))
+            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns))
 
     def _listed_unreadable_roots(self) -> list[tuple[Root | None, list[str]]]:
         """The unreadable folders and notes recorded, with their root (None: no longer one)."""
@@ -384,8 +436,10 @@ class ChangeFinder:
 
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
-        forgets every note first, and theirs could not be read back (status says they are kept)."""
-        out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
+        forgets every note first, and theirs could not be read back (status says they are kept).
+        The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
+        not named (it waits in its backoff, or its share healed with no change of its stat)."""
+        out = self._still_unread()  # only indexed notes are kept unreadable
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
@@ -397,6 +451,23 @@ class ChangeFinder:
                 ):
                     out.append(where)
         return sorted(out)
+
+    def _still_unread(self) -> list[str]:
+        """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
+        configured. Bounded by ``watch.scanTimeoutSeconds``: a share that does not answer leaves
+        them named as recorded. Nothing recorded is changed (a request's thread asks too; the
+        sweeps find what changed)."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        recorded = sorted(p for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
+        if not recorded:
+            return []
+        done, _stuck = run_with_timeout(
+            lambda: [p for p in recorded if read_refusal(Path(p)) is not None],
+            self.cfg.watch.scan_timeout_seconds,
+            "unreadable notes",
+            self.supervisor.beat,
+        )
+        return recorded if done is None else done
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
@@ -773,7 +844,9 @@ class ChangeFinder:
         file event's look reads it at once)."""
         for n in notes:
             st = known.get(n.key)
-            if full and self._retry_later(n):
+            # No record: a rebuild emptied the index, which reads every note (one waiting its
+            # turn was put back unread, and the rebuild said unfinished for hours).
+            if full and st is not None and self._retry_later(n):
                 self.retry_waiting += 1
                 diff.unchanged += 1
             elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
@@ -782,9 +855,12 @@ class ChangeFinder:
                 # so too, but is no indexed note.
                 if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns and st.state == "indexed":
                     diff.recut += 1
-            elif (n.root.name, str(n.path)) in self._unread_notes:
-                # Kept as indexed after a failed read: tried again until it reads (a folder made
-                # readable again changes no stat of its notes).
+            elif (n.root.name, str(n.path)) in self._unread_notes or (
+                n.root.name,
+                str(n.path),
+            ) in self._retry:
+                # Kept as indexed after a failed read (in this process, or before a restart): tried
+                # again until it reads (a folder made readable again changes no stat of its notes).
                 diff.work.append(n)
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
