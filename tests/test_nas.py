@@ -838,12 +838,14 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
 
 
 def test_a_stop_ends_the_wait_for_a_hung_listing(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The daemon's stop ends the indexer's wait for a share's call at once (its join waited the
     call's whole deadline, scanTimeoutSeconds for a listing, and gave up on the indexer); the
-    root is not said to hang for it."""
+    root is not said to hang for it, nor to be offline: a stop is no outage (it was logged and
+    kept as an offline root, "not waited for")."""
     h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    caplog.set_level(logging.INFO)
     release = threading.Event()
     try:
         h.indexer.sweep()
@@ -859,7 +861,9 @@ def test_a_stop_ends_the_wait_for_a_hung_listing(
         sweeping.join(20)
         assert not sweeping.is_alive() and not release.is_set()
         st = h.supervisor.roots["vault"]
-        assert "the daemon stops" in str(st.error) and "hung" not in str(st.error)
+        assert not st.offline and st.error is None and st.failures == 0
+        assert "share_wait_stopped root=vault" in caplog.text
+        assert "watcher_retry" not in caplog.text and "scan_hung" not in caplog.text
     finally:
         release.set()
         h.close()

@@ -318,7 +318,7 @@ class ChangeFinder:
             try:
                 found = self.supervisor.list_root(root)
             except RootUnreachable as exc:
-                self.supervisor.mark_offline(root, str(exc))
+                self.supervisor.unreachable(root, exc)
                 continue
             self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
             self._probe_indexed(root, [n for n in found if isinstance(n, NoteFile)])
@@ -493,7 +493,7 @@ class ChangeFinder:
         try:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
-            supervisor.mark_offline(root, str(exc))
+            supervisor.unreachable(root, exc)
             status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
             self.bursts.judged(root.name)
             return None

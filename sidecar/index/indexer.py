@@ -792,7 +792,7 @@ class Indexer:
                     # is; its other notes wait, the other roots' are read on.
                     hung.add(note.root.name)
                     no_answer.add(str(note.path))
-                    self.supervisor.mark_offline(note.root, str(exc))
+                    self.supervisor.unreachable(note.root, exc)
                     return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start

@@ -136,6 +136,11 @@ class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bu
     pass
 
 
+class StopCut(RootUnreachable):
+    """A wait for a share's call ended because the daemon stops: no outage (``Supervisor.unreachable``
+    logs it as a stop and leaves the root's state alone)."""
+
+
 class Supervisor:
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
@@ -438,6 +443,14 @@ class Supervisor:
             return True
         memo = self._remembered(Root("vault", vault))
         return _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev
+
+    def unreachable(self, root: Root, exc: RootUnreachable) -> None:
+        """A root could not be read: offline with ``exc``'s reason, unless the wait was only cut
+        short by the daemon's stop (a stop is not an outage: nothing said, saved or retried)."""
+        if isinstance(exc, StopCut):
+            log.info("share_wait_stopped root=%s: the daemon stops", root.name)
+            return
+        self.mark_offline(root, str(exc))
 
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)
@@ -796,7 +809,7 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
 def _not_waited_for(root: Root, stopping: threading.Event) -> None:
     """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
     if stopping.is_set():
-        raise RootUnreachable(f"{root.path}: not waited for, the daemon stops")
+        raise StopCut(f"{root.path}: not waited for, the daemon stops")
 
 
 def _still_hangs(root: Root, st: RootStatus) -> str:
