@@ -2070,3 +2070,62 @@ def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault:
         assert not st.slow
     finally:
         h.close()
+
+
+
+def _late_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, h: Harness) -> None:
+    """Listing ``folder`` answers late every time: once the sweep gave up on it, or said it waits
+    past a second (a cold SMB cache)."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            st = h.supervisor.roots["vault"]
+            _wait_for(lambda: st.hung_on is not None or h.supervisor.waiting is not None)
+        return real(path)
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+def test_a_slow_share_is_remembered_by_the_next_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share found slow (a listing given up on that answered by itself) is remembered in the
+    manifest: the next run (a restarted daemon, a `sidecar index` of its own) waits for its
+    calls with the whole-scan bound from its first sweep, and forgets it once a whole scan is
+    quick again. Each run learned it anew in memory: `sidecar index` alone gave up on the same
+    listing every time."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    real = os.scandir
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "listing Recipes" in str(st.error)
+        assert _wait_for(lambda: not _stuck_readers("vault"))
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and st.slow
+        assert h.stores.manifest.get_meta("slow:vault") is not None
+    finally:
+        h.close()
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()  # the listing late again: waited for from the first sweep, not given up on
+        st = h.supervisor.roots["vault"]
+        assert not st.offline and st.slow
+        assert "vault/Recipes/New" in h.stores.manifest.file_states("vault/")
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+        h.indexer.sweep()  # every call quick again: forgotten
+        assert not st.slow and h.stores.manifest.get_meta("slow:vault") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
+    finally:
+        h.close()

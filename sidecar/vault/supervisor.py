@@ -53,6 +53,8 @@ HOLD_WHY = {
 
 
 CLOCK_META = "steady_clock"
+# Meta rows ``slow:<root>``: the root is a slow share (``RootStatus.slow``), kept across runs.
+SLOW_META = "slow:"
 
 
 class MetaStore(Protocol):
@@ -186,7 +188,41 @@ class Supervisor:
 
     def status(self, root: Root) -> RootStatus:
         with self._lock:
-            return self.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+            st = self.roots.get(root.name)
+        if st is not None:
+            return st
+        # Slow as an earlier run found it: a `sidecar index` of its own, or a daemon restarted,
+        # starts with the whole-scan bound (given up per call, it gave up at the same listing).
+        fresh = RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
+        with self._lock:
+            return self.roots.setdefault(root.name, fresh)
+
+    def _slow_remembered(self, name: str) -> bool:
+        if self.meta is None:
+            return False
+        try:
+            return self.meta.get_meta(f"{SLOW_META}{name}") is not None
+        except (sqlite3.Error, StoreError, OSError):
+            return False
+
+    def _set_slow(self, root: Root, st: RootStatus, slow: bool, call: str | None) -> None:
+        """The root is slow (or quick again): remembered in the manifest (meta row
+        ``slow:<root>``: since when, the call that was late) for the runs after this one."""
+        if st.slow == slow:
+            return
+        st.slow = slow
+        if not slow:
+            log.info("share_quick root=%s: every call of a whole scan answered in time", root.name)
+        if self.meta is None:
+            return
+        row = f"{SLOW_META}{root.name}"
+        try:
+            if slow:
+                self.meta.set_meta(row, json.dumps({"since": self.clock(), "call": call}, sort_keys=True))
+            else:
+                self.meta.delete_meta([row])
+        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
+            log.warning("root_meta_failed row=%s error=%s", row, exc)
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -212,10 +248,12 @@ class Supervisor:
     def _forget_rows(self, gone: Collection[str], kept: Collection[str]) -> None:
         if self.meta is None:
             return
-        rows = {f"root:{name}" for name in gone}
+        rows = {f"{prefix}{name}" for name in gone for prefix in ("root:", SLOW_META)}
         try:
             if not self._meta_swept:
-                rows.update(r for r in self.meta.meta_names("root:memory/") if r[len("root:") :] not in kept)
+                for prefix in ("root:", SLOW_META):
+                    names = self.meta.meta_names(f"{prefix}memory/")
+                    rows.update(r for r in names if r[len(prefix) :] not in kept)
             if rows:
                 self.meta.delete_meta(sorted(rows))
             self._meta_swept = True
@@ -290,7 +328,7 @@ class Supervisor:
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
         if st._asking is not None and not self.stopping.is_set():
-            st.slow = True  # the call answered by itself: slow, not hung
+            self._set_slow(root, st, True, st.hung_on)  # the call answered by itself: slow, not hung
             log.warning(
                 "share_slow root=%s call=%s probe_timeout=%.1fs: its scans wait up to scanTimeoutSeconds",
                 root.name,
@@ -330,7 +368,8 @@ class Supervisor:
             self.waiting = None
         if stuck is None:
             late = asking.longest >= timeout
-            st.slow = late or (st.slow and not whole)  # a whole scan with every call quicker: per call again
+            # A whole scan with every call quicker: given up per call again.
+            self._set_slow(root, st, late or (st.slow and not whole), "a listing or stat")
             return value  # type: ignore[return-value]  # fn's own result
         asking.abandon()  # it stops at its next call once this one answers
         st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
@@ -348,8 +387,8 @@ class Supervisor:
         raise RootUnreachable(
             f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
             "notes of this root are not read until it answers (should it answer late, a slow "
-            "share: its calls are then waited for up to watch.scanTimeoutSeconds; for "
-            "`sidecar index` without the daemon raise watch.probeTimeoutSeconds)"
+            "share: this is remembered, and its calls are then waited for up to "
+            "watch.scanTimeoutSeconds, by the daemon and by `sidecar index`)"
         )
 
     def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
