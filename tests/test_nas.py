@@ -276,6 +276,50 @@ def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Har
     assert _counts(big) == before
 
 
+def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A folder renamed longer so that its notes' paths pass PATH_MAX: its notes leave the index
+    (their calls fail with ENAMETOOLONG) and one PROBLEM line names the folder, not each note; it
+    goes once the folder is named shorter again. Only a `path too long` skip count said why notes
+    vanished from search."""
+    limit = os.pathconf(vault, "PC_PATH_MAX") - 1  # the longest path a call takes (no NUL)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    fd = os.open(vault, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # made by relative steps; the deepest folder's path ends 20 characters below the limit
+        path = str(vault)
+        while (room := limit - 20 - len(path) - 1) > 0:
+            name = "d" * min(200, room)
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = deeper, f"{path}/{name}"
+        for i in range(3):  # "/n0.md": 6 characters, within the limit
+            note = os.open(f"n{i}.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(note, f"# Deep {i}\n\nThe abyssal note {i}.\n".encode())
+            os.close(note)
+    finally:
+        os.close(fd)
+    try:
+        h.sweep()
+        assert len([k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))]) == 3
+        top = vault / ("d" * 200)
+        longer = vault / ("d" * 200 + "-" + "x" * 16)  # 17 more: the folder within, its notes past it
+        top.rename(longer)
+        h.sweep()
+        assert not [k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))]
+        assert h.indexer.activity.scan_skipped.get("path too long") == 3  # the three notes
+        problem = h.stores.problems.active_in("path_too_long")
+        assert problem is not None and "1 folder(s) hold notes whose paths are longer" in problem["error"]
+        assert "n0.md" not in problem["error"] and path[-40:] in problem["error"]
+        assert h.stores.problems.active_in("unreadable") is None
+        longer.rename(top)
+        h.sweep()
+        assert h.stores.problems.active_in("path_too_long") is None
+    finally:
+        h.close()
+
+
 class _DeadEntry:
     """A listed folder entry whose stat fails as a dead share mounted there fails (ENOTCONN);
     the listing's own file type still says it is a folder."""

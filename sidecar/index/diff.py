@@ -27,6 +27,8 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
+from sidecar.index.toolong import AREA as TOO_LONG_AREA
+from sidecar.index.toolong import too_long_folders, too_long_problem
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
@@ -212,6 +214,7 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
+        self._too_long_named: list[str] = []  # the folders the last path_too_long line named
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
 
     def skip_counts(self) -> dict[str, int]:
@@ -222,6 +225,19 @@ class ChangeFinder:
         if self._unread_notes:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
+
+    def say_too_long(self) -> None:
+        """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
+        per note), cleared once none is: their notes left the index with only a skip count."""
+        folders = too_long_folders(self._skips)
+        said = too_long_problem(folders)
+        if said is None:
+            self.problems.clear(TOO_LONG_AREA)
+            return
+        if folders != self._too_long_named:
+            log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
+        self.problems.report(TOO_LONG_AREA, said)
+        self._too_long_named = folders
 
     def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as

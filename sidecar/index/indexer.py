@@ -323,6 +323,7 @@ class Indexer:
             self._refresh_ignore()
         self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
         act.scan_skipped = self.changes.skip_counts()
+        self.changes.say_too_long()
         if only is None:
             act.excluded = excluded
         if diff.stamps:
