@@ -2173,3 +2173,36 @@ def test_a_slow_share_is_remembered_by_the_next_run(
         assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
     finally:
         h.close()
+
+
+@pytest.mark.parametrize("where", ["root", "link"])
+def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The root resolved at a scan's start, or a symlink's target resolved to check where it
+    leads, on a share that hangs: given up on after probeTimeoutSeconds as a stat is, the root
+    offline naming it. Both lay outside the per-call clock and were waited for up to
+    scanTimeoutSeconds."""
+    (vault / "Link.md").symlink_to(vault / "Garden.md")
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    hung = vault if where == "root" else vault / "Link.md"
+    real = Path.resolve
+
+    def resolve(self: Path, strict: bool = False) -> Path:
+        if self == hung:
+            release.wait(20)
+        return real(self, strict=strict)
+
+    try:
+        h.indexer.sweep()
+        monkeypatch.setattr(Path, "resolve", resolve)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        named = "looking up ." if where == "root" else "looking up Link.md"
+        assert st.offline and named in str(st.error) and "did not answer" in str(st.error)
+    finally:
+        release.set()
+        h.close()

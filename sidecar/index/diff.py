@@ -42,6 +42,7 @@ from sidecar.vault.sources import (
     NoteFile,
     Root,
     Skipped,
+    asked,
     inbox_root,
     is_note_name,
     kind_skipped,
@@ -1109,10 +1110,11 @@ class ChangeFinder:
         gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
-        refusal = root_refusal(root)
+        with asked(asking, "stat", "."):  # resolving the root: look-ups on the share
+            refusal = root_refusal(root)
+            base = root.path.resolve()
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
-        base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
         # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
         gone.extend(sorted(_case_aliases(root.path, rels)))
@@ -1155,7 +1157,8 @@ class ChangeFinder:
                             keys.setdefault(n.key, n.path)
                             walked_files.add(n.path)
                 continue
-            got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
+            with asked(asking, "stat", rel):  # a link's target resolved and stat'ed
+                got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
             if isinstance(got, NoteFile):
                 owner = keys.setdefault(got.key, got.path)
                 if owner == got.path and got.path in walked_files:
