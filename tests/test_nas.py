@@ -917,7 +917,9 @@ def test_offline_index_says_which_listing_it_waits_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`sidecar index` on a share whose listing of one subfolder hangs says which folder it waits
-    for, and names it in the root left offline (it printed nothing for scanTimeoutSeconds)."""
+    for, then that it waits on to learn whether the share is only slow (up to
+    scanTimeoutSeconds), and names it in the root left offline (it printed nothing for
+    scanTimeoutSeconds)."""
     from sidecar.clients.cli import main
 
     vault = make_vault(tmp_path / "vault")
@@ -926,6 +928,7 @@ def test_offline_index_says_which_listing_it_waits_for(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
     monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.setenv("SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS", "4")
     try:
         code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
     finally:
@@ -933,6 +936,7 @@ def test_offline_index_says_which_listing_it_waits_for(
     assert code == 0
     err = capsys.readouterr().err
     assert "waiting for vault to answer the listing of Projects (hung share?)" in err
+    assert "vault did not answer the listing of Projects in time; waiting up to 4 s in all" in err
     assert "vault offline, kept as indexed: listing Projects in" in err
 
 
@@ -2206,3 +2210,42 @@ def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
     finally:
         release.set()
         h.close()
+
+
+def test_offline_index_learns_a_slow_share_within_the_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone on a share whose listing of one folder answers only after it was
+    given up on: the run waits for it, learns the share is slow (and keeps that for the next
+    runs) and sweeps the root again with the whole-scan bound, so the folder's notes are indexed
+    now. The root was left offline, to be given up on at the same listing by every run."""
+    from sidecar.daemon.oneshot import index_once
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    learning, slow = threading.Event(), threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes":  # late: past the give-up, then past a second, each time
+            (slow if learning.is_set() else learning).wait(20)
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            learning.set()
+        elif w["slow"] and w["path"] == "Recipes":
+            slow.set()
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = index_once(cfg, rebuild=False, waiting=told)
+    assert not summary["offline"] and learning.is_set() and slow.is_set()
+    from sidecar.stores.manifest import Manifest
+
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert "vault/Recipes/New" in manifest.file_states("vault/")
+        assert manifest.get_meta("slow:vault") is not None
+    finally:
+        manifest.close()

@@ -207,7 +207,7 @@ def _wait_for_sweep(
     client: Client, bar: Progress, ticket: int | None, before: int, asked: float
 ) -> dict[str, Any]:
     """Health once the sweep `sidecar index` asked for is done, the progress shown meanwhile."""
-    said: set[tuple[str, str]] = set()
+    said: set[tuple[str, str, bool]] = set()
     while True:
         health = client.call("health")
         idx = health["index"]
@@ -325,7 +325,7 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
     confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
-    told: set[tuple[str, str]] = set()
+    told: set[tuple[str, str, bool]] = set()
     summary = index_once(
         cfg,
         rebuild=bool(args.rebuild),
@@ -391,12 +391,19 @@ def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...])
     return None
 
 
-def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str]]) -> None:
+def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str, bool]]) -> None:
     """Say once per note or folder that indexing waits for its read, listing or stat (a share
     that hangs): the bar stood still, and nothing was printed, for as long as the share hung."""
-    if not waiting or (waiting["root"], waiting["path"]) in said:
+    if not waiting or (waiting["root"], waiting["path"], bool(waiting.get("learning"))) in said:
         return
-    said.add((waiting["root"], waiting["path"]))
+    said.add((waiting["root"], waiting["path"], bool(waiting.get("learning"))))
+    if waiting.get("learning"):
+        bar.say(
+            f"{shown(waiting['root'])} did not answer {waited_call(waiting)} in time; waiting up to "
+            f"{waiting['timeout_seconds']:.0f} s in all to learn whether it is only a slow share "
+            "(then it is indexed now and waited for so from now on; else the root stays offline)"
+        )
+        return
     bar.say(
         f"waiting for {shown(waiting['root'])} to answer {waited_call(waiting)} "
         f"({'a slow share' if waiting.get('slow') else 'hung share?'}); given up after "

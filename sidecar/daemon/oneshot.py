@@ -60,6 +60,12 @@ def index_once(
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        # A listing given up on that answers in the run: a slow share (remembered for the next
+        # runs), swept again with the whole-scan bound instead of left offline till the next run.
+        slow = parts.supervisor.await_given_up()
+        if slow:
+            again = indexer.sweep(only=frozenset(slow), progress=report, confirm_deletions=confirm)
+            summary = {k: v + again.get(k, 0) for k, v in summary.items()}
         # The links of unchanged notes after an upgrade, as the daemon reads them after its first
         # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
         # read that hangs) leaves the rest to the next run or the daemon.

@@ -177,6 +177,9 @@ class Supervisor:
         # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and
         # `sidecar index` to say what indexing waits for.
         self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
+        # ``waiting`` is a call already given up on, waited for to learn whether the share is
+        # only slow (``await_given_up``).
+        self.learning = False
         # Set by the daemon's stop: a wait for a share's call ends at once (the stop waited the
         # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
         self.stopping = threading.Event()
@@ -750,6 +753,36 @@ class Supervisor:
                     out.append(st.name)
         return out
 
+    def await_given_up(self) -> list[str]:
+        """For a run with no later sweep (`sidecar index` alone): wait for each listing or stat
+        given up on to answer after all, up to scanTimeoutSeconds from its start, saying so (a
+        run of its own never learned that a share is only slow, and gave up at the same listing
+        every run). The roots whose call answered: slow, to be swept again in this run."""
+        answered = []
+        with self._lock:
+            statuses = list(self.roots.values())
+        for st in statuses:
+            given, stuck = st._given_up, st._stuck
+            if given is None or stuck is None or st.hanging is None:
+                continue
+            call, rel, since = given
+            deadline = since + self.cfg.watch.scan_timeout_seconds
+            self.learning = True
+            try:
+                while st.hanging is not None and not self.stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.waiting = (st.name, rel, since, call)
+                    if self.beat is not None:
+                        self.beat()
+                    stuck.join(min(1.0, left))
+            finally:
+                self.waiting, self.learning = None, False
+            if st.hanging is None:
+                answered.append(st.name)
+        return answered
+
     def hung_call(self) -> str | None:
         """A call on a share indexing waits for now, or one given up on that still hangs (a
         thread blocked in the kernel until the share answers), in words; None when none is known."""
@@ -770,6 +803,7 @@ class Supervisor:
         name, rel, since, call = waiting
         st = self.roots.get(name)
         slow = call != "read" and st is not None and st.slow
+        learning = self.learning
         watch = self.cfg.watch
         return {
             "root": name,
@@ -777,8 +811,11 @@ class Supervisor:
             "call": call,
             "seconds": round(time.monotonic() - since, 1),
             # A slow root's listings and stats wait as long as its whole scan may take.
-            "timeout_seconds": watch.scan_timeout_seconds if slow else watch.probe_timeout_seconds,
+            "timeout_seconds": watch.scan_timeout_seconds
+            if slow or learning
+            else watch.probe_timeout_seconds,
             "slow": slow,
+            "learning": learning,
         }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
