@@ -276,9 +276,7 @@ def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Har
     assert _counts(big) == before
 
 
-def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(
-    make_cfg: Any, vault: Path
-) -> None:
+def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(make_cfg: Any, vault: Path) -> None:
     """A folder renamed longer so that its notes' paths pass PATH_MAX: its notes leave the index
     (their calls fail with ENAMETOOLONG) and one PROBLEM line names the folder, not each note; it
     goes once the folder is named shorter again. Only a `path too long` skip count said why notes
@@ -302,7 +300,10 @@ def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(
         os.close(fd)
     try:
         h.sweep()
-        assert len([k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))]) == 3
+        assert (
+            len([k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))])
+            == 3
+        )
         top = vault / ("d" * 200)
         longer = vault / ("d" * 200 + "-" + "x" * 16)  # 17 more: the folder within, its notes past it
         top.rename(longer)
@@ -2118,7 +2119,6 @@ def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault:
         assert not st.slow
     finally:
         h.close()
-
 
 
 def _late_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, h: Harness) -> None:

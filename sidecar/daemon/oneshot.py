@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.config import Config
-from sidecar.daemon.compose import build
+from sidecar.daemon.compose import Parts, build
 from sidecar.daemon.process import IndexLock, load_embedder, make_private, record_counting
+from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach, serving_model
 from sidecar.model.embedder import EmbedderSlot
 
@@ -59,13 +60,7 @@ def index_once(
             indexer.refuse_rebuild(confirm)  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
-        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
-        # A listing given up on that answers in the run: a slow share (remembered for the next
-        # runs), swept again with the whole-scan bound instead of left offline till the next run.
-        slow = parts.supervisor.await_given_up()
-        if slow:
-            again = indexer.sweep(only=frozenset(slow), progress=report, confirm_deletions=confirm)
-            summary = {k: v + again.get(k, 0) for k, v in summary.items()}
+        summary = _sweep(parts, report, confirm)
         # The links of unchanged notes after an upgrade, as the daemon reads them after its first
         # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
         # read that hangs) leaves the rest to the next run or the daemon.
@@ -93,3 +88,18 @@ def index_once(
     finally:
         parts.stores.close()
         lock.release()
+
+
+def _sweep(
+    parts: Parts, report: Callable[[Activity], None] | None, confirm: frozenset[str]
+) -> dict[str, int]:
+    """A full sweep; a listing given up on that answers in the run is a slow share (remembered
+    for the next runs): its root is swept again with the whole-scan bound, not left offline until
+    the next run (which gave up at the same listing)."""
+    indexer = parts.indexer
+    summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+    slow = parts.supervisor.await_given_up()
+    if slow:
+        again = indexer.sweep(only=frozenset(slow), progress=report, confirm_deletions=confirm)
+        summary = {k: v + again.get(k, 0) for k, v in summary.items()}
+    return summary

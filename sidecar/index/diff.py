@@ -1110,9 +1110,7 @@ class ChangeFinder:
         gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
-        with asked(asking, "stat", "."):  # resolving the root: look-ups on the share
-            refusal = root_refusal(root)
-            base = root.path.resolve()
+        refusal, base = _resolved(root, asking)
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
@@ -1289,6 +1287,13 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, TOO_LARGE, st.st_size)
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
+
+
+def _resolved(root: Root, asking: Asking) -> tuple[str | None, Path]:
+    """Why the root may not be read (``root_refusal``) and its real path: look-ups on the share,
+    ``asking`` told of them as of a stat of the root."""
+    with asked(asking, "stat", "."):
+        return root_refusal(root), root.path.resolve()
 
 
 def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:

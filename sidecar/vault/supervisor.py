@@ -758,7 +758,7 @@ class Supervisor:
         given up on to answer after all, up to scanTimeoutSeconds from its start, saying so (a
         run of its own never learned that a share is only slow, and gave up at the same listing
         every run). The roots whose call answered: slow, to be swept again in this run."""
-        answered = []
+        answered: list[str] = []
         with self._lock:
             statuses = list(self.roots.values())
         for st in statuses:
