@@ -503,7 +503,7 @@ def scan(
     """
     asking = asking if asking is not None else Asking()  # told of each stat whoever asks
     # Resolving the root asks the share as a stat does (one look-up per folder on the way).
-    with asked(asking, "stat", start or "."):
+    with asked(asking, "stat", "."):
         refusal = inbox_refusal(root) if root.source == "memory" else None
         refusal = refusal or root_refusal(root)
         base = root.path.resolve()
