@@ -49,6 +49,7 @@ from sidecar.vault.sources import (
     link_refusal,
     name_refusal,
     read_refusal,
+    real_path,
     root_refusal,
     roots,
     scan,
@@ -57,7 +58,7 @@ from sidecar.vault.sources import (
     unreadable_skip,
     vault_roots,
 )
-from sidecar.vault.supervisor import RootUnreachable, Supervisor
+from sidecar.vault.supervisor import RootUnreachable, StopCut, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,12 @@ class ChangeFinder:
     def say_too_long(self) -> None:
         """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
         per note), cleared once none is: their notes left the index with only a skip count."""
-        folders = too_long_folders(self._skips)
+        # Not in a folder the user excluded (index.exclude, Obsidian's Excluded files): nothing
+        # there is indexed anyway, and a PROBLEM the user could clear only by renaming it.
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        folders = too_long_folders(
+            {k: why for k, why in self._skips.items() if not self._excluded_path(by_name.get(k[0]), k[1])}
+        )
         said = too_long_problem(folders)
         if said is None:
             self.problems.clear(TOO_LONG_AREA)
@@ -239,6 +245,18 @@ class ChangeFinder:
             log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
         self.problems.report(TOO_LONG_AREA, said)
         self._too_long_named = folders
+
+    def _excluded_path(self, root: Root | None, where: str) -> bool:
+        """Whether a rule leaves out the note at ``where`` (a path of ``root``), or every note
+        of the folder at ``where``."""
+        if root is None:  # an inbox: no rule leaves its notes out
+            return False
+        try:
+            rel = Path(where).relative_to(root.path).as_posix()
+        except ValueError:
+            return False
+        note = rel if is_note_name(Path(rel).name, root.source) else f"{rel}/x.md"
+        return self.excluded_by(root.key_of(note)) is not None
 
     def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
@@ -324,19 +342,25 @@ class ChangeFinder:
         """``skipped_files`` as (path, reason) by key."""
         return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
-    def list_unreadable(self) -> None:
+    def list_unreadable(self, only: Collection[str] | None = None) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
         --rebuild` without a daemon has no sweep of its own before it clears the index, and
         would drop the notes of a folder of mode 000. Each indexed note is opened too (its first
         byte read): a note of mode 000 is listed like any other, and the rebuild dropped it where
         the daemon, whose sweep had failed to read it, refused (within a time budget, see
-        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it."""
+        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it;
+        ``only`` lists those roots again (a slow share's, after its first listing was given up
+        on): one that answers now is online."""
         for root in self.roots():
+            if only is not None and root.name not in only:
+                continue
             try:
                 found = self.supervisor.list_root(root)
             except RootUnreachable as exc:
                 self.supervisor.unreachable(root, exc)
                 continue
+            if only is not None:
+                self.supervisor.mark_online(root)
             self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
             self._probe_indexed(root, [n for n in found if isinstance(n, NoteFile)])
 
@@ -933,6 +957,8 @@ class ChangeFinder:
             found, gone, walked = self.supervisor.bounded(
                 root, functools.partial(self._look, root, sorted(rels))
             )
+        except StopCut:  # the daemon stops: nothing applied, the next start's sweep looks
+            return True
         except RootUnreachable:
             return False  # the full sweep marks it offline with the reason
         notes = [f for f in found if isinstance(f, NoteFile)]
@@ -1293,7 +1319,8 @@ def _resolved(root: Root, asking: Asking) -> tuple[str | None, Path]:
     """Why the root may not be read (``root_refusal``) and its real path: look-ups on the share,
     ``asking`` told of them as of a stat of the root."""
     with asked(asking, "stat", "."):
-        return root_refusal(root), root.path.resolve()
+        refusal = root_refusal(root)
+        return refusal, real_path(root.path) if refusal is None else root.path  # refused: not resolved
 
 
 def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:

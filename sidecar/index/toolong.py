@@ -37,7 +37,7 @@ def too_long_problem(folders: list[str]) -> str | None:
     named = ", ".join(_abridged(f) for f in folders[:_SHOWN])
     more = f" and {len(folders) - _SHOWN} more" if len(folders) > _SHOWN else ""
     return (
-        f"{len(folders)} folder(s) hold notes whose paths are longer than the system allows "
+        f"{len(folders)} folder(s) may hold notes whose paths are longer than the system allows "
         f"({named}{more}): their notes are not indexed (left out of search) until the folder's "
         "name or path is made shorter"
     )

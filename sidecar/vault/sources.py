@@ -506,7 +506,7 @@ def scan(
     with asked(asking, "stat", "."):
         refusal = inbox_refusal(root) if root.source == "memory" else None
         refusal = refusal or root_refusal(root)
-        base = root.path.resolve()
+        base = real_path(root.path) if refusal is None else root.path  # refused: not resolved
     if refusal is not None:
         yield Skipped(root.path, refusal)
         return
@@ -645,6 +645,15 @@ def _where_refusal(root: Root, target: Path, base: Path) -> str | None:
     if root.exclude and (inside == root.exclude or inside.startswith(root.exclude + "/")):
         return "symlink leads into the wiki (indexed there)"
     return None
+
+
+def real_path(path: Path) -> Path:
+    """``path`` resolved; a symlink loop (RuntimeError from ``Path.resolve``) is the OSError
+    it is (ELOOP), which the callers take for a folder that cannot be read."""
+    try:
+        return path.resolve()
+    except RuntimeError as exc:
+        raise OSError(errno.ELOOP, "symlink loop (it cannot be resolved)", str(path)) from exc
 
 
 def root_refusal(root: Root) -> str | None:
