@@ -334,3 +334,25 @@ def test_a_stop_cutting_the_vaults_read_does_not_take_the_wiki_offline(make_cfg:
         assert not sup.status(wiki).offline
     finally:
         release.set()
+
+
+def test_a_read_that_hangs_after_a_scan_given_up_on_is_known_to_hang(make_cfg: Any, vault: Path) -> None:
+    """A note's read hangs on a root whose earlier scan was given up on at a call that answered
+    since: the read is what hangs now, and no second call is started beside it. The given-up
+    scan's record said the root's call had answered: the hung read went unseen."""
+    from sidecar.vault.sources import Asking
+    from sidecar.vault.supervisor import RootUnreachable
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    st._asking, st._given_up = Asking(), ("listing", "Recipes", 0.0)  # answered since: now is None
+    release = threading.Event()
+    try:
+        with pytest.raises(RootUnreachable, match=r"reading A\.md"):
+            sup.read(root, "A.md", lambda: release.wait(20))
+        assert st.hanging is not None
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.read(root, "B.md", lambda: "text")
+    finally:
+        release.set()

@@ -406,10 +406,10 @@ def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[
         if (*where, -2) not in said:
             said.update({(*where, -2), (*where, minute)})
             bar.say(
-                f"{shown(waiting['root'])} did not answer {waited_call(waiting)} in time; the other "
-                f"roots are done; waiting {seconds:.0f} s so far, up to {timeout:.0f} s in all, to "
-                "learn whether it is only a slow share (then it is indexed now and waited for so "
-                "from now on; else, or on Ctrl-C, the root stays offline till the next run)"
+                f"{shown(waiting['root'])} did not answer {waited_call(waiting)} in time; waiting "
+                f"{seconds:.0f} s so far, up to {timeout:.0f} s in all, to learn whether it is only a "
+                "slow share (then it is indexed now and waited for so from now on; else, or on "
+                "Ctrl-C, the root stays offline till the next run)"
             )
         elif (*where, minute) not in said:
             said.add((*where, minute))

@@ -464,7 +464,9 @@ class Supervisor:
         finally:
             self.waiting = None
         if stuck is not None:
-            st._stuck, st.hung_on = stuck, f"reading {rel}"
+            # This read is what hangs now (an earlier scan given up on no longer says whether the
+            # root's call answered: ``hanging``).
+            st._stuck, st.hung_on, st._asking, st._given_up = stuck, f"reading {rel}", None, None
             _not_waited_for(root, self.stopping)
             log.error("read_hung root=%s path=%s timeout=%gs", root.name, rel, timeout)
             raise RootUnreachable(
