@@ -739,3 +739,26 @@ def test_a_refused_reload_says_the_previous_settings_stay(
     assert "vectorWeight" in refused.stderr
     assert "the daemon keeps running with its previous settings" in refused.stderr, refused.stderr
     assert d.health()["index"]["state"] in ("ready", "building")
+
+
+def test_an_index_lock_held_by_sidecar_index_is_named_so(make_cfg: Any, tmp_path: Path) -> None:
+    """The index locked by `sidecar index` without a daemon (which may wait minutes for a share
+    it gave up on): a daemon or a second run is told that run holds it, not that "another
+    sidecar daemon is already serving" (exit 4 either way)."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.daemon.process import IndexLock
+
+    cfg = make_cfg(make_vault(tmp_path / "vault"), **{"embedder.enabled": False})
+    said: list[str] = []
+
+    def progress(_phase: str, _done: int, _total: int) -> None:
+        if said:
+            return
+        with pytest.raises(DaemonRunningError) as got:
+            IndexLock(cfg.index_dir).acquire()  # a daemon starting meanwhile
+        said.append(str(got.value))
+
+    index_once(cfg, rebuild=False, progress=progress)
+    assert said and f"is in use by `sidecar index` (pid {os.getpid()})" in said[0]
+    assert "already serving" not in said[0]

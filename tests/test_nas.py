@@ -276,6 +276,51 @@ def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Har
     assert _counts(big) == before
 
 
+def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(make_cfg: Any, vault: Path) -> None:
+    """A folder renamed longer so that its notes' paths pass PATH_MAX: its notes leave the index
+    (their calls fail with ENAMETOOLONG) and one PROBLEM line names the folder, not each note; it
+    goes once the folder is named shorter again. Only a `path too long` skip count said why notes
+    vanished from search."""
+    limit = os.pathconf(vault, "PC_PATH_MAX") - 1  # the longest path a call takes (no NUL)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    fd = os.open(vault, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # made by relative steps; the deepest folder's path ends 20 characters below the limit
+        path = str(vault)
+        while (room := limit - 20 - len(path) - 1) > 0:
+            name = "d" * min(200, room)
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = deeper, f"{path}/{name}"
+        for i in range(3):  # "/n0.md": 6 characters, within the limit
+            note = os.open(f"n{i}.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(note, f"# Deep {i}\n\nThe abyssal note {i}.\n".encode())
+            os.close(note)
+    finally:
+        os.close(fd)
+    try:
+        h.sweep()
+        assert (
+            len([k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))])
+            == 3
+        )
+        top = vault / ("d" * 200)
+        longer = vault / ("d" * 200 + "-" + "x" * 16)  # 17 more: the folder within, its notes past it
+        top.rename(longer)
+        h.sweep()
+        assert not [k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))]
+        assert h.indexer.activity.scan_skipped.get("path too long") == 3  # the three notes
+        problem = h.stores.problems.active_in("path_too_long")
+        assert problem is not None and "1 folder(s) may hold notes whose paths are longer" in problem["error"]
+        assert "n0.md" not in problem["error"] and path[-40:] in problem["error"]
+        assert h.stores.problems.active_in("unreadable") is None
+        longer.rename(top)
+        h.sweep()
+        assert h.stores.problems.active_in("path_too_long") is None
+    finally:
+        h.close()
+
+
 class _DeadEntry:
     """A listed folder entry whose stat fails as a dead share mounted there fails (ENOTCONN);
     the listing's own file type still says it is a folder."""
@@ -838,12 +883,14 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
 
 
 def test_a_stop_ends_the_wait_for_a_hung_listing(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The daemon's stop ends the indexer's wait for a share's call at once (its join waited the
     call's whole deadline, scanTimeoutSeconds for a listing, and gave up on the indexer); the
-    root is not said to hang for it."""
+    root is not said to hang for it, nor to be offline: a stop is no outage (it was logged and
+    kept as an offline root, "not waited for")."""
     h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    caplog.set_level(logging.INFO)
     release = threading.Event()
     try:
         h.indexer.sweep()
@@ -859,7 +906,9 @@ def test_a_stop_ends_the_wait_for_a_hung_listing(
         sweeping.join(20)
         assert not sweeping.is_alive() and not release.is_set()
         st = h.supervisor.roots["vault"]
-        assert "the daemon stops" in str(st.error) and "hung" not in str(st.error)
+        assert not st.offline and st.error is None and st.failures == 0
+        assert "share_wait_stopped root=vault" in caplog.text
+        assert "watcher_retry" not in caplog.text and "scan_hung" not in caplog.text
     finally:
         release.set()
         h.close()
@@ -869,7 +918,9 @@ def test_offline_index_says_which_listing_it_waits_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`sidecar index` on a share whose listing of one subfolder hangs says which folder it waits
-    for, and names it in the root left offline (it printed nothing for scanTimeoutSeconds)."""
+    for, then that it waits on to learn whether the share is only slow (up to
+    scanTimeoutSeconds), and names it in the root left offline (it printed nothing for
+    scanTimeoutSeconds)."""
     from sidecar.clients.cli import main
 
     vault = make_vault(tmp_path / "vault")
@@ -878,6 +929,7 @@ def test_offline_index_says_which_listing_it_waits_for(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
     monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.setenv("SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS", "4")
     try:
         code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
     finally:
@@ -885,6 +937,8 @@ def test_offline_index_says_which_listing_it_waits_for(
     assert code == 0
     err = capsys.readouterr().err
     assert "waiting for vault to answer the listing of Projects (hung share?)" in err
+    assert "vault did not answer the listing of Projects in time; waiting" in err
+    assert "up to 4 s in all, to learn whether it is only a slow share" in err
     assert "vault offline, kept as indexed: listing Projects in" in err
 
 
@@ -2260,6 +2314,64 @@ def test_a_rebuild_refused_for_many_inboxes_names_a_few_by_cause(
         h.close()
 
 
+def _late_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, h: Harness) -> None:
+    """Listing ``folder`` answers late every time: once the sweep gave up on it, or said it waits
+    past a second (a cold SMB cache)."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            st = h.supervisor.roots["vault"]
+            _wait_for(lambda: st.hung_on is not None or h.supervisor.waiting is not None)
+        return real(path)
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+def test_a_slow_share_is_remembered_by_the_next_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share found slow (a listing given up on that answered by itself) is remembered in the
+    manifest: the next run (a restarted daemon, a `sidecar index` of its own) waits for its
+    calls with the whole-scan bound from its first sweep, and forgets it once a whole scan is
+    quick again. Each run learned it anew in memory: `sidecar index` alone gave up on the same
+    listing every time."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    real = os.scandir
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "listing Recipes" in str(st.error)
+        assert _wait_for(lambda: not _stuck_readers("vault"))
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and st.slow
+        assert h.stores.manifest.get_meta("slow:vault") is not None
+    finally:
+        h.close()
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()  # the listing late again: waited for from the first sweep, not given up on
+        st = h.supervisor.roots["vault"]
+        assert not st.offline and st.slow
+        assert "vault/Recipes/New" in h.stores.manifest.file_states("vault/")
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+        h.indexer.sweep()  # every call quick again: forgotten
+        assert not st.slow and h.stores.manifest.get_meta("slow:vault") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("how", ["symlink", "owner"])
 def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
     make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
@@ -2400,6 +2512,172 @@ def test_a_rebuild_with_no_daemon_runs_once_the_unreadable_note_reads(
     h = Harness(cfg, FakeEmbedder())
     try:
         assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("where", ["root", "link"])
+def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The root resolved at a scan's start, or a symlink's target resolved to check where it
+    leads, on a share that hangs: given up on after probeTimeoutSeconds as a stat is, the root
+    offline naming it. Both lay outside the per-call clock and were waited for up to
+    scanTimeoutSeconds."""
+    (vault / "Link.md").symlink_to(vault / "Garden.md")
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    hung = vault if where == "root" else vault / "Link.md"
+    real = Path.resolve
+
+    def resolve(self: Path, strict: bool = False) -> Path:
+        if self == hung:
+            release.wait(20)
+        return real(self, strict=strict)
+
+    try:
+        h.indexer.sweep()
+        monkeypatch.setattr(Path, "resolve", resolve)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        named = "looking up ." if where == "root" else "looking up Link.md"
+        assert st.offline and named in str(st.error) and "did not answer" in str(st.error)
+    finally:
+        release.set()
+        h.close()
+
+
+def test_offline_index_learns_a_slow_share_within_the_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone on a share whose listing of one folder answers only after it was
+    given up on: the run waits for it, learns the share is slow (and keeps that for the next
+    runs) and sweeps the root again with the whole-scan bound, so the folder's notes are indexed
+    now. The root was left offline, to be given up on at the same listing by every run."""
+    from sidecar.daemon.oneshot import index_once
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    learning, slow = threading.Event(), threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes":  # late: past the give-up, then past a second, each time
+            (slow if learning.is_set() else learning).wait(20)
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            learning.set()
+        elif w["slow"] and w["path"] == "Recipes":
+            slow.set()
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = index_once(cfg, rebuild=False, waiting=told)
+    assert not summary["offline"] and learning.is_set() and slow.is_set()
+    from sidecar.stores.manifest import Manifest
+
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert "vault/Recipes/New" in manifest.file_states("vault/")
+        assert manifest.get_meta("slow:vault") is not None
+    finally:
+        manifest.close()
+
+
+def test_a_stop_during_a_file_events_look_leaves_the_root_online(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's stop cuts a file event's look at a folder whose listing hangs: the root is
+    not escalated to a full sweep, whose look at the cut call (still running) marked it offline
+    ("an earlier call ... still hangs", a retry logged) although only the stop cut the wait."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    caplog.set_level(logging.INFO)
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        looking = threading.Thread(
+            target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
+        )
+        looking.start()
+        assert _wait_for(lambda: h.supervisor.hung_call() is not None)
+        h.supervisor.stopping.set()
+        looking.join(20)
+        assert not looking.is_alive()
+        st = h.supervisor.roots["vault"]
+        assert not st.offline and st.error is None, st.error
+        assert "watcher_retry" not in caplog.text
+    finally:
+        release.set()
+        h.close()
+
+
+def _too_long_below(folder: Path) -> None:
+    """Folders below ``folder`` nested until the last one's path passes the system's limit."""
+    limit = os.pathconf(folder, "PC_PATH_MAX") - 1
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    path = str(folder)
+    try:
+        while (room := limit - 20 - len(path) - 1) > 0:
+            name = "d" * min(200, room)
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = deeper, f"{path}/{name}"
+        os.mkdir("e" * 100, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("how", ["obsidian", "config"])
+def test_a_too_long_folder_in_an_excluded_folder_is_no_problem(make_cfg: Any, vault: Path, how: str) -> None:
+    """A folder whose path is too long inside a folder the user excluded (Obsidian's Excluded
+    files, index.exclude): nothing there is indexed anyway, so no PROBLEM asks to rename it.
+    The skip was read before exclusions apply: a standing PROBLEM cleared only by renaming a
+    folder the user had left out."""
+    import json
+
+    (vault / "Archive").mkdir()
+    if how == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+        cfg = make_cfg(vault)
+    else:
+        cfg = make_cfg(vault, **{"index.exclude": ["Archive/"]})
+    (vault / "Kept").mkdir()
+    _too_long_below(vault / "Archive")
+    _too_long_below(vault / "Kept")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        problem = h.stores.problems.active_in("path_too_long")
+        assert problem is not None and "1 folder(s) may hold notes" in problem["error"]
+        assert "Kept/" in problem["error"] and "Archive/" not in problem["error"]
+    finally:
+        h.close()
+
+
+def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any, vault: Path) -> None:
+    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki is
+    refused ("cannot be resolved"), as a sweep refuses it. Its real path was asked before the
+    refusal was looked at: Path.resolve raised RuntimeError on the loop and the sweep crashed."""
+    import shutil
+
+    cfg = make_cfg(vault)
+    wiki = vault / cfg.vault.wiki_subfolder
+    wiki.mkdir(exist_ok=True)
+    write(wiki / "W.md", "# W\n\nwiki note\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        shutil.rmtree(wiki)
+        wiki.symlink_to(wiki)
+        h.indexer.sweep(only=frozenset(), paths=[str(wiki / "W.md")])
+        assert h.indexer.activity.scan_skipped == {"folder cannot be resolved (broken symlink or loop)": 1}
+        assert "wiki/W" in h.stores.manifest.file_states("wiki/")  # kept: a sweep decides
     finally:
         h.close()
 
@@ -2559,3 +2837,173 @@ def test_a_read_retry_loaded_waits_no_longer_than_the_cap(
         assert 1 < turn <= 1 + most
     finally:
         h.close()
+
+
+def test_a_remembered_slow_share_whose_first_stat_is_slow_is_indexed(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share remembered slow whose first stat of the root (the probe: an automount, a cold
+    cache) answers after probeTimeoutSeconds: the probe waits with the whole-scan bound as the
+    listings do. It kept the per-call bound, and the root went offline on every run."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    m.set_meta("slow:vault", '{"call": "x", "since": 0}')
+    m.close()
+    real = supervisor_mod.identity_of
+
+    def identity_of(path: Path, mounts: Any = None) -> Any:
+        if Path(path) == vault:
+            time.sleep(1.0)
+        return real(path, mounts)
+
+    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    assert not index_once(cfg, rebuild=False)["offline"]
+
+
+def test_a_slow_first_stat_is_learnt_by_sidecar_index(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone: the probe's stat of the root given up on and answering after all
+    is learnt as a slow share (remembered), the root swept again in the run. A probe given up
+    on was never waited for nor learnt from."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    real = supervisor_mod.identity_of
+    learning = threading.Event()
+
+    def identity_of(path: Path, mounts: Any = None) -> Any:
+        if Path(path) == vault:  # answers once the run waits to learn, then late each time
+            time.sleep(0.6) if learning.is_set() else learning.wait(20)
+        return real(path, mounts)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning") and w["call"] == "stat" and w["path"] == ".":
+            learning.set()
+
+    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    assert not index_once(cfg, rebuild=False, waiting=told)["offline"]
+    assert learning.is_set()
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert m.get_meta("slow:vault") is not None
+    finally:
+        m.close()
+
+
+def test_a_remembered_slow_share_now_hung_is_given_up_per_call_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share slow once and now hung (its server gone): a call given up on even under the
+    whole-scan bound is a hang, not slowness: the slow mark goes, and the next run (a daemon's
+    start, `sidecar index`) gives up per call (probeTimeoutSeconds) again. The mark stayed:
+    every run waited scanTimeoutSeconds on it (the other roots behind it)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 2})
+    h = Harness(cfg, FakeEmbedder())
+    h.indexer.sweep()
+    h.stores.manifest.set_meta("slow:vault", '{"call": "x", "since": 0}')
+    h.close()
+    release = threading.Event()
+    _hang_listing_of(monkeypatch, vault / "Recipes", release)
+    try:
+        h = Harness(cfg, FakeEmbedder())
+        try:
+            h.indexer.sweep()
+            st = h.supervisor.roots["vault"]
+            assert st.offline and "watch.scanTimeoutSeconds" in str(st.error) and not st.slow
+            assert h.stores.manifest.get_meta("slow:vault") is None
+        finally:
+            h.close()
+        h = Harness(cfg, FakeEmbedder())
+        try:
+            h.indexer.sweep()
+            st = h.supervisor.roots["vault"]
+            assert st.offline and "listing Recipes in" in str(st.error) and "within 0.5 s" in str(st.error)
+        finally:
+            h.close()
+    finally:
+        release.set()
+
+
+def test_offline_index_embeds_the_other_roots_before_it_waits_for_a_share(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone waits for a call it gave up on (to learn whether the share is only
+    slow) after the links and vectors of everything else are done: a wait cut short (Ctrl-C, a
+    script's timeout) leaves only that root to the next run. It waited before them."""
+    from sidecar.daemon import oneshot as oneshot_mod
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    oneshot_mod.index_once(cfg, rebuild=False)
+    events: list[str] = []
+    real_build = oneshot_mod.build
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        parts = real_build(*args, **kwargs)
+        embed = parts.vectors.embed_pending
+
+        def embed_pending() -> int:
+            events.append("embed")
+            return embed()
+
+        parts.vectors.embed_pending = embed_pending  # type: ignore[method-assign]
+        return parts
+
+    learning = threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes" and not learning.is_set():
+            learning.wait(20)  # answers once the run waits to learn
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            events.append("learning")
+            learning.set()
+
+    monkeypatch.setattr(oneshot_mod, "build", build)
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = oneshot_mod.index_once(cfg, rebuild=False, waiting=told)
+    assert not summary["offline"] and "learning" in events
+    assert events.index("embed") < events.index("learning")
+
+
+def test_an_offline_rebuild_on_a_slow_share_learns_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index --rebuild` alone on a share whose listing answers only after it was given
+    up on: the rebuild waits for it, learns the share is slow (remembered), lists it again and
+    rebuilds. It was refused ("cannot be read now") on every run, nothing learnt."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    real = os.scandir
+
+    learning = threading.Event()
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes":  # answers once the run waits to learn, then late each time
+            time.sleep(0.6) if learning.is_set() else learning.wait(20)
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            learning.set()
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = index_once(cfg, rebuild=True, waiting=told)
+    assert learning.is_set() and not summary["offline"] and summary["files"] > 0
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert m.get_meta("slow:vault") is not None
+    finally:
+        m.close()

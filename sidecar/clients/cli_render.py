@@ -50,6 +50,7 @@ _PROBLEM_AREAS = {
     "restart": "restart needed",
     "stores": "index files",
     "unreadable": "unreadable folders or notes",
+    "path_too_long": "paths too long",
     "home": "home folder",
     "rebuild": "rebuild not finished",
 }

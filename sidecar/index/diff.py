@@ -29,6 +29,8 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
+from sidecar.index.toolong import AREA as TOO_LONG_AREA
+from sidecar.index.toolong import too_long_folders, too_long_problem
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
@@ -42,12 +44,14 @@ from sidecar.vault.sources import (
     NoteFile,
     Root,
     Skipped,
+    asked,
     inbox_root,
     is_note_name,
     kind_skipped,
     link_refusal,
     name_refusal,
     read_refusal,
+    real_path,
     root_refusal,
     roots,
     scan,
@@ -56,7 +60,7 @@ from sidecar.vault.sources import (
     unreadable_skip,
     vault_roots,
 )
-from sidecar.vault.supervisor import RootUnreachable, Supervisor
+from sidecar.vault.supervisor import RootUnreachable, StopCut, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -223,6 +227,7 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
+        self._too_long_named: list[str] = []  # the folders the last path_too_long line named
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
         self._retry_saved = self._load_retries()
 
@@ -271,6 +276,36 @@ class ChangeFinder:
         if self._unread_notes:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
+
+    def say_too_long(self) -> None:
+        """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
+        per note), cleared once none is: their notes left the index with only a skip count."""
+        # Not in a folder the user excluded (index.exclude, Obsidian's Excluded files): nothing
+        # there is indexed anyway, and a PROBLEM the user could clear only by renaming it.
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        folders = too_long_folders(
+            {k: why for k, why in self._skips.items() if not self._excluded_path(by_name.get(k[0]), k[1])}
+        )
+        said = too_long_problem(folders)
+        if said is None:
+            self.problems.clear(TOO_LONG_AREA)
+            return
+        if folders != self._too_long_named:
+            log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
+        self.problems.report(TOO_LONG_AREA, said)
+        self._too_long_named = folders
+
+    def _excluded_path(self, root: Root | None, where: str) -> bool:
+        """Whether a rule leaves out the note at ``where`` (a path of ``root``), or every note
+        of the folder at ``where``."""
+        if root is None:  # an inbox: no rule leaves its notes out
+            return False
+        try:
+            rel = Path(where).relative_to(root.path).as_posix()
+        except ValueError:
+            return False
+        note = rel if is_note_name(Path(rel).name, root.source) else f"{rel}/x.md"
+        return self.excluded_by(root.key_of(note)) is not None
 
     def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
@@ -359,19 +394,25 @@ class ChangeFinder:
         """``skipped_files`` as (path, reason) by key."""
         return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
-    def list_unreadable(self) -> None:
+    def list_unreadable(self, only: Collection[str] | None = None) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
         --rebuild` without a daemon has no sweep of its own before it clears the index, and
         would drop the notes of a folder of mode 000. Each indexed note is opened too (its first
         byte read): a note of mode 000 is listed like any other, and the rebuild dropped it where
         the daemon, whose sweep had failed to read it, refused (within a time budget, see
-        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it."""
+        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it;
+        ``only`` lists those roots again (a slow share's, after its first listing was given up
+        on): one that answers now is online."""
         for root in self.roots():
+            if only is not None and root.name not in only:
+                continue
             try:
                 found = self.supervisor.list_root(root)
             except RootUnreachable as exc:
-                self.supervisor.mark_offline(root, str(exc))
+                self.supervisor.unreachable(root, exc)
                 continue
+            if only is not None:
+                self.supervisor.mark_online(root)
             self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
             self._probe_indexed(root, [n for n in found if isinstance(n, NoteFile)])
 
@@ -564,7 +605,7 @@ class ChangeFinder:
         try:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
-            supervisor.mark_offline(root, str(exc))
+            supervisor.unreachable(root, exc)
             status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
             self.bursts.judged(root.name)
             return None
@@ -992,6 +1033,8 @@ class ChangeFinder:
             found, gone, walked = self.supervisor.bounded(
                 root, functools.partial(self._look, root, sorted(rels))
             )
+        except StopCut:  # the daemon stops: nothing applied, the next start's sweep looks
+            return True
         except RootUnreachable:
             return False  # the full sweep marks it offline with the reason
         notes = [f for f in found if isinstance(f, NoteFile)]
@@ -1169,10 +1212,9 @@ class ChangeFinder:
         gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
-        refusal = root_refusal(root)
+        refusal, base = _resolved(root, asking)
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
-        base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
         # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
         gone.extend(sorted(_case_aliases(root.path, rels)))
@@ -1215,7 +1257,8 @@ class ChangeFinder:
                             keys.setdefault(n.key, n.path)
                             walked_files.add(n.path)
                 continue
-            got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
+            with asked(asking, "stat", rel):  # a link's target resolved and stat'ed
+                got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
             if isinstance(got, NoteFile):
                 owner = keys.setdefault(got.key, got.path)
                 if owner == got.path and got.path in walked_files:
@@ -1346,6 +1389,14 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     if st.st_size > max_bytes:
         return Skipped(path, TOO_LARGE, st.st_size)
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
+
+
+def _resolved(root: Root, asking: Asking) -> tuple[str | None, Path]:
+    """Why the root may not be read (``root_refusal``) and its real path: look-ups on the share,
+    ``asking`` told of them as of a stat of the root."""
+    with asked(asking, "stat", "."):
+        refusal = root_refusal(root)
+        return refusal, real_path(root.path) if refusal is None else root.path  # refused: not resolved
 
 
 def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:

@@ -336,7 +336,7 @@ class Indexer:
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
         self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
-        act.scan_skipped = self.changes.skip_counts()
+        self._say_skipped()
         if only is None:
             act.excluded = excluded
         if diff.stamps:
@@ -359,6 +359,12 @@ class Indexer:
         act.phase = "idle"
         self._say_put_back(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, chosen, bool(paths))
+
+    def _say_skipped(self) -> None:
+        """The files this sweep left out, by reason, for status; a folder whose notes' paths
+        grew too long named in a PROBLEM."""
+        self.activity.scan_skipped = self.changes.skip_counts()
+        self.changes.say_too_long()
 
     def _restore_aside(self) -> None:
         """After a rebuild's full sweep (or the first of a start after one was cut short): the
@@ -841,7 +847,7 @@ class Indexer:
                     # is; its other notes wait, the other roots' are read on.
                     hung.add(note.root.name)
                     no_answer.add(str(note.path))
-                    self.supervisor.mark_offline(note.root, str(exc))
+                    self.supervisor.unreachable(note.root, exc)
                     return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
