@@ -1578,3 +1578,29 @@ def test_a_stop_after_the_cut_before_the_switch_begins_keeps_the_switch_due(
         assert h.indexer.writer.switch_due
     finally:
         h.close()
+
+
+def test_a_model_whose_name_begins_another_s_is_told_apart(make_cfg: Any, tmp_path: Path) -> None:
+    """A switch to a model whose name the serving one's begins with (``e5`` after ``e5-small``):
+    still due after a stop that followed the cut (the table name's prefix took one for the
+    other), and the serving model itself configured again is no switch."""
+    from dataclasses import replace
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())  # its table: vectors_fake_bow_1_64_mean
+    try:
+        h.sweep()
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake"))
+        h.indexer.reparse_if_chunking_changed()  # the first start: the notes cut for it
+        assert h.indexer.writer.switch_due
+        h.indexer.writer.switch_due = False  # stopped before the switch began; the next start:
+        h.indexer.reparse_if_chunking_changed()
+        assert h.indexer.writer.switch_due
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake-bow"))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.writer.switch_due = False
+        h.indexer.reparse_if_chunking_changed()
+        assert not h.indexer.writer.switch_due
+    finally:
+        h.close()
