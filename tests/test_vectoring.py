@@ -1604,3 +1604,120 @@ def test_a_model_whose_name_begins_another_s_is_told_apart(make_cfg: Any, tmp_pa
         assert not h.indexer.writer.switch_due
     finally:
         h.close()
+
+
+def test_a_repair_at_attach_before_the_switch_begins_keeps_the_chunks_left_to_it(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose switch cannot begin at once (the new table fails: the attach checks and
+    repairs the serving one, then tries again): the chunks cut anew for the new model stay left
+    to it. The repair attached the serving table as if no switch followed, and the retiring
+    model embedded every one of them before the switch began."""
+    from dataclasses import replace
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.index import migration
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        left = manifest.left_to_switch()
+        assert left > 0
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        begin = h.vectors.begin_migration
+        failures = [StoreError("vector reconcile failed on the new table")]
+
+        def begin_once(*args: Any) -> None:
+            if failures:
+                raise failures.pop()
+            begin(*args)
+
+        monkeypatch.setattr(h.vectors, "begin_migration", begin_once)
+        h.slot.set_ok(other, "test")
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+            stop=threading.Event(),
+        )  # fmt: skip
+        backfill._attach_once(other)
+        assert h.stores.building is not None and manifest.left_to_switch() == left
+        retiring.embedded.clear()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert serving.store.ids() == manifest.all_chunk_ids()
+        assert manifest.read(f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY}")[0][0] == 0
+    finally:
+        h.close()
+
+
+def test_a_switch_s_table_serving_without_it_is_not_taken_for_a_paused_one(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose retiring table fails at the attach (the repair then
+    serves the new model's table, a rebuild): the manifest no longer names that table as a
+    paused switch's, whose expiry a week later dropped the serving table."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.index import migration
+    from sidecar.index.vectortables import expire_paused
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        other = OtherModel()
+        migration.attach(h.cfg, h.vectors, other)  # the switch under way
+        h.vectors.embed_pending(batch=2)
+        manifest = h.stores.manifest
+        old_name = manifest.get_meta("vector_table")
+        h.stores.serving = h.stores.building = None  # the restart: nothing attached yet
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        reconcile = h.vectors._reconcile
+        failures = [StoreError(f"vector reconcile failed on {old_name}")]
+
+        def fail_old_once(store: Any, flag: str, **kw: Any) -> int:
+            if failures and store.name == old_name:
+                raise failures.pop()
+            return reconcile(store, flag, **kw)
+
+        monkeypatch.setattr(h.vectors, "_reconcile", fail_old_once)
+        h.slot.set_ok(other, "test")
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+            stop=threading.Event(),
+        )  # fmt: skip
+        backfill._attach_once(other)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert manifest.get_meta("vector_table") == serving.store.name
+        assert h.vectors.paused_switch() is None
+        assert not expire_paused(h.vectors, h.cfg.index_dir / "vectors", now=time.time() + 30 * 86400)
+        assert serving.store.name in table_names_of(h.cfg)
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def table_names_of(cfg: Any) -> list[str]:
+    from sidecar.stores.vectors import table_names
+
+    return table_names(cfg.index_dir / "vectors")

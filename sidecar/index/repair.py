@@ -435,7 +435,12 @@ class Repair:
                     salvage_vectors(aside, store, model.pooling)
                 self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
-            self.vectors.attach(store, model)
+            # The configured model loaded and is another (a switch to it begins next: the repair
+            # ran at its attach, or before its table could be made): the chunks left to the new
+            # model stay so. Released, the retiring model embedded them all first.
+            configured = self.slot.model
+            switching = serving is not None and configured is not None and configured is not serving.model
+            self.vectors.attach(store, model, switching=switching)
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
         problems.clear("vector_search")

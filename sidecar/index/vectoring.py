@@ -214,6 +214,14 @@ class Vectoring:
                 log.info(
                     "vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released
                 )
+            if manifest.get_meta("vector_table_next") == store.name:
+                # The table a switch was building serves without it (the retiring model's table
+                # could not be attached, or its model loaded): no paused switch's any more,
+                # whose expiry dropped it, the serving table, a week later.
+                manifest.reset_vectors("has_next")
+                manifest.set_meta("vector_table_next", "")
+                manifest.set_meta(PAUSED_SINCE, "")
+                log.info("vectors_switch_ended table=%s reason=it serves without the switch", store.name)
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
                 manifest.reset_vectors()
