@@ -1142,6 +1142,51 @@ def test_a_note_whose_name_changes_case_on_a_case_insensitive_disk_is_indexed_on
         h.close()
 
 
+@pytest.mark.parametrize("how", ["renamed", "made anew"])
+@pytest.mark.parametrize("first", ["Tar.md", "tar.md"])
+def test_a_case_only_rename_whose_events_come_in_two_batches_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, how: str, first: str
+) -> None:
+    """A case-insensitive disk: `Tar.md` renamed `tar.md` (or made anew so), its two events in
+    separate batches, either first. The batch of the new spelling finds the indexed old one,
+    which its folder no longer lists: the note is indexed once (it stayed doubled, found twice,
+    until a full sweep)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        write(vault / "Other.md", "# Other\n\nNothing about archives.\n")
+        h.sweep()
+        if how == "renamed":
+            (vault / "Tar.md").rename(vault / "tar.md")
+        else:
+            (vault / "Tar.md").unlink()
+            write(vault / "tar.md", "# tar\n\nUnpack a tarball with tar xf, pack one with tar czf.\n")
+        _case_insensitive(monkeypatch, vault, "Tar.md", "tar.md")
+        for name in (first, ({"Tar.md", "tar.md"} - {first}).pop()):
+            h.indexer.sweep(only=frozenset(), paths={str(vault / name)})
+            assert len(_keys(h, "vault/Tar") | _keys(h, "vault/tar")) == 1
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/tar"}
+        assert _hits(h, "tarball") == ["vault/tar"]
+    finally:
+        h.close()
+
+
+def test_two_spellings_on_a_case_sensitive_disk_stay_two_notes(make_cfg: Any, vault: Path) -> None:
+    """ext4: `Tar.md` and `tar.md` are two files; the second one's event in a later batch than
+    the first's indexing leaves both indexed (the folder lists both spellings)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        write(vault / "tar.md", "# tar\n\nA tarball packed with tar czf.\n")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "tar.md")})
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Tar.md")})
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/Tar", "vault/tar"}
+        assert sorted(_hits(h, "tarball")) == ["vault/Tar", "vault/tar"]
+    finally:
+        h.close()
+
+
 def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
     """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
     deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked

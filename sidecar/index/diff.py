@@ -1098,8 +1098,9 @@ class ChangeFinder:
             return [Skipped(root.path, refusal)], [], []
         base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
-        gone.extend(sorted(_case_aliases(root.path, rels)))
+        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such;
+        # also when its event came in an earlier batch than the new spelling's (the indexed one).
+        gone.extend(sorted(_case_aliases(root.path, [*rels, *self._indexed_spellings(root, rels)])))
         todo, looked = [r for r in rels if r not in gone], set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
@@ -1149,6 +1150,20 @@ class ChangeFinder:
             if got is not None:
                 found.append(got)
         return found, gone, walked
+
+    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
+        not among ``rels``: the other half of a case-only rename whose events came in another
+        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
+        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
+        manifest = self.manifest
+        looked = set(rels)
+        out: list[str] = []
+        for rel in rels:
+            if not rel.lower().endswith(NOTE_SUFFIXES) or manifest.rel_of(key := root.key_of(rel)) == rel:
+                continue
+            out.extend(r for r in manifest.spelled_otherwise(key).values() if r not in looked)
+        return out
 
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a

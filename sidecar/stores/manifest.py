@@ -517,6 +517,22 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
         return same[0] if len(same) == 1 else key
 
+    def spelled_otherwise(self, key: str) -> dict[str, str]:
+        """Indexed keys that are ``key`` but for case ("vault/Tar" for "vault/tar"), each with its
+        file's ``rel``; ``key`` itself not among them. Only the keys of its folder whose name
+        begins with either case of its first letter are read (two ranges of the key index)."""
+        folder, _, name = key.rpartition("/")
+        if not name:
+            return {}
+        want = key.lower()
+        out: dict[str, str] = {}
+        for first in {name[0].lower(), name[0].upper()}:
+            where, args = _under(f"{folder}/{first}")
+            for k, rel in self._query(f"SELECT key, rel FROM files WHERE {where}", args):
+                if k != key and k.lower() == want:
+                    out[str(k)] = str(rel)
+        return out
+
     def keys_in_state(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))
         return [r[0] for r in self._query(f"SELECT key FROM files WHERE state IN ({marks})", states)]
