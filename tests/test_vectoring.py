@@ -1721,3 +1721,44 @@ def table_names_of(cfg: Any) -> list[str]:
     from sidecar.stores.vectors import table_names
 
     return table_names(cfg.index_dir / "vectors")
+
+
+def test_a_switch_s_table_that_cannot_be_read_at_its_attach_is_repaired_and_the_switch_begins(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose new table opens but cannot be read: the attach's repair
+    moves that table aside (it checked the serving one only, the attach failed the same way at
+    every retry, and the switch never began: nothing was embedded meanwhile), and the switch
+    goes on to its end."""
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    for data in (cfg.index_dir / "vectors" / f"{table_name_of(OtherModel())}.lance" / "data").iterdir():
+        with data.open("r+b") as fh:
+            fh.truncate(data.stat().st_size // 2)
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+            stop=threading.Event(),
+        )  # fmt: skip
+        backfill._attach_once(other)
+        assert h.stores.building is not None and len(_broken(cfg)) == 1
+        while h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == h.stores.manifest.all_chunk_ids()
+    finally:
+        h.close()

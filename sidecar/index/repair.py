@@ -20,7 +20,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import PassingFaultError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
-from sidecar.model.embedder import EmbedderSlot
+from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
@@ -443,9 +443,35 @@ class Repair:
             self.vectors.attach(store, model, switching=switching)
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
+            if switching and configured is not None:
+                self._check_next(configured)
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt
+
+    def _check_next(self, model: Embedder) -> None:
+        """The table a switch to ``model`` builds, read whole; one that cannot be read is moved
+        aside and made afresh with the rows that still read. Its attach failed on it, each retry
+        the same way (only the serving table was checked): the switch never began, and nothing
+        was embedded meanwhile, not even the notes written since."""
+        store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, self.problems)
+        try:
+            store.verify()
+            return
+        except PassingFaultError:
+            raise
+        except StoreError as exc:
+            if not self._may_rebuild(store.name, str(exc)):
+                return
+            store.close()
+            aside = discard_vectors(store.path, store.name, f"could not be read ({exc})", self.problems)
+            store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, self.problems)
+            if aside is not None:  # the rows of the files that still read: not embedded again
+                salvage_vectors(aside, store, model.pooling)
+            self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
+            log.warning("vectors_repaired table=%s recomputed=True (the switch's table)", store.name)
+        finally:
+            store.close()  # the switch's attach opens it (a write through this handle would fail)
 
     def _may_rebuild(self, table: str, error: str) -> bool:
         """Whether a table that cannot be read is moved aside and embedded again: not a third
