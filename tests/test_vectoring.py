@@ -1762,3 +1762,33 @@ def test_a_switch_s_table_that_cannot_be_read_at_its_attach_is_repaired_and_the_
         assert serving.store.ids() == h.stores.manifest.all_chunk_ids()
     finally:
         h.close()
+
+
+def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: Any, tmp_path: Path) -> None:
+    """During a switch, notes cut again for the new model have no serving vector: a search says
+    so (``pendingVectors`` counts them) and scores such a note by its words alone, not below a
+    note alike in its words whose vector is a weak match (a missing vector is no dissimilarity)."""
+    from dataclasses import replace
+
+    from sidecar.search.request import SearchRequest
+
+    h = _cut_again_during_a_switch(make_cfg, tmp_path)
+    try:
+        manifest = h.stores.manifest
+        p = tmp_path / "v" / "Long 1.md"
+        write(p, p.read_text() + "\nA closing line.\n")  # edited: the serving model embeds it
+        h.indexer.sweep()
+        while manifest.pending_count() and h.vectors.embed_pending(batch=8):
+            pass
+        left = manifest.left_to_switch()
+        assert left > 0 and manifest.pending_count() == 0 and h.stores.building is not None
+        # The fake model's cosines are small: a clear match at 0.3, so Long 1's vector counts.
+        scale = replace(h.cfg.search, cosine_floor=0.0, cosine_full=0.3)
+        retriever = Retriever(h.stores, h.slot, scale, h.cfg.recall)
+        result = retriever.search(SearchRequest("word0x7 word1x7", 10, 0.0))
+        assert result.pending_vectors == left
+        first, second = result.hits[:2]
+        assert first.reference.startswith("vault/Long 0") and first.vec_score is None
+        assert second.reference.startswith("vault/Long 1") and second.vec_score is not None
+    finally:
+        h.close()
