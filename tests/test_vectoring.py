@@ -1792,3 +1792,38 @@ def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: A
         assert second.reference.startswith("vault/Long 1") and second.vec_score is not None
     finally:
         h.close()
+
+
+def test_a_switch_whose_retiring_model_is_gone_at_a_restart_leaves_no_paused_switch(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch after the retiring model was removed: the new model's table
+    serves at once (the rest is embedded again), and is not also named the table of a paused
+    switch, whose expiry dropped the serving table a week later."""
+    from sidecar.contracts.errors import EmbedderError
+    from sidecar.index import migration
+    from sidecar.index.vectortables import expire_paused
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+
+    def gone(_cfg: Any) -> Any:
+        raise EmbedderError("the model's folder is empty")
+
+    monkeypatch.setattr(migration, "load_model", gone)
+    h = Harness(cfg, None)
+    try:
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == table_name_of(OtherModel())
+        assert h.vectors.paused_switch() is None
+        assert not expire_paused(h.vectors, cfg.index_dir / "vectors", now=time.time() + 30 * 86400)
+        assert serving.store.name in table_names_of(cfg)
+    finally:
+        h.close()
