@@ -1827,3 +1827,43 @@ def test_a_switch_whose_retiring_model_is_gone_at_a_restart_leaves_no_paused_swi
         assert serving.store.name in table_names_of(cfg)
     finally:
         h.close()
+
+
+def test_vectors_lost_before_a_switch_begins_are_left_to_the_new_model(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with another model configured finds chunks whose vector the retiring table lacks
+    (rows lost while stopped, or a repair that could not salvage them): the new model embeds
+    them, the retiring one does not (it did, for vectors dropped with its table at the switch's
+    end); they count as left to the switch meanwhile."""
+    from sidecar.index import migration
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    lost = sorted(first.stores.manifest.chunk_ids("vault/Long 0"))
+    store = first.stores.vectors
+    assert store is not None and lost
+    store.delete_ids(lost)
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        retiring = FakeEmbedder()
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        other = OtherModel()
+        migration.attach(cfg, h.vectors, other, h.problems)
+        manifest = h.stores.manifest
+        flags = manifest.read("SELECT has_vector FROM chunks WHERE key = 'vault/Long 0'")
+        assert {f for (f,) in flags} == {NEXT_ONLY} and manifest.pending_count() == 0
+        assert manifest.left_to_switch() == len(lost)
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
