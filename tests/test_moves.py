@@ -1207,3 +1207,25 @@ def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> No
     assert probed == ["vault"], probed
     assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(10)}
     assert not _keys(h, "vault/Notes/") and not h.stores.manifest.file_states_of([f"vault/{lost.stem}"])
+
+
+def test_other_spellings_of_many_new_notes_are_read_once_per_folder(make_cfg: Any, vault: Path) -> None:
+    """The indexed notes a batch's new notes spell but for case: found by ranges of the key
+    index, per note or, for many notes of one folder, the folder's keys at once (the same result);
+    a name without letters has no other spelling."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        for name in ("Tar", "Zip", "2024-01-01", "Notes/Tar"):
+            write(vault / f"{name}.md", f"# {name}\n\nText.\n")
+        h.sweep()
+        manifest = h.stores.manifest
+        want = {"vault/Tar": "Tar.md", "vault/Zip": "Zip.md"}
+        assert manifest.spelled_otherwise(["vault/tar", "vault/ZIP", "vault/2024-01-01", "vault/Tar"]) == {
+            "vault/Zip": "Zip.md"
+        }
+        many = ["vault/tar", "vault/zip"] + [f"vault/new {i}" for i in range(20)]
+        assert manifest.spelled_otherwise(many) == want
+        assert manifest.spelled_otherwise(["vault/tar", "vault/zip"]) == want
+        assert manifest.spelled_otherwise(["vault/notes/tar"]) == {}  # only in a folder spelled as indexed
+    finally:
+        h.close()

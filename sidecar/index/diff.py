@@ -1157,13 +1157,13 @@ class ChangeFinder:
         batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
         indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
         manifest = self.manifest
+        fresh = [
+            key
+            for rel in rels
+            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
+        ]
         looked = set(rels)
-        out: list[str] = []
-        for rel in rels:
-            if not rel.lower().endswith(NOTE_SUFFIXES) or manifest.rel_of(key := root.key_of(rel)) == rel:
-                continue
-            out.extend(r for r in manifest.spelled_otherwise(key).values() if r not in looked)
-        return out
+        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
 
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a

@@ -75,6 +75,12 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
+# New notes of one folder in a batch of events past which the folder's keys are read at once for
+# their other spellings (``Manifest.spelled_otherwise``), not a range per note: a checkout of
+# thousands of notes named alike read the same rows again for each.
+_SPELLINGS_PER_FOLDER = 16
+
+
 def _under(prefix: str, column: str = "key") -> tuple[str, tuple[str, ...]]:
     """A WHERE clause (and its arguments) for the values of ``column`` that start with ``prefix``."""
     end = prefix_end(prefix)
@@ -517,19 +523,35 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
         return same[0] if len(same) == 1 else key
 
-    def spelled_otherwise(self, key: str) -> dict[str, str]:
-        """Indexed keys that are ``key`` but for case ("vault/Tar" for "vault/tar"), each with its
-        file's ``rel``; ``key`` itself not among them. Only the keys of its folder whose name
-        begins with either case of its first letter are read (two ranges of the key index)."""
-        folder, _, name = key.rpartition("/")
-        if not name:
-            return {}
-        want = key.lower()
+    def spelled_otherwise(self, keys: Collection[str]) -> dict[str, str]:
+        """Indexed keys that one of ``keys`` spells but for case ("vault/Tar" for "vault/tar"),
+        each with its file's ``rel``; none of ``keys`` among them. Read by ranges of the key
+        index: per key, its folder's names that begin as it does up to its first letter, in
+        either case (a name without letters has no other spelling); for many keys of one folder
+        (a checkout), the folder's keys once."""
+        wanted: dict[str, set[str]] = {}  # folder -> the names' lowercase forms
+        ranges: set[str] = set()
+        by_folder: dict[str, list[str]] = {}
+        for key in keys:
+            folder, _, name = key.rpartition("/")
+            if name:
+                by_folder.setdefault(folder, []).append(name)
+        for folder, names in by_folder.items():
+            cased = [n for n in names if n.lower() != n.upper()]
+            wanted[folder] = {n.lower() for n in cased}
+            if len(cased) > _SPELLINGS_PER_FOLDER:
+                ranges.add(f"{folder}/")
+                continue
+            for n in cased:
+                i = next(i for i, ch in enumerate(n) if ch.lower() != ch.upper())
+                ranges.update(f"{folder}/{n[:i]}{first}" for first in (n[i].lower(), n[i].upper()))
+        own = set(keys)
         out: dict[str, str] = {}
-        for first in {name[0].lower(), name[0].upper()}:
-            where, args = _under(f"{folder}/{first}")
+        for prefix in sorted(ranges):
+            where, args = _under(prefix)
             for k, rel in self._query(f"SELECT key, rel FROM files WHERE {where}", args):
-                if k != key and k.lower() == want:
+                folder, _, name = str(k).rpartition("/")
+                if k not in own and name.lower() in wanted.get(folder, ()):
                     out[str(k)] = str(rel)
         return out
 
