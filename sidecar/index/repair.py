@@ -444,7 +444,9 @@ class Repair:
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
             if switching and configured is not None:
-                self._check_next(configured)
+                # A full disk is no damage: the switch's attach reports it and tries again.
+                with contextlib.suppress(PassingFaultError):
+                    self._check_next(configured)
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt

@@ -215,9 +215,9 @@ class Vectoring:
                     "vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released
                 )
             if manifest.get_meta("vector_table_next") == store.name:
-                # The table a switch was building serves without it (the retiring model's table
-                # could not be attached, or its model loaded): no paused switch's any more,
-                # whose expiry dropped it, the serving table, a week later.
+                # The table a switch was building serves without it (the retiring model could
+                # not be loaded, or its table attached): no paused switch's any more, whose
+                # expiry dropped it, the serving table, a week later.
                 manifest.reset_vectors("has_next")
                 manifest.set_meta("vector_table_next", "")
                 manifest.set_meta(PAUSED_SINCE, "")
