@@ -1665,14 +1665,36 @@ def test_a_repair_at_attach_before_the_switch_begins_keeps_the_chunks_left_to_it
         h.close()
 
 
-def test_a_switch_s_table_serving_without_it_is_not_taken_for_a_paused_one(
+def _backfill(h: Harness) -> Any:
+    from sidecar.daemon.backfill import Backfill
+
+    return Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+        stop=threading.Event(),
+    )  # fmt: skip
+
+
+def _fail_reconcile_once(h: Harness, table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next reconcile of ``table`` fails (a passing StoreError: the table itself reads)."""
+    from sidecar.contracts.errors import StoreError
+
+    reconcile = h.vectors._reconcile
+    failures = [StoreError(f"vector reconcile failed on {table}")]
+
+    def fail_once(store: Any, flag: str, **kw: Any) -> int:
+        if failures and store.name == table:
+            raise failures.pop()
+        return reconcile(store, flag, **kw)
+
+    monkeypatch.setattr(h.vectors, "_reconcile", fail_once)
+
+
+def test_a_retiring_table_failing_once_at_a_restart_during_a_switch_keeps_serving(
     make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart during a switch whose retiring table fails at the attach (the repair then
-    serves the new model's table, a rebuild): the manifest no longer names that table as a
-    paused switch's, whose expiry a week later dropped the serving table."""
-    from sidecar.contracts.errors import StoreError
-    from sidecar.daemon.backfill import Backfill
+    """A restart during a switch whose retiring table fails once at the attach: the repair
+    checks that table with its own model and the switch goes on to its end. The repair served
+    the new model's table (all but a few chunks without a vector) and dropped the retiring one."""
     from sidecar.index import migration
     from sidecar.index.vectortables import expire_paused
 
@@ -1689,29 +1711,81 @@ def test_a_switch_s_table_serving_without_it_is_not_taken_for_a_paused_one(
         old_name = manifest.get_meta("vector_table")
         h.stores.serving = h.stores.building = None  # the restart: nothing attached yet
         monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
-        reconcile = h.vectors._reconcile
-        failures = [StoreError(f"vector reconcile failed on {old_name}")]
-
-        def fail_old_once(store: Any, flag: str, **kw: Any) -> int:
-            if failures and store.name == old_name:
-                raise failures.pop()
-            return reconcile(store, flag, **kw)
-
-        monkeypatch.setattr(h.vectors, "_reconcile", fail_old_once)
+        _fail_reconcile_once(h, old_name, monkeypatch)
         h.slot.set_ok(other, "test")
-        backfill = Backfill(
-            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
-            stop=threading.Event(),
-        )  # fmt: skip
-        backfill._attach_once(other)
+        _backfill(h)._attach_once(other)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and serving.model is retiring
+        assert h.stores.building is not None and old_name in table_names_of(h.cfg)
+        while h.vectors.embed_pending(batch=8):
+            pass
         serving = h.stores.serving
         assert serving is not None and serving.model is other and h.stores.building is None
         assert manifest.get_meta("vector_table") == serving.store.name
         assert h.vectors.paused_switch() is None
         assert not expire_paused(h.vectors, h.cfg.index_dir / "vectors", now=time.time() + 30 * 86400)
-        assert serving.store.name in table_names_of(h.cfg)
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_a_retiring_table_failing_once_as_a_switch_begins_keeps_its_vectors(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with a new model configured, no switch yet; the retiring table fails once at its
+    attach (it reads): it serves, every vector kept, and the switch begins. The repair served the
+    new model's empty table and dropped the retiring one, every vector with it."""
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    ids = first.stores.manifest.all_chunk_ids()
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        _fail_reconcile_once(h, old_name, monkeypatch)
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        _backfill(h)._attach_once(other)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and serving.store.ids() == ids
+        assert h.stores.building is not None and old_name in table_names_of(cfg)
+    finally:
+        h.close()
+
+
+def test_a_damaged_retiring_table_as_a_switch_begins_is_moved_aside_not_dropped(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with a new model configured, no switch yet, and the retiring table damaged: it is
+    moved aside (a copy kept) and made afresh with its own model; the chunks whose vector it lost
+    are left to the switch, which begins. It was dropped as unused, no copy kept."""
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    for data in (cfg.index_dir / "vectors" / f"{old_name}.lance" / "data").iterdir():
+        with data.open("r+b") as fh:
+            fh.truncate(data.stat().st_size // 2)
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        _backfill(h)._attach_once(other)
+        manifest = h.stores.manifest
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and len(_broken(cfg)) == 1
+        assert h.stores.building is not None and manifest.get_meta("vector_table") == old_name
+        assert manifest.left_to_switch() == len(manifest.all_chunk_ids()) - serving.store.count()
         while h.vectors.embed_pending(batch=8):
             pass
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
         assert serving.store.ids() == manifest.all_chunk_ids()
     finally:
         h.close()

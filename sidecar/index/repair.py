@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import PassingFaultError, StoreError
+from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
@@ -26,6 +27,7 @@ from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
+from sidecar.stores.vectors import table_name
 from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
@@ -412,6 +414,11 @@ class Repair:
         model = serving.model if serving is not None else self.slot.model
         if model is None or stores.building is not None:
             return False
+        if serving is None:
+            # Nothing attached yet (a start): the table the manifest names is repaired, with its
+            # own model. The configured model's table was, when a switch to it was due: it
+            # served empty, and the retiring table, every vector, was dropped as unused.
+            model = self._named_model(model)
         with stores.write_lock:
             if serving is not None:
                 serving.store.stop_build()
@@ -439,7 +446,7 @@ class Repair:
             # ran at its attach, or before its table could be made): the chunks left to the new
             # model stay so. Released, the retiring model embedded them all first.
             configured = self.slot.model
-            switching = serving is not None and configured is not None and configured is not serving.model
+            switching = configured is not None and configured is not model
             self.vectors.attach(store, model, switching=switching)
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
@@ -450,6 +457,19 @@ class Repair:
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt
+
+    def _named_model(self, configured: Embedder) -> Embedder:
+        """The model of the table the manifest's vector flags belong to, when that table is
+        another model's (a switch from it is due or under way) and the model still loads;
+        else ``configured``. One that fails to load now raises (tried again later)."""
+        table = self.vectors.serving_table()
+        if not table or table == table_name(configured.model_id, configured.dim, configured.pooling):
+            return configured
+        previous = open_previous(self.cfg, table)
+        if previous is None:  # its model is gone: the switch recomputes the vectors anyway
+            return configured
+        previous[0].close()  # opened again below, read whole
+        return previous[1]
 
     def _check_next(self, model: Embedder) -> None:
         """The table a switch to ``model`` builds, read whole; one that cannot be read is moved
