@@ -1941,3 +1941,45 @@ def test_vectors_lost_before_a_switch_begins_are_left_to_the_new_model(
         assert serving.store.ids() == manifest.all_chunk_ids()
     finally:
         h.close()
+
+
+def test_one_failed_load_of_the_retiring_model_keeps_its_table(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose retiring model, its files there, fails to load once (the
+    memory short while the new model is loaded too): its table is kept and the next try resumes
+    the switch. Taken for gone, its table was dropped for good. Gone files still end it."""
+    from sidecar.contracts.errors import EmbedderError
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    failures = [EmbedderError("onnxruntime: failed to allocate memory")]
+
+    def flaky(_cfg: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return FakeEmbedder()
+
+    monkeypatch.setattr(migration, "load_model", flaky)
+    files = cfg.models_dir / "fake-bow"  # the model's files are there
+    files.mkdir(parents=True)
+    (files / "model.onnx").write_bytes(b"onnx")
+    (files / "tokenizer.json").write_text("{}")
+    h = Harness(cfg, None)
+    try:
+        with pytest.raises(EmbedderError, match="tried again"):
+            migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        assert old_name in table_names_of(cfg) and h.stores.manifest.get_meta("vector_table") == old_name
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is not None
+    finally:
+        h.close()

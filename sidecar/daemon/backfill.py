@@ -186,7 +186,7 @@ class Backfill:
         if is_disk_full(exc):
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"
             log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)
-        elif isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+        elif isinstance(exc, (StoreError, EmbedderError, OSError, sqlite3.Error)):
             why = str(exc)
             log.error("vectors_unavailable error=%s retry_in=%.0fs", exc, delay)
         else:  # unexpected: keep the traceback
