@@ -1229,3 +1229,22 @@ def test_other_spellings_of_many_new_notes_are_read_once_per_folder(make_cfg: An
         assert manifest.spelled_otherwise(["vault/notes/tar"]) == {}  # only in a folder spelled as indexed
     finally:
         h.close()
+
+
+def test_an_event_spelled_otherwise_than_the_disk_indexes_the_edit(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A case-insensitive disk: "Tar.md" indexed and listed, a tool writes it through "tar.md"
+    (the event names that spelling): the edit is indexed under the note's key. It was lost until
+    the next full sweep (the event's spelling was taken for a renamed note's old one)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a zipfile with unzip.\n")
+        _case_insensitive(monkeypatch, vault, "tar.md", "Tar.md")  # opens Tar.md, listed as such
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "tar.md")})
+        assert _hits(h, "zipfile") == ["vault/Tar"] and _hits(h, "tarball") == []
+        assert "vault/tar" not in h.stores.manifest.file_states("vault/")
+    finally:
+        h.close()

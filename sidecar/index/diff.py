@@ -1090,7 +1090,6 @@ class ChangeFinder:
         folders walked whole). ``asking`` is told of each stat and listing (the supervisor gives
         up on one that hangs, as in a sweep)."""
         found: list[NoteFile | Skipped] = []
-        gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
         refusal = root_refusal(root)
@@ -1098,10 +1097,8 @@ class ChangeFinder:
             return [Skipped(root.path, refusal)], [], []
         base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such;
-        # also when its event came in an earlier batch than the new spelling's (the indexed one).
-        gone.extend(sorted(_case_aliases(root.path, [*rels, *self._indexed_spellings(root, rels)])))
-        todo, looked = [r for r in rels if r not in gone], set(rels)
+        gone, todo = self._other_spellings(root, rels)
+        looked = set(todo) | set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
         for rel in todo:  # grows by the twins of deleted notes
@@ -1150,6 +1147,16 @@ class ChangeFinder:
             if got is not None:
                 found.append(got)
         return found, gone, walked
+
+    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
+        disk) is gone as such, also when its event came in an earlier batch than the new
+        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
+        named another spelling of the same file (a tool writing through it), whose edit was lost
+        until a full sweep."""
+        indexed = self._indexed_spellings(root, rels)
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        return gone, [r for r in [*rels, *indexed] if r not in gone]
 
     def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
         """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
