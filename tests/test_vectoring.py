@@ -1983,3 +1983,72 @@ def test_one_failed_load_of_the_retiring_model_keeps_its_table(
         assert serving is not None and serving.store.name == old_name and h.stores.building is not None
     finally:
         h.close()
+
+
+def test_a_switch_that_cannot_begin_is_put_off_and_the_serving_model_embeds_meanwhile(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose begin fails again and again (a fault the repair does not cure): after a few
+    tries the retiring model embeds meanwhile, the chunks left to the switch too, and the switch
+    is tried again beside it, until it begins. The attach retried alone: nothing was embedded,
+    and the chunks cut anew for the new model had no vector from either model."""
+    from dataclasses import replace
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon import backfill as backfill_module
+    from sidecar.index import migration
+    from sidecar.runtime.backoff import Backoff
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    stop = threading.Event()
+    thread = None
+    try:
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        assert manifest.left_to_switch() > 0
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        begin = h.vectors.begin_migration
+        stuck = threading.Event()
+        stuck.set()
+
+        def begin_unless_stuck(*args: Any) -> None:
+            if stuck.is_set():
+                raise StoreError("the switch cannot begin")
+            begin(*args)
+
+        monkeypatch.setattr(h.vectors, "begin_migration", begin_unless_stuck)
+        monkeypatch.setattr(backfill_module, "ATTACH_RETRY", Backoff(base=0.01, cap=0.05, jitter=0.0))
+        h.slot.set_ok(other, "test")
+        backfill = _backfill(h)
+        backfill.stop = stop
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while manifest.left_to_switch() or manifest.pending_count():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is retiring and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids()
+        problem = h.problems.active_in("vectors")
+        assert problem is not None and "switch to other-model@2 starts once this works" in problem["error"]
+        stuck.clear()  # the fault passes: the switch begins and ends without a restart
+        while manifest.get_meta("vector_table") != table_name_of(other):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert h.problems.active_in("vectors") is None
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(10)
+        h.close()
