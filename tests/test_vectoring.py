@@ -2052,3 +2052,40 @@ def test_a_switch_that_cannot_begin_is_put_off_and_the_serving_model_embeds_mean
         if thread is not None:
             thread.join(10)
         h.close()
+
+
+def test_a_switch_s_table_that_cannot_be_read_again_leaves_the_serving_one_repairable(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table a switch builds, rebuilt twice in this run, cannot be read a third time: the
+    repair leaves it and says the switch waits, while the retiring table serves. It said vector
+    search failed until a restart and never repaired the serving table again in that run."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        other = OtherModel()
+        name = table_name_of(other)
+        h.repair.rebuilt[name] = [(time.time(), "could not be read"), (time.time(), "could not be read")]
+        verify = VectorStore.verify
+
+        def unreadable(store: VectorStore) -> None:
+            if store.name == name:
+                raise StoreError(f"vector table {name} cannot be read")
+            verify(store)
+
+        monkeypatch.setattr(VectorStore, "verify", unreadable)
+        h.repair._check_next(other)
+        assert h.repair.gave_up is None
+        problem = h.problems.active_in("vectors", subject=name)
+        assert problem is not None and "switch waits" in problem["error"]
+        assert "Vector search fails" not in problem["error"]
+        monkeypatch.setattr(VectorStore, "verify", verify)
+        h.repair._check_next(other)
+        assert h.problems.active_in("vectors", subject=name) is None
+    finally:
+        h.close()

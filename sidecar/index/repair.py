@@ -479,11 +479,12 @@ class Repair:
         store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, self.problems)
         try:
             store.verify()
+            self.problems.clear("vectors", subject=store.name)  # read whole again: not stuck
             return
         except PassingFaultError:
             raise
         except StoreError as exc:
-            if not self._may_rebuild(store.name, str(exc)):
+            if not self._may_rebuild(store.name, str(exc), serving=False):
                 return
             store.close()
             aside = discard_vectors(store.path, store.name, f"could not be read ({exc})", self.problems)
@@ -495,10 +496,13 @@ class Repair:
         finally:
             store.close()  # the switch's attach opens it (a write through this handle would fail)
 
-    def _may_rebuild(self, table: str, error: str) -> bool:
+    def _may_rebuild(self, table: str, error: str, *, serving: bool = True) -> bool:
         """Whether a table that cannot be read is moved aside and embedded again: not a third
         time in one run (five copies in 40 minutes, each a full re-embed, were seen when a
-        rebuilt table broke again at once). A second rebuild says why, as far as it is known."""
+        rebuilt table broke again at once). A second rebuild says why, as far as it is known.
+        ``serving``: the table answers searches (not the one a switch builds, while the
+        retiring table serves: vector search does not fail, and the serving one is still
+        repaired when it fails)."""
         before = self.rebuilt.get(table, [])
         if not before:
             return True
@@ -511,6 +515,18 @@ class Repair:
             if cause
             else f"the error now: {error}"
         )
+        if len(before) >= MAX_VECTOR_REBUILDS and not serving:
+            log.error("vectors_repair_stopped table=%s rebuilds=%d reason=%s", table, len(before), because)
+            self.problems.report(
+                "vectors",
+                f"the vector table {table} that a model switch builds was rebuilt {len(before)} times "
+                f"since the daemon started (last at {when}) and cannot be read again ({because}); it is "
+                "not moved aside again. The switch waits until the daemon restarts (the serving table "
+                "answers searches meanwhile); if it breaks again after a restart, check the disk with "
+                "`sidecar doctor` and report it",
+                subject=table,
+            )
+            return False
         if len(before) >= MAX_VECTOR_REBUILDS:
             self.gave_up = table
             msg = (
