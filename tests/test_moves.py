@@ -1209,24 +1209,41 @@ def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> No
     assert not _keys(h, "vault/Notes/") and not h.stores.manifest.file_states_of([f"vault/{lost.stem}"])
 
 
-def test_other_spellings_of_many_new_notes_are_read_once_per_folder(make_cfg: Any, vault: Path) -> None:
-    """The indexed notes a batch's new notes spell but for case: found by ranges of the key
-    index, per note or, for many notes of one folder, the folder's keys at once (the same result);
-    a name without letters has no other spelling."""
+def test_other_spellings_of_many_new_notes_are_read_by_narrow_ranges(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The indexed notes a batch's new notes spell but for case or Unicode form: found by ranges
+    of the key index per first letter, in either case and form ("ß" and "ẞ" alike), never the
+    folder's whole subtree (each batch of more than 16 new notes in a folder read it); a name
+    without letters has no other spelling."""
+    import unicodedata
+
     h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
     try:
-        for name in ("Tar", "Zip", "2024-01-01", "Notes/Tar"):
+        nfd = unicodedata.normalize("NFD", "Über")
+        for name in ("Tar", "Zip", "2024-01-01", "Notes/Tar", nfd, "ẞtraße"):
             write(vault / f"{name}.md", f"# {name}\n\nText.\n")
         h.sweep()
         manifest = h.stores.manifest
+        asked: list[tuple[Any, ...]] = []
+        query = manifest._query
+
+        def recording(sql: str, args: Any = ()) -> Any:
+            asked.append(tuple(args))
+            return query(sql, args)
+
+        monkeypatch.setattr(manifest, "_query", recording)
         want = {"vault/Tar": "Tar.md", "vault/Zip": "Zip.md"}
         assert manifest.spelled_otherwise(["vault/tar", "vault/ZIP", "vault/2024-01-01", "vault/Tar"]) == {
             "vault/Zip": "Zip.md"
         }
         many = ["vault/tar", "vault/zip"] + [f"vault/new {i}" for i in range(20)]
         assert manifest.spelled_otherwise(many) == want
+        assert not any(args and args[0] == "vault/" for args in asked)  # never the whole folder
         assert manifest.spelled_otherwise(["vault/tar", "vault/zip"]) == want
         assert manifest.spelled_otherwise(["vault/notes/tar"]) == {}  # only in a folder spelled as indexed
+        assert manifest.spelled_otherwise(["vault/über"]) == {f"vault/{nfd}": f"{nfd}.md"}
+        assert manifest.spelled_otherwise(["vault/straße", "vault/ßtrasse"]) == {"vault/ẞtraße": "ẞtraße.md"}
     finally:
         h.close()
 
@@ -1246,5 +1263,30 @@ def test_an_event_spelled_otherwise_than_the_disk_indexes_the_edit(
         h.indexer.sweep(only=frozenset(), paths={str(vault / "tar.md")})
         assert _hits(h, "zipfile") == ["vault/Tar"] and _hits(h, "tarball") == []
         assert "vault/tar" not in h.stores.manifest.file_states("vault/")
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("first", ["old", "new"])
+def test_a_case_only_rename_from_a_decomposed_name_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """A case-only rename whose old name a Mac wrote decomposed (NFD, "Über.md") and whose new
+    one is typed (NFC, "über.md"), the events in either order: one note. Both stayed indexed (the
+    spellings were compared by lower() alone, not in one Unicode form)."""
+    import unicodedata
+
+    old = unicodedata.normalize("NFD", "Über.md")
+    new = "über.md"  # NFC, typed
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / old, "# Über\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        (vault / old).rename(vault / new)
+        _case_insensitive(monkeypatch, vault, old, new)
+        order = [old, new] if first == "old" else [new, old]
+        for name in order:
+            h.indexer.sweep(only=frozenset(), paths={str(vault / name)})
+        assert _hits(h, "tarball") == ["vault/über"]
     finally:
         h.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.stores.manifest import FileState, Manifest, folded
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
@@ -1348,15 +1348,15 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
 
 
 def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
-    """Those of ``rels`` that another one spells but for case ("Tar" and "tar") and that their
-    folder does not list by that spelling, while it lists another of them: on a case-insensitive
-    disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" -> "tar", or
-    deleted and made anew as "tar.md", still opens, and its note stayed indexed beside the new
-    one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion hold
-    could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
+    and that their folder does not list by that spelling, while it lists another of them: on a
+    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
+    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
+    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
-        groups.setdefault(rel.lower(), []).append(rel)
+        groups.setdefault(folded(rel), []).append(rel)
     listed: dict[Path, set[str] | None] = {}
 
     def on_disk(rel: str) -> bool | None:
