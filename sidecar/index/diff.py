@@ -31,7 +31,7 @@ from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
 from sidecar.index.toolong import AREA as TOO_LONG_AREA
 from sidecar.index.toolong import too_long_folders, too_long_problem
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.stores.manifest import FileState, Manifest, folded
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
@@ -1209,16 +1209,14 @@ class ChangeFinder:
         folders walked whole). ``asking`` is told of each stat and listing (the supervisor gives
         up on one that hangs, as in a sweep)."""
         found: list[NoteFile | Skipped] = []
-        gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
         refusal, base = _resolved(root, asking)
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
-        gone.extend(sorted(_case_aliases(root.path, rels)))
-        todo, looked = [r for r in rels if r not in gone], set(rels)
+        gone, todo = self._other_spellings(root, rels)
+        looked = set(todo) | set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
         for rel in todo:  # grows by the twins of deleted notes
@@ -1268,6 +1266,30 @@ class ChangeFinder:
             if got is not None:
                 found.append(got)
         return found, gone, walked
+
+    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
+        disk) is gone as such, also when its event came in an earlier batch than the new
+        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
+        named another spelling of the same file (a tool writing through it), whose edit was lost
+        until a full sweep."""
+        indexed = self._indexed_spellings(root, rels)
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        return gone, [r for r in [*rels, *indexed] if r not in gone]
+
+    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
+        not among ``rels``: the other half of a case-only rename whose events came in another
+        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
+        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
+        manifest = self.manifest
+        fresh = [
+            key
+            for rel in rels
+            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
+        ]
+        looked = set(rels)
+        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
 
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
@@ -1453,15 +1475,15 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
 
 
 def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
-    """Those of ``rels`` that another one spells but for case ("Tar" and "tar") and that their
-    folder does not list by that spelling, while it lists another of them: on a case-insensitive
-    disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" -> "tar", or
-    deleted and made anew as "tar.md", still opens, and its note stayed indexed beside the new
-    one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion hold
-    could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
+    and that their folder does not list by that spelling, while it lists another of them: on a
+    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
+    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
+    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
-        groups.setdefault(rel.lower(), []).append(rel)
+        groups.setdefault(folded(rel), []).append(rel)
     listed: dict[Path, set[str] | None] = {}
 
     def on_disk(rel: str) -> bool | None:

@@ -43,7 +43,7 @@ from sidecar.notes.chunking import (
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
-from sidecar.stores.vectors import table_prefix
+from sidecar.stores.vectors import holds_model, table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
@@ -976,11 +976,12 @@ class Indexer:
         cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
         # The table another model's (a stop or a kill after a start's re-cut recorded the new
         # chunker, before the switch began: the chunker then says nothing of it).
-        return (
-            cut_for_another
-            or bool(self.manifest.get_meta("vector_table_next"))
-            or not table.startswith(table_prefix(counted))
-        )
+        if cut_for_another or self.manifest.get_meta("vector_table_next"):
+            return True
+        # The model the table's own metadata names, exactly: by the name's prefix, e5's was taken
+        # for e5-small's (a table that cannot be read here is judged by its name, as before).
+        same = holds_model(self.cfg.index_dir / "vectors", table, counted)
+        return not (table.startswith(table_prefix(counted)) if same is None else same)
 
     def reread_canvases_if_read_differently(self) -> None:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their
