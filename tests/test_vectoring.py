@@ -2089,3 +2089,118 @@ def test_a_switch_s_table_that_cannot_be_read_again_leaves_the_serving_one_repai
         assert h.problems.active_in("vectors", subject=name) is None
     finally:
         h.close()
+
+
+def _switch_with_broken_retiring_model(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Harness, str]:
+    """A restart during a switch whose retiring model's files are there but fail to load at
+    every try (broken for good)."""
+    from sidecar.contracts.errors import EmbedderError
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+
+    def broken(_cfg: Any) -> Any:
+        raise EmbedderError("model.onnx: protobuf parsing failed")
+
+    monkeypatch.setattr(migration, "load_model", broken)
+    files = cfg.models_dir / "fake-bow"
+    files.mkdir(parents=True)
+    (files / "model.onnx").write_bytes(b"onnx")
+    (files / "tokenizer.json").write_text("{}")
+    return cfg, Harness(cfg, None), old_name
+
+
+def test_a_retiring_model_broken_for_good_is_given_up_on_and_its_table_kept_aside(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A retiring model whose files are there but never load: after a bounded number of tries
+    over a while it is given up on; its table is moved aside (a copy kept), the new model's
+    table serves and is filled, and the log and status say so. It was tried forever, vector
+    search off meanwhile, and the problem line named no end."""
+    from sidecar.daemon import backfill as backfill_module
+    from sidecar.runtime.backoff import Backoff
+
+    cfg, h, old_name = _switch_with_broken_retiring_model(make_cfg, tmp_path, monkeypatch)
+    monkeypatch.setattr(backfill_module, "ATTACH_RETRY", Backoff(base=0.0, cap=0.0, jitter=0.0))
+    monkeypatch.setattr(backfill_module, "RETIRING_MODEL_TRIES", 3, raising=False)
+    monkeypatch.setattr(backfill_module, "RETIRING_MODEL_GIVE_UP_S", 0.0, raising=False)
+    caplog.set_level("INFO", logger="sidecar")
+    try:
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        backfill = _backfill(h)
+        said: list[str] = []
+        failed = backfill._attach_failed
+
+        def noted(exc: Exception, delay: float, model: Any) -> None:
+            failed(exc, delay, model)
+            said.append((h.problems.active_in("vectors") or {}).get("error", ""))
+            if len(said) > 5:  # tried on and on: stop the loop
+                backfill.stop.set()
+
+        backfill._attach_failed = noted
+        assert backfill._attach(other)
+        assert len(said) == 3 and "given up on" in said[0] and "protobuf parsing failed" in said[0]
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert old_name not in table_names_of(cfg)
+        kept = [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+        assert len(kept) == 1
+        assert "vectors_previous_model_given_up" in caplog.text
+        notes = [n["error"] for n in h.problems.describe()["recent"] if n.get("subject") == "vectors"]
+        assert any("given up on" in n and kept[0].name in n for n in notes)
+        assert h.problems.active_in("vectors") is None
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert serving.store.ids() == h.stores.manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fault", ["raises", "names no model"])
+def test_tidy_moves_aside_a_table_whose_model_cannot_be_read(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A retiring table whose metadata cannot be read (the previous model unknown) is not used by
+    the new model's table: tidy moves it aside, a copy kept. It was dropped, every vector, no copy."""
+    from sidecar.index import migration, vectortables
+    from sidecar.stores import vectors as vectors_module
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    table_model = vectors_module.table_model
+
+    def unreadable(path: Path, table: str) -> Any:
+        if table == old_name and fault == "raises":
+            raise OSError(f"lance error: the metadata of {table} cannot be read")
+        if table == old_name:
+            return "", 0, "mean"
+        return table_model(path, table)
+
+    monkeypatch.setattr(migration, "table_model", unreadable)
+    monkeypatch.setattr(vectortables, "table_model", unreadable, raising=False)
+    h = Harness(cfg, None)
+    try:
+        other = OtherModel()
+        migration.attach(cfg, h.vectors, other, h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert old_name not in table_names_of(cfg)
+        assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+    finally:
+        h.close()

@@ -74,6 +74,11 @@ class EmbedderError(SidecarError):
     code = "embedder"
 
 
+class RetiringModelError(EmbedderError):
+    """The model a switch retires fails to load while its files are there: tried again (its
+    table kept), then given up on after a while (its table moved aside, a copy kept)."""
+
+
 class StoreError(SidecarError):
     """An index store cannot be opened or written."""
 

@@ -16,7 +16,13 @@ import threading
 import time
 
 from sidecar.config import Config
-from sidecar.contracts.errors import EmbedderError, IndexBuildStoppedError, StoreError, is_disk_full
+from sidecar.contracts.errors import (
+    EmbedderError,
+    IndexBuildStoppedError,
+    RetiringModelError,
+    StoreError,
+    is_disk_full,
+)
 from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
@@ -43,6 +49,14 @@ ATTACH_RETRY = Backoff(base=5.0, cap=300.0)
 # beside the embedding, not before it: the retiring model embeds what was left to the switch
 # (those chunks had no vector from either model for as long as the switch could not begin).
 SWITCH_BEGIN_TRIES = 3
+# A retiring model whose files are there but fail to load is given up on after this many failed
+# loads, the first at least this long ago: a load that fails for a passing reason (memory short
+# while the new model is loaded too, a busy disk) works again within minutes, while files broken
+# for good fail at every try, and vector search is off for as long as it is tried (nothing
+# serves). At ATTACH_RETRY's waits (5 s doubling to 5 min) twelve tries take about half an
+# hour; the hour bounds it. Then its table is moved aside (a copy kept) and the new model's fills.
+RETIRING_MODEL_TRIES = 12
+RETIRING_MODEL_GIVE_UP_S = 3600.0
 
 
 class Backfill:
@@ -75,6 +89,9 @@ class Backfill:
         # A switch put off after failing to begin: when it is tried again, and its failures.
         self._switch_retry_at: float | None = None
         self._switch_failures = 0
+        # Failed loads of the retiring model in a row, and when the first was (monotonic).
+        self._retiring_failures = 0
+        self._retiring_failing_since: float | None = None
 
     def run(self) -> None:
         try:
@@ -160,6 +177,10 @@ class Backfill:
                 self._attach_once(model)
             except Exception as exc:  # never ends the thread: vector search would stay off
                 failures += 1
+                if isinstance(exc, RetiringModelError):
+                    self._retiring_failures += 1
+                    if self._retiring_failing_since is None:
+                        self._retiring_failing_since = time.monotonic()
                 delay = ATTACH_RETRY.delay(failures)
                 self._attach_failed(exc, delay, model)
                 if failures >= SWITCH_BEGIN_TRIES and self._retiring_serves(model):
@@ -169,6 +190,7 @@ class Backfill:
                     return False
                 continue
             self._switch_retry_at, self._switch_failures = None, 0
+            self._retiring_failures, self._retiring_failing_since = 0, None
             self.problems.clear("vectors")
             heap.trim()  # the reconcile's id sets are garbage now
             return True
@@ -196,9 +218,19 @@ class Backfill:
         self._switch_failures = failures
         self._switch_retry_at = time.monotonic() + delay
 
+    def _give_up_retiring(self) -> str | None:
+        """How long the retiring model failed to load, in words, once it is given up on."""
+        since = self._retiring_failing_since
+        if since is None or self._retiring_failures < RETIRING_MODEL_TRIES:
+            return None
+        minutes = (time.monotonic() - since) / 60
+        if minutes * 60 < RETIRING_MODEL_GIVE_UP_S:
+            return None
+        return f"{self._retiring_failures} times over {minutes:.0f} minutes"
+
     def _attach_once(self, model: Embedder) -> None:
         try:
-            attach(self.cfg, self.vectors, model, self.problems)
+            attach(self.cfg, self.vectors, model, self.problems, give_up=self._give_up_retiring())
         except StoreError as exc:
             if is_disk_full(exc):
                 raise
@@ -206,7 +238,7 @@ class Backfill:
             self.repair.repair_vectors(f"attaching failed: {exc}")
             # Once more over the repaired table (a switch, too, begins only then); a failure
             # again waits for the next try.
-            attach(self.cfg, self.vectors, model, self.problems)
+            attach(self.cfg, self.vectors, model, self.problems, give_up=self._give_up_retiring())
 
     def _attach_failed(self, exc: Exception, delay: float, model: Embedder) -> None:
         serving = self.vectors.stores.serving
@@ -218,6 +250,12 @@ class Backfill:
             meanwhile = (
                 f"searches keep using {serving.model.model_id}'s vectors; the switch to "
                 f"{model.model_id} starts once this works"
+            )
+        if isinstance(exc, RetiringModelError):
+            meanwhile += (
+                f"; after {RETIRING_MODEL_TRIES} failed loads over {RETIRING_MODEL_GIVE_UP_S / 3600:.0f} h "
+                f"it is given up on: its vectors are moved aside (a copy kept 30 days) and "
+                f"{model.model_id} computes them anew"
             )
         if is_disk_full(exc):
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"

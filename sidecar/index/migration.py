@@ -15,10 +15,16 @@ from dataclasses import replace
 import numpy as np
 
 from sidecar.config import Config, model_settings
-from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError, is_disk_full
+from sidecar.contracts.errors import (
+    DiskFullError,
+    EmbedderError,
+    RetiringModelError,
+    StoreError,
+    is_disk_full,
+)
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
-from sidecar.index.vectortables import tidy
+from sidecar.index.vectortables import set_aside, tidy
 from sidecar.model.embedder import Embedder, load_model, model_name
 from sidecar.model.locate import resolve_model
 from sidecar.stores.embedtext import joined_embed_text
@@ -28,18 +34,35 @@ from sidecar.stores.vectors import VectorStore, table_model, table_name
 log = logging.getLogger(__name__)
 
 
-def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems | None = None) -> None:
+def attach(
+    cfg: Config,
+    vectors: Vectoring,
+    model: Embedder,
+    problems: Problems | None = None,
+    *,
+    give_up: str | None = None,
+) -> None:
     """Serve vectors of ``model``; if the index holds another model's vectors, keep serving those
     (queried with that model) while the new table is built, as long as the old model can be loaded.
 
     The old table serves before the new one is created: creating it can fail (a full disk raises
-    DiskFullError, for the caller to try again), and searches keep the old vectors meanwhile."""
+    DiskFullError, for the caller to try again), and searches keep the old vectors meanwhile.
+
+    A retiring model whose files are there but fail to load raises RetiringModelError (tried
+    again); ``give_up`` (how long it failed, in words) ends that: its table is moved aside, a copy
+    kept, and the switch goes on as if the model were gone."""
     old_name = vectors.serving_table()
     if old_name and old_name != table_name(model.model_id, model.dim, model.pooling):
         # Attached already when a fallback answered until the configured one loaded, or at an
         # earlier try that failed: that table and model go on serving, the old model is not
         # loaded a second time.
-        previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
+        failed: RetiringModelError | None = None
+        try:
+            previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
+        except RetiringModelError as exc:
+            if give_up is None:
+                raise
+            previous, failed = None, exc
         if previous is not None:
             if vectors.stores.serving is None:
                 vectors.attach(*previous, switching=True)
@@ -48,6 +71,8 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
             tidy(vectors, cfg.index_dir / "vectors")
             return
         carried = carry_over(cfg, vectors, old_name, model, problems)
+        if failed is not None:
+            _give_up(cfg, old_name, model, f"{give_up} ({failed.__cause__ or failed})", problems)
         if carried is not None:
             vectors.attach(carried, model)
             tidy(vectors, cfg.index_dir / "vectors")  # the old table goes: nothing refers to it
@@ -61,6 +86,25 @@ def attach(cfg: Config, vectors: Vectoring, model: Embedder, problems: Problems 
     tidy(vectors, cfg.index_dir / "vectors")
 
 
+def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Problems | None) -> None:
+    """The retiring model's table moved aside (kept like a damaged table's copy), never dropped:
+    its model may be mended or put back, and its vectors with it."""
+    aside = set_aside(cfg.index_dir / "vectors", table)
+    where = f"moved to {aside.name} (kept 30 days)" if aside is not None else "not found"
+    log.warning(
+        "vectors_previous_model_given_up table=%s moved_to=%s reason=%s; %s computes the vectors anew",
+        table, aside, why, model.model_id,
+    )  # fmt: skip
+    if problems is not None:
+        problems.note(
+            "stores",
+            f"the previous model failed to load {why}: it was given up on, its vectors ({table}) "
+            f"{where}; {model.model_id} computes the vectors anew, keyword-only search for notes "
+            "without one meanwhile",
+            subject="vectors",
+        )
+
+
 def carry_over(
     cfg: Config, vectors: Vectoring, old_name: str, model: Embedder, problems: Problems | None = None
 ) -> VectorStore | None:
@@ -71,7 +115,11 @@ def carry_over(
     model could not be loaded, and every chunk was embedded again, keyword-only meanwhile. None
     when they are not (then they are recomputed)."""
     folder = cfg.index_dir / "vectors"
-    found = table_model(folder, old_name)
+    try:
+        found = table_model(folder, old_name)
+    except (StoreError, OSError, ValueError, RuntimeError) as exc:  # kept aside by ``tidy``
+        log.info("vectors_not_carried table=%s reason=its model cannot be read (%s)", old_name, exc)
+        return None
     if found is None:
         return None
     old_id, dim, pooling = found
@@ -161,8 +209,8 @@ def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
 def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:
     """The serving table of the previous model and that model, if both can still be opened.
     A model whose files are there but fail to load now (memory, a busy disk) raises
-    EmbedderError: it is tried again later, its table kept. Taken for gone, its table, every
-    vector, was dropped for one failed load."""
+    RetiringModelError: it is tried again later, its table kept (given up on after a while).
+    Taken for gone, its table, every vector, was dropped for one failed load."""
     old_cfg = None
     try:
         found = table_model(cfg.index_dir / "vectors", table)
@@ -181,7 +229,7 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
             raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
         if isinstance(exc, EmbedderError) and old_cfg is not None and _files_present(old_cfg):
             log.warning("previous_model_failed table=%s error=%s (its table is kept)", table, exc)
-            raise EmbedderError(
+            raise RetiringModelError(
                 f"the previous model {old_cfg.embedder.model} failed to load ({exc}); its vectors "
                 f"({table}) are kept and it is tried again"
             ) from exc

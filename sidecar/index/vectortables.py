@@ -11,13 +11,15 @@ to B again resumes it: its vectors are not computed twice), shown in health as
 from __future__ import annotations
 
 import logging
+import shutil
 import sqlite3
 import time
 from pathlib import Path
 
 from sidecar.contracts.errors import StoreError
 from sidecar.index.vectoring import PAUSED_KEEP_S, PAUSED_SINCE, Vectoring
-from sidecar.stores.vectors import drop_table, table_names
+from sidecar.stores.lifecycle import move_aside_into
+from sidecar.stores.vectors import drop_table, table_model, table_names
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +84,44 @@ def referenced(vectors: Vectoring) -> set[str]:
 
 
 def drop_strays(vectors: Vectoring, folder: Path) -> list[str]:
-    """Drop the tables of ``folder`` that are neither serving nor being built; their names."""
+    """Drop the tables of ``folder`` that are neither serving nor being built; their names. One
+    whose model cannot be read from it is moved aside instead (a copy kept): it may be a retiring
+    table whose metadata failed to read, every vector of the index, not a stray."""
     keep = referenced(vectors)
     dropped = []
     for table in table_names(folder):
-        if table not in keep:
+        if table in keep:
+            continue
+        if not _identified(folder, table) and (aside := set_aside(folder, table)) is not None:
+            log.warning(
+                "vectors_set_aside table=%s moved_to=%s reason=not used by the index any more, "
+                "but its model cannot be read from it (kept 30 days, not dropped)",
+                table, aside,
+            )  # fmt: skip
+        else:
             drop_table(folder, table)
             log.info("vectors_dropped table=%s reason=not used by the index any more", table)
-            dropped.append(table)
+        dropped.append(table)
     return dropped
+
+
+def _identified(folder: Path, table: str) -> bool:
+    """Whether the table's metadata names the model it holds."""
+    try:
+        found = table_model(folder, table)
+    except (StoreError, OSError, ValueError, RuntimeError):
+        return False
+    return found is not None and bool(found[0])
+
+
+def set_aside(folder: Path, table: str) -> Path | None:
+    """Move ``table`` of ``folder`` into ``<folder>.broken-<time>/``, kept like a damaged table's
+    copy (removed 30 days later); None when it has no files (a create cut short: removed, as
+    there is nothing to keep)."""
+    item = folder / f"{table}.lance"
+    if not item.is_dir():
+        return None
+    if not any(p.is_file() for p in item.rglob("*")):
+        shutil.rmtree(item)
+        return None
+    return move_aside_into(item, folder)
