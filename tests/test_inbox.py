@@ -613,10 +613,10 @@ def test_a_write_that_fails_costs_no_older_kept_text(
     before = {p.name for p in trash.iterdir()}
     real = inbox_mod.write_in
 
-    def full(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+    def full(dir_fd: int, name: str, data: bytes, **kw: Any) -> Any:
         if name == "loop.md":
             raise OSError(28, "No space left on device")
-        return real(dir_fd, name, data)
+        return real(dir_fd, name, data, **kw)
 
     monkeypatch.setattr(inbox_mod, "write_in", full)
     with pytest.raises(OSError, match="No space"):
@@ -1012,10 +1012,10 @@ def test_each_inboxs_write_problem_stays_until_its_own_success(
     failing: dict[str, int] = {}
     real = inbox_mod.write_in
 
-    def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+    def write_in(dir_fd: int, name: str, data: bytes, **kw: Any) -> Any:
         if name in failing:
             raise OSError(failing[name], os.strerror(failing[name]))
-        return real(dir_fd, name, data)
+        return real(dir_fd, name, data, **kw)
 
     monkeypatch.setattr(inbox_mod, "write_in", write_in)
 

@@ -25,6 +25,8 @@ import re
 import secrets
 import stat
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ import yaml
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
+from sidecar.memory import replace
 from sidecar.memory.retention import Retention
 from sidecar.memory.trash import Fd, Trash, over, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
@@ -75,6 +78,11 @@ class MemoryConflictError(MemoryWriteError):
     """The note changed while the write was made: read it again and retry."""
 
     code = "conflict"
+
+
+class MemoryBeingSavedError(MemoryConflictError):
+    """Another program is saving the note right now (emptied a moment ago, or still changing):
+    what is there is no whole text to keep or replace; try again in a moment."""
 
 
 class MemoryUnreadableError(MemoryWriteError):
@@ -175,6 +183,9 @@ class Inboxes(Retention):
         self._retired = threading.Condition(self._guard)
         self._audit_lock = threading.Lock()
         self._trashes: dict[str, Trash] = {}
+        # The state each note was left in by this daemon's last write of it (the most recent
+        # ones): a note found so is no other program's save under way, and needs no wait.
+        self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -281,17 +292,7 @@ class Inboxes(Retention):
         name = path.name
         self._check_content(content, front_matter)
         with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
-            for _attempt in range(_READ_ATTEMPTS):
-                old, seen = _read_existing(inbox_fd, name, slug)
-                if _state(inbox_fd, name) == seen:
-                    break
-                # Saved by someone else (an editor writing in place) while it was read: what was
-                # read may be half of it; read again rather than keep a torn copy as "previous".
-            else:
-                raise MemoryConflictError(
-                    f"{slug!r} kept changing while it was read (is it being edited elsewhere?); "
-                    "nothing was written: try again"
-                )
+            old, seen = self._read_settled(inbox_fd, name, slug, self._left.get((agent, slug)))
             existing: dict[str, Any] = {}
             if old is not None:
                 old_text = old.decode("utf-8", errors="replace")
@@ -319,16 +320,17 @@ class Inboxes(Retention):
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
             ledger = self._trash_of(agent)
-            if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
+            # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
+            if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
             try:
-                mtime_ns, ctime_ns = self._replace(
-                    inbox_fd, name, seen, data, ledger=ledger, previous=previous
-                )
+                st = self._replace(inbox_fd, name, seen, old, data, ledger=ledger, previous=previous)
             except BaseException:
                 if previous is not None:  # its write failed: no cap of this write will run
                     ledger.release(previous.name)
                 raise
+            mtime_ns, ctime_ns = st.st_mtime_ns, st.st_ctime_ns
+            self._remember((agent, slug), (st.st_ino, st.st_size, mtime_ns, ctime_ns))
             dropped: tuple[str, ...] = ()
             if previous is not None:  # only now: a write that fails must not have cost older texts
                 try:
@@ -354,28 +356,102 @@ class Inboxes(Retention):
             dropped,
         )
 
+    def _read_settled(self, inbox_fd: int, name: str, slug: str, left: _State) -> tuple[bytes | None, _State]:
+        """The note's bytes and state, once no other program is seen saving it. A note that
+        changed while read is read again (what was read may be half of it). One changed a moment
+        ago by someone else (not as this daemon's last write left it) is looked at again after a
+        pause: still changing, or empty (an editor that truncates, then writes its buffer), it is
+        being saved, and its bytes are no text to keep as "previous" nor to replace (the save then
+        went into the replaced file, lost)."""
+        empty = False
+        for _attempt in range(_READ_ATTEMPTS):
+            old, seen = _read_existing(inbox_fd, name, slug)
+            if _state(inbox_fd, name) != seen:
+                continue
+            if seen is None or seen == left or time.time_ns() - seen[2] > _RECENT_NS:
+                return old, seen
+            pause(_SETTLE_S)
+            empty = not old
+            if _state(inbox_fd, name) == seen and not empty:
+                return old, seen
+        why = "is empty, changed a moment ago" if empty else "kept changing while it was read"
+        raise MemoryBeingSavedError(
+            f"{slug!r} {why}: another program is saving it (an editor, a sync tool); nothing was "
+            "written: try again in a moment"
+        )
+
+    def _remember(self, key: tuple[str, str], state: _State) -> None:
+        with self._guard:
+            self._left[key] = state
+            self._left.move_to_end(key)
+            while len(self._left) > _REMEMBERED:
+                self._left.popitem(last=False)
+
     def _replace(
-        self, inbox_fd: int, name: str, seen: _State, data: bytes, *, ledger: Trash, previous: Path | None
-    ) -> tuple[int, int]:
-        """Write the note unless it changed since it was read (the window is the rendering and
-        the .trash copy): replacing it then would lose that change; the copy kept of the old
-        text goes."""
-        if _state(inbox_fd, name) != seen:
+        self,
+        inbox_fd: int,
+        name: str,
+        seen: _State,
+        old: bytes | None,
+        data: bytes,
+        *,
+        ledger: Trash,
+        previous: Path | None,
+    ) -> os.stat_result:
+        """Write the note unless it is no longer the text read (changed during the rendering and
+        the .trash copy, or during the temp file's write and fsync): replacing it then would lose
+        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes."""
+        slug = name[:-3]
+
+        def install(tmp: str, fd: int) -> None:
+            if old is None:
+                replace.install_new(inbox_fd, tmp, name)
+                return
+            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.tmp"  # as trash.TRASH_TEMP: pruned
+            replace.install_over(
+                inbox_fd,
+                tmp,
+                name,
+                fd,
+                old,
+                trash_fd=lambda: _trash_fd(inbox_fd),
+                hold_name=hold,
+                rescue=lambda left: self._rescue(ledger, inbox_fd, slug, left),
+            )
+
+        try:
+            if _state(inbox_fd, name) != seen:
+                raise replace.RacedError
+            return write_in(inbox_fd, name, data, install=install)
+        except replace.RacedError:
             if previous is not None:
                 kept = previous.name
                 with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
             raise MemoryConflictError(
-                f"{name[:-3]!r} was changed by someone else while this edit was prepared; nothing "
-                "was written: read it again and retry"
+                f"{slug!r} was changed by someone else while this write was made; nothing was "
+                "written (their text is the note): read it again and retry"
+            ) from None
+
+    def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> None:
+        """Move a file of another program's that lies at ``name`` into .trash as a kept text."""
+        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+            target = f"{slug}--{_stamp()}.md"
+            while replace.exists_in(trash.fd, target):
+                target = f"{slug}--{_stamp()}.md"
+            ledger.change(
+                trash.fd,
+                target,
+                +1,
+                lambda: os.rename(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd),
             )
-        return write_in(inbox_fd, name, data)
+        log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
 
     def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
         (the caller holds the note's lock; it caps .trash once its write is made, and releases
         the name from ``ledger.busy`` whatever happens); returns the file name."""
-        target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
+        target = f"{slug}--{_stamp()}.md"
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
@@ -633,6 +709,13 @@ def _notes_bytes(inbox_fd: int) -> int:
 
 
 _READ_ATTEMPTS = 3
+# A note changed this recently by another program may be in the middle of its save (an editor
+# truncates, then writes its buffer; a slow or network disk stretches that gap): looked at again
+# after a pause of ``_SETTLE_S`` before it is read as a whole text.
+_RECENT_NS = 2_000_000_000
+_SETTLE_S = 0.1
+pause = time.sleep  # a module function: tests stand in for the other program during the pause
+_REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
@@ -674,11 +757,24 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+def _stamp() -> str:
+    return dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+
+
+@contextlib.contextmanager
+def _trash_fd(inbox_fd: int) -> Iterator[int]:
+    with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
+        yield trash.fd
+
+
+def write_in(
+    dir_fd: int, name: str, data: bytes, *, install: Callable[[str, int], None] | None = None
+) -> os.stat_result:
     """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
-    symlink followed), fsync, rename within the same descriptor, fsync of the folder. Returns
-    the written file's (mtime, ctime) in ns, taken through its descriptor after the rename (the
-    rename moves ctime; a stat by name could see a file put there since)."""
+    symlink followed), fsync, rename within the same descriptor (or ``install(temp name, its
+    descriptor)``, which puts it in place or raises), fsync of the folder. Returns the written
+    file's stat, taken through its descriptor once in place (the rename moves ctime; a stat by
+    name could see a file put there since)."""
     stem = name[:-3] if name.endswith(".md") else name
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
@@ -689,21 +785,25 @@ def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
         except FileExistsError:
             continue
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        if install is None:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        else:
+            install(tmp, fd)
+        st = os.fstat(fd)
     except BaseException:
+        # Only our own file: after an exchange the temp name can hold another program's.
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
+            if os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(tmp, dir_fd=dir_fd)
         raise
+    finally:
+        os.close(fd)
     os.fsync(dir_fd)
-    return st.st_mtime_ns, st.st_ctime_ns
+    return st
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:
