@@ -6,11 +6,12 @@ construction: ``agents/``, ``agents/<agent>/`` and its ``memory/`` are created 0
 and, before every write, opened one level at a time without following symlinks and checked to be
 this user's folders (:mod:`sidecar.vault.confine`); the note is read, written and renamed relative to
 the inbox's own descriptor, so a folder swapped for a link mid-write cannot redirect it, and a
-note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
-folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
-every other key is kept as given; secrets are redacted before anything reaches disk. Imports
-config, confine, sources, frontmatter, redact, errors, trash (the kept texts' ledger) and retention
-(how long kept texts, empty agents and their audit history stay).
+note that is a symlink is refused. Writes are atomic (temp file, fsync, an exchange with the note
+that never loses another program's save made meanwhile, fsync of the folder) and serialised per
+note; ``created`` and ``updated`` are managed in the front matter, every other key is kept as
+given; secrets are redacted before anything reaches disk. Imports config, confine, sources,
+frontmatter, redact, errors, replace (putting the written text in place), trash (the kept texts'
+ledger) and retention (how long kept texts, empty agents and their audit history stay).
 """
 
 from __future__ import annotations
