@@ -309,7 +309,9 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "embedder": {
             "state": emb.get("state", ""),
             "model": emb.get("model"),
-            "error": plain_error(emb.get("error") or ""),
+            # Only an error there is: plain_error("") is a placeholder sentence, said on every
+            # call while the model was fine.
+            **({"error": plain_error(emb["error"])} if emb.get("error") else {}),
             # The configured model and why it failed, while ``model`` answers in its place.
             **({"fallback": emb["fallback"]} if emb.get("fallback") else {}),
         },
