@@ -51,7 +51,7 @@ from sidecar.vault.confine import (
     read_fd,
 )
 from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
+from sidecar.vault.sources import SLUG_RE, agent_inbox, inbox_copy_reason, is_markdown_name
 
 _MANAGED = ("created", "updated")
 # write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
@@ -642,12 +642,13 @@ class Inboxes(Retention):
 
     def usage(self, agent: str) -> dict[str, int]:
         """What the agent's inbox holds against its limits (zeros before its first note)."""
-        notes = used = trash = trash_files = 0
+        notes = used = trash = trash_files = copies = 0
         try:
             with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
                 for _name, size in _note_sizes(inbox_fd):
                     notes += 1
                     used += size
+                copies = sum(1 for name, _size in _file_sizes(inbox_fd) if _is_copy(name))
                 ledger = self._trash_of(agent)
                 with (
                     contextlib.suppress(FileNotFoundError),
@@ -667,6 +668,7 @@ class Inboxes(Retention):
             "max_trash_bytes": limits.max_trash_bytes,
             "trash_files": trash_files,
             "max_trash_files": limits.max_trash_files,
+            "copies": copies,
         }
 
     def clean_temp(self) -> int:
@@ -696,12 +698,16 @@ def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
 
 def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
     """(name, size) of the inbox's notes: the files memory list shows as its notes (a hidden
-    '.x.md', a sync-conflict copy or a link is none: status counted them while list did not)."""
+    '.x.md', a sync-conflict copy or a numbered copy or a link is none: status counted them while
+    list did not)."""
     return (
-        (name, size)
-        for name, size in _file_sizes(inbox_fd)
-        if is_markdown_name(name) and not is_conflict_copy(name)
+        (name, size) for name, size in _file_sizes(inbox_fd) if is_markdown_name(name) and not _is_copy(name)
     )
+
+
+def _is_copy(name: str) -> bool:
+    """A copy of the person's text beside a note, waiting to be merged (``inbox_copy_reason``)."""
+    return is_markdown_name(name) and inbox_copy_reason(name) is not None
 
 
 def _notes_bytes(inbox_fd: int) -> int:
