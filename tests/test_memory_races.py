@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,8 +197,7 @@ def test_a_note_emptied_a_moment_ago_is_being_saved_and_not_replaced(
     assert not (_inbox(inboxes) / ".trash").exists() or not list((_inbox(inboxes) / ".trash").iterdir())
     # Emptied an hour ago: nothing is being saved; nothing to keep either (no 0-byte "previous").
     first.path.write_bytes(b"")
-    hour_ago = first.path.stat().st_mtime - 3600
-    os.utime(first.path, (hour_ago, hour_ago))
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
     done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
     assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
 

@@ -293,7 +293,9 @@ class Inboxes(Retention):
         name = path.name
         self._check_content(content, front_matter)
         with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
-            old, seen = self._read_settled(inbox_fd, name, slug, self._left.get((agent, slug)))
+            with self._guard:
+                left = self._left.get((agent, slug))
+            old, seen = self._read_settled(inbox_fd, name, slug, left)
             existing: dict[str, Any] = {}
             if old is not None:
                 old_text = old.decode("utf-8", errors="replace")
@@ -369,7 +371,8 @@ class Inboxes(Retention):
             old, seen = _read_existing(inbox_fd, name, slug)
             if _state(inbox_fd, name) != seen:
                 continue
-            if seen is None or seen == left or time.time_ns() - seen[2] > _RECENT_NS:
+            # ctime too: a tool that writes in place and then sets the old mtime back
+            if seen is None or seen == left or now_ns() - max(seen[2], seen[3]) > _RECENT_NS:
                 return old, seen
             pause(_SETTLE_S)
             empty = not old
@@ -722,6 +725,7 @@ _READ_ATTEMPTS = 3
 _RECENT_NS = 2_000_000_000
 _SETTLE_S = 0.1
 pause = time.sleep  # a module function: tests stand in for the other program during the pause
+now_ns = time.time_ns  # the wall clock the note's times are compared with (tests move it)
 _REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)

@@ -152,7 +152,7 @@ def install_over(
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     elif not _ours(dir_fd, tmp, fd):
         rescue(tmp)  # yet another save replaced ours within the swap back: kept, not removed
-    log.warning("memory_write_raced note=%s put_back=save made meanwhile", name)
+    log.warning("memory_write_raced note=%s kept=theirs", name)
     raise RacedError
 
 
