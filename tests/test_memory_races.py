@@ -68,20 +68,37 @@ def _no_exchange(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _no_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the exchange nor hard links (a share that has none): the check right before the rename."""
+    _no_exchange(monkeypatch)
+
+    def link(*_args: Any, **_kw: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", link)
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, path: str) -> list[int]:
+    if path == "exchange" and replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    if path == "no_links":
+        _no_links(monkeypatch)
+        return [0]
+    return _no_exchange(monkeypatch) if path == "fallback" else []
+
+
 def _everything(inbox: Path) -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(inbox.rglob("*")) if p.is_file())
 
 
-@pytest.mark.parametrize("path", ["exchange", "fallback"])
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
 def test_a_save_made_while_a_replace_is_fsynced_is_kept_and_the_agent_told(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """A person's save landing between the write's check and its rename was replaced without a
     word: the write answered "replaced" and the save was nowhere. Now the save is the note, the
     write fails with conflict and keeps nothing of its own."""
-    if path == "exchange" and replace.RENAME is None:
-        pytest.skip("no renameat2 here")
-    refused = _no_exchange(monkeypatch) if path == "fallback" else []
+    refused = _without(monkeypatch, path)
     first = inboxes.write("claude", "n", "v1 of the agent", None, must_exist=False)
     saved = _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE during fsync\n"))
     with pytest.raises(MemoryConflictError, match="changed by someone else"):
@@ -93,10 +110,9 @@ def test_a_save_made_while_a_replace_is_fsynced_is_kept_and_the_agent_told(
     assert "agent v3" not in _everything(inbox)
     assert sorted(p.name for p in inbox.iterdir()) == [".trash", "n.md"]  # no temp file left
     assert list((inbox / ".trash").iterdir()) == []  # nor a copy of a change not made
-    assert (refused != []) == (path == "fallback")
+    assert (refused != []) == (path != "exchange")
     # Nothing raced: the write goes through either way, the text replaced kept in .trash.
-    if path == "fallback":
-        _no_exchange(monkeypatch)
+    _without(monkeypatch, path)
     done = inboxes.write("claude", "n", "agent v4", None, must_exist=False)
     assert "agent v4" in first.path.read_text(encoding="utf-8")
     assert done.previous is not None
@@ -109,10 +125,7 @@ def test_a_save_in_place_while_a_replace_is_fsynced_is_kept(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """The same for an editor that writes into the note's own file (same inode, same size)."""
-    if path == "exchange" and replace.RENAME is None:
-        pytest.skip("no renameat2 here")
-    if path == "fallback":
-        _no_exchange(monkeypatch)
+    _without(monkeypatch, path)
     first = inboxes.write("claude", "n", "aaaa", None, must_exist=False)
     text = first.path.read_text(encoding="utf-8").replace("aaaa", "PPPP")
 
@@ -127,16 +140,13 @@ def test_a_save_in_place_while_a_replace_is_fsynced_is_kept(
     assert first.path.read_text(encoding="utf-8") == text
 
 
-@pytest.mark.parametrize("path", ["exchange", "fallback"])
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
 def test_a_note_created_while_a_new_note_is_fsynced_is_kept(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """A note the person creates under the same name while the agent's first version is written
     stays, and the write fails with conflict."""
-    if path == "exchange" and replace.RENAME is None:
-        pytest.skip("no renameat2 here")
-    if path == "fallback":
-        _no_exchange(monkeypatch)
+    _without(monkeypatch, path)
     inboxes.write("claude", "other", "makes the inbox", None, must_exist=False)
     note = _inbox(inboxes) / "n.md"
     _during_fsync(monkeypatch, _person_saves(note, "the person's own note\n"))

@@ -171,11 +171,13 @@ def _install_linked(dir_fd: int, tmp: str, name: str, old: bytes, *, trash_fd: i
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
     try:
-        held = os.stat(hold, dir_fd=trash_fd, follow_symlinks=False)
-        if _read_back(trash_fd, hold, len(old) + 1) != old:
-            raise RacedError
-        # Still in the note's place (two links: there and here) right before the rename.
-        if os.stat(hold, dir_fd=trash_fd, follow_symlinks=False).st_nlink < 2 or _changed(dir_fd, name, held):
+        try:
+            fd = confine.open_regular(hold, dir_fd=trash_fd, follow=False)
+        except (FileNotFoundError, confine.NotRegularError) as exc:  # pruned meanwhile: not checked
+            raise RacedError from exc
+        held = os.fstat(fd)
+        # The text read, and still in the note's place right before the rename.
+        if confine.read_fd(fd, len(old) + 1) != old or _changed(dir_fd, name, held):
             raise RacedError
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
