@@ -176,12 +176,16 @@ def test_a_third_save_within_the_swap_back_is_kept_in_trash(
         return real(dir_fd, a, b)
 
     monkeypatch.setattr(replace, "exchange", exchange)
-    with pytest.raises(MemoryConflictError):
+    with pytest.raises(MemoryConflictError) as raced:
         inboxes.write("claude", "n", "agent text", None, must_exist=False)
     monkeypatch.undo()
     trash = _inbox(inboxes) / ".trash"
     assert first.path.read_text(encoding="utf-8") == "first save\n"
     assert [p.read_text(encoding="utf-8") for p in trash.iterdir()] == ["second save\n"]
+    # Said as it is: not "their text is the note" (the later save is not), but where each lies.
+    later = next(trash.iterdir()).name
+    assert "their text is the note" not in str(raced.value)
+    assert f"the note holds the earlier save, the later one is kept in .trash/{later}" in str(raced.value)
     assert not [p for p in _inbox(inboxes).iterdir() if p.name.endswith(".tmp")]
 
 
@@ -256,3 +260,196 @@ def test_a_write_over_a_note_being_saved_is_answered_conflict(
     assert refused.value.code == "conflict"
     assert "try again in a moment" in str(refused.value)
     assert note.read_bytes() == b""
+
+
+class Killed(BaseException):
+    """Stands in for kill -9 or a power loss at that point: nothing after it runs."""
+
+
+def _killed_at_swap_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = replace.exchange
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            raise Killed  # the daemon dies right before the swap back
+        return real(dir_fd, a, b)
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+
+
+def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the exchange and the swap back, the write leaves the person's save under
+    its temp name; the next start removed every such temp file unread. Now it is kept in .trash
+    as a kept text, while a leftover holding nothing new (the text kept already) still goes."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    _killed_at_swap_back(monkeypatch)
+    with pytest.raises(Killed):
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    inbox = _inbox(inboxes)
+    (inbox / ".n.0badf00d.tmp").write_bytes(first.path.read_bytes())  # the note's own text again
+    (inbox / ".n.0000beef.tmp").write_bytes(b"")  # a write killed before its first byte
+    restarted = Inboxes(inboxes.cfg)
+    assert restarted.clean_temp() == 3
+    assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+    assert "PERSON SAVE\n" in kept
+    assert sum(t == first.path.read_text(encoding="utf-8") for t in kept) == 0
+    assert restarted.clean_temp() == 0
+
+
+def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_synced(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third save that cannot be moved into .trash stays at the temp name (the write fails,
+    never removes it), the folder is fsynced after the swap back, and the next start keeps it."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inbox = _inbox(inboxes)
+    _during_fsync(monkeypatch, _person_saves(first.path, "first save\n"))
+    synced: list[str] = []
+    saving = os.fsync
+
+    def fsync(fd: int) -> None:
+        saving(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    real = replace.exchange
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            _person_saves(first.path, "second save\n")()
+        done = real(dir_fd, a, b)
+        if len(calls) == 2:
+            synced.append("swapped back")
+        return done
+
+    def no_trash(*_a: Any) -> str:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+    monkeypatch.setattr(Inboxes, "_rescue", no_trash)
+    with pytest.raises(OSError, match="Input/output error"):
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    assert str(inbox) in synced[synced.index("swapped back") :]
+    assert first.path.read_text(encoding="utf-8") == "first save\n"
+    assert "second save" in _everything(inbox)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert "second save\n" in [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_an_editor_still_writing_into_the_replaced_note_writes_into_trash(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An in-place save that stalls (part written, then still long enough to be read as a whole
+    text): the file replaced was removed, and the rest of the editor's write went into it, lost.
+    Now that file is the previous text kept in .trash: the rest lands there."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "original agent text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    with open(first.path, "w", encoding="utf-8") as editor:
+        editor.write("PERSON first half, ")
+        editor.flush()
+        done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        editor.write("PERSON SECOND HALF\n")
+    assert done.previous is not None
+    assert done.previous.read_text(encoding="utf-8") == "PERSON first half, PERSON SECOND HALF\n"
+    trash = _inbox(inboxes) / ".trash"
+    assert [p.name for p in trash.iterdir()] == [done.previous.name]  # no link or copy left
+    assert inboxes.usage("claude")["trash_files"] == 1
+
+
+def test_a_sandbox_refusing_renameat2_with_eperm_falls_back(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seccomp filter whose default action is EPERM (older container profiles) made every
+    replace and every new note fail with a storage error; now the hard-link fallback is used."""
+
+    def seccomp(*_a: Any) -> int:
+        ctypes.set_errno(errno.EPERM)
+        return -1
+
+    monkeypatch.setattr(replace, "RENAME", (seccomp, 2, 1))
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+
+
+def test_the_recent_change_rule_goes_by_ctime_and_not_by_times_ahead(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty note whose mtime lies ahead (a sync tool keeping another machine's time, a
+    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of this clock (a
+    share whose server clock runs ahead). Neither is a save under way an hour later."""
+    first = inboxes.write("claude", "n", "text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first.path.write_bytes(b"")
+    future = time.time_ns() + 86400 * 10**9
+    os.utime(first.path, ns=(future, future))
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert "agent update" in first.path.read_text(encoding="utf-8")
+    first.path.write_bytes(b"")
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() - 3600 * 10**9)  # ctime ahead
+    inboxes.write("claude", "n", "agent again", None, must_exist=False)
+    assert "agent again" in first.path.read_text(encoding="utf-8")
+
+
+def _on_hold(monkeypatch: pytest.MonkeyPatch, act: Callable[[], object]) -> list[str]:
+    """Run ``act`` right after the fallback's hard link of the note into .trash is made."""
+    real = os.link
+    done: list[str] = []
+
+    def link(src: Any, dst: Any, *args: Any, **kw: Any) -> None:
+        real(src, dst, *args, **kw)
+        if str(dst).startswith(".n--"):
+            done.append(str(dst))
+            act()
+
+    monkeypatch.setattr(os, "link", link)
+    return done
+
+
+def test_a_prune_while_the_fallback_holds_the_note_is_no_conflict(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback's link had the name of a killed keep's leftover, made outside the ledger's
+    lock: a prune running then removed it, and the write answered conflict with nobody else
+    changing the note. Now prune leaves it alone."""
+    _no_exchange(monkeypatch)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    held = _on_hold(monkeypatch, inboxes.prune_trash)
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert held and "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+
+
+def test_a_save_renamed_over_the_note_after_the_fallbacks_link_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the exchange: a save renamed over the note after its hard link into .trash (the
+    link still holds the text read) is seen right before the rename; the write fails, the save
+    is the note, and the link kept nothing."""
+    _no_exchange(monkeypatch)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    held = _on_hold(monkeypatch, _person_saves(first.path, "PERSON SAVE after the link\n"))
+    with pytest.raises(MemoryConflictError, match="changed by someone else"):
+        inboxes.write("claude", "n", "agent v2", None, must_exist=False)
+    monkeypatch.undo()
+    assert held and first.path.read_text(encoding="utf-8") == "PERSON SAVE after the link\n"
+    assert list((_inbox(inboxes) / ".trash").iterdir()) == []

@@ -40,7 +40,7 @@ from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
 from sidecar.memory import replace
 from sidecar.memory.retention import Retention
-from sidecar.memory.trash import Fd, Trash, over, trash_dir
+from sidecar.memory.trash import HELD, KEPT, Fd, Trash, over, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
 from sidecar.notes.redact import redact_entry, redact_written
 from sidecar.runtime.steadyclock import SteadyClock
@@ -372,7 +372,7 @@ class Inboxes(Retention):
             if _state(inbox_fd, name) != seen:
                 continue
             # ctime too: a tool that writes in place and then sets the old mtime back
-            if seen is None or seen == left or now_ns() - max(seen[2], seen[3]) > _RECENT_NS:
+            if seen is None or seen == left or not _recent(seen[3]):
                 return old, seen
             pause(_SETTLE_S)
             empty = not old
@@ -411,7 +411,7 @@ class Inboxes(Retention):
             if old is None:
                 replace.install_new(inbox_fd, tmp, name)
                 return
-            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.tmp"  # as trash.TRASH_TEMP: pruned
+            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"  # trash.HELD: never pruned
             replace.install_over(
                 inbox_fd,
                 tmp,
@@ -421,35 +421,47 @@ class Inboxes(Retention):
                 trash_fd=lambda: _trash_fd(inbox_fd),
                 hold_name=hold,
                 rescue=lambda left: self._rescue(ledger, inbox_fd, slug, left),
+                keep=keep,
             )
+
+        def keep(src_fd: int, src: str) -> bool:
+            # The file replaced takes the place of its copy kept as ``previous`` (same text).
+            if previous is None:
+                return False
+            kept = previous.name
+            with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
+                ledger.change(
+                    trash_fd, kept, 0, lambda: os.replace(src, kept, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
+                )
+            return True
 
         try:
             if _state(inbox_fd, name) != seen:
                 raise replace.RacedError
             return write_in(inbox_fd, name, data, install=install)
-        except replace.RacedError:
+        except replace.RacedError as raced:
             if previous is not None:
                 kept = previous.name
                 with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
+            if raced.later is not None:  # two saves: the first is the note, the later one kept
+                raise MemoryConflictError(
+                    f"{slug!r} was saved twice by someone else while this write was made; nothing "
+                    f"was written: the note holds the earlier save, the later one is kept in "
+                    f".trash/{raced.later}; merge them, then retry"
+                ) from None
             raise MemoryConflictError(
                 f"{slug!r} was changed by someone else while this write was made; nothing was "
                 "written (their text is the note): read it again and retry"
             ) from None
 
-    def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> None:
-        """Move a file of another program's that lies at ``name`` into .trash as a kept text."""
+    def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> str:
+        """Move a file of another program's that lies at ``name`` into .trash as a kept text;
+        returns its name there."""
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
-            target = f"{slug}--{_stamp()}.md"
-            while replace.exists_in(trash.fd, target):
-                target = f"{slug}--{_stamp()}.md"
-            ledger.change(
-                trash.fd,
-                target,
-                +1,
-                lambda: os.rename(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd),
-            )
+            target = _move_kept(ledger, inbox_fd, name, trash.fd, slug)
         log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
+        return target
 
     def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
@@ -675,19 +687,48 @@ class Inboxes(Retention):
         }
 
     def clean_temp(self) -> int:
-        """Remove temp files a killed write left in the inboxes (at start, before any write)."""
-        removed = 0
+        """Clear the temp files a killed write left in the inboxes (at start, before any write),
+        and the hard links of the fallback in .trash; returns how many. Such a file can hold the
+        person's save (a write killed between an exchange and its swap back), so none is removed
+        unread: one that is empty, or the text of its note or of the newest text kept of it, goes;
+        any other is kept in .trash as ``<slug>--<time>.md``."""
+        cleared = 0
         for agent in self._agent_names():
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     for name in os.listdir(inbox_fd):
                         if _TEMP.match(name):
-                            os.unlink(name, dir_fd=inbox_fd)
-                            removed += 1
-                            log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                            self._clear(agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0])
+                            cleared += 1
+                    try:
+                        trash_fd = trash_dir(inbox_fd, create=False)
+                    except FileNotFoundError:
+                        continue
+                    with contextlib.closing(Fd(trash_fd)):
+                        for name in os.listdir(trash_fd):
+                            if (m := HELD.match(name)) is not None:
+                                self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
+                                cleared += 1
             except (OSError, SourceError):
                 continue  # no inbox, or not a private one (never written to either)
-        return removed
+        return cleared
+
+    def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
+        """One leftover of a killed write: removed if nothing in it would be lost, else kept."""
+        try:
+            data = read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+        except NotRegularError:
+            return  # not a file a write makes: left alone
+        known = [_read_back(inbox_fd, f"{slug}.md")]
+        ledger = self._trash_of(agent)
+        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+            known.append(_newest_kept(trash.fd, slug))
+            if not data or data in known:
+                os.unlink(name, dir_fd=dir_fd)
+                log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                return
+            target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
+        log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
 
 
 def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
@@ -766,6 +807,38 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
             "does not replace it; move it out of the inbox first"
         )
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _recent(ctime_ns: int) -> bool:
+    """Whether a note changed a moment ago, judged by its ctime (which only the kernel sets: a
+    sync tool or ``touch`` sets mtime to anything); a time ahead of this clock (a share whose
+    server runs ahead) counts as not recent, else such a note would be "being saved" for ever."""
+    return 0 <= now_ns() - ctime_ns <= _RECENT_NS
+
+
+def _read_back(dir_fd: int, name: str) -> bytes | None:
+    """A file's bytes (up to what a write reads), None when there is none to read."""
+    try:
+        return read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+    except (FileNotFoundError, NotRegularError):
+        return None
+
+
+def _newest_kept(trash_fd: int, slug: str) -> bytes | None:
+    """The newest text kept of ``slug`` in .trash (lists the folder: at start only)."""
+    names = [n for n in os.listdir(trash_fd) if (m := KEPT.match(n)) and n[: m.start(1) - 2] == slug]
+    return _read_back(trash_fd, max(names, key=lambda n: n[len(slug) + 2 :])) if names else None
+
+
+def _move_kept(ledger: Trash, src_fd: int, name: str, trash_fd: int, slug: str) -> str:
+    """Rename ``name`` (in ``src_fd``) into .trash as a new kept text of ``slug``, under the
+    ledger's lock (held by the caller); returns the name given."""
+    target = f"{slug}--{_stamp()}.md"
+    while replace.exists_in(trash_fd, target):
+        target = f"{slug}--{_stamp()}.md"
+    move = lambda: os.rename(name, target, src_dir_fd=src_fd, dst_dir_fd=trash_fd)  # noqa: E731
+    ledger.change(trash_fd, target, +1, move)
+    return target
 
 
 def _stamp() -> str:
