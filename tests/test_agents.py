@@ -1352,6 +1352,41 @@ def test_memory_list_in_the_shell_marks_notes_that_are_not_searchable(
     assert server.call("health", agent="claude")["inbox"]["notes"] == 2
 
 
+def test_copies_of_notes_in_an_inbox_are_counted_alike_and_the_agent_told(
+    tmp_path: Path, make_cfg: Any, serve_in_process: Any
+) -> None:
+    """Sync-conflict and "(1)" copies in an inbox: status said "memory note name is not a valid
+    slug" for all, memory list gave two reasons, memory_status counted the "(1)" copies as notes
+    and said nothing of the person's text waiting to be merged. One definition now."""
+    import jsonschema
+
+    from sidecar.clients.mcp_tools import TOOLS as SCHEMAS
+
+    v = tmp_path / "mv"
+    write(v / "Note.md", "A vault note.\n")
+    inbox = make_cfg(v).agents_dir / "claude" / "memory"
+    write(inbox / "shared-a.md", "the note\n")
+    write(inbox / "Einkaufsliste.md", "dropped by hand\n")  # the person's note, named by hand
+    write(inbox / "shared-a.sync-conflict-20261204-120000-ABCDEFG.md", "the other machine's\n")
+    write(inbox / "shared-a.sync-conflict-20261205-120000-ABCDEFG.md", "and again\n")
+    write(inbox / "shared-a (1).md", "a copy beside it\n")
+    server = serve_in_process(v)
+    skipped = server.call("health")["index"]["skipped"]
+    copy_reason = "a copy of a note made beside it ('<slug> (1).md'; merge it into the note, then delete it)"
+    conflict_reason = "a sync tool's conflict copy (merge it into the note, then delete it)"
+    assert skipped[conflict_reason] == 2 and skipped[copy_reason] == 1
+    assert skipped["memory note name is not a valid slug"] == 1  # Einkaufsliste alone
+    listed = {n["reference"]: n.get("why") for n in server.call("list", {}, agent="claude")["notes"]}
+    assert listed["memory/shared-a (1)"] == f"skipped: {copy_reason}"
+    assert listed["memory/shared-a.sync-conflict-20261204-120000-ABCDEFG"] == f"skipped: {conflict_reason}"
+    health = server.call("health", agent="claude")
+    assert (health["inbox"]["notes"], health["inbox"]["copies"]) == (2, 3)
+    said = status_of(health, "claude")
+    assert said["inbox"]["copies"] == 3 and "your memory: 2 notes" in said["message"]
+    assert "3 files are in your inbox beside the notes, copies holding the person's text" in said["message"]
+    jsonschema.validate(said, next(t["outputSchema"] for t in SCHEMAS if t["name"] == "memory_status"))
+
+
 def test_mcp_tools_enforce_the_ranges_their_input_schemas_state(in_process: InProcessServer) -> None:
     """Every numeric argument of every tool: the schema's maximum and minimum are answered, one
     past them (and a wrong type) is an isError result quoting the schema's range, not the
@@ -1406,6 +1441,7 @@ def test_an_agent_sees_how_full_its_inbox_is(served: Served) -> None:
         "max_trash_bytes": served.cfg.memory.max_trash_bytes,
         "trash_files": 0,
         "max_trash_files": served.cfg.memory.max_trash_files,
+        "copies": 0,
     }
     status = status_of(served.call("health"), "claude")
     assert status["inbox"]["notes"] == 1 and "your memory: 1 note, " in status["message"]

@@ -6,6 +6,7 @@ events log one summary line a minute instead of a line each."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -325,6 +326,26 @@ def test_file_events_log_one_summary_a_minute(
     garden.unlink()
     harness.indexer.sweep(only=frozenset(), paths=[str(garden)])
     assert [m.split()[0] for m in infos()] == ["notes_deleted", "sweep_done"]
+
+
+def test_the_summary_counts_the_notes_written_not_those_looked_at(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep of events that looked at two notes and wrote one logged ``changes=1 notes=2``
+    (distinct notes more than notes written): ``notes`` counts the notes written."""
+    clock = Clock()
+    harness.indexer.summary = ActivitySummary(clock)
+    harness.indexer.sweep()
+    caplog.set_level(logging.INFO, logger="sidecar")
+    garden, bread = vault / "Garden.md", vault / "Recipes/Bread.md"
+    write(garden, "# Garden\n\nCucumbers this year.\n")
+    later = bread.stat().st_mtime + 5
+    os.utime(bread, (later, later))  # saved again, its text the same: looked at, not written
+    harness.indexer.sweep(only=frozenset(), paths=[str(garden), str(bread)])
+    clock.now += SUMMARY_EVERY_S
+    harness.indexer.summary.flush()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index_activity")]
+    assert line.startswith("index_activity changes=1 notes=1 seconds="), line
 
 
 def test_a_hot_note_deleted_or_renamed_away_leaves_search_at_once(

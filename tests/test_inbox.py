@@ -284,15 +284,20 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
 
 
 def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> None:
-    """clean_temp removes only the writer's temp files (at start, before any write)."""
+    """clean_temp clears only the writer's temp files (at start, before any write): one that
+    holds the note's text or nothing goes, any other is kept in .trash (it may be the person's
+    save a write killed mid-exchange left there), never removed unread."""
     w = inboxes.write("claude", "a", "text", None, must_exist=False)
     inbox = w.path.parent
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
     (inbox / ".a.k2x_9zqa.tmp").write_text("half, named by an older version (mkstemp)")
+    (inbox / ".a.0123abcd.tmp").write_bytes(w.path.read_bytes())
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
-    assert inboxes.clean_temp() == 2
-    assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", "a.md", "notes.tmp.md"]
+    assert inboxes.clean_temp() == 3
+    assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", ".trash", "a.md", "notes.tmp.md"]
+    kept = sorted(p.read_text() for p in (inbox / ".trash").iterdir())
+    assert kept == ["half", "half, named by an older version (mkstemp)"]
 
 
 def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
@@ -613,10 +618,10 @@ def test_a_write_that_fails_costs_no_older_kept_text(
     before = {p.name for p in trash.iterdir()}
     real = inbox_mod.write_in
 
-    def full(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+    def full(dir_fd: int, name: str, data: bytes, **kw: Any) -> Any:
         if name == "loop.md":
             raise OSError(28, "No space left on device")
-        return real(dir_fd, name, data)
+        return real(dir_fd, name, data, **kw)
 
     monkeypatch.setattr(inbox_mod, "write_in", full)
     with pytest.raises(OSError, match="No space"):
@@ -1012,10 +1017,10 @@ def test_each_inboxs_write_problem_stays_until_its_own_success(
     failing: dict[str, int] = {}
     real = inbox_mod.write_in
 
-    def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+    def write_in(dir_fd: int, name: str, data: bytes, **kw: Any) -> Any:
         if name in failing:
             raise OSError(failing[name], os.strerror(failing[name]))
-        return real(dir_fd, name, data)
+        return real(dir_fd, name, data, **kw)
 
     monkeypatch.setattr(inbox_mod, "write_in", write_in)
 

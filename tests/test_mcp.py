@@ -504,6 +504,23 @@ def test_memory_status_says_errors_in_plain_words_with_every_line() -> None:
     assert "unknown key 'serch'" in config and "search.limit = 'many'" in config and "\n" not in config
 
 
+def test_memory_status_says_no_embedder_error_when_there_is_none(in_process: Any) -> None:
+    """With the model fine (health's error null), memory_status said "error": "an error without a
+    message (the daemon's log may say more)" on every call; a real error is still said."""
+    import jsonschema
+
+    from sidecar.clients.mcp_texts import status_of
+    from sidecar.clients.mcp_tools import TOOLS as SCHEMAS
+
+    health = in_process.call("health", agent="a")
+    assert health["embedder"]["state"] == "ok" and health["embedder"].get("error") is None
+    said = status_of(health, "a")
+    assert "error" not in said["embedder"] and "without a message" not in str(said)
+    jsonschema.validate(said, next(t["outputSchema"] for t in SCHEMAS if t["name"] == "memory_status"))
+    health["embedder"] = {"state": "failed", "model": None, "error": "model.onnx: no such file"}
+    assert status_of(health, "a")["embedder"]["error"] == "model.onnx: no such file"
+
+
 def test_memory_status_shows_no_control_characters_and_no_empty_error() -> None:
     """A problem's error reached the agent with its escape sequences and NUL, and an error that
     was a backtrace alone as an empty string."""

@@ -303,13 +303,24 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         if when:
             then = f" (counted at {_when(when)}: {inbox.get('stale')})"
         parts.append(f"your memory: {notes} note{'' if notes == 1 else 's'}, {used}{of}{then}")
+        if copies := inbox.get("copies", 0):
+            # Only the person can merge them (they are no note an agent can read by reference),
+            # and nothing else told the agent they were there.
+            parts.append(
+                f"{copies} file{' is' if copies == 1 else 's are'} in your inbox beside the notes, "
+                "copies holding the person's text not merged yet (a sync tool's conflict copy, "
+                "'<slug> (1).md'): not searchable; memory_list names them, ask the person to merge "
+                "them into the notes"
+            )
     return {
         "daemon": "running",
         "message": "; ".join(parts) + ".",
         "embedder": {
             "state": emb.get("state", ""),
             "model": emb.get("model"),
-            "error": plain_error(emb.get("error") or ""),
+            # Only an error there is: plain_error("") is a placeholder sentence, said on every
+            # call while the model was fine.
+            **({"error": plain_error(emb["error"])} if emb.get("error") else {}),
             # The configured model and why it failed, while ``model`` answers in its place.
             **({"fallback": emb["fallback"]} if emb.get("fallback") else {}),
         },
@@ -391,6 +402,7 @@ def _inbox(usage: dict[str, Any]) -> dict[str, Any]:
         "bytes": usage.get("bytes", 0),
         "maxBytes": usage.get("max_bytes", 0),
         "trashBytes": usage.get("trash_bytes", 0),
+        "copies": usage.get("copies", 0),
     }
     # An earlier count (the inbox did not answer in time) looked like a fresh one to a client
     # reading the structured content.

@@ -305,6 +305,7 @@ TOOLS: list[dict[str, Any]] = [
                         "bytes": INT,
                         "maxBytes": INT,
                         "trashBytes": INT,
+                        "copies": INT,  # copies of the person's text beside the notes, not merged
                         "countedAt": NUM,  # only on an earlier count, with why (``stale``)
                         "stale": STR,
                     }

@@ -204,6 +204,9 @@ class Indexer:
         self.on_indexed: Callable[[dict[str, float], dict[str, tuple[str, int]]], None] | None = None
         self.on_cleared: Callable[[], None] | None = None  # told of a rebuild's ``clear``
         self.summary = ActivitySummary()
+        # The keys a sweep's batches wrote (``index_files`` adds them on the sweep's own thread;
+        # a memory write indexed meanwhile on another thread is none of that sweep's).
+        self._wrote = threading.local()
         # The notes the last sweep found new or changed by listing a local root whole, with
         # their mtime: what the file events should have told (``IndexLoop``'s check for lost events).
         self.found_by_listing: list[tuple[str, int]] = []
@@ -347,7 +350,7 @@ class Indexer:
         act.indexing(len(diff.work) + len(diff.gone) - len(moves))
         act.leaving, act.recut = {}, diff.recut
         self.found_by_listing = self._found_by_listing(diff, listed)
-        changed = self._apply(diff, moves, every if not paths else None, progress, stop)
+        changed, wrote = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every, mark if only is None and not paths else None)
         if not act.first_sweep_done:
@@ -358,7 +361,7 @@ class Indexer:
             self._count_read_whole(listed, names, stop)
         act.phase = "idle"
         self._say_put_back(None if only is None and not paths else diff)
-        return self._sweep_done(diff, changed, chosen, bool(paths))
+        return self._sweep_done(diff, changed, wrote, chosen, bool(paths))
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -491,7 +494,9 @@ class Indexer:
             "rebuild finishes then",
         )
 
-    def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
+    def _sweep_done(
+        self, diff: Diff, changed: int, wrote: Sequence[str], chosen: list[Root], paths: bool
+    ) -> dict[str, int]:
         """The sweep's counts, logged; the read retries kept for a restart."""
         self.changes.save_retries()
         summary = {
@@ -505,7 +510,8 @@ class Indexer:
         # a walk of a root, a deletion or a skip keeps its own line.
         quiet = paths and not chosen and not diff.gone and not diff.skipped
         if quiet and changed:
-            self.summary.add(changed, [n.key for n in diff.work], seconds)
+            # The notes written, not every note looked at (``notes`` exceeded ``changes``).
+            self.summary.add(changed, wrote, seconds)
         log.log(
             logging.INFO if not quiet and (chosen or changed or diff.gone) else logging.DEBUG,
             "sweep_done changed=%d deleted=%d unchanged=%d skipped=%d seconds=%.2f roots=%s moved=%d",
@@ -531,14 +537,16 @@ class Indexer:
         every: Sequence[Root] | None,
         progress: Callable[[Activity], None] | None,
         stop: threading.Event | None,
-    ) -> int:
+    ) -> tuple[int, list[str]]:
         """Write a sweep's changes batch by batch (``every``: the roots, when notes saved meanwhile
-        are taken between batches), then its deletions; how many notes were read. ``moves``: new
+        are taken between batches), then its deletions; how many notes were written, and their
+        keys. ``moves``: new
         key -> old key of the notes moved (``_moves_applied``): each old entry leaves as soon as its
         new one is written."""
         act = self.activity
         self.leftover = None
         changed = 0
+        wrote: list[str] = []
         batch = self.cfg.index.batch_files
         gone = list(diff.gone)
         # Moved notes whose new key an earlier sweep wrote already: nothing to wait for.
@@ -553,7 +561,7 @@ class Indexer:
                 break
             part = diff.work[start : start + batch]
             try:
-                changed += self._write_batch(part, moves)
+                changed += self._write_batch(part, moves, wrote)
                 # Deletions after the new notes (deleted first, 6,668 moved notes were missing for
                 # up to 28 s), but a moved note's old entry with its new one, not at the end.
                 self._delete_moved(self._moved_written(part, moves), gone)
@@ -598,20 +606,24 @@ class Indexer:
         self._deferred.clear()
         self._hot_written.clear()
         act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
-        return changed
+        return changed, wrote
 
-    def _write_batch(self, part: Sequence[NoteFile], moves: dict[str, str]) -> int:
+    def _write_batch(
+        self, part: Sequence[NoteFile], moves: dict[str, str], wrote: list[str] | None = None
+    ) -> int:
         """``index_files`` of a sweep's batch: each moved note's old entry leaves every answer in
         the transaction that records its new one (status counted both, answers found both, until
         its removal), not one a note saved again meanwhile wrote back (a move undone between
-        batches)."""
+        batches). ``wrote`` gets the keys of the notes written."""
         self.writer.replacing = {
             n.key: moves[n.key] for n in part if n.key in moves and moves[n.key] not in self._hot_written
         }
+        self._wrote.keys = wrote
         try:
             return self.index_files(part)
         finally:
             self.writer.replacing = {}
+            self._wrote.keys = None
 
     def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
         """The old keys of the notes of ``part`` that were moved and whose new entry is written."""
@@ -889,10 +901,15 @@ class Indexer:
             self.problems.clear("index", since=mark)
         for path in no_answer:
             spent.pop(path, None)
+        self._record_written(prepared)
         written = {str(p.note.path): (p.note.key, self.writer.added.pop(p.note.key, 0)) for p in prepared}
         if self.on_indexed is not None and spent:
             self.on_indexed(spent, written)
         return len(prepared)
+
+    def _record_written(self, prepared: Sequence[Prepared]) -> None:
+        if (keys := getattr(self._wrote, "keys", None)) is not None:
+            keys.extend(p.note.key for p in prepared)
 
     def _read_failed(self, note: NoteFile, why: str, st: FileState | None, indexed: str | None) -> bool:
         """A note whose read failed: an indexed one is kept as it was (True: nothing to write);

@@ -2,7 +2,7 @@
 
 Each such sweep logged ``sweep_done`` at INFO: 1,800 lines an hour of normal typing, 32,000 for
 a note written every 100 ms. They are DEBUG now and summed here into ``index_activity
-changes=N notes=M seconds=S`` (notes written, distinct notes, seconds spent), logged once the
+changes=N notes=M seconds=S`` (notes written, distinct notes among them, seconds spent), logged once the
 minute that began with the first of them is over. Full sweeps and sweeps that delete or skip
 notes still log their own ``sweep_done`` at INFO.
 """

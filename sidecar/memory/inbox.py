@@ -6,11 +6,12 @@ construction: ``agents/``, ``agents/<agent>/`` and its ``memory/`` are created 0
 and, before every write, opened one level at a time without following symlinks and checked to be
 this user's folders (:mod:`sidecar.vault.confine`); the note is read, written and renamed relative to
 the inbox's own descriptor, so a folder swapped for a link mid-write cannot redirect it, and a
-note that is a symlink is refused. Writes are atomic (temp file, fsync, rename, fsync of the
-folder) and serialised per note; ``created`` and ``updated`` are managed in the front matter,
-every other key is kept as given; secrets are redacted before anything reaches disk. Imports
-config, confine, sources, frontmatter, redact, errors, trash (the kept texts' ledger) and retention
-(how long kept texts, empty agents and their audit history stay).
+note that is a symlink is refused. Writes are atomic (temp file, fsync, an exchange with the note
+that never loses another program's save made meanwhile, fsync of the folder) and serialised per
+note; ``created`` and ``updated`` are managed in the front matter, every other key is kept as
+given; secrets are redacted before anything reaches disk. Imports config, confine, sources,
+frontmatter, redact, errors, replace (putting the written text in place), trash (the kept texts'
+ledger) and retention (how long kept texts, empty agents and their audit history stay).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import re
 import secrets
 import stat
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +36,9 @@ from typing import Any
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
+from sidecar.memory import replace
 from sidecar.memory.retention import Retention
-from sidecar.memory.trash import Fd, Trash, over, trash_dir
+from sidecar.memory.trash import HELD, KEPT, Fd, Trash, over, trash_dir
 from sidecar.notes.frontmatter import (
     dump_front_matter,
     front_matter_problem,
@@ -51,7 +55,7 @@ from sidecar.vault.confine import (
     read_fd,
 )
 from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.sources import SLUG_RE, agent_inbox, is_conflict_copy, is_markdown_name
+from sidecar.vault.sources import SLUG_RE, agent_inbox, inbox_copy_reason, is_markdown_name
 
 _MANAGED = ("created", "updated")
 # write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
@@ -79,6 +83,11 @@ class MemoryConflictError(MemoryWriteError):
     """The note changed while the write was made: read it again and retry."""
 
     code = "conflict"
+
+
+class MemoryBeingSavedError(MemoryConflictError):
+    """Another program is saving the note right now (emptied a moment ago, or still changing):
+    what is there is no whole text to keep or replace; try again in a moment."""
 
 
 class MemoryUnreadableError(MemoryWriteError):
@@ -179,6 +188,9 @@ class Inboxes(Retention):
         self._retired = threading.Condition(self._guard)
         self._audit_lock = threading.Lock()
         self._trashes: dict[str, Trash] = {}
+        # The state each note was left in by this daemon's last write of it (the most recent
+        # ones): a note found so is no other program's save under way, and needs no wait.
+        self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -286,17 +298,9 @@ class Inboxes(Retention):
         self._check_content(content, front_matter)
         front_matter = _names_as_text(front_matter)
         with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
-            for _attempt in range(_READ_ATTEMPTS):
-                old, seen = _read_existing(inbox_fd, name, slug)
-                if _state(inbox_fd, name) == seen:
-                    break
-                # Saved by someone else (an editor writing in place) while it was read: what was
-                # read may be half of it; read again rather than keep a torn copy as "previous".
-            else:
-                raise MemoryConflictError(
-                    f"{slug!r} kept changing while it was read (is it being edited elsewhere?); "
-                    "nothing was written: try again"
-                )
+            with self._guard:
+                left = self._left.get((agent, slug))
+            old, seen = self._read_settled(inbox_fd, name, slug, left)
             existing: dict[str, Any] = {}
             if old is not None:
                 old_text = old.decode("utf-8", errors="replace")
@@ -326,16 +330,17 @@ class Inboxes(Retention):
             # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
             previous = None
             ledger = self._trash_of(agent)
-            if old is not None and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
+            # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
+            if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
             try:
-                mtime_ns, ctime_ns = self._replace(
-                    inbox_fd, name, seen, data, ledger=ledger, previous=previous
-                )
+                st = self._replace(inbox_fd, name, seen, old, data, ledger=ledger, previous=previous)
             except BaseException:
                 if previous is not None:  # its write failed: no cap of this write will run
                     ledger.release(previous.name)
                 raise
+            mtime_ns, ctime_ns = st.st_mtime_ns, st.st_ctime_ns
+            self._remember((agent, slug), (st.st_ino, st.st_size, mtime_ns, ctime_ns))
             dropped: tuple[str, ...] = ()
             if previous is not None:  # only now: a write that fails must not have cost older texts
                 try:
@@ -361,28 +366,115 @@ class Inboxes(Retention):
             dropped,
         )
 
+    def _read_settled(self, inbox_fd: int, name: str, slug: str, left: _State) -> tuple[bytes | None, _State]:
+        """The note's bytes and state, once no other program is seen saving it. A note that
+        changed while read is read again (what was read may be half of it). One changed a moment
+        ago by someone else (not as this daemon's last write left it) is looked at again after a
+        pause: still changing, or empty (an editor that truncates, then writes its buffer), it is
+        being saved, and its bytes are no text to keep as "previous" nor to replace (the save then
+        went into the replaced file, lost)."""
+        empty = False
+        for _attempt in range(_READ_ATTEMPTS):
+            old, seen = _read_existing(inbox_fd, name, slug)
+            if _state(inbox_fd, name) != seen:
+                continue
+            # ctime too: a tool that writes in place and then sets the old mtime back
+            if seen is None or seen == left or not _recent(seen[3]):
+                return old, seen
+            pause(_SETTLE_S)
+            empty = not old
+            if _state(inbox_fd, name) == seen and not empty:
+                return old, seen
+        why = "is empty, changed a moment ago" if empty else "kept changing while it was read"
+        raise MemoryBeingSavedError(
+            f"{slug!r} {why}: another program is saving it (an editor, a sync tool); nothing was "
+            "written: try again in a moment"
+        )
+
+    def _remember(self, key: tuple[str, str], state: _State) -> None:
+        with self._guard:
+            self._left[key] = state
+            self._left.move_to_end(key)
+            while len(self._left) > _REMEMBERED:
+                self._left.popitem(last=False)
+
     def _replace(
-        self, inbox_fd: int, name: str, seen: _State, data: bytes, *, ledger: Trash, previous: Path | None
-    ) -> tuple[int, int]:
-        """Write the note unless it changed since it was read (the window is the rendering and
-        the .trash copy): replacing it then would lose that change; the copy kept of the old
-        text goes."""
-        if _state(inbox_fd, name) != seen:
+        self,
+        inbox_fd: int,
+        name: str,
+        seen: _State,
+        old: bytes | None,
+        data: bytes,
+        *,
+        ledger: Trash,
+        previous: Path | None,
+    ) -> os.stat_result:
+        """Write the note unless it is no longer the text read (changed during the rendering and
+        the .trash copy, or during the temp file's write and fsync): replacing it then would lose
+        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes."""
+        slug = name[:-3]
+
+        def install(tmp: str, fd: int) -> None:
+            if old is None:
+                replace.install_new(inbox_fd, tmp, name)
+                return
+            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"  # trash.HELD: never pruned
+            replace.install_over(
+                inbox_fd,
+                tmp,
+                name,
+                fd,
+                old,
+                trash_fd=lambda: _trash_fd(inbox_fd),
+                hold_name=hold,
+                rescue=lambda left: self._rescue(ledger, inbox_fd, slug, left),
+                keep=keep,
+            )
+
+        def keep(src_fd: int, src: str) -> bool:
+            # The file replaced takes the place of its copy kept as ``previous`` (same text).
+            if previous is None:
+                return False
+            kept = previous.name
+            with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
+                ledger.change(
+                    trash_fd, kept, 0, lambda: os.replace(src, kept, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
+                )
+            return True
+
+        try:
+            if _state(inbox_fd, name) != seen:
+                raise replace.RacedError
+            return write_in(inbox_fd, name, data, install=install)
+        except replace.RacedError as raced:
             if previous is not None:
                 kept = previous.name
                 with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
+            if raced.later is not None:  # two saves: the first is the note, the later one kept
+                raise MemoryConflictError(
+                    f"{slug!r} was saved twice by someone else while this write was made; nothing "
+                    f"was written: the note holds the earlier save, the later one is kept in "
+                    f".trash/{raced.later}; merge them, then retry"
+                ) from None
             raise MemoryConflictError(
-                f"{name[:-3]!r} was changed by someone else while this edit was prepared; nothing "
-                "was written: read it again and retry"
-            )
-        return write_in(inbox_fd, name, data)
+                f"{slug!r} was changed by someone else while this write was made; nothing was "
+                "written (their text is the note): read it again and retry"
+            ) from None
+
+    def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> str:
+        """Move a file of another program's that lies at ``name`` into .trash as a kept text;
+        returns its name there."""
+        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+            target = _move_kept(ledger, inbox_fd, name, trash.fd, slug)
+        log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
+        return target
 
     def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str:
         """Put the replaced text in ``.trash/<slug>--<time>.md`` through the inbox's descriptor
         (the caller holds the note's lock; it caps .trash once its write is made, and releases
         the name from ``ledger.busy`` whatever happens); returns the file name."""
-        target = f"{slug}--{dt.datetime.now().strftime('%Y%m%dT%H%M%S%f')}.md"
+        target = f"{slug}--{_stamp()}.md"
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
@@ -572,12 +664,13 @@ class Inboxes(Retention):
 
     def usage(self, agent: str) -> dict[str, int]:
         """What the agent's inbox holds against its limits (zeros before its first note)."""
-        notes = used = trash = trash_files = 0
+        notes = used = trash = trash_files = copies = 0
         try:
             with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
                 for _name, size in _note_sizes(inbox_fd):
                     notes += 1
                     used += size
+                copies = sum(1 for name, _size in _file_sizes(inbox_fd) if _is_copy(name))
                 ledger = self._trash_of(agent)
                 with (
                     contextlib.suppress(FileNotFoundError),
@@ -597,22 +690,52 @@ class Inboxes(Retention):
             "max_trash_bytes": limits.max_trash_bytes,
             "trash_files": trash_files,
             "max_trash_files": limits.max_trash_files,
+            "copies": copies,
         }
 
     def clean_temp(self) -> int:
-        """Remove temp files a killed write left in the inboxes (at start, before any write)."""
-        removed = 0
+        """Clear the temp files a killed write left in the inboxes (at start, before any write),
+        and the hard links of the fallback in .trash; returns how many. Such a file can hold the
+        person's save (a write killed between an exchange and its swap back), so none is removed
+        unread: one that is empty, or the text of its note or of the newest text kept of it, goes;
+        any other is kept in .trash as ``<slug>--<time>.md``."""
+        cleared = 0
         for agent in self._agent_names():
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     for name in os.listdir(inbox_fd):
                         if _TEMP.match(name):
-                            os.unlink(name, dir_fd=inbox_fd)
-                            removed += 1
-                            log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                            self._clear(agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0])
+                            cleared += 1
+                    try:
+                        trash_fd = trash_dir(inbox_fd, create=False)
+                    except FileNotFoundError:
+                        continue
+                    with contextlib.closing(Fd(trash_fd)):
+                        for name in os.listdir(trash_fd):
+                            if (m := HELD.match(name)) is not None:
+                                self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
+                                cleared += 1
             except (OSError, SourceError):
                 continue  # no inbox, or not a private one (never written to either)
-        return removed
+        return cleared
+
+    def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
+        """One leftover of a killed write: removed if nothing in it would be lost, else kept."""
+        try:
+            data = read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+        except NotRegularError:
+            return  # not a file a write makes: left alone
+        known = [_read_back(inbox_fd, f"{slug}.md")]
+        ledger = self._trash_of(agent)
+        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+            known.append(_newest_kept(trash.fd, slug))
+            if not data or data in known:
+                os.unlink(name, dir_fd=dir_fd)
+                log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                return
+            target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
+        log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
 
 
 def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
@@ -626,12 +749,16 @@ def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
 
 def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
     """(name, size) of the inbox's notes: the files memory list shows as its notes (a hidden
-    '.x.md', a sync-conflict copy or a link is none: status counted them while list did not)."""
+    '.x.md', a sync-conflict copy or a numbered copy or a link is none: status counted them while
+    list did not)."""
     return (
-        (name, size)
-        for name, size in _file_sizes(inbox_fd)
-        if is_markdown_name(name) and not is_conflict_copy(name)
+        (name, size) for name, size in _file_sizes(inbox_fd) if is_markdown_name(name) and not _is_copy(name)
     )
+
+
+def _is_copy(name: str) -> bool:
+    """A copy of the person's text beside a note, waiting to be merged (``inbox_copy_reason``)."""
+    return is_markdown_name(name) and inbox_copy_reason(name) is not None
 
 
 def _notes_bytes(inbox_fd: int) -> int:
@@ -640,6 +767,14 @@ def _notes_bytes(inbox_fd: int) -> int:
 
 
 _READ_ATTEMPTS = 3
+# A note changed this recently by another program may be in the middle of its save (an editor
+# truncates, then writes its buffer; a slow or network disk stretches that gap): looked at again
+# after a pause of ``_SETTLE_S`` before it is read as a whole text.
+_RECENT_NS = 2_000_000_000
+_SETTLE_S = 0.1
+pause = time.sleep  # a module function: tests stand in for the other program during the pause
+now_ns = time.time_ns  # the wall clock the note's times are compared with (tests move it)
+_REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
@@ -681,11 +816,56 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
+def _recent(ctime_ns: int) -> bool:
+    """Whether a note changed a moment ago, judged by its ctime (which only the kernel sets: a
+    sync tool or ``touch`` sets mtime to anything); a time ahead of this clock (a share whose
+    server runs ahead) counts as not recent, else such a note would be "being saved" for ever."""
+    return 0 <= now_ns() - ctime_ns <= _RECENT_NS
+
+
+def _read_back(dir_fd: int, name: str) -> bytes | None:
+    """A file's bytes (up to what a write reads), None when there is none to read."""
+    try:
+        return read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+    except (FileNotFoundError, NotRegularError):
+        return None
+
+
+def _newest_kept(trash_fd: int, slug: str) -> bytes | None:
+    """The newest text kept of ``slug`` in .trash (lists the folder: at start only)."""
+    names = [n for n in os.listdir(trash_fd) if (m := KEPT.match(n)) and n[: m.start(1) - 2] == slug]
+    return _read_back(trash_fd, max(names, key=lambda n: n[len(slug) + 2 :])) if names else None
+
+
+def _move_kept(ledger: Trash, src_fd: int, name: str, trash_fd: int, slug: str) -> str:
+    """Rename ``name`` (in ``src_fd``) into .trash as a new kept text of ``slug``, under the
+    ledger's lock (held by the caller); returns the name given."""
+    target = f"{slug}--{_stamp()}.md"
+    while replace.exists_in(trash_fd, target):
+        target = f"{slug}--{_stamp()}.md"
+    move = lambda: os.rename(name, target, src_dir_fd=src_fd, dst_dir_fd=trash_fd)  # noqa: E731
+    ledger.change(trash_fd, target, +1, move)
+    return target
+
+
+def _stamp() -> str:
+    return dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+
+
+@contextlib.contextmanager
+def _trash_fd(inbox_fd: int) -> Iterator[int]:
+    with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
+        yield trash.fd
+
+
+def write_in(
+    dir_fd: int, name: str, data: bytes, *, install: Callable[[str, int], None] | None = None
+) -> os.stat_result:
     """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
-    symlink followed), fsync, rename within the same descriptor, fsync of the folder. Returns
-    the written file's (mtime, ctime) in ns, taken through its descriptor after the rename (the
-    rename moves ctime; a stat by name could see a file put there since)."""
+    symlink followed), fsync, rename within the same descriptor (or ``install(temp name, its
+    descriptor)``, which puts it in place or raises), fsync of the folder. Returns the written
+    file's stat, taken through its descriptor once in place (the rename moves ctime; a stat by
+    name could see a file put there since)."""
     stem = name[:-3] if name.endswith(".md") else name
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
@@ -696,21 +876,25 @@ def write_in(dir_fd: int, name: str, data: bytes) -> tuple[int, int]:
         except FileExistsError:
             continue
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        if install is None:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        else:
+            install(tmp, fd)
+        st = os.fstat(fd)
     except BaseException:
+        # Only our own file: after an exchange the temp name can hold another program's.
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
+            if os.stat(tmp, dir_fd=dir_fd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(tmp, dir_fd=dir_fd)
         raise
+    finally:
+        os.close(fd)
     os.fsync(dir_fd)
-    return st.st_mtime_ns, st.st_ctime_ns
+    return st
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:

@@ -53,13 +53,12 @@ from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
-    CONFLICT_REASON,
     LINK_REASON,
     SLUG_RE,
     Root,
     agent_inbox,
+    inbox_copy_reason,
     inbox_refusal,
-    is_conflict_copy,
     is_markdown_name,
     public_reference,
 )
@@ -556,8 +555,8 @@ def _why_not_indexed(name: str, *, linked: bool, left_out: str | None) -> str:
     """Why a file of an inbox that the index does not hold is not searchable."""
     if linked:
         return f"skipped: {LINK_REASON}; deleting the note removes the link, never its target"
-    if is_conflict_copy(name):  # a home synced between machines
-        return f"skipped: {CONFLICT_REASON}"
+    if (copy := inbox_copy_reason(name)) is not None:  # a home synced between machines, a copy
+        return f"skipped: {copy}"
     if not SLUG_RE.fullmatch(name[:-3]):
         # Neither searchable nor readable through get: the person can rename it (an agent was
         # told to, with no tool to do so).

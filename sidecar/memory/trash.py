@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
+# A write's hard link to the note it replaces (the fallback without an exchange): made and used
+# outside the ledger's lock, so never pruned; one a killed write left is kept at the next start.
+HELD = re.compile(r"^\.([a-z0-9][a-z0-9_-]*)--\d{8}T\d{12}\.[0-9a-f]{8}\.held$")
 
 
 def trash_dir(inbox_fd: int, *, create: bool = True) -> int:
@@ -107,20 +110,24 @@ class Trash:
         self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
 
     def change(self, trash_fd: int, name: str, sign: int, act: Any) -> None:
-        """Do ``act`` (our own change: ``name`` added, sign +1, or removed, -1) and count it, if
-        the figures were right before it; otherwise they are counted at the next check."""
+        """Do ``act`` (our own change: ``name`` added, sign +1, removed, -1, or put in the place
+        of another file so named, 0) and count it, if the figures were right before it; otherwise
+        they are counted at the next check."""
         valid = self.seen is not None and _ident(trash_fd) == self.seen
-        size = None
-        if sign < 0 and valid:
-            size = self._kept_size(trash_fd, name)
+        before = self._kept_size(trash_fd, name) if sign <= 0 and valid else None
         act()
         if not valid:
             return
-        if sign > 0:
-            size = self._kept_size(trash_fd, name)
-        if size is not None:
-            self.files += sign
-            self.used += sign * size
+        after = self._kept_size(trash_fd, name) if sign >= 0 else None
+        if sign < 0 and before is not None:
+            self.files -= 1
+            self.used -= before
+        elif sign > 0 and after is not None:
+            self.files += 1
+            self.used += after
+        elif sign == 0:
+            self.files += (after is not None) - (before is not None)
+            self.used += (after or 0) - (before or 0)
         self.seen = _ident(trash_fd)
 
     @staticmethod

@@ -47,6 +47,12 @@ _DEBRIS = re.compile(r"^~\$|~$|\.(tmp|swp|swx|bak)$", re.IGNORECASE)  # editor t
 # edits, and status and `why` then say there is a conflict to merge. Each form carries the date
 # the tool writes, so a note merely titled "(conflicted copy)" is read as any other.
 CONFLICT_REASON = "a sync tool's conflict copy (merge it into the note, then delete it)"
+# In an inbox, which the daemon names by slug alone, a file named as a note's copy ("plan (1).md",
+# as file managers and some sync tools name a second file of the same name) is the person's text
+# beside the note, not a note: skipped with this reason, and counted with the conflict copies as
+# text waiting to be merged.
+COPY_REASON = "a copy of a note made beside it ('<slug> (1).md'; merge it into the note, then delete it)"
+_NUMBERED_COPY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127} \(\d+\)\.md$")
 # A note of an inbox that is a symbolic link: never followed, so never read nor indexed.
 LINK_REASON = "symlink in a memory inbox (never followed)"
 _CONFLICTS = re.compile(
@@ -359,6 +365,15 @@ def is_conflict_copy(name: str) -> bool:
     return _CONFLICTS.search(name) is not None
 
 
+def inbox_copy_reason(name: str) -> str | None:
+    """Why a file of an inbox is a copy of the person's text waiting to be merged into a note (a
+    sync tool's conflict copy, a numbered copy), or None: the one definition status, list and
+    memory_status count by."""
+    if is_conflict_copy(name):
+        return CONFLICT_REASON
+    return COPY_REASON if _NUMBERED_COPY.match(name) else None
+
+
 def is_markdown_name(name: str) -> bool:
     """A Markdown file's name: a note, or a conflict copy counted as skipped."""
     return name.lower().endswith(".md") and not is_debris(name)
@@ -619,7 +634,9 @@ def stat_of(entry: os.DirEntry[str]) -> os.stat_result:
 def name_refusal(root: Root, name: str) -> str | None:
     """Why a Markdown file of this name is not read as a note of ``root``, or None."""
     if root.source == "memory":
-        return None if SLUG_RE.fullmatch(name[:-3]) else "memory note name is not a valid slug"
+        if SLUG_RE.fullmatch(name[:-3]):
+            return None
+        return inbox_copy_reason(name) or "memory note name is not a valid slug"
     return CONFLICT_REASON if is_conflict_copy(name) else None
 
 

@@ -298,7 +298,8 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
 
 def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, tmp_path: Path) -> None:
     """Every reference search returns is accepted by get (a backslash in a name, a path over
-    2,000 characters); temp files a killed write left in an inbox are removed at start."""
+    2,000 characters); temp files a killed write left in an inbox are cleared at start (kept in
+    .trash unless empty or a copy of the note)."""
     vault = tmp_path / "vault"
     write(vault / "back\\slash.md", "# Back\n\nnarwhal tusk\n")
     write(vault / "Shout.MD", "# Shout\n\nbellbird\n")
@@ -312,8 +313,8 @@ def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, t
     write(inbox / "kept.md", "# kept\n")
     write(inbox / ".kept.1a2b3c4d.tmp", "half a write")
     d = _daemon(daemon_factory, vault).start(timeout=60)
-    assert sorted(p.name for p in inbox.iterdir()) == ["kept.md"]
-    assert "inbox_temp_removed" in _log(d)
+    assert sorted(p.name for p in inbox.iterdir()) == [".trash", "kept.md"]  # kept there, not removed
+    assert "inbox_temp_kept" in _log(d)
     for word in ("bellbird", "kakapo", "kea", "narwhal", "abyssal"):
         ref = d.call("search", {"query": word})["hits"][0]["reference"]
         assert word in d.call("get", {"reference": ref})["text"], ref

@@ -1,0 +1,455 @@
+"""Memory writes racing another program's save: never a version lost, the agent told."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import RemoteError
+from sidecar.memory import inbox as inbox_mod
+from sidecar.memory import replace
+from sidecar.memory.inbox import Inboxes, MemoryBeingSavedError, MemoryConflictError
+
+_TEMP = re.compile(r"^\.n\.[0-9a-f]{8}\.tmp$")
+
+
+@pytest.fixture
+def inboxes(make_cfg: Any, vault: Path) -> Inboxes:
+    return Inboxes(make_cfg(vault))
+
+
+def _inbox(inboxes: Inboxes) -> Path:
+    return inboxes.cfg.agents_dir / "claude" / "memory"
+
+
+def _during_fsync(monkeypatch: pytest.MonkeyPatch, act: Callable[[], None]) -> list[str]:
+    """Run ``act`` (another program's save) while the note's temp file is fsynced: after the
+    write's check, before its rename, the window a slow disk stretches to seconds."""
+    real = os.fsync
+    done: list[str] = []
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        if not done and _TEMP.match(os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))):
+            done.append("saved")
+            act()
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return done
+
+
+def _person_saves(note: Path, text: str) -> Callable[[], None]:
+    def save() -> None:  # as editors and sync tools do: a temp file renamed over the note
+        tmp = note.parent / ".person.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(note)
+
+    return save
+
+
+def _no_exchange(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The system call answers EINVAL, as a share without it does: the hard-link fallback."""
+    calls: list[int] = []
+
+    def refused(*args: Any) -> int:
+        calls.append(args[-1])
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(replace, "RENAME", (refused, 2, 1))
+    return calls
+
+
+def _no_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the exchange nor hard links (a share that has none): the check right before the rename."""
+    _no_exchange(monkeypatch)
+
+    def link(*_args: Any, **_kw: Any) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", link)
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, path: str) -> list[int]:
+    if path == "exchange" and replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    if path == "no_links":
+        _no_links(monkeypatch)
+        return [0]
+    return _no_exchange(monkeypatch) if path == "fallback" else []
+
+
+def _everything(inbox: Path) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(inbox.rglob("*")) if p.is_file())
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_a_save_made_while_a_replace_is_fsynced_is_kept_and_the_agent_told(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A person's save landing between the write's check and its rename was replaced without a
+    word: the write answered "replaced" and the save was nowhere. Now the save is the note, the
+    write fails with conflict and keeps nothing of its own."""
+    refused = _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "v1 of the agent", None, must_exist=False)
+    saved = _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE during fsync\n"))
+    with pytest.raises(MemoryConflictError, match="changed by someone else"):
+        inboxes.write("claude", "n", "agent v3", None, must_exist=False)
+    monkeypatch.undo()
+    assert saved == ["saved"]
+    assert first.path.read_text(encoding="utf-8") == "PERSON SAVE during fsync\n"
+    inbox = _inbox(inboxes)
+    assert "agent v3" not in _everything(inbox)
+    assert sorted(p.name for p in inbox.iterdir()) == [".trash", "n.md"]  # no temp file left
+    assert list((inbox / ".trash").iterdir()) == []  # nor a copy of a change not made
+    assert (refused != []) == (path != "exchange")
+    # Nothing raced: the write goes through either way, the text replaced kept in .trash.
+    _without(monkeypatch, path)
+    done = inboxes.write("claude", "n", "agent v4", None, must_exist=False)
+    assert "agent v4" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None
+    assert done.previous.read_text(encoding="utf-8") == "PERSON SAVE during fsync\n"
+    assert [p.name for p in (inbox / ".trash").iterdir()] == [done.previous.name]  # no link left
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_a_save_in_place_while_a_replace_is_fsynced_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The same for an editor that writes into the note's own file (same inode, same size)."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "aaaa", None, must_exist=False)
+    text = first.path.read_text(encoding="utf-8").replace("aaaa", "PPPP")
+
+    def in_place() -> None:
+        with open(first.path, "r+", encoding="utf-8") as f:
+            f.write(text)
+
+    _during_fsync(monkeypatch, in_place)
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "agent edit", None, must_exist=True)
+    monkeypatch.undo()
+    assert first.path.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_a_note_created_while_a_new_note_is_fsynced_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A note the person creates under the same name while the agent's first version is written
+    stays, and the write fails with conflict."""
+    _without(monkeypatch, path)
+    inboxes.write("claude", "other", "makes the inbox", None, must_exist=False)
+    note = _inbox(inboxes) / "n.md"
+    _during_fsync(monkeypatch, _person_saves(note, "the person's own note\n"))
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    assert note.read_text(encoding="utf-8") == "the person's own note\n"
+    assert not [p for p in _inbox(inboxes).iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_third_save_within_the_swap_back_is_kept_in_trash(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two saves, one in the write's window and one just as the write puts the first back: the
+    later one lies at the temp name then; it is moved into .trash, never removed as ours."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    _during_fsync(monkeypatch, _person_saves(first.path, "first save\n"))
+    real = replace.exchange
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:  # the swap back: a second save lands on the note just before it
+            _person_saves(first.path, "second save\n")()
+        return real(dir_fd, a, b)
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+    with pytest.raises(MemoryConflictError) as raced:
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    trash = _inbox(inboxes) / ".trash"
+    assert first.path.read_text(encoding="utf-8") == "first save\n"
+    assert [p.read_text(encoding="utf-8") for p in trash.iterdir()] == ["second save\n"]
+    # Said as it is: not "their text is the note" (the later save is not), but where each lies.
+    later = next(trash.iterdir()).name
+    assert "their text is the note" not in str(raced.value)
+    assert f"the note holds the earlier save, the later one is kept in .trash/{later}" in str(raced.value)
+    assert not [p for p in _inbox(inboxes).iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_note_emptied_a_moment_ago_is_being_saved_and_not_replaced(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor that truncates the note and then writes its buffer: the write read the empty
+    note as the previous version, kept 0 bytes in .trash and replaced the file; the editor's
+    text went into the replaced file, lost. Now refused (conflict: try again in a moment) while
+    the note is empty and changed a moment ago; an empty note left so long ago is replaced."""
+    first = inboxes.write("claude", "n", "original agent text", None, must_exist=False)
+    pauses: list[float] = []
+    monkeypatch.setattr(inbox_mod, "pause", pauses.append)
+    editor = open(first.path, "w", encoding="utf-8")  # noqa: SIM115 - the editor's save spans the write
+    try:
+        with pytest.raises(MemoryBeingSavedError, match="another program is saving it") as refused:
+            inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        assert refused.value.code == "conflict" and len(pauses) == 3
+        editor.write("PERSON TEXT\n")
+    finally:
+        editor.close()
+    assert first.path.read_text(encoding="utf-8") == "PERSON TEXT\n"
+    assert not (_inbox(inboxes) / ".trash").exists() or not list((_inbox(inboxes) / ".trash").iterdir())
+    # Emptied an hour ago: nothing is being saved; nothing to keep either (no 0-byte "previous").
+    first.path.write_bytes(b"")
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+
+
+def test_a_note_still_changing_is_being_saved_and_the_agents_own_write_needs_no_wait(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note another program keeps writing to (its size and time move between two looks a
+    moment apart) is not read as a whole text; a note as the daemon's own last write left it
+    is written at once, and a settled one after a single look."""
+    first = inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    pauses: list[float] = []
+    monkeypatch.setattr(inbox_mod, "pause", pauses.append)
+    inboxes.write("claude", "n", "agent text, again", None, must_exist=False)
+    assert pauses == []  # its own write of a moment ago: no other program's save under way
+
+    def appending(_seconds: float) -> None:
+        pauses.append(_seconds)
+        with open(first.path, "a", encoding="utf-8") as f:
+            f.write("more of the person's text\n")
+
+    monkeypatch.setattr(inbox_mod, "pause", appending)
+    appending(0)  # the person's program starts writing
+    pauses.clear()
+    with pytest.raises(MemoryBeingSavedError, match="kept changing"):
+        inboxes.write("claude", "n", "agent edit", None, must_exist=True)
+    assert first.path.read_text(encoding="utf-8").count("more of the person's text") == 4
+    assert len(pauses) == 3
+    pauses.clear()
+    monkeypatch.setattr(inbox_mod, "pause", pauses.append)
+    done = inboxes.write("claude", "n", "agent edit", None, must_exist=True)  # settled now
+    assert len(pauses) == 1 and done.previous is not None
+    assert done.previous.read_text(encoding="utf-8").count("more of the person's text") == 4
+
+
+def test_a_write_over_a_note_being_saved_is_answered_conflict(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the socket: the code an agent retries on, and a message that says to."""
+    in_process.call("write", {"slug": "n", "content": "agent text"}, agent="ed")
+    note = in_process.cfg.agents_dir / "ed" / "memory" / "n.md"
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    note.write_bytes(b"")  # an editor between its truncate and its write
+    with pytest.raises(RemoteError) as refused:
+        in_process.call("write", {"slug": "n", "content": "agent update"}, agent="ed")
+    assert refused.value.code == "conflict"
+    assert "try again in a moment" in str(refused.value)
+    assert note.read_bytes() == b""
+
+
+class Killed(BaseException):
+    """Stands in for kill -9 or a power loss at that point: nothing after it runs."""
+
+
+def _killed_at_swap_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = replace.exchange
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            raise Killed  # the daemon dies right before the swap back
+        return real(dir_fd, a, b)
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+
+
+def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the exchange and the swap back, the write leaves the person's save under
+    its temp name; the next start removed every such temp file unread. Now it is kept in .trash
+    as a kept text, while a leftover holding nothing new (the text kept already) still goes."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    _killed_at_swap_back(monkeypatch)
+    with pytest.raises(Killed):
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    inbox = _inbox(inboxes)
+    (inbox / ".n.0badf00d.tmp").write_bytes(first.path.read_bytes())  # the note's own text again
+    (inbox / ".n.0000beef.tmp").write_bytes(b"")  # a write killed before its first byte
+    restarted = Inboxes(inboxes.cfg)
+    assert restarted.clean_temp() == 3
+    assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+    assert "PERSON SAVE\n" in kept
+    assert sum(t == first.path.read_text(encoding="utf-8") for t in kept) == 0
+    assert restarted.clean_temp() == 0
+
+
+def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_synced(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third save that cannot be moved into .trash stays at the temp name (the write fails,
+    never removes it), the folder is fsynced after the swap back, and the next start keeps it."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inbox = _inbox(inboxes)
+    _during_fsync(monkeypatch, _person_saves(first.path, "first save\n"))
+    synced: list[str] = []
+    saving = os.fsync
+
+    def fsync(fd: int) -> None:
+        saving(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    real = replace.exchange
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            _person_saves(first.path, "second save\n")()
+        done = real(dir_fd, a, b)
+        if len(calls) == 2:
+            synced.append("swapped back")
+        return done
+
+    def no_trash(*_a: Any) -> str:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+    monkeypatch.setattr(Inboxes, "_rescue", no_trash)
+    with pytest.raises(OSError, match="Input/output error"):
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    assert str(inbox) in synced[synced.index("swapped back") :]
+    assert first.path.read_text(encoding="utf-8") == "first save\n"
+    assert "second save" in _everything(inbox)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert "second save\n" in [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_an_editor_still_writing_into_the_replaced_note_writes_into_trash(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An in-place save that stalls (part written, then still long enough to be read as a whole
+    text): the file replaced was removed, and the rest of the editor's write went into it, lost.
+    Now that file is the previous text kept in .trash: the rest lands there."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "original agent text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    with open(first.path, "w", encoding="utf-8") as editor:
+        editor.write("PERSON first half, ")
+        editor.flush()
+        done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        editor.write("PERSON SECOND HALF\n")
+    assert done.previous is not None
+    assert done.previous.read_text(encoding="utf-8") == "PERSON first half, PERSON SECOND HALF\n"
+    trash = _inbox(inboxes) / ".trash"
+    assert [p.name for p in trash.iterdir()] == [done.previous.name]  # no link or copy left
+    assert inboxes.usage("claude")["trash_files"] == 1
+
+
+def test_a_sandbox_refusing_renameat2_with_eperm_falls_back(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seccomp filter whose default action is EPERM (older container profiles) made every
+    replace and every new note fail with a storage error; now the hard-link fallback is used."""
+
+    def seccomp(*_a: Any) -> int:
+        ctypes.set_errno(errno.EPERM)
+        return -1
+
+    monkeypatch.setattr(replace, "RENAME", (seccomp, 2, 1))
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+
+
+def test_the_recent_change_rule_goes_by_ctime_and_not_by_times_ahead(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty note whose mtime lies ahead (a sync tool keeping another machine's time, a
+    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of this clock (a
+    share whose server clock runs ahead). Neither is a save under way an hour later."""
+    first = inboxes.write("claude", "n", "text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first.path.write_bytes(b"")
+    future = time.time_ns() + 86400 * 10**9
+    os.utime(first.path, ns=(future, future))
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert "agent update" in first.path.read_text(encoding="utf-8")
+    first.path.write_bytes(b"")
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() - 3600 * 10**9)  # ctime ahead
+    inboxes.write("claude", "n", "agent again", None, must_exist=False)
+    assert "agent again" in first.path.read_text(encoding="utf-8")
+
+
+def _on_hold(monkeypatch: pytest.MonkeyPatch, act: Callable[[], object]) -> list[str]:
+    """Run ``act`` right after the fallback's hard link of the note into .trash is made."""
+    real = os.link
+    done: list[str] = []
+
+    def link(src: Any, dst: Any, *args: Any, **kw: Any) -> None:
+        real(src, dst, *args, **kw)
+        if str(dst).startswith(".n--"):
+            done.append(str(dst))
+            act()
+
+    monkeypatch.setattr(os, "link", link)
+    return done
+
+
+def test_a_prune_while_the_fallback_holds_the_note_is_no_conflict(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback's link had the name of a killed keep's leftover, made outside the ledger's
+    lock: a prune running then removed it, and the write answered conflict with nobody else
+    changing the note. Now prune leaves it alone."""
+    _no_exchange(monkeypatch)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    held = _on_hold(monkeypatch, inboxes.prune_trash)
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert held and "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+
+
+def test_a_save_renamed_over_the_note_after_the_fallbacks_link_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the exchange: a save renamed over the note after its hard link into .trash (the
+    link still holds the text read) is seen right before the rename; the write fails, the save
+    is the note, and the link kept nothing."""
+    _no_exchange(monkeypatch)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    held = _on_hold(monkeypatch, _person_saves(first.path, "PERSON SAVE after the link\n"))
+    with pytest.raises(MemoryConflictError, match="changed by someone else"):
+        inboxes.write("claude", "n", "agent v2", None, must_exist=False)
+    monkeypatch.undo()
+    assert held and first.path.read_text(encoding="utf-8") == "PERSON SAVE after the link\n"
+    assert list((_inbox(inboxes) / ".trash").iterdir()) == []
