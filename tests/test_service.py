@@ -251,6 +251,51 @@ def test_bad_config_exits_with_the_config_code(tmp_path: Path) -> None:
     assert "search.vectorWieght" in out.stderr
 
 
+def _modes_and_times(*tops: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under ``tops`` (links not followed): its mode and its mtime."""
+    out: dict[str, tuple[str, int]] = {}
+    for top in tops:
+        for folder, dirs, files in os.walk(top):
+            for name in ("", *dirs, *files):
+                st = os.lstat(os.path.join(folder, name))
+                out[os.path.join(folder, name)] = (oct(st.st_mode), st.st_mtime_ns)
+    return out
+
+
+def test_a_refused_second_start_changes_nothing(daemon_factory: Any, vault: Path) -> None:
+    """A second `serve` on a home a daemon serves exits 4 without touching a file: it took the
+    lock only after walking the home and making private what it found, a person's files in an
+    agent's inbox among them (an editor's backup, a note saved 0644)."""
+    first: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    home = first.home
+    inbox = home / "agents" / "ed" / "memory"
+    first.call("write", {"slug": "kept", "content": "# kept\n\nan agent's fact\n"}, agent="ed")
+    write(inbox / "person.md", "# person\n\nsaved by a person\n").chmod(0o644)
+    write(inbox / "kept.md~", "# kept\n\nan editor's backup\n").chmod(0o664)
+    for folder in (home, home / "index"):
+        folder.chmod(0o755)  # what a start tightens: not a refused one
+    tops = (home, Path(first.env["XDG_STATE_HOME"]))
+
+    def settled(_h: Any) -> bool:  # the person's note indexed, and the first daemon writes no more
+        found = first.call("search", {"query": "saved by a person"}, agent="ed")["hits"]
+        if not any(h["reference"] == "memory/person" for h in found):
+            return False
+        was = _modes_and_times(*tops)
+        time.sleep(0.2)
+        return _modes_and_times(*tops) == was
+
+    first.wait_for(settled, 30)
+    before = _modes_and_times(*tops)
+    second = DaemonProcess(home, vault, keyword_only=True)
+    proc = subprocess.run(
+        second.cmd(), capture_output=True, text=True, timeout=60, check=False, env=second.env
+    )
+    assert proc.returncode == ExitCode.SOCKET_IN_USE == 4, proc.stderr
+    assert "already serving" in proc.stderr and "home_tightened" not in proc.stderr
+    assert _modes_and_times(*tops) == before
+    assert first.health()["index"]["state"] == "ready"
+
+
 @pytest.mark.model
 def test_sd_notify_ready_status_watchdog_stopping(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """With NOTIFY_SOCKET set the daemon sends READY=1, STATUS= lines, WATCHDOG=1 and STOPPING=1."""

@@ -48,7 +48,14 @@ from sidecar.daemon.compose import (
 )
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
-from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit, record_counting
+from sidecar.daemon.process import (
+    IndexLock,
+    load_embedder,
+    lock_and_tighten,
+    make_private,
+    raise_fd_limit,
+    record_counting,
+)
 from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, Stopping, SwitchingHealth
 from sidecar.daemon.reloading import RELOAD_WAITS, ConfigReload
 from sidecar.daemon.repairs import RepairPolicy
@@ -155,8 +162,7 @@ class Daemon(ConfigReload):
         raise_fd_limit()
         try:
             make_private(self.cfg)
-            lock = self._lock = IndexLock(self.cfg.index_dir)
-            lock.acquire()
+            self._lock = lock_and_tighten(self.cfg)  # the lock first: a refused start changes nothing
             self._make_agents_folder()  # the lock first: a second daemon records nothing
         except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
             where = exc.filename or self.cfg.home

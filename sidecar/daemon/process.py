@@ -116,14 +116,38 @@ class IndexLock:
 
 def make_private(cfg: Config) -> None:
     """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
-    too), and a home left readable by others is tightened (and the log says so)."""
+    too). Changes no file: the process's umask only (``lock_and_tighten`` does the rest)."""
     os.umask(0o077)
+
+
+def lock_and_tighten(cfg: Config) -> IndexLock:
+    """The index lock, then the home left readable by others tightened (the log says so). In this
+    order: a start refused for another daemon holding the lock changes nothing in the home."""
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    try:
+        tighten_own(cfg)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def tighten_own(cfg: Config) -> None:
+    """Tighten what the daemon made in the home: its folders, index, models, socket folder,
+    agents' folders and audit logs, each inbox folder and its ``.trash``; not the notes in an
+    inbox (a person saves and backs up notes there; the inbox folder's 0700 keeps them private)."""
     own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
     # Only a vault kept inside the home needs leaving alone; one elsewhere is not looked at (on a
     # share that hangs, resolving its path would block the start).
     vault = cfg.vault.path
     inside = vault is not None and vault.is_absolute() and vault.is_relative_to(cfg.home)
-    tighten_home(cfg.home, own, [vault] if inside and vault is not None else [])
+    try:
+        agents = [e.name for e in os.scandir(cfg.agents_dir) if e.is_dir(follow_symlinks=False)]
+    except OSError:  # not made yet, or not a folder (the start says so when it makes it)
+        agents = []
+    inboxes = [cfg.agents_dir / name / "memory" for name in agents]
+    tighten_home(cfg.home, own, [vault] if inside and vault is not None else [], inboxes)
 
 
 def raise_fd_limit() -> None:

@@ -153,13 +153,19 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def tighten_home(home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = ()) -> int:
+def tighten_home(
+    home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = (), inboxes: Sequence[Path] = ()
+) -> int:
     """Remove group and other permissions from the home folder and everything in the daemon's
     own ``subtrees`` of it (index, agents, models, run; not whatever else a user keeps in the
     folder named as home). Symlinks and the folders in ``skip`` (a vault kept inside the home)
-    are left alone. Returns how many entries were changed, and says so in the log."""
+    are left alone. Of an inbox folder in ``inboxes`` only the folder and its ``.trash`` are the
+    daemon's: the notes and whatever else a person or an editor keeps there keep their modes
+    (the folder's 0700 keeps other users out of them). Returns how many entries were changed,
+    and says so in the log."""
     changed: list[str] = []
     skipped = {p.resolve() for p in skip}
+    shared = {os.path.normpath(p) for p in inboxes}
     subtrees = [t for t in subtrees if t.is_dir() and not t.is_symlink()]
 
     def fix(path: str, st: os.stat_result) -> None:
@@ -178,7 +184,10 @@ def tighten_home(home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = ()
             fix(str(top), st)
     for folder, dirs, files in (w for top in subtrees for w in os.walk(top, followlinks=False)):
         dirs[:] = [d for d in dirs if Path(folder, d).resolve() not in skipped]
-        for name in (*dirs, *files):
+        inbox = os.path.normpath(folder) in shared
+        if inbox:
+            dirs[:] = [d for d in dirs if d == ".trash"]
+        for name in (*dirs, *([] if inbox else files)):
             path = os.path.join(folder, name)
             try:
                 st = os.lstat(path)

@@ -265,16 +265,19 @@ def _tree_modes(home: Path) -> dict[str, int]:
 def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Path) -> None:
     """A home left 0755 (index 0755, a manifest 0644) is tightened at start and says so; after
     start and after writes (with the model, so LanceDB writes too) nothing is group or other
-    readable."""
+    readable but a person's note in an inbox: it keeps its mode (the daemon did not make it; the
+    inbox folder's 0700 keeps other users out), while the inbox's .trash is tightened."""
     vault = tmp_path / "vault"
     write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
     home = tmp_path / "home"
+    inbox = home / "agents" / "claude" / "memory"
     (home / "index").mkdir(parents=True)
-    (home / "agents" / "claude" / "memory").mkdir(parents=True)
-    write(home / "agents" / "claude" / "memory" / "old.md", "# old\n\nkept\n")
-    for p in (home, home / "index", home / "agents", home / "agents" / "claude"):
+    write(inbox / "old.md", "# old\n\nkept\n")
+    write(inbox / ".trash" / "gone--20260101T000000000000.md", "# gone\n\nkept text\n")
+    for p in (home, home / "index", home / "agents", home / "agents" / "claude", inbox, inbox / ".trash"):
         p.chmod(0o755)
-    (home / "agents" / "claude" / "memory" / "old.md").chmod(0o644)
+    (inbox / "old.md").chmod(0o644)
+    (inbox / ".trash" / "gone--20260101T000000000000.md").chmod(0o644)
     old = os.umask(0o022)  # a permissive login umask, inherited by the daemon
     try:
         d: DaemonProcess = daemon_factory(vault, env={})
@@ -283,8 +286,9 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     finally:
         os.umask(old)
     assert "home_tightened" in _log(d)
+    person = {"agents/claude/memory/old.md": oct(0o644)}  # the person's: left as it is
     loose = {p: oct(m) for p, m in _tree_modes(home).items() if m & 0o077}
-    assert loose == {}
+    assert loose == person
     for i in range(5):
         d.call("write", {"slug": f"n{i}", "content": f"# note {i}\n\nfact number {i}\n"}, agent="claude")
     d.call("delete", {"slug": "n0"}, agent="claude")
@@ -292,7 +296,8 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 60)
     modes = _tree_modes(home)
     assert any(p.startswith("index/vectors") for p in modes)  # LanceDB wrote files
-    assert {p: oct(m) for p, m in modes.items() if m & 0o077} == {}
+    assert {p: oct(m) for p, m in modes.items() if m & 0o077} == person
+    assert modes["agents/claude/memory/n1.md"] == 0o600
     assert d.stop() == 0
 
 
