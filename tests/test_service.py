@@ -42,7 +42,7 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     assert Path(exe).is_absolute() and Path(exe).exists()
     assert f"--config {cfg_file.resolve()}" in exec_start
     assert "Type=notify" in unit.text
-    assert f"RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}" in unit.text
+    assert "RestartPreventExitStatus=2 3 4 5\n" in unit.text
     sandboxed = service_file(cfg, tmp_path, platform="linux", sandbox=True)
     assert "After=" not in sandboxed.text and "Wants=" not in sandboxed.text
     for line in sandboxed.text.splitlines():
@@ -67,6 +67,71 @@ def test_repository_plist_parses() -> None:
     data = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
     assert {"Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ThrottleInterval"} <= set(data)
     assert data["ExitTimeOut"] >= STOP_BUDGET_S + 5
+
+
+def _directives(unit_text: str) -> dict[str, list[str]]:
+    """A unit file's settings, ``[Section]Key`` -> its values in order (comments left out)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in unit_text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out.setdefault(f"{section}{key}", []).append(value)
+    return out
+
+
+# What names this installation's paths and settings (PrivateTmp= is left out when one lies in
+# /tmp, as the test's do): the rest of the files must agree.
+_UNIT_LOCAL = {"ExecStart", "Environment", "ReadWritePaths", "ReadOnlyPaths", "PrivateTmp"}
+_PLIST_LOCAL = {"ProgramArguments", "EnvironmentVariables", "StandardErrorPath", "StandardOutPath"}
+
+
+def test_the_shipped_service_files_are_what_install_writes(tmp_path: Path, vault: Path) -> None:
+    """systemd/sidecar.service and launchd/dev.sidecar.plist say what `sidecar service install`
+    writes, but for the paths and settings of an installation: the restart policy of the example
+    a person copies is the one the command writes."""
+    repo = Path(__file__).parent.parent
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(f"vault:\n  path: {vault}\n")
+    cfg = load_config(config_file=str(cfg_file), env={})
+    written = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=True).text)
+    shipped = _directives((repo / "systemd" / "sidecar.service").read_text())
+
+    def common(d: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {k: v for k, v in d.items() if k.partition("]")[2] not in _UNIT_LOCAL}
+
+    assert common(shipped) == common(written)
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    example = plistlib.loads((repo / "launchd" / "dev.sidecar.plist").read_bytes())
+    assert {k: v for k, v in example.items() if k not in _PLIST_LOCAL} == {
+        k: v for k, v in plist.items() if k not in _PLIST_LOCAL
+    }
+
+
+def test_a_restart_loop_ends_and_what_a_restart_cannot_help_is_not_restarted(
+    tmp_path: Path, vault: Path
+) -> None:
+    """The unit restarted for ever on exit codes 4 (another daemon serves the home) and 5 (the
+    home unusable), and a restart every 5 s never tripped systemd's default start limit (five
+    within 10 s). Now 2 to 5 are not restarted, 9 (a stop that gave up on a write) is a stop,
+    and a loop of whatever else ends. launchd: restarted on a failed exit or a crash only, and
+    not throttled as a Background job."""
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    unit = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=False).text)
+    prevent = {int(c) for c in unit["[Service]RestartPreventExitStatus"][0].split()}
+    assert prevent == {ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE, ExitCode.INDEX_UNUSABLE}
+    assert unit["[Service]Restart"] == ["on-failure"]
+    assert unit["[Service]SuccessExitStatus"] == [str(int(ExitCode.STOP_ABANDONED))]
+    interval = int(unit["[Unit]StartLimitIntervalSec"][0])
+    burst = int(unit["[Unit]StartLimitBurst"][0])
+    assert burst * int(unit["[Service]RestartSec"][0]) < interval  # a loop of restarts trips it
+    assert interval <= 600 and burst >= 3  # a few crashes far apart are still restarted
+    data = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert data["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+    assert data["ProcessType"] == "Standard"
 
 
 @pytest.mark.parametrize("sandbox", [True, False])

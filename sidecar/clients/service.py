@@ -334,6 +334,12 @@ def _comment(path: Path) -> str:
     return str(path).replace("\n", "\\n")
 
 
+# Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
+# another daemon serving this home or socket, a home or index that cannot be used. Each needs a
+# person to change something first; restarted, each failed again every RestartSec for ever.
+NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE, ExitCode.INDEX_UNUSABLE)
+
+
 def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
     sandbox = user_namespaces() if sandbox is None else sandbox
     if sandbox:
@@ -359,6 +365,11 @@ def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool 
 # waited for, and every path below may be absent at start ("-").
 [Unit]
 Description=sidecar: hybrid recall over an Obsidian vault
+# A restart loop ends after five starts within five minutes (the unit is left failed; after a
+# fix: `systemctl --user reset-failed sidecar`, then start it). systemd's default, five within
+# 10 s, never trips with a restart every 5 s.
+StartLimitIntervalSec=300
+StartLimitBurst=5
 
 [Service]
 Type=notify
@@ -368,8 +379,12 @@ ExecReload=/bin/kill -HUP $MAINPID
 # The home and socket the installing command used, and what it had from flags and SIDECAR_* variables.
 {env}Restart=on-failure
 RestartSec=5
-# Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
-RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
+# Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
+# already serves this home or socket), 5 (the home or index cannot be used): a restart cannot
+# help; start it once fixed. A crash, exit code 1 or the watchdog restarts it.
+RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
+# Exit code 9: a stop that gave up on a write still running (the next start catches up).
+SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}
 # 10 s above the stop's one bound (20 s for all its waits: the requests taken up, the threads,
 # a write still running); past it the daemon exits without closing the index, as after a crash.
 TimeoutStopSec=30
@@ -415,8 +430,10 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         "ProgramArguments": _serve_args(run, config),
         "EnvironmentVariables": env,
         "RunAtLoad": True,
-        # launchd cannot skip a restart by exit code: a configuration error (exit 3) is retried
-        # every ThrottleInterval seconds until it is fixed or the agent is booted out.
+        # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
+        # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
+        # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
+        # is booted out.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which
@@ -424,7 +441,11 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         "ExitTimeOut": 25,
         "StandardOutPath": str(logs / "sidecar.log"),
         "StandardErrorPath": str(logs / "sidecar.log"),
-        "ProcessType": "Background",
+        # Standard (light limits, as with none given), not Background: a Background job's CPU
+        # and I/O are throttled to keep out of the user's way, and this daemon answers the
+        # user's agents while they wait (a prompt's recall hook, searches). Adaptive follows XPC
+        # transactions, which a Unix socket server never opens: it would stay Background.
+        "ProcessType": "Standard",
     }
     return plistlib.dumps(data).decode("utf-8")
 
