@@ -54,6 +54,10 @@ def test_default_config_location_is_read(tmp_path: Path) -> None:
     (tmp_path / "xdg" / "sidecar").mkdir(parents=True)
     (tmp_path / "xdg" / "sidecar" / "config.yaml").write_text("search:\n  limit: 4\n")
     assert load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}).search.limit == 4
+    # A relative XDG_CONFIG_HOME is ignored (XDG Base Directory specification), as systemd
+    # does for the unit's folder: the file was read relative to the working folder.
+    cfg = load_config(env={"XDG_CONFIG_HOME": "xdg"}, cwd=tmp_path)
+    assert cfg.default_file == Path("~/.config/sidecar/config.yaml").expanduser()
 
 
 def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:

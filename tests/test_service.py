@@ -596,6 +596,31 @@ def test_install_carries_the_flags_and_variables_into_the_service(tmp_path: Path
     assert plistlib.loads(mac.text.encode())["EnvironmentVariables"]["SIDECAR_SOCKET"] == str(sock)
 
 
+def test_a_service_installed_before_its_configuration_reads_the_file_the_shell_names(tmp_path: Path) -> None:
+    """Installed from a shell with XDG_CONFIG_HOME and no configuration file yet, the unit names
+    no --config: its daemon read ~/.config/sidecar/config.yaml (the service manager passes no
+    XDG_CONFIG_HOME on), while `config path`, `config check` and the install note named
+    $XDG_CONFIG_HOME/sidecar/config.yaml. The unit now carries XDG_CONFIG_HOME, and the note
+    names the file the daemon will read."""
+    xdg = tmp_path / "dotfiles"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env |= {"XDG_CONFIG_HOME": str(xdg), "SIDECAR_HOME": str(tmp_path / "h11")}
+    out = _sidecar("service", "install", "--dry-run", env=env)
+    assert out.returncode == 0, out.stderr
+    wanted = xdg / "sidecar" / "config.yaml"
+    assert _sidecar("config", "path", env=env).stdout == f"{wanted}\n"
+    assert f"reads {wanted} at its next start" in out.stderr
+    assert "--config" not in out.stdout
+    write(wanted, "search:\n  limit: 4\n")  # written after the install, where the note says
+    seen = _sidecar("config", "check", "--json", env=_daemon_env(out.stdout), cwd=Path("/"))
+    values = json.loads(seen.stdout)
+    assert values["file"] == str(wanted) and values["values"]["search.limit"]["value"] == 4
+    mac = service_file(load_config(env={"XDG_CONFIG_HOME": str(xdg)}), tmp_path, platform="darwin")
+    assert plistlib.loads(mac.text.encode())["EnvironmentVariables"]["XDG_CONFIG_HOME"] == str(xdg)
+    plain = service_file(load_config(env={}), tmp_path, platform="linux", sandbox=False)
+    assert "XDG_CONFIG_HOME" not in plain.text  # the default needs nothing pinned
+
+
 def test_a_service_installed_without_xdg_runtime_dir_listens_where_its_shell_looks(tmp_path: Path) -> None:
     """Installed from a shell without XDG_RUNTIME_DIR (su, some SSH sessions, containers), the
     unit pins the socket that shell derives (the service manager's own XDG_RUNTIME_DIR put the
@@ -642,7 +667,9 @@ def test_private_tmp_is_left_out_when_the_daemon_needs_tmp(tmp_path: Path, where
         writable = next(x for x in text.splitlines() if x.startswith("ReadWritePaths=")).split("=", 1)[1]
         assert "-/tmp" in writable.split()
     away = {"home": "/srv/sidecar/home", "socket": "/srv/sidecar/run/s.sock", "vault.path": "/srv/notes"}
-    clean = systemd_unit(load_config(flags=away, env={}), Launcher(("/opt/sidecar/bin/sidecar",)), None, True)
+    # Nor the default file the daemon reads once written (the test's HOME lies in /tmp).
+    outside = load_config(flags=away, env={"XDG_CONFIG_HOME": "/srv/config"})
+    clean = systemd_unit(outside, Launcher(("/opt/sidecar/bin/sidecar",)), None, True)
     assert "PrivateTmp=yes" in clean
 
 

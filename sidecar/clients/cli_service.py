@@ -46,11 +46,11 @@ def _install_notes(cfg: Config, svc: ServiceFile, before: str | None) -> list[st
     """What a person should know about the file being written (on stderr, before it is)."""
     notes = []
     if cfg.source_file is None:
+        wanted = shlex.quote(str(cfg.default_file or "~/.config/sidecar/config.yaml"))
         notes.append(
-            "no configuration file; the service starts without a vault and reads "
-            "~/.config/sidecar/config.yaml at its next start once you write one "
-            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path; "
-            "a home: set there needs `sidecar service install` again)."
+            f"no configuration file; the service starts without a vault and reads {wanted} at its "
+            f"next start once you write one (sidecar config example > {wanted}, then set "
+            "vault.path; a home: set there needs `sidecar service install` again)."
         )
     derived = cfg.socket_path == cfg.home / "run" / "sidecar.sock"  # the default without the variable
     if sys.platform != "darwin" and derived and not os.environ.get("XDG_RUNTIME_DIR"):

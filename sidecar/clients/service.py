@@ -123,6 +123,11 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
         out.append(("XDG_STATE_HOME", str(cfg.state_dir.parent)))
+    default_file = Path("~/.config/sidecar/config.yaml").expanduser()
+    if cfg.default_file is not None and cfg.default_file != default_file:
+        # The file read when none is named follows XDG_CONFIG_HOME too: without it the service
+        # read ~/.config/sidecar/config.yaml while this shell's commands wrote and checked another.
+        out.append(("XDG_CONFIG_HOME", str(cfg.default_file.parent.parent)))
     for s in settings():
         origin = cfg.origins.get(s.dotted, "default")
         if s.dotted in ("home", "socket") or not (origin == "flag" or origin.startswith("environment ")):
@@ -302,7 +307,7 @@ def _in_tmp(cfg: Config, run: Launcher, config: Path | None) -> Path | None:
     needed = [
         cfg.socket_path,
         cfg.home,
-        config,
+        config if config is not None else cfg.default_file,  # the file read once it is written
         cfg.vault.path,
         cfg.prepared_dir,
         cfg.embedder.path,

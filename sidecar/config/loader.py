@@ -116,9 +116,18 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
 
 
 def default_config_file(env: Mapping[str, str]) -> Path:
-    """The file every command reads when none is named (no --config, no SIDECAR_CONFIG)."""
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
-    return base / "sidecar" / "config.yaml"
+    """The file every command reads when none is named (no --config, no SIDECAR_CONFIG):
+    under $XDG_CONFIG_HOME when it is an absolute path (a relative one is to be ignored, XDG Base
+    Directory specification, as systemd does for its units), else under ~/.config."""
+    base = env.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path("~/.config").expanduser()
+    return root / "sidecar" / "config.yaml"
+
+
+def config_file_path(flag: str | None, env: Mapping[str, str]) -> Path:
+    """The configuration file a command with this ``--config`` (or none) reads, whether it exists
+    or not: `sidecar config path`, for the steps that write it."""
+    return _default_config_path(flag, env)[0]
 
 
 def holds_nothing(path: Path) -> bool:
@@ -132,7 +141,7 @@ def holds_nothing(path: Path) -> bool:
     return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
 
 
-def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path, bool]:
     """The config file to read and whether it must exist (named explicitly)."""
     if flag:
         return Path(flag).expanduser(), True
@@ -434,6 +443,7 @@ def load_config(
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
         state_dir=_default_state_dir(env),
+        default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
         time_zone=env.get("TZ") or None,
     )
