@@ -23,9 +23,11 @@ from sidecar.config import Config
 from sidecar.contracts.errors import DaemonRunningError, EmbedderError
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
+from sidecar.memory.retention import RETIRED_DIR
 from sidecar.model.embedder import Embedder, EmbedderSlot, load_model, model_name
 from sidecar.runtime import heap
 from sidecar.vault.confine import tighten_home
+from sidecar.vault.homeguard import MARKER
 
 log = logging.getLogger(__name__)
 
@@ -134,20 +136,31 @@ def lock_and_tighten(cfg: Config) -> IndexLock:
 
 
 def tighten_own(cfg: Config) -> None:
-    """Tighten what the daemon made in the home: its folders, index, models, socket folder,
-    agents' folders and audit logs, each inbox folder and its ``.trash``; not the notes in an
-    inbox (a person saves and backs up notes there; the inbox folder's 0700 keeps them private)."""
-    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
+    """Tighten what the daemon made in the home: the home folder, index, models, socket folder,
+    and of ``agents/`` its own entries only (each agent's folder, audit logs, inbox folder and
+    .trash, the retired agents' logs, the home's marker). The notes in an inbox and whatever else
+    a person keeps there keep their modes: a person saves notes there and an editor leaves its
+    backups, and the inbox folder's 0700 keeps other users out of them."""
+    trees = [cfg.index_dir, cfg.models_dir, cfg.home / "run", cfg.agents_dir / RETIRED_DIR]
+    own = [cfg.agents_dir, cfg.agents_dir / MARKER]
+    for agent in _real_folders(cfg.agents_dir):
+        inbox = agent / "memory"
+        own += [agent, agent / "audit.log", agent / "audit.log.1", inbox]
+        if inbox in _real_folders(agent):
+            trees.append(inbox / ".trash")
     # Only a vault kept inside the home needs leaving alone; one elsewhere is not looked at (on a
     # share that hangs, resolving its path would block the start).
     vault = cfg.vault.path
     inside = vault is not None and vault.is_absolute() and vault.is_relative_to(cfg.home)
+    tighten_home(cfg.home, trees, [vault] if inside and vault is not None else [], own)
+
+
+def _real_folders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` that are folders, not links to one (none when it cannot be read)."""
     try:
-        agents = [e.name for e in os.scandir(cfg.agents_dir) if e.is_dir(follow_symlinks=False)]
+        return [Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
     except OSError:  # not made yet, or not a folder (the start says so when it makes it)
-        agents = []
-    inboxes = [cfg.agents_dir / name / "memory" for name in agents]
-    tighten_home(cfg.home, own, [vault] if inside and vault is not None else [], inboxes)
+        return []
 
 
 def raise_fd_limit() -> None:

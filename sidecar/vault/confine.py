@@ -154,18 +154,15 @@ def read_fd(fd: int, limit: int) -> bytes:
 
 
 def tighten_home(
-    home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = (), inboxes: Sequence[Path] = ()
+    home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = (), own: Sequence[Path] = ()
 ) -> int:
-    """Remove group and other permissions from the home folder and everything in the daemon's
-    own ``subtrees`` of it (index, agents, models, run; not whatever else a user keeps in the
-    folder named as home). Symlinks and the folders in ``skip`` (a vault kept inside the home)
-    are left alone. Of an inbox folder in ``inboxes`` only the folder and its ``.trash`` are the
-    daemon's: the notes and whatever else a person or an editor keeps there keep their modes
-    (the folder's 0700 keeps other users out of them). Returns how many entries were changed,
-    and says so in the log."""
+    """Remove group and other permissions from the home folder, everything in the daemon's own
+    ``subtrees`` of it (index, models, run; not whatever else a user keeps in the folder named as
+    home) and the single entries ``own`` (the agents' folders and inboxes, not the notes in them).
+    Symlinks and the folders in ``skip`` (a vault kept inside the home) are left alone. Returns
+    how many entries were changed, and says so in the log."""
     changed: list[str] = []
     skipped = {p.resolve() for p in skip}
-    shared = {os.path.normpath(p) for p in inboxes}
     subtrees = [t for t in subtrees if t.is_dir() and not t.is_symlink()]
 
     def fix(path: str, st: os.stat_result) -> None:
@@ -175,7 +172,7 @@ def tighten_home(
                 os.chmod(path, mode & 0o700, follow_symlinks=False)
                 changed.append(path)
 
-    for top in (home, *subtrees):
+    for top in (home, *subtrees, *own):
         try:
             st = os.lstat(top)
         except OSError:
@@ -184,10 +181,7 @@ def tighten_home(
             fix(str(top), st)
     for folder, dirs, files in (w for top in subtrees for w in os.walk(top, followlinks=False)):
         dirs[:] = [d for d in dirs if Path(folder, d).resolve() not in skipped]
-        inbox = os.path.normpath(folder) in shared
-        if inbox:
-            dirs[:] = [d for d in dirs if d == ".trash"]
-        for name in (*dirs, *([] if inbox else files)):
+        for name in (*dirs, *files):
             path = os.path.join(folder, name)
             try:
                 st = os.lstat(path)

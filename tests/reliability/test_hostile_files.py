@@ -265,8 +265,9 @@ def _tree_modes(home: Path) -> dict[str, int]:
 def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Path) -> None:
     """A home left 0755 (index 0755, a manifest 0644) is tightened at start and says so; after
     start and after writes (with the model, so LanceDB writes too) nothing is group or other
-    readable but a person's note in an inbox: it keeps its mode (the daemon did not make it; the
-    inbox folder's 0700 keeps other users out), while the inbox's .trash is tightened."""
+    readable but a person's files in an agent's folder: a note in the inbox and one beside it keep
+    their modes (the daemon did not make them; the folders' 0700 keep other users out), while
+    the inbox's .trash and the audit log are tightened."""
     vault = tmp_path / "vault"
     write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
     home = tmp_path / "home"
@@ -274,10 +275,13 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     (home / "index").mkdir(parents=True)
     write(inbox / "old.md", "# old\n\nkept\n")
     write(inbox / ".trash" / "gone--20260101T000000000000.md", "# gone\n\nkept text\n")
+    write(home / "agents" / "claude" / "audit.log", "{}\n").chmod(0o644)
+    write(home / "agents" / "claude" / "todo.md", "# todo\n\nthe person's, beside the inbox\n")
     for p in (home, home / "index", home / "agents", home / "agents" / "claude", inbox, inbox / ".trash"):
         p.chmod(0o755)
-    (inbox / "old.md").chmod(0o644)
-    (inbox / ".trash" / "gone--20260101T000000000000.md").chmod(0o644)
+    for p in (inbox / "old.md", inbox / ".trash" / "gone--20260101T000000000000.md"):
+        p.chmod(0o644)
+    (home / "agents" / "claude" / "todo.md").chmod(0o664)
     old = os.umask(0o022)  # a permissive login umask, inherited by the daemon
     try:
         d: DaemonProcess = daemon_factory(vault, env={})
@@ -286,7 +290,10 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     finally:
         os.umask(old)
     assert "home_tightened" in _log(d)
-    person = {"agents/claude/memory/old.md": oct(0o644)}  # the person's: left as it is
+    person = {  # the person's: left as they are
+        "agents/claude/memory/old.md": oct(0o644),
+        "agents/claude/todo.md": oct(0o664),
+    }
     loose = {p: oct(m) for p, m in _tree_modes(home).items() if m & 0o077}
     assert loose == person
     for i in range(5):
