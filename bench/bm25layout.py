@@ -30,7 +30,7 @@ from eval import load_beir, metrics
 from levers import score
 
 from sidecar.search.query import analyze
-from sidecar.search.retrieval import bm25_text
+from sidecar.search.querywords import bm25_text
 from sidecar.stores import bm25 as kw
 from sidecar.stores import bm25_text as kt
 from sidecar.stores.cjk import bigrams

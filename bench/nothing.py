@@ -9,7 +9,7 @@ hit at or above 0.1 / 0.15 / 0.2 / 0.25 of relevance, and which. Phrases come fr
 per line) and/or ``--random N`` made-up phrases of one to four words of random syllables (seeded,
 so every run sends the same ones).
 
-``pieces`` reads no index: the share the search's "unread" rule (``retrieval.unread_words``, the
+``pieces`` reads no index: the share the search's "unread" rule (``querywords.unread_words``, the
 model's own tokenizer) judges unread among the questions of the labeled sets in ``bench/`` (CJK
 excluded), their content words one at a time and two at a time, the off-topic messages, and
 ``--random N`` made-up phrases of random letters and of random syllables.
@@ -81,7 +81,7 @@ def cmd_pieces(args: argparse.Namespace) -> dict[str, object]:
     from sidecar.config import load_config
     from sidecar.model.embedder import load_model
     from sidecar.search.query import analyze
-    from sidecar.search.retrieval import unread_words
+    from sidecar.search.querywords import unread_words
 
     env = {"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"} if args.model == "minilm" else {}
     model = load_model(load_config(flags={"home": str(args.home)}, env=env))

@@ -587,6 +587,9 @@ def test_a_terse_follow_up_of_a_question_about_ones_day_recalls_that_day(
         "Ich wohne seit einem Jahr in Berlin, welcher Arzt war gut?",
         "Ich habe seit 3 Tagen Husten, was hilft?",
         "Since a week is too short for Lyon, what did I note about garlic?",
+        "Knoblauch wächst seit einem Jahr",
+        "Ich bin seit gestern krank, was hilft?",
+        "I have been sick since Monday, what helps?",
     ],
 )
 def test_a_duration_of_a_state_lists_no_period(served: Served, message: str) -> None:
@@ -595,6 +598,58 @@ def test_a_duration_of_a_state_lists_no_period(served: Served, message: str) -> 
     r = served.call("recall", {"message": message, "preview": True})
     assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], r["hits"]
     assert r["analysis"]["filters"].get("timePhrase") is None, r["analysis"]
+
+
+@pytest.mark.parametrize(
+    ("message", "phrase"),
+    [
+        ("Knoblauch wächst seit einem Jahr", "seit einem Jahr"),
+        ("Ich bin seit gestern krank, was hilft?", "seit gestern"),
+        ("I have been sick since Monday, what helps?", "since Monday"),
+        ("Die Heizung ist seit Montag kaputt, was tun?", "seit Montag"),
+    ],
+)
+def test_a_state_stated_keeps_its_time_words(served: Served, message: str, phrase: str) -> None:
+    """A state stated with its subject ('Ich bin seit gestern krank') reads its time words as
+    words: they were taken for a period (not listed, but cut from the words searched)."""
+    r = served.call("recall", {"message": message, "preview": True})
+    assert phrase in r["analysis"]["text"], r["analysis"]
+    assert served.call("search", {"query": message}).get("window") is None
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Meeting notes since 2 weeks",
+        "Project kickoff since a month",
+        "Show me my notes since a week",
+        "Notizen zum neuen Projekt seit einem Monat",
+        "Everything I've read since Monday",
+        "Alles, was ich seit Montag gelesen habe",
+        "Bücher, die ich seit Januar gelesen habe",
+        "Die Kosten insgesamt seit Januar",
+        "Mein Gewicht morgens seit Januar",
+    ],
+)
+def test_keywords_and_ones_own_doings_keep_their_window(served: Served, query: str) -> None:
+    """Sentence-case keywords, a request, a relative clause about one's reading and German keywords
+    ask for the period's notes: each was once read as a state stated, with no window."""
+    assert served.call("search", {"query": query}).get("window") is not None, query
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "I've been tracking my sleep since Monday, how did it go?",
+        "Ich lese seit Montag Dune, was habe ich dazu notiert?",
+        "Mir geht es seit Montag schlecht. Was habe ich gegessen?",
+    ],
+)
+def test_a_state_beside_a_question_about_ones_doings_lists_the_period(served: Served, message: str) -> None:
+    """A state said beside a question about one's doings asks for the period's notes: recall
+    listed none when only the phrase's own clause was read."""
+    r = served.call("recall", {"message": message, "preview": True})
+    assert "vault/Daily/2026-12-01" in [h["reference"] for h in r["hits"]], (message, r["hits"])
 
 
 def test_a_weekend_follow_up_of_a_question_about_ones_day_recalls_that_weekend(
@@ -2745,6 +2800,65 @@ def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplica
 
 @pytest.mark.parametrize(
     "message",
+    [
+        "Was passiert im März?",
+        "What's happening in March?",
+        "What will happen in March?",
+        "Was machen wir im März?",
+        "Was passiert im März",
+        "Was passiert im März? Ich muss das planen.",
+        "Was ist im März los?",
+        "What am I doing in March",
+    ],
+)
+def test_a_question_about_a_month_to_come_lists_no_month_gone_by(
+    served: Served, agent_vault: Path, message: str
+) -> None:
+    """'Was passiert im März?' asked in December is about the March to come: recall listed the
+    daily notes of the March gone by, and search read last March's window."""
+    write(agent_vault / "Daily/2026-03-10.md", "# Ein Tag\n\nMit Lena den Zaun gestrichen.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": message, "preview": True})
+    assert "vault/Daily/2026-03-10" not in [h["reference"] for h in r["hits"]], r["hits"]
+    assert r["analysis"]["filters"].get("timePhrase") is None, r["analysis"]
+    assert re.search("März|March", r["analysis"]["text"]), r["analysis"]
+    assert served.call("search", {"query": message}).get("window") is None
+
+
+@pytest.mark.parametrize(
+    "history", [["Was passiert im März?", "Nichts geplant."], ["Was mache ich im März?", "Nichts."]]
+)
+def test_a_follow_up_of_a_question_about_a_month_to_come_lists_no_month_gone_by(
+    served: Served, agent_vault: Path, history: list[str]
+) -> None:
+    """'und im April?' after a question about March to come lists no April gone by."""
+    write(agent_vault / "Daily/2026-04-10.md", "# Ein Tag\n\nMit Lena den Garten gemacht.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": "und im April?", "history": history, "preview": True})
+    assert "vault/Daily/2026-04-10" not in [h["reference"] for h in r["hits"]], r["hits"]
+
+
+@pytest.mark.parametrize(
+    ("message", "note"),
+    [
+        ("What did I write about garlic since a year?", "Daily/2026-03-10"),
+        ("Was habe ich über Knoblauch seit einem Jahr geschrieben?", "Daily/2026-03-10"),
+    ],
+)
+def test_a_question_about_a_topic_since_a_year_reads_the_year(
+    served: Served, agent_vault: Path, message: str, note: str
+) -> None:
+    """'What did I write about garlic since a year?' asks about the last year's notes: the
+    duration was taken for the garlic's and the question searched all days."""
+    write(agent_vault / f"{note}.md", "# Ein Tag\n\nKnoblauch gesetzt, garlic planted.\n")
+    served.h.sweep()
+    r = served.call("recall", {"message": message, "preview": True})
+    assert (r["window"]["since"], r["window"]["until"]) == ("2025-12-02", TODAY.isoformat()), r["window"]
+    assert f"vault/{note}" in [h["reference"] for h in r["hits"]], r["hits"]
+
+
+@pytest.mark.parametrize(
+    "message",
     ["Was war gestern?", "What happened yesterday?", "Was war am Dienstag?", "Was ist gestern passiert?"],
 )
 def test_a_question_about_what_happened_recalls_the_days_notes(served: Served, message: str) -> None:
@@ -3094,3 +3208,58 @@ def test_an_agents_memory_stays_found_by_meaning_during_a_switch(served: Served)
         )
     searchable, by, why = served.handlers.memory._searchable("memory/claude/kayak")
     assert searchable and by == ["keywords"] and why is not None and "model being switched to" in why
+
+
+def test_a_memory_writes_inline_front_matter_keeps_its_values_as_written(served: Served) -> None:
+    """An agent's ``zeit: 12:30`` and ``version: 1.10`` were stored as ``zeit: 750`` and
+    ``version: 1.1`` (YAML 1.1 read them as numbers, which the note was written back from), a
+    date became quoted text: every value is written as the agent wrote it, through an edit too;
+    names are the text written, quoted."""
+    from sidecar.notes.frontmatter import split_front_matter
+
+    content = (
+        "---\nzeit: 12:30\nversion: 1.10\ndue: 2024-01-01\ncount: 5\nfertig: yes\n"
+        "title: 010\ntags: [2024, yes]\n---\nDer Kajak liegt im Keller.\n"
+    )
+    note = served.cfg.agents_dir / "claude" / "memory" / "kajak.md"
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        client.call("write", {"slug": "kajak", "content": content})
+        written = note.read_text()
+        edit = {"slug": "kajak", "content": "Im Keller, links.", "frontmatter": {"ort": "Keller"}}
+        client.call("edit", edit)
+    edited = note.read_text()
+    for text in (written, edited):
+        for line in ("zeit: 12:30\n", "version: 1.10\n", "due: 2024-01-01\n", "count: 5\n", "fertig: yes\n"):
+            assert line in text, text
+        fm = split_front_matter(text)[0]
+        assert fm["title"] == "010" and fm["tags"] == ["2024", "yes"], text
+        assert "title: '010'\n" in text, text
+    assert "ort: Keller\n" in edited and edited.endswith("Im Keller, links.\n")
+
+
+def test_a_memory_write_stores_names_sent_as_numbers_as_text_and_refuses_a_yes_no(served: Served) -> None:
+    """JSON numbers an agent sends as aliases, tags or a title are written as their text, quoted
+    (the file says what every reader reads); JSON true/false as a name is refused (no name an
+    agent means: the text "true" is sent as text), and nothing is written."""
+    from sidecar.notes.frontmatter import split_front_matter
+
+    inbox = served.cfg.agents_dir / "claude" / "memory"
+    with Client(served.cfg.socket_path, agent="claude") as client:
+        client.call(
+            "write",
+            {
+                "slug": "raum",
+                "content": "Der Raum.",
+                "frontmatter": {"Aliases": [7, "Keller", [10]], "title": 2024, "tags": [1.5], "count": 3},
+            },
+        )
+        text = (inbox / "raum.md").read_text()
+        fm = split_front_matter(text)[0]
+        assert fm["Aliases"] == ["7", "Keller", ["10"]] and fm["title"] == "2024", text
+        assert fm["tags"] == ["1.5"] and fm["count"] == 3, text
+        assert "- '7'\n" in text and "title: '2024'\n" in text, text
+        for bad in ({"aliases": [True]}, {"title": False}, {"TAGS": ["a", True]}):
+            with pytest.raises(SidecarError, match="a yes/no, not a name"):
+                client.call("write", {"slug": "flag", "content": "x", "frontmatter": bad})
+        client.call("write", {"slug": "flag", "content": "x", "frontmatter": {"aliases": ["true"]}})
+    assert split_front_matter((inbox / "flag.md").read_text())[0]["aliases"] == ["true"]

@@ -7,6 +7,8 @@ import hashlib
 import os
 from collections.abc import Sequence
 
+import pytest
+
 from sidecar.config import load_config
 from sidecar.model.embedder import load_model
 from sidecar.notes.chunking import chunk_note
@@ -192,9 +194,11 @@ def test_a_description_at_the_length_limit_stays_whole_beside_aliases() -> None:
 
 
 def test_odd_aliases_are_names_on_one_line() -> None:
-    """A yes/no is no alias (it read "True"), a link names what it shows, a line break is a space."""
+    """An unquoted yes is the alias "yes" as typed (it read "True", then none), a link names what
+    it shows, a line break is a space."""
     fm = '---\naliases: [yes, 2024, "[[Bar]]", "[[Ordner/Baz.md#Kopf|Qux]]", "zwei\\nZeilen"]\n---\nText.\n'
-    assert chunk_note(fm, title="t", count_tokens=words).aliases == ("2024", "Bar", "Qux", "zwei Zeilen")
+    got = chunk_note(fm, title="t", count_tokens=words).aliases
+    assert got == ("yes", "2024", "Bar", "Qux", "zwei Zeilen")
     one_string = chunk_note("---\naliases: '[[Foo]], x'\n---\n", title="t", count_tokens=words)
     assert one_string.aliases == ("Foo", "x")
 
@@ -221,20 +225,21 @@ def test_an_unquoted_wiki_link_is_an_alias_as_a_quoted_one() -> None:
 
 
 def test_an_unquoted_link_names_only_the_text_written_one_level_deep() -> None:
-    """In an unquoted ``[[...]]`` YAML reads numbers, times and infinities (``[[010]]`` is 8,
-    ``[[12:30]]`` 750 in base 60): no alias, not a name the user never wrote. Only a link as YAML
-    reads it (a list of one list of one text), as the value or an item of it, is one: lists
-    deeper down or of other shapes are none. A plain list of numbers keeps its names
-    (``aliases: [2024]``), a date in the link its text."""
+    """In an unquoted ``[[...]]`` YAML 1.1 reads numbers, times and infinities (``[[010]]`` was 8,
+    ``[[12:30]]`` 750 in base 60): the name is the text written. Only a link as YAML reads it (a
+    list of one list of one text), as the value or an item of it, is one: lists deeper down or of
+    other shapes are none. A plain list of numbers keeps its names (``aliases: [2024]``), a date
+    in the link its text, an empty link none."""
     cases = {
-        "aliases: [[010]]": (),
-        "aliases: [[12:30]]": (),
-        "aliases: [[0x1F]]": (),
-        "aliases: [[1_000]]": (),
-        "aliases: [[1.50]]": (),
-        "aliases: [[.inf]]": (),
-        "aliases: [[2024]]": (),
-        "aliases: [[true]]": (),
+        "aliases: [[010]]": ("010",),
+        "aliases: [[12:30]]": ("12:30",),
+        "aliases: [[0x1F]]": ("0x1F",),
+        "aliases: [[1_000]]": ("1_000",),
+        "aliases: [[1.50]]": ("1.50",),
+        "aliases: [[.inf]]": (".inf",),
+        "aliases: [[2024]]": ("2024",),
+        "aliases: [[true]]": ("true",),
+        "aliases: [[null]]": (),
         "aliases: [[[[Deep]]]]": (),
         "aliases: [[[Bar]]]": ("Bar",),
         "aliases:\n  - [[[Deep]]]": (),
@@ -246,6 +251,55 @@ def test_an_unquoted_link_names_only_the_text_written_one_level_deep() -> None:
     }
     for fm, aliases in cases.items():
         assert aliases_of(parse_front_matter(fm)[0]) == aliases, fm
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("010", "010"),
+        ("1e3", "1e3"),
+        ("1.50", "1.50"),
+        ("yes", "yes"),
+        ("Off", "Off"),
+        ("0x1F", "0x1F"),
+        ("2024-01-01", "2024-01-01"),
+        ("2024-01-01 10:00:00", "2024-01-01 10:00:00"),
+        ("12:30", "12:30"),
+    ],
+)
+def test_aliases_tags_and_title_are_read_as_written(written: str, read: str) -> None:
+    """``aliases: [010]`` named the note "8" (YAML 1.1 reads an unquoted 010 as octal), ``1e3``
+    and ``1.50`` were numbers written back otherwise, ``yes`` a yes/no: an alias, a tag or a
+    title is the text the user typed, in any case of the key, in a list or alone. Other keys
+    keep their values (a count stays a number), and an empty or null value names nothing."""
+    text = f"---\nAliases: [{written}]\ntags: [{written}]\nTitle: {written}\ncount: 010\n---\nText.\n"
+    note = chunk_note(text, title="t", count_tokens=words)
+    assert note.aliases == (read,) and note.title == read, note
+    assert note.tags == (read.lower(),), note.tags
+    assert note.front_matter["count"] == 8
+    empty = chunk_note("---\naliases:\ntags: ~\ntitle: null\n---\nText.\n", title="t", count_tokens=words)
+    assert (empty.aliases, empty.tags, empty.title) == ((), (), "t")
+
+
+def test_a_value_a_name_shares_through_an_anchor_keeps_its_reading_under_the_other_key() -> None:
+    """A node anchored under another key and repeated under a name key (``title: *d``) is read
+    as written there only: the date stays a time, the count a number, a shared list's items
+    numbers and yes/no under its own key."""
+    fm, problem = parse_front_matter(
+        "date: &d 2024-01-01 10:00:00\ncount: &n 010\nlist: &l [010, yes]\n"
+        "title: *d\naliases: [*n]\ntags: *l\nagain: *l\n"
+    )
+    assert problem is None
+    assert fm["date"] == "2024-01-01T10:00:00" and fm["title"] == "2024-01-01 10:00:00"
+    assert fm["count"] == 8 and fm["aliases"] == ["010"]
+    assert fm["list"] == fm["again"] == [8, True] and fm["tags"] == ["010", "yes"]
+
+
+def test_a_yaml_alias_repeated_in_a_name_list_is_refused() -> None:
+    """An anchored list repeated many times in ``aliases`` (a YAML alias bomb), whose values are
+    read as written: the front matter is still refused by its node budget."""
+    fm = "a: &a [" + ", ".join(["x"] * 2000) + "]\naliases: [" + ", ".join(["*a"] * 2000) + "]"
+    assert parse_front_matter(fm) == ({}, "front matter is too large or too deeply aliased")
 
 
 def test_links_comments_and_code_hold_no_tags() -> None:

@@ -775,7 +775,9 @@ def test_status_keeps_recoveries_of_each_agent_and_store_apart(shared: DaemonPro
 
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
-    age and when it goes: copies of a whole index were kept for good and named nowhere."""
+    age and when it goes: copies of a whole index were kept for good and named nowhere. A newer
+    release's store a rebuild replaced after a downgrade is no damage: listed apart (it was
+    among the "Damaged index copies")."""
     from sidecar.clients.cli_render import render_status
     from sidecar.stores.lifecycle import move_aside_name
 
@@ -783,11 +785,25 @@ def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: Daemo
     copy.mkdir()
     try:
         h = shared.health()
-        assert h["index"]["moved_aside"] == [{"name": copy.name, "store": "bm25", "age_days": 0.0}]
+        listed = [{"name": copy.name, "store": "bm25", "age_days": 0.0, "newer": False}]
+        assert h["index"]["moved_aside"] == listed
         assert (
             f"Damaged index copies: 1 moved aside in {h['home']}/index ({copy.name}; the oldest under a "
             "day old), kept for inspection and removed after 30 days" in render_status(h)
         )
+        newer = move_aside_name(Path(h["home"]) / "index" / "manifest.sqlite", newer=True)
+        newer.write_bytes(b"")
+        try:
+            h = shared.health()
+            assert sorted(c["newer"] for c in h["index"]["moved_aside"]) == [False, True]
+            shown = render_status(h)
+            assert f"Damaged index copies: 1 moved aside in {h['home']}/index ({copy.name};" in shown
+            assert (
+                "Index copies made by a newer release (replaced by a rebuild): 1 moved aside in "
+                f"{h['home']}/index ({newer.name}; the oldest under a day old)" in shown
+            ), shown
+        finally:
+            newer.unlink()
     finally:
         copy.rmdir()
     assert shared.health()["index"]["moved_aside"] == []
@@ -848,7 +864,7 @@ def test_search_snippets_read_as_prose_around_the_query_words() -> None:
     """A hit's line shows the part of its text that holds the query's words (it showed the first 200
     characters, the matched words often past them), without table rules, emphasis, link brackets,
     quote and callout marks or embedded images."""
-    from sidecar.clients.cli_render import plain_text, snippet
+    from sidecar.clients.cli_hits import plain_text, snippet
 
     chunk = (
         "## Set up\n\nFirst **open** the [[Settings#Sync|sync settings]] ![[cog.svg#icon]] and "
@@ -877,7 +893,7 @@ def test_snippets_show_code_blocks_as_written() -> None:
     """A ``#`` comment in a fenced code block is no heading in a hit's one-line snippet (it got the
     heading's colon: "Flächenberechnung für das Pultdach:"), a ``|`` there no table cell; the text
     after the block is prose again."""
-    from sidecar.clients.cli_render import plain_text
+    from sidecar.clients.cli_hits import plain_text
 
     chunk = (
         "## Skript zur Berechnung\n\n```bash\n#!/bin/bash\n# Flächenberechnung für das Pultdach\n"

@@ -25,7 +25,7 @@ import pytest
 from sidecar.clients import cli_memory, cli_parser
 from sidecar.clients.cli import _remote_exit, main
 from sidecar.clients.cli_parser import build_parser
-from sidecar.clients.cli_render import Progress
+from sidecar.clients.cli_progress import Progress
 from sidecar.clients.client import Client, check_peer
 from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonUnreachableError, ExitCode

@@ -10,8 +10,10 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -598,8 +600,6 @@ def test_a_stop_that_gives_up_on_a_worker_says_so(
     """A worker still running when the stop stops waiting (a model switch's batch inside the
     model's native code) marks the daemon stuck: `sidecar serve` then leaves with os._exit once
     everything is closed, as the interpreter's own exit aborted under that thread (exit 134)."""
-    import threading
-
     from sidecar.daemon import lifecycle
 
     monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 0.05)
@@ -614,93 +614,91 @@ def test_a_stop_that_gives_up_on_a_worker_says_so(
     worker.join(5)
 
 
+@dataclass
+class HungShareStop:
+    """A daemon stopping while a call on the vault's share hangs (``hung_share_stop``)."""
+
+    daemon: Any
+    status: Any  # the vault root's supervisor status: set its hung call to make it known
+    call: threading.Thread  # the call that hangs
+    watcher: threading.Thread  # its walk of the share, until the share answers (5 s)
+
+    def start(self, *threads: threading.Thread) -> None:
+        """Start ``threads`` as the daemon's workers, in this order, and begin the stop's clock."""
+        for t in threads:
+            t.start()
+            self.daemon._threads.append(t)
+        self.daemon.stop_clock.begin()
+
+
+@pytest.fixture
+def hung_share_stop(make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HungShareStop]:
+    """A daemon with a supervisor (a vault root whose call hangs, not yet known) and a watcher
+    walking the share, its stop allowed a long join: each thread released and joined after."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon import lifecycle
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 30.0)
+    cfg = make_cfg(vault)
+    daemon = lifecycle.Daemon(cfg)
+    supervisor = Supervisor(cfg)
+    release = threading.Event()
+    call = threading.Thread(target=release.wait, args=(30,), daemon=True)
+    call.start()
+    st = supervisor.status(Root("vault", vault))
+    daemon.parts = SimpleNamespace(supervisor=supervisor, vectors=SimpleNamespace(stop_builds=lambda: None))  # type: ignore[assignment]
+    watcher = threading.Thread(target=release.wait, args=(5,), name="watcher", daemon=True)
+    try:
+        yield HungShareStop(daemon, st, call, watcher)
+    finally:
+        release.set()
+        if watcher.ident is not None:
+            watcher.join(5)
+        call.join(5)
+
+
 def test_a_stop_does_not_wait_for_a_watcher_stuck_on_a_hung_share(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    hung_share_stop: HungShareStop, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With a call on a share known to hang, the stop does not wait its whole join for the
     watcher (its walk of the share is in the kernel until the share answers; it writes nothing):
     10 s for it beside the indexer's took 20 s of the unit's TimeoutStopSec=30. Said in the log,
     and the process leaves with os._exit (``stuck``)."""
-    import threading
-    from types import SimpleNamespace
-
-    from sidecar.daemon import lifecycle
-    from sidecar.vault.sources import Root
-    from sidecar.vault.supervisor import Supervisor
-
-    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 30.0)
-    cfg = make_cfg(vault)
-    daemon = lifecycle.Daemon(cfg)
-    supervisor = Supervisor(cfg)
-    release = threading.Event()
-    call = threading.Thread(target=release.wait, args=(30,), daemon=True)  # the call that hangs
-    call.start()
-    st = supervisor.status(Root("vault", vault))
-    st._stuck, st.hung_on = call, "listing Projects"
-    daemon.parts = SimpleNamespace(supervisor=supervisor, vectors=SimpleNamespace(stop_builds=lambda: None))  # type: ignore[assignment]
-    watcher = threading.Thread(target=release.wait, args=(5,), name="watcher", daemon=True)
+    scene = hung_share_stop
+    scene.status._stuck, scene.status.hung_on = scene.call, "listing Projects"
     indexer = threading.Thread(target=lambda: None, name="indexer", daemon=True)
-    for t in (watcher, indexer):
-        t.start()
-        daemon._threads.append(t)
-    daemon.stop_clock.begin()
-    try:
-        with caplog.at_level("WARNING"):
-            stuck = daemon._join_workers()
-        assert watcher.is_alive()  # not waited for: the old stop joined it until the share answered
-        assert not stuck and daemon.stuck
-        assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
-    finally:
-        release.set()
-        watcher.join(5)
-        call.join(5)
+    scene.start(scene.watcher, indexer)
+    with caplog.at_level("WARNING"):
+        stuck = scene.daemon._join_workers()
+    assert scene.watcher.is_alive()  # not waited for: the old stop joined it until the share answered
+    assert not stuck and scene.daemon.stuck
+    assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
 
 
 def test_a_stop_asks_for_a_hung_call_when_the_watchers_turn_comes(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    hung_share_stop: HungShareStop, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A call found to hang while the indexer is joined (its wait for the share ended at the
     stop) still spares the stop the watcher's whole join: the hung call is asked for when the
     watcher's turn comes (it was asked once before the indexer's join, and none was known yet)."""
-    import threading
-    from types import SimpleNamespace
-
-    from sidecar.daemon import lifecycle
-    from sidecar.vault.sources import Root
-    from sidecar.vault.supervisor import Supervisor
-
-    monkeypatch.setattr(lifecycle, "_JOIN_TIMEOUT", 30.0)
-    cfg = make_cfg(vault)
-    daemon = lifecycle.Daemon(cfg)
-    supervisor = Supervisor(cfg)
-    release = threading.Event()
-    call = threading.Thread(target=release.wait, args=(30,), daemon=True)  # the call that hangs
-    call.start()
-    st = supervisor.status(Root("vault", vault))
-    daemon.parts = SimpleNamespace(supervisor=supervisor, vectors=SimpleNamespace(stop_builds=lambda: None))  # type: ignore[assignment]
+    scene = hung_share_stop
     indexer_go = threading.Event()
 
     def indexer_run() -> None:  # its wait for the listing ends at the stop: the hang is known then
         indexer_go.wait(5)
-        st._stuck, st.hung_on = call, "listing Projects"
+        scene.status._stuck, scene.status.hung_on = scene.call, "listing Projects"
 
     indexer = threading.Thread(target=indexer_run, name="indexer", daemon=True)
-    watcher = threading.Thread(target=release.wait, args=(5,), name="watcher", daemon=True)
-    for t in (indexer, watcher):
-        t.start()
-        daemon._threads.append(t)
-    daemon.stop_clock.begin()
-    try:
-        indexer_go.set()
-        with caplog.at_level("WARNING"):
-            stuck = daemon._join_workers()
-        assert watcher.is_alive()  # not waited for its whole join
-        assert not stuck and daemon.stuck
-        assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
-    finally:
-        release.set()
-        watcher.join(5)
-        call.join(5)
+    scene.start(indexer, scene.watcher)
+    indexer_go.set()
+    with caplog.at_level("WARNING"):
+        stuck = scene.daemon._join_workers()
+    assert scene.watcher.is_alive()  # not waited for its whole join
+    assert not stuck and scene.daemon.stuck
+    assert "shutdown_timeout thread=watcher hung_share=vault (listing Projects)" in caplog.text
 
 
 @pytest.mark.parametrize("raised", ["config", "other"])
@@ -741,3 +739,26 @@ def test_a_refused_reload_says_the_previous_settings_stay(
     assert "vectorWeight" in refused.stderr
     assert "the daemon keeps running with its previous settings" in refused.stderr, refused.stderr
     assert d.health()["index"]["state"] in ("ready", "building")
+
+
+def test_an_index_lock_held_by_sidecar_index_is_named_so(make_cfg: Any, tmp_path: Path) -> None:
+    """The index locked by `sidecar index` without a daemon (which may wait minutes for a share
+    it gave up on): a daemon or a second run is told that run holds it, not that "another
+    sidecar daemon is already serving" (exit 4 either way)."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.daemon.process import IndexLock
+
+    cfg = make_cfg(make_vault(tmp_path / "vault"), **{"embedder.enabled": False})
+    said: list[str] = []
+
+    def progress(_phase: str, _done: int, _total: int) -> None:
+        if said:
+            return
+        with pytest.raises(DaemonRunningError) as got:
+            IndexLock(cfg.index_dir).acquire()  # a daemon starting meanwhile
+        said.append(str(got.value))
+
+    index_once(cfg, rebuild=False, progress=progress)
+    assert said and f"is in use by `sidecar index` (pid {os.getpid()})" in said[0]
+    assert "already serving" not in said[0]

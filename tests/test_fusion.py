@@ -15,7 +15,7 @@ from sidecar.search.fusion import (
     rrf,
 )
 from sidecar.search.query import analyze, split_filters
-from sidecar.search.retrieval import unread_words
+from sidecar.search.querywords import unread_words
 
 
 def test_minmax_scales_each_arm() -> None:

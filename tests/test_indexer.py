@@ -530,6 +530,91 @@ def test_notes_with_an_unquoted_link_alias_are_read_again_and_nothing_else(
         h.close()
 
 
+def test_notes_with_names_yaml_read_as_numbers_are_read_again_and_nothing_else(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index built when ``aliases: [010]`` named the note "8" (YAML 1.1 octal), ``tags: [yes]``
+    was a yes/no and ``title: 1.50`` the number 1.5: at the upgrade only the notes whose stored
+    aliases, tags or title hold such a value are read again, and they then name the text written."""
+    from sidecar.notes import frontmatter
+    from sidecar.stores import manifest as manifest_mod
+
+    write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
+    write(vault / "Flag.md", "---\nTags:\n  - yes\n---\nText.\n")
+    write(vault / "Preis.md", "---\ntitle: 1.50\n---\nText.\n")
+    write(vault / "Datum.md", "---\nalias: 2024-01-01 10:00:00\n---\nText.\n")
+    # Names as text, and numbers under other keys: nothing to read again.
+    write(vault / "Werkstatt.md", "---\naliases: [Keller, '010']\ncount: 010\n---\nWerkzeug.\n")
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        monkeypatch.setattr(frontmatter, "_AS_WRITTEN", frozenset())  # the reading before
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
+        with h.stores.manifest.transaction() as db:  # the index the previous reader wrote
+            db.execute("DELETE FROM meta WHERE name = 'property_name_reader'")
+        monkeypatch.undo()
+        manifest_mod._aliases.cache_clear()
+        model.embedded.clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reparse_if_chunking_changed()  # the chunker is the one that cut them
+            h.indexer.reread_link_aliases_if_read_differently()
+            h.indexer.reread_property_names_if_read_differently()
+        assert "index_rechunk" not in caplog.text and "link_alias_reread" not in caplog.text
+        assert "property_name_reread notes=4 old=1 new=2" in caplog.text
+        assert h.sweep()["changed"] == 4  # those notes alone
+        assert any(t.startswith("Raum\n010, Keller\n") for t in model.embedded), model.embedded
+        assert any(t.startswith("1.50\n") for t in model.embedded), model.embedded
+        assert any(t.startswith("Datum\n2024-01-01 10:00:00\n") for t in model.embedded), model.embedded
+        tags = h.stores.manifest._query("SELECT tags FROM files WHERE rel = 'Flag.md'")
+        assert tags == [('["yes"]',)], tags
+        h.indexer.reread_property_names_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
+def test_notes_an_older_reader_could_not_read_for_a_name_are_read_again_once(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Front matter the previous reader could not read for a name's value (``title: =``, a tag
+    YAML has no constructor for) or stored as no JSON (``.inf``, ``.nan``) is read again at the
+    upgrade and gives its names; names that merely start with a year are not read again, nor
+    front matter that is still unreadable for another reason."""
+    from sidecar.notes import frontmatter
+    from sidecar.stores import manifest as manifest_mod
+
+    write(vault / "Gleich.md", "---\ntitle: =\ntags: [projekt]\n---\nText.\n")
+    write(vault / "Plan.md", "---\ntitle: !wichtig Plan\ntags: [projekt]\n---\nText.\n")
+    write(vault / "Unendlich.md", "---\ntitle: .inf\ntags: [.nan]\n---\nText.\n")
+    write(vault / "Reise.md", "---\ntitle: 2024-Trip nach Tokyo\ntags: [2024-Q1-Team]\n---\nText.\n")
+    write(vault / "Kaputt.md", "---\ntitle: [offen\ntags: [projekt]\n---\nText.\n")
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        monkeypatch.setattr(frontmatter, "_AS_WRITTEN", frozenset())  # the reading before
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        with h.stores.manifest.transaction() as db:  # the index the previous reader wrote
+            db.execute("DELETE FROM meta WHERE name = 'property_name_reader'")
+        monkeypatch.undo()
+        manifest_mod._aliases.cache_clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reread_property_names_if_read_differently()
+        assert "property_name_reread notes=3 " in caplog.text
+        assert h.sweep()["changed"] == 3
+        rows = dict(h.stores.manifest._query("SELECT rel, title || ' ' || tags FROM files"))
+        assert rows["Gleich.md"] == '= ["projekt"]'
+        assert rows["Plan.md"] == 'Plan ["projekt"]'
+        assert rows["Unendlich.md"] == '.inf [".nan"]'
+        assert h.stores.manifest.counts()["front_matter_unread"]["notes"] == 1  # Kaputt.md
+        h.indexer.reread_property_names_if_read_differently()  # recorded: nothing read again
+        assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
 def test_sidecar_index_reads_the_unquoted_link_aliases_again_once(make_cfg: Any, vault: Path) -> None:
     """`sidecar index` without a daemon reads the notes with an unquoted link alias again at the
     upgrade, as a daemon's start does, and only them."""

@@ -1142,6 +1142,51 @@ def test_a_note_whose_name_changes_case_on_a_case_insensitive_disk_is_indexed_on
         h.close()
 
 
+@pytest.mark.parametrize("how", ["renamed", "made anew"])
+@pytest.mark.parametrize("first", ["Tar.md", "tar.md"])
+def test_a_case_only_rename_whose_events_come_in_two_batches_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, how: str, first: str
+) -> None:
+    """A case-insensitive disk: `Tar.md` renamed `tar.md` (or made anew so), its two events in
+    separate batches, either first. The batch of the new spelling finds the indexed old one,
+    which its folder no longer lists: the note is indexed once (it stayed doubled, found twice,
+    until a full sweep)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        write(vault / "Other.md", "# Other\n\nNothing about archives.\n")
+        h.sweep()
+        if how == "renamed":
+            (vault / "Tar.md").rename(vault / "tar.md")
+        else:
+            (vault / "Tar.md").unlink()
+            write(vault / "tar.md", "# tar\n\nUnpack a tarball with tar xf, pack one with tar czf.\n")
+        _case_insensitive(monkeypatch, vault, "Tar.md", "tar.md")
+        for name in (first, ({"Tar.md", "tar.md"} - {first}).pop()):
+            h.indexer.sweep(only=frozenset(), paths={str(vault / name)})
+            assert len(_keys(h, "vault/Tar") | _keys(h, "vault/tar")) == 1
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/tar"}
+        assert _hits(h, "tarball") == ["vault/tar"]
+    finally:
+        h.close()
+
+
+def test_two_spellings_on_a_case_sensitive_disk_stay_two_notes(make_cfg: Any, vault: Path) -> None:
+    """ext4: `Tar.md` and `tar.md` are two files; the second one's event in a later batch than
+    the first's indexing leaves both indexed (the folder lists both spellings)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        write(vault / "tar.md", "# tar\n\nA tarball packed with tar czf.\n")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "tar.md")})
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Tar.md")})
+        assert _keys(h, "vault/Tar") | _keys(h, "vault/tar") == {"vault/Tar", "vault/tar"}
+        assert sorted(_hits(h, "tarball")) == ["vault/Tar", "vault/tar"]
+    finally:
+        h.close()
+
+
 def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> None:
     """A folder renamed and a note deleted beside it, in one batch of events: whether the root's
     deletions may go ahead (a listing of it under the probe timeout, slow on a share) was asked
@@ -1162,3 +1207,86 @@ def test_a_batch_of_events_probes_its_root_once(big: Harness, vault: Path) -> No
     assert probed == ["vault"], probed
     assert _keys(h, "vault/Renamed/") == {f"vault/Renamed/n{i}" for i in range(10)}
     assert not _keys(h, "vault/Notes/") and not h.stores.manifest.file_states_of([f"vault/{lost.stem}"])
+
+
+def test_other_spellings_of_many_new_notes_are_read_by_narrow_ranges(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The indexed notes a batch's new notes spell but for case or Unicode form: found by ranges
+    of the key index per first letter, in either case and form ("ß" and "ẞ" alike), never the
+    folder's whole subtree (each batch of more than 16 new notes in a folder read it); a name
+    without letters has no other spelling."""
+    import unicodedata
+
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        nfd = unicodedata.normalize("NFD", "Über")
+        for name in ("Tar", "Zip", "2024-01-01", "Notes/Tar", nfd, "ẞtraße"):
+            write(vault / f"{name}.md", f"# {name}\n\nText.\n")
+        h.sweep()
+        manifest = h.stores.manifest
+        asked: list[tuple[Any, ...]] = []
+        query = manifest._query
+
+        def recording(sql: str, args: Any = ()) -> Any:
+            asked.append(tuple(args))
+            return query(sql, args)
+
+        monkeypatch.setattr(manifest, "_query", recording)
+        want = {"vault/Tar": "Tar.md", "vault/Zip": "Zip.md"}
+        assert manifest.spelled_otherwise(["vault/tar", "vault/ZIP", "vault/2024-01-01", "vault/Tar"]) == {
+            "vault/Zip": "Zip.md"
+        }
+        many = ["vault/tar", "vault/zip"] + [f"vault/new {i}" for i in range(20)]
+        assert manifest.spelled_otherwise(many) == want
+        assert not any(args and args[0] == "vault/" for args in asked)  # never the whole folder
+        assert manifest.spelled_otherwise(["vault/tar", "vault/zip"]) == want
+        assert manifest.spelled_otherwise(["vault/notes/tar"]) == {}  # only in a folder spelled as indexed
+        assert manifest.spelled_otherwise(["vault/über"]) == {f"vault/{nfd}": f"{nfd}.md"}
+        assert manifest.spelled_otherwise(["vault/straße", "vault/ßtrasse"]) == {"vault/ẞtraße": "ẞtraße.md"}
+    finally:
+        h.close()
+
+
+def test_an_event_spelled_otherwise_than_the_disk_indexes_the_edit(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A case-insensitive disk: "Tar.md" indexed and listed, a tool writes it through "tar.md"
+    (the event names that spelling): the edit is indexed under the note's key. It was lost until
+    the next full sweep (the event's spelling was taken for a renamed note's old one)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        write(vault / "Tar.md", "# Tar\n\nHow to unpack a zipfile with unzip.\n")
+        _case_insensitive(monkeypatch, vault, "tar.md", "Tar.md")  # opens Tar.md, listed as such
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "tar.md")})
+        assert _hits(h, "zipfile") == ["vault/Tar"] and _hits(h, "tarball") == []
+        assert "vault/tar" not in h.stores.manifest.file_states("vault/")
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("first", ["old", "new"])
+def test_a_case_only_rename_from_a_decomposed_name_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """A case-only rename whose old name a Mac wrote decomposed (NFD, "Über.md") and whose new
+    one is typed (NFC, "über.md"), the events in either order: one note. Both stayed indexed (the
+    spellings were compared by lower() alone, not in one Unicode form)."""
+    import unicodedata
+
+    old = unicodedata.normalize("NFD", "Über.md")
+    new = "über.md"  # NFC, typed
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / old, "# Über\n\nHow to unpack a tarball with tar xzf.\n")
+        h.sweep()
+        (vault / old).rename(vault / new)
+        _case_insensitive(monkeypatch, vault, old, new)
+        order = [old, new] if first == "old" else [new, old]
+        for name in order:
+            h.indexer.sweep(only=frozenset(), paths={str(vault / name)})
+        assert _hits(h, "tarball") == ["vault/über"]
+    finally:
+        h.close()

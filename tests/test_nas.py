@@ -276,6 +276,51 @@ def test_a_path_longer_than_the_system_allows_is_skipped_not_unreadable(big: Har
     assert _counts(big) == before
 
 
+def test_a_folder_renamed_past_the_path_limit_is_named_once_in_a_problem(make_cfg: Any, vault: Path) -> None:
+    """A folder renamed longer so that its notes' paths pass PATH_MAX: its notes leave the index
+    (their calls fail with ENAMETOOLONG) and one PROBLEM line names the folder, not each note; it
+    goes once the folder is named shorter again. Only a `path too long` skip count said why notes
+    vanished from search."""
+    limit = os.pathconf(vault, "PC_PATH_MAX") - 1  # the longest path a call takes (no NUL)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    fd = os.open(vault, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # made by relative steps; the deepest folder's path ends 20 characters below the limit
+        path = str(vault)
+        while (room := limit - 20 - len(path) - 1) > 0:
+            name = "d" * min(200, room)
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = deeper, f"{path}/{name}"
+        for i in range(3):  # "/n0.md": 6 characters, within the limit
+            note = os.open(f"n{i}.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(note, f"# Deep {i}\n\nThe abyssal note {i}.\n".encode())
+            os.close(note)
+    finally:
+        os.close(fd)
+    try:
+        h.sweep()
+        assert (
+            len([k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))])
+            == 3
+        )
+        top = vault / ("d" * 200)
+        longer = vault / ("d" * 200 + "-" + "x" * 16)  # 17 more: the folder within, its notes past it
+        top.rename(longer)
+        h.sweep()
+        assert not [k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/n0", "/n1", "/n2"))]
+        assert h.indexer.activity.scan_skipped.get("path too long") == 3  # the three notes
+        problem = h.stores.problems.active_in("path_too_long")
+        assert problem is not None and "1 folder(s) may hold notes whose paths are longer" in problem["error"]
+        assert "n0.md" not in problem["error"] and path[-40:] in problem["error"]
+        assert h.stores.problems.active_in("unreadable") is None
+        longer.rename(top)
+        h.sweep()
+        assert h.stores.problems.active_in("path_too_long") is None
+    finally:
+        h.close()
+
+
 class _DeadEntry:
     """A listed folder entry whose stat fails as a dead share mounted there fails (ENOTCONN);
     the listing's own file type still says it is a folder."""
@@ -838,12 +883,14 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
 
 
 def test_a_stop_ends_the_wait_for_a_hung_listing(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The daemon's stop ends the indexer's wait for a share's call at once (its join waited the
     call's whole deadline, scanTimeoutSeconds for a listing, and gave up on the indexer); the
-    root is not said to hang for it."""
+    root is not said to hang for it, nor to be offline: a stop is no outage (it was logged and
+    kept as an offline root, "not waited for")."""
     h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    caplog.set_level(logging.INFO)
     release = threading.Event()
     try:
         h.indexer.sweep()
@@ -859,7 +906,9 @@ def test_a_stop_ends_the_wait_for_a_hung_listing(
         sweeping.join(20)
         assert not sweeping.is_alive() and not release.is_set()
         st = h.supervisor.roots["vault"]
-        assert "the daemon stops" in str(st.error) and "hung" not in str(st.error)
+        assert not st.offline and st.error is None and st.failures == 0
+        assert "share_wait_stopped root=vault" in caplog.text
+        assert "watcher_retry" not in caplog.text and "scan_hung" not in caplog.text
     finally:
         release.set()
         h.close()
@@ -869,7 +918,9 @@ def test_offline_index_says_which_listing_it_waits_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`sidecar index` on a share whose listing of one subfolder hangs says which folder it waits
-    for, and names it in the root left offline (it printed nothing for scanTimeoutSeconds)."""
+    for, then that it waits on to learn whether the share is only slow (up to
+    scanTimeoutSeconds), and names it in the root left offline (it printed nothing for
+    scanTimeoutSeconds)."""
     from sidecar.clients.cli import main
 
     vault = make_vault(tmp_path / "vault")
@@ -878,6 +929,7 @@ def test_offline_index_says_which_listing_it_waits_for(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
     monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    monkeypatch.setenv("SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS", "4")
     try:
         code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
     finally:
@@ -885,6 +937,8 @@ def test_offline_index_says_which_listing_it_waits_for(
     assert code == 0
     err = capsys.readouterr().err
     assert "waiting for vault to answer the listing of Projects (hung share?)" in err
+    assert "vault did not answer the listing of Projects in time; waiting" in err
+    assert "up to 4 s in all, to learn whether it is only a slow share" in err
     assert "vault offline, kept as indexed: listing Projects in" in err
 
 
@@ -1291,6 +1345,7 @@ def test_rebuild_not_finished_is_said_again_after_a_restart(
         problem = h.stores.problems.active_in("rebuild")
         assert problem is not None and "1 note(s) of vault" in problem["error"]
         failing[0] = False
+        h.sweep()  # its second failure in a row (the first was before the restart): waits a sweep
         h.sweep()
         assert h.stores.problems.active_in("rebuild") is None
         assert h.stores.manifest.chunk_ids("vault/Notes/n1")
@@ -1769,17 +1824,84 @@ def test_a_rebuild_is_refused_at_its_turn_when_the_sweep_before_it_began_a_hold(
         h.close()
 
 
+def test_a_rebuild_is_refused_at_its_turn_when_the_vault_went_offline_since_the_request(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The vault's share goes away between the request and the rebuild's turn: refused at the turn
+    with the request's own message (exit 7), nothing emptied (was: only a mass deletion held was
+    checked again, and the rebuild ran against the missing share)."""
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        keys = set(h.stores.manifest.file_states("vault/"))
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        h.indexer.refuse_rebuild()  # at the request: the share is there
+        ticket = loop.request_sweep(rebuild=True)
+        vault.rename(vault.parent / "unmounted")  # the share goes away before the turn
+        with pytest.raises(UnreadableError) as asked:
+            h.indexer.refuse_rebuild()  # what the request would say now
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        assert set(h.stores.manifest.file_states("vault/")) == keys
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and problem["error"] == str(asked.value)
+        assert _rebuild_unfinished(problem["error"]) == 7
+    finally:
+        h.close()
+
+
+def test_a_rebuild_refused_at_its_turn_for_an_offline_vault_leaves_status_once_it_is_back(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A rebuild refused at its turn for a share offline: said while it is, and no longer a
+    PROBLEM once a whole sweep reads the share again (kept under Recovered); the sweep of the
+    refusal itself keeps it said (was: said until a rebuild ran or a restart, its cause gone)."""
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 5)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        vault.rename(vault.parent / "unmounted")
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is not None
+        loop.request_sweep()  # a whole sweep, the share still away: still said
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is not None
+        (vault.parent / "unmounted").rename(vault)  # the share is back
+        loop.request_sweep()
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+        recent = h.problems.describe()["recent"]
+        assert any(r["error"].startswith("not rebuilt: vault cannot be read now") for r in recent)
+    finally:
+        h.close()
+
+
 def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put_back(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rebuild refused at its turn (the disk filled) whose sweep reads the notes an earlier
     rebuild put back: the refusal stays said and `index --rebuild` exits 7 with it (was: the
     sweep cleared the rebuild's problem as the notes were read, and the command exited 0)."""
-    import sqlite3
-
     from sidecar.clients.cli_admin import _rebuild_problem, _rebuild_unfinished
     from sidecar.daemon.indexing import IndexLoop
-    from sidecar.stores.manifest import Manifest
+    from sidecar.stores import manifest_aside
 
     _notes(vault, 5)
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1790,11 +1912,8 @@ def test_a_rebuild_refused_at_its_turn_stays_said_when_its_sweep_reads_notes_put
         h.sweep()
         assert h.problems.active_in("rebuild") is not None  # 1 note put back
         failing[0] = False
-
-        def full(self: Manifest, db: Any) -> None:
-            raise sqlite3.OperationalError("database or disk is full")
-
-        monkeypatch.setattr(Manifest, "set_aside", full)
+        # The disk filled: the turn's check (the request's, room first) finds no room for a copy.
+        monkeypatch.setattr(manifest_aside, "free_bytes", lambda _folder: 4096)
         loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
         loop.request_sweep(rebuild=True)
         job = loop._next()
@@ -2066,3 +2185,825 @@ def test_a_file_events_quick_look_leaves_a_slow_share_slow(make_cfg: Any, vault:
         assert not st.slow
     finally:
         h.close()
+
+
+def test_an_event_sweep_looks_up_only_its_own_notes_among_those_put_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With notes a rebuild put back, a sweep of file events looks up only the put-back notes of
+    its batch (was: every put-back note at every sweep, a second per sweep with tens of
+    thousands); one read by it leaves what status says, and a whole sweep settles the rest."""
+    from sidecar.stores.manifest import Manifest
+
+    notes = _notes(vault, 30, "Share")
+    write(vault / "Other.md", "# Other\n\nfirst words\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Share")
+        h.indexer.clear()
+        h.sweep()
+        put_back = {f"vault/Share/n{i}" for i in range(30)}
+        assert h.indexer._put_back == put_back
+        failing[0] = False
+        asked: list[str] = []
+        real = Manifest.file_states_of
+
+        def counting(self: Manifest, keys: Any) -> Any:
+            asked.extend(k for k in keys if k in put_back)
+            return real(self, keys)
+
+        monkeypatch.setattr(Manifest, "file_states_of", counting)
+        write(vault / "Other.md", "# Other\n\nnew words\n")
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Other.md")})
+        assert asked == []  # none of the put-back notes is in the batch
+        h.indexer.sweep(only=frozenset(), paths={str(notes[3])})
+        assert set(asked) == {"vault/Share/n3"}  # its own, whatever the batch's lookups
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 29 note(s)" in problem["error"]
+        asked.clear()
+        h.sweep()  # a whole sweep reads the rest
+        assert h.problems.active_in("rebuild") is None and not h.indexer._put_back
+    finally:
+        h.close()
+
+
+def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
+    """Make an agent's inbox one sidecar refuses: a symbolic link (to ``outside``, where its
+    notes go, with one more), or a folder of another user (needs root: skipped otherwise)."""
+    if how == "symlink":
+        inbox.rename(outside)
+        inbox.symlink_to(outside)
+        write(outside / "through.md", "# Through\n\nwritten behind the link\n")
+        return
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    os.chown(inbox, 65534, 65534)
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_a_rebuild_is_refused_while_an_inbox_with_notes_indexed_is_refused(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str
+) -> None:
+    """An agent's inbox with notes indexed turned into a symbolic link or another user's folder:
+    the rebuild is refused saying so, nothing changed (was: it ran, put the notes back as if
+    their share had gone away, served them from the refused inbox, and the next sweep dropped
+    them without a word)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith("not rebuilt: a memory inbox with notes indexed is not read (memory/ops: ")
+        assert ("symbolic link" if how == "symlink" else "another user") in said
+        assert "keeps those notes as indexed" not in said and "`sidecar index` removes its notes" in said
+        assert set(h.stores.manifest.file_states("memory/")) == {"memory/ops/plan"}
+        assert not h.stores.manifest.has_aside()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_refused_for_many_inboxes_names_a_few_by_cause(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """Many agents' inboxes refused: at most 3 named per cause, "and N more", in the plural; the
+    agents folder behind a symbolic link is named as that folder (was: every agent listed with
+    the same cause, 3.5 KB for 40 agents, "a memory inbox ... make it a folder")."""
+    from sidecar.contracts.errors import UnreadableError
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(40):
+            write(agents / f"agent{i:02}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        for i in range(5):  # five inboxes behind a link each
+            inbox = agents / f"agent{i:02}" / "memory"
+            inbox.rename(tmp_path / f"outside{i}")
+            inbox.symlink_to(tmp_path / f"outside{i}")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith(
+            "not rebuilt: 5 memory inboxes with notes indexed are not read (memory/agent00, memory/agent01, "
+            "memory/agent02 and 2 more: a symbolic link or not a folder)"
+        )
+        assert "make them folders of your own again" in said.lower() and "agent03" not in said
+        for i in range(5):  # back as they were; then the agents folder itself behind a link
+            inbox = agents / f"agent{i:02}" / "memory"
+            inbox.unlink()
+            (tmp_path / f"outside{i}").rename(inbox)
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with pytest.raises(UnreadableError) as refused:
+            h.indexer.refuse_rebuild()
+        said = str(refused.value)
+        assert said.startswith(
+            f"not rebuilt: the agents folder {agents} is a symbolic link or not a folder: the memory "
+            "inboxes of 40 agents are not read (with notes indexed)."
+        )
+        assert "make the agents folder a folder of your own again" in said.lower()
+        assert "memory/agent" not in said and len(said) < 1000
+    finally:
+        h.close()
+
+
+def _late_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, h: Harness) -> None:
+    """Listing ``folder`` answers late every time: once the sweep gave up on it, or said it waits
+    past a second (a cold SMB cache)."""
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            st = h.supervisor.roots["vault"]
+            _wait_for(lambda: st.hung_on is not None or h.supervisor.waiting is not None)
+        return real(path)
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+
+
+def test_a_slow_share_is_remembered_by_the_next_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share found slow (a listing given up on that answered by itself) is remembered in the
+    manifest: the next run (a restarted daemon, a `sidecar index` of its own) waits for its
+    calls with the whole-scan bound from its first sweep, and forgets it once a whole scan is
+    quick again. Each run learned it anew in memory: `sidecar index` alone gave up on the same
+    listing every time."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    real = os.scandir
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.offline and "listing Recipes" in str(st.error)
+        assert _wait_for(lambda: not _stuck_readers("vault"))
+        st.next_retry = 0.0
+        h.indexer.sweep(only=frozenset(h.supervisor.due()))
+        assert not st.offline and st.slow
+        assert h.stores.manifest.get_meta("slow:vault") is not None
+    finally:
+        h.close()
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        h.indexer.sweep()  # the listing late again: waited for from the first sweep, not given up on
+        st = h.supervisor.roots["vault"]
+        assert not st.offline and st.slow
+        assert "vault/Recipes/New" in h.stores.manifest.file_states("vault/")
+        monkeypatch.setattr(sources_mod.os, "scandir", real)
+        h.indexer.sweep()  # every call quick again: forgotten
+        assert not st.slow and h.stores.manifest.get_meta("slow:vault") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inbox refused while a rebuild runs: its notes are not put back (a refused inbox is
+    neither read nor served), nothing behind a link is indexed, and the log and status say
+    why (was: put back as if their share had gone away, served, then dropped unsaid)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        h.indexer.clear()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index.indexer"):
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        assert not h.stores.manifest.has_aside() and not h.indexer._put_back
+        assert "rebuild_inbox_refused inbox=memory/ops" in caplog.text
+        assert h.problems.active_in("rebuild") is None
+        assert any("refused" in why for why in h.indexer.activity.scan_skipped)
+    finally:
+        h.close()
+
+
+def test_a_rebuild_gives_its_copys_pages_back_once_it_is_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild's copy dropped at the end of its sweep: its pages go back to the disk then, a
+    step at a time (was: the manifest kept them as free pages until the next start or the daily
+    housekeeping, about twice its size after a rebuild)."""
+    from sidecar.stores import manifest_file
+
+    monkeypatch.setattr(manifest_file, "_SHRINK_MIN_BYTES", 2**16)  # the share decides here, not the size
+    for i in range(40):
+        words = " ".join(f"storm{i}x{j} lighthouse keeper logbook" for j in range(300))
+        write(vault / "Logs" / f"log{i}.md", f"# Log {i}\n\n{words}\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        db = h.stores.manifest._db
+
+        def pages() -> tuple[int, int]:
+            with h.stores.manifest._lock:
+                return tuple(
+                    db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count")
+                )  # type: ignore[return-value]
+
+        h.indexer.clear()
+        assert h.stores.manifest.has_aside()
+        with_copy = pages()[0]
+        h.sweep()
+        total, free = pages()
+        assert not h.stores.manifest.has_aside()
+        assert free * 4 < total and total < with_copy
+    finally:
+        h.close()
+
+
+def test_the_retry_of_a_failed_read_keeps_its_backoff_and_warning_across_a_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A note whose read keeps failing: a restart reads it once (a share healed meanwhile is
+    read back), and a failure then is its next in a row, kept in the manifest: no new warning
+    and a longer wait (was: each restart began its backoff anew and logged one more warning)."""
+    _notes(vault, 3)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        write(vault / "Notes" / "n1.md", "# Note 1\n\nedited, then unreadable\n")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index.indexer"):
+            h.sweep()
+        assert caplog.text.count("file_kept path=") == 1
+    finally:
+        h.close()
+    caplog.clear()
+    h = Harness(cfg, FakeEmbedder())  # a restart
+    try:
+        with caplog.at_level(logging.INFO, logger="sidecar.index"):
+            h.sweep()  # read once: failed again, its second in a row, said at info only
+        assert "WARNING" not in [r.levelname for r in caplog.records if "file_kept" in r.getMessage()]
+        assert "file_kept path=" in caplog.text
+        assert h.indexer.changes.retry_waiting == 0
+        unreadable = h.stores.problems.active_in("unreadable")
+        assert unreadable is not None and "n1.md" in unreadable["error"]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sidecar.index"):
+            h.sweep()  # waits: 2 full sweeps after a second failure (1 after a first)
+        assert "file_kept path=" not in caplog.text
+        assert h.indexer.changes.retry_waiting == 1
+        failing[0] = False
+        os.chmod(vault / "Notes" / "n1.md", 0o644)  # made readable: its ctime moves, read at once
+        h.sweep()
+        assert h.stores.problems.active_in("unreadable") is None
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+def _unreadable_then_restart(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[bool]]:
+    """Three notes indexed, the first edited and then unreadable (kept as indexed), the daemon
+    stopped: its read retry is kept in the manifest."""
+    _notes(vault, 3)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Notes" / "n1.md")
+        write(vault / "Notes" / "n1.md", "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        assert h.stores.problems.active_in("unreadable") is not None
+    finally:
+        h.close()
+    return cfg, failing
+
+
+def test_a_rebuild_with_no_daemon_runs_once_the_unreadable_note_reads(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal said `chmod u+r` the note; done, with the daemon stopped: `sidecar index
+    --rebuild` runs (was: the read retry kept from before the stop named the note unreadable)."""
+    from sidecar.daemon.oneshot import index_once
+
+    cfg, failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    failing[0] = False
+    os.chmod(vault / "Notes" / "n1.md", 0o644)  # as told; it reads now
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()  # what `sidecar index --rebuild` does before its check
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+    index_once(cfg, rebuild=True)  # the command itself
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("where", ["root", "link"])
+def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The root resolved at a scan's start, or a symlink's target resolved to check where it
+    leads, on a share that hangs: given up on after probeTimeoutSeconds as a stat is, the root
+    offline naming it. Both lay outside the per-call clock and were waited for up to
+    scanTimeoutSeconds."""
+    (vault / "Link.md").symlink_to(vault / "Garden.md")
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    hung = vault if where == "root" else vault / "Link.md"
+    real = Path.resolve
+
+    def resolve(self: Path, strict: bool = False) -> Path:
+        if self == hung:
+            release.wait(20)
+        return real(self, strict=strict)
+
+    try:
+        h.indexer.sweep()
+        monkeypatch.setattr(Path, "resolve", resolve)
+        h.indexer.sweep()
+        st = h.supervisor.roots["vault"]
+        named = "looking up ." if where == "root" else "looking up Link.md"
+        assert st.offline and named in str(st.error) and "did not answer" in str(st.error)
+    finally:
+        release.set()
+        h.close()
+
+
+def test_offline_index_learns_a_slow_share_within_the_run(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone on a share whose listing of one folder answers only after it was
+    given up on: the run waits for it, learns the share is slow (and keeps that for the next
+    runs) and sweeps the root again with the whole-scan bound, so the folder's notes are indexed
+    now. The root was left offline, to be given up on at the same listing by every run."""
+    from sidecar.daemon.oneshot import index_once
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    write(vault / "Recipes" / "New.md", "# New\n\nThe quince tart.\n")
+    learning, slow = threading.Event(), threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes":  # late: past the give-up, then past a second, each time
+            (slow if learning.is_set() else learning).wait(20)
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            learning.set()
+        elif w["slow"] and w["path"] == "Recipes":
+            slow.set()
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = index_once(cfg, rebuild=False, waiting=told)
+    assert not summary["offline"] and learning.is_set() and slow.is_set()
+    from sidecar.stores.manifest import Manifest
+
+    manifest = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert "vault/Recipes/New" in manifest.file_states("vault/")
+        assert manifest.get_meta("slow:vault") is not None
+    finally:
+        manifest.close()
+
+
+def test_a_stop_during_a_file_events_look_leaves_the_root_online(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's stop cuts a file event's look at a folder whose listing hangs: the root is
+    not escalated to a full sweep, whose look at the cut call (still running) marked it offline
+    ("an earlier call ... still hangs", a retry logged) although only the stop cut the wait."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 300}), FakeEmbedder())
+    caplog.set_level(logging.INFO)
+    release = threading.Event()
+    try:
+        h.indexer.sweep()
+        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        looking = threading.Thread(
+            target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
+        )
+        looking.start()
+        assert _wait_for(lambda: h.supervisor.hung_call() is not None)
+        h.supervisor.stopping.set()
+        looking.join(20)
+        assert not looking.is_alive()
+        st = h.supervisor.roots["vault"]
+        assert not st.offline and st.error is None, st.error
+        assert "watcher_retry" not in caplog.text
+    finally:
+        release.set()
+        h.close()
+
+
+def _too_long_below(folder: Path) -> None:
+    """Folders below ``folder`` nested until the last one's path passes the system's limit."""
+    limit = os.pathconf(folder, "PC_PATH_MAX") - 1
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    path = str(folder)
+    try:
+        while (room := limit - 20 - len(path) - 1) > 0:
+            name = "d" * min(200, room)
+            os.mkdir(name, dir_fd=fd)
+            deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = deeper, f"{path}/{name}"
+        os.mkdir("e" * 100, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("how", ["obsidian", "config"])
+def test_a_too_long_folder_in_an_excluded_folder_is_no_problem(make_cfg: Any, vault: Path, how: str) -> None:
+    """A folder whose path is too long inside a folder the user excluded (Obsidian's Excluded
+    files, index.exclude): nothing there is indexed anyway, so no PROBLEM asks to rename it.
+    The skip was read before exclusions apply: a standing PROBLEM cleared only by renaming a
+    folder the user had left out."""
+    import json
+
+    (vault / "Archive").mkdir()
+    if how == "obsidian":
+        write(vault / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Archive/"]}))
+        cfg = make_cfg(vault)
+    else:
+        cfg = make_cfg(vault, **{"index.exclude": ["Archive/"]})
+    (vault / "Kept").mkdir()
+    _too_long_below(vault / "Archive")
+    _too_long_below(vault / "Kept")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        problem = h.stores.problems.active_in("path_too_long")
+        assert problem is not None and "1 folder(s) may hold notes" in problem["error"]
+        assert "Kept/" in problem["error"] and "Archive/" not in problem["error"]
+    finally:
+        h.close()
+
+
+def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any, vault: Path) -> None:
+    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki is
+    refused ("cannot be resolved"), as a sweep refuses it. Its real path was asked before the
+    refusal was looked at: Path.resolve raised RuntimeError on the loop and the sweep crashed."""
+    import shutil
+
+    cfg = make_cfg(vault)
+    wiki = vault / cfg.vault.wiki_subfolder
+    wiki.mkdir(exist_ok=True)
+    write(wiki / "W.md", "# W\n\nwiki note\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.sweep()
+        shutil.rmtree(wiki)
+        wiki.symlink_to(wiki)
+        h.indexer.sweep(only=frozenset(), paths=[str(wiki / "W.md")])
+        assert h.indexer.activity.scan_skipped == {"folder cannot be resolved (broken symlink or loop)": 1}
+        assert "wiki/W" in h.stores.manifest.file_states("wiki/")  # kept: a sweep decides
+    finally:
+        h.close()
+
+
+def test_a_rebuild_with_no_daemon_runs_once_the_unreadable_note_is_deleted(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unreadable note deleted while the daemon was down names no note in a refusal."""
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    (vault / "Notes" / "n1.md").unlink()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_with_no_daemon_still_refuses_a_note_that_still_fails(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What still cannot be read still refuses the rebuild (its probe finds it)."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.index import diff as diff_mod
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    n1 = vault / "Notes" / "n1.md"
+    real = diff_mod.read_refusal
+    monkeypatch.setattr(
+        diff_mod, "read_refusal", lambda p: "unreadable (Input/output error)" if p == n1 else real(p)
+    )
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.changes.list_unreadable()
+        with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
+            h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_right_after_a_restart_runs_once_the_share_healed(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note's I/O error gone while the daemon was down (no change of its stat): the start's
+    sweep reads it, and neither status nor a rebuild names it (was: it waited its turn, named
+    unreadable, and the rebuild was refused for up to about 6 hours)."""
+    cfg, failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    failing[0] = False
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.refuse_rebuild()  # before the start's first sweep ends, too
+        h.sweep()
+        assert h.indexer.changes.retry_waiting == 0
+        assert h.stores.problems.active_in("unreadable") is None
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note kept unreadable that reads again while it waits its turn (an I/O error healed, no
+    change of its stat) no longer refuses a rebuild; one that still fails does."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.index import diff as diff_mod
+
+    _notes(vault, 3)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        n1 = vault / "Notes" / "n1.md"
+        failing = _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        real = diff_mod.read_refusal
+        monkeypatch.setattr(
+            diff_mod,
+            "read_refusal",
+            lambda p: "unreadable (Input/output error)" if failing[0] and p == n1 else real(p),
+        )
+        with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
+            h.indexer.refuse_rebuild()
+        failing[0] = False
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_rebuild_reads_a_note_that_waits_its_retry(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note whose read failed reads again before its turn (no change of its stat): the
+    rebuild's check lets it run, and the rebuild reads it (was: counted unchanged while it
+    waited, put back unread, and the rebuild said unfinished until its turn)."""
+    _notes(vault, 3)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        n1 = vault / "Notes" / "n1.md"
+        failing = _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        h.sweep()
+        h.sweep()  # its turn: failed again, waits 2 full sweeps now
+        failing[0] = False  # healed, its turn not come
+        h.indexer.refuse_rebuild()
+        h.indexer.clear()
+        h.sweep()
+        assert h.problems.active_in("rebuild") is None
+        assert "edited" in " ".join(c.text for c in h.stores.manifest.chunks_of("vault/Notes/n1"))
+    finally:
+        h.close()
+
+
+def test_read_retries_of_a_root_no_longer_configured_are_dropped(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read retry kept for a root taken out of the configuration is not loaded."""
+    import json
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    rows = json.loads(h.stores.manifest.get_meta("read_retries"))
+    h.stores.manifest.set_meta("read_retries", json.dumps([["wiki-gone", "/elsewhere/x.md", 3], *rows]))
+    h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert [n for n, _p in h.indexer.changes._retry] == ["vault"]
+        h.indexer.refuse_rebuild()
+    finally:
+        h.close()
+
+
+def test_a_read_retry_loaded_waits_no_longer_than_the_cap(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count of failures kept from before (a clock set ahead, a long outage) makes the note
+    wait at most about 6 hours after the start's read of it (was: a next try saved under a
+    clock a year ahead was taken as it was, 52,561 full sweeps away)."""
+    import json
+
+    from sidecar.index.diff import RETRY_MOST_HOURS
+
+    cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
+    h = Harness(cfg, FakeEmbedder())
+    rows = json.loads(h.stores.manifest.get_meta("read_retries"))
+    rows[0][2] = 10**6
+    h.stores.manifest.set_meta("read_retries", json.dumps(rows))
+    h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        most = max(1, int(RETRY_MOST_HOURS * 60 / cfg.index.rescan_minutes))
+        ((_f, turn, _s),) = h.indexer.changes._retry.values()
+        assert turn == 1  # read by the start's first full sweep
+        h.sweep()
+        ((_f, turn, _s),) = h.indexer.changes._retry.values()
+        assert 1 < turn <= 1 + most
+    finally:
+        h.close()
+
+
+def test_a_remembered_slow_share_whose_first_stat_is_slow_is_indexed(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share remembered slow whose first stat of the root (the probe: an automount, a cold
+    cache) answers after probeTimeoutSeconds: the probe waits with the whole-scan bound as the
+    listings do. It kept the per-call bound, and the root went offline on every run."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    m.set_meta("slow:vault", '{"call": "x", "since": 0}')
+    m.close()
+    real = supervisor_mod.identity_of
+
+    def identity_of(path: Path, mounts: Any = None) -> Any:
+        if Path(path) == vault:
+            time.sleep(1.0)
+        return real(path, mounts)
+
+    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    assert not index_once(cfg, rebuild=False)["offline"]
+
+
+def test_a_slow_first_stat_is_learnt_by_sidecar_index(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone: the probe's stat of the root given up on and answering after all
+    is learnt as a slow share (remembered), the root swept again in the run. A probe given up
+    on was never waited for nor learnt from."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    real = supervisor_mod.identity_of
+    learning = threading.Event()
+
+    def identity_of(path: Path, mounts: Any = None) -> Any:
+        if Path(path) == vault:  # answers once the run waits to learn, then late each time
+            time.sleep(0.6) if learning.is_set() else learning.wait(20)
+        return real(path, mounts)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning") and w["call"] == "stat" and w["path"] == ".":
+            learning.set()
+
+    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    assert not index_once(cfg, rebuild=False, waiting=told)["offline"]
+    assert learning.is_set()
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert m.get_meta("slow:vault") is not None
+    finally:
+        m.close()
+
+
+def test_a_remembered_slow_share_now_hung_is_given_up_per_call_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share slow once and now hung (its server gone): a call given up on even under the
+    whole-scan bound is a hang, not slowness: the slow mark goes, and the next run (a daemon's
+    start, `sidecar index`) gives up per call (probeTimeoutSeconds) again. The mark stayed:
+    every run waited scanTimeoutSeconds on it (the other roots behind it)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 2})
+    h = Harness(cfg, FakeEmbedder())
+    h.indexer.sweep()
+    h.stores.manifest.set_meta("slow:vault", '{"call": "x", "since": 0}')
+    h.close()
+    release = threading.Event()
+    _hang_listing_of(monkeypatch, vault / "Recipes", release)
+    try:
+        h = Harness(cfg, FakeEmbedder())
+        try:
+            h.indexer.sweep()
+            st = h.supervisor.roots["vault"]
+            assert st.offline and "watch.scanTimeoutSeconds" in str(st.error) and not st.slow
+            assert h.stores.manifest.get_meta("slow:vault") is None
+        finally:
+            h.close()
+        h = Harness(cfg, FakeEmbedder())
+        try:
+            h.indexer.sweep()
+            st = h.supervisor.roots["vault"]
+            assert st.offline and "listing Recipes in" in str(st.error) and "within 0.5 s" in str(st.error)
+        finally:
+            h.close()
+    finally:
+        release.set()
+
+
+def test_offline_index_embeds_the_other_roots_before_it_waits_for_a_share(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index` alone waits for a call it gave up on (to learn whether the share is only
+    slow) after the links and vectors of everything else are done: a wait cut short (Ctrl-C, a
+    script's timeout) leaves only that root to the next run. It waited before them."""
+    from sidecar.daemon import oneshot as oneshot_mod
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    oneshot_mod.index_once(cfg, rebuild=False)
+    events: list[str] = []
+    real_build = oneshot_mod.build
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        parts = real_build(*args, **kwargs)
+        embed = parts.vectors.embed_pending
+
+        def embed_pending() -> int:
+            events.append("embed")
+            return embed()
+
+        parts.vectors.embed_pending = embed_pending  # type: ignore[method-assign]
+        return parts
+
+    learning = threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes" and not learning.is_set():
+            learning.wait(20)  # answers once the run waits to learn
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            events.append("learning")
+            learning.set()
+
+    monkeypatch.setattr(oneshot_mod, "build", build)
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = oneshot_mod.index_once(cfg, rebuild=False, waiting=told)
+    assert not summary["offline"] and "learning" in events
+    assert events.index("embed") < events.index("learning")
+
+
+def test_an_offline_rebuild_on_a_slow_share_learns_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sidecar index --rebuild` alone on a share whose listing answers only after it was given
+    up on: the rebuild waits for it, learns the share is slow (remembered), lists it again and
+    rebuilds. It was refused ("cannot be read now") on every run, nothing learnt."""
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.manifest import Manifest
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
+    index_once(cfg, rebuild=False)
+    real = os.scandir
+
+    learning = threading.Event()
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Recipes":  # answers once the run waits to learn, then late each time
+            time.sleep(0.6) if learning.is_set() else learning.wait(20)
+        return real(path)
+
+    def told(w: dict[str, Any]) -> None:
+        if w.get("learning"):
+            learning.set()
+
+    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+    summary = index_once(cfg, rebuild=True, waiting=told)
+    assert learning.is_set() and not summary["offline"] and summary["files"] > 0
+    m = Manifest(cfg.index_dir / "manifest.sqlite")
+    try:
+        assert m.get_meta("slow:vault") is not None
+    finally:
+        m.close()

@@ -635,7 +635,7 @@ def test_a_link_to_a_heading_or_block_that_is_not_there_is_marked(
     (`anchor_found`), as Obsidian marks such a link: `[[Boat#Nowhere]]` was listed as a plain
     link to the note. The CLI says "heading not found" / "block not found", the MCP text names
     the links; a link without anchor or to no note has no `anchor_found`."""
-    from sidecar.clients.cli_render import render_links
+    from sidecar.clients.cli_hits import render_links
     from sidecar.clients.mcp_calls import ToolCalls
 
     v = tmp_path / "anchors"
@@ -1615,30 +1615,120 @@ def test_status_says_no_templates_folder_indexed_that_another_rule_leaves_out(
 
 @pytest.mark.parametrize("left_out", ["app.json", "index.exclude", "missing", "empty"])
 def test_a_templates_folder_off_is_indexed_only_with_a_note_no_rule_leaves_out(
-    tmp_path: Path, left_out: str
+    tmp_path: Path, serve_in_process: Any, left_out: str
 ) -> None:
-    """The Templates plugin off, its folder is said indexed as notes only when a note of it is:
-    not when Obsidian's Excluded files or index.exclude still leave it out, nor when it is missing
-    or holds no note."""
-    from sidecar.vault.ignore import IgnoreRules
-
+    """The Templates plugin off, its folder is said indexed as notes only when a note of it is in
+    the index: not when Obsidian's Excluded files or index.exclude still leave it out, nor when it
+    is missing or holds no note (a note put there is, once a sweep has indexed it)."""
     v = _template_vault(tmp_path)
     write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
-    patterns: tuple[str, ...] = ()
+    flags: dict[str, Any] = {}
     if left_out == "app.json":
         write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Vorlagen/"]}))
     elif left_out == "index.exclude":
-        patterns = ("Vorlagen/",)
+        flags["index.exclude"] = "Vorlagen/"
     else:
         shutil.rmtree(v / "Vorlagen")
         if left_out == "empty":
             write(v / "Vorlagen/bild.png", "not a note")
-    rules = IgnoreRules(patterns, v)
-    rules.refresh()
-    assert rules.templates_indexed() == [], left_out
-    if left_out in ("missing", "empty"):  # a note put there: now it is
+    server = serve_in_process(v, **flags)
+    assert server.call("health")["index"]["templates_indexed"] == [], left_out
+    if left_out in ("missing", "empty"):
         write(v / "Vorlagen/Neu.md", "# Neu\n")
-        assert [t["folder"] for t in rules.templates_indexed()] == ["Vorlagen/"]
+        server.harness.sweep()
+        assert [t["folder"] for t in server.call("health")["index"]["templates_indexed"]] == ["Vorlagen/"]
+
+
+def test_status_asks_the_index_not_the_disk_whether_a_templates_folder_is_indexed(
+    tmp_path: Path, serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status walked the templates folder on disk at every call while its plugin was off (a share
+    that hangs hung status): it asks the index, so the folder gone since the sweep is still said
+    indexed until the next sweep, and no walk or listing of the vault is made."""
+    import os
+
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    server = serve_in_process(v)
+    shutil.rmtree(v / "Vorlagen")
+
+    def no_walk(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("status read the disk")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "walk", no_walk)
+        m.setattr(os, "scandir", no_walk)
+        said = server.call("health")["index"]["templates_indexed"]
+    assert [t["folder"] for t in said] == ["Vorlagen/"]
+    server.harness.sweep()
+    assert server.call("health")["index"]["templates_indexed"] == []
+
+
+def test_status_lists_the_templates_folders_while_a_sweep_changes_them(
+    tmp_path: Path, serve_in_process: Any
+) -> None:
+    """status asks the index about each templates folder switched off while the sweep's thread
+    may read the plugins' settings anew (a plugin switched back on): the list it goes through is
+    its own copy ("dictionary changed size during iteration" failed status)."""
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": "Vorlagen"}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    write(v / ".obsidian/community-plugins.json", json.dumps([]))
+    ignore = serve_in_process(v).harness.indexer.ignore
+    asked: list[str] = []
+
+    def indexed(prefix: str) -> bool:
+        if not asked:  # the sweep, meanwhile: the core plugin switched on again
+            write(v / ".obsidian/core-plugins.json", json.dumps({"templates": True}))
+            ignore.refresh()
+        asked.append(prefix)
+        return True
+
+    said = ignore.templates_indexed(indexed, "")
+    assert said and asked, said
+
+
+@pytest.mark.parametrize(
+    ("folder", "note", "said"),
+    [
+        ("Tmpl", "Tmpl2/a.md", False),  # a folder named as the start of another's name
+        ("Tmpl/", "Tmpl/a.md", True),
+        ("/Tmpl/sub/", "Tmpl/sub/x/a.md", True),
+        ("Übersicht", "U\u0308bersicht/a.md", True),  # named in NFD on disk, typed in NFC
+        ("wiki/Vorlagen", "wiki/Vorlagen/a.md", True),  # inside the wiki: its notes are wiki notes
+    ],
+)
+def test_a_templates_folder_off_is_found_in_the_index_by_its_own_notes(
+    tmp_path: Path, serve_in_process: Any, folder: str, note: str, said: bool
+) -> None:
+    """Which index keys are the notes of a templates folder switched off: those below the folder
+    itself, whatever Unicode form the disk names it in, and wiki notes where it is in the wiki."""
+    v = tmp_path / "tvault"
+    write(v / note, "# A\n\nsome words\n")
+    write(v / "Journal/b.md", "# B\n")
+    write(v / ".obsidian/templates.json", json.dumps({"folder": folder}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
+    got = serve_in_process(v).call("health")["index"]["templates_indexed"]
+    assert bool(got) is said, got
+
+
+@pytest.mark.parametrize("folder", ["/", "", "./", "\\"])
+@pytest.mark.parametrize("on", [True, False])
+def test_a_templates_folder_set_to_the_vault_root_leaves_nothing_out(
+    tmp_path: Path, serve_in_process: Any, folder: str, on: bool
+) -> None:
+    """Obsidian reads a templates folder of "/" (or none) as the vault root, its templates anywhere:
+    leaving that folder out would leave the whole vault out, so no note is, switched on or off, and
+    status names no templates folder (none is indexed again when the plugin is off)."""
+    v = _template_vault(tmp_path)
+    write(v / ".obsidian/templates.json", json.dumps({"folder": folder}))
+    write(v / ".obsidian/plugins/templater-obsidian/data.json", json.dumps({"templates_folder": folder}))
+    write(v / ".obsidian/core-plugins.json", json.dumps({"templates": on}))
+    write(v / ".obsidian/community-plugins.json", json.dumps(["templater-obsidian"] if on else []))
+    server = serve_in_process(v)
+    health = server.call("health")
+    assert health["index"]["excluded"] == {} and health["index"]["templates_indexed"] == [], health["index"]
+    assert "vault/Vorlagen/Tagesnotiz" in _keys(server.harness)
 
 
 def test_a_templates_folder_set_anew_applies_at_once(tmp_path: Path, make_cfg: Any) -> None:

@@ -274,10 +274,10 @@ def test_the_stopword_stems_are_built_once_while_threads_search(
 ) -> None:
     """The process-wide table of stopwords by stem was filled without a lock: a server thread that
     searched while another built it built one of its own. The second waits and gets the first's."""
-    from sidecar.search import retrieval
+    from sidecar.search import querywords
     from sidecar.search.query import STOPWORDS_DE
 
-    monkeypatch.setattr(retrieval, "_STOPWORD_STEMS", {})
+    monkeypatch.setattr(querywords, "_STOPWORD_STEMS", {})
     h = Harness(make_cfg(tmp_path / "empty"), FakeEmbedder())
     try:
         real = h.stores.bm25
@@ -295,7 +295,7 @@ def test_the_stopword_stems_are_built_once_while_threads_search(
         tables: list[Any] = []
 
         def build() -> None:
-            tables.append(retrieval._stopword_stems(Paused(), "body_de"))  # type: ignore[arg-type]
+            tables.append(querywords._stopword_stems(Paused(), "body_de"))  # type: ignore[arg-type]
 
         first, second = threading.Thread(target=build), threading.Thread(target=build)
         first.start()

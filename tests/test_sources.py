@@ -300,3 +300,18 @@ def test_an_unchanged_inbox_is_not_listed_again_and_a_new_note_is_seen(
     (inbox / "sub").rmdir()
     (inbox.parent).chmod(0o755)  # not private: never kept (its answer comes from the full look)
     assert memory_roots() == set() and len(listings) == 1
+
+
+def test_a_root_that_is_a_symlink_loop_cannot_be_read_not_a_crash(tmp_path: Path) -> None:
+    """A root folder replaced by a symlink to itself: its scan raises the OSError (ELOOP) a root
+    that cannot be listed raises, which the sweep takes for a root it cannot read. Resolving it
+    raised RuntimeError (Path.resolve on a loop), which nothing caught: the sweep crashed."""
+    import errno
+
+    from sidecar.vault.sources import Root
+
+    loop = tmp_path / "vault"
+    loop.symlink_to(loop)
+    with pytest.raises(OSError, match="symlink loop") as got:
+        list(scan(Root("vault", loop), 1 << 20))
+    assert got.value.errno == errno.ELOOP

@@ -242,7 +242,30 @@ def test_a_rebuild_on_purpose_replaces_a_newer_keyword_index(make_cfg: Any, vaul
     summary = index_once(cfg, rebuild=True)
     assert summary["chunks"] == expected
     assert bm25_layout(cfg.index_dir / "bm25") == BM25_LAYOUT
-    assert any(p.name.startswith("bm25.broken-") for p in cfg.index_dir.iterdir())
+    assert [p.name.split("-")[0] for p in cfg.index_dir.iterdir() if ".newer-" in p.name] == ["bm25.newer"]
+
+
+def test_a_newer_index_replaced_by_a_rebuild_is_not_called_damaged(make_cfg: Any, vault: Path) -> None:
+    """After a downgrade, the newer release's index a rebuild asked for moved aside (manifest and
+    keyword index) was listed as damaged: it is named and listed as made by a newer release, and
+    doctor says so too (status: ``test_status_names_copies_of_damaged_stores_kept_for_inspection``)."""
+    import contextlib
+    import sqlite3
+
+    from sidecar.clients.doctor_storage import check_disk
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.stores.aside import moved_aside
+    from sidecar.stores.manifest import SCHEMA_VERSION
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    with contextlib.closing(sqlite3.connect(cfg.index_dir / "manifest.sqlite")) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.commit()
+    index_once(cfg, rebuild=True)
+    copies = moved_aside(cfg.index_dir)
+    assert sorted((c.store, c.newer) for c in copies) == [("bm25", True), ("manifest.sqlite", True)]
+    assert "in 2 copies of an index a newer release made moved aside" in check_disk(cfg).verdict
 
 
 def test_a_new_keyword_index_records_its_layout(make_cfg: Any, vault: Path) -> None:
@@ -571,15 +594,8 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
     from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
-    for n in range(12):
-        body = "\n\n".join(f"Paragraph {i} of note {n} about boats, sails and knots." * 6 for i in range(20))
-        write(vault / f"Long/Note {n}.md", f"# Note {n}\n\n{body}\n")
-    cfg = make_cfg(vault)
-    index_and_close(cfg)
-    path = cfg.index_dir / "manifest.sqlite"
-    _as_schema_4(path, aside=True)
+    cfg, path, before = _schema_4_index(make_cfg, vault, aside=True)
     db = sqlite3.connect(path)
-    before = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
     flags = dict(db.execute("SELECT chunk_id, has_vector FROM chunks").fetchall())
     chunk_bytes = db.execute("SELECT sum(pgsize) FROM dbstat WHERE name = 'chunks'").fetchone()[0]
     db.close()
@@ -614,8 +630,9 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
         h.close()
 
 
-def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple[Path, dict[str, str]]:
-    """A manifest of long notes as the code of schema 4 wrote it, and its chunks' model texts."""
+def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple[Any, Path, dict[str, str]]:
+    """A manifest of long notes as the code of schema 4 wrote it: the configuration, the
+    manifest's path and its chunks' model texts."""
     import sqlite3
 
     for n in range(12):
@@ -628,7 +645,7 @@ def _schema_4_index(make_cfg: Any, vault: Path, *, aside: bool = False) -> tuple
     db = sqlite3.connect(path)
     texts = dict(db.execute("SELECT chunk_id, embed_text FROM chunks").fetchall())
     db.close()
-    return path, texts
+    return cfg, path, texts
 
 
 def _model_texts(m: Any) -> dict[str, str]:
@@ -656,7 +673,7 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
     from sidecar.stores.manifest import Manifest
     from sidecar.stores.versions import manifest_schema
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     assert len(before) > 30
     monkeypatch.setattr(manifest_file, "_SPLIT_BATCH", 10, raising=False)
     calls = []
@@ -703,7 +720,7 @@ def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     seen: set[int] = set()
 
     def watched(embed_text: str, text: str) -> tuple[str, int]:
@@ -732,7 +749,7 @@ def test_rows_split_under_schema_4_by_an_interrupted_upgrade_are_compacted(
     from sidecar.stores.embedtext import split_embed_text
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE chunks ADD COLUMN embed_from INTEGER")
     rows = db.execute("SELECT rowid, embed_text, text FROM chunks").fetchall()
@@ -761,7 +778,7 @@ def test_the_upgrade_compaction_skipped_for_room_is_done_at_a_later_start(
     from sidecar.stores import manifest_file
     from sidecar.stores.manifest import Manifest
 
-    path, _before = _schema_4_index(make_cfg, vault)
+    _cfg, path, _before = _schema_4_index(make_cfg, vault)
     monkeypatch.setattr(manifest_file, "free_bytes", lambda _folder: 4096)
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         Manifest(path).close()
@@ -786,7 +803,7 @@ def test_chunks_put_back_from_a_schema_4_copy_read_whole_and_are_split_later(
     read them whole, and the next start splits those rows too (they stayed whole for good)."""
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault, aside=True)
+    _cfg, path, before = _schema_4_index(make_cfg, vault, aside=True)
     m = Manifest(path)
     try:
         assert m._query("SELECT count(*) FROM chunks WHERE embed_from IS NULL") == [(0,)]
@@ -815,7 +832,7 @@ def test_the_daily_housekeeping_splits_rows_left_whole(make_cfg: Any, vault: Pat
     from sidecar.daemon.lifecycle import Daemon
     from sidecar.stores.manifest import Manifest
 
-    path, before = _schema_4_index(make_cfg, vault)
+    _cfg, path, before = _schema_4_index(make_cfg, vault)
     m = Manifest(path)
     try:
         with m.transaction() as db:  # as a put-back of an older copy leaves them
@@ -896,6 +913,31 @@ def test_a_clean_close_leaves_no_write_ahead_log(make_cfg: Any, vault: Path) -> 
     assert wal.exists() and wal.stat().st_size > 0
     h.close()
     assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_a_manifest_closes_its_writer_when_a_reader_close_raises(tmp_path: Path) -> None:
+    """A reader connection whose close raises: the others and the writer's connection are closed
+    all the same and the writer's count released (they stayed open, the log unwritten), and the
+    error is raised after."""
+    import sqlite3
+
+    from sidecar.stores import manifest_file
+    from sidecar.stores.manifest import Manifest
+
+    class Stuck:
+        def close(self) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    m = Manifest(tmp_path / "m.sqlite")
+    other = sqlite3.connect(tmp_path / "m.sqlite")
+    m._readers.extend([Stuck(), other])  # type: ignore[list-item]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        m.close()
+    for db in (other, m._db):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            db.execute("SELECT 1")
+    assert manifest_file._open_writers[m.path] == 0 and not m._readers
+    m.close()  # a second close is harmless
 
 
 def test_manifest_gives_the_disk_back_after_mass_deletions(
@@ -1034,7 +1076,7 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     cfg = make_cfg(vault)
     index_and_close(cfg)
     index = cfg.index_dir
-    old_bm25 = index / "bm25.broken-20200101-000000-1"
+    old_bm25 = index / "bm25.newer-20200101-000000-1"  # a newer release's, replaced: alike
     (old_bm25 / "chunks").mkdir(parents=True)
     (old_bm25 / "chunks" / "meta.json").write_text("{}")
     old_manifest = index / "manifest.sqlite.broken-20200102-000000-2"

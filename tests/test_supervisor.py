@@ -172,7 +172,11 @@ def test_hung_root_does_not_block_the_others(
         h.sweep()
         assert time.monotonic() - t0 < 10
         wiki = h.supervisor.roots["wiki"]
-        assert wiki.offline and "timeout" in (wiki.error or "")
+        assert (
+            wiki.offline
+            and "looking up . in" in (wiki.error or "")
+            and "did not answer" in (wiki.error or "")
+        )
         assert h.stores.manifest.counts()["by_source"]["vault"]["files"] == 3
         h.sweep()  # the hung probe thread is still there: no second one is started
         assert "still hangs" in (h.supervisor.roots["wiki"].error or "")
@@ -291,3 +295,64 @@ def test_a_retired_inbox_leaves_no_meta_row(make_cfg: Any, vault: Path) -> None:
         assert manifest.get_meta("root:memory/s1") is not None
     finally:
         h.close()
+
+
+def test_a_stop_cutting_the_vaults_read_does_not_take_the_wiki_offline(make_cfg: Any, vault: Path) -> None:
+    """The daemon's stop cuts the wait for a vault note's read: the wiki's next read in the
+    batch is cut as a stop too (``StopCut``: no offline state), not refused because the vault's
+    call still runs (a plain RootUnreachable, the wiki marked offline)."""
+    from sidecar.vault.supervisor import RootUnreachable, StopCut
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 30})
+    sup = Supervisor(cfg)
+    outer = Root("vault", vault, exclude="wiki")
+    wiki = Root("wiki", vault / "wiki", within=vault)
+    release, reading = threading.Event(), threading.Event()
+
+    def hang() -> None:
+        reading.set()
+        release.wait(20)
+
+    cut: list[BaseException] = []
+
+    def read_vault() -> None:
+        try:
+            sup.read(outer, "A.md", hang)
+        except RootUnreachable as exc:
+            cut.append(exc)
+
+    t = threading.Thread(target=read_vault, daemon=True)
+    try:
+        t.start()
+        assert reading.wait(10)
+        sup.stopping.set()
+        t.join(10)
+        assert cut and isinstance(cut[0], StopCut)
+        with pytest.raises(StopCut):
+            sup.read(wiki, "W.md", lambda: "text")
+        sup.unreachable(wiki, StopCut("stop"))
+        assert not sup.status(wiki).offline
+    finally:
+        release.set()
+
+
+def test_a_read_that_hangs_after_a_scan_given_up_on_is_known_to_hang(make_cfg: Any, vault: Path) -> None:
+    """A note's read hangs on a root whose earlier scan was given up on at a call that answered
+    since: the read is what hangs now, and no second call is started beside it. The given-up
+    scan's record said the root's call had answered: the hung read went unseen."""
+    from sidecar.vault.sources import Asking
+    from sidecar.vault.supervisor import RootUnreachable
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    st._asking, st._given_up = Asking(), ("listing", "Recipes", 0.0)  # answered since: now is None
+    release = threading.Event()
+    try:
+        with pytest.raises(RootUnreachable, match=r"reading A\.md"):
+            sup.read(root, "A.md", lambda: release.wait(20))
+        assert st.hanging is not None
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.read(root, "B.md", lambda: "text")
+    finally:
+        release.set()

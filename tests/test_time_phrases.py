@@ -1140,3 +1140,168 @@ def test_the_weekend_gives_way_to_a_closer_phrase_and_needs_a_question(
     assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
     if window is None:
         assert rest == said
+
+
+_YEAR_BACK = ("2025-12-02", _TODAY)
+_LAST_WEEK = ("2026-11-23", "2026-11-29")
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # a question about what was written in a period: "about <thing>" before the duration
+        # names the topic, not a thing the duration belongs to
+        ("What did I write about garlic since a year?", _YEAR_BACK),
+        ("Was habe ich über Knoblauch seit einem Jahr geschrieben?", _YEAR_BACK),
+        ("Was habe ich seit einem Jahr über Knoblauch geschrieben?", _YEAR_BACK),
+        ("What did I note about the budget since 2 months?", ("2026-10-02", _TODAY)),
+        ("Was habe ich zum Budget seit drei Monaten notiert?", ("2026-09-02", _TODAY)),
+        ("Welche Notizen habe ich seit Montag über Lyon geschrieben?", ("2026-11-30", _TODAY)),
+        # what happened, with a topic beside it: the period and the words
+        ("what happened with the budget last week?", _LAST_WEEK),
+        ("Was ist letzte Woche mit dem Budget passiert?", _LAST_WEEK),
+        ("Was ist seit einem Jahr passiert?", _YEAR_BACK),
+        ("What happened since a year?", _YEAR_BACK),
+        ("Was hat sich seit letzter Woche geändert?", ("2026-11-23", _TODAY)),
+        ("What has changed since last week?", ("2026-11-23", _TODAY)),
+        # keywords and requests
+        ("Knoblauch seit drei Tagen", ("2026-11-29", _TODAY)),
+        ("garlic since 2 weeks", ("2026-11-18", _TODAY)),
+        ("Budget Meeting seit einem Monat", ("2026-11-02", _TODAY)),
+        ("Show me my notes since last week", ("2026-11-23", _TODAY)),
+        ("Zeig mir meine Notizen seit Montag", ("2026-11-30", _TODAY)),
+        ("I need my notes since Monday", ("2026-11-30", _TODAY)),
+        ("Ich suche alles seit letzter Woche zum Budget", ("2026-11-23", _TODAY)),
+        # a state stated, with a noun or a pronoun for its subject: words
+        ("Knoblauch wächst seit einem Jahr", None),
+        ("Tomaten blühen seit einer Woche", None),
+        ("Der Server läuft seit 2 Wochen", None),
+        ("Ich bin seit gestern krank, was hilft?", None),
+        ("I have been sick since Monday, what helps?", None),
+        ("Ich wohne seit März in Berlin, welcher Arzt war gut?", None),
+        ("Since last week I feel tired, is it the flu?", None),
+        ("Das Projekt läuft seit März gut", None),
+        ("Seit Montag regnet es, was soll ich anziehen?", None),
+        # a month in a question in the present of happening or doing is the one to come: no
+        # window of the one gone by (the agenda's plain words read the coming one)
+        ("Was passiert im März?", None),
+        ("What happens in March?", None),
+        ("Was mache ich im März?", None),
+        ("What am I doing in March?", None),
+        ("Was ist im März passiert?", ("2026-03-01", "2026-03-31")),
+        ("What did I do in March?", ("2026-03-01", "2026-03-31")),
+        ("Was steht im März an?", ("2027-03-01", "2027-03-31")),
+        # a period to come is no window of days gone by
+        ("Was habe ich nächsten Monat vor?", None),
+        ("What do I have planned next month?", None),
+    ],
+)
+def test_a_period_asked_about_or_a_state_stated(said: str, window: tuple[str, str] | None) -> None:
+    """A message asking what happened or was written in a period reads its window; one stating how
+    long a state lasts, or asking about a month to come, keeps its words. 'What did I write about
+    garlic since a year?' was words (the duration taken for the garlic's), 'Knoblauch wächst seit
+    einem Jahr' and 'Ich bin seit gestern krank, was hilft?' were windows (a state's duration),
+    'Was passiert im März?' asked in December the March gone by (recall listed its notes)."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "word"),
+    [
+        ("what happened with the budget last week?", "budget"),
+        ("Was ist letzte Woche mit dem Budget passiert?", "budget"),
+    ],
+)
+def test_what_happened_with_a_topic_is_the_period_and_the_topic(said: str, word: str) -> None:
+    """'what happened with the budget last week?' is last week's window, and 'budget' is still
+    searched in it."""
+    rest, f = split_filters(said, TODAY)
+    assert (f.since, f.until) == _LAST_WEEK
+    assert word in [w.lower() for w in query.analyze(rest).content_words]
+
+
+_SINCE_MONDAY = ("2026-11-30", _TODAY)
+_MARCH_GONE = ("2026-03-01", "2026-03-31")
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # keywords, whatever their case, and requests keep a duration's window
+        ("Meeting notes since 2 weeks", ("2026-11-18", _TODAY)),
+        ("Project kickoff since a month", ("2026-11-02", _TODAY)),
+        ("Notizen zum neuen Projekt seit einem Monat", ("2026-11-02", _TODAY)),
+        ("Budget meeting seit einem Monat", ("2026-11-02", _TODAY)),
+        ("Notes about garlic since a year", _YEAR_BACK),
+        ("Anything new since a week?", ("2026-11-25", _TODAY)),
+        ("Show me my notes since a week", ("2026-11-25", _TODAY)),
+        ("I need my notes since a week", ("2026-11-25", _TODAY)),
+        ("Ich brauche meine Notizen seit einer Woche", ("2026-11-25", _TODAY)),
+        # English is not read by its capitals: a noun subject stays keywords
+        ("Garlic grows since a year", _YEAR_BACK),
+        ("The heating is broken since a week", ("2026-11-25", _TODAY)),
+        ("The heating is broken since Monday, what should I do?", _SINCE_MONDAY),
+        ("My back hurts since Monday, what helps?", _SINCE_MONDAY),
+        # one's own doings, in a relative clause or a perfect, ask for the notes
+        ("Everything I've read since Monday", _SINCE_MONDAY),
+        ("Alles, was ich seit Montag gelesen habe", _SINCE_MONDAY),
+        ("Bücher, die ich seit Januar gelesen habe", ("2026-01-01", _TODAY)),
+        ("Stuff I cooked since last week", ("2026-11-23", _TODAY)),
+        ("I haven't slept since Monday, what helps?", _SINCE_MONDAY),
+        ("I have been tracking my sleep since Monday", _SINCE_MONDAY),
+        ("He has been working on the budget since March", ("2026-03-01", _TODAY)),
+        # a request or a question about one's doings anywhere in the message
+        ("I've been tracking my sleep since Monday, how did it go?", _SINCE_MONDAY),
+        ("Ich lese seit Montag Dune, was habe ich dazu notiert?", _SINCE_MONDAY),
+        ("Mir geht es seit Montag schlecht. Was habe ich gegessen?", _SINCE_MONDAY),
+        ("Ich bin seit gestern krank. Zeig mir meine Notizen.", ("2026-12-01", _TODAY)),
+        ("User says: I have been sick since Monday. Find related notes.", _SINCE_MONDAY),
+        # German keywords: a noun and a word that is no verb
+        ("Mein Gewicht morgens seit Januar", ("2026-01-01", _TODAY)),
+        ("Die Rechnungen offen seit März", ("2026-03-01", _TODAY)),
+        ("Das Budget aktuell seit März", ("2026-03-01", _TODAY)),
+        ("Die Kosten insgesamt seit Januar", ("2026-01-01", _TODAY)),
+        ("Heizung kaputt seit 3 Tagen", ("2026-11-29", _TODAY)),
+        # a state stated: a German noun and its verb, a subject pronoun
+        ("Knoblauch wächst seit März", None),
+        ("Die Heizung ist seit Montag kaputt, was tun?", None),
+        ("Anna ist seit Montag krank, was hilft?", None),
+        ("Mir ist seit gestern schlecht, was hilft?", None),
+        ("Ich habe seit gestern Fieber, was hilft?", None),
+        # a month: the one to come only where its own clause asks about it
+        ("What will happen in March?", None),
+        ("Was wird im März passieren?", None),
+        ("Was machen wir im März?", None),
+        ("Was tun wir im März?", None),
+        ("What do we do in March?", None),
+        ("What is the team doing in March?", None),
+        ("Was ist im März los?", None),
+        ("Was passiert im März", None),
+        ("What's happening in March", None),
+        ("Was passiert im März? Ich muss planen.", None),
+        ("Was mache ich im März, wenn Anna da ist?", None),
+        ("Photos from Lyon in January, what am I doing with them?", ("2026-01-01", "2026-01-31")),
+        ("Im Januar in Lyon gewesen, was mache ich jetzt mit den Fotos?", ("2026-01-01", "2026-01-31")),
+        ("Wie viel macht die Stromrechnung im Januar?", ("2026-01-01", "2026-01-31")),
+        ("What happens to garlic in March?", _MARCH_GONE),
+        ("Was macht man im März im Garten?", _MARCH_GONE),
+        ("What do I usually do in March?", _MARCH_GONE),
+        ("What were we doing in March?", _MARCH_GONE),
+    ],
+)
+def test_a_state_needs_clear_words_and_a_month_to_come_its_own_clause(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """Time words read as a state (no window) only on clear words in the phrase's own clause, and a
+    month as the one to come only where its own clause asks about it. Sentence-case keywords
+    ('Meeting notes since 2 weeks'), requests, relative clauses ('Alles, was ich seit Montag
+    gelesen habe') and German keywords ('Mein Gewicht morgens seit Januar') had lost their
+    window; 'What will happen in March?' listed the March gone by; 'Photos from Lyon in January,
+    what am I doing with them?' lost its January."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said

@@ -1578,3 +1578,514 @@ def test_a_stop_after_the_cut_before_the_switch_begins_keeps_the_switch_due(
         assert h.indexer.writer.switch_due
     finally:
         h.close()
+
+
+def test_a_model_whose_name_begins_another_s_is_told_apart(make_cfg: Any, tmp_path: Path) -> None:
+    """A switch to a model whose name the serving one's begins with (``e5`` after ``e5-small``):
+    still due after a stop that followed the cut (the table name's prefix took one for the
+    other), and the serving model itself configured again is no switch."""
+    from dataclasses import replace
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())  # its table: vectors_fake_bow_1_64_mean
+    try:
+        h.sweep()
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake"))
+        h.indexer.reparse_if_chunking_changed()  # the first start: the notes cut for it
+        assert h.indexer.writer.switch_due
+        h.indexer.writer.switch_due = False  # stopped before the switch began; the next start:
+        h.indexer.reparse_if_chunking_changed()
+        assert h.indexer.writer.switch_due
+        h.indexer.cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="fake-bow"))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.writer.switch_due = False
+        h.indexer.reparse_if_chunking_changed()
+        assert not h.indexer.writer.switch_due
+    finally:
+        h.close()
+
+
+def test_a_repair_at_attach_before_the_switch_begins_keeps_the_chunks_left_to_it(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose switch cannot begin at once (the new table fails: the attach checks and
+    repairs the serving one, then tries again): the chunks cut anew for the new model stay left
+    to it. The repair attached the serving table as if no switch followed, and the retiring
+    model embedded every one of them before the switch began."""
+    from dataclasses import replace
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.index import migration
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        left = manifest.left_to_switch()
+        assert left > 0
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        begin = h.vectors.begin_migration
+        failures = [StoreError("vector reconcile failed on the new table")]
+
+        def begin_once(*args: Any) -> None:
+            if failures:
+                raise failures.pop()
+            begin(*args)
+
+        monkeypatch.setattr(h.vectors, "begin_migration", begin_once)
+        h.slot.set_ok(other, "test")
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+            stop=threading.Event(),
+        )  # fmt: skip
+        backfill._attach_once(other)
+        assert h.stores.building is not None and manifest.left_to_switch() == left
+        retiring.embedded.clear()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert serving.store.ids() == manifest.all_chunk_ids()
+        assert manifest.read(f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY}")[0][0] == 0
+    finally:
+        h.close()
+
+
+def _backfill(h: Harness) -> Any:
+    from sidecar.daemon.backfill import Backfill
+
+    return Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+        stop=threading.Event(),
+    )  # fmt: skip
+
+
+def _fail_reconcile_once(h: Harness, table: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next reconcile of ``table`` fails (a passing StoreError: the table itself reads)."""
+    from sidecar.contracts.errors import StoreError
+
+    reconcile = h.vectors._reconcile
+    failures = [StoreError(f"vector reconcile failed on {table}")]
+
+    def fail_once(store: Any, flag: str, **kw: Any) -> int:
+        if failures and store.name == table:
+            raise failures.pop()
+        return reconcile(store, flag, **kw)
+
+    monkeypatch.setattr(h.vectors, "_reconcile", fail_once)
+
+
+def test_a_retiring_table_failing_once_at_a_restart_during_a_switch_keeps_serving(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose retiring table fails once at the attach: the repair
+    checks that table with its own model and the switch goes on to its end. The repair served
+    the new model's table (all but a few chunks without a vector) and dropped the retiring one."""
+    from sidecar.index import migration
+    from sidecar.index.vectortables import expire_paused
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        other = OtherModel()
+        migration.attach(h.cfg, h.vectors, other)  # the switch under way
+        h.vectors.embed_pending(batch=2)
+        manifest = h.stores.manifest
+        old_name = manifest.get_meta("vector_table")
+        h.stores.serving = h.stores.building = None  # the restart: nothing attached yet
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        _fail_reconcile_once(h, old_name, monkeypatch)
+        h.slot.set_ok(other, "test")
+        _backfill(h)._attach_once(other)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and serving.model is retiring
+        assert h.stores.building is not None and old_name in table_names_of(h.cfg)
+        while h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert manifest.get_meta("vector_table") == serving.store.name
+        assert h.vectors.paused_switch() is None
+        assert not expire_paused(h.vectors, h.cfg.index_dir / "vectors", now=time.time() + 30 * 86400)
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_a_retiring_table_failing_once_as_a_switch_begins_keeps_its_vectors(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with a new model configured, no switch yet; the retiring table fails once at its
+    attach (it reads): it serves, every vector kept, and the switch begins. The repair served the
+    new model's empty table and dropped the retiring one, every vector with it."""
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    ids = first.stores.manifest.all_chunk_ids()
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        _fail_reconcile_once(h, old_name, monkeypatch)
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        _backfill(h)._attach_once(other)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and serving.store.ids() == ids
+        assert h.stores.building is not None and old_name in table_names_of(cfg)
+    finally:
+        h.close()
+
+
+def test_a_damaged_retiring_table_as_a_switch_begins_is_moved_aside_not_dropped(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with a new model configured, no switch yet, and the retiring table damaged: it is
+    moved aside (a copy kept) and made afresh with its own model; the chunks whose vector it lost
+    are left to the switch, which begins. It was dropped as unused, no copy kept."""
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    for data in (cfg.index_dir / "vectors" / f"{old_name}.lance" / "data").iterdir():
+        with data.open("r+b") as fh:
+            fh.truncate(data.stat().st_size // 2)
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        _backfill(h)._attach_once(other)
+        manifest = h.stores.manifest
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and len(_broken(cfg)) == 1
+        assert h.stores.building is not None and manifest.get_meta("vector_table") == old_name
+        assert manifest.left_to_switch() == len(manifest.all_chunk_ids()) - serving.store.count()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def table_names_of(cfg: Any) -> list[str]:
+    from sidecar.stores.vectors import table_names
+
+    return table_names(cfg.index_dir / "vectors")
+
+
+def test_a_switch_s_table_that_cannot_be_read_at_its_attach_is_repaired_and_the_switch_begins(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose new table opens but cannot be read: the attach's repair
+    moves that table aside (it checked the serving one only, the attach failed the same way at
+    every retry, and the switch never began: nothing was embedded meanwhile), and the switch
+    goes on to its end."""
+    from sidecar.daemon.backfill import Backfill
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    for data in (cfg.index_dir / "vectors" / f"{table_name_of(OtherModel())}.lance" / "data").iterdir():
+        with data.open("r+b") as fh:
+            fh.truncate(data.stat().st_size // 2)
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        other = OtherModel()
+        h.slot.set_ok(other, "test")
+        backfill = Backfill(
+            h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+            stop=threading.Event(),
+        )  # fmt: skip
+        backfill._attach_once(other)
+        assert h.stores.building is not None and len(_broken(cfg)) == 1
+        while h.vectors.embed_pending(batch=8):
+            pass
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == h.stores.manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: Any, tmp_path: Path) -> None:
+    """During a switch, notes cut again for the new model have no serving vector: a search says
+    so (``pendingVectors`` counts them) and scores such a note by its words alone, not below a
+    note alike in its words whose vector is a weak match (a missing vector is no dissimilarity)."""
+    from dataclasses import replace
+
+    from sidecar.search.request import SearchRequest
+
+    h = _cut_again_during_a_switch(make_cfg, tmp_path)
+    try:
+        manifest = h.stores.manifest
+        p = tmp_path / "v" / "Long 1.md"
+        write(p, p.read_text() + "\nA closing line.\n")  # edited: the serving model embeds it
+        h.indexer.sweep()
+        while manifest.pending_count() and h.vectors.embed_pending(batch=8):
+            pass
+        left = manifest.left_to_switch()
+        assert left > 0 and manifest.pending_count() == 0 and h.stores.building is not None
+        # The fake model's cosines are small: a clear match at 0.3, so Long 1's vector counts.
+        scale = replace(h.cfg.search, cosine_floor=0.0, cosine_full=0.3)
+        retriever = Retriever(h.stores, h.slot, scale, h.cfg.recall)
+        result = retriever.search(SearchRequest("word0x7 word1x7", 10, 0.0))
+        assert result.pending_vectors == left
+        first, second = result.hits[:2]
+        assert first.reference.startswith("vault/Long 0") and first.vec_score is None
+        assert second.reference.startswith("vault/Long 1") and second.vec_score is not None
+    finally:
+        h.close()
+
+
+def test_a_switch_whose_retiring_model_is_gone_at_a_restart_leaves_no_paused_switch(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch after the retiring model was removed: the new model's table
+    serves at once (the rest is embedded again), and is not also named the table of a paused
+    switch, whose expiry dropped the serving table a week later."""
+    from sidecar.contracts.errors import EmbedderError
+    from sidecar.index import migration
+    from sidecar.index.vectortables import expire_paused
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+
+    def gone(_cfg: Any) -> Any:
+        raise EmbedderError("the model's folder is empty")
+
+    monkeypatch.setattr(migration, "load_model", gone)
+    h = Harness(cfg, None)
+    try:
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == table_name_of(OtherModel())
+        assert h.vectors.paused_switch() is None
+        assert not expire_paused(h.vectors, cfg.index_dir / "vectors", now=time.time() + 30 * 86400)
+        assert serving.store.name in table_names_of(cfg)
+    finally:
+        h.close()
+
+
+def test_vectors_lost_before_a_switch_begins_are_left_to_the_new_model(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with another model configured finds chunks whose vector the retiring table lacks
+    (rows lost while stopped, or a repair that could not salvage them): the new model embeds
+    them, the retiring one does not (it did, for vectors dropped with its table at the switch's
+    end); they count as left to the switch meanwhile."""
+    from sidecar.index import migration
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    lost = sorted(first.stores.manifest.chunk_ids("vault/Long 0"))
+    store = first.stores.vectors
+    assert store is not None and lost
+    store.delete_ids(lost)
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    try:
+        retiring = FakeEmbedder()
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        other = OtherModel()
+        migration.attach(cfg, h.vectors, other, h.problems)
+        manifest = h.stores.manifest
+        flags = manifest.read("SELECT has_vector FROM chunks WHERE key = 'vault/Long 0'")
+        assert {f for (f,) in flags} == {NEXT_ONLY} and manifest.pending_count() == 0
+        assert manifest.left_to_switch() == len(lost)
+        while h.vectors.embed_pending(batch=8):
+            pass
+        assert retiring.embedded == []
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_one_failed_load_of_the_retiring_model_keeps_its_table(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart during a switch whose retiring model, its files there, fails to load once (the
+    memory short while the new model is loaded too): its table is kept and the next try resumes
+    the switch. Taken for gone, its table was dropped for good. Gone files still end it."""
+    from sidecar.contracts.errors import EmbedderError
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    migration.attach(cfg, first.vectors, OtherModel())
+    first.vectors.embed_pending(batch=2)
+    first.close()
+    failures = [EmbedderError("onnxruntime: failed to allocate memory")]
+
+    def flaky(_cfg: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return FakeEmbedder()
+
+    monkeypatch.setattr(migration, "load_model", flaky)
+    files = cfg.models_dir / "fake-bow"  # the model's files are there
+    files.mkdir(parents=True)
+    (files / "model.onnx").write_bytes(b"onnx")
+    (files / "tokenizer.json").write_text("{}")
+    h = Harness(cfg, None)
+    try:
+        with pytest.raises(EmbedderError, match="tried again"):
+            migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        assert old_name in table_names_of(cfg) and h.stores.manifest.get_meta("vector_table") == old_name
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is not None
+    finally:
+        h.close()
+
+
+def test_a_switch_that_cannot_begin_is_put_off_and_the_serving_model_embeds_meanwhile(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose begin fails again and again (a fault the repair does not cure): after a few
+    tries the retiring model embeds meanwhile, the chunks left to the switch too, and the switch
+    is tried again beside it, until it begins. The attach retried alone: nothing was embedded,
+    and the chunks cut anew for the new model had no vector from either model."""
+    from dataclasses import replace
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon import backfill as backfill_module
+    from sidecar.index import migration
+    from sidecar.runtime.backoff import Backoff
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    stop = threading.Event()
+    thread = None
+    try:
+        h.indexer.reparse_if_chunking_changed()
+        h.sweep()
+        manifest = h.stores.manifest
+        other = OtherModel()
+        h.stores.serving = None  # the start: the models load, nothing is attached yet
+        cfg = replace(h.cfg, embedder=replace(h.cfg.embedder, model="other-model"))
+        h.indexer.cfg = replace(cfg, chunking=replace(cfg.chunking, max_tokens=40))
+        h.indexer.reparse_if_chunking_changed()
+        h.indexer.sweep()
+        assert manifest.left_to_switch() > 0
+        monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+        begin = h.vectors.begin_migration
+        stuck = threading.Event()
+        stuck.set()
+
+        def begin_unless_stuck(*args: Any) -> None:
+            if stuck.is_set():
+                raise StoreError("the switch cannot begin")
+            begin(*args)
+
+        monkeypatch.setattr(h.vectors, "begin_migration", begin_unless_stuck)
+        monkeypatch.setattr(backfill_module, "ATTACH_RETRY", Backoff(base=0.01, cap=0.05, jitter=0.0))
+        h.slot.set_ok(other, "test")
+        backfill = _backfill(h)
+        backfill.stop = stop
+        thread = threading.Thread(target=backfill.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while manifest.left_to_switch() or manifest.pending_count():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is retiring and h.stores.building is None
+        assert serving.store.ids() == manifest.all_chunk_ids()
+        problem = h.problems.active_in("vectors")
+        assert problem is not None and "switch to other-model@2 starts once this works" in problem["error"]
+        stuck.clear()  # the fault passes: the switch begins and ends without a restart
+        while manifest.get_meta("vector_table") != table_name_of(other):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert h.problems.active_in("vectors") is None
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(10)
+        h.close()
+
+
+def test_a_switch_s_table_that_cannot_be_read_again_leaves_the_serving_one_repairable(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table a switch builds, rebuilt twice in this run, cannot be read a third time: the
+    repair leaves it and says the switch waits, while the retiring table serves. It said vector
+    search failed until a restart and never repaired the serving table again in that run."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        other = OtherModel()
+        name = table_name_of(other)
+        h.repair.rebuilt[name] = [(time.time(), "could not be read"), (time.time(), "could not be read")]
+        verify = VectorStore.verify
+
+        def unreadable(store: VectorStore) -> None:
+            if store.name == name:
+                raise StoreError(f"vector table {name} cannot be read")
+            verify(store)
+
+        monkeypatch.setattr(VectorStore, "verify", unreadable)
+        h.repair._check_next(other)
+        assert h.repair.gave_up is None
+        problem = h.problems.active_in("vectors", subject=name)
+        assert problem is not None and "switch waits" in problem["error"]
+        assert "Vector search fails" not in problem["error"]
+        monkeypatch.setattr(VectorStore, "verify", verify)
+        h.repair._check_next(other)
+        assert h.problems.active_in("vectors", subject=name) is None
+    finally:
+        h.close()

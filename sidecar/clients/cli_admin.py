@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
-from sidecar.clients.cli_render import Progress, render_status, waited_call
+from sidecar.clients.cli_progress import Progress
+from sidecar.clients.cli_render import render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
@@ -208,7 +209,7 @@ def _wait_for_sweep(
     client: Client, bar: Progress, ticket: int | None, before: int, asked: float
 ) -> dict[str, Any]:
     """Health once the sweep `sidecar index` asked for is done, the progress shown meanwhile."""
-    said: set[tuple[str, str]] = set()
+    said: set[tuple[str, str, int]] = set()
     while True:
         health = client.call("health")
         idx = health["index"]
@@ -326,7 +327,7 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
 
     logs.setup(cfg.logging.level if cfg.logging.level != "info" else "warning", journald=cfg.journald)
     confirm = frozenset([args.confirm_deletions]) if args.confirm_deletions else frozenset()
-    told: set[tuple[str, str]] = set()
+    told: set[tuple[str, str, int]] = set()
     summary = index_once(
         cfg,
         rebuild=bool(args.rebuild),
@@ -392,16 +393,38 @@ def _failing_since(health: dict[str, Any], since: float, areas: tuple[str, ...])
     return None
 
 
-def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str]]) -> None:
+def _say_waiting(bar: Progress, waiting: dict[str, Any] | None, said: set[tuple[str, str, int]]) -> None:
     """Say once per note or folder that indexing waits for its read, listing or stat (a share
-    that hangs): the bar stood still, and nothing was printed, for as long as the share hung."""
-    if not waiting or (waiting["root"], waiting["path"]) in said:
+    that hangs): the bar stood still, and nothing was printed, for as long as the share hung.
+    The wait to learn whether a share is only slow (minutes, all else done) shows its elapsed
+    time: on the bar, or a line a minute when stderr is no terminal."""
+    if not waiting:
         return
-    said.add((waiting["root"], waiting["path"]))
+    where = (waiting["root"], waiting["path"])
+    if waiting.get("learning"):
+        seconds, timeout = waiting["seconds"], waiting["timeout_seconds"]
+        bar.update("waiting", int(seconds), max(int(timeout), 1))
+        minute = int(seconds // 60)
+        if (*where, -2) not in said:
+            said.update({(*where, -2), (*where, minute)})
+            bar.say(
+                f"{shown(waiting['root'])} did not answer {waited_call(waiting)} in time; waiting "
+                f"{seconds:.0f} s so far, up to {timeout:.0f} s in all, to learn whether it is only a "
+                "slow share (then it is indexed now and waited for so from now on; else, or on "
+                "Ctrl-C, the root stays offline till the next run)"
+            )
+        elif (*where, minute) not in said:
+            said.add((*where, minute))
+            if not bar.enabled:
+                bar.say(f"still waiting for {shown(waiting['root'])}: {seconds:.0f} s of {timeout:.0f} s")
+        return
+    if (*where, -1) in said:
+        return
+    said.add((*where, -1))
     bar.say(
         f"waiting for {shown(waiting['root'])} to answer {waited_call(waiting)} "
         f"({'a slow share' if waiting.get('slow') else 'hung share?'}); given up after "
-        f"{waiting['timeout_seconds']:.0f} s, the root is then offline"
+        f"{waiting['timeout_seconds']:g} s, the root is then offline"
     )
 
 

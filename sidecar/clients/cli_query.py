@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sidecar.clients.cli_hits import render_links, snippet
 from sidecar.clients.cli_parser import QUERY_TIMEOUT_S, UsageError, serve_flags
 from sidecar.clients.cli_preview import preview_lines, recall_pending_note
-from sidecar.clients.cli_render import render_links, snippet
 from sidecar.clients.client import Client, local_today
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError

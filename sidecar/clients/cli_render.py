@@ -1,18 +1,17 @@
-"""What the CLI prints for people: the ``status`` screen, a note's links, the progress bar."""
+"""What the CLI prints for people: the ``status`` screen (and the daily-note formats doctor shows
+too). A note's links and a hit's snippet: ``cli_hits``; the progress bar: ``cli_progress``."""
 
 from __future__ import annotations
 
-import os
-import re
 import time
-from typing import Any, TextIO
+from typing import Any
 
 from sidecar import __version__
 from sidecar.clients.foreground import all_vectors_words, backlog, duration, per_second, time_left
 from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import anchor_missing, catching_up_note, clock_said, hold_advice
+from sidecar.contracts.wire import catching_up_note, clock_said, hold_advice
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -51,6 +50,7 @@ _PROBLEM_AREAS = {
     "restart": "restart needed",
     "stores": "index files",
     "unreadable": "unreadable folders or notes",
+    "path_too_long": "paths too long",
     "home": "home folder",
     "rebuild": "rebuild not finished",
 }
@@ -238,18 +238,33 @@ def render_status(h: dict[str, Any]) -> str:
             f"{shown(first['reference'])} ({shown(first['reason'])}){more}"
         )
     lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
-    if aside := idx.get("moved_aside"):
-        oldest = max(c["age_days"] for c in aside)
-        lines.append(
-            f"Damaged index copies: {len(aside)} moved aside in {h['home']}/index "
-            f"({', '.join(c['name'] for c in aside)}; the oldest {_days(oldest)} old), kept for "
-            f"inspection and removed after {KEEP_MOVED_ASIDE_DAYS} days; `sidecar doctor` shows their size"
-        )
+    lines += _aside_lines(idx.get("moved_aside") or [], h["home"])
     if h["vault"] is None:
         todo.append("configure a vault (--vault or vault.path) to index notes")
     if todo:
         lines.append("To do: " + "; ".join(todo))
     return "\n".join(lines)
+
+
+def _aside_lines(aside: list[dict[str, Any]], home: str) -> list[str]:
+    """The copies of stores moved aside: the damaged ones, and apart a newer release's a rebuild
+    replaced after a downgrade (no damage). A daemon before ``newer`` named such copies
+    ``.broken-`` too: they are among the damaged ones here."""
+    lines = []
+    newer = "Index copies made by a newer release (replaced by a rebuild)"
+    for label, copies in (
+        ("Damaged index copies", [c for c in aside if not c.get("newer")]),
+        (newer, [c for c in aside if c.get("newer")]),
+    ):
+        if copies:
+            oldest = max(c["age_days"] for c in copies)
+            lines.append(
+                f"{label}: {len(copies)} moved aside in {home}/index "
+                f"({', '.join(c['name'] for c in copies)}; the oldest {_days(oldest)} old), kept for "
+                f"inspection and removed after {KEEP_MOVED_ASIDE_DAYS} days; `sidecar doctor` shows "
+                "their size"
+            )
+    return lines
 
 
 def _count_lines(idx: dict[str, Any]) -> list[str]:
@@ -641,164 +656,6 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
                 "else put them back (nothing was removed from the index)"
             )
     return lines
-
-
-def render_links(r: dict[str, Any]) -> str:
-    """A note's outgoing links, backlinks and unresolved links, one per line."""
-    lines = [f"{shown(r['reference'])}: {len(r['links'])} link(s), {len(r['backlinks'])} backlink(s)"]
-    for link in r["links"]:
-        if link["target"] is not None:
-            kind = "embeds" if link["embed"] else "links to"
-            anchor = f" #{shown(link['anchor'])}" if link["anchor"] else ""
-            rule = link.get("excluded")
-            excluded = f" (not indexed: excluded by {shown(rule)})" if rule else ""
-            missing = anchor_missing(link)
-            excluded += f" ({missing})" if missing else ""
-            lines.append(f"  line {link['line']}: {kind} {shown(link['target'])}{anchor}{excluded}")
-    for b in r["backlinks"]:
-        # The same detail as the outgoing side: which section or block is meant, and embeds.
-        kind = "embeds this note" if b.get("embed") else "links here"
-        anchor = f" #{shown(b['anchor'])}" if b.get("anchor") else ""
-        lines.append(f"  line {b['line']} of {shown(b['reference'])} {kind}{anchor}")
-    for name in r["unresolved"]:
-        lines.append(f"  unresolved: [[{shown(name)}]]")
-    return "\n".join(lines)
-
-
-class Progress:
-    """A one-line progress bar on stderr when it is a terminal; silent otherwise. It fits the
-    terminal's width (a line longer than that wraps, and each update left a broken line)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        from sidecar.clients.foreground import Eta
-
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.phase = ""
-        self.eta = Eta()
-
-    def update(self, phase: str, done: int, total: int) -> None:
-        from sidecar.clients.foreground import Eta
-
-        if not self.enabled or total <= 0:
-            return
-        if phase != self.phase:  # each phase has its own pace
-            self.phase, self.eta = phase, Eta()
-        share = min(done / total, 1.0)
-        left = self.eta.update(done, total)  # a moving average: steady although counts move in steps
-        eta = f" ETA {duration(left)}" if left is not None and share < 1 else ""
-        room = self._columns() - 1  # the last column would wrap at once on some terminals
-        count = f"{done:,}/{total:,}{eta}"
-        label = f"{phase:<10}"
-        width = max(0, min(30, room - len(label) - len(count) - 4))
-        filled = int(share * width)
-        bar = f" [{'#' * filled}{'.' * (width - filled)}]" if width >= 5 else ""
-        line = f"{label}{bar} {count}"[:room]
-        self.stream.write(f"\r{line:<{room}}")
-        self.stream.flush()
-
-    def say(self, message: str) -> None:
-        """A line of its own (also when stderr is no terminal); the bar is drawn again by the next
-        update."""
-        self.done(message)
-
-    def done(self, message: str) -> None:
-        if self.enabled:
-            self.stream.write("\r" + " " * (self._columns() - 1) + "\r")
-        self.stream.write(message + "\n")
-        self.stream.flush()
-
-    def _columns(self) -> int:
-        try:
-            return max(20, os.get_terminal_size(self.stream.fileno()).columns)
-        except (OSError, ValueError):
-            return 80
-
-
-# Markdown a person reading a one-line snippet does not need to see (the note keeps it: `get`).
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})(.*)$")
-_RULE_ROW = re.compile(r"^\s*\|?(?:\s*:?-{2,}:?\s*\|)+\s*(?::?-{2,}:?\s*)?\|?\s*$")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_CALLOUT = re.compile(r"^(?:\s*>)+\s*\[!(\w+)\][-+]?\s*")
-_QUOTE = re.compile(r"^(?:\s*>)+\s?")
-_WIKILINK = re.compile(r"!?\[\[([^\[\]|]*?)(?:\|([^\[\]]*))?\]\]")
-_MDLINK = re.compile(r"!?\[([^\[\]]*)\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
-_EMPHASIS = re.compile(r"\*\*|__|~~|==|`+|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*])\*(?![\w*])")
-_WORD = re.compile(r"\w{3,}")
-# A block id at a line's end or on a line of its own ("… restic. ^backup-cmd"): reading view hides it.
-_BLOCK_ID = re.compile(r"(?:^|\s)\^[A-Za-z0-9-]+\s*$")
-_MEDIA = re.compile(
-    r"\.(?:png|jpe?g|gif|svg|webp|bmp|avif|heic|pdf|mp[34]|m4a|wav|ogg|flac|webm|mov|mkv|canvas)(?:#|$)", re.I
-)
-
-
-def plain_text(text: str) -> str:
-    """A chunk's Markdown as one line of prose: headings end with a colon, table rules, quote and
-    emphasis marks and block ids dropped, links shown as their text, callouts as their kind. A fenced code
-    block's lines are shown as written: its ``# comment`` is no heading, its ``|`` no table."""
-    out = []
-    fence = ""  # the open fence's marker, "" outside code
-    for raw in text.splitlines():
-        marker = _FENCE.match(raw)
-        if fence:
-            # CommonMark: the same character, at least as long, and nothing after it.
-            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
-                fence = "" if not marker.group(2).strip() else fence
-            if fence:
-                out.append(raw)
-            continue
-        if marker and not (marker.group(1)[0] == "`" and "`" in marker.group(2)):
-            fence = marker.group(1)
-            continue
-        if _RULE_ROW.match(raw):
-            continue
-        line = _WIKILINK.sub(_link_text, _BLOCK_ID.sub("", raw))
-        line = _EMPHASIS.sub("", _MDLINK.sub(r"\1", line))
-        heading = _HEADING.match(line)
-        if heading:
-            title = heading.group(1)
-            line = title if title.endswith((":", "?", "!", ".")) else f"{title}:"
-        elif line.lstrip().startswith("|"):  # a table row: its cells
-            line = " · ".join(c.strip() for c in line.strip().strip("|").split("|") if c.strip()) + ";"
-        line = _QUOTE.sub("", _CALLOUT.sub(lambda m: f"{m.group(1).capitalize()}: ", line))
-        out.append(line)
-    return " ".join(" ".join(out).split())
-
-
-def _link_text(m: re.Match[str]) -> str:
-    target, shown_as = m.group(1), m.group(2)
-    if m.group(0).startswith("!") and _MEDIA.search(target):
-        return ""  # an embedded image or file: nothing to read
-    return shown_as or target.replace("#", " › ").lstrip(" ›")
-
-
-def snippet(text: str, query: str, width: int = 200) -> str:
-    """The ``width`` characters of a hit's text (as ``plain_text``) that hold the most of the
-    query's words, cut at words, with "…" where text was left out on either side."""
-    plain = plain_text(text)
-    if len(plain) <= width:
-        return plain
-    words = {w.lower()[:5] for w in _WORD.findall(query)}  # "Vorlage" meets "Vorlagen", "Vorlagenordner"
-    found = [
-        (m.start(), m.group().lower()[:5]) for m in _WORD.finditer(plain) if m.group().lower()[:5] in words
-    ]
-    start, best = 0, 0
-    for i, (at, _w) in enumerate(found):
-        inside = {w for pos, w in found[i:] if pos < at + width - 40}
-        if len(inside) > best:
-            start, best = at, len(inside)
-    if start:  # some text before the first matched word, from a word's start
-        start = max(0, start - 40)
-        start = plain.rfind(" ", 0, start) + 1 if plain.rfind(" ", 0, start) >= 0 else start
-        start = min(start, max(0, len(plain) - width))
-        if start and plain[start - 1] != " ":
-            start = plain.find(" ", start) + 1
-    end = start + width
-    part = plain[start:end]
-    if end < len(plain):
-        cut = part.rfind(" ")
-        part = (part[:cut] if cut > width // 2 else part).rstrip(" ,;:") + "…"
-    return ("…" if start else "") + part
 
 
 def _days(days: float) -> str:

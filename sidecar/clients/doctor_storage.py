@@ -138,9 +138,17 @@ def check_disk(cfg: Config) -> Check:
     aside = moved_aside(cfg.index_dir) if cfg.index_dir.is_dir() else []
     if aside:
         kept = sum(f.stat().st_size for c in aside for f in _files(c.path))
+        newer = sum(c.newer for c in aside)
+        what = (
+            "damaged data"
+            if not newer
+            else "an index a newer release made"
+            if newer == len(aside)
+            else "damaged data or an index a newer release made"
+        )
         size += (
             f" ({readable_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of "
-            f"damaged data moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after "
+            f"{what} moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after "
             "the move: "
             f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
         )

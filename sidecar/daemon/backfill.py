@@ -39,6 +39,10 @@ EMBED_RETRY = Backoff(base=5.0, cap=60.0)
 # up to 5 min: a full disk or a locked manifest passes; a thread that gave up left vector search
 # off until a restart.
 ATTACH_RETRY = Backoff(base=5.0, cap=300.0)
+# A switch that failed to begin this many times while the retiring table serves is tried again
+# beside the embedding, not before it: the retiring model embeds what was left to the switch
+# (those chunks had no vector from either model for as long as the switch could not begin).
+SWITCH_BEGIN_TRIES = 3
 
 
 class Backfill:
@@ -68,6 +72,9 @@ class Backfill:
         # its own, so a note edited meanwhile gets its vector at once; appends go on during the
         # child's build, and compaction waits for it (VectorStore._building).
         self._retrain: threading.Thread | None = None
+        # A switch put off after failing to begin: when it is tried again, and its failures.
+        self._switch_retry_at: float | None = None
+        self._switch_failures = 0
 
     def run(self) -> None:
         try:
@@ -96,8 +103,11 @@ class Backfill:
                 # The configured model loaded at a retry while a fallback answered: the switch
                 # to it starts (the fallback's table serves until the new one is whole).
                 attached = model
+                self._switch_retry_at, self._switch_failures = None, 0
                 if not self._attach(model):
                     return
+            elif self._switch_retry_due() and not self._attach(attached):
+                return
             # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
             # goes to parsing; memory writes still embed at once on their own path.
             if act.phase in ("scanning", "indexing") and act.total - act.done > self.cfg.index.batch_files:
@@ -144,7 +154,7 @@ class Backfill:
         False only when the daemon stops. A table that cannot be attached is checked and, if it
         cannot be read, replaced (it would fail the same way after every restart); a full disk or
         a manifest that cannot be written is a fault that passes, reported and waited out."""
-        failures = 0
+        failures = self._switch_failures
         while not self.stop.is_set():
             try:
                 self._attach_once(model)
@@ -152,13 +162,39 @@ class Backfill:
                 failures += 1
                 delay = ATTACH_RETRY.delay(failures)
                 self._attach_failed(exc, delay, model)
+                if failures >= SWITCH_BEGIN_TRIES and self._retiring_serves(model):
+                    self._put_off_switch(model, failures, delay)
+                    return True
                 if self.stop.wait(delay):
                     return False
                 continue
+            self._switch_retry_at, self._switch_failures = None, 0
             self.problems.clear("vectors")
             heap.trim()  # the reconcile's id sets are garbage now
             return True
         return False
+
+    def _switch_retry_due(self) -> bool:
+        return self._switch_retry_at is not None and time.monotonic() >= self._switch_retry_at
+
+    def _retiring_serves(self, model: Embedder) -> bool:
+        """Another model's table serves and the switch to ``model`` has not begun."""
+        stores = self.vectors.stores
+        return stores.serving is not None and stores.serving.model is not model and stores.building is None
+
+    def _put_off_switch(self, model: Embedder, failures: int, delay: float) -> None:
+        """The switch could not begin: the serving model embeds meanwhile, the chunks left to
+        the switch with the rest, and the switch is tried again after ``delay``."""
+        with self.vectors.stores.write_lock:
+            released = self.vectors.manifest.release_next_only()
+        if self._switch_retry_at is None or released:
+            log.warning(
+                "vectors_switch_put_off to=%s tries=%d chunks_released=%d retry_in=%.0fs "
+                "(the serving model embeds meanwhile)",
+                model.model_id, failures, released, delay,
+            )  # fmt: skip
+        self._switch_failures = failures
+        self._switch_retry_at = time.monotonic() + delay
 
     def _attach_once(self, model: Embedder) -> None:
         try:
@@ -186,7 +222,7 @@ class Backfill:
         if is_disk_full(exc):
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"
             log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)
-        elif isinstance(exc, (StoreError, OSError, sqlite3.Error)):
+        elif isinstance(exc, (StoreError, EmbedderError, OSError, sqlite3.Error)):
             why = str(exc)
             log.error("vectors_unavailable error=%s retry_in=%.0fs", exc, delay)
         else:  # unexpected: keep the traceback

@@ -230,7 +230,9 @@ class Handlers:
                 "max_file_bytes": self.cfg.index.max_file_bytes,
                 "excluded": act.excluded,
                 # Templates folders indexed as notes: their plugin is switched off in Obsidian.
-                "templates_indexed": self.indexer.ignore.templates_indexed(),
+                "templates_indexed": self.indexer.ignore.templates_indexed(
+                    self.manifest.has_files, self.cfg.vault.wiki_subfolder
+                ),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),
                 # The pass reading unchanged notes' links again after an upgrade, while it runs.
@@ -267,9 +269,15 @@ class Handlers:
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
-                # Copies of damaged stores kept for inspection (removed after a month).
+                # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
+                # a newer release's, replaced by a rebuild asked for after a downgrade.
                 "moved_aside": [
-                    {"name": c.path.name, "store": c.store, "age_days": round(c.age_days, 1)}
+                    {
+                        "name": c.path.name,
+                        "store": c.store,
+                        "age_days": round(c.age_days, 1),
+                        "newer": c.newer,
+                    }
                     for c in moved_aside(self.cfg.index_dir)
                 ],
             },

@@ -150,6 +150,9 @@ class IndexLoop:
         self.asked_done = 0
         self._rebuild_ticket = 0
         self._rebuild_begun = 0  # the last ticket of a rebuild that emptied the index (it runs)
+        # The confirmations of a rebuild refused at its turn for a cause that passes (a share
+        # offline, an unreadable folder or note, a refused inbox, a hold): None when there is none.
+        self._refused_for: frozenset[str] | None = None
 
     def watch_partial(self, why: str | None) -> None:
         """The watcher's word on its coverage (``Watcher.partial``): while it covers only part of
@@ -402,20 +405,27 @@ class IndexLoop:
 
     def _run(self, job: Job) -> None:
         indexer = self.indexer
+        # A refusal said before this sweep: its cause may be gone by its end (not one said now,
+        # which `index --rebuild` is to report: its own sweep drops a refused inbox's notes).
+        refused_before, refused_now = self._refused_for is not None, False
         if job.rebuild:
             try:
-                # A mass deletion held since the request (by the sweep it waited behind): the
-                # rebuild would drop the held notes unconfirmed, as the request's check refuses.
-                indexer.refuse_held(job.confirm)
+                # The request's check again: since it, a share may have gone offline, a folder
+                # become unreadable or a mass deletion been held (by the sweep it waited behind);
+                # the rebuild would then run against what it cannot read or drop held notes.
+                indexer.refuse_rebuild(job.confirm)
                 indexer.clear(lambda: self._begun(job.ticket))
             except (StorageError, UnreadableError) as exc:
                 # Nothing was emptied (no room for the rebuild's copy: the disk filled since the
-                # request's check; or a hold). Said, and the sweep runs without the rebuild
-                # (retried as a failed sweep, it failed every few seconds, and every sweep merged
-                # into it). A clear that failed after the manifest was emptied raises other errors:
-                # the rebuild has begun then (``_begun``), and is retried as its sweep.
+                # request's check; a share offline, an unreadable folder or a hold). Said, and the
+                # sweep runs without the rebuild (retried as a failed sweep, it failed every few
+                # seconds, and every sweep merged into it). A clear that failed after the manifest
+                # was emptied raises other errors: the rebuild has begun then (``_begun``), and is
+                # retried as its sweep.
                 log.error("rebuild_refused error=%s", exc)
                 self.problems.report(REBUILD_AREA, str(exc), subject=REFUSED)
+                self._refused_for = job.confirm if isinstance(exc, UnreadableError) else None
+                refused_now = True
                 job = replace(job, rebuild=False)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
         began = time.time()
@@ -444,11 +454,35 @@ class IndexLoop:
             self.problems.clear(LOST_AREA)
         if audit:
             self._check_lost(began)
+        if (
+            refused_before
+            and not refused_now
+            and self._refused_for is not None
+            and job.roots is None
+            and not job.paths
+            and not self.stop.is_set()
+        ):
+            self._refusal_passed(self._refused_for)
+
+    def _refusal_passed(self, confirm: frozenset[str]) -> None:
+        """A rebuild refused at its turn for a cause that passes: once a whole sweep leaves none
+        of it (the request's check passes now: the share back, the folders read), the refusal
+        leaves the PROBLEM lines (was: said until a rebuild ran or a restart, its cause gone);
+        kept under Recovered, as the rebuild still is to be asked again. A disk without room
+        for the rebuild's copy stays said until then (no sweep frees it)."""
+        try:
+            self.indexer.refuse_rebuild(confirm)
+        except (StorageError, UnreadableError):
+            return
+        self._refused_for = None
+        log.info("rebuild_refusal_passed reason=its cause is gone; ask the rebuild again")
+        self.problems.clear(REBUILD_AREA, subject=REFUSED)
 
     def _begun(self, ticket: int) -> None:
         """A rebuild emptied the index (its copy kept): it runs, and a retry reads on."""
         with self._progress:
             self._rebuild_begun = max(self._rebuild_begun, ticket)
+        self._refused_for = None
         self.problems.clear(REBUILD_AREA, subject=REFUSED)  # an earlier refusal: this one runs
 
     def _swept(self) -> None:

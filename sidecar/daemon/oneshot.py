@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.config import Config
-from sidecar.daemon.compose import build
-from sidecar.daemon.process import load_embedder, lock_and_tighten, make_private, record_counting
+from sidecar.daemon.compose import Parts, build
+from sidecar.daemon.process import INDEX_RUN, load_embedder, lock_and_tighten, make_private, record_counting
 from sidecar.index.migration import attach, serving_model
 from sidecar.model.embedder import EmbedderSlot
 
@@ -25,7 +25,7 @@ def index_once(
     or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
     could not be read (name, error), kept as indexed."""
     make_private(cfg)
-    lock = lock_and_tighten(cfg)  # the lock first: refused while a daemon runs, it changes nothing
+    lock = lock_and_tighten(cfg, by=INDEX_RUN)  # the lock first: refused, it changes nothing
     slot = EmbedderSlot()
     try:
         parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only
@@ -49,28 +49,32 @@ def index_once(
         indexer.reread_canvases_if_read_differently()
         indexer.reread_drawings_if_read_differently()
         indexer.reread_link_aliases_if_read_differently()
+        indexer.reread_property_names_if_read_differently()
         record_counting(cfg, slot, indexer)
         if slot.model is not None:
             attach(cfg, vectors, slot.model, parts.problems)
         if rebuild:
             # No sweep ran in this process: what cannot be read is not known until it is listed.
             indexer.changes.list_unreadable()
+            # A listing given up on that answers after all is a slow share: listed again with the
+            # whole-scan bound (a rebuild refused for it was refused on every run).
+            slow = parts.supervisor.await_given_up()
+            if slow:
+                indexer.changes.list_unreadable(only=frozenset(slow))
             indexer.refuse_rebuild(confirm)  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
         summary = indexer.sweep(progress=report, confirm_deletions=confirm)
-        # The links of unchanged notes after an upgrade, as the daemon reads them after its first
-        # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
-        # read that hangs) leaves the rest to the next run or the daemon.
-        while indexer.links_due() and (lp := indexer.links.progress) is not None:
-            if progress:
-                progress("links", lp.done, lp.total)
-            if not indexer.reread_links():
-                break
-        total = manifest.chunk_count()
-        while vectors.embed_pending() > 0:
-            if progress:
-                progress("embedding", total - manifest.pending_count(), total)
+        _finish(parts, progress)
+        # A listing given up on: waited for only now, the other roots' notes indexed and embedded
+        # first (a wait cut short leaves just that root to the next run). Should it answer, the
+        # share is slow (remembered): its root is swept again with the whole-scan bound, not left
+        # offline until the next run, which gave up at the same listing.
+        slow = parts.supervisor.await_given_up()
+        if slow:
+            again = indexer.sweep(only=frozenset(slow), progress=report, confirm_deletions=confirm)
+            summary = {k: v + again.get(k, 0) for k, v in summary.items()}
+            _finish(parts, progress)
         counts = manifest.counts()
         return {
             **summary,
@@ -86,3 +90,19 @@ def index_once(
     finally:
         parts.stores.close()
         lock.release()
+
+
+def _finish(parts: Parts, progress: Callable[[str, int, int], None] | None) -> None:
+    """The links of unchanged notes after an upgrade, as the daemon reads them after its first
+    sweep (an index kept up by `sidecar index` alone never had them read), then the vectors. A
+    root away (or a read that hangs) leaves the rest to the next run or the daemon."""
+    indexer, manifest, vectors = parts.indexer, parts.stores.manifest, parts.vectors
+    while indexer.links_due() and (lp := indexer.links.progress) is not None:
+        if progress:
+            progress("links", lp.done, lp.total)
+        if not indexer.reread_links():
+            break
+    total = manifest.chunk_count()
+    while vectors.embed_pending() > 0:
+        if progress:
+            progress("embedding", total - manifest.pending_count(), total)

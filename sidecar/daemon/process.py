@@ -32,12 +32,20 @@ from sidecar.vault.homeguard import MARKER
 log = logging.getLogger(__name__)
 
 
-class IndexLock:
-    """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`."""
+# What `sidecar index` without a daemon writes in the lock file before its pid: one that finds
+# the lock taken names it (it may hold the lock for up to scanTimeoutSeconds more while it waits
+# for a share's call it gave up on), not "another daemon".
+INDEX_RUN = "`sidecar index`"
 
-    def __init__(self, index_dir: Path) -> None:
+
+class IndexLock:
+    """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`
+    (``by``: INDEX_RUN; the daemon's lock file holds its pid alone)."""
+
+    def __init__(self, index_dir: Path, by: str | None = None) -> None:
         index_dir.mkdir(parents=True, exist_ok=True)
         self.path = index_dir / ".lock"
+        self.by = by
         self._fh: IO[str] | None = None
         self._folder: tuple[int, int] | None = None  # the index folder's (device, inode) when locked
 
@@ -49,13 +57,19 @@ class IndexLock:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
+            if holder.startswith(INDEX_RUN):
+                raise DaemonRunningError(  # the words README's troubleshooting table promises
+                    f"the index {self.path.parent} is in use by {holder}, which is still running "
+                    "(it may be waiting, up to watch.scanTimeoutSeconds, for a share that did not "
+                    "answer in time): try again once it is done"
+                ) from exc
             raise DaemonRunningError(  # the words README's troubleshooting table promises
                 f"another sidecar daemon is already serving {self.path.parent.parent} "
                 f"(its index {self.path.parent} is in use by {holder})"
             ) from exc
         fh.seek(0)
         fh.truncate()
-        fh.write(f"pid {os.getpid()}")
+        fh.write(f"{self.by} (pid {os.getpid()})" if self.by else f"pid {os.getpid()}")
         fh.flush()
         self._fh = fh
         if self._folder is None:
@@ -122,10 +136,11 @@ def make_private(cfg: Config) -> None:
     os.umask(0o077)
 
 
-def lock_and_tighten(cfg: Config) -> IndexLock:
-    """The index lock, then the home left readable by others tightened (the log says so). In this
-    order: a start refused for another daemon holding the lock changes nothing in the home."""
-    lock = IndexLock(cfg.index_dir)
+def lock_and_tighten(cfg: Config, by: str | None = None) -> IndexLock:
+    """The index lock (``by``: IndexLock's), then the home left readable by others tightened (the
+    log says so). In this order: a start refused for another daemon holding the lock changes
+    nothing in the home."""
+    lock = IndexLock(cfg.index_dir, by=by)
     lock.acquire()
     try:
         tighten_own(cfg)

@@ -2,8 +2,9 @@
 op), a mixin of ``Daemon``: what a reload applies (``_RELOADED``) and what waits for a restart,
 a file refused while being written or naming another daemon, one asked while the index is
 read-only carried into the switch to writable. Its own module because a reload touches the
-running parts only through their settings, apart from the start, switch and stop in
-``lifecycle``; the state it works on is the daemon's own, made in ``Daemon.__init__``.
+running parts only through their settings, apart from the start and stop in ``lifecycle`` and
+the switch to writable in ``readonly_start``; the state it works on is the daemon's own, made in
+``Daemon.__init__``.
 """
 
 from __future__ import annotations

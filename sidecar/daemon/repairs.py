@@ -18,13 +18,13 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from sidecar.contracts.errors import StoreError, engine_message
+from sidecar.contracts.errors import EmbedderError, StoreError, engine_message
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
 from sidecar.index.upgrade import reopen_bm25
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.backoff import Backoff
-from sidecar.search.retrieval import INBOX_FAILURE
+from sidecar.search.keyword_gaps import INBOX_FAILURE
 from sidecar.stores.bm25 import NOT_OPEN
 from sidecar.stores.bm25_folder import engine_failure, low_disk
 from sidecar.stores.manifest import Manifest
@@ -230,7 +230,7 @@ class RepairPolicy:
         self._vectors_repaired = time.monotonic()
         try:
             self.repair.repair_vectors(failing["error"])
-        except (StoreError, OSError) as exc:
+        except (StoreError, EmbedderError, OSError) as exc:  # the retiring model failing to load
             log.error("vector_repair_failed error=%s", exc)
 
     def check_disk_room(self) -> None:

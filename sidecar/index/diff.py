@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
+import sqlite3
 import stat
 import time
 import unicodedata
@@ -27,7 +29,9 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.problems import Problems
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.index.toolong import AREA as TOO_LONG_AREA
+from sidecar.index.toolong import too_long_folders, too_long_problem
+from sidecar.stores.manifest import FileState, Manifest, folded
 from sidecar.vault.homeguard import held
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
@@ -40,12 +44,14 @@ from sidecar.vault.sources import (
     NoteFile,
     Root,
     Skipped,
+    asked,
     inbox_root,
     is_note_name,
     kind_skipped,
     link_refusal,
     name_refusal,
     read_refusal,
+    real_path,
     root_refusal,
     roots,
     scan,
@@ -54,7 +60,7 @@ from sidecar.vault.sources import (
     unreadable_skip,
     vault_roots,
 )
-from sidecar.vault.supervisor import RootUnreachable, Supervisor
+from sidecar.vault.supervisor import RootUnreachable, StopCut, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -86,6 +92,13 @@ EVENT_DELETION_WINDOW_S = 60.0
 _SETTLED = ("indexed", "skipped")
 # The longest a note whose reads keep failing waits for its next read (``ChangeFinder.failed_read``).
 RETRY_MOST_HOURS = 6.0
+# The meta row keeping ``ChangeFinder._retry``'s failures across restarts, as JSON rows: root
+# name, path, failures in a row.
+_RETRIES = "read_retries"
+# A loaded count of failures is cut to this: its wait is at the cap (RETRY_MOST_HOURS) already.
+_RETRY_MOST_FAILURES = 32
+_Where = tuple[str, str]  # (root name, path) of a note
+_Stamp = tuple[int, int, int]  # mtime, size and ctime of a note whose read failed
 
 
 @dataclass
@@ -196,7 +209,9 @@ class ChangeFinder:
         # of mode 000) was read, paid a read timeout and logged a warning at every sweep for good:
         # tried again after 1, 2, 4... full sweeps, up to about RETRY_MOST_HOURS; at once on a
         # file event or a change of its stat.
-        self._retry: dict[tuple[str, str], tuple[int, int, tuple[int, int]]] = {}
+        # Their failures are kept in the manifest (``save_retries``): each restart began the
+        # backoff anew and warned again.
+        self._retry: dict[tuple[str, str], tuple[int, int, _Stamp]] = {}
         self.full_sweeps = 0  # full listings so far (``diff_roots``)
         self.retry_waiting = 0  # failed notes the last full sweep left for later
         self._event_deletions: dict[str, list[float]] = {}  # root name -> times of recent ones
@@ -212,7 +227,46 @@ class ChangeFinder:
         self._skips_named: set[tuple[str, str]] = set()  # (path, reason) already in the log
         # Files left out now, by (root name, path): full sweeps set a root's, events each path's.
         self._skips: dict[tuple[str, str], str] = {}
+        self._too_long_named: list[str] = []  # the folders the last path_too_long line named
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
+        self._retry_saved = self._load_retries()
+
+    def _load_retries(self) -> dict[_Where, int]:
+        """``_retry``'s failures in a row as the last process saved them, for the notes of roots
+        configured now. Only the backoff is kept: each such note is read again by this start's
+        first full sweep (a restart is a way out for a share that healed without a change of the
+        note), and a failure then is its next in a row (no new warning, a longer wait). Never
+        named unreadable from a row: a note that reads now, or is gone, is no unreadable note
+        (a rebuild was refused for it). A row that cannot be read is dropped."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        try:
+            for name, where, failures in json.loads(self.manifest.get_meta(_RETRIES) or "[]"):
+                if str(name) in names or str(name).startswith("memory/"):
+                    # Turn 1: this start's first full sweep. A count past the cap waits no longer.
+                    count = min(max(int(failures), 1), _RETRY_MOST_FAILURES)
+                    self._retry[(str(name), str(where))] = (count, 1, (0, 0, 0))
+        except (ValueError, TypeError) as exc:  # another shape: forgotten, as before it was kept
+            log.warning("read_retries_dropped error=%s", exc)
+            self._retry = {}
+        return self._saved_retries()
+
+    def _saved_retries(self) -> dict[_Where, int]:
+        """What ``save_retries`` keeps of ``_retry``: the failures in a row of each note."""
+        return {where: failures for where, (failures, _turn, _stamp) in self._retry.items()}
+
+    def save_retries(self) -> None:
+        """Keep ``_retry``'s failures in the manifest when they changed (after a sweep). A failed
+        write keeps them for the next."""
+        now = self._saved_retries()
+        if now == self._retry_saved:
+            return
+        rows = [[name, where, failures] for (name, where), failures in sorted(now.items())]
+        try:
+            self.manifest.set_meta(_RETRIES, json.dumps(rows) if rows else "")
+        except sqlite3.Error as exc:
+            log.warning("read_retries_not_saved error=%s", exc)
+            return
+        self._retry_saved = now
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""
@@ -223,7 +277,37 @@ class ChangeFinder:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def say_too_long(self) -> None:
+        """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
+        per note), cleared once none is: their notes left the index with only a skip count."""
+        # Not in a folder the user excluded (index.exclude, Obsidian's Excluded files): nothing
+        # there is indexed anyway, and a PROBLEM the user could clear only by renaming it.
+        by_name = {r.name: r for r in vault_roots(self.cfg)}
+        folders = too_long_folders(
+            {k: why for k, why in self._skips.items() if not self._excluded_path(by_name.get(k[0]), k[1])}
+        )
+        said = too_long_problem(folders)
+        if said is None:
+            self.problems.clear(TOO_LONG_AREA)
+            return
+        if folders != self._too_long_named:
+            log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
+        self.problems.report(TOO_LONG_AREA, said)
+        self._too_long_named = folders
+
+    def _excluded_path(self, root: Root | None, where: str) -> bool:
+        """Whether a rule leaves out the note at ``where`` (a path of ``root``), or every note
+        of the folder at ``where``."""
+        if root is None:  # an inbox: no rule leaves its notes out
+            return False
+        try:
+            rel = Path(where).relative_to(root.path).as_posix()
+        except ValueError:
+            return False
+        note = rel if is_note_name(Path(rel).name, root.source) else f"{rel}/x.md"
+        return self.excluded_by(root.key_of(note)) is not None
+
+    def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
         unreadable (it was kept without a word in status, and its later edits went unread).
         True: its first failure in a row (``failed_read``)."""
@@ -231,17 +315,19 @@ class ChangeFinder:
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def not_read(self, root: Root, path: Path, why: str, stamp: tuple[int, int]) -> bool:
+    def not_read(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """A note not in the index whose read failed: named in status as not indexed, with why.
         True: its first failure in a row (``failed_read``)."""
         self._never_read[(root.name, str(path))] = why
         self._say_unreadable(root.name)
         return self.failed_read(root, path, stamp)
 
-    def failed_read(self, root: Root, path: Path, stamp: tuple[int, int]) -> bool:
-        """A read of a note (of mtime and size ``stamp``) failed: it is tried again after twice
-        as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS), or
-        once its stat changes. True: the first failure in a row, the one worth a warning."""
+    def failed_read(self, root: Root, path: Path, stamp: _Stamp) -> bool:
+        """A read of a note (of mtime, size and ctime ``stamp``) failed: it is tried again after
+        twice as many full sweeps as the last time (1, 2, 4, ...; at most about RETRY_MOST_HOURS),
+        or once its stat changes (a chmod that makes it readable moves its ctime: a restart, or
+        `sidecar index` with no events told, read it at once). True: the first failure in a row,
+        the one worth a warning."""
         where = (root.name, str(path))
         failures = self._retry.get(where, (0, 0, stamp))[0] + 1
         most = max(1, int(RETRY_MOST_HOURS * 60 / self.cfg.index.rescan_minutes))
@@ -251,7 +337,8 @@ class ChangeFinder:
     def _retry_later(self, n: NoteFile) -> bool:
         """Whether a note whose read failed, unchanged since, waits for a later full sweep."""
         failed = self._retry.get((n.root.name, str(n.path)))
-        return failed is not None and self.full_sweeps < failed[1] and failed[2] == (n.mtime_ns, n.size)
+        stamp = (n.mtime_ns, n.size, n.ctime_ns)
+        return failed is not None and self.full_sweeps < failed[1] and failed[2] == stamp
 
     def put_back(self, keys: Collection[str]) -> None:
         """Notes a rebuild could not read, put back as indexed before it: kept unreadable now,
@@ -307,19 +394,25 @@ class ChangeFinder:
         """``skipped_files`` as (path, reason) by key."""
         return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
-    def list_unreadable(self) -> None:
+    def list_unreadable(self, only: Collection[str] | None = None) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
         --rebuild` without a daemon has no sweep of its own before it clears the index, and
         would drop the notes of a folder of mode 000. Each indexed note is opened too (its first
         byte read): a note of mode 000 is listed like any other, and the rebuild dropped it where
         the daemon, whose sweep had failed to read it, refused (within a time budget, see
-        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it."""
+        _probe_indexed). A root that cannot be listed is marked offline, as a sweep marks it;
+        ``only`` lists those roots again (a slow share's, after its first listing was given up
+        on): one that answers now is online."""
         for root in self.roots():
+            if only is not None and root.name not in only:
+                continue
             try:
                 found = self.supervisor.list_root(root)
             except RootUnreachable as exc:
-                self.supervisor.mark_offline(root, str(exc))
+                self.supervisor.unreachable(root, exc)
                 continue
+            if only is not None:
+                self.supervisor.mark_online(root)
             self._unreadable_prefixes(root, [s for s in found if isinstance(s, Skipped)])
             self._probe_indexed(root, [n for n in found if isinstance(n, NoteFile)])
 
@@ -367,7 +460,7 @@ class ChangeFinder:
             )
         for note, why in failed:
             log.warning("file_unreadable path=%s reason=%s", note.path, why)
-            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size))
+            self.kept_unreadable(root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns))
 
     def _listed_unreadable_roots(self) -> list[tuple[Root | None, list[str]]]:
         """The unreadable folders and notes recorded, with their root (None: no longer one)."""
@@ -384,8 +477,10 @@ class ChangeFinder:
 
     def unreadable_indexed(self) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
-        forgets every note first, and theirs could not be read back (status says they are kept)."""
-        out = [p for (_, p) in self._unread_notes]  # only indexed notes are kept unreadable
+        forgets every note first, and theirs could not be read back (status says they are kept).
+        The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
+        not named (it waits in its backoff, or its share healed with no change of its stat)."""
+        out = self._still_unread()  # only indexed notes are kept unreadable
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
@@ -397,6 +492,23 @@ class ChangeFinder:
                 ):
                     out.append(where)
         return sorted(out)
+
+    def _still_unread(self) -> list[str]:
+        """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
+        configured. Bounded by ``watch.scanTimeoutSeconds``: a share that does not answer leaves
+        them named as recorded. Nothing recorded is changed (a request's thread asks too; the
+        sweeps find what changed)."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        recorded = sorted(p for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
+        if not recorded:
+            return []
+        done, _stuck = run_with_timeout(
+            lambda: [p for p in recorded if read_refusal(Path(p)) is not None],
+            self.cfg.watch.scan_timeout_seconds,
+            "unreadable notes",
+            self.supervisor.beat,
+        )
+        return recorded if done is None else done
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
@@ -493,7 +605,7 @@ class ChangeFinder:
         try:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
-            supervisor.mark_offline(root, str(exc))
+            supervisor.unreachable(root, exc)
             status.waiting_deletions = 0  # nothing judged, nothing deleted: the retry looks again
             self.bursts.judged(root.name)
             return None
@@ -773,7 +885,9 @@ class ChangeFinder:
         file event's look reads it at once)."""
         for n in notes:
             st = known.get(n.key)
-            if full and self._retry_later(n):
+            # No record: a rebuild emptied the index, which reads every note (one waiting its
+            # turn was put back unread, and the rebuild said unfinished for hours).
+            if full and st is not None and self._retry_later(n):
                 self.retry_waiting += 1
                 diff.unchanged += 1
             elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:
@@ -782,9 +896,12 @@ class ChangeFinder:
                 # so too, but is no indexed note.
                 if st is not None and st.size == -1 and st.mtime_ns == n.mtime_ns and st.state == "indexed":
                     diff.recut += 1
-            elif (n.root.name, str(n.path)) in self._unread_notes:
-                # Kept as indexed after a failed read: tried again until it reads (a folder made
-                # readable again changes no stat of its notes).
+            elif (n.root.name, str(n.path)) in self._unread_notes or (
+                n.root.name,
+                str(n.path),
+            ) in self._retry:
+                # Kept as indexed after a failed read (in this process, or before a restart): tried
+                # again until it reads (a folder made readable again changes no stat of its notes).
                 diff.work.append(n)
             elif st.ctime_ns and n.ctime_ns and st.ctime_ns != n.ctime_ns:
                 # Same size and mtime, yet changed (mtime set back by a tool, a clock too coarse
@@ -916,6 +1033,8 @@ class ChangeFinder:
             found, gone, walked = self.supervisor.bounded(
                 root, functools.partial(self._look, root, sorted(rels))
             )
+        except StopCut:  # the daemon stops: nothing applied, the next start's sweep looks
+            return True
         except RootUnreachable:
             return False  # the full sweep marks it offline with the reason
         notes = [f for f in found if isinstance(f, NoteFile)]
@@ -1090,17 +1209,14 @@ class ChangeFinder:
         folders walked whole). ``asking`` is told of each stat and listing (the supervisor gives
         up on one that hangs, as in a sweep)."""
         found: list[NoteFile | Skipped] = []
-        gone: list[str] = []
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
-        refusal = root_refusal(root)
+        refusal, base = _resolved(root, asking)
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
-        base = root.path.resolve()
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        # The old spelling of a name whose case changed (a case-insensitive disk): gone as such.
-        gone.extend(sorted(_case_aliases(root.path, rels)))
-        todo, looked = [r for r in rels if r not in gone], set(rels)
+        gone, todo = self._other_spellings(root, rels)
+        looked = set(todo) | set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
         for rel in todo:  # grows by the twins of deleted notes
@@ -1139,7 +1255,8 @@ class ChangeFinder:
                             keys.setdefault(n.key, n.path)
                             walked_files.add(n.path)
                 continue
-            got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
+            with asked(asking, "stat", rel):  # a link's target resolved and stat'ed
+                got = _file(root, path, rel, st, base=base, max_bytes=max_bytes)
             if isinstance(got, NoteFile):
                 owner = keys.setdefault(got.key, got.path)
                 if owner == got.path and got.path in walked_files:
@@ -1149,6 +1266,30 @@ class ChangeFinder:
             if got is not None:
                 found.append(got)
         return found, gone, walked
+
+    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
+        disk) is gone as such, also when its event came in an earlier batch than the new
+        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
+        named another spelling of the same file (a tool writing through it), whose edit was lost
+        until a full sweep."""
+        indexed = self._indexed_spellings(root, rels)
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        return gone, [r for r in [*rels, *indexed] if r not in gone]
+
+    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
+        not among ``rels``: the other half of a case-only rename whose events came in another
+        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
+        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
+        manifest = self.manifest
+        fresh = [
+            key
+            for rel in rels
+            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
+        ]
+        looked = set(rels)
+        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
 
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
@@ -1272,6 +1413,14 @@ def _file(  # noqa: PLR0911 - one return per kind of file
     return NoteFile.of(root.key_of(rel), root, path, rel, st, linked=linked)
 
 
+def _resolved(root: Root, asking: Asking) -> tuple[str | None, Path]:
+    """Why the root may not be read (``root_refusal``) and its real path: look-ups on the share,
+    ``asking`` told of them as of a stat of the root."""
+    with asked(asking, "stat", "."):
+        refusal = root_refusal(root)
+        return refusal, real_path(root.path) if refusal is None else root.path  # refused: not resolved
+
+
 def _lstat(path: Path, rel: str, asking: Asking) -> os.stat_result:
     """The lstat of a changed path, ``asking`` told of it (a hung share is given up on there)."""
     asking.ask("stat", rel)
@@ -1326,15 +1475,15 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
 
 
 def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
-    """Those of ``rels`` that another one spells but for case ("Tar" and "tar") and that their
-    folder does not list by that spelling, while it lists another of them: on a case-insensitive
-    disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" -> "tar", or
-    deleted and made anew as "tar.md", still opens, and its note stayed indexed beside the new
-    one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion hold
-    could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
+    and that their folder does not list by that spelling, while it lists another of them: on a
+    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
+    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
+    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
-        groups.setdefault(rel.lower(), []).append(rel)
+        groups.setdefault(folded(rel), []).append(rel)
     listed: dict[Path, set[str] | None] = {}
 
     def on_disk(rel: str) -> bool | None:

@@ -34,14 +34,28 @@ from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import CHUNKER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION
+from sidecar.notes.chunking import (
+    CHUNKER_VERSION,
+    DRAWING_READER_VERSION,
+    LINK_ALIAS_READER_VERSION,
+    PROPERTY_NAME_READER_VERSION,
+)
+from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
-from sidecar.stores.vectors import table_prefix
+from sidecar.stores.vectors import holds_model, table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import NoteFile, Root, inbox_root, inboxes_in_use, stamp_ns, vault_roots
+from sidecar.vault.sources import (
+    NoteFile,
+    Root,
+    inbox_refusal,
+    inbox_root,
+    inboxes_in_use,
+    stamp_ns,
+    vault_roots,
+)
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 from sidecar.vault.weekstart import WeekStart
@@ -322,7 +336,7 @@ class Indexer:
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
         self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
-        act.scan_skipped = self.changes.skip_counts()
+        self._say_skipped()
         if only is None:
             act.excluded = excluded
         if diff.stamps:
@@ -343,7 +357,14 @@ class Indexer:
         if not self._swept:
             self._count_read_whole(listed, names, stop)
         act.phase = "idle"
+        self._say_put_back(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, chosen, bool(paths))
+
+    def _say_skipped(self) -> None:
+        """The files this sweep left out, by reason, for status; a folder whose notes' paths
+        grew too long named in a PROBLEM."""
+        self.activity.scan_skipped = self.changes.skip_counts()
+        self.changes.say_too_long()
 
     def _restore_aside(self) -> None:
         """After a rebuild's full sweep (or the first of a start after one was cut short): the
@@ -368,12 +389,24 @@ class Indexer:
             back = []
             self._keep_put_back(set())
         self._aside = False
+        self._give_back_aside()
         self._put_back = set(back)
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
         if not back:
             self.problems.clear("rebuild")
+
+    def _give_back_aside(self) -> None:
+        """The pages the rebuild's copy took, back to the disk now it is dropped (was: the manifest
+        kept about twice its size until the next start or the daily housekeeping). A step at a
+        time (``Manifest.give_back``), searches in flight served between steps; under its rule,
+        so a small copy (under 8 MB) stays as free pages to reuse. A failure costs nothing but
+        the space, given back later."""
+        try:
+            self.manifest.give_back(between=lambda: FOREGROUND.yield_to(_GIVE_BACK_YIELD_S))
+        except sqlite3.Error as exc:  # a full disk, a busy file: the next start or day tries again
+            log.warning("manifest_give_back_failed error=%s", exc)
 
     def _keep_put_back(self, keys: set[str]) -> None:
         """The notes a rebuild put back and not read since, here and in the manifest."""
@@ -392,6 +425,7 @@ class Indexer:
         configured = {r.name: r for r in vault_roots(self.cfg)}
         unjudged = self._unjudged_roots()
         unread_keys = self.changes.unreadable_keys()
+        refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
         out: list[str] = []
         for key, rel, failed in candidates:
             name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
@@ -400,6 +434,16 @@ class Indexer:
             if root is None or self.excluded_by(key) is not None:
                 continue
             held = name in unjudged or (memory and "memory" in unjudged)
+            if memory and not held:
+                # Not put back: a refused inbox is neither read nor served (a sweep drops its
+                # notes); put back, its notes were served and said "not read back" until the next
+                # sweep removed them. Said in the log; status names the inbox as skipped.
+                if name not in refused:
+                    refused[name] = inbox_refusal(root)
+                    if refused[name] is not None:
+                        log.warning("rebuild_inbox_refused inbox=%s why=%s", name, refused[name])
+                if refused[name] is not None:
+                    continue
             if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
         return out
@@ -417,12 +461,23 @@ class Indexer:
             out.add("memory")
         return out
 
-    def _say_put_back(self) -> None:
-        """What status says of the notes a rebuild put back, until each is read."""
+    def _say_put_back(self, batch: Diff | None) -> None:
+        """What status says of the notes a rebuild put back, until each is read. Only the notes
+        of ``batch`` (an event sweep's) are looked up: every put-back note was, at each sweep, a
+        second per sweep with tens of thousands of them. None: a whole sweep's (the start's, a
+        rescan's), which looks at all of them (its listing costs as much), also those read or
+        removed outside a sweep (a memory write)."""
         if not self._put_back:
             return
-        states = self.manifest.file_states_of(sorted(self._put_back))
-        self._keep_put_back({k for k, st in states.items() if st.size == -1})
+        if batch is None:
+            asked = self._put_back
+        else:
+            touched = {n.key for n in batch.work} | set(batch.gone) | set(batch.moves)
+            asked = touched & self._put_back
+        if asked:
+            states = self.manifest.file_states_of(sorted(asked))
+            read = {k for k in asked if k not in states or states[k].size != -1}
+            self._keep_put_back(self._put_back - read)
         if not self._put_back:
             self.problems.clear("rebuild")
             return
@@ -430,15 +485,15 @@ class Indexer:
         self.problems.report(
             "rebuild",
             f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
-            f"(e.g. {sorted(self._put_back)[0]}): its share went away during it, they vanished, or "
+            f"(e.g. {min(self._put_back)}): its share went away during it, they vanished, or "
             "their read failed. "
             "They are kept as indexed before the rebuild and read again once they can be; the "
             "rebuild finishes then",
         )
 
     def _sweep_done(self, diff: Diff, changed: int, chosen: list[Root], paths: bool) -> dict[str, int]:
-        """The sweep's counts, logged."""
-        self._say_put_back()
+        """The sweep's counts, logged; the read retries kept for a restart."""
+        self.changes.save_retries()
         summary = {
             "changed": changed,
             "deleted": len(diff.gone),
@@ -792,7 +847,7 @@ class Indexer:
                     # is; its other notes wait, the other roots' are read on.
                     hung.add(note.root.name)
                     no_answer.add(str(note.path))
-                    self.supervisor.mark_offline(note.root, str(exc))
+                    self.supervisor.unreachable(note.root, exc)
                     return None
 
         # Chunk sizes are counted with the model's tokenizer. While it still loads (a first start
@@ -846,7 +901,7 @@ class Indexer:
         if indexed is not None:
             self._keep_unreadable(note, why, st)
             return True
-        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size)):
+        if self.changes.not_read(note.root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns)):
             log.warning("file_unread path=%s reason=%s", note.path, why)
         return False
 
@@ -854,7 +909,7 @@ class Indexer:
         """An indexed note that cannot be read now: a read error is no evidence the note changed,
         so what is indexed is kept, and said (status counts and names it)."""
         if self.changes.kept_unreadable(
-            note.root, note.path, why, (note.mtime_ns, note.size)
+            note.root, note.path, why, (note.mtime_ns, note.size, note.ctime_ns)
         ):  # later failures: counted at INFO
             log.warning("file_kept path=%s reason=%s", note.path, why)
         else:
@@ -921,11 +976,12 @@ class Indexer:
         cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
         # The table another model's (a stop or a kill after a start's re-cut recorded the new
         # chunker, before the switch began: the chunker then says nothing of it).
-        return (
-            cut_for_another
-            or bool(self.manifest.get_meta("vector_table_next"))
-            or not table.startswith(table_prefix(counted))
-        )
+        if cut_for_another or self.manifest.get_meta("vector_table_next"):
+            return True
+        # The model the table's own metadata names, exactly: by the name's prefix, e5's was taken
+        # for e5-small's (a table that cannot be read here is judged by its name, as before).
+        same = holds_model(self.cfg.index_dir / "vectors", table, counted)
+        return not (table.startswith(table_prefix(counted)) if same is None else same)
 
     def reread_canvases_if_read_differently(self) -> None:
         """Canvases indexed by another Canvas reader are read again by the next sweep (their
@@ -948,6 +1004,13 @@ class Indexer:
         name it. Only they are read again, not every note as a chunker change does."""
         reread = self.manifest.reread_link_aliases
         self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
+
+    def reread_property_names_if_read_differently(self) -> None:
+        """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
+        (``aliases: [010]`` named the note "8") are read again by the next sweep when the way
+        such names are read changes (their bytes are as they were). Only they are read again."""
+        version, reread = PROPERTY_NAME_READER_VERSION, self.manifest.reread_typed_names
+        self._reread_once("property_name_reader", version, reread, "property_name_reread")
 
     def _reread_once(self, row: str, version: int, reread: Callable[[], int], event: str) -> None:
         """Mark the notes ``reread`` picks to be read again by the next sweep once the meta
@@ -1037,7 +1100,8 @@ class Indexer:
             raise StorageError(short)
         gone = self.unreachable_roots()
         folders = self.changes.unreadable_indexed()
-        if not gone and not folders:
+        refused = self.refused_inboxes()
+        if not gone and not folders and not refused:
             self.refuse_held(confirmed)
             return
         what: list[str] = []
@@ -1045,23 +1109,34 @@ class Indexer:
         if gone:
             said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
             what.append(f"{', '.join(sorted(gone))} cannot be read now ({said})")
-            then.append("Mount the share (`sidecar status` shows when it is back)")
+            then.append("mount the share (`sidecar status` shows when it is back)")
         if folders:
             named = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
             what.append(
                 f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
             )
-            first = "make them readable" if gone else "Make them readable"
             then.append(
-                f"{first} to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` a folder; "
-                "`sidecar status` shows while they are not)"
+                "make them readable to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` "
+                "a folder; `sidecar status` shows while they are not)"
             )
+        if refused:
+            inboxes, told = _refused_said(self.cfg.agents_dir, refused)
+            what += inboxes
+            then += told
+        then[0] = then[0][:1].upper() + then[0][1:]
+        kept = " and keeps those notes as indexed" if gone or folders else ""
         message = (
             f"not rebuilt: {'; '.join(what)}. A rebuild reads every note again, and notes that cannot "
             "be read would be gone from the index until they can. Nothing was changed. "
             f"{' and '.join(then)} and run `sidecar index --rebuild` again; `sidecar index` updates "
-            "the rest now and keeps those notes as indexed."
+            f"the rest now{kept}."
         )
+        if refused:
+            # No sweep reads a refused inbox: its notes leave the index with the next one anyway.
+            message += (
+                " A refused inbox is neither read nor served: `sidecar index` removes its notes from "
+                "the index (read again once it is your folder again), and the rebuild runs after that."
+            )
         if folders:
             # The way past the refusal when those notes are to leave the index.
             message += (
@@ -1076,6 +1151,15 @@ class Indexer:
                 + " removes its notes from the index; a rebuild runs after that"
             )
         raise UnreadableError(message)
+
+    def refused_inboxes(self) -> dict[str, str]:
+        """Agents with notes indexed whose inbox is refused now (a symbolic link, not a folder,
+        another user's), with why: a rebuild would drop their notes, not read back (a sweep drops
+        them too, its skipped files say why). None while the home is held (its inboxes are offline)."""
+        if self.supervisor.home.problem() is not None:
+            return {}
+        found = {a: inbox_refusal(inbox_root(self.cfg, a)) for a in self.manifest.memory_agents()}
+        return {agent: why for agent, why in found.items() if why is not None}
 
     def refuse_held(self, confirmed: Collection[str]) -> None:
         """Raise UnreadableError while a root's mass deletion is held (unless the same request
@@ -1184,7 +1268,40 @@ class Indexer:
         return "ready" if act.ready_once else "building"
 
 
+def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], list[str]]:
+    """What a rebuild's refusal says of refused inboxes, and what to do: grouped by cause, at
+    most 3 agents named each ("and N more"; hundreds of agents made tens of KB of one cause
+    repeated), the agents folder named as such when it is the cause (a symbolic link itself)."""
+    groups: dict[tuple[bool, str], list[str]] = {}
+    for agent, why in sorted(refused.items()):
+        label, sep, tail = why.partition(") ")
+        part = label.removeprefix("inbox (") if sep and label.startswith("inbox (") else ""
+        cause = (tail if sep else why).removesuffix("; refused")
+        groups.setdefault((part == agents.name, cause), []).append(agent)
+    what: list[str] = []
+    then: list[str] = []
+    for (whole, cause), names in groups.items():
+        n = len(names)
+        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
+        if whole:
+            what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
+            then.append("make the agents folder a folder of your own again (no symbolic link)")
+            continue
+        named = ", ".join(f"memory/{a}" for a in names[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        what_is = cause.removeprefix("is ")
+        if n == 1:
+            what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")
+        else:
+            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {what_is})")
+        then.append(
+            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
+        )
+    return what, list(dict.fromkeys(then))
+
+
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+# A step of giving back the rebuild copy's pages waits at most this long for searches in flight.
+_GIVE_BACK_YIELD_S = 0.5
 
 
 # SQLite's result codes of a fault that passes: busy, locked, out of memory, read-only,

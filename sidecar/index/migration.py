@@ -20,6 +20,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
 from sidecar.index.vectortables import tidy
 from sidecar.model.embedder import Embedder, load_model, model_name
+from sidecar.model.locate import resolve_model
 from sidecar.stores.embedtext import joined_embed_text
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.vectors import VectorStore, table_model, table_name
@@ -151,14 +152,18 @@ def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
     table = vectors.serving_table()
     try:
         previous = open_previous(cfg, table) if table else None
-    except DiskFullError as exc:  # not loadable now; the model retry (embedder.retryMinutes) asks again
+    except (DiskFullError, EmbedderError) as exc:  # not loadable now; the model retry asks again
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
         return None
     return previous[1] if previous is not None else None
 
 
 def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:
-    """The serving table of the previous model and that model, if both can still be opened."""
+    """The serving table of the previous model and that model, if both can still be opened.
+    A model whose files are there but fail to load now (memory, a busy disk) raises
+    EmbedderError: it is tried again later, its table kept. Taken for gone, its table, every
+    vector, was dropped for one failed load."""
+    old_cfg = None
     try:
         found = table_model(cfg.index_dir / "vectors", table)
         if found is None:
@@ -174,5 +179,20 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
     except (EmbedderError, StoreError, OSError, ValueError) as exc:
         if is_disk_full(exc):  # not gone, only not loadable now: its vectors must not be given up
             raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
+        if isinstance(exc, EmbedderError) and old_cfg is not None and _files_present(old_cfg):
+            log.warning("previous_model_failed table=%s error=%s (its table is kept)", table, exc)
+            raise EmbedderError(
+                f"the previous model {old_cfg.embedder.model} failed to load ({exc}); its vectors "
+                f"({table}) are kept and it is tried again"
+            ) from exc
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
         return None
+
+
+def _files_present(cfg: Config) -> bool:
+    """Whether the model's files are found (a model that failed to load is not gone then)."""
+    try:
+        resolve_model(cfg)
+    except (EmbedderError, OSError, ValueError):
+        return False
+    return True

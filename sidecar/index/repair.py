@@ -18,14 +18,16 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import PassingFaultError, StoreError
+from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
-from sidecar.model.embedder import EmbedderSlot
+from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
+from sidecar.stores.vectors import table_name
 from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
@@ -412,6 +414,11 @@ class Repair:
         model = serving.model if serving is not None else self.slot.model
         if model is None or stores.building is not None:
             return False
+        if serving is None:
+            # Nothing attached yet (a start): the table the manifest names is repaired, with its
+            # own model. The configured model's table was, when a switch to it was due: it
+            # served empty, and the retiring table, every vector, was dropped as unused.
+            model = self._named_model(model)
         with stores.write_lock:
             if serving is not None:
                 serving.store.stop_build()
@@ -435,17 +442,67 @@ class Repair:
                     salvage_vectors(aside, store, model.pooling)
                 self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
                 rebuilt = True
-            self.vectors.attach(store, model)
+            # The configured model loaded and is another (a switch to it begins next: the repair
+            # ran at its attach, or before its table could be made): the chunks left to the new
+            # model stay so. Released, the retiring model embedded them all first.
+            configured = self.slot.model
+            switching = configured is not None and configured is not model
+            self.vectors.attach(store, model, switching=switching)
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
+            if switching and configured is not None:
+                # A full disk is no damage: the switch's attach reports it and tries again.
+                with contextlib.suppress(PassingFaultError):
+                    self._check_next(configured)
         problems.clear("vector_search")
         log.warning("vectors_repaired table=%s recomputed=%s", store.name, rebuilt)
         return rebuilt
 
-    def _may_rebuild(self, table: str, error: str) -> bool:
+    def _named_model(self, configured: Embedder) -> Embedder:
+        """The model of the table the manifest's vector flags belong to, when that table is
+        another model's (a switch from it is due or under way) and the model still loads;
+        else ``configured``. One that fails to load now raises (tried again later)."""
+        table = self.vectors.serving_table()
+        if not table or table == table_name(configured.model_id, configured.dim, configured.pooling):
+            return configured
+        previous = open_previous(self.cfg, table)
+        if previous is None:  # its model is gone: the switch recomputes the vectors anyway
+            return configured
+        previous[0].close()  # opened again below, read whole
+        return previous[1]
+
+    def _check_next(self, model: Embedder) -> None:
+        """The table a switch to ``model`` builds, read whole; one that cannot be read is moved
+        aside and made afresh with the rows that still read. Its attach failed on it, each retry
+        the same way (only the serving table was checked): the switch never began, and nothing
+        was embedded meanwhile, not even the notes written since."""
+        store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, self.problems)
+        try:
+            store.verify()
+            self.problems.clear("vectors", subject=store.name)  # read whole again: not stuck
+            return
+        except PassingFaultError:
+            raise
+        except StoreError as exc:
+            if not self._may_rebuild(store.name, str(exc), serving=False):
+                return
+            store.close()
+            aside = discard_vectors(store.path, store.name, f"could not be read ({exc})", self.problems)
+            store = open_vectors(self.cfg, model.model_id, model.dim, model.pooling, self.problems)
+            if aside is not None:  # the rows of the files that still read: not embedded again
+                salvage_vectors(aside, store, model.pooling)
+            self.rebuilt.setdefault(store.name, []).append((time.time(), str(exc)))
+            log.warning("vectors_repaired table=%s recomputed=True (the switch's table)", store.name)
+        finally:
+            store.close()  # the switch's attach opens it (a write through this handle would fail)
+
+    def _may_rebuild(self, table: str, error: str, *, serving: bool = True) -> bool:
         """Whether a table that cannot be read is moved aside and embedded again: not a third
         time in one run (five copies in 40 minutes, each a full re-embed, were seen when a
-        rebuilt table broke again at once). A second rebuild says why, as far as it is known."""
+        rebuilt table broke again at once). A second rebuild says why, as far as it is known.
+        ``serving``: the table answers searches (not the one a switch builds, while the
+        retiring table serves: vector search does not fail, and the serving one is still
+        repaired when it fails)."""
         before = self.rebuilt.get(table, [])
         if not before:
             return True
@@ -458,6 +515,18 @@ class Repair:
             if cause
             else f"the error now: {error}"
         )
+        if len(before) >= MAX_VECTOR_REBUILDS and not serving:
+            log.error("vectors_repair_stopped table=%s rebuilds=%d reason=%s", table, len(before), because)
+            self.problems.report(
+                "vectors",
+                f"the vector table {table} that a model switch builds was rebuilt {len(before)} times "
+                f"since the daemon started (last at {when}) and cannot be read again ({because}); it is "
+                "not moved aside again. The switch waits until the daemon restarts (the serving table "
+                "answers searches meanwhile); if it breaks again after a restart, check the disk with "
+                "`sidecar doctor` and report it",
+                subject=table,
+            )
+            return False
         if len(before) >= MAX_VECTOR_REBUILDS:
             self.gave_up = table
             msg = (

@@ -214,6 +214,14 @@ class Vectoring:
                 log.info(
                     "vectors_wait_again table=%s chunks=%d reason=no switch builds", store.name, released
                 )
+            if manifest.get_meta("vector_table_next") == store.name:
+                # The table a switch was building serves without it (the retiring model could
+                # not be loaded, or its table attached): no paused switch's any more, whose
+                # expiry dropped it, the serving table, a week later.
+                manifest.reset_vectors("has_next")
+                manifest.set_meta("vector_table_next", "")
+                manifest.set_meta(PAUSED_SINCE, "")
+                log.info("vectors_switch_ended table=%s reason=it serves without the switch", store.name)
             if manifest.get_meta("vector_table") != store.name:
                 log.info("vectors_reset table=%s reason=new model or new table", store.name)
                 manifest.reset_vectors()
@@ -222,7 +230,7 @@ class Vectoring:
                 log.info("vectors_clean table=%s (stopped cleanly: no reconcile)", store.name)
                 self._unstamp(store.name)
             else:
-                self._reconcile(store, "has_vector", hold=not self.first_sweep_done)
+                self._reconcile(store, "has_vector", hold=not self.first_sweep_done, to_next=switching)
                 manifest.set_meta("vectors_clean", "")  # until the next clean stop
             self.stores.serving = VectorSet(store, model, "has_vector")
         self._changed.set()
@@ -271,11 +279,16 @@ class Vectoring:
         if serving is not None and not self._unsure and self.stores.building is None and not self._held:
             self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
-    def _reconcile(self, store: VectorStore, flag: str, hold: bool = False, forget: bool = True) -> int:
+    def _reconcile(
+        self, store: VectorStore, flag: str, hold: bool = False, forget: bool = True, to_next: bool = False
+    ) -> int:
         """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
         instead with ``hold``, see ``first_sweep_done``), flags set as the table has them. How
         many chunks were flagged (their vector was in the table). ``forget``: the chunks deleted
-        while no table was open are forgotten after (not while another table is attached next)."""
+        while no table was open are forgotten after (not while another table is attached next).
+        ``to_next``: a switch to another model begins next; the chunks whose vector the table
+        lacks (a table repaired, rows lost) are left to it, as notes cut again are (the retiring
+        model embedded them all first, for vectors dropped with its table)."""
         manifest = self.manifest
         listed = store.id_list()
         in_table = set(listed)
@@ -304,7 +317,13 @@ class Vectoring:
         found = sorted((in_table & known) - flagged)
         with manifest.transaction() as db:
             manifest.set_has_vector(found, 1, db, flag)
-            manifest.set_has_vector(sorted(flagged - in_table), 0, db, flag)
+            lost = sorted(flagged - in_table)
+            manifest.set_has_vector(lost, 0, db, flag)
+            if to_next and lost:
+                manifest.leave_ids_to_next(lost, db)
+                log.info(
+                    "vectors_left_to_switch table=%s chunks=%d reason=not in the table", store.name, len(lost)
+                )
         return len(found)
 
     def _keep_orphans(self, store: VectorStore, orphans: list[str]) -> None:

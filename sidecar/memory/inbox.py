@@ -30,14 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sidecar.config import Config, agent_name_problem, valid_agent
 from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
 from sidecar.memory.retention import Retention
 from sidecar.memory.trash import Fd, Trash, over, trash_dir
-from sidecar.notes.frontmatter import front_matter_problem, parse_front_matter, split_front_matter
+from sidecar.notes.frontmatter import (
+    dump_front_matter,
+    front_matter_problem,
+    is_name_property,
+    parse_front_matter,
+    split_front_matter,
+)
 from sidecar.notes.redact import redact_entry, redact_written
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import (
@@ -280,6 +284,7 @@ class Inboxes(Retention):
         path = self.path_of(agent, slug)
         name = path.name
         self._check_content(content, front_matter)
+        front_matter = _names_as_text(front_matter)
         with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             for _attempt in range(_READ_ATTEMPTS):
                 old, seen = _read_existing(inbox_fd, name, slug)
@@ -301,10 +306,12 @@ class Inboxes(Retention):
                         f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
                         "the whole note with memory_write"
                     )
-                existing, _old_body = split_front_matter(old_text)
+                existing, _old_body = split_front_matter(old_text, as_written=True)
             elif must_exist:
                 raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
-            inline, body = split_front_matter(content)
+            # Values as written: a re-typed value written back (``zeit: 12:30`` as 750) is a
+            # value nobody sent, in the note and to the next edit.
+            inline, body = split_front_matter(content, as_written=True)
             meta: dict[str, Any] = dict(existing) if must_exist else {}
             meta.update({k: _plain(v) for k, v in inline.items()})
             meta.update(front_matter or {})
@@ -474,7 +481,7 @@ class Inboxes(Retention):
         if self.cfg.memory.redact_secrets:
             body = _redact_into(body, counts)
             meta = _redact_values(meta, counts)
-        dumped = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+        dumped = dump_front_matter(meta)
         # What the reader would refuse (larger than it reads, too many nodes) must not be written:
         # the note's keys would be lost to every reader and to the next edit.
         _, problem = parse_front_matter(dumped)
@@ -711,6 +718,29 @@ def _unstamped(text: str) -> tuple[dict[str, Any], str]:
     return {k: v for k, v in meta.items() if k != "updated"}, body
 
 
+def _names_as_text(front_matter: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The names an agent gives (``aliases``, ``tags``, ``title``, any case) as the text it
+    sent: a number is written as its text, quoted (``aliases: [7]`` names the note "7", which
+    every reader reads alike). A yes/no is refused: JSON ``true`` is no name an agent means (the
+    text "true" is sent as text)."""
+    if front_matter is None:
+        return None
+
+    def text(key: str, value: Any, depth: int) -> Any:
+        if isinstance(value, bool):
+            raise MemoryWriteError(
+                f"'frontmatter' {key!r} holds {json.dumps(value)}, a yes/no, not a name: send a "
+                f'name as text (["{json.dumps(value)}"] for the name "{json.dumps(value)}")'
+            )
+        if isinstance(value, int | float):
+            return str(value)
+        if isinstance(value, list) and depth > 0:  # a link written as a list: [[Bar]]
+            return [text(key, item, depth - 1) for item in value]
+        return value
+
+    return {k: text(k, v, 2) if is_name_property(k) else v for k, v in front_matter.items()}
+
+
 def _redact_into(text: str, counts: dict[str, int], key: str | None = None) -> str:
     clean, found = redact_written(text) if key is None else redact_entry(key, text)
     for kind, n in found.items():
@@ -726,7 +756,8 @@ def _redact_values(value: Any, counts: dict[str, int], key: str | None = None) -
     if isinstance(value, list):
         return [_redact_values(v, counts, key) for v in value]
     if isinstance(value, str):
-        return _redact_into(value, counts, key)
+        clean = _redact_into(value, counts, key)
+        return value if clean == value else clean  # a Written value stays as written
     if isinstance(value, int | float) and not isinstance(value, bool) and key is not None:
         clean = _redact_into(str(value), counts, key)
         return value if clean == str(value) else clean

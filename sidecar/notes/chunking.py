@@ -62,6 +62,11 @@ DRAWING_READER_VERSION = 2
 # for a form few notes use.
 # 2: an unquoted wiki-link is the alias it names (it was none).
 LINK_ALIAS_READER_VERSION = 2
+# How the names a note's properties give it are read (``aliases``, ``tags``, ``title``); when it
+# changes, only the notes whose stored names hold a value that may have been written otherwise
+# are read again (``Indexer.reread_property_names_if_read_differently``).
+# 2: an unquoted name is the text written (``010`` was 8, ``1.50`` 1.5, ``yes`` true).
+PROPERTY_NAME_READER_VERSION = 2
 
 
 def _norm(line: str) -> str:

@@ -36,6 +36,44 @@ class _Loader(_BASE_LOADER):  # type: ignore[misc]
             seen.add(name)
         return super().construct_mapping(node, deep)
 
+    def construct_document(self, node: Any) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            done: dict[int, Any] = {}
+            node.value = [
+                (key, _as_written(value, 2, done))
+                if isinstance(key, yaml.ScalarNode) and key.value.lower() in _AS_WRITTEN
+                else (key, value)
+                for key, value in node.value
+            ]
+        return super().construct_document(node)
+
+
+# The properties that hold names as the user typed them (any case, as ``property_value`` reads
+# them): YAML 1.1 reads an unquoted ``010`` as 8, ``1e3`` as 1000.0, ``yes`` as true, and
+# ``2024-01-01 10:00`` as a time written back in another form: an alias, tag or title nobody typed.
+_AS_WRITTEN = frozenset({"aliases", "alias", "tags", "tag", "title"})
+_STR, _NULL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null"
+
+
+def _as_written(node: Any, depth: int, done: dict[int, Any]) -> Any:
+    """An unquoted value of a name property, and the items of its list (and of a list in it: a
+    link written unquoted, ``[[010]]``), as a node read as the text written; an empty value or
+    ``null`` stays none. A new node where one changes: a node shared through a YAML anchor with
+    another key (``date: &d 2024-01-01 10:00`` and ``title: *d``) keeps its reading there. Each
+    node once (``done``: its id, the node it became): a list of aliases must not cost its square."""
+    if id(node) in done:
+        return done[id(node)]
+    new = node
+    if isinstance(node, yaml.ScalarNode):
+        if not node.style and node.tag not in (_STR, _NULL):  # plain: no quotes, no | or >
+            new = yaml.ScalarNode(_STR, node.value, node.start_mark, node.end_mark, node.style)
+    elif isinstance(node, yaml.SequenceNode) and depth > 0:
+        items = [_as_written(item, depth - 1, done) for item in node.value]
+        if any(a is not b for a, b in zip(items, node.value, strict=True)):
+            new = yaml.SequenceNode(node.tag, items, node.start_mark, node.end_mark, node.flow_style)
+    done[id(node)] = new
+    return new
+
 
 def _timestamp(loader: Any, node: Any) -> Any:
     try:
@@ -46,6 +84,61 @@ def _timestamp(loader: Any, node: Any) -> Any:
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
 _LOADER = _Loader
+
+
+def is_name_property(key: str) -> bool:
+    """Whether a front matter key holds a note's names (``aliases``, ``alias``, ``tags``,
+    ``tag``, ``title``, any case), read as the text written."""
+    return key.lower() in _AS_WRITTEN
+
+
+class Written(str):
+    """A plain value of front matter kept as the text written (``12:30``, ``1.10``,
+    ``2024-01-01``, ``yes``), for a writer that writes the block again: YAML 1.1 reads them as
+    750, 1.1, a date and true, which a dump writes back otherwise (``zeit: 750``)."""
+
+    __slots__ = ()
+
+
+class _WrittenLoader(_Loader):
+    """The loader, with a plain number, yes/no or time kept as the text written (``Written``)."""
+
+
+def _keep_written(construct: Any) -> Any:
+    def keep(loader: Any, node: Any) -> Any:
+        # Plain, and of the type its text reads as (an explicit ``!!float 1`` is written otherwise).
+        if not node.style and loader.resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag:
+            return Written(node.value)
+        return construct(loader, node)
+
+    return keep
+
+
+for _tag, _construct in (
+    ("int", _BASE_LOADER.construct_yaml_int),
+    ("float", _BASE_LOADER.construct_yaml_float),
+    ("bool", _BASE_LOADER.construct_yaml_bool),
+    ("timestamp", _timestamp),
+):
+    _WrittenLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _keep_written(_construct))
+
+
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, with a ``Written`` value written back as it was written (unquoted)."""
+
+
+def _represent_written(dumper: Any, data: Written) -> Any:
+    return dumper.represent_scalar(dumper.resolve(yaml.ScalarNode, str(data), (True, False)), str(data))
+
+
+_Dumper.add_representer(Written, _represent_written)
+
+
+def dump_front_matter(front_matter: Mapping[str, Any]) -> str:
+    """Front matter as YAML, in its keys' order; a ``Written`` value as it was written."""
+    return str(yaml.dump(dict(front_matter), Dumper=_Dumper, sort_keys=False, allow_unicode=True))
+
+
 # A block at the very start: "---" line, YAML, "---" line (what the inbox writes and reads back).
 # Windows line ends too: an agent's text may come with them (notes read from disk are normalised).
 # The first "---" line after the opening one closes it: "---/---" is an empty block, and a "---"
@@ -70,12 +163,14 @@ def _json_safe(value: Any, budget: list[int]) -> Any:
     return str(value)
 
 
-def parse_front_matter(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping."""
+def parse_front_matter(raw: str, *, as_written: bool = False) -> tuple[dict[str, Any], str | None]:
+    """Front matter as a dict, or ({}, reason) when it is not valid YAML or not a mapping.
+    ``as_written``: a plain number, yes/no or time as ``Written`` text, to be written again."""
     if len(raw) > _MAX_FRONT_MATTER:
         return {}, "front matter larger than 64 KiB"
     try:
-        data = yaml.load(raw, Loader=_LOADER)  # noqa: S506 - a safe loader, C or Python
+        loader = _WrittenLoader if as_written else _LOADER
+        data = yaml.load(raw, Loader=loader)  # noqa: S506 - a safe loader, C or Python
         if data is None:
             return {}, None
         if not isinstance(data, dict):
@@ -126,9 +221,9 @@ def aliases_of(front_matter: Any) -> tuple[str, ...]:
 def _unquoted_link(value: Any) -> str | None:
     """``[[Bar]]`` written unquoted, as YAML reads it (a list of one list of one text), as the
     link it was written as; None for anything else. Exactly that: a list of more items is no link
-    ("[[a, b]]"), nor a mapping in it, nor a list deeper down ("[[[[Bar]]]]"). Only text counts:
-    YAML reads ``[[010]]``, ``[[12:30]]`` or ``[[1.50]]`` as the numbers 8, 750 and 1.5, names
-    never written, and the parsed number no longer says how it was written. Once parsed, the block
+    ("[[a, b]]"), nor a mapping in it, nor a list deeper down ("[[[[Bar]]]]"). Only text counts
+    (the parser reads ``[[010]]`` as the text written, ``_as_written``; a number is from an index
+    an older reader wrote, whose notes are read again). Once parsed, the block
     form ``- - Bar`` and an anchor to a list of one name read the same, and are taken alike."""
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list) and len(value[0]) == 1:
         name = value[0][0]
@@ -138,8 +233,8 @@ def _unquoted_link(value: Any) -> str | None:
 
 def _list_alias(item: Any) -> str | None:
     """One item of an alias list as text: a name, or a link written unquoted (``- [[Bar]]``);
-    another list is none. A yes/no is no name ("aliases: [yes]" reads as true, which named the
-    note "True")."""
+    another list is none. A yes/no is no name (none comes from the parser, which reads an unquoted
+    ``yes`` as the text written; a true stored by an older reader named the note "True")."""
     if isinstance(item, list):
         return _unquoted_link(item)
     if not isinstance(item, str | int | float) or isinstance(item, bool):
@@ -198,12 +293,12 @@ def front_matter_block(text: str) -> tuple[str, int] | None:
     return m.group(1) or "", text.count("\n", 0, m.end()) + (0 if text[m.end() - 1 : m.end()] == "\n" else 1)
 
 
-def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+def split_front_matter(text: str, *, as_written: bool = False) -> tuple[dict[str, Any], str]:
     """Front matter of a note as a dict (empty when absent or broken) and the body."""
     m = _BLOCK.match(text)
     if not m:
         return {}, text
-    data, problem = parse_front_matter(m.group(1) or "")
+    data, problem = parse_front_matter(m.group(1) or "", as_written=as_written)
     if problem is not None:
         return {}, text  # keep a broken block as body rather than lose it
     return data, text[m.end() :]

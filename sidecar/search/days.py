@@ -11,7 +11,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sidecar.search.tense import asks_ahead, clause_asks, clause_says_done, ends_asked, phrase_alone
+from sidecar.search.tense import (
+    asks_ahead,
+    asks_coming,
+    clause_asks,
+    clause_says_done,
+    ends_asked,
+    phrase_alone,
+    says_done,
+)
 from sidecar.search.words import fold, numbered_file
 
 
@@ -432,6 +440,14 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     raise FilterError("a weekday with no tense")
 
 
+def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
+    doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
+    coming one: no window but the agenda's (the month gone by was read, and its notes listed)."""
+    ahead = r.ahead or (not (m[2] or m[5] or m[3] or m[6]) and asks_coming(m))
+    return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
+
+
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
 _PERIODS: tuple[Phrase, ...] = (
@@ -533,7 +549,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + _YEAR_OF
         + ")"
         + _NO_RANGE,
-        lambda t, m, r: _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=r.ahead),
+        _month_in,
     ),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
@@ -615,11 +631,17 @@ def _since(period: PhraseWindow) -> PhraseWindow:
 def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "seit 3 Tagen", "seit einem Jahr", "since a year": from that long ago up to today. Only
     where it asks for that time's notes: its clause a question about what happened ("Was habe ich
-    seit einem Jahr über Knoblauch notiert?"), the phrase alone ("und seit 2 Wochen?") or after
-    keywords ("garlic seit 3 Tagen"). Else it says how long a state lasts ("Ich wohne seit einem
-    Jahr in Berlin, welcher Arzt war gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays
-    words: a window there listed a year of daily notes for a question about a doctor."""
-    if not (phrase_alone(m) or _after_keywords(m) or (clause_says_done(m) and clause_asks(m))):
+    seit einem Jahr über Knoblauch notiert?", "What did I write about garlic since a year?") or a
+    request ("Show me my notes since a week", see _ASKS_FOR), the phrase alone ("und seit 2
+    Wochen?") or after keywords ("garlic seit 3 Tagen", "Meeting notes since 2 weeks"), unless
+    those are a German noun and its verb ("Knoblauch wächst seit einem Jahr", see _noun_and_verb).
+    Else it says how long a state lasts ("Ich wohne seit einem Jahr in Berlin, welcher Arzt war
+    gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays words: a window there listed a
+    year of daily notes for a question about a doctor."""
+    asked = clause_says_done(m, of_a_thing=False) and clause_asks(m)
+    asked = asked or _ASKS_FOR.search(_clause(m)) is not None
+    keywords = _after_keywords(m) and not _noun_and_verb(m.string, 0, m.start())
+    if not (phrase_alone(m) or keywords or asked):
         raise FilterError("a duration of a state")
     return _ROLLING_START[m[2].lower()[:3]](t, _num(m[1])), t
 
@@ -638,6 +660,107 @@ def _after_keywords(m: re.Match[str]) -> bool:
         and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
         and _SUBJECT.search(before) is None
     )
+
+
+_CLAUSE_END = re.compile(r"[.!?;:,\n]")
+
+
+def _clause(m: re.Match[str]) -> str:
+    """The phrase's own clause: from the punctuation before it to the one after it."""
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_END.search(text, m.end())
+    return text[begin : end.start() if end else len(text)]
+
+
+# A request, or the notes named, anywhere: "I need my notes since Monday", "Ich bin seit gestern
+# krank. Zeig mir meine Notizen." ask for the period's notes, whatever is stated beside.
+_ASKS_FOR = re.compile(
+    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|brauche|suche|möchte|hätte|zeig\w*"
+    r"|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
+    re.IGNORECASE,
+)
+# A subject that is one: these pronouns are no object ("notes about it since Monday" is keywords),
+# "es", "it", "sie", "you", "ihr" only where they open the clause, "mir ist", "mir geht es", and
+# "es" after its verb inside the clause ("Seit Montag regnet es"; "Geht es …" opens a question).
+_STATED_BY = re.compile(
+    r"\b(?:i|ich|we|wir|he|er|she|du|they)\b"
+    r"|^\s*(?:(?:and|und|but|aber)\s+)?(?:es|it|sie|you|ihr)\s+\w"
+    r"|^\s*(?:mir|mich|uns)\s+(?:ist|geht|tut)\b"
+    r"|\S\s+(?:regnet|schneit|geht|ist)\s+es\b",
+    re.IGNORECASE,
+)
+# A relative clause about one's own doings asks for them: "Rezepte, die ich seit März koche",
+# "Books that I buy since March".
+_RELATIVE = re.compile(
+    r"\b(?:that|which|die|der|das|den|dem|was)\s+(?:i|ich|we|wir|du|you|he|er|she|sie|they)\b",
+    re.IGNORECASE,
+)
+# A German subject and its finite verb right before the phrase: "Knoblauch wächst seit März",
+# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut". Only these verbs, in
+# lower case (German nouns have a capital): keywords ("Mein Gewicht morgens seit Januar", "Die
+# Rechnungen offen seit März") ask for the notes.
+_NOUN_AND_VERB = re.compile(
+    r"\s*(?:(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)\s+)?"
+    r"(?-i:[A-ZÄÖÜ])[\w-]*\s+(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
+    r"|liegen|wohnt|wohnen|lebt|leben|geht|gehen|hängt|hängen|blüht|blühen|funktioniert"
+    r"|funktionieren|klappt|schläft|schlafen|arbeitet|arbeiten|dauert|fehlt|fehlen|hakt|streikt"
+    r"|tropft|leckt|brennt|regnet|schneit|tut|tun|bleibt|bleiben|wackelt|juckt|schmerzt|schmerzen"
+    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)\s*",
+    re.IGNORECASE,
+)
+
+
+def _noun_and_verb(text: str, begin: int, end: int) -> bool:
+    """Whether ``text[begin:end]`` is a German subject and its verb (see _NOUN_AND_VERB)."""
+    return _NOUN_AND_VERB.fullmatch(text, begin, end) is not None
+
+
+_PRONOUN = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they)\b", re.IGNORECASE)
+_ASKING = re.compile(
+    r"\W*(?:(?:and|und)\s+)?(?:what|which|where|who|how|was|wo|wann|wer|welche[rnms]?|wie)\b", re.IGNORECASE
+)
+
+
+def _asks_doings(text: str) -> bool:
+    """Whether ``text`` asks about someone's doings: a clause with a past form and a pronoun, in a
+    question ("…, how did it go?", "… Was habe ich gegessen?", "…, was hat sie gesagt?")."""
+    return any(
+        says_done(clause) and _PRONOUN.search(clause) and (ends_asked(text) or _ASKING.match(clause))
+        for clause in _CLAUSE_END.split(text)
+    )
+
+
+def _states(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause states a state rather than asking for notes: a subject
+    pronoun in it ("Ich bin seit gestern krank, was hilft?", "I have been sick since Monday, what
+    helps?", "Mir ist seit gestern schlecht") or a German noun and its verb right before the phrase
+    ("Die Heizung ist seit Montag kaputt, was tun?", see _NOUN_AND_VERB); and nothing asks for the
+    notes: no request in the message (see _ASKS_FOR), no question about one's doings in it ("…, how
+    did it go?", "… Was habe ich gegessen?", see _asks_doings), no question, past form or relative
+    clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
+    Montag gelesen habe"); "…, welcher Arzt war gut?" asks about no doings of one's own."""
+    text = m.string
+    if _ASKS_FOR.search(text) or clause_asks(m) or _asks_doings(text):
+        return False
+    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+    clause = _clause(m)
+    if says_done(clause) or _RELATIVE.search(clause):
+        return False
+    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
+
+
+def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
+    """A "since" phrase's window, unless its clause states a state (see _states): words then, as
+    a duration of a state is (see _for); its window listed the period's notes for a question
+    about a cough."""
+
+    def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+        if _states(m):  # the period inside it is no window either ("seit gestern krank")
+            raise _LoosePhraseError("since a point, stating a state")
+        return period(t, m, r)
+
+    return window
 
 
 # A duration goes on ("seit einem Jahr und drei Monaten", "since a year and a half"): cut short
@@ -715,9 +838,9 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
     # "today's date" names a thing, not a time: a possessive is no phrase.
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn, _need(pat))
     for pat, fn in (
-        *_SINCE_ONLY,
+        *((pat, fn if fn is _for else _unless_a_state(fn)) for pat, fn in _SINCE_ONLY),
         *(
-            (lead + "(?:" + pat + ")" + tail, _since(fn))
+            (lead + "(?:" + pat + ")" + tail, _unless_a_state(_since(fn)))
             for pat, fn in _PERIODS
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),

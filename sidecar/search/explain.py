@@ -12,11 +12,13 @@ import numpy as np
 
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.index.repair import ready_inbox
+from sidecar.search.keyword_gaps import note_keyword_scores
 from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
+from sidecar.search.querywords import bm25_text, typed_part
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
-from sidecar.search.retrieval import Retriever, bm25_text, note_keyword_scores, typed_part
+from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import ChunkView
 from sidecar.vault.sources import public_reference
 

@@ -25,9 +25,10 @@ from sidecar.search.query import (
     is_small_talk,
     split_filters,
 )
+from sidecar.search.querywords import BmParts
 from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.search.retrieval import BmParts, Retriever
+from sidecar.search.retrieval import Retriever
 from sidecar.search.tense import asks_ahead, ends_asked
 from sidecar.search.words import WORD
 

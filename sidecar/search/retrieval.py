@@ -1,18 +1,16 @@
 """Query -> both arms -> fusion -> rules -> typed hits. Each arm over-fetches, fusion ranks, then
 we truncate. ``plan``, ``arms`` and ``rank`` are shared with ``why`` (search.explain) and ``recall``
-(search.recall).
+(search.recall). The query's words as the arms read them: ``querywords``; what a failing
+keyword index means for the answer and for status: ``keyword_gaps``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
-import re
 import sqlite3
 import threading
 import time
-import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,36 +19,49 @@ from typing import Any
 import numpy as np
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
-from sidecar.contracts.errors import EmbedderError, StoreError, engine_message
+from sidecar.contracts.errors import EmbedderError, StoreError
 from sidecar.contracts.wire import SearchResult, memory_agent
 from sidecar.index.keyword_faults import handles_seen, keyword_damage
-from sidecar.index.problems import Problems
-from sidecar.index.repair import ready_inbox, unsearchable_agents
+from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot, cosine_range, model_name
-from sidecar.notes.frontmatter import note_names
 from sidecar.notes.links import cited_by
 from sidecar.search import listing
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.search.keyword_gaps import (
+    PAGE_FAILURE,
+    _inbox_failure_reported,
+    _inboxes_failing,
+    _joined,
+    _keyword_read,
+    _memory_unindexed,
+    _memory_unread,
+    _page_failure_active,
+)
 from sidecar.search.listing import passes
 from sidecar.search.query import (
-    STOPWORDS_DE,
-    STOPWORDS_EN,
     Filters,
     QueryAnalysis,
     a_form_of,
     analyze,
-    is_stopword,
     split_filters,
     word_forms,
 )
 from sidecar.search.querycache import QueryCache
+from sidecar.search.querywords import (
+    BmParts,
+    _language_set,
+    _name_words,
+    _stopword_stems,
+    _with_umlauts,
+    bm25_text,
+    typed_part,
+    unread_words,
+)
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.search.words import WORD
 from sidecar.search.words import fold as fold_word
-from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_search import EVERYONE, SHARED, SearchFault
+from sidecar.stores.bm25_search import SHARED, SearchFault
 from sidecar.stores.manifest import ChunkView, NoteDay
 
 log = logging.getLogger(__name__)
@@ -65,45 +76,6 @@ class Ranking:
     scale: Scale = field(default_factory=Scale)  # how raw scores became relevance
 
 
-def bm25_text(qa: QueryAnalysis) -> str:
-    """The words BM25 looks for: content words, or every word when the query has none."""
-    return " ".join(qa.content_words or qa.words)
-
-
-def typed_part(spelled: Mapping[str, str]) -> BmParts:
-    """The words read with umlauts (``Retriever.read_spelling``) as typed, a part of their own at
-    a word's weight: searched beside the query as read."""
-    return [(" ".join(spelled), 1.0)] if spelled else []
-
-
-def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
-    """``text`` with each word of ``spelled`` (by the word lowercased) replaced, its case kept."""
-    if not spelled:
-        return text
-
-    def read(m: re.Match[str]) -> str:
-        typed = m.group(0)
-        written = spelled.get(typed.lower())
-        if written is None:
-            return typed
-        if typed.isupper() and len(typed) > 1:
-            return written.upper()
-        return written[:1].upper() + written[1:] if typed[:1].isupper() else written
-
-    return WORD.sub(read, text)
-
-
-PAGE_FAILURE = "page index: "  # how a failing page search is reported (keyword_search)
-INBOX_FAILURE = "the keyword index of memory/"  # how an agent's failing inbox index is reported
-# Characters per word piece below which the model has not read a query's words. A tokenizer keeps
-# the words of its training text whole or in long pieces (e5: "Geschenkgutschein" 5.7) and breaks
-# made-up ones into scraps ("xyzzy" 1.7, "asdfgh" 1.5). A query with a word kept whole, however short
-# ("AI"), is read, and digits are no word it could read or not (BENCHMARKS.md, seventeenth
-# session: 3.8 % of 505 real questions, 98.7 % of 540 random-letter and 90 % of random-syllable
-# phrases; it applies only when no word of the query is in the vault).
-UNREAD_CHARS_PER_PIECE = 3.0
-_ALPHABETS = ("LATIN", "GREEK", "CYRILLIC")
-BmParts = list[tuple[str, float]]  # (words, weight): the message's words, then the history's
 VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
 
 # The vector arm of a search runs here while the calling thread runs the keyword arm: the model
@@ -155,186 +127,6 @@ class EarlyVectors:
 
     serving: VectorSet
     found: Future[list[VecList]]
-
-
-def _missed(stores: Stores, faults: Sequence[SearchFault]) -> list[SearchFault]:
-    """The memory indexes of ``faults`` (``Bm25Index.search``'s) whose notes a keyword search may
-    have missed. When every agent's memory could not be read, the agents' own indexes were read
-    instead (one that failed is a fault of its own): it missed notes only while some agents have
-    none (removed as unused). Was: named whenever it failed, so the answer said all agents'
-    memory may be missing, and status that keyword search fails, although every agent's own
-    index had answered."""
-    if any(part == EVERYONE for part, _ in faults) and unsearchable_agents(stores) == 0:
-        return [fault for fault in faults if fault[0] != EVERYONE]
-    return list(faults)
-
-
-def _keyword_read(
-    stores: Stores, kind: str, faults: Sequence[SearchFault], seen: set[str]
-) -> list[SearchFault]:
-    """After a keyword search of the ``kind`` indexes that answered: the memory indexes it missed
-    (``_missed``); what it read and what failed for want of file handles told to status
-    (``handles_seen``), every agent's memory counted as read when each agent's own index answered
-    in its place."""
-    missed = _missed(stores, faults)
-    covered = set(seen)
-    if any(part == EVERYONE for part, _ in faults) and not any(part == EVERYONE for part, _ in missed):
-        covered.add(EVERYONE)
-    handles_seen(stores, kind, covered, missed)
-    return missed
-
-
-def _memory_unread(stores: Stores, faults: Sequence[SearchFault]) -> str | None:
-    """What the answer says of the memory indexes a keyword search could not read for a fault
-    that passes (``_missed``): their notes may be missing from it. An answer without them read
-    as complete."""
-    said = []
-    own = {part: exc for part, exc in faults if part != EVERYONE}
-    if own:
-        names = ", ".join(f"memory/{agent}" for agent in sorted(own))
-        said.append(
-            f"keyword search of {names} failed ({engine_message(next(iter(own.values())))}): its "
-            "notes may be missing from this answer"
-        )
-    everyone = next((exc for part, exc in faults if part == EVERYONE), None)
-    if everyone is not None:
-        agents = unsearchable_agents(stores)
-        said.append(
-            f"keyword search of all agents' memory failed ({engine_message(everyone)}): the memory of "
-            f"{agents} agent{'' if agents == 1 else 's'} whose own index was removed as unused "
-            "(memory.indexIdleDays) may be missing from this answer"
-        )
-    return "; ".join(said) or None
-
-
-def note_keyword_scores(
-    stores: Stores,
-    words: BmParts,
-    limit: int,
-    agent: str | None,
-    *,
-    key: str,
-    stem: str | None,
-    pages: bool = False,
-) -> tuple[dict[str, float], str | None]:
-    """One note's keyword scores (``key``'s chunks, or with ``pages`` its whole note) as the
-    search of ``agent`` reads them (``why``), and what the answer says of the faults met, as a
-    search says them: an index that cannot be read gives no score (vector results only), a
-    memory index that failed may miss notes; reported in status alike (damage for the repair,
-    no file handles left). A failing page index is said in status alone, as by a search. Was:
-    ``why`` failed with the index's error, or showed no keyword score and said nothing."""
-    bm25 = stores.bm25
-    kind = "pages" if pages else "chunks"
-    faults: list[SearchFault] = []
-    seen: set[str] = set()
-    try:
-        search = bm25.search_pages if pages else bm25.search
-        found = search(words, limit, agent_scope=agent, key=key, stem=stem, faults=faults, read=seen)
-    except StoreError as exc:
-        log.warning("keyword_search_failed part=%s error=%s", kind, exc)
-        keyword_damage(stores.problems, exc, f"{PAGE_FAILURE}{exc}" if pages else str(exc))
-        handles_seen(stores, kind, seen, [(SHARED, exc), *faults])
-        return {}, None if pages else f"keyword search failed ({exc}); vector results only"
-    missed = _keyword_read(stores, kind, faults, seen)
-    return dict(found), None if pages else _memory_unread(stores, missed)
-
-
-def _inbox_failure_reported(bm25: Bm25Index, problems: Problems) -> bool:
-    """Report an agent's failing inbox index (``Bm25Index.failing``) as the keyword problem, so
-    that the repair refills the index; whether one was. A search that never reads it must not
-    clear it (another agent's cleared it before the repair looked)."""
-    failing = dict(bm25.failing)  # a copy: searches on other threads change it
-    if not failing:
-        return False
-    name, error = min(failing.items())
-    problems.report("keyword_search", f"{INBOX_FAILURE}{name}: {error}")
-    return True
-
-
-def _inboxes_failing(bm25: Bm25Index, req: SearchRequest) -> str | None:
-    """What the answer says of the agents' inbox indexes in its scope that failed (moved aside or
-    unreadable, refilled in the background): their notes may be missing from it. An empty or
-    thin answer with no word of it read as "nothing relevant"."""
-    if req.sources is not None and "memory" not in req.sources:
-        return None
-    agents = sorted({name.split("/", 1)[0] for name in dict(bm25.failing)})
-    if req.agent is not None:
-        agents = [a for a in agents if a == req.agent]
-    if not agents:
-        return None
-    names = ", ".join("all agents' memory" if a == EVERYONE else f"memory/{a}" for a in agents)
-    return (
-        f"the keyword index of {names} is damaged and is being rebuilt from the notes in the "
-        "background: its notes may be missing from this answer"
-    )
-
-
-def _memory_unindexed(stores: Stores, req: SearchRequest) -> str | None:
-    """What a person's answer says while it reads the agents' own keyword indexes instead of the
-    one of every agent's memory (not filled yet, or read-only) and some agents have none (removed
-    as idle): their notes are found by no word, which an empty or thin answer did not say. Its
-    damage is said by ``_inboxes_failing``. An agent's own search rebuilds its index first, but
-    not while the index is read-only: then its own answer says its memory is not found."""
-    if req.sources is not None and "memory" not in req.sources:
-        return None
-    if req.agent is not None:
-        return _own_memory_unindexed(stores, req.agent)
-    why = stores.bm25.everyone_gap()
-    if why is None or why == "damaged":  # the agents not counted: said otherwise
-        return None
-    agents = unsearchable_agents(stores)
-    if agents == 0:
-        return None
-    state = "cannot be filled while the index is read-only" if why == "read-only" else "is being filled"
-    return (
-        f"the keyword index of all agents' memory {state}: the memory of {agents} agent"
-        f"{'' if agents == 1 else 's'} (their own index removed as unused, memory.indexIdleDays) "
-        "is not found by its words until then"
-    )
-
-
-def _own_memory_unindexed(stores: Stores, agent: str) -> str | None:
-    """What an agent's answer says when its own keyword index was removed as idle and cannot be
-    rebuilt (the index is read-only, ``Bm25Index.inbox_missing``): its search read no index of
-    its memory and found none of it by its words, and nothing said so."""
-    bm25 = stores.bm25
-    if not bm25.read_only or agent in bm25.agents() or not stores.manifest.holds_memory_of(agent):
-        return None
-    return (
-        "your memory's keyword index was removed as unused (memory.indexIdleDays) and cannot be "
-        "rebuilt while the index is read-only: your memory is not found by its words until the "
-        "index can be written again"
-    )
-
-
-def _joined(*notes: str | None) -> str | None:
-    said = [n for n in notes if n]
-    return "; ".join(said) if said else None
-
-
-def _page_failure_active(problems: Problems) -> bool:
-    """Whether the keyword-search problem now reported is the page index's."""
-    active = problems.active_in("keyword_search")
-    return active is not None and str(active.get("error", "")).startswith(PAGE_FAILURE)
-
-
-@functools.lru_cache(maxsize=16)
-def _language_set(languages: str) -> frozenset[str]:
-    return frozenset(x.strip().lower() for x in languages.split(",") if x.strip())
-
-
-@functools.lru_cache(maxsize=65_536)  # titles repeat across queries; folding them was 4 ms a query
-def _words(text: str) -> frozenset[str]:
-    return frozenset(fold_word(w) for w in WORD.findall(text) if not is_stopword(w))
-
-
-def _name_words(
-    key: str, title: str, aliases: tuple[str, ...]
-) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
-    """A candidate's name words (the file name's and every name's: the slug rule) and each name's
-    word set (title and aliases, ``note_names``: the full-name rules), folded."""
-    full = tuple(w for w in map(_words, note_names(title, aliases)) if w)
-    return _words(key.rsplit("/", 1)[-1]).union(*full), full
 
 
 class Retriever:
@@ -941,45 +733,5 @@ class Retriever:
         )
 
 
-_STOPWORD_STEMS: dict[str, dict[str, tuple[str, ...]]] = {}
-_STOPWORD_STEMS_LOCK = threading.Lock()
-
-
-def _stopword_stems(bm25: Bm25Index, field: str) -> dict[str, tuple[str, ...]]:
-    """The stopwords of the field's language by their stem in that field (every index analyzes a
-    field alike: once per process and field). The server's threads search at once: the first
-    to need a field builds its table under the lock and the others wait for it (unlocked, each
-    thread that came before it was done built one of its own, a few hundred analyzer calls)."""
-    done = _STOPWORD_STEMS.get(field)
-    if done is not None:
-        return done
-    with _STOPWORD_STEMS_LOCK:
-        done = _STOPWORD_STEMS.get(field)
-        if done is None:
-            by_stem: dict[str, list[str]] = {}
-            for w in sorted(STOPWORDS_DE if field == "body_de" else STOPWORDS_EN):
-                for t in bm25.analyze(w, field):
-                    by_stem.setdefault(t, []).append(w)
-            done = {t: tuple(ws) for t, ws in by_stem.items()}
-            _STOPWORD_STEMS[field] = done
-    return done
-
-
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
     return SearchResult((), None, analysis_of(qa, filters))
-
-
-def unread_words(words: Sequence[str], pieces: Sequence[int]) -> bool:
-    """Whether a tokenizer broke ``words`` (with ``pieces`` word pieces each) into scraps: every
-    word it split is in Latin, Greek or Cyrillic letters, at least one was split, none was kept
-    whole, and the split ones average fewer than ``UNREAD_CHARS_PER_PIECE`` characters a piece.
-    Digits are left out (a number is no word to read); a logographic script is one piece per
-    character by design, so a query in one is read."""
-    judged = [(w, n) for w, n in zip(words, pieces, strict=True) if not w.isdigit()]
-    if not judged or any(n < 2 or not _alphabetic(w) for w, n in judged):
-        return False
-    return sum(len(w) for w, _ in judged) < UNREAD_CHARS_PER_PIECE * sum(n for _, n in judged)
-
-
-def _alphabetic(word: str) -> bool:
-    return all(ch.isdigit() or unicodedata.name(ch, "").startswith(_ALPHABETS) for ch in word)

@@ -101,9 +101,11 @@ def _past_form(clause: str) -> bool:
     return bool(words) and bool(_HAVE_DE.search(clause)) and bool(_PARTICIPLE_DE.fullmatch(words[-1]))
 
 
-def clause_says_done(m: re.Match[str]) -> bool:
+def clause_says_done(m: re.Match[str], *, of_a_thing: bool = True) -> bool:
     """Whether the weekday's own clause has a past form (see _DONE), no future or duty is said,
-    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's."""
+    and the clause is no subordinate one (see _SUBORDINATE) nor the weekday a thing's. A duration
+    ("since a year") belongs to no thing (``of_a_thing`` False): "What did I write about garlic
+    since a year?" asks about the writing of that year, as "the party on Saturday" does not."""
     text = m.string
     if _TO_COME.search(text):
         return False
@@ -115,7 +117,7 @@ def clause_says_done(m: re.Match[str]) -> bool:
         return False  # a conjunction inside the sentence, not the question's first word
     after = _CLAUSE_EDGE.search(text, m.end())
     clause = text[begin : after.start() if after else len(text)]
-    if _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
+    if of_a_thing and _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
     return _past_form(clause)
 
@@ -168,3 +170,85 @@ _PAST = re.compile(
 def asks_ahead(text: str) -> bool:
     """Whether ``text`` asks about the agenda (see _AGENDA)."""
     return _AGENDA.search(text) is not None and _PAST.search(text) is None
+
+
+# A question about the month to come, in the month's own clause: opened by "what"/"was", in the
+# future ("What will happen in March?", "Was wird im März passieren?"), in the present of
+# happening ("Was passiert im März", "What's happening in March?", "Was ist im März los?") or of
+# one's doing or planning ("Was machen wir im März?", "What do we do in March?", "What is the team
+# doing in March?"). Asked in December, read back they listed last March's notes. Not a habit
+# ("Was macht man im März im Garten?", "What happens to garlic in March?", "What do I usually do in
+# March?"), not a clause with a past form ("Was ist im März passiert?", "What was happening in
+# March?"), and not another clause's question ("Photos from Lyon in January, what am I doing with
+# them?", "Wie viel macht die Stromrechnung im Januar?": the month is the one gone by).
+_WHAT_OPENS = re.compile(r"\W*(?:(?:and|und)\s+)?(?:what|was)\b", re.IGNORECASE)
+_COMING = re.compile(
+    r"\b(?:will|wird|werden|happens|passier(?:t|en)|geschieht)\b|['’]ll\b"
+    r"|\b(?:mach|tu|plan)(?:e|en|st|t|n)?\s+(?:ich|wir|du|ihr)\b"
+    r"|\bist\b.*\blos\b"
+    r"|(?:\b(?:am|are|is)|['’](?:s|re|m))\s+(?:\w+\s+){0,2}(?:happening|doing|planning)\b"
+    r"|\bdo\s+(?:i|we|you|they)\s+(?:\w+\s+)?do\b",
+    re.IGNORECASE,
+)
+_HABIT = re.compile(
+    r"\b(?:man|usually|normally|typically|always|often|every|jede[snm]?|gewöhnlich|normalerweise"
+    r"|meistens|immer)\b|\bhappens\s+to\b",
+    re.IGNORECASE,
+)
+_CLAUSE_STOP = re.compile(r"[.!?;,\n]")
+
+
+def _own_clause(m: re.Match[str]) -> str:
+    """The phrase's own clause: from the punctuation before it to the one after it."""
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_STOP.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_STOP.search(text, m.end())
+    return text[begin : end.start() if end else len(text)]
+
+
+def asks_coming(m: re.Match[str]) -> bool:
+    """Whether the month's own clause asks about the month to come (see _COMING)."""
+    clause = _own_clause(m)
+    return (
+        _WHAT_OPENS.match(clause) is not None
+        and _COMING.search(clause) is not None
+        and _HABIT.search(clause) is None
+        and not _past_form(clause)
+        and _PAST.search(clause) is None
+    )
+
+
+# A past form a statement can hide: German perfect with its participle anywhere in the clause
+# ("was ich seit Montag gelesen habe"), English perfect ("Everything I've read", "I haven't slept",
+# "I've been tracking", not "have been sick", "have a"), an English past after its subject ("Stuff
+# I cooked", "we discussed").
+_PERFECT_EN = re.compile(
+    r"(?:\b(?:have|has|had)(?:n['’]t)?|['’]ve)(?:\s+(?:not|never|just|already|only|really))?"
+    r"\s+(?!(?:been|a|an|the|my|your|his|her|our|their|no|some|any|to|this|that|it)\b)[a-z]+",
+    re.IGNORECASE,
+)
+# "have been doing" is a doing going on, its notes asked for ("I've been tracking my sleep since
+# Monday"); "have been sick" is a state.
+_BEEN_DOING = re.compile(
+    r"(?:\b(?:have|has)(?:n['’]t)?|['’]ve)(?:\s+(?:not|never|just|already))?\s+been\s+[a-z]+ing\b",
+    re.IGNORECASE,
+)
+_PAST_AFTER_SUBJECT = re.compile(
+    r"\b(?:i|we|you|he|she|they)\s+(?:\w+ly\s+|just\s+|already\s+)?"
+    r"(?:[a-z]+ed|read|wrote|saw|ate|ran|sent|bought|got|made|did|went|met|heard|found|took)\b",
+    re.IGNORECASE,
+)
+
+
+def says_done(text: str) -> bool:
+    """Whether any clause of ``text`` has a past form (see _past_form, _PAST and the forms above):
+    a statement beside it, or in it, speaks of what was done, and asks for the notes of then."""
+    for clause in _CLAUSE_STOP.split(text):
+        words = WORD.findall(clause)
+        if _past_form(clause) or _PAST.search(clause) or _PERFECT_EN.search(clause):
+            return True
+        if _PAST_AFTER_SUBJECT.search(clause) or _BEEN_DOING.search(clause):
+            return True
+        if _HAVE_DE.search(clause) and any(_PARTICIPLE_DE.fullmatch(w) for w in words):
+            return True
+    return False

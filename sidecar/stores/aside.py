@@ -1,6 +1,7 @@
-"""Copies of damaged stores moved aside (``<name>.broken-<time>``): listed for status and doctor,
-removed at a start once older than ``KEEP_MOVED_ASIDE_DAYS``. No engine is imported: thin clients
-read this."""
+"""Copies of damaged stores moved aside (``<name>.broken-<time>``), and of stores a newer release
+wrote, replaced by a rebuild asked for after a downgrade (``<name>.newer-<time>``): listed for
+status and doctor, removed at a start once older than ``KEEP_MOVED_ASIDE_DAYS``. No engine is
+imported: thin clients read this."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ log = logging.getLogger(__name__)
 # to notice and inspect one, and a service running for years does not gather a full copy of its
 # index at every damage or downgrade.
 KEEP_MOVED_ASIDE_DAYS = 30
-_MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.broken-(?P<when>\d{8}-\d{6})-\d+$")
+_MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.(?P<why>broken|newer)-(?P<when>\d{8}-\d{6})-\d+$")
 
 
-def aside_name(path: Path) -> Path:
-    """Where a damaged store ``path`` is moved: ``<name>.broken-<time>`` beside it."""
-    return path.with_name(f"{path.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
+def aside_name(path: Path, *, newer: bool = False) -> Path:
+    """Where a damaged store ``path`` is moved: ``<name>.broken-<time>`` beside it;
+    ``<name>.newer-<time>`` for one a newer release wrote (no damage: status told it apart)."""
+    why = "newer" if newer else "broken"
+    return path.with_name(f"{path.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,11 @@ class MovedAside:
     path: Path
     store: str  # what it was a copy of: manifest.sqlite, bm25, vectors, bm25-memory-<agent>
     age_days: float
+    newer: bool = False  # a newer release's store replaced by a rebuild asked for, not damaged
 
 
 def moved_aside(index_dir: Path, now: float | None = None) -> list[MovedAside]:
-    """The copies of damaged stores in ``index_dir``, oldest first (their side files -wal/-shm
+    """The copies of stores moved aside in ``index_dir``, oldest first (their side files -wal/-shm
     not counted apart)."""
     now = time.time() if now is None else now
     found = []
@@ -49,7 +53,7 @@ def moved_aside(index_dir: Path, now: float | None = None) -> list[MovedAside]:
             made = time.mktime(time.strptime(m["when"], "%Y%m%d-%H%M%S"))
         except (ValueError, OverflowError):
             continue
-        found.append(MovedAside(entry, m["store"], max(0.0, (now - made) / 86400)))
+        found.append(MovedAside(entry, m["store"], max(0.0, (now - made) / 86400), m["why"] == "newer"))
     return sorted(found, key=lambda c: -c.age_days)
 
 

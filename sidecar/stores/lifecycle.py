@@ -102,7 +102,7 @@ def _reset(
 ) -> Any:
     """Move the store at ``path`` aside (a manifest takes the keyword index along) and open a new
     one; ``asked``: a newer version's store replaced by a rebuild the user asked for (no damage)."""
-    aside = move_aside(path)
+    aside = move_aside(path, newer=asked)
     if asked:
         log.warning("index_newer_replaced store=%s moved_to=%s (a rebuild asked for)", path.name, aside)
     else:
@@ -120,7 +120,7 @@ def _reset(
         # not open is moved aside on its own when it is attached.
         bm25 = cfg.index_dir / "bm25"
         if bm25.exists():
-            move_aside(bm25)
+            move_aside(bm25, newer=asked)  # the newer release's, beside its manifest
     return opener(path)
 
 
@@ -134,13 +134,14 @@ def _unless_disk_full(path: Path, exc: StoreError) -> None:
         ) from exc
 
 
-def move_aside_name(path: Path) -> Path:
-    return aside_name(path)
+def move_aside_name(path: Path, *, newer: bool = False) -> Path:
+    return aside_name(path, newer=newer)
 
 
-def move_aside(path: Path) -> Path:
-    """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection for a month)."""
-    target = move_aside_name(path)
+def move_aside(path: Path, *, newer: bool = False) -> Path:
+    """Rename a broken store to ``<name>.broken-<time>`` (kept for inspection for a month); a
+    newer release's (``newer``) to ``<name>.newer-<time>``."""
+    target = move_aside_name(path, newer=newer)
     path.rename(target)
     for suffix in ("-wal", "-shm"):
         side = path.with_name(path.name + suffix)

@@ -75,6 +75,26 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
+# The properties whose values name a note (``frontmatter._AS_WRITTEN``, lower case).
+_NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
+
+
+def folded(name: str) -> str:
+    """A name as a case-insensitive disk compares it: either Unicode form, either case (a Mac
+    wrote "Über" in NFD, a name typed again is NFC; "ß" and "ẞ" are one letter)."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _spelling_starts(letter: str) -> set[str]:
+    """What another spelling of a name whose first letter is ``letter`` (NFC) begins with: either
+    case, in either Unicode form (a decomposed letter begins with its base letter)."""
+    fold = letter.casefold()
+    alike = {letter, letter.lower(), letter.upper(), fold, fold.upper()}
+    if fold == "ss":
+        alike |= {"ß", "ẞ"}  # "ẞ".lower() is "ß", whose upper() is "SS"
+    return {unicodedata.normalize("NFD", a)[0] for a in alike} | {a[0] for a in alike}
+
+
 def _under(prefix: str, column: str = "key") -> tuple[str, tuple[str, ...]]:
     """A WHERE clause (and its arguments) for the values of ``column`` that start with ``prefix``."""
     end = prefix_end(prefix)
@@ -438,6 +458,33 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 ).rowcount
             )
 
+    def reread_typed_names(self) -> int:
+        """``reread_all`` for the notes whose front matter, as stored, gives ``aliases``,
+        ``alias``, ``tags``, ``tag`` or ``title`` (any case) a number, a yes/no or a time
+        ("2024-01-01T10:00:00"), alone or in its lists: what YAML made of the text written
+        (``010`` stored as 8), which a reader of the text as written reads otherwise. Also those
+        an older reader could not read for such a value and a reader of the text reads now: a tag
+        YAML has no constructor for (``title: =``, ``title: !wichtig Plan``), stored as an error
+        (any key's tag may be the cause: such a note is read once more for nothing), and
+        ``.inf``/``.nan`` stored as ``Infinity``/``NaN``, which is no JSON to look into."""
+        named = " OR ".join(f"k = '$.{n}' OR k GLOB '$.{n}[[]*'" for n in _NAME_PROPERTIES)
+        # Key as json.dumps writes it: '"title": '; LIKE is case-blind for ASCII, as keys are read.
+        keyed = " OR ".join(f"front_matter LIKE '%\"{n}\":%'" for n in _NAME_PROPERTIES)
+        time = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:*"
+        with self.transaction() as db:
+            return int(
+                db.execute(
+                    "UPDATE files SET size = -1, hash = '' WHERE ((front_matter LIKE '%alias%' OR "
+                    "front_matter LIKE '%tag%' OR front_matter LIKE '%title%') AND json_valid(front_matter) "
+                    "AND EXISTS (SELECT 1 FROM (SELECT lower(fullkey) AS k, type, atom FROM "
+                    f"json_tree(files.front_matter)) WHERE ({named}) AND (type IN ('integer', 'real', "
+                    f"'true', 'false') OR (type = 'text' AND atom GLOB '{time}')))) "
+                    f"OR (NOT json_valid(front_matter) AND ({keyed})) "
+                    "OR (state = 'indexed' AND error LIKE "
+                    "'invalid YAML in front matter: could not determine a constructor%')"
+                ).rowcount
+            )
+
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
         db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
@@ -516,6 +563,36 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         rows = self._committed(f"SELECT key FROM files WHERE {where}", args)
         same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
         return same[0] if len(same) == 1 else key
+
+    def spelled_otherwise(self, keys: Collection[str]) -> dict[str, str]:
+        """Indexed keys that one of ``keys`` spells but for case or Unicode form ("vault/Tar"
+        for "vault/tar"), each with its file's ``rel``; none of ``keys`` among them. Read by
+        ranges of the key index: per first letter of the names of a folder (deduplicated: a
+        checkout of many notes reads each once), in either case and form, its direct names only
+        (a name without letters has no other spelling). Was: a folder's whole subtree read for
+        each batch of more than 16 new notes in it."""
+        wanted: dict[str, set[str]] = {}  # folder -> the names as a case-insensitive disk has them
+        ranges: set[tuple[str, int]] = set()  # (a key range's prefix, where names of its folder begin)
+        for key in keys:
+            folder, _, name = key.rpartition("/")
+            nfc = unicodedata.normalize("NFC", name)
+            first = next((i for i, ch in enumerate(nfc) if ch.lower() != ch.upper()), None)
+            if not folder or first is None:
+                continue
+            wanted.setdefault(folder, set()).add(folded(name))
+            start = len(folder) + 2 if folder else 1  # SQL counts from 1
+            ranges.update((f"{folder}/{nfc[:first]}{s}", start) for s in _spelling_starts(nfc[first]))
+        own = set(keys)
+        out: dict[str, str] = {}
+        for prefix, start in sorted(ranges):
+            where, args = _under(prefix)
+            # The folder's own names only: a subfolder whose name begins alike holds no spelling.
+            sql = f"SELECT key, rel FROM files WHERE {where} AND instr(substr(key, ?), '/') = 0"
+            for k, rel in self._query(sql, (*args, start)):
+                folder, _, name = str(k).rpartition("/")
+                if k not in own and folded(name) in wanted.get(folder, ()):
+                    out[str(k)] = str(rel)
+        return out
 
     def keys_in_state(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))

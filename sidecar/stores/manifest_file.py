@@ -381,22 +381,42 @@ class ManifestFile:
         return done
 
     def close(self) -> None:
+        """Close every connection and release the writer's count, each even when a step before
+        raises (the first error is raised after): a reader whose close raised left the writer's
+        connection open, its log unwritten and its count taken (a read-only open of this file in
+        the process then read it as changing, never ``immutable``)."""
         with self._lock:
+            failed: BaseException | None = None
             # Readers first: the last connection to close checkpoints the WAL into the file and
             # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
             for reader in self._readers:
-                reader.close()
+                try:
+                    reader.close()
+                except BaseException as exc:  # raised below, once the rest is closed
+                    failed = failed or exc
             self._readers.clear()
-            if not self.read_only:
-                with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                if self._counted:  # a second close counts nothing
-                    self._counted = False
-                    with _writers_lock:
-                        _open_writers[self.path] -= 1
-                        if _open_writers[self.path] <= 0:
-                            del _open_writers[self.path]
-            self._db.close()
+            try:
+                if not self.read_only:
+                    with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
+                        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                try:
+                    self._release_writer()
+                finally:
+                    self._db.close()
+            if failed is not None:
+                try:
+                    raise failed
+                finally:
+                    failed = None  # no cycle through this frame
+
+    def _release_writer(self) -> None:
+        if self._counted:  # a second close counts nothing
+            self._counted = False
+            with _writers_lock:
+                _open_writers[self.path] -= 1
+                if _open_writers[self.path] <= 0:
+                    del _open_writers[self.path]
 
 
 def _vacuum_room(live: int, folder: Path) -> tuple[Path, int, int] | None:

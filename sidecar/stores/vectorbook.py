@@ -281,6 +281,16 @@ class VectorBook:
             [(k, self.vector_cap) for k in keys],
         )
 
+    def leave_ids_to_next(self, chunk_ids: Sequence[str], db: sqlite3.Connection) -> None:
+        """These chunks, waiting for a serving vector, wait for none (``NEXT_ONLY``): a vault or
+        wiki note's, within the per-note limit (an agent's memory stays found by meaning, as in
+        ``Writer._recut_for_switch``)."""
+        db.executemany(
+            f"UPDATE chunks SET has_vector = {NEXT_ONLY} WHERE chunk_id = ? AND has_vector = 0 "
+            "AND ord < ? AND (key < 'memory/' OR key >= 'memory0')",
+            [(c, self.vector_cap) for c in chunk_ids],
+        )
+
     def wait_again(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """The chunks of these notes left to a switch's table wait for a serving vector again (a
         note edited during the switch is found by meaning with the serving model too)."""

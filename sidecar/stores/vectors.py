@@ -719,6 +719,19 @@ def drop_table(path: Path, table: str) -> None:
         ) from exc
 
 
+def holds_model(path: Path, table: str, model: str) -> bool | None:
+    """Whether the table ``table`` of ``path`` holds vectors of the model named ``model`` (its
+    name, without the digest), as the table's own metadata records it: a name's prefix does not
+    tell ``e5`` from ``e5-small``. None when the table is missing or cannot be read."""
+    try:
+        found = table_model(path, table)
+    except (StoreError, OSError, ValueError, RuntimeError):
+        return None
+    if found is None or not found[0]:
+        return None
+    return found[0].split("@", 1)[0] == model
+
+
 def table_model(path: Path, table: str) -> tuple[str, int, str] | None:
     """(model id, dimension, pooling) that an existing table of ``path`` was written with, or None."""
     db = lancedb_module().connect(str(path))

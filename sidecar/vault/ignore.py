@@ -20,7 +20,6 @@ confined reads and the Canvas file names (``sidecar.vault.canvas``).
 from __future__ import annotations
 
 import logging
-import os
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -292,37 +291,24 @@ class IgnoreRules:
                 log.info("templates_folder path=%s folder=%s", file.path, printable(folder))
                 self._template_state[rel] = folder
 
-    def templates_indexed(self) -> list[dict[str, str]]:
+    def templates_indexed(self, indexed: Callable[[str], bool], wiki_subfolder: str) -> list[dict[str, str]]:
         """The templates folders indexed as notes because their plugin is switched off in
         Obsidian (``folder``, the ``plugin``'s name, the settings ``file`` naming the folder), for
         status: the folder came back into the index and the count of notes jumped, unexplained.
-        Only a folder that holds a note no other rule leaves out: one the other templates plugin
-        names (Templater beside the core plugin switched off), one in Obsidian's Excluded files
-        or ``index.exclude``, or one that is missing or empty was said indexed and excluded at once."""
-        vault = self.vault
-        if not self.templates or vault is None:
+        Only a folder with a note in the index (``indexed``: whether a note is indexed under a key
+        prefix): one the other templates plugin names (Templater beside the core plugin switched
+        off), one in Obsidian's Excluded files or ``index.exclude``, or one that is missing or
+        empty was said indexed and excluded at once. The index is asked, never the disk: status
+        asks at every call, and a walk of a share that hangs hung it (the index follows the disk
+        at the next sweep)."""
+        if not self.templates or self.vault is None:
             return []
         return [
             {"folder": folder, "plugin": _PLUGIN_NAMES[self._template_plugins[rel][0]], "file": rel}
-            for rel, folder in self._template_off.items()
-            if self._holds_an_indexed_note(vault, folder)
+            # A copy: the sweep's thread may read the settings anew meanwhile.
+            for rel, folder in list(self._template_off.items())
+            if any(indexed(prefix) for prefix in _key_prefixes(folder, wiki_subfolder))
         ]
-
-    def _holds_an_indexed_note(self, vault: Path, folder: str) -> bool:
-        """Whether the vault's ``folder`` holds a note no rule leaves out (it stops at the first)."""
-        inside = unicodedata.normalize("NFC", folder.strip().replace("\\", "/").strip("/"))
-        if not inside:
-            return False
-        root = vault / inside
-        for dirpath, dirnames, filenames in os.walk(root):  # no symlinks followed, errors skipped
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            for name in filenames:
-                if not (name.lower().endswith(".md") or is_canvas_name(name)):
-                    continue
-                rel = Path(dirpath, name).relative_to(vault).as_posix()
-                if self.match(rel) is None:
-                    return True
-        return False
 
     def match(self, vault_rel: str) -> str | None:
         """The rule that excludes a note at ``vault_rel`` (POSIX, with .md), or None. Names and
@@ -356,6 +342,23 @@ def _holds_a_template(folder: str, templates: Sequence[str]) -> bool:
         if path.startswith(inside):
             return True
     return False
+
+
+def _key_prefixes(folder: str, wiki_subfolder: str) -> list[str]:
+    """The index key prefixes of the notes in the vault's ``folder`` ("Vorlagen/"): its vault
+    notes (ending in "/": "Tmpl/" holds nothing of "Tmpl2/"), and wiki notes where the folder is
+    the wiki, lies in it or around it; each in NFC (as the folder is read) and NFD (as a Mac may
+    name it on disk: keys keep the name as it is)."""
+    inside = folder.strip("/")
+    wiki = wiki_subfolder.strip("/")
+    if not inside:
+        return []
+    if inside == wiki or inside.startswith(wiki + "/"):
+        rest = inside[len(wiki) :].strip("/")
+        prefixes = [f"wiki/{rest}/" if rest else "wiki/"]
+    else:
+        prefixes = [f"vault/{inside}/", *(["wiki/"] if wiki.startswith(inside + "/") else [])]
+    return list(dict.fromkeys(unicodedata.normalize(f, p) for p in prefixes for f in ("NFC", "NFD")))
 
 
 def _vault_rel(key: str, wiki_subfolder: str) -> str | None:

@@ -458,6 +458,17 @@ class Asking:
             self.longest = max(self.longest, time.monotonic() - now[2])
 
 
+@contextlib.contextmanager
+def asked(asking: Asking, call: str, rel: str) -> Iterator[None]:
+    """``asking`` told of one call (``stat``: a look-up, ``listing``) for as long as the block
+    runs: a resolve of a path of the share hangs as a stat does, and is given up on as one."""
+    asking.ask(call, rel)
+    try:
+        yield
+    finally:
+        asking.answered()
+
+
 def _listed(folder: Path, rel: str, asking: Asking | None) -> list[os.DirEntry[str]]:
     """The entries of ``folder``; each entry that comes starts ``asking``'s clock again (a
     large folder of a slow share is listed in many answers, none of which hangs)."""
@@ -490,17 +501,15 @@ def scan(
     never followed. Raises OSError when the root itself (or ``start``) cannot be listed (the caller
     decides what an unreachable root means). ``asking`` is kept told of each listing and stat.
     """
-    if root.source == "memory":
-        reason = inbox_refusal(root)
-        if reason is not None:
-            yield Skipped(root.path, reason)
-            return
-    refusal = root_refusal(root)
+    asking = asking if asking is not None else Asking()  # told of each stat whoever asks
+    # Resolving the root asks the share as a stat does (one look-up per folder on the way).
+    with asked(asking, "stat", "."):
+        refusal = inbox_refusal(root) if root.source == "memory" else None
+        refusal = refusal or root_refusal(root)
+        base = real_path(root.path) if refusal is None else root.path  # refused: not resolved
     if refusal is not None:
         yield Skipped(root.path, refusal)
         return
-    base = root.path.resolve()
-    asking = asking if asking is not None else Asking()  # told of each stat whoever asks
     stack: list[tuple[Path, str]] = [(root.path / start, f"{start}/")] if start else [(root.path, "")]
     first = True
     while stack:
@@ -571,7 +580,8 @@ def _entry(  # noqa: PLR0911 - one return per kind of entry
     finally:
         asking.answered()
     if is_link and rel != root.exclude:  # the wiki folder, a link: the wiki root reports it
-        why = link_refusal(root, Path(entry.path), base)
+        with asked(asking, "stat", rel):  # the link's target resolved: a look-up on the share
+            why = link_refusal(root, Path(entry.path), base)
         if why is not None:
             return (
                 Skipped(Path(entry.path), why)
@@ -635,6 +645,15 @@ def _where_refusal(root: Root, target: Path, base: Path) -> str | None:
     if root.exclude and (inside == root.exclude or inside.startswith(root.exclude + "/")):
         return "symlink leads into the wiki (indexed there)"
     return None
+
+
+def real_path(path: Path) -> Path:
+    """``path`` resolved; a symlink loop (RuntimeError from ``Path.resolve``) is the OSError
+    it is (ELOOP), which the callers take for a folder that cannot be read."""
+    try:
+        return path.resolve()
+    except RuntimeError as exc:
+        raise OSError(errno.ELOOP, "symlink loop (it cannot be resolved)", str(path)) from exc
 
 
 def root_refusal(root: Root) -> str | None:

@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, scan
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan
 from sidecar.vault.timeout import run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ HOLD_WHY = {
 
 
 CLOCK_META = "steady_clock"
+# Meta rows ``slow:<root>``: the root is a slow share (``RootStatus.slow``), kept across runs.
+SLOW_META = "slow:"
 
 
 class MetaStore(Protocol):
@@ -120,6 +122,9 @@ class RootStatus:
     # (the scan then ends at its next call: ``Asking.abandon``).
     _asking: Asking | None = field(default=None, repr=False)
     _given_up: tuple[str, str, float] | None = field(default=None, repr=False)
+    # That call was given up on after probeTimeoutSeconds: answering after all, it shows a slow
+    # share (given up on under the whole-scan bound, it showed a hung one).
+    _learn: bool = field(default=False, repr=False)
 
     @property
     def hanging(self) -> threading.Thread | None:
@@ -134,6 +139,11 @@ class RootStatus:
 
 class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
     pass
+
+
+class StopCut(RootUnreachable):
+    """A wait for a share's call ended because the daemon stops: no outage (``Supervisor.unreachable``
+    logs it as a stop and leaves the root's state alone)."""
 
 
 class Supervisor:
@@ -170,6 +180,9 @@ class Supervisor:
         # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and
         # `sidecar index` to say what indexing waits for.
         self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
+        # ``waiting`` is a call already given up on, waited for to learn whether the share is
+        # only slow (``await_given_up``).
+        self.learning = False
         # Set by the daemon's stop: a wait for a share's call ends at once (the stop waited the
         # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
         self.stopping = threading.Event()
@@ -181,7 +194,39 @@ class Supervisor:
 
     def status(self, root: Root) -> RootStatus:
         with self._lock:
-            return self.roots.setdefault(root.name, RootStatus(root.name, str(root.path)))
+            st = self.roots.get(root.name)
+        if st is not None:
+            return st
+        # Slow as an earlier run found it: a `sidecar index` of its own, or a daemon restarted,
+        # starts with the whole-scan bound (given up per call, it gave up at the same listing).
+        fresh = RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
+        with self._lock:
+            return self.roots.setdefault(root.name, fresh)
+
+    def _slow_remembered(self, name: str) -> bool:
+        if self.meta is None:
+            return False
+        try:
+            return self.meta.get_meta(f"{SLOW_META}{name}") is not None
+        except (sqlite3.Error, StoreError, OSError):
+            return False
+
+    def _set_slow(self, st: RootStatus, slow: bool, call: str | None) -> None:
+        """The root is slow (or not any more): remembered in the manifest (meta row
+        ``slow:<root>``: since when, the call that was late) for the runs after this one."""
+        if st.slow == slow:
+            return
+        st.slow = slow
+        if self.meta is None:
+            return
+        row = f"{SLOW_META}{st.name}"
+        try:
+            if slow:
+                self.meta.set_meta(row, json.dumps({"since": self.clock(), "call": call}, sort_keys=True))
+            else:
+                self.meta.delete_meta([row])
+        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
+            log.warning("root_meta_failed row=%s error=%s", row, exc)
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -207,10 +252,12 @@ class Supervisor:
     def _forget_rows(self, gone: Collection[str], kept: Collection[str]) -> None:
         if self.meta is None:
             return
-        rows = {f"root:{name}" for name in gone}
+        rows = {f"{prefix}{name}" for name in gone for prefix in ("root:", SLOW_META)}
         try:
             if not self._meta_swept:
-                rows.update(r for r in self.meta.meta_names("root:memory/") if r[len("root:") :] not in kept)
+                for prefix in ("root:", SLOW_META):
+                    names = self.meta.meta_names(f"{prefix}memory/")
+                    rows.update(r for r in names if r[len(prefix) :] not in kept)
             if rows:
                 self.meta.delete_meta(sorted(rows))
             self._meta_swept = True
@@ -233,12 +280,13 @@ class Supervisor:
             outer = self.stuck_within(root)
             if outer is not None:
                 st._stuck = outer
-            if not mounts or st.hanging is not None:
+            if not mounts or st.hanging is not None or self.stopping.is_set():
                 continue
+            since = time.monotonic()
             try:
                 found, stuck = run_with_timeout(
                     functools.partial(fs_type_of, root.path, mounts),
-                    self.cfg.watch.probe_timeout_seconds,
+                    self._bound(st),
                     root.name,
                     self.beat,
                     self.stopping.is_set,
@@ -246,7 +294,10 @@ class Supervisor:
             except OSError:
                 continue  # list_root says why
             if stuck is not None:
-                st._stuck = stuck
+                # A look-up of the root, as the probe's: learnt from as one (``_gave_up``).
+                st._stuck, st.hung_on = stuck, "looking up ."
+                st._asking, st._given_up = None, ("stat", ".", since)
+                self._gave_up(st, slow=st.slow)
                 continue
             st.fs_type = found
             st.network = is_network(st.fs_type)
@@ -281,19 +332,47 @@ class Supervisor:
     def _fresh(self, root: Root) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
         scan given up on at a call that answered since makes the root slow."""
+        _not_waited_for(root, self.stopping)  # a stop: no new call, and no hang said
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
-        if st._asking is not None and not self.stopping.is_set():
-            st.slow = True  # the call answered by itself: slow, not hung
-            log.warning(
-                "share_slow root=%s call=%s probe_timeout=%.1fs: its scans wait up to scanTimeoutSeconds",
-                root.name,
-                st.hung_on,
-                self.cfg.watch.probe_timeout_seconds,
-            )
+        if st._learn:  # the call given up on answered by itself: slow, not hung
+            self._learnt_slow(st)
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
+
+    def _learnt_slow(self, st: RootStatus) -> None:
+        """A call given up on after probeTimeoutSeconds answered after all: the share is slow."""
+        st._learn = False
+        self._set_slow(st, True, st.hung_on)
+        log.warning(
+            "share_slow root=%s call=%s probe_timeout=%.1fs: its scans wait up to scanTimeoutSeconds",
+            st.name,
+            st.hung_on,
+            self.cfg.watch.probe_timeout_seconds,
+        )
+
+    def _bound(self, st: RootStatus) -> float:
+        """How long one call on the root is waited for: a slow share's as long as a whole scan."""
+        watch = self.cfg.watch
+        return watch.scan_timeout_seconds if st.slow else watch.probe_timeout_seconds
+
+    def _gave_up(self, st: RootStatus, *, slow: bool) -> None:
+        """A call on the root was given up on (``st._given_up``). Under probeTimeoutSeconds it
+        is learnt from should it answer; under the whole-scan bound the share is hung, not slow:
+        its mark goes (the next run, or the next start, waits probeTimeoutSeconds again, not
+        scanTimeoutSeconds on each root that hangs)."""
+        given = st._given_up is not None and not self.stopping.is_set()
+        st._learn = given and not slow
+        if given and slow:
+            self._set_slow(st, False, None)
+            log.warning(
+                "share_hung root=%s call=%s scan_timeout=%.0fs: not slow but hung; its calls are "
+                "given up on after probeTimeoutSeconds again",
+                st.name,
+                st.hung_on,
+                self.cfg.watch.scan_timeout_seconds,
+            )
 
     def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool) -> T:
         """``fn`` with an ``Asking``: given up once one call has not answered for the probe
@@ -325,7 +404,10 @@ class Supervisor:
             self.waiting = None
         if stuck is None:
             late = asking.longest >= timeout
-            st.slow = late or (st.slow and not whole)  # a whole scan with every call quicker: per call again
+            if st.slow and whole and not late:
+                log.info("share_quick root=%s: every call of a whole scan answered in time", root.name)
+            # A whole scan with every call quicker: given up per call again.
+            self._set_slow(st, late or (st.slow and not whole), "a listing or stat")
             return value  # type: ignore[return-value]  # fn's own result
         asking.abandon()  # it stops at its next call once this one answers
         st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
@@ -335,16 +417,24 @@ class Supervisor:
             st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
             st._asking, st._given_up = asking, now
         _not_waited_for(root, self.stopping)
-        if now is None or slow:  # the probe, or the whole scan past scanTimeoutSeconds
+        self._gave_up(st, slow=slow)
+        if now is None or slow:  # the whole scan past scanTimeoutSeconds
             on = f" ({st.hung_on})" if st.hung_on else ""
             log.error("scan_hung root=%s%s", root.name, f" call={now[0]} path={now[1]}" if now else "")
-            raise RootUnreachable(f"{root.path}{on} did not answer within its timeout (hung share?)")
-        log.error("scan_hung root=%s call=%s path=%s timeout=%.0fs", root.name, call, rel, timeout)
+            raise RootUnreachable(
+                f"{root.path}{on} did not answer within its timeout, watch.scanTimeoutSeconds (hung share?)"
+                + (
+                    "; not only slow: its calls are given up on after watch.probeTimeoutSeconds again"
+                    if slow
+                    else ""
+                )
+            )
+        log.error("scan_hung root=%s call=%s path=%s timeout=%gs", root.name, call, rel, timeout)
         raise RootUnreachable(
-            f"{st.hung_on} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+            f"{st.hung_on} in {root.path} did not answer within {timeout:g} s (hung share?); "
             "notes of this root are not read until it answers (should it answer late, a slow "
-            "share: its calls are then waited for up to watch.scanTimeoutSeconds; for "
-            "`sidecar index` without the daemon raise watch.probeTimeoutSeconds)"
+            "share: this is remembered, and its calls are then waited for up to "
+            "watch.scanTimeoutSeconds, by the daemon and by `sidecar index`)"
         )
 
     def read(self, root: Root, rel: str, fn: Callable[[], T]) -> T:
@@ -354,6 +444,7 @@ class Supervisor:
         hangs on open/read costs one timeout and leaves one stuck thread per root, not one per
         note. The caller marks the root offline; it is retried like a listing that hangs.
         Raises what ``fn`` raises."""
+        _not_waited_for(root, self.stopping)  # a stop: not the wiki offline for the vault's cut read
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(root, st))
@@ -373,11 +464,13 @@ class Supervisor:
         finally:
             self.waiting = None
         if stuck is not None:
-            st._stuck, st.hung_on = stuck, f"reading {rel}"
+            # This read is what hangs now (an earlier scan given up on no longer says whether the
+            # root's call answered: ``hanging``).
+            st._stuck, st.hung_on, st._asking, st._given_up = stuck, f"reading {rel}", None, None
             _not_waited_for(root, self.stopping)
-            log.error("read_hung root=%s path=%s timeout=%.0fs", root.name, rel, timeout)
+            log.error("read_hung root=%s path=%s timeout=%gs", root.name, rel, timeout)
             raise RootUnreachable(
-                f"reading {rel} in {root.path} did not answer within {timeout:.0f} s (hung share?); "
+                f"reading {rel} in {root.path} did not answer within {timeout:g} s (hung share?); "
                 "notes of this root are not read until it answers"
             )
         return value  # type: ignore[return-value]  # fn's own result
@@ -387,26 +480,19 @@ class Supervisor:
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
         st = self._fresh(root)
+        max_bytes = self.cfg.index.max_file_bytes
+
+        def listing(asking: Asking) -> tuple[Identity, list[NoteFile | Skipped]]:
+            # The probe is a look-up of the root, bounded and learnt from as the scan's calls are
+            # (the first stat of an automounted share is often its slowest call).
+            with asked(asking, "stat", "."):
+                ident = _probe(root, self.mounts)
+            return ident, list(scan(root, max_bytes, asking=asking))
+
         try:
-            ident, stuck = run_with_timeout(
-                lambda: _probe(root, self.mounts),
-                self.cfg.watch.probe_timeout_seconds,
-                root.name,
-                self.beat,
-                self.stopping.is_set,
-            )
-            if stuck is not None:
-                st._stuck = stuck
-                _not_waited_for(root, self.stopping)
-                log.error("scan_hung root=%s", root.name)
-                raise RootUnreachable(f"{root.path} did not answer within its timeout (hung share?)")
+            ident, found = self._asked(root, st, listing, whole=True)
             st.identity, st.absent = ident, False
-            max_bytes = self.cfg.index.max_file_bytes
-
-            def listing(asking: Asking) -> list[NoteFile | Skipped]:
-                return list(scan(root, max_bytes, asking=asking))
-
-            return self._asked(root, st, listing, whole=True)
+            return found
         except FileNotFoundError:
             if root.source == "vault" or (root.source == "wiki" and self._vault_not_there()):
                 raise RootUnreachable(f"{root.path} does not exist or is not mounted") from None
@@ -438,6 +524,14 @@ class Supervisor:
             return True
         memo = self._remembered(Root("vault", vault))
         return _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev
+
+    def unreachable(self, root: Root, exc: RootUnreachable) -> None:
+        """A root could not be read: offline with ``exc``'s reason, unless the wait was only cut
+        short by the daemon's stop (a stop is not an outage: nothing said, saved or retried)."""
+        if isinstance(exc, StopCut):
+            log.info("share_wait_stopped root=%s: the daemon stops", root.name)
+            return
+        self.mark_offline(root, str(exc))
 
     def mark_offline(self, root: Root, why: str) -> None:
         st = self.status(root)
@@ -698,6 +792,37 @@ class Supervisor:
                     out.append(st.name)
         return out
 
+    def await_given_up(self) -> list[str]:
+        """For a run with no later sweep (`sidecar index` alone): wait for each listing or stat
+        given up on to answer after all, up to scanTimeoutSeconds from its start, saying so (a
+        run of its own never learned that a share is only slow, and gave up at the same listing
+        every run). The roots whose call answered: slow, to be swept again in this run."""
+        answered: list[str] = []
+        with self._lock:
+            statuses = list(self.roots.values())
+        for st in statuses:
+            given, stuck = st._given_up, st._stuck
+            if not st._learn or given is None or stuck is None:
+                continue
+            call, rel, since = given
+            deadline = since + self.cfg.watch.scan_timeout_seconds
+            self.learning = True
+            try:  # (a call that answered while the rest was done is learnt from at once)
+                while st.hanging is not None and not self.stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.waiting = (st.name, rel, since, call)
+                    if self.beat is not None:
+                        self.beat()
+                    stuck.join(min(1.0, left))
+            finally:
+                self.waiting, self.learning = None, False
+            if st.hanging is None and st._learn:
+                self._learnt_slow(st)  # remembered now: a run cut short after this knows it too
+                answered.append(st.name)
+        return answered
+
     def hung_call(self) -> str | None:
         """A call on a share indexing waits for now, or one given up on that still hangs (a
         thread blocked in the kernel until the share answers), in words; None when none is known."""
@@ -718,6 +843,7 @@ class Supervisor:
         name, rel, since, call = waiting
         st = self.roots.get(name)
         slow = call != "read" and st is not None and st.slow
+        learning = self.learning
         watch = self.cfg.watch
         return {
             "root": name,
@@ -725,8 +851,11 @@ class Supervisor:
             "call": call,
             "seconds": round(time.monotonic() - since, 1),
             # A slow root's listings and stats wait as long as its whole scan may take.
-            "timeout_seconds": watch.scan_timeout_seconds if slow else watch.probe_timeout_seconds,
+            "timeout_seconds": watch.scan_timeout_seconds
+            if slow or learning
+            else watch.probe_timeout_seconds,
             "slow": slow,
+            "learning": learning,
         }
 
     def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
@@ -796,7 +925,7 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
 def _not_waited_for(root: Root, stopping: threading.Event) -> None:
     """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
     if stopping.is_set():
-        raise RootUnreachable(f"{root.path}: not waited for, the daemon stops")
+        raise StopCut(f"{root.path}: not waited for, the daemon stops")
 
 
 def _still_hangs(root: Root, st: RootStatus) -> str:

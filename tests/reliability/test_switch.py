@@ -26,7 +26,7 @@ import pytest
 from sidecar.config import load_config
 from sidecar.contracts.errors import DaemonRunningError, DiskFullError, SidecarError
 from sidecar.contracts.protocol import Request
-from sidecar.daemon import lifecycle, readonly
+from sidecar.daemon import lifecycle, readonly, readonly_start
 from sidecar.daemon.lifecycle import Daemon
 from sidecar.daemon.oneshot import index_once
 from sidecar.daemon.process import IndexLock
@@ -227,7 +227,7 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
     failed switch ended the space check with every request held, and health saying a switch was
     under way, for good. Requests are refused (``storage``) until the next try, which succeeds."""
     start = read_only_start
-    real_finish, real_build = Indexer.finish_interrupted, lifecycle.build_read_only
+    real_finish, real_build = Indexer.finish_interrupted, readonly_start.build_read_only
 
     def full(self: Indexer) -> None:
         raise DiskFullError("the disk filled again during the resume")
@@ -236,13 +236,13 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
         raise ValueError("simulated unforeseen failure")
 
     monkeypatch.setattr(Indexer, "finish_interrupted", full)
-    monkeypatch.setattr(lifecycle, "build_read_only", broken)
+    monkeypatch.setattr(readonly_start, "build_read_only", broken)
     start.free()
     assert start.d._switch_to_writable() is False
     assert start.handlers() == "Refusing"
     err = start.refused("health")
     assert err.code == "storage" and "cannot be read now" in str(err)
-    monkeypatch.setattr(lifecycle, "build_read_only", real_build)
+    monkeypatch.setattr(readonly_start, "build_read_only", real_build)
     fill(start.disk)
     assert start.d._space_check() is False  # still full: read-only again
     assert start.handlers() == "Handlers" and _found(start)
@@ -643,7 +643,7 @@ def test_a_switch_waiting_for_a_thread_of_a_failed_one_says_so_and_asks_for_a_re
         assert "disk holding the index is full" not in said["index"] and "restart" not in said
         refused = start.refused("write", {"slug": "later", "content": "# Later\n\nafter the space\n"})
         assert "(indexer) is still running" in str(refused)
-        monkeypatch.setattr(lifecycle, "_CLOSING_STUCK_S", 0.0)
+        monkeypatch.setattr(readonly_start, "_CLOSING_STUCK_S", 0.0)
         assert start.d._space_check() is False
         assert "only a restart ends it" in problems()["restart"]
     finally:
@@ -804,7 +804,7 @@ def test_a_failure_of_the_waiting_reload_does_not_switch_a_second_time(
 
     monkeypatch.setattr(Daemon, "_start_parts", counted)
     monkeypatch.setattr(Daemon, "_reload", broken)
-    monkeypatch.setattr(lifecycle.random, "uniform", lambda *_a: 0.001)
+    monkeypatch.setattr(readonly_start.random, "uniform", lambda *_a: 0.001)
     thread = threading.Thread(target=_WAIT_FOR_SPACE, args=(start.d,), daemon=True)
     thread.start()
     thread.join(60)
