@@ -135,6 +135,8 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "service",
             False,
             "installed but failed",
-            "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
+            "see why: journalctl --user -u sidecar -p warning -n 20; once fixed: systemctl --user "
+            "reset-failed sidecar; systemctl --user restart sidecar (a failed unit is refused a "
+            "start while its start limit lasts)",
         )
     return Check("service", True, f"installed, {state}; start it: {enable}")

@@ -340,9 +340,12 @@ def _comment(path: Path) -> str:
 
 
 # Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
-# another daemon serving this home or socket, a home or index that cannot be used. Each needs a
-# person to change something first; restarted, each failed again every RestartSec for ever.
-NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE, ExitCode.INDEX_UNUSABLE)
+# another daemon serving this home or socket (under systemd a daemon waits for a `sidecar index`
+# run holding the index instead of exiting 4). Each needs a person to change something first.
+# Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
+# themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
+# ends a loop of it that does not pass.
+NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE)
 
 
 def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
@@ -370,11 +373,13 @@ def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool 
 # waited for, and every path below may be absent at start ("-").
 [Unit]
 Description=sidecar: hybrid recall over an Obsidian vault
-# A restart loop ends after five starts within five minutes (the unit is left failed; after a
-# fix: `systemctl --user reset-failed sidecar`, then start it). systemd's default, five within
-# 10 s, never trips with a restart every 5 s.
-StartLimitIntervalSec=300
-StartLimitBurst=5
+# A restart loop ends after 20 starts within 10 minutes (the unit is left failed; once fixed:
+# `systemctl --user reset-failed sidecar`, then start it). systemd counts every start, a
+# person's `systemctl --user restart` too: a start that fails at once, restarted every 10 s
+# (RestartSec), reaches 20 in about 4 minutes (time for a share mounted late at login to come),
+# while a handful of restarts by hand within a few minutes stays far below 20.
+StartLimitIntervalSec=600
+StartLimitBurst=20
 
 [Service]
 Type=notify
@@ -383,10 +388,12 @@ ExecStart={command}
 ExecReload=/bin/kill -HUP $MAINPID
 # The home and socket the installing command used, and what it had from flags and SIDECAR_* variables.
 {env}Restart=on-failure
-RestartSec=5
+RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
-# already serves this home or socket), 5 (the home or index cannot be used): a restart cannot
-# help; start it once fixed. A crash, exit code 1 or the watchdog restarts it.
+# already serves this home or socket; a `sidecar index` run holding the index is waited for):
+# a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
+# index cannot be used: a share not mounted yet, a stale handle, a full disk pass by themselves)
+# or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
 # Exit code 9: a stop that gave up on a write still running (the next start catches up).
 SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}
@@ -438,7 +445,7 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
         # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out.
+        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes).
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which
