@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
 import os
@@ -367,6 +368,82 @@ def test_a_refused_second_start_changes_nothing(daemon_factory: Any, vault: Path
     assert "already serving" in proc.stderr and "home_tightened" not in proc.stderr
     assert _modes_and_times(*tops) == before
     assert first.health()["index"]["state"] == "ready"
+
+
+def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
+    """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not until(seen) and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            seen.extend(sink.recv(4096).decode().splitlines())
+    return seen
+
+
+def test_a_service_start_waits_for_a_sidecar_index_run(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A daemon the service starts while `sidecar index` (without a daemon) holds the index waits
+    for it and then serves: it exited 4, which the unit does not restart, and the service stayed
+    down after the run ended (a hook or `--rebuild` run while the daemon was restarting). The wait
+    is said in the log and in systemd's STATUS=, and it pushes the start timeout out."""
+    from sidecar.daemon.process import INDEX_RUN, IndexLock
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(1)
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True, env={"NOTIFY_SOCKET": str(path)})
+    held = IndexLock(d.home / "index", by=INDEX_RUN)
+    held.acquire()
+    d.start(wait=None)
+    try:
+        exited = lambda: d.proc is not None and d.proc.poll() is not None  # noqa: E731
+        waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert any("is in use by `sidecar index`" in s for s in waiting), waiting
+        assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting), waiting
+        assert d.proc is not None and d.proc.poll() is None  # waiting, not exited 4
+        assert "index_lock_wait" in d.log.read_text()
+    finally:
+        held.release()
+    ready = _notices(sink, lambda seen: "READY=1" in seen)
+    sink.close()
+    assert "READY=1" in ready, ready
+    d.wait_for(lambda h: h["index"]["state"] == "ready", 60)
+    assert "index_lock_taken" in d.log.read_text()
+
+
+def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
+    """A daemon holding the index is refused at once (exit 4, not restarted); so is a `sidecar
+    index` run outside a service (a person's foreground `serve` is told and tries again)."""
+    from sidecar.contracts.errors import DaemonRunningError, IndexRunError
+    from sidecar.daemon.process import INDEX_RUN, IndexLock, lock_waiting_for_index_run
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    sent: list[tuple[str, ...]] = []
+
+    def never(_s: float) -> None:
+        raise AssertionError("waited")
+
+    daemon = IndexLock(cfg.index_dir)
+    daemon.acquire()
+    with pytest.raises(DaemonRunningError) as refused:
+        lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), never)
+    assert not isinstance(refused.value, IndexRunError) and refused.value.exit_code == 4
+    assert sent == []
+    daemon.release()
+    run = IndexLock(cfg.index_dir, by=INDEX_RUN)
+    run.acquire()
+    with pytest.raises(IndexRunError):
+        lock_waiting_for_index_run(cfg, None, never)
+
+    def run_ends(_s: float) -> None:
+        run.release()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
+    assert len(sent) == 1 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert lock.path.read_text() == f"pid {os.getpid()}"
+    lock.release()
 
 
 @pytest.mark.model

@@ -45,7 +45,7 @@ from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import (
     IndexLock,
     load_embedder,
-    lock_and_tighten,
+    lock_waiting_for_index_run,
     make_private,
     raise_fd_limit,
     record_counting,
@@ -154,7 +154,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         raise_fd_limit()
         try:
             make_private(self.cfg)
-            self._lock = lock_and_tighten(self.cfg)  # the lock first: a refused start changes nothing
+            # The lock first: a refused start changes nothing. Under systemd a `sidecar index`
+            # run holding it is waited for (exit 4 is not restarted there).
+            send = self.notifier.send if self.notifier.enabled else None
+            self._lock = lock_waiting_for_index_run(self.cfg, send)
             self._make_agents_folder()  # the lock first: a second daemon records nothing
         except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
             where = exc.filename or self.cfg.home

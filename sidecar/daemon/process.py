@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonRunningError, EmbedderError
+from sidecar.contracts.errors import DaemonRunningError, EmbedderError, IndexRunError
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.memory.retention import RETIRED_DIR
@@ -58,7 +58,7 @@ class IndexLock:
             holder = fh.read().strip() or "another process"
             fh.close()
             if holder.startswith(INDEX_RUN):
-                raise DaemonRunningError(  # the words README's troubleshooting table promises
+                raise IndexRunError(  # the words README's troubleshooting table promises
                     f"the index {self.path.parent} is in use by {holder}, which is still running "
                     "(it may be waiting, up to watch.scanTimeoutSeconds, for a share that did not "
                     "answer in time): try again once it is done"
@@ -148,6 +148,42 @@ def lock_and_tighten(cfg: Config, by: str | None = None) -> IndexLock:
         lock.release()
         raise
     return lock
+
+
+# How often a daemon waiting for a `sidecar index` run tries the lock, and how far each try
+# pushes systemd's start timeout (TimeoutStartSec) out: well above the poll, so that a slow try
+# (a busy disk) does not let the start time out.
+LOCK_POLL_S = 2.0
+_EXTEND_USEC = 60_000_000
+
+
+def lock_waiting_for_index_run(
+    cfg: Config,
+    send: Callable[..., None] | None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IndexLock:
+    """``lock_and_tighten``; under systemd (``send``: its notifier) a `sidecar index` run holding
+    the lock is waited for, trying the lock every LOCK_POLL_S, bounded by nothing but a stop
+    signal (SIGTERM ends the process: nothing is held or changed yet). Exit 4 is not restarted
+    there, and a run started while the daemon was down (a hook, `--rebuild`) ends by itself:
+    refused, the service stayed down after it. A daemon holding the lock is refused at once."""
+    said = False
+    while True:
+        try:
+            lock = lock_and_tighten(cfg)
+        except IndexRunError as exc:
+            if send is None:
+                raise
+            if not said:
+                log.warning("index_lock_wait %s", exc)
+                said = True
+            # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
+            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={_EXTEND_USEC}", "WATCHDOG=1")
+            sleep(LOCK_POLL_S)
+            continue
+        if said:
+            log.info("index_lock_taken the `sidecar index` run waited for is done")
+        return lock
 
 
 def tighten_own(cfg: Config) -> None:
