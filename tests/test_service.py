@@ -370,6 +370,37 @@ def test_a_refused_second_start_changes_nothing(daemon_factory: Any, vault: Path
     assert first.health()["index"]["state"] == "ready"
 
 
+def test_a_start_refused_for_the_socket_changes_nothing(tmp_path: Path, vault: Path) -> None:
+    """A daemon on another home but a socket another daemon serves exits 4 without tightening its
+    home, writing ``agents/.sidecar-home`` or recording the home (a bare mount point recorded as
+    "the home"): it did all of that after the lock and before it bound the socket."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    home = tmp_path / "h2"
+    write(home / "agents" / "a" / "memory" / ".trash" / "old.md", "# old\n").chmod(0o644)
+    write(home / "index" / ".lock", "")  # a home used before; its lock is taken, then let go
+    home.chmod(0o755)
+    d = DaemonProcess(home, vault, extra=["--socket", str(path)], keyword_only=True)
+    state = Path(d.env["XDG_STATE_HOME"])
+    tops = (home, state) if state.exists() else (home,)
+    before = _modes_and_times(*tops)
+    try:
+        proc = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    finally:
+        listener.close()
+    assert proc.returncode == ExitCode.SOCKET_IN_USE, proc.stderr
+    assert f"already serving {path}" in proc.stderr and "home_tightened" not in proc.stderr
+    lock = str(home / "index" / ".lock")
+    assert {k: v for k, v in _modes_and_times(*tops).items() if k != lock} == {
+        k: v for k, v in before.items() if k != lock
+    }
+    assert not (home / "agents" / ".sidecar-home").exists() and not (state / "sidecar" / "homes").exists()
+
+
 def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
     """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
     seen: list[str] = []

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import resource
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -136,13 +137,18 @@ def make_private(cfg: Config) -> None:
     os.umask(0o077)
 
 
-def lock_and_tighten(cfg: Config, by: str | None = None) -> IndexLock:
-    """The index lock (``by``: IndexLock's), then the home left readable by others tightened (the
-    log says so). In this order: a start refused for another daemon holding the lock changes
-    nothing in the home."""
+def lock_and_tighten(
+    cfg: Config, by: str | None = None, check: Callable[[], None] | None = None
+) -> IndexLock:
+    """The index lock (``by``: IndexLock's), then ``check`` (the daemon's: no other daemon serves
+    its socket), then the home left readable by others tightened (the log says so). In this
+    order: a start refused for another daemon holding the lock or the socket changes nothing in
+    the home."""
     lock = IndexLock(cfg.index_dir, by=by)
     lock.acquire()
     try:
+        if check is not None:
+            check()
         tighten_own(cfg)
     except BaseException:
         lock.release()
@@ -161,6 +167,7 @@ def lock_waiting_for_index_run(
     cfg: Config,
     send: Callable[..., None] | None,
     sleep: Callable[[float], None] = time.sleep,
+    check: Callable[[], None] | None = None,
 ) -> IndexLock:
     """``lock_and_tighten``; under systemd (``send``: its notifier) a `sidecar index` run holding
     the lock is waited for, trying the lock every LOCK_POLL_S, bounded by nothing but a stop
@@ -170,7 +177,7 @@ def lock_waiting_for_index_run(
     said = False
     while True:
         try:
-            lock = lock_and_tighten(cfg)
+            lock = lock_and_tighten(cfg, check=check)
         except IndexRunError as exc:
             if send is None:
                 raise
@@ -187,13 +194,15 @@ def lock_waiting_for_index_run(
 
 
 def tighten_own(cfg: Config) -> None:
-    """Tighten what the daemon made in the home: the home folder, index, models, socket folder,
-    and of ``agents/`` its own entries only (each agent's folder, audit logs, inbox folder and
-    .trash, the retired agents' logs, the home's marker). The notes in an inbox and whatever else
-    a person keeps there keep their modes: a person saves notes there and an editor leaves its
-    backups, and the inbox folder's 0700 keeps other users out of them."""
-    trees = [cfg.index_dir, cfg.models_dir, cfg.home / "run", cfg.agents_dir / RETIRED_DIR]
-    own = [cfg.agents_dir, cfg.agents_dir / MARKER]
+    """Tighten what the daemon made in the home: the home folder, index, socket folder, the
+    models folder and its prepared copies (not the model files a person put there), and of
+    ``agents/`` its own entries only (each agent's folder, audit logs, inbox folder and .trash,
+    the retired agents' logs, the home's marker). The notes in an inbox and whatever else a
+    person keeps there keep their modes: a person saves notes there and an editor leaves its
+    backups, and the inbox folder's 0700 keeps other users out of them. Nothing is reached
+    through a link at any level below the home (an ``agents/`` linked elsewhere is left whole)."""
+    trees = [cfg.index_dir, cfg.models_dir / ".prepared", cfg.home / "run", cfg.agents_dir / RETIRED_DIR]
+    own = [cfg.models_dir, cfg.agents_dir, cfg.agents_dir / MARKER]
     for agent in _real_folders(cfg.agents_dir):
         inbox = agent / "memory"
         own += [agent, agent / "audit.log", agent / "audit.log.1", inbox]
@@ -203,12 +212,31 @@ def tighten_own(cfg: Config) -> None:
     # share that hangs, resolving its path would block the start).
     vault = cfg.vault.path
     inside = vault is not None and vault.is_absolute() and vault.is_relative_to(cfg.home)
+    trees = [t for t in trees if _no_link_below(cfg.home, t)]
+    own = [o for o in own if _no_link_below(cfg.home, o)]
     tighten_home(cfg.home, trees, [vault] if inside and vault is not None else [], own)
 
 
+def _no_link_below(home: Path, path: Path) -> bool:
+    """Whether every component of ``path`` below the home, itself included, is there and no
+    link (lstat each: a link anywhere leads out of what the daemon made)."""
+    step = home
+    for part in path.relative_to(home).parts:
+        step = step / part
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def _real_folders(folder: Path) -> list[Path]:
-    """The folders in ``folder`` that are folders, not links to one (none when it cannot be read)."""
+    """The folders in ``folder`` that are folders, not links to one (none when it cannot be
+    read, or when it is itself a link)."""
     try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
+            return []
         return [Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
     except OSError:  # not made yet, or not a folder (the start says so when it makes it)
         return []

@@ -262,6 +262,66 @@ def _tree_modes(home: Path) -> dict[str, int]:
     return out
 
 
+def _loose(top: Path, mode: int = 0o777) -> None:
+    """Every folder and file under ``top`` (itself too) readable and writable by everyone."""
+    for folder, _dirs, files in os.walk(top):
+        Path(folder).chmod(mode)
+        for name in files:
+            Path(folder, name).chmod(mode & 0o666)
+
+
+def test_tightening_follows_no_link_and_leaves_a_persons_models(tmp_path: Path) -> None:
+    """An ``agents/`` that is a link to another folder is left whole at start: the walk went
+    through it (``agents/.retired`` and each inbox's ``.trash`` were checked as links at their
+    last component only) and chmodded the other folder's files. A model a person put in
+    ``models/`` keeps its mode (a group-readable model shared with another account); the
+    daemon's prepared copies and the folder itself are tightened."""
+    from sidecar.config import load_config
+    from sidecar.daemon.process import tighten_own
+
+    home = tmp_path / "home"
+    other = tmp_path / "other" / "agents"
+    write(other / "a" / "audit.log", "{}\n")
+    write(other / "a" / "memory" / ".trash" / "old.md", "# old\n")
+    write(other / ".retired" / "a.audit.log", "{}\n")
+    write(other / ".sidecar-home", "token\n")
+    write(home / "models" / "my-model" / "model.onnx", "weights")
+    write(home / "models" / ".prepared" / "my-model.onnx", "prepared")
+    (home / "index").mkdir()
+    os.symlink(other, home / "agents")
+    _loose(other)
+    _loose(home / "models", 0o755)
+    before = _tree_modes(other)
+    tighten_own(load_config(flags={"home": str(home)}, env={}))
+    assert _tree_modes(other) == before
+    modes = {p: m for p, m in _tree_modes(home).items() if not p.startswith("agents")}
+    assert modes["models/my-model"] == 0o755 and modes["models/my-model/model.onnx"] == 0o644
+    assert modes["models"] == modes["models/.prepared"] == 0o700
+    assert modes["models/.prepared/my-model.onnx"] == 0o600
+
+
+def test_a_linked_trash_or_inbox_is_not_followed(tmp_path: Path) -> None:
+    """Below a real ``agents/``: an inbox, a ``.trash`` or ``.retired`` that is a link is not
+    walked, nor what lies behind it."""
+    from sidecar.config import load_config
+    from sidecar.daemon.process import tighten_own
+
+    home = tmp_path / "home"
+    other = tmp_path / "other"
+    write(other / "trash" / "old.md", "# old\n")
+    write(other / "inbox" / ".trash" / "old.md", "# old\n")
+    write(other / "retired" / "a.audit.log", "{}\n")
+    (home / "agents" / "a" / "memory").mkdir(parents=True)
+    os.symlink(other / "trash", home / "agents" / "a" / "memory" / ".trash")
+    (home / "agents" / "b").mkdir()
+    os.symlink(other / "inbox", home / "agents" / "b" / "memory")
+    os.symlink(other / "retired", home / "agents" / ".retired")
+    _loose(other)
+    before = _tree_modes(other)
+    tighten_own(load_config(flags={"home": str(home)}, env={}))
+    assert _tree_modes(other) == before
+
+
 def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Path) -> None:
     """A home left 0755 (index 0755, a manifest 0644) is tightened at start and says so; after
     start and after writes (with the model, so LanceDB writes too) nothing is group or other
