@@ -940,6 +940,11 @@ def test_install_says_what_it_replaces(tmp_path: Path) -> None:
     moved = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new")})
     assert moved.returncode == 0 and "held another setup" in moved.stderr
     assert f"the home {tmp_path / 'old'} -> {tmp_path / 'new'}" in moved.stderr
+    # The configuration and state folders the unit pins are said too (the file read when none is
+    # named; the home's record and consent).
+    xdg = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new"),
+                                               "XDG_STATE_HOME": str(tmp_path / "st")})  # fmt: skip
+    assert xdg.returncode == 0 and f"-> {tmp_path / 'st'}" in xdg.stderr, xdg.stderr
 
 
 def test_the_sandboxed_service_may_write_the_state_folder(tmp_path: Path) -> None:

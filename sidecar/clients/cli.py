@@ -69,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_json_errors(json_errors and command_named(argv) != "mcp")
     try:
         args = build_parser(command_named(argv)).parse_args(argv)
+        check_text_args(args)
         early = _without_configuration(args)
         if early is not None:
             return early
-        check_text_args(args)
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
             quiet = cfg.outdated if args.command in QUERY_COMMANDS else ()

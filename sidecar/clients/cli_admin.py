@@ -579,10 +579,21 @@ def cmd_config_path(args: argparse.Namespace) -> int:
 
     path = config_file_path(getattr(args, "config", None), os.environ)
     path = path if path.is_absolute() else Path.cwd() / path
+    raw = os.fsencode(path)
     if args.json:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:  # JSON would carry another name (\udcff), a file never read
+            raise UsageError(
+                f"the configuration file's path {raw!r} is not UTF-8, which JSON cannot carry: "
+                "run `sidecar config path` without --json"
+            ) from None
         print(json.dumps({"file": str(path), "exists": path.is_file()}))
     else:
-        print(path)
+        # The path's own bytes: printed as text, a name that is not UTF-8 came out as "\udcff",
+        # and `$(sidecar config path)` named another file.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(raw + b"\n")
     return int(ExitCode.OK)
 
 
