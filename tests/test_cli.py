@@ -76,6 +76,8 @@ def readme_forms() -> list[str]:
     for piece in pieces:
         for m in re.finditer(rf"(?:^|[\s/])sidecar ((?:{names})\b.*)", piece):
             form = re.split(r"\s+(?:#|>|&&|;|\|(?!\|))\s*|\s+\|\s", m.group(1))[0].strip()
+            if "$(" in piece[: m.start()] and form.endswith(")"):  # config=$(… sidecar config path)
+                form = form[:-1]
             forms.append(form)
     return list(dict.fromkeys(forms))
 

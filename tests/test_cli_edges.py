@@ -672,3 +672,26 @@ def test_preview_says_recall_ran_partly_on_keywords_while_vectors_are_pending() 
     text = "\n".join(preview_lines(parse_search(reply)))
     assert "1,543 chunks still wait for their vectors" in text and "keywords alone" in text, text
     assert "no similarity (no vector yet): passed on its keywords alone" in text, text
+
+
+def test_config_path_names_a_file_that_is_not_utf8_as_it_is(tmp_path: Path) -> None:
+    """`sidecar config path --config $'\\xff.yaml'` printed `…/\\udcff.yaml` (exit 0): the steps
+    writing "$(sidecar config path)" wrote another file than the commands read. The path's own
+    bytes are printed; --json, which cannot carry them, is refused as a bad command line."""
+    name = os.fsdecode(b"\xff.yaml")
+    code = subprocess.run(
+        [sys.executable, "-m", "sidecar", "config", "path", "--config", name],
+        capture_output=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+    )
+    assert code.returncode == 0 and code.stdout == os.fsencode(tmp_path.resolve()) + b"/\xff.yaml\n", code
+    as_json = subprocess.run(
+        [sys.executable, "-m", "sidecar", "config", "path", "--config", name, "--json"],
+        capture_output=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+    )
+    assert as_json.returncode == ExitCode.USAGE and b"not UTF-8" in as_json.stdout + as_json.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,39 @@ def test_default_config_location_is_read(tmp_path: Path) -> None:
     (tmp_path / "xdg" / "sidecar").mkdir(parents=True)
     (tmp_path / "xdg" / "sidecar" / "config.yaml").write_text("search:\n  limit: 4\n")
     assert load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}).search.limit == 4
+    # A relative XDG_CONFIG_HOME is ignored (XDG Base Directory specification), as systemd
+    # does for the unit's folder: the file was read relative to the working folder.
+    cfg = load_config(env={"XDG_CONFIG_HOME": "xdg"}, cwd=tmp_path)
+    assert cfg.default_file == Path("~/.config/sidecar/config.yaml").expanduser()
+
+
+def test_a_relative_xdg_config_home_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A relative XDG_CONFIG_HOME is ignored now; the file it named from the working folder was
+    read before, and with no word the daemon started without its vault. A warning names that
+    file (the start logs it, `config check` lists it, every other command says it on stderr);
+    none when a file is named."""
+    (tmp_path / "xdg" / "sidecar").mkdir(parents=True)
+    (tmp_path / "xdg" / "sidecar" / "config.yaml").write_text("search:\n  limit: 4\n")
+    cfg = load_config(env={"XDG_CONFIG_HOME": "xdg"}, cwd=tmp_path)
+    said = [w for w in cfg.warnings if "XDG_CONFIG_HOME" in w]
+    assert len(said) == 1 and f"{tmp_path / 'xdg' / 'sidecar' / 'config.yaml'} is no longer read" in said[0]
+    named = _yaml(tmp_path, "search:\n  limit: 3\n")
+    for env in ({"SIDECAR_CONFIG": str(named)}, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}):
+        assert not any(
+            "XDG_CONFIG_HOME" in w for w in load_config(env={"XDG_CONFIG_HOME": "xdg", **env}).warnings
+        )
+    from sidecar.clients.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "xdg")
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    main(["config", "check", "--home", str(tmp_path / "h")])
+    out = capsys.readouterr().out
+    assert "XDG_CONFIG_HOME='xdg' is not an absolute path and is ignored" in out, out
 
 
 def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:

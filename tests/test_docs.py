@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from sidecar.clients.cli_parser import build_parser
 
@@ -66,3 +72,60 @@ def test_the_readme_says_how_to_uninstall_and_where_the_agents_notes_are() -> No
     removals = [line for line in section.splitlines() if line.startswith("rm -rf")]
     assert removals and all("/models " not in f"{line} " for line in removals), removals
     assert "~/.sidecar/models/.prepared" in section and "embedder.cacheDir" in section
+
+
+def _service_steps() -> list[str]:
+    """The shell lines of README's "Running as a service" block, but the virtualenv's making
+    (the test runs this checkout's sidecar in its place)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Running as a service\n", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    return [line for line in block.splitlines() if not line.startswith("python3 -m venv")]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the steps install a systemd unit")
+@pytest.mark.parametrize("xdg", [True, False])
+def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool) -> None:
+    """README's service steps, run as written in a new HOME, with XDG_CONFIG_HOME set and not:
+    the file they write is the one `config check` reads and the installed unit names. They wrote
+    ~/.config/sidecar/config.yaml, which no command read with XDG_CONFIG_HOME set: the check said
+    "no file", and the unit started a daemon without a vault."""
+    home = tmp_path / "home"
+    program = home / ".local/share/sidecar/venv/bin/sidecar"  # where the steps installed it
+    program.parent.mkdir(parents=True)
+    program.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m sidecar "$@"\n')
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    editor = tmp_path / "editor"  # sets vault.path, as the step's comment says
+    editor.write_text(
+        f"#!/bin/sh\nsed -i '0,/^  path: null$/s||  path: {vault}|' \"$1\"\n"
+    )  # the first: vault's
+    editor.chmod(0o700)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SIDECAR_", "XDG_")) and k not in ("HOME", "EDITOR", "PYTHONPATH")
+    }
+    env |= {"HOME": str(home), "EDITOR": str(editor)}
+    config_home = tmp_path / "xdg-config" if xdg else home / ".config"
+    if xdg:
+        env["XDG_CONFIG_HOME"] = str(config_home)
+    script = "set -eu\n" + "\n".join(_service_steps()) + "\n"
+    done = subprocess.run(
+        ["/bin/sh", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    written = config_home / "sidecar" / "config.yaml"
+    assert f"path: {vault}" in written.read_text()
+    assert f"configuration OK ({written})" in done.stdout
+    assert f"vault.path = {vault}  (file {written})" in done.stdout
+    unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()
+    start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert start.endswith(f" serve --config {written}"), start

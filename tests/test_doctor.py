@@ -226,6 +226,44 @@ def test_a_service_manager_that_cannot_be_asked_is_no_state(tmp_path: Path, vaul
     assert "installed, Failed" not in check.verdict and "loginctl enable-linger" in check.todo
 
 
+def test_a_failed_service_is_reset_before_it_is_restarted(tmp_path: Path, vault: Path) -> None:
+    """A unit failed by its start limit refuses `systemctl --user restart` while the limit lasts:
+    doctor's hint said only "then systemctl --user restart sidecar"; it resets the failure first."""
+    cfg = _cfg(tmp_path, vault)
+    home_dir = tmp_path / "userhome"
+    svc = service_file(cfg, home_dir, platform="linux")
+    write(svc.path, svc.text)
+    fake = write(tmp_path / "systemctl", "#!/bin/sh\necho failed\nexit 3\n")
+    fake.chmod(0o755)
+    check = check_service(cfg, Probes(home_dir=home_dir, systemctl=str(fake)))
+    assert not check.ok and check.verdict == "installed but failed"
+    reset, restart = check.todo.index("reset-failed sidecar"), check.todo.index("restart sidecar")
+    assert reset < restart, check.todo
+
+
+def test_doctor_compares_the_services_xdg_folders(tmp_path: Path, vault: Path) -> None:
+    """A unit installed from a shell with XDG_CONFIG_HOME (no file named: its daemon reads
+    $XDG_CONFIG_HOME/sidecar/config.yaml) and doctor run from one without (SSH, another
+    terminal): the commands read another file than the daemon, and doctor said nothing. It fails
+    the check now; an XDG_STATE_HOME of the unit's own (the home's record, --accept-home's
+    consent) is a warning, as the other differing settings are."""
+    home_dir = tmp_path / "userhome"
+    given = {"home": str(tmp_path / "home"), "vault.path": str(vault)}
+    cfg = load_config(flags=given, env=NO_MODEL)
+    probes = Probes(home_dir=home_dir, systemctl="/bin/false")
+    for extra, ok in (
+        ({"XDG_CONFIG_HOME": str(tmp_path / "dotfiles")}, False),
+        ({"XDG_STATE_HOME": "/srv/st"}, True),
+    ):
+        installed = service_file(load_config(flags=given, env={**NO_MODEL, **extra}), home_dir)
+        assert "XDG_" in installed.text
+        write(installed.path, installed.text)
+        check = check_service(cfg, probes)
+        assert check.ok is ok and next(iter(extra)) in check.verdict, check
+        if ok:
+            assert check.warning and "settings differ" in check.verdict
+
+
 def test_the_start_hint_keeps_the_flags(tmp_path: Path, vault: Path) -> None:
     """No daemon: the hint names the --config and --home this command was given (a bare
     `sidecar serve` started a daemon on the default configuration, home and socket)."""

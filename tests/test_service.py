@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
 import os
@@ -42,7 +43,7 @@ def test_unit_and_plist_render_absolute_paths(tmp_path: Path, vault: Path) -> No
     assert Path(exe).is_absolute() and Path(exe).exists()
     assert f"--config {cfg_file.resolve()}" in exec_start
     assert "Type=notify" in unit.text
-    assert f"RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}" in unit.text
+    assert "RestartPreventExitStatus=2 3 4\n" in unit.text
     sandboxed = service_file(cfg, tmp_path, platform="linux", sandbox=True)
     assert "After=" not in sandboxed.text and "Wants=" not in sandboxed.text
     for line in sandboxed.text.splitlines():
@@ -67,6 +68,79 @@ def test_repository_plist_parses() -> None:
     data = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
     assert {"Label", "ProgramArguments", "RunAtLoad", "KeepAlive", "ThrottleInterval"} <= set(data)
     assert data["ExitTimeOut"] >= STOP_BUDGET_S + 5
+
+
+def _directives(unit_text: str) -> dict[str, list[str]]:
+    """A unit file's settings, ``[Section]Key`` -> its values in order (comments left out)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in unit_text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out.setdefault(f"{section}{key}", []).append(value)
+    return out
+
+
+# What names this installation's paths and settings (PrivateTmp= is left out when one lies in
+# /tmp, as the test's do): the rest of the files must agree.
+_UNIT_LOCAL = {"ExecStart", "Environment", "ReadWritePaths", "ReadOnlyPaths", "PrivateTmp"}
+_PLIST_LOCAL = {"ProgramArguments", "EnvironmentVariables", "StandardErrorPath", "StandardOutPath"}
+
+
+def test_the_shipped_service_files_are_what_install_writes(tmp_path: Path, vault: Path) -> None:
+    """systemd/sidecar.service and launchd/dev.sidecar.plist say what `sidecar service install`
+    writes, but for the paths and settings of an installation: the restart policy of the example
+    a person copies is the one the command writes."""
+    repo = Path(__file__).parent.parent
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text(f"vault:\n  path: {vault}\n")
+    cfg = load_config(config_file=str(cfg_file), env={})
+    written = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=True).text)
+    shipped = _directives((repo / "systemd" / "sidecar.service").read_text())
+
+    def common(d: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {k: v for k, v in d.items() if k.partition("]")[2] not in _UNIT_LOCAL}
+
+    assert common(shipped) == common(written)
+    plist = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    example = plistlib.loads((repo / "launchd" / "dev.sidecar.plist").read_bytes())
+    assert {k: v for k, v in example.items() if k not in _PLIST_LOCAL} == {
+        k: v for k, v in plist.items() if k not in _PLIST_LOCAL
+    }
+
+
+def test_a_restart_loop_ends_and_what_a_restart_cannot_help_is_not_restarted(
+    tmp_path: Path, vault: Path
+) -> None:
+    """The unit restarted for ever on exit code 4 (another daemon serves the home), and a restart
+    every 5 s never tripped systemd's default start limit (five within 10 s). Now 2 to 4 are not
+    restarted, 9 (a stop that gave up on a write) is a stop, and a loop of whatever else ends.
+    Exit code 5 is restarted: a share not mounted yet at login, a stale NFS handle or a full disk
+    passes by itself (not restarted, the service stayed down until a person acted). systemd
+    counts a person's starts against the limit too: five restarts by hand within a few minutes
+    (with a crash or two between) are not refused, while a loop of failing starts (a few seconds
+    each) still ends within the interval. launchd: restarted on a failed exit or a crash only,
+    and not throttled as a Background job."""
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    unit = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=False).text)
+    prevent = {int(c) for c in unit["[Service]RestartPreventExitStatus"][0].split()}
+    assert prevent == {ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE}
+    assert ExitCode.INDEX_UNUSABLE not in prevent
+    assert unit["[Service]Restart"] == ["on-failure"]
+    assert unit["[Service]SuccessExitStatus"] == [str(int(ExitCode.STOP_ABANDONED))]
+    interval = int(unit["[Unit]StartLimitIntervalSec"][0])
+    burst = int(unit["[Unit]StartLimitBurst"][0])
+    restart_sec = int(unit["[Service]RestartSec"][0])
+    failing_start = 5  # seconds a start takes to fail (a share not mounted, a full disk)
+    assert (burst - 1) * (restart_sec + failing_start) < interval  # a loop of restarts trips it
+    assert interval <= 600  # a few crashes far apart are still restarted
+    assert burst >= 5 + 2 + 3  # five manual restarts and two crashes leave room to spare
+    data = plistlib.loads(service_file(cfg, tmp_path, platform="darwin").text.encode())
+    assert data["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+    assert data["ProcessType"] == "Standard"
 
 
 @pytest.mark.parametrize("sandbox", [True, False])
@@ -249,6 +323,158 @@ def test_bad_config_exits_with_the_config_code(tmp_path: Path) -> None:
     )
     assert out.returncode == ExitCode.CONFIG == 3
     assert "search.vectorWieght" in out.stderr
+
+
+def _modes_and_times(*tops: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under ``tops`` (links not followed): its mode and its mtime."""
+    out: dict[str, tuple[str, int]] = {}
+    for top in tops:
+        for folder, dirs, files in os.walk(top):
+            for name in ("", *dirs, *files):
+                st = os.lstat(os.path.join(folder, name))
+                out[os.path.join(folder, name)] = (oct(st.st_mode), st.st_mtime_ns)
+    return out
+
+
+def test_a_refused_second_start_changes_nothing(daemon_factory: Any, vault: Path) -> None:
+    """A second `serve` on a home a daemon serves exits 4 without touching a file: it took the
+    lock only after walking the home and making private what it found, a person's files in an
+    agent's inbox among them (an editor's backup, a note saved 0644)."""
+    first: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    home = first.home
+    inbox = home / "agents" / "ed" / "memory"
+    first.call("write", {"slug": "kept", "content": "# kept\n\nan agent's fact\n"}, agent="ed")
+    write(inbox / "person.md", "# person\n\nsaved by a person\n").chmod(0o644)
+    write(inbox / "kept.md~", "# kept\n\nan editor's backup\n").chmod(0o664)
+    for folder in (home, home / "index"):
+        folder.chmod(0o755)  # what a start tightens: not a refused one
+    tops = (home, Path(first.env["XDG_STATE_HOME"]))
+
+    def settled(_h: Any) -> bool:  # the person's note indexed, and the first daemon writes no more
+        found = first.call("search", {"query": "saved by a person"}, agent="ed")["hits"]
+        if not any(h["reference"] == "memory/person" for h in found):
+            return False
+        was = _modes_and_times(*tops)
+        time.sleep(0.2)
+        return _modes_and_times(*tops) == was
+
+    first.wait_for(settled, 30)
+    before = _modes_and_times(*tops)
+    second = DaemonProcess(home, vault, keyword_only=True)
+    proc = subprocess.run(
+        second.cmd(), capture_output=True, text=True, timeout=60, check=False, env=second.env
+    )
+    assert proc.returncode == ExitCode.SOCKET_IN_USE == 4, proc.stderr
+    assert "already serving" in proc.stderr and "home_tightened" not in proc.stderr
+    assert _modes_and_times(*tops) == before
+    assert first.health()["index"]["state"] == "ready"
+
+
+def test_a_start_refused_for_the_socket_changes_nothing(tmp_path: Path, vault: Path) -> None:
+    """A daemon on another home but a socket another daemon serves exits 4 without tightening its
+    home, writing ``agents/.sidecar-home`` or recording the home (a bare mount point recorded as
+    "the home"): it did all of that after the lock and before it bound the socket."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    home = tmp_path / "h2"
+    write(home / "agents" / "a" / "memory" / ".trash" / "old.md", "# old\n").chmod(0o644)
+    write(home / "index" / ".lock", "")  # a home used before; its lock is taken, then let go
+    home.chmod(0o755)
+    d = DaemonProcess(home, vault, extra=["--socket", str(path)], keyword_only=True)
+    state = Path(d.env["XDG_STATE_HOME"])
+    tops = (home, state) if state.exists() else (home,)
+    before = _modes_and_times(*tops)
+    try:
+        proc = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    finally:
+        listener.close()
+    assert proc.returncode == ExitCode.SOCKET_IN_USE, proc.stderr
+    assert f"already serving {path}" in proc.stderr and "home_tightened" not in proc.stderr
+    lock = str(home / "index" / ".lock")
+    assert {k: v for k, v in _modes_and_times(*tops).items() if k != lock} == {
+        k: v for k, v in before.items() if k != lock
+    }
+    assert not (home / "agents" / ".sidecar-home").exists() and not (state / "sidecar" / "homes").exists()
+
+
+def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
+    """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not until(seen) and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            seen.extend(sink.recv(4096).decode().splitlines())
+    return seen
+
+
+def test_a_service_start_waits_for_a_sidecar_index_run(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A daemon the service starts while `sidecar index` (without a daemon) holds the index waits
+    for it and then serves: it exited 4, which the unit does not restart, and the service stayed
+    down after the run ended (a hook or `--rebuild` run while the daemon was restarting). The wait
+    is said in the log and in systemd's STATUS=, and it pushes the start timeout out."""
+    from sidecar.daemon.process import INDEX_RUN, IndexLock
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(1)
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True, env={"NOTIFY_SOCKET": str(path)})
+    held = IndexLock(d.home / "index", by=INDEX_RUN)
+    held.acquire()
+    d.start(wait=None)
+    try:
+        exited = lambda: d.proc is not None and d.proc.poll() is not None  # noqa: E731
+        waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert any("is in use by `sidecar index`" in s for s in waiting), waiting
+        assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting), waiting
+        assert d.proc is not None and d.proc.poll() is None  # waiting, not exited 4
+        assert "index_lock_wait" in d.log.read_text()
+    finally:
+        held.release()
+    ready = _notices(sink, lambda seen: "READY=1" in seen)
+    sink.close()
+    assert "READY=1" in ready, ready
+    d.wait_for(lambda h: h["index"]["state"] == "ready", 60)
+    assert "index_lock_taken" in d.log.read_text()
+
+
+def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
+    """A daemon holding the index is refused at once (exit 4, not restarted); so is a `sidecar
+    index` run outside a service (a person's foreground `serve` is told and tries again)."""
+    from sidecar.contracts.errors import DaemonRunningError, IndexRunError
+    from sidecar.daemon.process import INDEX_RUN, IndexLock, lock_waiting_for_index_run
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    sent: list[tuple[str, ...]] = []
+
+    def never(_s: float) -> None:
+        raise AssertionError("waited")
+
+    daemon = IndexLock(cfg.index_dir)
+    daemon.acquire()
+    with pytest.raises(DaemonRunningError) as refused:
+        lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), never)
+    assert not isinstance(refused.value, IndexRunError) and refused.value.exit_code == 4
+    assert sent == []
+    daemon.release()
+    run = IndexLock(cfg.index_dir, by=INDEX_RUN)
+    run.acquire()
+    with pytest.raises(IndexRunError):
+        lock_waiting_for_index_run(cfg, None, never)
+
+    def run_ends(_s: float) -> None:
+        run.release()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
+    assert len(sent) == 1 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert lock.path.read_text() == f"pid {os.getpid()}"
+    lock.release()
 
 
 @pytest.mark.model
@@ -486,6 +712,31 @@ def test_install_carries_the_flags_and_variables_into_the_service(tmp_path: Path
     assert plistlib.loads(mac.text.encode())["EnvironmentVariables"]["SIDECAR_SOCKET"] == str(sock)
 
 
+def test_a_service_installed_before_its_configuration_reads_the_file_the_shell_names(tmp_path: Path) -> None:
+    """Installed from a shell with XDG_CONFIG_HOME and no configuration file yet, the unit names
+    no --config: its daemon read ~/.config/sidecar/config.yaml (the service manager passes no
+    XDG_CONFIG_HOME on), while `config path`, `config check` and the install note named
+    $XDG_CONFIG_HOME/sidecar/config.yaml. The unit now carries XDG_CONFIG_HOME, and the note
+    names the file the daemon will read."""
+    xdg = tmp_path / "dotfiles"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    env |= {"XDG_CONFIG_HOME": str(xdg), "SIDECAR_HOME": str(tmp_path / "h11")}
+    out = _sidecar("service", "install", "--dry-run", env=env)
+    assert out.returncode == 0, out.stderr
+    wanted = xdg / "sidecar" / "config.yaml"
+    assert _sidecar("config", "path", env=env).stdout == f"{wanted}\n"
+    assert f"reads {wanted} at its next start" in out.stderr
+    assert "--config" not in out.stdout
+    write(wanted, "search:\n  limit: 4\n")  # written after the install, where the note says
+    seen = _sidecar("config", "check", "--json", env=_daemon_env(out.stdout), cwd=Path("/"))
+    values = json.loads(seen.stdout)
+    assert values["file"] == str(wanted) and values["values"]["search.limit"]["value"] == 4
+    mac = service_file(load_config(env={"XDG_CONFIG_HOME": str(xdg)}), tmp_path, platform="darwin")
+    assert plistlib.loads(mac.text.encode())["EnvironmentVariables"]["XDG_CONFIG_HOME"] == str(xdg)
+    plain = service_file(load_config(env={}), tmp_path, platform="linux", sandbox=False)
+    assert "XDG_CONFIG_HOME" not in plain.text  # the default needs nothing pinned
+
+
 def test_a_service_installed_without_xdg_runtime_dir_listens_where_its_shell_looks(tmp_path: Path) -> None:
     """Installed from a shell without XDG_RUNTIME_DIR (su, some SSH sessions, containers), the
     unit pins the socket that shell derives (the service manager's own XDG_RUNTIME_DIR put the
@@ -532,7 +783,9 @@ def test_private_tmp_is_left_out_when_the_daemon_needs_tmp(tmp_path: Path, where
         writable = next(x for x in text.splitlines() if x.startswith("ReadWritePaths=")).split("=", 1)[1]
         assert "-/tmp" in writable.split()
     away = {"home": "/srv/sidecar/home", "socket": "/srv/sidecar/run/s.sock", "vault.path": "/srv/notes"}
-    clean = systemd_unit(load_config(flags=away, env={}), Launcher(("/opt/sidecar/bin/sidecar",)), None, True)
+    # Nor the default file the daemon reads once written (the test's HOME lies in /tmp).
+    outside = load_config(flags=away, env={"XDG_CONFIG_HOME": "/srv/config"})
+    clean = systemd_unit(outside, Launcher(("/opt/sidecar/bin/sidecar",)), None, True)
     assert "PrivateTmp=yes" in clean
 
 
@@ -687,6 +940,11 @@ def test_install_says_what_it_replaces(tmp_path: Path) -> None:
     moved = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new")})
     assert moved.returncode == 0 and "held another setup" in moved.stderr
     assert f"the home {tmp_path / 'old'} -> {tmp_path / 'new'}" in moved.stderr
+    # The configuration and state folders the unit pins are said too (the file read when none is
+    # named; the home's record and consent).
+    xdg = _sidecar("service", "install", env={**env, "SIDECAR_HOME": str(tmp_path / "new"),
+                                               "XDG_STATE_HOME": str(tmp_path / "st")})  # fmt: skip
+    assert xdg.returncode == 0 and f"-> {tmp_path / 'st'}" in xdg.stderr, xdg.stderr
 
 
 def test_the_sandboxed_service_may_write_the_state_folder(tmp_path: Path) -> None:

@@ -69,11 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_json_errors(json_errors and command_named(argv) != "mcp")
     try:
         args = build_parser(command_named(argv)).parse_args(argv)
-        if args.command == "completion":  # needs no configuration
-            from sidecar.clients.cli_admin import cmd_completion
-
-            return cmd_completion(args)
         check_text_args(args)
+        early = _without_configuration(args)
+        if early is not None:
+            return early
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
             quiet = cfg.outdated if args.command in QUERY_COMMANDS else ()
@@ -97,6 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.FAILURE)
     except KeyboardInterrupt:
         return 130
+
+
+def _without_configuration(args: argparse.Namespace) -> int | None:
+    """The exit code of a command that loads no configuration, None for the others: completion,
+    and `config path` (it names the file even when that file is broken)."""
+    if args.command == "completion":
+        from sidecar.clients.cli_admin import cmd_completion
+
+        return cmd_completion(args)
+    if args.command == "config" and args.action == "path":
+        from sidecar.clients.cli_admin import cmd_config_path
+
+        return cmd_config_path(args)
+    return None
 
 
 def _failed(exc: SidecarError) -> int:

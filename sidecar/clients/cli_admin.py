@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from sidecar.clients.cli_parser import UsageError, build_parser, config_of, serve_flags
@@ -568,6 +569,32 @@ def _path_warnings(cfg: Config) -> list[str]:
         f"embedder.path {e.path} {what}: the daemon would search by keywords only; {put}, or remove "
         "embedder.path to use the built-in model"
     ]
+
+
+def cmd_config_path(args: argparse.Namespace) -> int:
+    """The configuration file the commands read: --config, else $SIDECAR_CONFIG, else the default
+    ($XDG_CONFIG_HOME/sidecar/config.yaml, else ~/.config/sidecar/config.yaml), written or not, so
+    that the steps writing it write the file the daemon reads."""
+    from sidecar.config.loader import config_file_path
+
+    path = config_file_path(getattr(args, "config", None), os.environ)
+    path = path if path.is_absolute() else Path.cwd() / path
+    raw = os.fsencode(path)
+    if args.json:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:  # JSON would carry another name (\udcff), a file never read
+            raise UsageError(
+                f"the configuration file's path {raw!r} is not UTF-8, which JSON cannot carry: "
+                "run `sidecar config path` without --json"
+            ) from None
+        print(json.dumps({"file": str(path), "exists": path.is_file()}))
+    else:
+        # The path's own bytes: printed as text, a name that is not UTF-8 came out as "\udcff",
+        # and `$(sidecar config path)` named another file.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(raw + b"\n")
+    return int(ExitCode.OK)
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

@@ -193,7 +193,10 @@ def version_text() -> str:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--config", metavar="FILE", help="configuration file (default ~/.config/sidecar/config.yaml)"
+        "--config",
+        metavar="FILE",
+        help="configuration file (default $XDG_CONFIG_HOME/sidecar/config.yaml, else "
+        "~/.config/sidecar/config.yaml; `sidecar config path` names it)",
     )
     p.add_argument(
         "--home", metavar="DIR", help="sidecar home: agents/, index/, models/ (default ~/.sidecar)"
@@ -438,9 +441,9 @@ def _config(p: argparse.ArgumentParser) -> None:
     _vault_flags(p)
     p.add_argument(
         "action",
-        choices=("check", "example", "show"),
+        choices=("check", "example", "path", "show"),
         help="check/show: validate and print the effective values and where each came from; "
-        "example: print a documented file",
+        "example: print a documented file; path: print the file commands read (written or not)",
     )
 
 

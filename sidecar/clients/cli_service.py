@@ -46,11 +46,11 @@ def _install_notes(cfg: Config, svc: ServiceFile, before: str | None) -> list[st
     """What a person should know about the file being written (on stderr, before it is)."""
     notes = []
     if cfg.source_file is None:
+        wanted = shlex.quote(str(cfg.default_file or "~/.config/sidecar/config.yaml"))
         notes.append(
-            "no configuration file; the service starts without a vault and reads "
-            "~/.config/sidecar/config.yaml at its next start once you write one "
-            "(sidecar config example > ~/.config/sidecar/config.yaml, then set vault.path; "
-            "a home: set there needs `sidecar service install` again)."
+            f"no configuration file; the service starts without a vault and reads {wanted} at its "
+            f"next start once you write one (sidecar config example > {wanted}, then set "
+            "vault.path; a home: set there needs `sidecar service install` again)."
         )
     derived = cfg.socket_path == cfg.home / "run" / "sidecar.sock"  # the default without the variable
     if sys.platform != "darwin" and derived and not os.environ.get("XDG_RUNTIME_DIR"):
@@ -83,10 +83,18 @@ def _replaced(svc: ServiceFile, before: str) -> str:
     """Say what changes for the running service when its file is replaced by another."""
     old, new = service.installed_setup(before).env, service.installed_setup(svc.text).env
     # The time zone too: a reinstall from a shell with another TZ, or none, moves the daemon's day.
-    named = ((env_name("home"), "home", "default"), (env_name("socket"), "socket", "default"))
+    # XDG_CONFIG_HOME and XDG_STATE_HOME as well: the file read when none is named, and where the
+    # home's record and consent are kept.
+    named = (
+        (env_name("home"), "home", "default"),
+        (env_name("socket"), "socket", "default"),
+        ("TZ", "TZ", "the system's zone"),
+        ("XDG_CONFIG_HOME", "XDG_CONFIG_HOME", "~/.config"),
+        ("XDG_STATE_HOME", "XDG_STATE_HOME", "~/.local/state"),
+    )
     changed = [
         f"the {what} {old.get(name, unset)} -> {new.get(name, unset)}"
-        for name, what, unset in (*named, ("TZ", "TZ", "the system's zone"))
+        for name, what, unset in named
         if old.get(name) != new.get(name)
     ]
     what = f" ({'; '.join(changed)})" if changed else ""

@@ -41,6 +41,18 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
             f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
             _REINSTALL,
         )
+    if "--config" not in have.argv and have.env.get("XDG_CONFIG_HOME") != want.env.get("XDG_CONFIG_HOME"):
+        # No file named: the daemon reads $XDG_CONFIG_HOME/sidecar/config.yaml as the unit sets
+        # it (the service manager passes no XDG_CONFIG_HOME on), this command its own shell's.
+        return Check(
+            "service",
+            False,
+            f"{path} runs the daemon with another XDG_CONFIG_HOME "
+            f"({have.env.get('XDG_CONFIG_HOME') or 'unset: ~/.config'}) than this command's "
+            f"{want.env.get('XDG_CONFIG_HOME') or 'unset: ~/.config'}: it reads another "
+            "configuration file",
+            _REINSTALL,
+        )
     for key, what in (("home", "home"), ("socket", "socket")):
         name = env_name(key)
         theirs, ours = have.env.get(name), want.env.get(name)
@@ -61,14 +73,17 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
 
 
 def _extra_settings(svc_text: str, installed: str) -> list[str]:
-    """The other SIDECAR_* settings and the TZ where the installed service and this command
-    differ (a TZ changed or unset since the install moves the daemon's day from this shell's)."""
+    """The other SIDECAR_* settings, the TZ and the XDG folders where the installed service and
+    this command differ (a TZ changed or unset since the install moves the daemon's day from this
+    shell's; XDG_STATE_HOME holds the home's record and `--accept-home`'s consent, XDG_CONFIG_HOME
+    the file read when none is named)."""
     want, have = installed_setup(svc_text).env, installed_setup(installed).env
     compared = {env_name("home"), env_name("socket")}  # by _installed_differs
+    also = {"TZ", "XDG_STATE_HOME", "XDG_CONFIG_HOME"}
     names = sorted(
         n
         for n in {*want, *have}
-        if (n.startswith("SIDECAR_") or n == "TZ") and n not in compared and want.get(n) != have.get(n)
+        if (n.startswith("SIDECAR_") or n in also) and n not in compared and want.get(n) != have.get(n)
     )
     return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
 
@@ -135,6 +150,8 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "service",
             False,
             "installed but failed",
-            "see why: journalctl --user -u sidecar -p warning -n 20; then systemctl --user restart sidecar",
+            "see why: journalctl --user -u sidecar -p warning -n 20; once fixed: systemctl --user "
+            "reset-failed sidecar; systemctl --user restart sidecar (a failed unit is refused a "
+            "start while its start limit lasts)",
         )
     return Check("service", True, f"installed, {state}; start it: {enable}")

@@ -123,6 +123,11 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
         out.append(("XDG_STATE_HOME", str(cfg.state_dir.parent)))
+    default_file = Path("~/.config/sidecar/config.yaml").expanduser()
+    if cfg.default_file is not None and cfg.default_file != default_file:
+        # The file read when none is named follows XDG_CONFIG_HOME too: without it the service
+        # read ~/.config/sidecar/config.yaml while this shell's commands wrote and checked another.
+        out.append(("XDG_CONFIG_HOME", str(cfg.default_file.parent.parent)))
     for s in settings():
         origin = cfg.origins.get(s.dotted, "default")
         if s.dotted in ("home", "socket") or not (origin == "flag" or origin.startswith("environment ")):
@@ -302,7 +307,7 @@ def _in_tmp(cfg: Config, run: Launcher, config: Path | None) -> Path | None:
     needed = [
         cfg.socket_path,
         cfg.home,
-        config,
+        config if config is not None else cfg.default_file,  # the file read once it is written
         cfg.vault.path,
         cfg.prepared_dir,
         cfg.embedder.path,
@@ -334,6 +339,15 @@ def _comment(path: Path) -> str:
     return str(path).replace("\n", "\\n")
 
 
+# Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
+# another daemon serving this home or socket (under systemd a daemon waits for a `sidecar index`
+# run holding the index instead of exiting 4). Each needs a person to change something first.
+# Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
+# themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
+# ends a loop of it that does not pass.
+NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE)
+
+
 def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
     sandbox = user_namespaces() if sandbox is None else sandbox
     if sandbox:
@@ -359,6 +373,13 @@ def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool 
 # waited for, and every path below may be absent at start ("-").
 [Unit]
 Description=sidecar: hybrid recall over an Obsidian vault
+# A restart loop ends after 20 starts within 10 minutes (the unit is left failed; once fixed:
+# `systemctl --user reset-failed sidecar`, then start it). systemd counts every start, a
+# person's `systemctl --user restart` too: a start that fails at once, restarted every 10 s
+# (RestartSec), reaches 20 in about 4 minutes (time for a share mounted late at login to come),
+# while a handful of restarts by hand within a few minutes stays far below 20.
+StartLimitIntervalSec=600
+StartLimitBurst=20
 
 [Service]
 Type=notify
@@ -367,9 +388,15 @@ ExecStart={command}
 ExecReload=/bin/kill -HUP $MAINPID
 # The home and socket the installing command used, and what it had from flags and SIDECAR_* variables.
 {env}Restart=on-failure
-RestartSec=5
-# Exit codes {int(ExitCode.USAGE)} and {int(ExitCode.CONFIG)}: a bad command line or configuration (no loop).
-RestartPreventExitStatus={int(ExitCode.USAGE)} {int(ExitCode.CONFIG)}
+RestartSec=10
+# Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
+# already serves this home or socket; a `sidecar index` run holding the index is waited for):
+# a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
+# index cannot be used: a share not mounted yet, a stale handle, a full disk pass by themselves)
+# or the watchdog restarts it.
+RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
+# Exit code 9: a stop that gave up on a write still running (the next start catches up).
+SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}
 # 10 s above the stop's one bound (20 s for all its waits: the requests taken up, the threads,
 # a write still running); past it the daemon exits without closing the index, as after a crash.
 TimeoutStopSec=30
@@ -415,8 +442,10 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         "ProgramArguments": _serve_args(run, config),
         "EnvironmentVariables": env,
         "RunAtLoad": True,
-        # launchd cannot skip a restart by exit code: a configuration error (exit 3) is retried
-        # every ThrottleInterval seconds until it is fixed or the agent is booted out.
+        # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
+        # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
+        # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
+        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes).
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which
@@ -424,7 +453,11 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         "ExitTimeOut": 25,
         "StandardOutPath": str(logs / "sidecar.log"),
         "StandardErrorPath": str(logs / "sidecar.log"),
-        "ProcessType": "Background",
+        # Standard (light limits, as with none given), not Background: a Background job's CPU
+        # and I/O are throttled to keep out of the user's way, and this daemon answers the
+        # user's agents while they wait (a prompt's recall hook, searches). Adaptive follows XPC
+        # transactions, which a Unix socket server never opens: it would stay Background.
+        "ProcessType": "Standard",
     }
     return plistlib.dumps(data).decode("utf-8")
 

@@ -116,9 +116,44 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
 
 
 def default_config_file(env: Mapping[str, str]) -> Path:
-    """The file every command reads when none is named (no --config, no SIDECAR_CONFIG)."""
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path("~/.config").expanduser()
-    return base / "sidecar" / "config.yaml"
+    """The file every command reads when none is named (no --config, no SIDECAR_CONFIG):
+    under $XDG_CONFIG_HOME when it is an absolute path (a relative one is to be ignored, XDG Base
+    Directory specification, as systemd does for its units), else under ~/.config."""
+    base = env.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path("~/.config").expanduser()
+    return root / "sidecar" / "config.yaml"
+
+
+def _relative_config_home(env: Mapping[str, str], cwd: Path) -> str | None:
+    """A warning when XDG_CONFIG_HOME is set but relative, and so ignored: the file it named from
+    this folder was read by earlier releases, and is read no more (without a word, the daemon
+    started without its vault)."""
+    base = env.get("XDG_CONFIG_HOME", "")
+    if not base or Path(base).is_absolute():
+        return None
+    return (
+        f"XDG_CONFIG_HOME={base!r} is not an absolute path and is ignored (XDG Base Directory "
+        f"specification): {cwd / base / 'sidecar' / 'config.yaml'} is no longer read, "
+        f"{default_config_file(env)} is; set XDG_CONFIG_HOME to an absolute path, or name the "
+        "file with --config or SIDECAR_CONFIG"
+    )
+
+
+def _config_to_read(
+    flag: str | None, env: Mapping[str, str], cwd: Path, warnings: list[str]
+) -> tuple[Path, bool]:
+    """``_default_config_path``, and the warning of a relative XDG_CONFIG_HOME when no file is named."""
+    path, required = _default_config_path(flag, env)
+    ignored = None if required else _relative_config_home(env, cwd)
+    if ignored is not None:
+        warnings.append(ignored)
+    return path, required
+
+
+def config_file_path(flag: str | None, env: Mapping[str, str]) -> Path:
+    """The configuration file a command with this ``--config`` (or none) reads, whether it exists
+    or not: `sidecar config path`, for the steps that write it."""
+    return _default_config_path(flag, env)[0]
 
 
 def holds_nothing(path: Path) -> bool:
@@ -132,7 +167,7 @@ def holds_nothing(path: Path) -> bool:
     return not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
 
 
-def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path | None, bool]:
+def _default_config_path(flag: str | None, env: Mapping[str, str]) -> tuple[Path, bool]:
     """The config file to read and whether it must exist (named explicitly)."""
     if flag:
         return Path(flag).expanduser(), True
@@ -351,7 +386,7 @@ def load_config(
     known = {s.dotted: s for s in settings()}
     layers = _Layers(known, origins={s.dotted: "default" for s in known.values()})
 
-    path, required = _default_config_path(config_file, env) if read_file else (None, False)
+    path, required = _config_to_read(config_file, env, cwd, layers.warnings) if read_file else (None, False)
     source_file: Path | None = None
     if path is not None and _file_exists(path, required, layers.warnings):
         source_file = path.resolve()
@@ -434,6 +469,7 @@ def load_config(
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
         state_dir=_default_state_dir(env),
+        default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
         time_zone=env.get("TZ") or None,
     )

@@ -43,6 +43,10 @@ class Config:
     # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
     # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
     state_dir: Path | None = field(default=None, metadata={"internal": True})
+    # The file read when none is named: $XDG_CONFIG_HOME/sidecar/config.yaml, else
+    # ~/.config/sidecar/config.yaml (the service manager passes no XDG_CONFIG_HOME on: a service
+    # installed from a shell that has one carries it). None when not loaded from the layers.
+    default_file: Path | None = field(default=None, metadata={"internal": True})
     # The system's language as the daemon sees it (LANGUAGE, else LC_ALL, LC_MESSAGES, LANG;
     # "en_US.UTF-8"): the Calendar plugin at "Same as system" begins weeks by it when Obsidian runs
     # in that language, which the vault does not record.

@@ -303,6 +303,11 @@ class DaemonRunningError(SidecarError):
     exit_code = ExitCode.SOCKET_IN_USE
 
 
+class IndexRunError(DaemonRunningError):
+    """A `sidecar index` run without the daemon holds the index: it ends by itself (a daemon the
+    service starts waits for it)."""
+
+
 class RemoteError(SidecarError):
     """The daemon answered a request with an error; carries the daemon's code."""
 

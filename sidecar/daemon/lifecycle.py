@@ -27,6 +27,7 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import (
+    DaemonRunningError,
     DiskFullError,
     ExitCode,
     StorageError,
@@ -42,13 +43,20 @@ from sidecar.daemon.compose import (
 )
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
-from sidecar.daemon.process import IndexLock, load_embedder, make_private, raise_fd_limit, record_counting
+from sidecar.daemon.process import (
+    IndexLock,
+    load_embedder,
+    lock_waiting_for_index_run,
+    make_private,
+    raise_fd_limit,
+    record_counting,
+)
 from sidecar.daemon.readonly import Dispatch, ReadOnly, Stopping
 from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket
+from sidecar.daemon.server import Server, StopClock, bind_socket, socket_is_live
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -147,8 +155,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         raise_fd_limit()
         try:
             make_private(self.cfg)
-            lock = self._lock = IndexLock(self.cfg.index_dir)
-            lock.acquire()
+            # The lock first: a refused start changes nothing. Under systemd a `sidecar index`
+            # run holding it is waited for (exit 4 is not restarted there).
+            send = self.notifier.send if self.notifier.enabled else None
+            self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
             self._make_agents_folder()  # the lock first: a second daemon records nothing
         except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
             where = exc.filename or self.cfg.home
@@ -176,6 +186,14 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, forced)
+
+    def _socket_free(self) -> None:
+        """Refuse the start when another daemon answers on the socket (one serving another home
+        on it): checked right after the lock, before the home is tightened or recorded, so that
+        the refused start changes nothing (``bind_socket`` checks again when it binds)."""
+        path = self.cfg.socket_path
+        if (path.exists() or path.is_symlink()) and socket_is_live(path):
+            raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the

@@ -7,7 +7,7 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.daemon.compose import Parts, build
-from sidecar.daemon.process import INDEX_RUN, IndexLock, load_embedder, make_private, record_counting
+from sidecar.daemon.process import INDEX_RUN, load_embedder, lock_and_tighten, make_private, record_counting
 from sidecar.index.migration import attach, serving_model
 from sidecar.model.embedder import EmbedderSlot
 
@@ -25,8 +25,7 @@ def index_once(
     or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
     could not be read (name, error), kept as indexed."""
     make_private(cfg)
-    lock = IndexLock(cfg.index_dir, by=INDEX_RUN)
-    lock.acquire()
+    lock = lock_and_tighten(cfg, by=INDEX_RUN)  # the lock first: refused, it changes nothing
     slot = EmbedderSlot()
     try:
         parts = build(cfg, slot, replace_newer=rebuild)  # a newer version's index replaced on purpose only

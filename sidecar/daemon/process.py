@@ -14,18 +14,21 @@ import fcntl
 import logging
 import os
 import resource
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonRunningError, EmbedderError
+from sidecar.contracts.errors import DaemonRunningError, EmbedderError, IndexRunError
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
+from sidecar.memory.retention import RETIRED_DIR
 from sidecar.model.embedder import Embedder, EmbedderSlot, load_model, model_name
 from sidecar.runtime import heap
 from sidecar.vault.confine import tighten_home
+from sidecar.vault.homeguard import MARKER
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class IndexLock:
             holder = fh.read().strip() or "another process"
             fh.close()
             if holder.startswith(INDEX_RUN):
-                raise DaemonRunningError(  # the words README's troubleshooting table promises
+                raise IndexRunError(  # the words README's troubleshooting table promises
                     f"the index {self.path.parent} is in use by {holder}, which is still running "
                     "(it may be waiting, up to watch.scanTimeoutSeconds, for a share that did not "
                     "answer in time): try again once it is done"
@@ -130,14 +133,113 @@ class IndexLock:
 
 def make_private(cfg: Config) -> None:
     """Everything this process creates is readable by the user only (LanceDB's and Tantivy's files
-    too), and a home left readable by others is tightened (and the log says so)."""
+    too). Changes no file: the process's umask only (``lock_and_tighten`` does the rest)."""
     os.umask(0o077)
-    own = [cfg.index_dir, cfg.agents_dir, cfg.models_dir, cfg.home / "run"]
+
+
+def lock_and_tighten(
+    cfg: Config, by: str | None = None, check: Callable[[], None] | None = None
+) -> IndexLock:
+    """The index lock (``by``: IndexLock's), then ``check`` (the daemon's: no other daemon serves
+    its socket), then the home left readable by others tightened (the log says so). In this
+    order: a start refused for another daemon holding the lock or the socket changes nothing in
+    the home."""
+    lock = IndexLock(cfg.index_dir, by=by)
+    lock.acquire()
+    try:
+        if check is not None:
+            check()
+        tighten_own(cfg)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+# How often a daemon waiting for a `sidecar index` run tries the lock, and how far each try
+# pushes systemd's start timeout (TimeoutStartSec) out: well above the poll, so that a slow try
+# (a busy disk) does not let the start time out.
+LOCK_POLL_S = 2.0
+_EXTEND_USEC = 60_000_000
+
+
+def lock_waiting_for_index_run(
+    cfg: Config,
+    send: Callable[..., None] | None,
+    sleep: Callable[[float], None] = time.sleep,
+    check: Callable[[], None] | None = None,
+) -> IndexLock:
+    """``lock_and_tighten``; under systemd (``send``: its notifier) a `sidecar index` run holding
+    the lock is waited for, trying the lock every LOCK_POLL_S, bounded by nothing but a stop
+    signal (SIGTERM ends the process: nothing is held or changed yet). Exit 4 is not restarted
+    there, and a run started while the daemon was down (a hook, `--rebuild`) ends by itself:
+    refused, the service stayed down after it. A daemon holding the lock is refused at once."""
+    said = False
+    while True:
+        try:
+            lock = lock_and_tighten(cfg, check=check)
+        except IndexRunError as exc:
+            if send is None:
+                raise
+            if not said:
+                log.warning("index_lock_wait %s", exc)
+                said = True
+            # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
+            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={_EXTEND_USEC}", "WATCHDOG=1")
+            sleep(LOCK_POLL_S)
+            continue
+        if said:
+            log.info("index_lock_taken the `sidecar index` run waited for is done")
+        return lock
+
+
+def tighten_own(cfg: Config) -> None:
+    """Tighten what the daemon made in the home: the home folder, index, socket folder, the
+    models folder and its prepared copies (not the model files a person put there), and of
+    ``agents/`` its own entries only (each agent's folder, audit logs, inbox folder and .trash,
+    the retired agents' logs, the home's marker). The notes in an inbox and whatever else a
+    person keeps there keep their modes: a person saves notes there and an editor leaves its
+    backups, and the inbox folder's 0700 keeps other users out of them. Nothing is reached
+    through a link at any level below the home (an ``agents/`` linked elsewhere is left whole)."""
+    trees = [cfg.index_dir, cfg.models_dir / ".prepared", cfg.home / "run", cfg.agents_dir / RETIRED_DIR]
+    own = [cfg.models_dir, cfg.agents_dir, cfg.agents_dir / MARKER]
+    for agent in _real_folders(cfg.agents_dir):
+        inbox = agent / "memory"
+        own += [agent, agent / "audit.log", agent / "audit.log.1", inbox]
+        if inbox in _real_folders(agent):
+            trees.append(inbox / ".trash")
     # Only a vault kept inside the home needs leaving alone; one elsewhere is not looked at (on a
     # share that hangs, resolving its path would block the start).
     vault = cfg.vault.path
     inside = vault is not None and vault.is_absolute() and vault.is_relative_to(cfg.home)
-    tighten_home(cfg.home, own, [vault] if inside and vault is not None else [])
+    trees = [t for t in trees if _no_link_below(cfg.home, t)]
+    own = [o for o in own if _no_link_below(cfg.home, o)]
+    tighten_home(cfg.home, trees, [vault] if inside and vault is not None else [], own)
+
+
+def _no_link_below(home: Path, path: Path) -> bool:
+    """Whether every component of ``path`` below the home, itself included, is there and no
+    link (lstat each: a link anywhere leads out of what the daemon made)."""
+    step = home
+    for part in path.relative_to(home).parts:
+        step = step / part
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _real_folders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` that are folders, not links to one (none when it cannot be
+    read, or when it is itself a link)."""
+    try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
+            return []
+        return [Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:  # not made yet, or not a folder (the start says so when it makes it)
+        return []
 
 
 def raise_fd_limit() -> None:

@@ -153,11 +153,14 @@ def read_fd(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def tighten_home(home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = ()) -> int:
-    """Remove group and other permissions from the home folder and everything in the daemon's
-    own ``subtrees`` of it (index, agents, models, run; not whatever else a user keeps in the
-    folder named as home). Symlinks and the folders in ``skip`` (a vault kept inside the home)
-    are left alone. Returns how many entries were changed, and says so in the log."""
+def tighten_home(
+    home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = (), own: Sequence[Path] = ()
+) -> int:
+    """Remove group and other permissions from the home folder, everything in the daemon's own
+    ``subtrees`` of it (index, models, run; not whatever else a user keeps in the folder named as
+    home) and the single entries ``own`` (the agents' folders and inboxes, not the notes in them).
+    Symlinks and the folders in ``skip`` (a vault kept inside the home) are left alone. Returns
+    how many entries were changed, and says so in the log."""
     changed: list[str] = []
     skipped = {p.resolve() for p in skip}
     subtrees = [t for t in subtrees if t.is_dir() and not t.is_symlink()]
@@ -169,7 +172,7 @@ def tighten_home(home: Path, subtrees: Sequence[Path], skip: Sequence[Path] = ()
                 os.chmod(path, mode & 0o700, follow_symlinks=False)
                 changed.append(path)
 
-    for top in (home, *subtrees):
+    for top in (home, *subtrees, *own):
         try:
             st = os.lstat(top)
         except OSError:

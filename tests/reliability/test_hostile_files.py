@@ -262,19 +262,86 @@ def _tree_modes(home: Path) -> dict[str, int]:
     return out
 
 
+def _loose(top: Path, mode: int = 0o777) -> None:
+    """Every folder and file under ``top`` (itself too) readable and writable by everyone."""
+    for folder, _dirs, files in os.walk(top):
+        Path(folder).chmod(mode)
+        for name in files:
+            Path(folder, name).chmod(mode & 0o666)
+
+
+def test_tightening_follows_no_link_and_leaves_a_persons_models(tmp_path: Path) -> None:
+    """An ``agents/`` that is a link to another folder is left whole at start: the walk went
+    through it (``agents/.retired`` and each inbox's ``.trash`` were checked as links at their
+    last component only) and chmodded the other folder's files. A model a person put in
+    ``models/`` keeps its mode (a group-readable model shared with another account); the
+    daemon's prepared copies and the folder itself are tightened."""
+    from sidecar.config import load_config
+    from sidecar.daemon.process import tighten_own
+
+    home = tmp_path / "home"
+    other = tmp_path / "other" / "agents"
+    write(other / "a" / "audit.log", "{}\n")
+    write(other / "a" / "memory" / ".trash" / "old.md", "# old\n")
+    write(other / ".retired" / "a.audit.log", "{}\n")
+    write(other / ".sidecar-home", "token\n")
+    write(home / "models" / "my-model" / "model.onnx", "weights")
+    write(home / "models" / ".prepared" / "my-model.onnx", "prepared")
+    (home / "index").mkdir()
+    os.symlink(other, home / "agents")
+    _loose(other)
+    _loose(home / "models", 0o755)
+    before = _tree_modes(other)
+    tighten_own(load_config(flags={"home": str(home)}, env={}))
+    assert _tree_modes(other) == before
+    modes = {p: m for p, m in _tree_modes(home).items() if not p.startswith("agents")}
+    assert modes["models/my-model"] == 0o755 and modes["models/my-model/model.onnx"] == 0o644
+    assert modes["models"] == modes["models/.prepared"] == 0o700
+    assert modes["models/.prepared/my-model.onnx"] == 0o600
+
+
+def test_a_linked_trash_or_inbox_is_not_followed(tmp_path: Path) -> None:
+    """Below a real ``agents/``: an inbox, a ``.trash`` or ``.retired`` that is a link is not
+    walked, nor what lies behind it."""
+    from sidecar.config import load_config
+    from sidecar.daemon.process import tighten_own
+
+    home = tmp_path / "home"
+    other = tmp_path / "other"
+    write(other / "trash" / "old.md", "# old\n")
+    write(other / "inbox" / ".trash" / "old.md", "# old\n")
+    write(other / "retired" / "a.audit.log", "{}\n")
+    (home / "agents" / "a" / "memory").mkdir(parents=True)
+    os.symlink(other / "trash", home / "agents" / "a" / "memory" / ".trash")
+    (home / "agents" / "b").mkdir()
+    os.symlink(other / "inbox", home / "agents" / "b" / "memory")
+    os.symlink(other / "retired", home / "agents" / ".retired")
+    _loose(other)
+    before = _tree_modes(other)
+    tighten_own(load_config(flags={"home": str(home)}, env={}))
+    assert _tree_modes(other) == before
+
+
 def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Path) -> None:
     """A home left 0755 (index 0755, a manifest 0644) is tightened at start and says so; after
     start and after writes (with the model, so LanceDB writes too) nothing is group or other
-    readable."""
+    readable but a person's files in an agent's folder: a note in the inbox and one beside it keep
+    their modes (the daemon did not make them; the folders' 0700 keep other users out), while
+    the inbox's .trash and the audit log are tightened."""
     vault = tmp_path / "vault"
     write(vault / "Good.md", "# Good\n\nquokka habitat notes\n")
     home = tmp_path / "home"
+    inbox = home / "agents" / "claude" / "memory"
     (home / "index").mkdir(parents=True)
-    (home / "agents" / "claude" / "memory").mkdir(parents=True)
-    write(home / "agents" / "claude" / "memory" / "old.md", "# old\n\nkept\n")
-    for p in (home, home / "index", home / "agents", home / "agents" / "claude"):
+    write(inbox / "old.md", "# old\n\nkept\n")
+    write(inbox / ".trash" / "gone--20260101T000000000000.md", "# gone\n\nkept text\n")
+    write(home / "agents" / "claude" / "audit.log", "{}\n").chmod(0o644)
+    write(home / "agents" / "claude" / "todo.md", "# todo\n\nthe person's, beside the inbox\n")
+    for p in (home, home / "index", home / "agents", home / "agents" / "claude", inbox, inbox / ".trash"):
         p.chmod(0o755)
-    (home / "agents" / "claude" / "memory" / "old.md").chmod(0o644)
+    for p in (inbox / "old.md", inbox / ".trash" / "gone--20260101T000000000000.md"):
+        p.chmod(0o644)
+    (home / "agents" / "claude" / "todo.md").chmod(0o664)
     old = os.umask(0o022)  # a permissive login umask, inherited by the daemon
     try:
         d: DaemonProcess = daemon_factory(vault, env={})
@@ -283,8 +350,12 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     finally:
         os.umask(old)
     assert "home_tightened" in _log(d)
+    person = {  # the person's: left as they are
+        "agents/claude/memory/old.md": oct(0o644),
+        "agents/claude/todo.md": oct(0o664),
+    }
     loose = {p: oct(m) for p, m in _tree_modes(home).items() if m & 0o077}
-    assert loose == {}
+    assert loose == person
     for i in range(5):
         d.call("write", {"slug": f"n{i}", "content": f"# note {i}\n\nfact number {i}\n"}, agent="claude")
     d.call("delete", {"slug": "n0"}, agent="claude")
@@ -292,7 +363,8 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
     d.wait_for(lambda h: h["index"]["pending_vectors"] == 0, 60)
     modes = _tree_modes(home)
     assert any(p.startswith("index/vectors") for p in modes)  # LanceDB wrote files
-    assert {p: oct(m) for p, m in modes.items() if m & 0o077} == {}
+    assert {p: oct(m) for p, m in modes.items() if m & 0o077} == person
+    assert modes["agents/claude/memory/n1.md"] == 0o600
     assert d.stop() == 0
 
 
