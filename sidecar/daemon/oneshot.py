@@ -59,7 +59,7 @@ def index_once(
             indexer.refuse_rebuild(confirm)  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
-        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        summary = indexer.sweep(progress=report, confirm_deletions=confirm, retry_all=True)
         # The links of unchanged notes after an upgrade, as the daemon reads them after its first
         # sweep: an index kept up by `sidecar index` alone never had them read. A root away (or a
         # read that hangs) leaves the rest to the next run or the daemon.
