@@ -1888,7 +1888,8 @@ def test_a_rebuild_refused_at_its_turn_for_an_offline_vault_leaves_status_once_i
         loop._run(job)
         assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
         recent = h.problems.describe()["recent"]
-        assert any(r["error"].startswith("not rebuilt: vault cannot be read now") for r in recent)
+        # Its cause as the last check found it: the vault and its wiki marked offline by the sweep.
+        assert any(r["error"].startswith("not rebuilt: vault, wiki cannot be read now") for r in recent)
     finally:
         h.close()
 
@@ -3007,3 +3008,256 @@ def test_an_offline_rebuild_on_a_slow_share_learns_it(
         assert m.get_meta("slow:vault") is not None
     finally:
         m.close()
+
+
+def _kept_unreadable(h: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Three notes indexed, then n1 edited and its read failing: kept unreadable."""
+    _notes(vault, 3)
+    h.sweep()
+    n1 = vault / "Notes" / "n1.md"
+    _failing_reads(monkeypatch, n1)
+    write(n1, "# Note 1\n\nedited, then unreadable\n")
+    h.sweep()
+    assert h.stores.problems.active_in("unreadable") is not None
+    return n1
+
+
+def _hung_opens(monkeypatch: pytest.MonkeyPatch, n1: Path) -> tuple[threading.Event, list[Path]]:
+    """Opening n1 for the rebuild's check hangs (a hung share) until the event is set; every
+    path opened is listed."""
+    from sidecar.index import diff as diff_mod
+
+    release, opened = threading.Event(), []
+    real = diff_mod.read_refusal
+
+    def hung(p: Path) -> str | None:
+        opened.append(p)
+        if p == n1:
+            release.wait(30)
+        return real(p)
+
+    monkeypatch.setattr(diff_mod, "read_refusal", hung)
+    return release, opened
+
+
+def _reopen_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "probe-unreadable notes" and t.is_alive())
+
+
+def test_the_recheck_before_a_refusal_waits_the_probe_timeout_and_starts_one_thread(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notes kept unreadable are opened again before a refusal within watch.probeTimeoutSeconds
+    (a request's check, in front of nothing else), and while that open still hangs no second one
+    is started: the note is named as recorded (was: the scan timeout, 600 s, for each request, a
+    new stuck thread each time)."""
+    from sidecar.contracts.errors import UnreadableError
+    from sidecar.index import diff as diff_mod
+
+    cfg = make_cfg(vault, **{"watch.scanTimeoutSeconds": 2.0, "watch.probeTimeoutSeconds": 0.2})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        n1 = _kept_unreadable(h, vault, monkeypatch)
+        before = _reopen_threads()
+        release, _opened = _hung_opens(monkeypatch, n1)
+        bounds: list[float] = []
+        real = diff_mod.run_with_timeout
+
+        def spy(fn: Any, timeout: float, name: str, *a: Any, **k: Any) -> Any:
+            bounds.append(timeout)
+            return real(fn, timeout, name, *a, **k)
+
+        monkeypatch.setattr(diff_mod, "run_with_timeout", spy)
+        try:
+            for _ in range(2):
+                with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
+                    h.indexer.refuse_rebuild()
+            assert bounds == [0.2]  # one re-open, bounded by the probe timeout
+            assert _reopen_threads() - before == 1
+        finally:
+            release.set()
+    finally:
+        h.close()
+
+
+def test_the_recheck_before_a_refusal_opens_nothing_of_a_root_judged_away(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault judged away (its probe said missing or hung): its notes kept unreadable are named
+    as recorded, none opened (was: opened all the same, waiting the scan timeout on a hung share)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    cfg = make_cfg(vault, **{"watch.scanTimeoutSeconds": 2.0, "watch.probeTimeoutSeconds": 0.2})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        n1 = _kept_unreadable(h, vault, monkeypatch)
+        monkeypatch.setattr(h.indexer, "_vault_away", lambda: True)
+        release, opened = _hung_opens(monkeypatch, n1)
+        try:
+            with pytest.raises(UnreadableError, match=r"vault cannot be read now.*n1\.md cannot be read now"):
+                h.indexer.refuse_rebuild()
+            assert opened == []
+        finally:
+            release.set()
+    finally:
+        h.close()
+
+
+def test_a_memory_write_never_waits_behind_index_requests(
+    vault: Path, serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `index --rebuild` requests whose check waits on a share: an agent's memory write is
+    answered meanwhile (was: `index` ran on the write lane, both its workers held, and the write
+    queued behind them, answered `timeout` and applied minutes later)."""
+    server = serve_in_process(vault, model="fake")
+    h = server.harness
+    release, inside, entered = threading.Event(), [0], threading.Event()
+    lock = threading.Lock()
+
+    def waiting(*_a: Any, **_k: Any) -> None:
+        with lock:
+            inside[0] += 1
+            if inside[0] == 2:
+                entered.set()
+        release.wait(3)
+        with lock:
+            inside[0] -= 1
+
+    monkeypatch.setattr(h.indexer, "refuse_rebuild", waiting)
+    askers = [threading.Thread(target=server.call, args=("index", {"rebuild": True})) for _ in range(2)]
+    for t in askers:
+        t.start()
+    try:
+        assert entered.wait(10)
+        server.call("write", {"slug": "w1", "content": "a memory note written meanwhile"}, agent="claude")
+        with lock:
+            assert inside[0] == 2  # both index requests still wait
+    finally:
+        release.set()
+        for t in askers:
+            t.join(15)
+
+
+def test_a_refusal_at_the_turn_is_checked_on_what_sweeps_recorded_and_for_a_bounded_time(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild refused at its turn for a note that stays unreadable: the check after each whole
+    sweep opens no note (what the sweep recorded stands; was: every note opened again after each
+    whole sweep, for good, its backoff bypassed), and once about REFUSAL_CHECK_HOURS of whole
+    sweeps have checked it, it is checked no more: under Recovered, saying the rebuild was not run."""
+    from sidecar.daemon import indexing as indexing_mod
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+    from sidecar.index import diff as diff_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        n1 = _kept_unreadable(h, vault, monkeypatch)
+        real = diff_mod.read_refusal
+        opened: list[Path] = []
+
+        def counting(p: Path) -> str | None:
+            opened.append(p)
+            return "unreadable (Input/output error)" if p == n1 else real(p)
+
+        monkeypatch.setattr(diff_mod, "read_refusal", counting)
+        # 3 whole sweeps of index.rescanMinutes (10)
+        monkeypatch.setattr(indexing_mod, "REFUSAL_CHECK_HOURS", 0.5, raising=False)
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        job = loop._next()
+        assert job is not None and job.rebuild
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is not None
+        before = len(opened)
+        for _ in range(2):
+            loop.schedule_sweep()
+            job = loop._next()
+            assert job is not None
+            loop._run(job)
+        assert len(opened) == before
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and "n1.md cannot be read now" in problem["error"]
+        loop.schedule_sweep()
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+        recent = [r["error"] for r in h.problems.describe()["recent"] if r.get("subject") == REFUSED]
+        assert recent and recent[-1].startswith("not rebuilt: ")
+        assert recent[-1].endswith("The rebuild was not run and is no longer checked: ask it again.")
+        loop.schedule_sweep()  # no longer checked
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert len(opened) == before and h.problems.active_in(REBUILD_AREA, subject=REFUSED) is None
+    finally:
+        h.close()
+
+
+def test_a_refusal_at_the_turn_says_its_cause_now_when_another_replaced_it(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused at the turn for the vault unmounted; the share back, a note of it now fails: status
+    says the note (was: still "vault cannot be read now", telling to mount a mounted share)."""
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    _notes(vault, 3)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.request_sweep(rebuild=True)
+        vault.rename(vault.parent / "unmounted")
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and problem["error"].startswith("not rebuilt: vault cannot be read now")
+        (vault.parent / "unmounted").rename(vault)
+        n1 = vault / "Notes" / "n1.md"
+        _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        loop.schedule_sweep()
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+        assert problem is not None and problem["error"].startswith("not rebuilt: ")
+        assert "n1.md cannot be read now" in problem["error"]
+        assert "vault cannot be read now" not in problem["error"]
+    finally:
+        h.close()
+
+
+def test_sidecar_index_through_a_daemon_reads_a_note_waiting_its_retry(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: a restart, or `sidecar index`, tries a note waiting its retry once; through a
+    running daemon too (was: the `index` op's sweep skipped it like a scheduled one, and status
+    named it unreadable for up to about 6 hours although it read). A scheduled sweep still waits."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        _notes(vault, 3)
+        h.sweep()
+        n1 = vault / "Notes" / "n1.md"
+        failing = _failing_reads(monkeypatch, n1)
+        write(n1, "# Note 1\n\nedited, then unreadable\n")
+        for _ in range(4):  # fails at the 1st, 2nd and 4th: now waits 4 full sweeps
+            h.sweep()
+        failing[0] = False  # the share healed, no change of the note's stat
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.schedule_sweep()
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.indexer.changes.retry_waiting == 1  # the daemon's own sweep: at its turn
+        loop.request_sweep()  # what the `index` op asks
+        job = loop._next()
+        assert job is not None
+        loop._run(job)
+        assert h.indexer.changes.retry_waiting == 0
+        assert h.stores.problems.active_in("unreadable") is None
+    finally:
+        h.close()

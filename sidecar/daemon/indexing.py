@@ -50,6 +50,9 @@ REBUILD_AREA = "rebuild"
 # The subject of a rebuild refused at its turn ("not rebuilt: ..."): its own entry, so the put-back
 # of an earlier rebuild, read by the same sweep, neither clears nor replaces it.
 REFUSED = "refused"  # the subject of the watch's problem of running out of inotify watches
+# How long a rebuild refused at its turn is checked after each whole sweep (``_refusal_passed``),
+# in whole sweeps of ``index.rescanMinutes``: a cause that stays needs no check for ever.
+REFUSAL_CHECK_HOURS = 24.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class Job:
     # The number of the latest `index` request this sweep answers (``IndexLoop.request_sweep``;
     # 0: none): health says which ones are done, and `sidecar index` waits for its own.
     ticket: int = 0
+    # Asked for by the `index` op: the notes whose read failed are read now, not at their turn
+    # (through a running daemon, `sidecar index` is the way to try a note whose share healed).
+    asked: bool = False
 
     def merge(self, other: Job) -> Job:
         roots = None if self.roots is None or other.roots is None else self.roots | other.roots
@@ -88,6 +94,7 @@ class Job:
             self.restarted or other.restarted,
             self.told and other.told,
             max(self.ticket, other.ticket),
+            self.asked or other.asked,
         )
 
     @property
@@ -153,6 +160,7 @@ class IndexLoop:
         # The confirmations of a rebuild refused at its turn for a cause that passes (a share
         # offline, an unreadable folder or note, a refused inbox, a hold): None when there is none.
         self._refused_for: frozenset[str] | None = None
+        self._refusal_checks = 0  # whole sweeps that checked it since
 
     def watch_partial(self, why: str | None) -> None:
         """The watcher's word on its coverage (``Watcher.partial``): while it covers only part of
@@ -285,7 +293,8 @@ class IndexLoop:
             ticket = self._tickets
             if rebuild:
                 self._rebuild_ticket = ticket
-            self.jobs.put(Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket))
+            asked = Job(rebuild, roots, confirm, audit=audit and not rebuild, ticket=ticket, asked=True)
+            self.jobs.put(asked)
         return ticket
 
     def schedule_sweep(self, audit: bool = True) -> None:
@@ -425,6 +434,7 @@ class IndexLoop:
                 log.error("rebuild_refused error=%s", exc)
                 self.problems.report(REBUILD_AREA, str(exc), subject=REFUSED)
                 self._refused_for = job.confirm if isinstance(exc, UnreadableError) else None
+                self._refusal_checks = 0
                 refused_now = True
                 job = replace(job, rebuild=False)
         audit = job.audit and not job.paths and indexer.activity.first_sweep_done
@@ -439,6 +449,7 @@ class IndexLoop:
                 confirm_deletions=job.confirm,
                 progress=self.beat,
                 paths=job.paths,
+                retry_all=job.asked,
             )
         finally:
             self._swept()
@@ -469,10 +480,31 @@ class IndexLoop:
         of it (the request's check passes now: the share back, the folders read), the refusal
         leaves the PROBLEM lines (was: said until a rebuild ran or a restart, its cause gone);
         kept under Recovered, as the rebuild still is to be asked again. A disk without room
-        for the rebuild's copy stays said until then (no sweep frees it)."""
+        for the rebuild's copy stays said until then (no sweep frees it). The check opens no
+        note (what the sweep just recorded stands: a hung share held the index thread each
+        time) and asks no root judged away; a failing one says its cause now. Checked for
+        about REFUSAL_CHECK_HOURS of whole sweeps, then no more: under Recovered, not run."""
+        self._refusal_checks += 1
         try:
-            self.indexer.refuse_rebuild(confirm)
-        except (StorageError, UnreadableError):
+            self.indexer.refuse_rebuild(confirm, recorded=True)
+        except (StorageError, UnreadableError) as exc:
+            said = self.problems.active_in(REBUILD_AREA, subject=REFUSED)
+            if said is None:
+                self._refused_for = None  # cleared meanwhile (a rebuild began)
+                return
+            if said["error"] != str(exc):  # another cause replaced it: the one to act on now
+                self.problems.report(REBUILD_AREA, str(exc), subject=REFUSED)
+            most = max(1, int(REFUSAL_CHECK_HOURS * 60 / self.cfg.index.rescan_minutes))
+            if self._refusal_checks < most:
+                return
+            self._refused_for = None
+            log.info("rebuild_refusal_dropped checks=%d reason=no longer checked, ask it again", most)
+            self.problems.report(
+                REBUILD_AREA,
+                f"{exc} The rebuild was not run and is no longer checked: ask it again.",
+                subject=REFUSED,
+            )
+            self.problems.clear(REBUILD_AREA, subject=REFUSED)
             return
         self._refused_for = None
         log.info("rebuild_refusal_passed reason=its cause is gone; ask the rebuild again")

@@ -64,7 +64,7 @@ def index_once(
             indexer.refuse_rebuild(confirm)  # the vault's share away: its notes would leave the index
             indexer.clear()
         report = (lambda a: progress(a.phase, a.done, a.total)) if progress else None
-        summary = indexer.sweep(progress=report, confirm_deletions=confirm)
+        summary = indexer.sweep(progress=report, confirm_deletions=confirm, retry_all=True)
         _finish(parts, progress)
         # A listing given up on: waited for only now, the other roots' notes indexed and embedded
         # first (a wait cut short leaves just that root to the next run). Should it answer, the

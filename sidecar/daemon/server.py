@@ -3,7 +3,8 @@
 The socket lives in a directory of mode 0700, has mode 0600, and every connection's peer UID is
 checked (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS). Requests run on thread pools so a slow
 search never stalls the loop; writes have their own pool, so searches never wait for a worker a
-write holds, and health has its own, so it answers while searches fill theirs; read requests in
+write holds, and health has its own, so it answers while searches fill theirs (and `index`, so a
+rebuild's check of a hung share never holds a memory write); read requests in
 flight are counted as foreground (write-side and background work yields the cores to them,
 ``sidecar.runtime.foreground``). Bounded: a frame over the limit is answered with an error and the
 connection closed; at ``server.maxConnections`` the longest-idle connection is closed to make room
@@ -113,9 +114,11 @@ class StopClock:
 _READ_CHUNK = 1 << 16
 # Ops that change the inbox or the index: they run on their own pool (see the module doc).
 WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
-# Answered on a lane of their own: behind held or slow searches in the read lane, `sidecar status`
-# and the MCP memory_status gave up after 10 s while the daemon was answering.
-OWN_LANE_OPS = frozenset({"health"})
+# Answered on a lane of their own, by op: behind held or slow searches in the read lane, `sidecar
+# status` and the MCP memory_status gave up after 10 s while the daemon was answering; `index`
+# (a write op all the same) checks the shares before a rebuild, and a share that hangs held the
+# write lane's workers, with every memory write queued behind them.
+OWN_LANE_OPS = {"health": "health", "index": "index"}
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -254,6 +257,7 @@ class Server:
             "read": _Lane("request", workers),
             "write": _Lane("write", write_workers),
             "health": _Lane("health", 2),
+            "index": _Lane("index", 2),
         }
         self.foreground = foreground
         self.connections = 0
@@ -295,10 +299,10 @@ class Server:
         from ``_take_up`` when the caller took it up already."""
         if answer is None:
             answer = self._take_up(req)
+        if req.op in OWN_LANE_OPS:
+            return await self._run(self.lanes[OWN_LANE_OPS[req.op]], req, answer)
         if req.op in WRITE_OPS:
             return await self._run(self.lanes["write"], req, answer)
-        if req.op in OWN_LANE_OPS:
-            return await self._run(self.lanes["health"], req, answer)
         with contextlib.ExitStack() as claim:
             claim.enter_context(self.foreground.serving())
             return await self._run(self.lanes["read"], req, answer, claim)

@@ -19,6 +19,7 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
 import time
 import unicodedata
 from collections import Counter
@@ -230,6 +231,11 @@ class ChangeFinder:
         self._too_long_named: list[str] = []  # the folders the last path_too_long line named
         self._skip_sizes: dict[tuple[str, str], int] = {}  # their bytes, of those too large
         self._retry_saved = self._load_retries()
+        # The re-open of the notes kept unreadable before a rebuild's refusal (``_still_unread``):
+        # one at a time, and none while the last one's thread still hangs on a share.
+        self._reopening = threading.Lock()
+        self._reopen_stuck: threading.Thread | None = None
+        self._retry_all = False  # the sweep under way reads the notes waiting their turn too
 
     def _load_retries(self) -> dict[_Where, int]:
         """``_retry``'s failures in a row as the last process saved them, for the notes of roots
@@ -475,12 +481,14 @@ class ChangeFinder:
             for name, paths in list(self._listed_unreadable.items())
         ]
 
-    def unreadable_indexed(self) -> list[str]:
+    def unreadable_indexed(self, away: Collection[str] = (), *, reopen: bool = True) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
         forgets every note first, and theirs could not be read back (status says they are kept).
         The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
-        not named (it waits in its backoff, or its share healed with no change of its stat)."""
-        out = self._still_unread()  # only indexed notes are kept unreadable
+        not named (it waits in its backoff, or its share healed with no change of its stat).
+        ``away``: roots judged unreachable now (their notes are named as recorded, not opened);
+        ``reopen`` False: none is opened (what the last sweep recorded)."""
+        out = self._still_unread(away, reopen=reopen)  # only indexed notes are kept unreadable
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
@@ -493,22 +501,56 @@ class ChangeFinder:
                     out.append(where)
         return sorted(out)
 
-    def _still_unread(self) -> list[str]:
+    def _still_unread(self, away: Collection[str], *, reopen: bool) -> list[str]:
         """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
-        configured. Bounded by ``watch.scanTimeoutSeconds``: a share that does not answer leaves
-        them named as recorded. Nothing recorded is changed (a request's thread asks too; the
-        sweeps find what changed)."""
+        configured. Bounded by ``watch.probeTimeoutSeconds`` (a request's thread asks: the
+        scan timeout held the `index` request, and the memory writes behind it, for minutes),
+        with one thread at most: a share that does not answer, a root judged away (``away``,
+        offline, a call on it still hanging) or an earlier re-open still hanging leave them
+        named as recorded. Nothing recorded is changed (the sweeps find what changed)."""
         names = {r.name for r in vault_roots(self.cfg)}
-        recorded = sorted(p for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
-        if not recorded:
-            return []
-        done, _stuck = run_with_timeout(
-            lambda: [p for p in recorded if read_refusal(Path(p)) is not None],
-            self.cfg.watch.scan_timeout_seconds,
-            "unreadable notes",
-            self.supervisor.beat,
+        recorded = sorted(
+            (n, p) for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/")
         )
-        return recorded if done is None else done
+        if not reopen:
+            return [p for _n, p in recorded]
+        kept = [p for n, p in recorded if n in away or self._away(n)]
+        ask = [p for n, p in recorded if not (n in away or self._away(n))]
+        if not ask:
+            return kept
+        timeout = self.cfg.watch.probe_timeout_seconds
+        if not self._reopening.acquire(timeout=timeout):  # another's, bounded the same
+            return kept + ask
+        try:
+            if self._reopen_stuck is not None and self._reopen_stuck.is_alive():
+                return kept + ask
+            deadline = _clock() + timeout
+
+            def probe() -> list[str]:
+                failing: list[str] = []
+                for i, where in enumerate(ask):
+                    if _clock() >= deadline:  # many notes on a slow share: the rest as recorded
+                        return failing + ask[i:]
+                    if read_refusal(Path(where)) is not None:
+                        failing.append(where)
+                return failing
+
+            done, self._reopen_stuck = run_with_timeout(probe, timeout, "unreadable notes")
+        finally:
+            self._reopening.release()
+        if done is None:
+            log.warning("unreadable_recheck_hung notes=%d timeout=%.0fs", len(ask), timeout)
+            return kept + ask
+        return kept + done
+
+    def _away(self, name: str) -> bool:
+        """Whether the root ``name`` is offline, or a call on it (or the folder it lies in)
+        still hangs: an open of its notes fails or hangs too."""
+        st = self.supervisor.roots.get(name)
+        if st is not None and (st.offline or st.hanging is not None):
+            return True
+        root = next((r for r in vault_roots(self.cfg) if r.name == name), None)
+        return root is not None and self.supervisor.stuck_within(root) is not None
 
     def unreadable_keys(self) -> tuple[str, ...]:
         """The keys and key prefixes of the notes and folders recorded as unreadable now (their
@@ -581,8 +623,11 @@ class ChangeFinder:
         diff: Diff,
         confirm: Collection[str] = (),
         excluded: dict[str, int] | None = None,
+        *,
+        retry_all: bool = False,
     ) -> None:
-        """Scan the roots and add what changed and what is gone to ``diff``.
+        """Scan the roots and add what changed and what is gone to ``diff``. ``retry_all``: the
+        notes whose read failed are read now, also those waiting their turn (a sweep asked for).
 
         Every root is listed before any root's deletions are decided: a note moved from one root
         to another (the vault into its wiki) vanishes from the one and appears in the other, and
@@ -591,6 +636,7 @@ class ChangeFinder:
         whose guard asks whether the vault around it is there."""
         self.full_sweeps += 1
         self.retry_waiting = 0
+        self._retry_all = retry_all
         listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
         alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
         for listing in sorted(listings, key=lambda x: x.root.within is not None):
@@ -887,7 +933,7 @@ class ChangeFinder:
             st = known.get(n.key)
             # No record: a rebuild emptied the index, which reads every note (one waiting its
             # turn was put back unread, and the rebuild said unfinished for hours).
-            if full and st is not None and self._retry_later(n):
+            if full and st is not None and not self._retry_all and self._retry_later(n):
                 self.retry_waiting += 1
                 diff.unchanged += 1
             elif st is None or (st.mtime_ns, st.size) != (n.mtime_ns, n.size) or st.state not in _SETTLED:

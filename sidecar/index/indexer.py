@@ -306,10 +306,13 @@ class Indexer:
         stop: threading.Event | None = None,
         confirm_deletions: Collection[str] = (),
         paths: Collection[str] = (),
+        *,
+        retry_all: bool = False,
     ) -> dict[str, int]:
         """Compare roots (all, or those named in ``only``) with the manifest; index what changed,
         remove what is gone. ``paths`` (from file events) are looked at one by one, without walking
-        their roots. ``confirm_deletions`` names roots whose mass deletion the user confirmed."""
+        their roots. ``confirm_deletions`` names roots whose mass deletion the user confirmed.
+        ``retry_all``: notes whose read failed are read now, not at their turn (`sidecar index`)."""
         if self._gone_left:  # a failed sweep's deletions (disk full): raises again until they go
             self.delete(self._gone_left)
             self._gone_left = []
@@ -338,7 +341,7 @@ class Indexer:
             self.changes.keep_roots(names)
         if not paths:  # Obsidian's settings are read on full sweeps: a memory write touches no vault file
             self._refresh_ignore()
-        self.changes.diff_roots(chosen, diff, confirm_deletions, excluded)
+        self.changes.diff_roots(chosen, diff, confirm_deletions, excluded, retry_all=retry_all)
         self._say_skipped()
         if only is None:
             act.excluded = excluded
@@ -1097,26 +1100,26 @@ class Indexer:
             for st in list(self.supervisor.roots.values())
             if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
         }
-        if (
-            self.cfg.vault.path is not None
-            and "vault" not in out
-            and self.manifest.has_files("vault/")
-            and self._vault_away()
-        ):
-            out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
+        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
+            vault = self.supervisor.roots.get("vault")
+            # A call on the vault still hanging: not asked again (one more stuck thread each time).
+            if (vault is not None and vault.hanging is not None) or self._vault_away():
+                out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
         return out
 
-    def refuse_rebuild(self, confirmed: Collection[str] = ()) -> None:
+    def refuse_rebuild(self, confirmed: Collection[str] = (), *, recorded: bool = False) -> None:
         """Raise UnreadableError when a root that has notes indexed cannot be read now, or a
         folder (or note) with notes indexed is recorded unreadable (no permission, an I/O error):
         a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
         (and its wiki) from the index for the whole outage, and dropped the notes of a folder of
-        mode 000 while status said they stay, where a sweep keeps them as indexed."""
+        mode 000 while status said they stay, where a sweep keeps them as indexed. ``recorded``:
+        the notes kept unreadable are taken as the last sweep recorded them, none opened (the
+        check after each whole sweep of a refusal at the rebuild's turn)."""
         short = self.manifest.aside_room()
         if short is not None:  # nothing changed: a request's error (exit 7), no broken index
             raise StorageError(short)
         gone = self.unreachable_roots()
-        folders = self.changes.unreadable_indexed()
+        folders = self.changes.unreadable_indexed(gone, reopen=not recorded)
         refused = self.refused_inboxes()
         if not gone and not folders and not refused:
             self.refuse_held(confirmed)
