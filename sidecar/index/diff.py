@@ -20,7 +20,6 @@ import os
 import sqlite3
 import stat
 import time
-import unicodedata
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,10 @@ from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.moves import MoveFinder
 from sidecar.index.problems import Problems
+from sidecar.index.spellings import CaseSpellings, _Sibling, _twin_names
 from sidecar.index.toolong import AREA as TOO_LONG_AREA
 from sidecar.index.toolong import too_long_folders, too_long_problem
-from sidecar.stores.manifest import FileState, Manifest, folded
+from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
     CANVAS_TWIN_REASON,
@@ -65,21 +65,6 @@ log = logging.getLogger(__name__)
 
 # The clock of the rebuild's note check (a test moves it on instead of waiting).
 _clock = time.monotonic
-
-
-class _Sibling:
-    """The names beside ``path`` that are another file (on a case-insensitive share "Note.md"
-    names ``Note.MD`` itself: not a twin)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __contains__(self, name: object) -> bool:
-        try:
-            other, own = os.lstat(self.path.parent / str(name)), os.lstat(self.path)
-        except OSError:
-            return False
-        return (other.st_dev, other.st_ino) != (own.st_dev, own.st_ino)
 
 
 # File events may delete this many notes of a root within the window at once; beyond that, a
@@ -141,7 +126,7 @@ class _Listing:
     excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
-class ChangeFinder(MoveFinder):
+class ChangeFinder(MoveFinder, CaseSpellings):
     """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
 
     def __init__(
@@ -1033,30 +1018,6 @@ class ChangeFinder(MoveFinder):
                 found.append(got)
         return found, gone, walked
 
-    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
-        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
-        disk) is gone as such, also when its event came in an earlier batch than the new
-        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
-        named another spelling of the same file (a tool writing through it), whose edit was lost
-        until a full sweep."""
-        indexed = self._indexed_spellings(root, rels)
-        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
-        return gone, [r for r in [*rels, *indexed] if r not in gone]
-
-    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
-        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
-        not among ``rels``: the other half of a case-only rename whose events came in another
-        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
-        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
-        manifest = self.manifest
-        fresh = [
-            key
-            for rel in rels
-            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
-        ]
-        looked = set(rels)
-        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
-
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
         root that is where it was and not empty, with none waiting), ``sweep`` (a full sweep of the
@@ -1238,50 +1199,6 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
                 rel = s.path.relative_to(root.path).as_posix()
                 out.append((s.path, root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel)))
     return out
-
-
-def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
-    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
-    and that their folder does not list by that spelling, while it lists another of them: on a
-    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
-    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
-    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
-    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
-    groups: dict[str, list[str]] = {}
-    for rel in rels:
-        groups.setdefault(folded(rel), []).append(rel)
-    listed: dict[Path, set[str] | None] = {}
-
-    def on_disk(rel: str) -> bool | None:
-        folder = top
-        for part in rel.split("/"):
-            if folder not in listed:
-                try:
-                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
-                except OSError:
-                    listed[folder] = None
-            names = listed[folder]
-            if names is None:
-                return None  # not known: taken as spelled
-            if unicodedata.normalize("NFC", part) not in names:
-                return False
-            folder = folder / part
-        return True
-
-    out: set[str] = set()
-    for spellings in groups.values():
-        if len(spellings) > 1:
-            found = {rel: on_disk(rel) for rel in spellings}
-            if any(found.values()):  # one spelling listed: the others are only its aliases
-                out.update(rel for rel, there in found.items() if there is False)
-    return out
-
-
-def _twin_names(rel: str) -> list[str]:
-    """The other spellings of a note's ``.md`` ("Note.MD", "Note.mD", ... for "Note.md")."""
-    if not rel.lower().endswith(".md"):
-        return []
-    return [rel[:-3] + ext for ext in (".md", ".mD", ".Md", ".MD") if ext != rel[-3:]]
 
 
 def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:
