@@ -28,9 +28,8 @@ from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.moves import MoveFinder
 from sidecar.index.problems import Problems
+from sidecar.index.skips import SkipReport
 from sidecar.index.spellings import CaseSpellings, _Sibling, _twin_names
-from sidecar.index.toolong import AREA as TOO_LONG_AREA
-from sidecar.index.toolong import too_long_folders, too_long_problem
 from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
@@ -126,7 +125,7 @@ class _Listing:
     excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
-class ChangeFinder(MoveFinder, CaseSpellings):
+class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
     """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
 
     def __init__(
@@ -225,36 +224,6 @@ class ChangeFinder(MoveFinder, CaseSpellings):
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def say_too_long(self) -> None:
-        """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
-        per note), cleared once none is: their notes left the index with only a skip count."""
-        # Not in a folder the user excluded (index.exclude, Obsidian's Excluded files): nothing
-        # there is indexed anyway, and a PROBLEM the user could clear only by renaming it.
-        by_name = {r.name: r for r in vault_roots(self.cfg)}
-        folders = too_long_folders(
-            {k: why for k, why in self._skips.items() if not self._excluded_path(by_name.get(k[0]), k[1])}
-        )
-        said = too_long_problem(folders)
-        if said is None:
-            self.problems.clear(TOO_LONG_AREA)
-            return
-        if folders != self._too_long_named:
-            log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
-        self.problems.report(TOO_LONG_AREA, said)
-        self._too_long_named = folders
-
-    def _excluded_path(self, root: Root | None, where: str) -> bool:
-        """Whether a rule leaves out the note at ``where`` (a path of ``root``), or every note
-        of the folder at ``where``."""
-        if root is None:  # an inbox: no rule leaves its notes out
-            return False
-        try:
-            rel = Path(where).relative_to(root.path).as_posix()
-        except ValueError:
-            return False
-        note = rel if is_note_name(Path(rel).name, root.source) else f"{rel}/x.md"
-        return self.excluded_by(root.key_of(note)) is not None
-
     def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
         unreadable (it was kept without a word in status, and its later edits went unread).
@@ -318,29 +287,6 @@ class ChangeFinder(MoveFinder, CaseSpellings):
                 log.warning("file_readable_again path=%s", n.path)
         for name in names:
             self._say_unreadable(name)
-
-    def skipped_files(self) -> dict[str, Skipped]:
-        """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
-        by the key they would have, with why (and their size where that is why). They never
-        reach the manifest, so ``list``, ``why`` and health ask here."""
-        by_name = {r.name: r for r in vault_roots(self.cfg)}  # an inbox's by its name: no listing
-        out: dict[str, Skipped] = {}
-        for (name, where), reason in list(self._skips.items()):
-            root = (
-                inbox_root(self.cfg, name.removeprefix("memory/"))
-                if name.startswith("memory/")
-                else by_name.get(name)
-            )
-            path = Path(where)
-            if root is None or not is_note_name(path.name, root.source) or not path.is_relative_to(root.path):
-                continue
-            size = self._skip_sizes.get((name, where), 0) if reason == TOO_LARGE else 0
-            out[root.key_of(path.relative_to(root.path).as_posix())] = Skipped(path, reason, size)
-        return out
-
-    def skipped_notes(self) -> dict[str, tuple[Path, str]]:
-        """``skipped_files`` as (path, reason) by key."""
-        return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
     def list_unreadable(self, only: Collection[str] | None = None) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
@@ -485,16 +431,6 @@ class ChangeFinder(MoveFinder, CaseSpellings):
         if any(k not in names for k in self._unreadable):
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
             self._report_unreadable()
-
-    def _skipped(self, root: Root, s: Skipped) -> None:
-        self._skips[(root.name, str(s.path))] = s.reason
-        if s.size:
-            self._skip_sizes[(root.name, str(s.path))] = s.size
-            if len(self._skip_sizes) > 2 * len(self._skips) + 100:  # of files no longer skipped
-                self._skip_sizes = {k: v for k, v in self._skip_sizes.items() if k in self._skips}
-        if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
-            self._skips_named.add((str(s.path), s.reason))
-            log.info("file_skipped path=%s reason=%s", s.path, s.reason)
 
     def roots(self) -> list[Root]:
         """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
