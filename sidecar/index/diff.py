@@ -21,20 +21,18 @@ import sqlite3
 import stat
 import threading
 import time
-import unicodedata
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.index.bursts import Bursts
+from sidecar.index.moves import MoveFinder
 from sidecar.index.problems import Problems
-from sidecar.index.toolong import AREA as TOO_LONG_AREA
-from sidecar.index.toolong import too_long_folders, too_long_problem
-from sidecar.stores.manifest import FileState, Manifest, folded
+from sidecar.index.skips import SkipReport
+from sidecar.index.spellings import CaseSpellings, _Sibling, _twin_names
+from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.homeguard import held
-from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import (
     CANVAS_TWIN_REASON,
     LINK_REASON,
@@ -56,7 +54,6 @@ from sidecar.vault.sources import (
     root_refusal,
     roots,
     scan,
-    stored_id,
     twin_reason,
     unreadable_skip,
     vault_roots,
@@ -68,21 +65,6 @@ log = logging.getLogger(__name__)
 
 # The clock of the rebuild's note check (a test moves it on instead of waiting).
 _clock = time.monotonic
-
-
-class _Sibling:
-    """The names beside ``path`` that are another file (on a case-insensitive share "Note.md"
-    names ``Note.MD`` itself: not a twin)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __contains__(self, name: object) -> bool:
-        try:
-            other, own = os.lstat(self.path.parent / str(name)), os.lstat(self.path)
-        except OSError:
-            return False
-        return (other.st_dev, other.st_ino) != (own.st_dev, own.st_ino)
 
 
 # File events may delete this many notes of a root within the window at once; beyond that, a
@@ -144,42 +126,7 @@ class _Listing:
     excluded: list[NoteFile] = field(default_factory=list)  # notes there that a rule leaves out
 
 
-def _pair_moves(
-    missing: Iterable[tuple[str, tuple[int, int]]], fresh: Iterable[NoteFile]
-) -> dict[str, NoteFile]:
-    """Missing keys (each with its recorded mtime and size) paired with the new notes that can
-    be them moved: the same mtime and size, and the same name (its folder moved or renamed, to
-    another root too) or else the same folder (the note renamed). Each new note accounts for one
-    missing key. Found by lookup, not by comparing every pair: a folder of thousands of notes
-    unpacked in one second shares mtime and size."""
-    by_name: dict[tuple[int, int, str], list[NoteFile]] = {}
-    by_folder: dict[tuple[int, int, str], list[NoteFile]] = {}
-    for n in fresh:
-        folder, _, name = n.key.rpartition("/")
-        by_name.setdefault((n.mtime_ns, n.size, name), []).append(n)
-        by_folder.setdefault((n.mtime_ns, n.size, folder), []).append(n)
-    for pool in (*by_name.values(), *by_folder.values()):
-        pool.reverse()  # taken from the end, in the order found
-    used: set[str] = set()
-    out: dict[str, NoteFile] = {}
-    none: list[NoteFile] = []
-    for key, (mtime_ns, size) in missing:
-        folder, _, name = key.rpartition("/")
-        for pool in (
-            by_name.get((mtime_ns, size, name), none),
-            by_folder.get((mtime_ns, size, folder), none),
-        ):
-            while pool and pool[-1].key in used:
-                pool.pop()
-            if pool:
-                match = pool.pop()
-                used.add(match.key)
-                out[key] = match
-                break
-    return out
-
-
-class ChangeFinder:
+class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
     """Finds what changed in the roots; remembers what it already reported and recent event deletions."""
 
     def __init__(
@@ -283,36 +230,6 @@ class ChangeFinder:
             out["unreadable"] = out.get("unreadable", 0) + len(self._unread_notes)
         return out
 
-    def say_too_long(self) -> None:
-        """A PROBLEM naming the folders whose notes' paths are too long (one per folder, not
-        per note), cleared once none is: their notes left the index with only a skip count."""
-        # Not in a folder the user excluded (index.exclude, Obsidian's Excluded files): nothing
-        # there is indexed anyway, and a PROBLEM the user could clear only by renaming it.
-        by_name = {r.name: r for r in vault_roots(self.cfg)}
-        folders = too_long_folders(
-            {k: why for k, why in self._skips.items() if not self._excluded_path(by_name.get(k[0]), k[1])}
-        )
-        said = too_long_problem(folders)
-        if said is None:
-            self.problems.clear(TOO_LONG_AREA)
-            return
-        if folders != self._too_long_named:
-            log.warning("path_too_long folders=%d first=%s", len(folders), folders[0])
-        self.problems.report(TOO_LONG_AREA, said)
-        self._too_long_named = folders
-
-    def _excluded_path(self, root: Root | None, where: str) -> bool:
-        """Whether a rule leaves out the note at ``where`` (a path of ``root``), or every note
-        of the folder at ``where``."""
-        if root is None:  # an inbox: no rule leaves its notes out
-            return False
-        try:
-            rel = Path(where).relative_to(root.path).as_posix()
-        except ValueError:
-            return False
-        note = rel if is_note_name(Path(rel).name, root.source) else f"{rel}/x.md"
-        return self.excluded_by(root.key_of(note)) is not None
-
     def kept_unreadable(self, root: Root, path: Path, why: str, stamp: _Stamp) -> bool:
         """An indexed note whose read failed was kept as it was: counted and named as
         unreadable (it was kept without a word in status, and its later edits went unread).
@@ -376,29 +293,6 @@ class ChangeFinder:
                 log.warning("file_readable_again path=%s", n.path)
         for name in names:
             self._say_unreadable(name)
-
-    def skipped_files(self) -> dict[str, Skipped]:
-        """Notes the folder scans leave out now (too large, hidden, a link out of the root, ...),
-        by the key they would have, with why (and their size where that is why). They never
-        reach the manifest, so ``list``, ``why`` and health ask here."""
-        by_name = {r.name: r for r in vault_roots(self.cfg)}  # an inbox's by its name: no listing
-        out: dict[str, Skipped] = {}
-        for (name, where), reason in list(self._skips.items()):
-            root = (
-                inbox_root(self.cfg, name.removeprefix("memory/"))
-                if name.startswith("memory/")
-                else by_name.get(name)
-            )
-            path = Path(where)
-            if root is None or not is_note_name(path.name, root.source) or not path.is_relative_to(root.path):
-                continue
-            size = self._skip_sizes.get((name, where), 0) if reason == TOO_LARGE else 0
-            out[root.key_of(path.relative_to(root.path).as_posix())] = Skipped(path, reason, size)
-        return out
-
-    def skipped_notes(self) -> dict[str, tuple[Path, str]]:
-        """``skipped_files`` as (path, reason) by key."""
-        return {key: (s.path, s.reason) for key, s in self.skipped_files().items()}
 
     def list_unreadable(self, only: Collection[str] | None = None) -> None:
         """List every root once to record what cannot be read, as a sweep does: `sidecar index
@@ -580,16 +474,6 @@ class ChangeFinder:
             self._unreadable = {k: v for k, v in self._unreadable.items() if k in names}
             self._report_unreadable()
 
-    def _skipped(self, root: Root, s: Skipped) -> None:
-        self._skips[(root.name, str(s.path))] = s.reason
-        if s.size:
-            self._skip_sizes[(root.name, str(s.path))] = s.size
-            if len(self._skip_sizes) > 2 * len(self._skips) + 100:  # of files no longer skipped
-                self._skip_sizes = {k: v for k, v in self._skip_sizes.items() if k in self._skips}
-        if (str(s.path), s.reason) not in self._skips_named:  # named once, not at every sweep
-            self._skips_named.add((str(s.path), s.reason))
-            log.info("file_skipped path=%s reason=%s", s.path, s.reason)
-
     def roots(self) -> list[Root]:
         """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
         of agents still in the index whose notes or folder are gone, until their entries are.
@@ -753,176 +637,6 @@ class ChangeFinder:
         if self.retry_waiting > waiting:
             log.info("unreadable_waiting root=%s count=%d", root.name, self.retry_waiting - waiting)
         return True
-
-    def _moves(
-        self,
-        listing: _Listing,
-        listings: Sequence[_Listing],
-        alien: set[str],
-        diff: Diff,
-        left_out: Sequence[NoteFile],
-    ) -> tuple[set[str], set[str]]:
-        """The missing keys of ``listing`` whose notes are elsewhere now: moves, not losses;
-        and those of them that left the root (into an excluded folder, another root), which the
-        guard no longer counts among the root's notes.
-
-        A move (or rename) keeps a file's modification time and size. A missing note is moved
-        when a note new to the index in this sweep (any root's listing, or a file event's) has
-        its mtime and size and its name or its folder (a folder moved or renamed, a note renamed
-        in place), or when the same bytes with the same mtime are indexed under another key that
-        this sweep saw (a move whose new half an earlier sweep indexed). A note that a rule
-        leaves out is evidence only as the very file (``_renamed_out``): an excluded backup of the
-        notes (rsync -a keeps their times) looks like where a vanished share's notes went, so a
-        look-alike there is no move and the loss is held. Each new file accounts
-        for one missing note: an emptied share is not made good by a few look-alikes. A root
-        whose folder is not the share now (``alien``) is no evidence either way."""
-        manifest = self.manifest
-        trusted = [x for x in listings if x.root.name not in alien]
-        moved = self._renamed_out(listing, left_out)
-        away = set(moved)
-        prefix = listing.root.key_of("x")[:-1]
-        present: dict[str, NoteFile] = {n.key: n for x in trusted for n in x.notes}
-        fresh = {n.key: n for x in trusted for n in x.notes if n.key not in x.known}
-        events = {n.key: n for n in diff.work if n.key not in present}
-        indexed = manifest.file_states_of(list(events))
-        fresh.update((k, n) for k, n in events.items() if k not in indexed)
-        present.update(events)
-        known = listing.known
-        looked = [(k, (known[k].mtime_ns, known[k].size)) for k in listing.missing if k not in moved]
-        for key, match in _pair_moves(looked, fresh.values()).items():
-            moved.add(key)
-            diff.moves[key] = match.key
-            if not match.key.startswith(prefix):
-                away.add(key)
-        # The rest: the same bytes indexed under a key that this sweep saw, with that stat.
-        rest = {
-            key: (st.mtime_ns, st.size, st.hash)
-            for key in listing.missing
-            if key not in moved and (st := listing.known[key]).state == "indexed" and st.hash
-        }
-        if not rest:
-            return moved, away
-        gone = {k for x in listings for k in x.missing} | set(diff.gone)  # file events' too
-        twins = manifest.keys_like(set(rest.values()))
-        used: set[str] = set()
-        for key, stat_ in rest.items():
-            for other in twins.get(stat_, []):
-                if other == key or other in gone or other in used:
-                    continue
-                now = present.get(other)
-                if now is None or (now.mtime_ns, now.size) != stat_[:2]:
-                    # Not seen in this sweep with that stat: a root not listed now (or one gone
-                    # with the share, as a wiki inside an emptied vault) is no evidence; its old
-                    # entries made an emptied share look moved.
-                    continue
-                used.add(other)
-                moved.add(key)
-                diff.moves[key] = other
-                if not other.startswith(prefix):
-                    away.add(key)
-                break
-        return moved, away
-
-    def _left_out(
-        self, listings: Sequence[_Listing], alien: set[str], looked: Sequence[NoteFile]
-    ) -> list[NoteFile]:
-        """The files a rule leaves out that this sweep saw, where a move's or a copy's file may
-        lie: its listings' and the walks of file events' paths (``looked``: a wiki moved into the
-        vault's excluded folder lists only the wiki); none of a root whose folder is not the share
-        now (``alien``)."""
-        seen = [*looked, *(n for x in listings for n in x.excluded)]
-        return [n for n in seen if n.root.name not in alien]
-
-    def _renamed_out(self, listing: _Listing, left_out: Sequence[NoteFile]) -> set[str]:
-        """The missing keys of ``listing`` whose very file lies where a rule leaves it out now (a
-        folder moved into an excluded one): gone from the index at once, no loss.
-
-        Only a rename keeps a file's device, inode and birth time: a copy made before the loss (a
-        backup, ``cp -p``, ``rsync -a``, a sync tool's copy-then-delete) has another inode even
-        where it keeps the mtime. A copy made after it may be given the deleted note's freed inode
-        number (ext4 and xfs give it again at once: a backup restored into the excluded folder had
-        all its notes' numbers, mtimes and sizes), but it is born when it is made: the file's birth
-        time must be the one recorded with the note (``vault.birth``), and where the platform or
-        filesystem says none the notes are held as any loss. It must keep the note's name (a
-        folder moved keeps every name; a sync tool's versioning renames each deleted file into
-        its versions folder as ``n3~20261205-083000.md``, and ``n3 copy.md`` is no move either),
-        its recorded mtime and size, and have one link (``sources.file_id``: a hard-linked backup
-        shares the inode while the note is there; ``Diff.linked`` forgets the ids of a note
-        seen so). The number must be one that lasts on disk (``mounts.stable_inodes``): on SMB,
-        FAT, most FUSE filesystems and tmpfs it may be given anew at a remount or a boot and name
-        another file. Both files are on the root's own filesystem, not on one mounted inside it.
-        Where they are: ``left_out`` (``_left_out``)."""
-        if not listing.missing or not self._own_inodes(listing.root):
-            return set()
-        found: dict[tuple[int, int], NoteFile] = {}
-        by_root: dict[Root, list[NoteFile]] = {}
-        for n in left_out:
-            by_root.setdefault(n.root, []).append(n)
-        for root, files in by_root.items():
-            ident = self.supervisor.status(root).identity
-            if ident is not None and self._own_inodes(root):
-                dev = stored_id(ident.dev)
-                found.update(((f.dev, f.ino), f) for f in files if f.ino and f.dev == dev)
-        out: set[str] = set()
-        nested = self._nested_mounts(listing.root)
-        for key in listing.missing:
-            st = listing.known[key]
-            there = found.get((st.dev, st.ino)) if st.ino and st.btime_ns else None
-            if (
-                there is not None
-                and not nested(listing.root, key)
-                and not nested(there.root, there.key)
-                and (there.mtime_ns, there.size) == (st.mtime_ns, st.size)
-                and there.key.rpartition("/")[2] == key.rpartition("/")[2]
-                and there.born() == st.btime_ns  # a statx per candidate only
-            ):
-                del found[(st.dev, st.ino)]  # one file, one note
-                out.add(key)
-        if out:
-            log.info("notes_moved_out root=%s count=%d into=excluded folder", listing.root.name, len(out))
-        return out
-
-    def _excluded_copies(self, listing: _Listing, left_out: Sequence[NoteFile], moved: set[str]) -> int:
-        """How many of the missing notes that are no move have a look-alike (same mtime and size)
-        where a rule leaves it out: no evidence (a backup looks so), but status says it, as the
-        user may know it for a move by copying (a sync tool) that ``--confirm-deletions`` ends."""
-        # Each look-alike accounts for one note: a template's notes unpacked in one second share
-        # mtime and size, and one excluded file of theirs is no copy of them all.
-        sizes = Counter((n.mtime_ns, n.size) for n in left_out)
-        count = 0
-        for k in listing.missing:
-            stat_of = (listing.known[k].mtime_ns, listing.known[k].size)
-            if k not in moved and sizes[stat_of] > 0:
-                sizes[stat_of] -= 1
-                count += 1
-        return count
-
-    def _nested_mounts(self, root: Root) -> Callable[[Root, str], bool]:
-        """Whether a note's folder is or was (this run) a mount point inside its root, or below
-        one: a bind mount keeps device and inode numbers, so the notes of a bound folder that
-        was unmounted are seen again where its source lies (in an excluded folder): no move."""
-        points = self.supervisor.mount_points_seen
-        if not points:
-            return lambda _root, _key: False
-        tops: dict[Root, tuple[str, tuple[str, ...]]] = {}
-
-        def nested(r: Root, key: str) -> bool:
-            if r not in tops:
-                top = os.path.realpath(r.path)
-                tops[r] = (top, tuple(p for p in points if p.startswith(top + "/")))
-            top, inner = tops[r]
-            if not inner:
-                return False
-            folder = os.path.join(top, key[len(r.key_of("x")) - 1 :].rpartition("/")[0])
-            return any(folder == p or folder.startswith(p + "/") for p in inner)
-
-        return nested
-
-    def _own_inodes(self, root: Root) -> bool:
-        """Whether a root's inode numbers say which file is which (a known filesystem, no share;
-        a wiki folder moved away is on the vault's)."""
-        st = self.supervisor.status(root)
-        return not st.network and stable_inodes(st.fs_type)
 
     def _add_work(
         self, notes: Sequence[NoteFile], known: dict[str, FileState], diff: Diff, *, full: bool = False
@@ -1154,33 +868,6 @@ class ChangeFinder:
         self._add_work(notes, states, diff)
         return True
 
-    def _event_moves(
-        self,
-        root: Root,
-        missing: Collection[str],
-        notes: Sequence[NoteFile],
-        states: Collection[str],
-        diff: Diff,
-        *,
-        deletable: Callable[[], bool],
-    ) -> set[str]:
-        """The missing keys that are moves within the batch (a folder renamed: its old and new
-        paths are one batch of events), of any count: each note new to the index with a missing
-        note's mtime and size and its name or folder, into ``Diff.moves`` (its old entry leaves
-        with its new one). ``states``: the manifest's entries of ``notes``. No move on a root whose
-        deletions file events may not apply (offline, another mount, emptied): a full sweep and
-        its guard decide there. One pass over each side, by (mtime, size)."""
-        fresh = [n for n in notes if n.key not in states]
-        if not missing or not fresh:
-            return set()
-        known = self.manifest.file_states_of(sorted(missing))
-        pairs = _pair_moves(((k, (st.mtime_ns, st.size)) for k, st in known.items()), fresh)
-        found = {key: n.key for key, n in pairs.items()}
-        if not found or not deletable():
-            return set()
-        diff.moves.update(found)
-        return set(found)
-
     def _event_deletions_of(
         self,
         root: Root,
@@ -1312,30 +999,6 @@ class ChangeFinder:
             if got is not None:
                 found.append(got)
         return found, gone, walked
-
-    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
-        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
-        disk) is gone as such, also when its event came in an earlier batch than the new
-        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
-        named another spelling of the same file (a tool writing through it), whose edit was lost
-        until a full sweep."""
-        indexed = self._indexed_spellings(root, rels)
-        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
-        return gone, [r for r in [*rels, *indexed] if r not in gone]
-
-    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
-        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
-        not among ``rels``: the other half of a case-only rename whose events came in another
-        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
-        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
-        manifest = self.manifest
-        fresh = [
-            key
-            for rel in rels
-            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
-        ]
-        looked = set(rels)
-        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
 
     def _event_verdict(self, root: Root, count: int, arrived: bool, deletable: Callable[[], bool]) -> str:
         """What becomes of deletions seen by events: ``apply`` (at once: only a few at a time, on a
@@ -1518,50 +1181,6 @@ def _unreadable(root: Root, found: Sequence[NoteFile | Skipped]) -> list[tuple[P
                 rel = s.path.relative_to(root.path).as_posix()
                 out.append((s.path, root.key_of(rel) if s.reason == "unreadable" else _prefix(root, rel)))
     return out
-
-
-def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
-    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
-    and that their folder does not list by that spelling, while it lists another of them: on a
-    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
-    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
-    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
-    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
-    groups: dict[str, list[str]] = {}
-    for rel in rels:
-        groups.setdefault(folded(rel), []).append(rel)
-    listed: dict[Path, set[str] | None] = {}
-
-    def on_disk(rel: str) -> bool | None:
-        folder = top
-        for part in rel.split("/"):
-            if folder not in listed:
-                try:
-                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
-                except OSError:
-                    listed[folder] = None
-            names = listed[folder]
-            if names is None:
-                return None  # not known: taken as spelled
-            if unicodedata.normalize("NFC", part) not in names:
-                return False
-            folder = folder / part
-        return True
-
-    out: set[str] = set()
-    for spellings in groups.values():
-        if len(spellings) > 1:
-            found = {rel: on_disk(rel) for rel in spellings}
-            if any(found.values()):  # one spelling listed: the others are only its aliases
-                out.update(rel for rel, there in found.items() if there is False)
-    return out
-
-
-def _twin_names(rel: str) -> list[str]:
-    """The other spellings of a note's ``.md`` ("Note.MD", "Note.mD", ... for "Note.md")."""
-    if not rel.lower().endswith(".md"):
-        return []
-    return [rel[:-3] + ext for ext in (".md", ".mD", ".Md", ".MD") if ext != rel[-3:]]
 
 
 def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) -> bool:

@@ -284,7 +284,7 @@ class ManifestFile:
             # Edits that keep size and mtime (mtime restored, coarse clocks) change ctime.
             self._db.execute("ALTER TABLE files ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT 0")
         # The file's device, inode and birth time tell a note renamed into an excluded folder
-        # from a copy of it there (index.diff). 0 is "not known": such a note is held as before
+        # from a copy of it there (index.moves). 0 is "not known": such a note is held as before
         # until a sweep has recorded them (no note is read again for it). Each column on its
         # own: each ALTER commits alone, and one interrupted between two made the next open
         # add the first again ("duplicate column"), which took the manifest for damaged.

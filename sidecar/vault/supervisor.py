@@ -174,7 +174,7 @@ class Supervisor:
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         # Every mount point these tables named since the start: a folder of a root that was one
         # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
-        # and is no longer is an unmounted folder, not notes moved (``index.diff``).
+        # and is no longer is an unmounted folder, not notes moved (``index.moves``).
         self.mount_points_seen: set[str] = set()
         # The call (the read of a note, a listing, a stat) indexing waits for longer than a second
         # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and

@@ -1,0 +1,107 @@
+"""Case spellings on case-insensitive disks (macOS, an SMB share), a mixin of ``ChangeFinder``
+(``diff``): a name renamed "Tar" -> "tar" still opens by its old spelling, so the events' look
+tells the spelling a folder lists from its aliases (``_case_aliases``), finds the indexed
+spelling of a note an event names otherwise, and tells a twin ("Note.MD" beside "Note.md") from
+the very file under another spelling (``_Sibling``, ``_twin_names``). Its own module because
+these are look-ups on the disk and the manifest alone; the state it works on is the
+``ChangeFinder``'s own.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+
+from sidecar.stores.manifest import Manifest, folded
+from sidecar.vault.sources import NOTE_SUFFIXES, Root
+
+
+class _Sibling:
+    """The names beside ``path`` that are another file (on a case-insensitive share "Note.md"
+    names ``Note.MD`` itself: not a twin)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            other, own = os.lstat(self.path.parent / str(name)), os.lstat(self.path)
+        except OSError:
+            return False
+        return (other.st_dev, other.st_ino) != (own.st_dev, own.st_ino)
+
+
+class CaseSpellings:
+    """The spelling look-ups of a ``ChangeFinder`` (which sets the state below)."""
+
+    manifest: Manifest
+
+    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
+        disk) is gone as such, also when its event came in an earlier batch than the new
+        spelling's (the indexed one). An indexed spelling still listed is looked at: the event
+        named another spelling of the same file (a tool writing through it), whose edit was lost
+        until a full sweep."""
+        indexed = self._indexed_spellings(root, rels)
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        return gone, [r for r in [*rels, *indexed] if r not in gone]
+
+    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+        """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
+        not among ``rels``: the other half of a case-only rename whose events came in another
+        batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
+        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
+        manifest = self.manifest
+        fresh = [
+            key
+            for rel in rels
+            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
+        ]
+        looked = set(rels)
+        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
+
+
+def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
+    """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
+    and that their folder does not list by that spelling, while it lists another of them: on a
+    case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
+    "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
+    the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    groups: dict[str, list[str]] = {}
+    for rel in rels:
+        groups.setdefault(folded(rel), []).append(rel)
+    listed: dict[Path, set[str] | None] = {}
+
+    def on_disk(rel: str) -> bool | None:
+        folder = top
+        for part in rel.split("/"):
+            if folder not in listed:
+                try:
+                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
+                except OSError:
+                    listed[folder] = None
+            names = listed[folder]
+            if names is None:
+                return None  # not known: taken as spelled
+            if unicodedata.normalize("NFC", part) not in names:
+                return False
+            folder = folder / part
+        return True
+
+    out: set[str] = set()
+    for spellings in groups.values():
+        if len(spellings) > 1:
+            found = {rel: on_disk(rel) for rel in spellings}
+            if any(found.values()):  # one spelling listed: the others are only its aliases
+                out.update(rel for rel, there in found.items() if there is False)
+    return out
+
+
+def _twin_names(rel: str) -> list[str]:
+    """The other spellings of a note's ``.md`` ("Note.MD", "Note.mD", ... for "Note.md")."""
+    if not rel.lower().endswith(".md"):
+        return []
+    return [rel[:-3] + ext for ext in (".md", ".mD", ".Md", ".MD") if ext != rel[-3:]]
