@@ -401,6 +401,28 @@ def test_a_start_refused_for_the_socket_changes_nothing(tmp_path: Path, vault: P
     assert not (home / "agents" / ".sidecar-home").exists() and not (state / "sidecar" / "homes").exists()
 
 
+def test_a_socket_folder_of_another_user_is_said_as_such(tmp_path: Path, vault: Path) -> None:
+    """A socket folder another user owns (a ``/tmp/sidecar-<uid>`` made first by someone else) is
+    refused naming that folder, exit 3: the probe for a daemon on the socket raised
+    PermissionError and the start said "the home cannot be used", exit 5, which the service
+    restarts."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to act as a user without DAC override")
+    folder = tmp_path / "sd"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    d = DaemonProcess(
+        tmp_path / "h", vault, extra=["--socket", str(folder / "s.sock")], keyword_only=True,
+        prefix=[setpriv, "--bounding-set", "-dac_override,-dac_read_search"],
+    )  # fmt: skip
+    d.home.mkdir()
+    proc = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    assert proc.returncode == ExitCode.CONFIG == 3, proc.stderr
+    assert f"socket directory {folder} belongs to another user" in proc.stderr
+    assert "cannot be used" not in proc.stderr
+
+
 def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
     """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
     seen: list[str] = []

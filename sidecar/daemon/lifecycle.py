@@ -191,8 +191,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
         """Refuse the start when another daemon answers on the socket (one serving another home
         on it): checked right after the lock, before the home is tightened or recorded, so that
         the refused start changes nothing (``bind_socket`` checks again when it binds)."""
+        # No exists() first: on a socket folder another user owns it raises PermissionError, read
+        # as "the home cannot be used" (exit 5); ``socket_is_live`` says no daemon answers there
+        # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        if (path.exists() or path.is_symlink()) and socket_is_live(path):
+        if socket_is_live(path):
             raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
 
     def _make_agents_folder(self) -> None:
