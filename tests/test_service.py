@@ -423,6 +423,26 @@ def test_a_socket_folder_of_another_user_is_said_as_such(tmp_path: Path, vault: 
     assert "cannot be used" not in proc.stderr
 
 
+def test_a_notice_is_one_assignment_a_line_whatever_its_text(tmp_path: Path) -> None:
+    """A value with a newline (a path's, a lock file's text) stays one assignment, and a name not
+    UTF-8 is sent escaped: it added a READY=1 of its own, and raised UnicodeEncodeError (a
+    traceback, exit 1, restarted) in the wait for an index run under a home so named."""
+    from sidecar.runtime.notify import Notifier
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(5)
+    notifier = Notifier(str(path))
+    try:
+        notifier.send("STATUS=waiting: /h\udcff/index\nREADY=1", "WATCHDOG=1")
+        got = sink.recv(4096).decode("utf-8").split("\n")
+    finally:
+        notifier.close()
+        sink.close()
+    assert got == ["STATUS=waiting: /h\\udcff/index READY=1", "WATCHDOG=1"]
+
+
 def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
     """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
     seen: list[str] = []
