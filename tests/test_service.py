@@ -482,6 +482,9 @@ def test_a_service_start_waits_for_a_sidecar_index_run(
     ready = _notices(sink, lambda seen: "READY=1" in seen)
     sink.close()
     assert "READY=1" in ready, ready
+    # The rest of the start has a timeout of its own again, and the status says so.
+    taken = ready.index("STATUS=starting")
+    assert ready[taken + 1].startswith("EXTEND_TIMEOUT_USEC=") and taken < ready.index("READY=1"), ready
     d.wait_for(lambda h: h["index"]["state"] == "ready", 60)
     assert "index_lock_taken" in d.log.read_text()
 
@@ -514,7 +517,8 @@ def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> 
         run.release()
 
     lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
-    assert len(sent) == 1 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert sent[1][:2] == ("STATUS=starting", "EXTEND_TIMEOUT_USEC=90000000")
     assert lock.path.read_text() == f"pid {os.getpid()}"
     lock.release()
 
