@@ -477,6 +477,11 @@ def test_a_service_start_waits_for_a_sidecar_index_run(
         assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting), waiting
         assert d.proc is not None and d.proc.poll() is None  # waiting, not exited 4
         assert "index_lock_wait" in d.log.read_text()
+        # A reload during the wait (`kill -HUP`) is done once it serves: it ended the process, a
+        # clean exit the unit does not restart.
+        d.proc.send_signal(signal.SIGHUP)
+        again = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert d.proc.poll() is None, again
     finally:
         held.release()
     ready = _notices(sink, lambda seen: "READY=1" in seen)
@@ -487,6 +492,7 @@ def test_a_service_start_waits_for_a_sidecar_index_run(
     assert ready[taken + 1].startswith("EXTEND_TIMEOUT_USEC=") and taken < ready.index("READY=1"), ready
     d.wait_for(lambda h: h["index"]["state"] == "ready", 60)
     assert "index_lock_taken" in d.log.read_text()
+    d.wait_for(lambda _h: "config_reload_deferred" in d.log.read_text(), 30)
 
 
 def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:

@@ -149,10 +149,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
+        self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         raise_fd_limit()
+        self._defer_hangups()
         try:
             make_private(self.cfg)
             # The lock first: a refused start changes nothing. Under systemd a `sidecar index`
@@ -172,6 +174,18 @@ class Daemon(ConfigReload, ReadOnlyStart):
         finally:
             self._exit_on_second_signal()
             self.shutdown()
+
+    def _defer_hangups(self) -> None:
+        """A SIGHUP before ``serve`` takes it (a reload while the start waits for an index run,
+        or during the start) is kept and done once the daemon serves: by its default action it
+        ended the process, a clean exit systemd does not restart. In a terminal it still stops."""
+        if self.hangup_stops or threading.current_thread() is not threading.main_thread():
+            return
+
+        def deferred(_signum: int, _frame: Any) -> None:
+            self._hangup_deferred = True  # no logging here: the main thread may hold its lock
+
+        signal.signal(signal.SIGHUP, deferred)
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
@@ -429,6 +443,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
             loop.add_signal_handler(signal.SIGHUP, _hung_up, stop)
         else:
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
+            if self._hangup_deferred:
+                log.info("config_reload_deferred a SIGHUP came during the start: reading the file now")
+                loop.run_in_executor(None, self._reload_quietly)
         beat = asyncio.create_task(self.watchdog.beat())
         # Said when the stop begins: the server drains the requests taken up before it returns.
         stopping = asyncio.create_task(stop.wait())
