@@ -143,6 +143,20 @@ def test_a_restart_loop_ends_and_what_a_restart_cannot_help_is_not_restarted(
     assert data["ProcessType"] == "Standard"
 
 
+def test_the_readme_says_how_long_exit_5_is_restarted(tmp_path: Path, vault: Path) -> None:
+    """The restarts of a start failing with exit 5 last about four minutes (the start limit),
+    then the unit is left failed: README said the service restarts it "until it starts"."""
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    unit = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=False).text)
+    burst = int(unit["[Unit]StartLimitBurst"][0])
+    restart_sec = int(unit["[Service]RestartSec"][0])
+    assert round(burst * (restart_sec + 2) / 60) == 4  # a start failing in about 2 s
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `the home … cannot be used"))
+    assert "for about four minutes" in row and "leaves the unit failed" in row and "reset-failed" in row
+    assert "every 10 s (launchd: 30 s) until it starts" not in row
+
+
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_systemd_analyze_verify(tmp_path: Path, sandbox: bool) -> None:
     """The unit of `sidecar service install --dry-run`, for a vault and home that do not exist
