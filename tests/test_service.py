@@ -509,6 +509,46 @@ def test_a_service_start_waits_for_a_sidecar_index_run(
     d.wait_for(lambda _h: "config_reload_deferred" in d.log.read_text(), 30)
 
 
+def test_a_service_start_waits_for_a_home_on_a_share_not_mounted_yet(tmp_path: Path, vault: Path) -> None:
+    """Under systemd a home that cannot be used yet (the bare mount point of a share not mounted
+    refuses: Permission denied) is waited for in the process, then the daemon serves: it exited
+    5, and after 20 restarts (about four minutes) the unit was left failed for good. Outside a
+    service it still exits 5 at once."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to act as a user without DAC override")
+    mount = tmp_path / "mnt"
+    mount.mkdir(mode=0o755)
+    os.chown(mount, 65534, 65534)  # not mounted: the mount point is not this user's
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(1)
+    prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+    d = DaemonProcess(mount / "home", vault, keyword_only=True, prefix=prefix)
+    alone = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    assert alone.returncode == ExitCode.INDEX_UNUSABLE == 5, alone.stderr
+    d = DaemonProcess(
+        mount / "home", vault, keyword_only=True, prefix=prefix, env={"NOTIFY_SOCKET": str(path)}
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(d.cmd(), stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=d.env)
+    try:
+        exited = lambda: proc.poll() is not None  # noqa: E731
+        waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert any("cannot be used" in s and "Permission denied" in s for s in waiting), waiting
+        assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting) and proc.poll() is None
+        os.chown(mount, 0, 0)  # the share mounted
+        ready = _notices(sink, lambda seen: exited() or "READY=1" in seen)
+        assert "READY=1" in ready and "STATUS=starting" in ready, (ready, log.read_text())
+        assert "home_wait" in log.read_text() and "home_usable" in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        sink.close()
+
+
 def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
     """A daemon holding the index is refused at once (exit 4, not restarted); so is a `sidecar
     index` run outside a service (a person's foreground `serve` is told and tries again)."""

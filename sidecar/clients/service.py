@@ -376,9 +376,9 @@ Description=sidecar: hybrid recall over an Obsidian vault
 # A restart loop ends after 20 starts within 10 minutes (the unit is left failed; once fixed:
 # `systemctl --user reset-failed sidecar`, then start it). systemd counts every start, a
 # person's `systemctl --user restart` too: a start that fails at once, restarted every 10 s
-# (RestartSec) and failing in about 2 s, reaches 20 in about 4 minutes: a fault lasting longer
-# (a share still not mounted, a stale handle needing a remount) leaves the unit failed. A
-# handful of restarts by hand within a few minutes stays far below 20.
+# (RestartSec) and failing in about 2 s, reaches 20 in about 4 minutes (a home on a share not
+# mounted yet or behind a stale handle is waited for in the daemon instead). A handful of
+# restarts by hand within a few minutes stays far below 20.
 StartLimitIntervalSec=600
 StartLimitBurst=20
 
@@ -393,8 +393,8 @@ RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
 # already serves this home or socket; a `sidecar index` run holding the index is waited for):
 # a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
-# index cannot be used: a share not mounted yet, a stale handle, a full disk, if they pass within
-# the loop's ~4 minutes) or the watchdog restarts it.
+# index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
+# mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
 # Exit code 9: a stop that gave up on a write still running (the next start catches up).
 SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}

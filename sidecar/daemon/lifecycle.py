@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -44,6 +45,8 @@ from sidecar.daemon.compose import (
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import (
+    START_USEC,
+    WAIT_EXTEND_USEC,
     IndexLock,
     load_embedder,
     lock_waiting_for_index_run,
@@ -71,6 +74,14 @@ from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
 from sidecar.vault.watcher import Watcher
+
+# The errors of a home that may become usable by itself (a share not mounted yet: the bare
+# mount point refuses, or the path is not there; a stale or lost share), waited for under
+# systemd; any other (a read-only home, a file where a folder belongs) exits 5 at once.
+HOME_MAY_COME = frozenset(
+    {errno.EACCES, errno.ENOENT, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT, errno.EIO}
+)
+HOME_POLL_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -150,24 +161,43 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
+        self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         raise_fd_limit()
         self._defer_hangups()
-        try:
-            make_private(self.cfg)
-            # The lock first: a refused start changes nothing. Under systemd a `sidecar index`
-            # run holding it is waited for (exit 4 is not restarted there).
-            send = self.notifier.send if self.notifier.enabled else None
-            self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
-            self._make_agents_folder()  # the lock first: a second daemon records nothing
-        except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
-            where = exc.filename or self.cfg.home
-            raise StoreError(
-                f"the home {self.cfg.home} cannot be used: {where}: {exc.strerror or exc} "
-                "(it must be a folder this user can write)"
-            ) from exc
+        make_private(self.cfg)
+        send = self.notifier.send if self.notifier.enabled else None
+        said = False
+        while True:
+            try:
+                # The lock first: a refused start changes nothing. Under systemd a `sidecar
+                # index` run holding it is waited for (exit 4 is not restarted there).
+                self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
+                self._make_agents_folder()  # the lock first: a second daemon records nothing
+                break
+            except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
+                where = exc.filename or self.cfg.home
+                unusable = StoreError(
+                    f"the home {self.cfg.home} cannot be used: {where}: {exc.strerror or exc} "
+                    "(it must be a folder this user can write)"
+                )
+                if self._lock is not None:
+                    self._lock.release()
+                    self._lock = None
+                if send is None or exc.errno not in HOME_MAY_COME:
+                    raise unusable from exc
+            # Under systemd a home on a share not mounted yet (or a stale handle) is waited for
+            # in the process: restarted (exit 5), the unit was left failed after 20 starts.
+            if not said:
+                log.warning("home_wait %s", unusable)
+                said = True
+            send(f"STATUS=waiting: {unusable}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            self._sleep(HOME_POLL_S)
+        if said and send is not None:
+            log.info("home_usable the home %s can be used now", self.cfg.home)
+            send("STATUS=starting", f"EXTEND_TIMEOUT_USEC={START_USEC}", "WATCHDOG=1")
         try:
             server = self.startup()
             asyncio.run(self.serve(server))
