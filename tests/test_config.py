@@ -88,6 +88,19 @@ def test_a_relative_xdg_config_home_is_said(
     main(["config", "check", "--home", str(tmp_path / "h")])
     out = capsys.readouterr().out
     assert "XDG_CONFIG_HOME='xdg' is not an absolute path and is ignored" in out, out
+    # `config path` too (it was silent), on stderr: its stdout is the path alone.
+    main(["config", "path"])
+    both = capsys.readouterr()
+    assert "XDG_CONFIG_HOME='xdg' is not an absolute path" in both.err
+    assert both.out == f"{tmp_path / 'home' / '.config' / 'sidecar' / 'config.yaml'}\n"
+    # Nothing there to be missed: nothing said (every command, an agent's hooks too, said it).
+    monkeypatch.setenv("XDG_CONFIG_HOME", "elsewhere")
+    assert not any(
+        "XDG_CONFIG_HOME" in w
+        for w in load_config(env={"XDG_CONFIG_HOME": "elsewhere"}, cwd=tmp_path).warnings
+    )
+    main(["config", "path"])
+    assert "XDG_CONFIG_HOME" not in capsys.readouterr().err
 
 
 def test_unknown_key_names_file_key_and_value(tmp_path: Path) -> None:

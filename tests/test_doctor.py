@@ -264,6 +264,32 @@ def test_doctor_compares_the_services_xdg_folders(tmp_path: Path, vault: Path) -
             assert check.warning and "settings differ" in check.verdict
 
 
+def test_the_same_xdg_folder_through_a_link_is_no_other(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HOME reached through a link (a /home linked elsewhere) and XDG_CONFIG_HOME naming the same
+    folder by its real path: one configuration file. The install pinned XDG_CONFIG_HOME (the
+    names differed as text) and doctor failed: "it reads another configuration file"."""
+    real = tmp_path / "real" / "u"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.setenv("HOME", str(tmp_path / "link" / "u"))
+    given = {"home": str(tmp_path / "home"), "vault.path": str(vault)}
+    same = {"XDG_CONFIG_HOME": str(real / ".config"), "XDG_STATE_HOME": str(real / ".local" / "state")}
+    fresh = service_file(load_config(flags=given, env={**NO_MODEL, **same}), tmp_path / "userhome")
+    assert "XDG_" not in fresh.text
+    installed = service_file(load_config(flags=given, env=NO_MODEL), tmp_path / "userhome")
+    pinned = installed.text.replace(
+        "[Service]\n", f"[Service]\nEnvironment=XDG_CONFIG_HOME={real / '.config'}\n", 1
+    )  # a unit an earlier install wrote so
+    assert "Environment=XDG_CONFIG_HOME=" in pinned
+    write(installed.path, pinned)
+    check = check_service(
+        load_config(flags=given, env=NO_MODEL), Probes(home_dir=tmp_path / "userhome", systemctl="/bin/false")
+    )
+    assert check.ok and "XDG_CONFIG_HOME" not in check.verdict, check
+
+
 def test_the_start_hint_keeps_the_flags(tmp_path: Path, vault: Path) -> None:
     """No daemon: the hint names the --config and --home this command was given (a bare
     `sidecar serve` started a daemon on the default configuration, home and socket)."""

@@ -143,6 +143,20 @@ def test_a_restart_loop_ends_and_what_a_restart_cannot_help_is_not_restarted(
     assert data["ProcessType"] == "Standard"
 
 
+def test_the_readme_says_how_long_exit_5_is_restarted(tmp_path: Path, vault: Path) -> None:
+    """The restarts of a start failing with exit 5 last about four minutes (the start limit),
+    then the unit is left failed: README said the service restarts it "until it starts"."""
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    unit = _directives(service_file(cfg, tmp_path, platform="linux", sandbox=False).text)
+    burst = int(unit["[Unit]StartLimitBurst"][0])
+    restart_sec = int(unit["[Service]RestartSec"][0])
+    assert round(burst * (restart_sec + 2) / 60) == 4  # a start failing in about 2 s
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `the home … cannot be used"))
+    assert "for about four minutes" in row and "leaves the unit failed" in row and "reset-failed" in row
+    assert "every 10 s (launchd: 30 s) until it starts" not in row
+
+
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_systemd_analyze_verify(tmp_path: Path, sandbox: bool) -> None:
     """The unit of `sidecar service install --dry-run`, for a vault and home that do not exist
@@ -401,6 +415,48 @@ def test_a_start_refused_for_the_socket_changes_nothing(tmp_path: Path, vault: P
     assert not (home / "agents" / ".sidecar-home").exists() and not (state / "sidecar" / "homes").exists()
 
 
+def test_a_socket_folder_of_another_user_is_said_as_such(tmp_path: Path, vault: Path) -> None:
+    """A socket folder another user owns (a ``/tmp/sidecar-<uid>`` made first by someone else) is
+    refused naming that folder, exit 3: the probe for a daemon on the socket raised
+    PermissionError and the start said "the home cannot be used", exit 5, which the service
+    restarts."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to act as a user without DAC override")
+    folder = tmp_path / "sd"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    d = DaemonProcess(
+        tmp_path / "h", vault, extra=["--socket", str(folder / "s.sock")], keyword_only=True,
+        prefix=[setpriv, "--bounding-set", "-dac_override,-dac_read_search"],
+    )  # fmt: skip
+    d.home.mkdir()
+    proc = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    assert proc.returncode == ExitCode.CONFIG == 3, proc.stderr
+    assert f"socket directory {folder} belongs to another user" in proc.stderr
+    assert "cannot be used" not in proc.stderr
+
+
+def test_a_notice_is_one_assignment_a_line_whatever_its_text(tmp_path: Path) -> None:
+    """A value with a newline (a path's, a lock file's text) stays one assignment, and a name not
+    UTF-8 is sent escaped: it added a READY=1 of its own, and raised UnicodeEncodeError (a
+    traceback, exit 1, restarted) in the wait for an index run under a home so named."""
+    from sidecar.runtime.notify import Notifier
+
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(5)
+    notifier = Notifier(str(path))
+    try:
+        notifier.send("STATUS=waiting: /h\udcff/index\nREADY=1", "WATCHDOG=1")
+        got = sink.recv(4096).decode("utf-8").split("\n")
+    finally:
+        notifier.close()
+        sink.close()
+    assert got == ["STATUS=waiting: /h\\udcff/index READY=1", "WATCHDOG=1"]
+
+
 def _notices(sink: socket.socket, until: Any, timeout: float = 60) -> list[str]:
     """The notify lines received until ``until(lines)`` holds (or the timeout: the test fails)."""
     seen: list[str] = []
@@ -435,13 +491,62 @@ def test_a_service_start_waits_for_a_sidecar_index_run(
         assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting), waiting
         assert d.proc is not None and d.proc.poll() is None  # waiting, not exited 4
         assert "index_lock_wait" in d.log.read_text()
+        # A reload during the wait (`kill -HUP`) is done once it serves: it ended the process, a
+        # clean exit the unit does not restart.
+        d.proc.send_signal(signal.SIGHUP)
+        again = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert d.proc.poll() is None, again
     finally:
         held.release()
     ready = _notices(sink, lambda seen: "READY=1" in seen)
     sink.close()
     assert "READY=1" in ready, ready
+    # The rest of the start has a timeout of its own again, and the status says so.
+    taken = ready.index("STATUS=starting")
+    assert ready[taken + 1].startswith("EXTEND_TIMEOUT_USEC=") and taken < ready.index("READY=1"), ready
     d.wait_for(lambda h: h["index"]["state"] == "ready", 60)
     assert "index_lock_taken" in d.log.read_text()
+    d.wait_for(lambda _h: "config_reload_deferred" in d.log.read_text(), 30)
+
+
+def test_a_service_start_waits_for_a_home_on_a_share_not_mounted_yet(tmp_path: Path, vault: Path) -> None:
+    """Under systemd a home that cannot be used yet (the bare mount point of a share not mounted
+    refuses: Permission denied) is waited for in the process, then the daemon serves: it exited
+    5, and after 20 restarts (about four minutes) the unit was left failed for good. Outside a
+    service it still exits 5 at once."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to act as a user without DAC override")
+    mount = tmp_path / "mnt"
+    mount.mkdir(mode=0o755)
+    os.chown(mount, 65534, 65534)  # not mounted: the mount point is not this user's
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(1)
+    prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+    d = DaemonProcess(mount / "home", vault, keyword_only=True, prefix=prefix)
+    alone = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=60, check=False, env=d.env)
+    assert alone.returncode == ExitCode.INDEX_UNUSABLE == 5, alone.stderr
+    d = DaemonProcess(
+        mount / "home", vault, keyword_only=True, prefix=prefix, env={"NOTIFY_SOCKET": str(path)}
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(d.cmd(), stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=d.env)
+    try:
+        exited = lambda: proc.poll() is not None  # noqa: E731
+        waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+        assert any("cannot be used" in s and "Permission denied" in s for s in waiting), waiting
+        assert any(s.startswith("EXTEND_TIMEOUT_USEC=") for s in waiting) and proc.poll() is None
+        os.chown(mount, 0, 0)  # the share mounted
+        ready = _notices(sink, lambda seen: exited() or "READY=1" in seen)
+        assert "READY=1" in ready and "STATUS=starting" in ready, (ready, log.read_text())
+        assert "home_wait" in log.read_text() and "home_usable" in log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        sink.close()
 
 
 def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
@@ -472,7 +577,8 @@ def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> 
         run.release()
 
     lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
-    assert len(sent) == 1 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: the index")
+    assert sent[1][:2] == ("STATUS=starting", "EXTEND_TIMEOUT_USEC=90000000")
     assert lock.path.read_text() == f"pid {os.getpid()}"
     lock.release()
 

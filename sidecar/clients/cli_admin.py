@@ -575,9 +575,13 @@ def cmd_config_path(args: argparse.Namespace) -> int:
     """The configuration file the commands read: --config, else $SIDECAR_CONFIG, else the default
     ($XDG_CONFIG_HOME/sidecar/config.yaml, else ~/.config/sidecar/config.yaml), written or not, so
     that the steps writing it write the file the daemon reads."""
-    from sidecar.config.loader import config_file_path
+    from sidecar.config.loader import config_file_path, ignored_config_file
 
-    path = config_file_path(getattr(args, "config", None), os.environ)
+    flag = getattr(args, "config", None)
+    ignored = ignored_config_file(flag, os.environ, Path.cwd())
+    if ignored is not None:  # the one command a person asks which file is read
+        print(f"sidecar: warning: {ignored}", file=sys.stderr)
+    path = config_file_path(flag, os.environ)
     path = path if path.is_absolute() else Path.cwd() / path
     raw = os.fsencode(path)
     if args.json:

@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 
 from sidecar.clients.doctor_checks import Check, Probes
-from sidecar.clients.service import existing_text, installed_setup, launcher, service_file
+from sidecar.clients.service import existing_text, installed_setup, launcher, service_file, xdg_folder
 from sidecar.config import Config, env_name
 from sidecar.contracts.errors import SidecarError
+
+_CONFIG_HOME = ("XDG_CONFIG_HOME", "~/.config")
+_XDG = {"XDG_CONFIG_HOME": "~/.config", "XDG_STATE_HOME": "~/.local/state"}
 
 _REINSTALL = (
     "run `sidecar service install` again with this command's --config/--home/--socket (or run this "
@@ -41,7 +44,9 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
             f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
             _REINSTALL,
         )
-    if "--config" not in have.argv and have.env.get("XDG_CONFIG_HOME") != want.env.get("XDG_CONFIG_HOME"):
+    if "--config" not in have.argv and xdg_folder(have.env, *_CONFIG_HOME) != xdg_folder(
+        want.env, *_CONFIG_HOME
+    ):
         # No file named: the daemon reads $XDG_CONFIG_HOME/sidecar/config.yaml as the unit sets
         # it (the service manager passes no XDG_CONFIG_HOME on), this command its own shell's.
         return Check(
@@ -79,11 +84,16 @@ def _extra_settings(svc_text: str, installed: str) -> list[str]:
     the file read when none is named)."""
     want, have = installed_setup(svc_text).env, installed_setup(installed).env
     compared = {env_name("home"), env_name("socket")}  # by _installed_differs
-    also = {"TZ", "XDG_STATE_HOME", "XDG_CONFIG_HOME"}
+
+    def differs(n: str) -> bool:  # an XDG folder by the folder it names, links resolved
+        if n in _XDG:
+            return xdg_folder(want, n, _XDG[n]) != xdg_folder(have, n, _XDG[n])
+        return want.get(n) != have.get(n)
+
     names = sorted(
         n
         for n in {*want, *have}
-        if (n.startswith("SIDECAR_") or n in also) and n not in compared and want.get(n) != have.get(n)
+        if (n.startswith("SIDECAR_") or n == "TZ" or n in _XDG) and n not in compared and differs(n)
     )
     return [f"{n}={have[n]}" if n in have else f"without {n}" for n in names]
 

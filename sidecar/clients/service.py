@@ -115,16 +115,27 @@ def _env_text(value: Any) -> str:
     return str(value)
 
 
+def xdg_folder(env: Mapping[str, str], name: str, default: str) -> str:
+    """The folder an XDG variable names (``default`` when unset or relative), links resolved: the
+    same folder spelled through a link (a home under a linked /home) is no other folder."""
+    value = env.get(name, "")
+    return os.path.realpath(value if value and os.path.isabs(value) else os.path.expanduser(default))
+
+
 def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     """The daemon's environment in the service: the home and the socket this command uses (the
     default socket follows XDG_RUNTIME_DIR, which the service manager sets its own way), every
     other setting this command took from a flag or a variable, and its TZ when it has one."""
     out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
-    if cfg.state_dir is not None and cfg.state_dir != Path("~/.local/state/sidecar").expanduser():
+    # Compared with links resolved: the default folder spelled another way is no other folder.
+    if cfg.state_dir is not None and os.path.realpath(cfg.state_dir.parent) != xdg_folder(
+        {}, "XDG_STATE_HOME", "~/.local/state"
+    ):
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
         out.append(("XDG_STATE_HOME", str(cfg.state_dir.parent)))
-    default_file = Path("~/.config/sidecar/config.yaml").expanduser()
-    if cfg.default_file is not None and cfg.default_file != default_file:
+    if cfg.default_file is not None and os.path.realpath(cfg.default_file.parent.parent) != xdg_folder(
+        {}, "XDG_CONFIG_HOME", "~/.config"
+    ):
         # The file read when none is named follows XDG_CONFIG_HOME too: without it the service
         # read ~/.config/sidecar/config.yaml while this shell's commands wrote and checked another.
         out.append(("XDG_CONFIG_HOME", str(cfg.default_file.parent.parent)))
@@ -376,8 +387,9 @@ Description=sidecar: hybrid recall over an Obsidian vault
 # A restart loop ends after 20 starts within 10 minutes (the unit is left failed; once fixed:
 # `systemctl --user reset-failed sidecar`, then start it). systemd counts every start, a
 # person's `systemctl --user restart` too: a start that fails at once, restarted every 10 s
-# (RestartSec), reaches 20 in about 4 minutes (time for a share mounted late at login to come),
-# while a handful of restarts by hand within a few minutes stays far below 20.
+# (RestartSec) and failing in about 2 s, reaches 20 in about 4 minutes (a home on a share not
+# mounted yet or behind a stale handle is waited for in the daemon instead). A handful of
+# restarts by hand within a few minutes stays far below 20.
 StartLimitIntervalSec=600
 StartLimitBurst=20
 
@@ -392,8 +404,8 @@ RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
 # already serves this home or socket; a `sidecar index` run holding the index is waited for):
 # a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
-# index cannot be used: a share not mounted yet, a stale handle, a full disk pass by themselves)
-# or the watchdog restarts it.
+# index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
+# mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
 # Exit code 9: a stop that gave up on a write still running (the next start catches up).
 SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}

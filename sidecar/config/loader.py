@@ -124,16 +124,24 @@ def default_config_file(env: Mapping[str, str]) -> Path:
     return root / "sidecar" / "config.yaml"
 
 
-def _relative_config_home(env: Mapping[str, str], cwd: Path) -> str | None:
-    """A warning when XDG_CONFIG_HOME is set but relative, and so ignored: the file it named from
-    this folder was read by earlier releases, and is read no more (without a word, the daemon
-    started without its vault)."""
+def ignored_config_file(flag: str | None, env: Mapping[str, str], cwd: Path) -> str | None:
+    """A warning when no file is named and XDG_CONFIG_HOME is set but relative, and so ignored,
+    while the file it named from this folder is there: earlier releases read it, and without a
+    word the daemon started without its vault. None when nothing is there to be missed."""
+    if _default_config_path(flag, env)[1]:
+        return None  # a file named by --config or SIDECAR_CONFIG
     base = env.get("XDG_CONFIG_HOME", "")
     if not base or Path(base).is_absolute():
         return None
+    missed = cwd / base / "sidecar" / "config.yaml"
+    try:
+        if not missed.is_file():
+            return None
+    except OSError:  # a folder that cannot be looked into: nothing read from it either way
+        return None
     return (
         f"XDG_CONFIG_HOME={base!r} is not an absolute path and is ignored (XDG Base Directory "
-        f"specification): {cwd / base / 'sidecar' / 'config.yaml'} is no longer read, "
+        f"specification): {missed} is no longer read, "
         f"{default_config_file(env)} is; set XDG_CONFIG_HOME to an absolute path, or name the "
         "file with --config or SIDECAR_CONFIG"
     )
@@ -144,7 +152,7 @@ def _config_to_read(
 ) -> tuple[Path, bool]:
     """``_default_config_path``, and the warning of a relative XDG_CONFIG_HOME when no file is named."""
     path, required = _default_config_path(flag, env)
-    ignored = None if required else _relative_config_home(env, cwd)
+    ignored = ignored_config_file(flag, env, cwd)
     if ignored is not None:
         warnings.append(ignored)
     return path, required

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -44,6 +45,8 @@ from sidecar.daemon.compose import (
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.process import (
+    START_USEC,
+    WAIT_EXTEND_USEC,
     IndexLock,
     load_embedder,
     lock_waiting_for_index_run,
@@ -71,6 +74,14 @@ from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
 from sidecar.vault.timeout import folder_state
 from sidecar.vault.watcher import Watcher
+
+# The errors of a home that may become usable by itself (a share not mounted yet: the bare
+# mount point refuses, or the path is not there; a stale or lost share), waited for under
+# systemd; any other (a read-only home, a file where a folder belongs) exits 5 at once.
+HOME_MAY_COME = frozenset(
+    {errno.EACCES, errno.ENOENT, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT, errno.EIO}
+)
+HOME_POLL_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -149,29 +160,62 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
+        self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
+        self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         raise_fd_limit()
-        try:
-            make_private(self.cfg)
-            # The lock first: a refused start changes nothing. Under systemd a `sidecar index`
-            # run holding it is waited for (exit 4 is not restarted there).
-            send = self.notifier.send if self.notifier.enabled else None
-            self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
-            self._make_agents_folder()  # the lock first: a second daemon records nothing
-        except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
-            where = exc.filename or self.cfg.home
-            raise StoreError(
-                f"the home {self.cfg.home} cannot be used: {where}: {exc.strerror or exc} "
-                "(it must be a folder this user can write)"
-            ) from exc
+        self._defer_hangups()
+        make_private(self.cfg)
+        send = self.notifier.send if self.notifier.enabled else None
+        said = False
+        while True:
+            try:
+                # The lock first: a refused start changes nothing. Under systemd a `sidecar
+                # index` run holding it is waited for (exit 4 is not restarted there).
+                self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
+                self._make_agents_folder()  # the lock first: a second daemon records nothing
+                break
+            except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
+                where = exc.filename or self.cfg.home
+                unusable = StoreError(
+                    f"the home {self.cfg.home} cannot be used: {where}: {exc.strerror or exc} "
+                    "(it must be a folder this user can write)"
+                )
+                if self._lock is not None:
+                    self._lock.release()
+                    self._lock = None
+                if send is None or exc.errno not in HOME_MAY_COME:
+                    raise unusable from exc
+            # Under systemd a home on a share not mounted yet (or a stale handle) is waited for
+            # in the process: restarted (exit 5), the unit was left failed after 20 starts.
+            if not said:
+                log.warning("home_wait %s", unusable)
+                said = True
+            send(f"STATUS=waiting: {unusable}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            self._sleep(HOME_POLL_S)
+        if said and send is not None:
+            log.info("home_usable the home %s can be used now", self.cfg.home)
+            send("STATUS=starting", f"EXTEND_TIMEOUT_USEC={START_USEC}", "WATCHDOG=1")
         try:
             server = self.startup()
             asyncio.run(self.serve(server))
         finally:
             self._exit_on_second_signal()
             self.shutdown()
+
+    def _defer_hangups(self) -> None:
+        """A SIGHUP before ``serve`` takes it (a reload while the start waits for an index run,
+        or during the start) is kept and done once the daemon serves: by its default action it
+        ended the process, a clean exit systemd does not restart. In a terminal it still stops."""
+        if self.hangup_stops or threading.current_thread() is not threading.main_thread():
+            return
+
+        def deferred(_signum: int, _frame: Any) -> None:
+            self._hangup_deferred = True  # no logging here: the main thread may hold its lock
+
+        signal.signal(signal.SIGHUP, deferred)
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
@@ -191,8 +235,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
         """Refuse the start when another daemon answers on the socket (one serving another home
         on it): checked right after the lock, before the home is tightened or recorded, so that
         the refused start changes nothing (``bind_socket`` checks again when it binds)."""
+        # No exists() first: on a socket folder another user owns it raises PermissionError, read
+        # as "the home cannot be used" (exit 5); ``socket_is_live`` says no daemon answers there
+        # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        if (path.exists() or path.is_symlink()) and socket_is_live(path):
+        if socket_is_live(path):
             raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
 
     def _make_agents_folder(self) -> None:
@@ -426,6 +473,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
             loop.add_signal_handler(signal.SIGHUP, _hung_up, stop)
         else:
             loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, self._reload_quietly))
+            if self._hangup_deferred:
+                log.info("config_reload_deferred a SIGHUP came during the start: reading the file now")
+                loop.run_in_executor(None, self._reload_quietly)
         beat = asyncio.create_task(self.watchdog.beat())
         # Said when the stop begins: the server drains the requests taken up before it returns.
         stopping = asyncio.create_task(stop.wait())

@@ -160,7 +160,8 @@ def lock_and_tighten(
 # pushes systemd's start timeout (TimeoutStartSec) out: well above the poll, so that a slow try
 # (a busy disk) does not let the start time out.
 LOCK_POLL_S = 2.0
-_EXTEND_USEC = 60_000_000
+WAIT_EXTEND_USEC = 60_000_000
+START_USEC = 90_000_000
 
 
 def lock_waiting_for_index_run(
@@ -185,11 +186,15 @@ def lock_waiting_for_index_run(
                 log.warning("index_lock_wait %s", exc)
                 said = True
             # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
-            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={_EXTEND_USEC}", "WATCHDOG=1")
+            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
             sleep(LOCK_POLL_S)
             continue
-        if said:
+        if said and send is not None:
             log.info("index_lock_taken the `sidecar index` run waited for is done")
+            # The last extension ran out ~2 s after that try: the rest of the start (tightening
+            # the rebuilt index, opening the stores) gets one more, and the status stops saying
+            # "waiting". 90 s: systemd's default start timeout, what a start without a wait has.
+            send("STATUS=starting", f"EXTEND_TIMEOUT_USEC={START_USEC}", "WATCHDOG=1")
         return lock
 
 

@@ -29,8 +29,11 @@ class Notifier:
         if self._sock is None or self.address is None:
             return
         target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
+        # One assignment a line: a newline inside a value (a path's, a lock file's text) began
+        # another one (READY=1); a name not UTF-8 (surrogates) raised and ended the process.
+        text = "\n".join(" ".join(line.splitlines()) for line in lines)
         try:
-            self._sock.sendto("\n".join(lines).encode("utf-8"), target)
+            self._sock.sendto(text.encode("utf-8", "backslashreplace"), target)
         except OSError as exc:  # the manager went away: nothing to tell any more
             log.debug("notify_failed error=%s", exc)
 
