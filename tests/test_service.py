@@ -549,6 +549,56 @@ def test_a_service_start_waits_for_a_home_on_a_share_not_mounted_yet(tmp_path: P
         sink.close()
 
 
+def test_the_wait_for_a_home_ends_after_its_bound(
+    tmp_path: Path, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A home that never becomes usable (a permission mistake looks like a share not mounted yet)
+    is waited for ``HOME_WAIT_MOST_S`` at most, then the start fails with exit 5 (restarted by the
+    unit): it was waited for for good, and `systemctl start` (a notify unit's start waits for
+    READY) with it."""
+    import errno
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.daemon import lifecycle
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+
+    def refused(*_a: Any, **_k: Any) -> Any:
+        raise OSError(errno.ENOENT, "No such file or directory", str(tmp_path / "home"))
+
+    monkeypatch.setattr(lifecycle, "lock_waiting_for_index_run", refused)
+    monkeypatch.setattr(signal, "signal", lambda *_a: None)  # the test process keeps its handlers
+    daemon = lifecycle.Daemon(cfg)
+    sent: list[tuple[str, ...]] = []
+
+    class Told:
+        enabled = True
+
+        def send(self, *lines: str) -> None:
+            sent.append(lines)
+
+        def close(self) -> None:
+            pass
+
+    now = [0.0]
+    naps: list[float] = []
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) > 10_000:
+            raise AssertionError("the home was waited for for good")
+        now[0] += seconds
+
+    daemon.notifier = Told()  # type: ignore[assignment]
+    daemon._sleep, daemon._clock = nap, lambda: now[0]
+    with pytest.raises(StoreError) as over:
+        daemon.run()
+    assert over.value.exit_code == ExitCode.INDEX_UNUSABLE == 5
+    assert "cannot be used" in str(over.value)
+    assert lifecycle.HOME_WAIT_MOST_S <= now[0] < lifecycle.HOME_WAIT_MOST_S + 2 * lifecycle.HOME_POLL_S
+    assert any(line.startswith("STATUS=waiting") for lines in sent for line in lines)
+
+
 def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
     """A daemon holding the index is refused at once (exit 4, not restarted); so is a `sidecar
     index` run outside a service (a person's foreground `serve` is told and tries again)."""

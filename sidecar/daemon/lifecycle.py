@@ -82,6 +82,10 @@ HOME_MAY_COME = frozenset(
     {errno.EACCES, errno.ENOENT, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT, errno.EIO}
 )
 HOME_POLL_S = 2.0
+# The wait ends after this long with exit 5, restarted by the unit for about four more minutes:
+# a share mounted late at login or a NAS booting is there within it, while `systemctl start`
+# (a notify unit's start waits for READY) must not hang for good on a permission mistake.
+HOME_WAIT_MOST_S = 600.0
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +166,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._said_stopping = False
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
         self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
+        self._clock: Callable[[], float] = time.monotonic
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -170,6 +175,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         make_private(self.cfg)
         send = self.notifier.send if self.notifier.enabled else None
         said = False
+        waited_from = self._clock()
         while True:
             try:
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
@@ -187,6 +193,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
                     self._lock.release()
                     self._lock = None
                 if send is None or exc.errno not in HOME_MAY_COME:
+                    raise unusable from exc
+                if self._clock() - waited_from >= HOME_WAIT_MOST_S:
+                    log.warning("home_wait_over seconds=%.0f", HOME_WAIT_MOST_S)
                     raise unusable from exc
             # Under systemd a home on a share not mounted yet (or a stale handle) is waited for
             # in the process: restarted (exit 5), the unit was left failed after 20 starts.
