@@ -352,6 +352,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
             # searchable through it. Cheap: the keys are matched, no note is read.
             indexer.remove_excluded_at_start,
             indexer.reparse_if_chunking_changed,
+            indexer.reread_if_written_elsewhere,
             indexer.reread_canvases_if_read_differently,
             indexer.reread_drawings_if_read_differently,
             indexer.reread_link_aliases_if_read_differently,

@@ -45,6 +45,7 @@ def index_once(
     try:
         load_embedder(cfg, slot, lambda: serving_model(cfg, vectors), parts.problems)
         indexer.finish_interrupted()
+        indexer.reread_if_written_elsewhere()
         indexer.reparse_if_chunking_changed()
         indexer.reread_canvases_if_read_differently()
         indexer.reread_drawings_if_read_differently()

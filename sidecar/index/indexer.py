@@ -363,8 +363,15 @@ class Indexer:
         if not self._swept:
             self._count_read_whole(listed, names, stop)
         act.phase = "idle"
-        self._say_put_back(None if only is None and not paths else diff)
+        self._after_sweep(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, wrote, chosen, bool(paths))
+
+    def _after_sweep(self, batch: Diff | None) -> None:
+        """What status says of notes a rebuild put back; after a whole sweep (``batch`` None),
+        the latest note row written, recorded."""
+        self._say_put_back(batch)
+        if batch is None:
+            self._whole_sweep_written()
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -1025,6 +1032,27 @@ class Indexer:
         reread = self.manifest.reread_link_aliases
         self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
 
+    def reread_if_written_elsewhere(self) -> None:
+        """Notes written into the index after this release's last whole sweep are read again by
+        the next sweep: an older release run on the index meanwhile (a downgrade and back) wrote
+        them with its own reading (``aliases: [010]`` as 8) and knows none of the rows that say
+        a one-time re-read was done, so they kept the old reading for good. A crash after a
+        sweep's writes costs the same re-read of the notes written since (no text is embedded
+        again: its vector is found by its text)."""
+        seen = self.manifest.get_meta(_WRITTEN_UNTIL)
+        if not seen:  # the first start of a release keeping it: nothing to tell by
+            return
+        notes = self.manifest.reread_written_after(float(seen))
+        if notes:
+            log.info("notes_written_elsewhere_reread notes=%d", notes)
+
+    def _whole_sweep_written(self) -> None:
+        """Recorded after a whole sweep: the latest note row this release wrote
+        (``reread_if_written_elsewhere``)."""
+        latest = self.manifest.last_written()
+        if latest and self.manifest.get_meta(_WRITTEN_UNTIL) != repr(latest):
+            self.manifest.set_meta(_WRITTEN_UNTIL, repr(latest))
+
     def reread_property_names_if_read_differently(self) -> None:
         """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
         (``aliases: [010]`` named the note "8") are read again by the next sweep when the way
@@ -1320,6 +1348,7 @@ def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], lis
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
+_WRITTEN_UNTIL = "written_until"  # meta: the latest note row at the last whole sweep (repr)
 # A step of giving back the rebuild copy's pages waits at most this long for searches in flight.
 _GIVE_BACK_YIELD_S = 0.5
 

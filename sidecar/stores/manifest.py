@@ -485,6 +485,16 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 ).rowcount
             )
 
+    def reread_written_after(self, since: float) -> int:
+        """``reread_all`` for the notes whose rows were written after ``since`` (``indexed_at``)."""
+        with self.transaction() as db:
+            marked = db.execute("UPDATE files SET size = -1, hash = '' WHERE indexed_at > ?", (since,))
+            return int(marked.rowcount)
+
+    def last_written(self) -> float:
+        """When the latest note row was written (``indexed_at``; 0 in an empty index)."""
+        return float(self._query("SELECT coalesce(max(indexed_at), 0) FROM files")[0][0])
+
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
         db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
