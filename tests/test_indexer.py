@@ -575,41 +575,65 @@ def test_notes_with_names_yaml_read_as_numbers_are_read_again_and_nothing_else(
         h.close()
 
 
+@pytest.mark.parametrize("older", ["events", "whole sweep"])
 def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
-    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, older: str
 ) -> None:
     """A downgrade and back: an older release, run on the index after this one recorded its
     one-time re-reads, wrote a note with its own reading (``aliases: [010]`` as "8") and knows
-    none of those rows; at the next start the notes written after this release's last whole
-    sweep, and only those, are read again (they kept the old reading for good)."""
+    none of those rows; at the next start the notes written after this reader's last whole sweep,
+    and only those, are read again (they kept the old reading for good). An older release that
+    keeps such a mark too ("whole sweep") keeps its own: one shared mark was moved past its
+    writes by its own whole sweep."""
+    from sidecar.index import indexer as indexer_mod
     from sidecar.notes import frontmatter
     from sidecar.stores import manifest as manifest_mod
 
     write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
-    write(vault / "Other.md", "# Other\n\nNothing typed here.\n")
     model = FakeEmbedder()
     h = Harness(make_cfg(vault), model)
     try:
         h.indexer.reread_if_written_elsewhere()  # nothing recorded yet: nothing to tell by
         assert h.sweep()["changed"] > 0  # a whole sweep records its latest row
-        assert h.stores.manifest.get_meta("written_until")
+        assert h.stores.manifest.get_meta(indexer_mod._written_until())
         time.sleep(0.01)
         monkeypatch.setattr(frontmatter, "_AS_WRITTEN", frozenset())  # the older release's reading
+        monkeypatch.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)
         write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller, neu.\n")
-        h.indexer.sweep(paths=[str(vault / "Raum.md")])
-        while h.vectors.embed_pending():
-            pass
+        if older == "events":
+            h.indexer.sweep(paths=[str(vault / "Raum.md")])
+            while h.vectors.embed_pending():
+                pass
+        else:
+            h.indexer.reread_if_written_elsewhere()
+            assert h.sweep()["changed"] == 1
         assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
         monkeypatch.undo()
         manifest_mod._aliases.cache_clear()
         model.embedded.clear()
         with caplog.at_level("INFO"):
             h.indexer.reread_if_written_elsewhere()  # the start of this release again
-        assert "notes_written_elsewhere_reread notes=1" in caplog.text
+        assert "notes_written_since_reread notes=1" in caplog.text
         assert h.sweep()["changed"] == 1  # that note alone
         assert any(t.startswith("Raum\n010, Keller\n") for t in model.embedded), model.embedded
         h.indexer.reread_if_written_elsewhere()  # recorded by that whole sweep: nothing again
         assert h.sweep()["changed"] == 0
+    finally:
+        h.close()
+
+
+def test_a_mark_of_written_notes_that_is_no_time_is_ignored(make_cfg: Any, vault: Path) -> None:
+    """A mark another version wrote in another form (or a hand edit) is no reason to refuse a
+    start: it is ignored, and the next whole sweep writes it anew."""
+    from sidecar.index import indexer as indexer_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        for value in ("not a time", "nan", "inf"):
+            h.stores.manifest.set_meta(indexer_mod._written_until(), value)
+            h.indexer.reread_if_written_elsewhere()
+            assert h.sweep()["changed"] == 0
     finally:
         h.close()
 

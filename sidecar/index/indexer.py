@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -1033,25 +1034,30 @@ class Indexer:
         self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
 
     def reread_if_written_elsewhere(self) -> None:
-        """Notes written into the index after this release's last whole sweep are read again by
-        the next sweep: an older release run on the index meanwhile (a downgrade and back) wrote
-        them with its own reading (``aliases: [010]`` as 8) and knows none of the rows that say
-        a one-time re-read was done, so they kept the old reading for good. A crash after a
-        sweep's writes costs the same re-read of the notes written since (no text is embedded
-        again: its vector is found by its text)."""
-        seen = self.manifest.get_meta(_WRITTEN_UNTIL)
-        if not seen:  # the first start of a release keeping it: nothing to tell by
+        """Notes written into the index after this reader's last whole sweep are read again by
+        the next sweep: a release reading notes otherwise, run on the index meanwhile (a
+        downgrade and back), wrote them its own way (``aliases: [010]`` as 8) and knows none of
+        the rows that say a one-time re-read was done, so they kept its reading for good. Each
+        reader keeps its own mark (``_written_until``): one shared mark was moved past those
+        writes by the other release's own whole sweep. Notes this reader wrote from file events
+        after its last whole sweep are read again too (a restart): cost only, no text is
+        embedded again (its vector is found by its text)."""
+        seen = self.manifest.get_meta(_written_until())
+        try:
+            since = float(seen) if seen else math.nan
+        except ValueError:
+            since = math.nan
+        if not math.isfinite(since):  # none yet (this reader's first start), or not a time
             return
-        notes = self.manifest.reread_written_after(float(seen))
+        notes = self.manifest.reread_written_after(since)
         if notes:
-            log.info("notes_written_elsewhere_reread notes=%d", notes)
+            log.info("notes_written_since_reread notes=%d", notes)
 
     def _whole_sweep_written(self) -> None:
-        """Recorded after a whole sweep: the latest note row this release wrote
-        (``reread_if_written_elsewhere``)."""
-        latest = self.manifest.last_written()
-        if latest and self.manifest.get_meta(_WRITTEN_UNTIL) != repr(latest):
-            self.manifest.set_meta(_WRITTEN_UNTIL, repr(latest))
+        """Recorded after a whole sweep: the latest note row written (``reread_if_written_elsewhere``)."""
+        latest, row = self.manifest.last_written(), _written_until()
+        if latest and self.manifest.get_meta(row) != repr(latest):
+            self.manifest.set_meta(row, repr(latest))
 
     def reread_property_names_if_read_differently(self) -> None:
         """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
@@ -1348,7 +1354,15 @@ def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], lis
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
-_WRITTEN_UNTIL = "written_until"  # meta: the latest note row at the last whole sweep (repr)
+
+
+def _written_until() -> str:
+    """The meta row of this reader's mark: the latest note row at its last whole sweep (repr),
+    named by every version of how notes are read, so another release keeps its own."""
+    readers = (CHUNKER_VERSION, CANVAS_READER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION)
+    return "written_until:" + ".".join(str(v) for v in (*readers, PROPERTY_NAME_READER_VERSION))
+
+
 # A step of giving back the rebuild copy's pages waits at most this long for searches in flight.
 _GIVE_BACK_YIELD_S = 0.5
 
