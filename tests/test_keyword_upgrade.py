@@ -795,7 +795,7 @@ def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_not
     """A search that met the lost index and reported its failure after the reopen left a
     keyword_search problem active, and the next tick's repair moved the healthy, reopened index
     aside and rebuilt it. The lost index is said by keyword_index alone: nothing is moved."""
-    import sidecar.search.retrieval as retrieval
+    import sidecar.search.arms as arms
     from sidecar.index.upgrade import upgrade_bm25
 
     cfg = _kept_layout_2(make_cfg, underscores)
@@ -805,7 +805,7 @@ def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_not
         assert upgrade_bm25(h.stores) is False
         assert h.stores.bm25.unavailable is not None
         entered, release = threading.Event(), threading.Event()
-        real_warning = retrieval.log.warning
+        real_warning = arms.log.warning
 
         def warning(msg: str, *args: Any) -> None:
             if threading.current_thread().name == "late-search" and "keyword_search_failed" in msg:
@@ -813,7 +813,7 @@ def test_a_search_failing_on_the_lost_index_reporting_after_the_reopen_moves_not
                 assert release.wait(_WAIT)
             real_warning(msg, *args)
 
-        monkeypatch.setattr(retrieval.log, "warning", warning)
+        monkeypatch.setattr(arms.log, "warning", warning)
         thread = threading.Thread(target=search, args=(h, "tomatoes"), name="late-search", daemon=True)
         thread.start()
         assert entered.wait(_WAIT)

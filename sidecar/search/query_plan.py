@@ -1,0 +1,196 @@
+"""How a query is read and weighed before the arms search, a mixin of ``Retriever``
+(``retrieval``): the query's spelling as read (umlauts), its rare words, the words the keyword arm
+looks for, the language whose stemmed forms lead, each arm's share, and the serving model's own
+settings (also while a model switch migrates). Its own module because the plan decides nothing
+about a single candidate; ``why`` and ``recall`` read the query the same way. The state it works
+on is the ``Retriever``'s own, made in ``Retriever.__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
+from sidecar.contracts.errors import StoreError
+from sidecar.index.vectoring import Stores, VectorSet
+from sidecar.model.embedder import model_name
+from sidecar.search.query import QueryAnalysis, a_form_of, analyze, word_forms
+from sidecar.search.querycache import QueryCache
+from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
+
+# recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
+_GATES = {"recall.minSimilarity": "min_similarity", "recall.scoreFloor": "score_floor"}
+_RECALL_DEFAULTS = {attr: getattr(RecallConfig(), attr) for attr in _GATES.values()}
+
+
+def _own_settings(serving: VectorSet) -> dict[str, Any]:
+    """The serving model's own settings (MODEL_DEFAULTS): what counts for the keys left to the
+    models, also while a switch migrates and the previous model still answers."""
+    return MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+
+
+class QueryPlan:
+    """The query reading and weighing of a ``Retriever`` (which sets the state below)."""
+
+    languages: frozenset[str]
+    model_stem: bool
+    model_gates: frozenset[str]
+    stores: Stores
+    cfg: SearchConfig
+    recall_cfg: RecallConfig
+    queries: QueryCache
+
+    def reads(self, qa: QueryAnalysis) -> bool:
+        """Whether the serving model reads the query's language (its ``embedder.languages``; while
+        a model switch migrates, the previous model still serves and its languages count);
+        undecided counts as read."""
+        serving = self.stores.serving
+        own = getattr(serving.model, "languages", None) if serving is not None else None
+        languages = _language_set(own) if isinstance(own, str) else self.languages
+        return not qa.language or "all" in languages or qa.language in languages
+
+    def recall_settings(self) -> RecallConfig:
+        """recall's settings for this call: the gates left to the models are the serving model's
+        own (while a switch migrates the previous model answers, and the configured model's
+        gates let small talk in, or kept relevant pages out, on the other model's scale)."""
+        rc = self.recall_cfg
+        serving = self.stores.serving
+        if not self.model_gates or serving is None:
+            return rc
+        own = _own_settings(serving)
+        gates = {
+            attr: own.get(dotted, _RECALL_DEFAULTS[attr])
+            for dotted, attr in _GATES.items()
+            if dotted in self.model_gates
+        }
+        return replace(rc, **gates)
+
+    def stem(self, qa: QueryAnalysis) -> str | None:
+        """The query's language when its stemmed forms lead (``search.stemFirst``), else None.
+        Only with a vector arm serving: its cosine is what keeps a stem's overreach (capital /
+        capitalize) from passing as a match, so keyword-only search keeps exact forms first."""
+        lang = qa.language
+        serving = self.stores.serving
+        if not lang or serving is None:
+            return None
+        languages = self.cfg.stem_first
+        if self.model_stem:
+            # While a model switch migrates, the previous model still serves: its own list counts
+            # (MiniLM's cosine does not keep an English stem's overreach out; e5's does).
+            languages = _own_settings(serving).get("search.stemFirst", ())
+        return lang if lang in languages else None
+
+    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
+        """Share of the vector arm: less for short queries, for languages the model reads poorly
+        and for queries naming something rare the model cannot read (see ``rare_words``)."""
+        cfg = self.cfg
+        weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
+        if not self.reads(qa):
+            weight = min(weight, cfg.foreign_vector_weight)
+        if rare:
+            weight = min(weight, cfg.rare_term_vector_weight)
+        return weight
+
+    def plan(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float]:
+        """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
+        share they lead to."""
+        rare = self.rare_words(qa, agent)
+        return rare, self.vector_weight(qa, rare)
+
+    def read_spelling(self, text: str, agent: str | None) -> tuple[str, QueryAnalysis, dict[str, str]]:
+        """``text`` as read, its analysis, and the words read by the word as typed: a word typed
+        with ae/oe/ue for an umlaut is read as the notes' umlaut word (``Bm25Index.
+        umlaut_readings``: "Kuendigung" -> "Kündigung") when they write it so and nothing searched
+        (a title or text of the vault, the wiki, ``agent``'s memory) writes it as typed. The query
+        as read is what both arms, the language guess and the name rules read (the model reads
+        "Kündigung" better than "Kuendigung"); the keyword arm also searches the words as typed
+        (``typed_part``). An English question reads none ("landlord sued" is no "Süd"); a failing
+        keyword index none either (the keyword arm reports it)."""
+        qa = analyze(text)
+        if not qa.content_words or qa.language == "en":
+            return text, qa, {}
+        try:
+            spelled = self.stores.bm25.umlaut_readings(qa.content_words, agent)
+        except StoreError:
+            return text, qa, {}
+        if not spelled:
+            return text, qa, {}
+        seen = _with_umlauts(text, spelled)
+        return seen, analyze(seen), spelled
+
+    def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
+        """Content words the model splits into word pieces and few notes contain: names, codes,
+        identifiers. The vector arm is blind to them (a made-up token still has nearest
+        neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
+        if self.cfg.rare_term_notes <= 0:
+            return ()
+        words, pieces = self._pieces(qa)
+        if not words:
+            return ()
+        try:
+            limit = self.rare_limit()
+            return tuple(
+                w
+                for w, n in zip(words, pieces, strict=True)
+                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
+            )
+        except StoreError:  # a damaged index: the search reports it
+            return ()
+
+    def keyword_words(self, words: Sequence[str], lang: str | None) -> list[str]:
+        """``words`` as the keyword arm should look for them in ``lang``: a word whose stem is a
+        stopword there (German "sichere", "sichern", "Sicherheit" and the pronoun "sich" all
+        stem to "sich") matched every chunk holding the pronoun and nothing by its own sense, so
+        it is looked for in those of its forms the notes hold ("sichern", "gesichert"), as
+        written."""
+        if lang not in ("de", "en"):
+            return list(words)
+        field = "body_de" if lang == "de" else "body_en"
+        bm25 = self.stores.bm25
+        stems = _stopword_stems(bm25, field)
+        out: list[str] = []
+        for w in words:
+            own = bm25.analyze(w, field)
+            # The stopwords it meets by its stem, unless one of them is the word itself in
+            # another form ("zeig" of "zeigen": the chat frame's "zeig mir" is the same verb).
+            met = [s for t in own for s in stems.get(t, ())]
+            if not own or any(t not in stems for t in own) or any(a_form_of(s, w, lang) for s in met):
+                out.append(w)
+                continue
+            try:
+                forms = [f for f in word_forms(w, lang) if bm25.doc_freq(f) > 0]
+            except StoreError:  # a damaged index: the search reports it
+                forms = []
+            out.extend(forms or [w])
+        return out
+
+    def in_notes(self, word: str, lang: str | None) -> bool:
+        """Whether any chunk holds ``word`` as written, in its title, or with ``lang`` (German,
+        English) in any form of that language."""
+        fields = ["body", "title"] + ([f"body_{lang}"] if lang in ("de", "en") else [])
+        try:
+            return any(self.stores.bm25.doc_freq(word, field=f) > 0 for f in fields)
+        except StoreError:  # a damaged index: the search reports it
+            return True
+
+    def unread(self, qa: QueryAnalysis) -> bool:
+        """Whether the serving model has never read the query's words (``unread_words``)."""
+        words, pieces = self._pieces(qa)
+        return bool(words) and unread_words(words, pieces)
+
+    def _pieces(self, qa: QueryAnalysis) -> tuple[list[str], list[int]]:
+        """The query's content words (once each) and the serving model's word pieces per word;
+        nothing without a serving model."""
+        serving = self.stores.serving
+        words = list(dict.fromkeys(qa.content_words))
+        if serving is None or not words:
+            return [], []
+        return words, self.queries.pieces(serving.model, words)
+
+    def rare_limit(self) -> int:
+        """How many notes may hold a word that still counts as rare (relative to the chunks of a
+        small index)."""
+        share = int(self.stores.bm25.collection_size() * self.cfg.rare_term_share)
+        return min(self.cfg.rare_term_notes, max(1, share))
