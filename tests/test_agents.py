@@ -3064,7 +3064,7 @@ def test_a_client_asks_a_daemon_older_than_today_again_without_it(
             sent_today.append(str(params.get("query") or params.get("message")))
         check_known(params, tuple(a for a in allowed if a != "today"))  # as main's daemon does
 
-    monkeypatch.setattr("sidecar.daemon.handlers.check_known", older)
+    monkeypatch.setattr("sidecar.daemon.search_ops.check_known", older)
     tomorrow = (TODAY + dt.timedelta(days=1)).isoformat()
     with Client(served.cfg.socket_path, agent="claude") as client:
         with pytest.raises(SidecarError, match="unknown parameter\\(s\\) 'bogus', 'today'"):
@@ -3104,7 +3104,7 @@ def test_a_shim_that_met_an_older_daemon_sends_today_again_once_it_is_upgraded(
 
     search = ToolCalls(served.cfg.socket_path, "claude").tools["memory_search"]
     with monkeypatch.context() as old:
-        old.setattr("sidecar.daemon.handlers.check_known", older)
+        old.setattr("sidecar.daemon.search_ops.check_known", older)
         _, before = search({"query": "garlic gestern"})
         _, still = search({"query": "garlic gestern"})
     assert before["window"]["since"] == _ago(1), before  # the old daemon's own date
@@ -3141,7 +3141,7 @@ def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
     """`today` is read once per search and recall (it was read twice: two warnings for one
     request, and the daemon's date could change between them); 2 days from the daemon's date is
     a time zone's, 3 a wrong clock's."""
-    from sidecar.daemon import handlers, searchparams
+    from sidecar.daemon import search_ops, searchparams
 
     reads: list[object] = []
     own = searchparams.asker_today
@@ -3150,9 +3150,9 @@ def test_the_askers_date_is_read_once_and_accepted_up_to_two_days_away(
         reads.append(p)
         return own(r, p)  # type: ignore[arg-type]
 
-    # Both names: search_request reads it in its module, why (and any other handler) in handlers.
+    # Both names: search_request reads it in its module, why (and any other handler) in search_ops.
     monkeypatch.setattr(searchparams, "asker_today", counted)
-    monkeypatch.setattr(handlers, "asker_today", counted)
+    monkeypatch.setattr(search_ops, "asker_today", counted)
     two = (TODAY + dt.timedelta(days=2)).isoformat()
     three = (TODAY - dt.timedelta(days=3)).isoformat()
     near = served.call("search", {"query": "garlic gestern", "today": two})

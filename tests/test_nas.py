@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
-from sidecar.daemon import handlers as handlers_mod
+from sidecar.daemon import note_ops
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
@@ -543,13 +543,13 @@ def test_get_on_a_hung_share_answers_and_keeps_the_daemon_answering(
     again are unaffected."""
     served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
     release = threading.Event()
-    real = handlers_mod.read_note
+    real = note_ops.read_note
 
     def hanging(path: Path, *args: Any) -> Any:
         release.wait(30)
         return real(path, *args)
 
-    monkeypatch.setattr(handlers_mod, "read_note", hanging)
+    monkeypatch.setattr(note_ops, "read_note", hanging)
     started = time.monotonic()
     with pytest.raises(RemoteError, match=r"no answer within 0 s.*still found by search"):
         served.call("get", {"reference": "vault/Projects/Boat"})

@@ -9,7 +9,7 @@ from typing import Any
 
 from sidecar.clients import cli_admin
 from sidecar.clients.cli_render import render_status
-from sidecar.daemon.handlers import _sweep_pace
+from sidecar.daemon.health_op import _sweep_pace
 from sidecar.runtime.pace import SWEEP, VECTORS, Pace
 from tests.conftest import FakeEmbedder, Harness, write
 

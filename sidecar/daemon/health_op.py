@@ -1,0 +1,229 @@
+"""The ``health`` op, a mixin of ``Handlers`` (``handlers``): the daemon's state as status and
+doctor read it (the index and its progress, the embedder, the roots, problems, the stores moved
+aside, the daily-note formats, the asking agent's inbox). Its own module because it is the one op
+that reads every part of the daemon and changes none; the state it works on is the handlers' own,
+made in ``Handlers.__init__``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sidecar import __version__
+from sidecar.config import Config
+from sidecar.contracts.protocol import PROTOCOL_VERSION, Request, check_known
+from sidecar.daemon import limits
+from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
+from sidecar.index.problems import Problems
+from sidecar.index.repair import memory_gap
+from sidecar.index.vectoring import Vectoring
+from sidecar.memory.ops import MemoryOps
+from sidecar.model.embedder import EmbedderSlot
+from sidecar.notes.links import LinkGraph
+from sidecar.runtime.foreground import FOREGROUND
+from sidecar.search.retrieval import Retriever
+from sidecar.stores.aside import moved_aside
+from sidecar.stores.manifest import Manifest
+from sidecar.vault.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from sidecar.daemon.handlers import ServiceState
+
+
+class HealthOp:
+    """The ``health`` op of ``Handlers`` (which sets the state below)."""
+
+    cfg: Config
+    indexer: Indexer
+    manifest: Manifest
+    supervisor: Supervisor
+    vectors: Vectoring
+    problems: Problems
+    retriever: Retriever
+    slot: EmbedderSlot
+    service: ServiceState
+    memory: MemoryOps
+    limits: limits.Limits
+
+    if TYPE_CHECKING:  # the handlers' own (``SearchOps``)
+
+        def _building(self) -> tuple[int, int] | None: ...
+
+    def health(self, req: Request) -> dict[str, Any]:
+        check_known(req.params, ())
+        act = self.indexer.activity
+        counts = self.manifest.counts()
+        embedder = self.slot.describe()
+        # With the model off by configuration no chunk waits for a vector: none will come.
+        pending = self.manifest.pending_count() if embedder["state"] != "off" else 0
+        # The chunks the last indexing of a note written continuously added are no backlog while the
+        # model computes their vectors; with it failed, loading or off every waiting chunk counts.
+        ok = embedder["state"] == "ok"
+        caps = self.vectors.stores.continuous()
+        continuous = limits.continuous(self.manifest, caps, pending if ok else 0)
+        backlog = pending - (continuous["pending_vectors"] if continuous else 0)
+        state = self.indexer.index_state(backlog, embedder["state"])
+        vec = self.vectors
+        rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "started": self.service.started,
+            "uptime_seconds": round(time.time() - self.service.started, 1),
+            "clock": self._clock(),
+            "embedder": embedder,
+            "index": {
+                "state": state,
+                "phase": act.phase,
+                # With the sweep's notes per second once it has a pace (``rough`` while it
+                # settles): status' estimate of the time left.
+                "progress": {"done": act.done, "total": act.total, **_sweep_pace(act)},
+                # Seconds notes have waited to be cut for the model's tokenizer (it loads, or a
+                # first start converts the model), else None.
+                "tokenizer_wait_seconds": (
+                    None if (since := act.tokenizer_wait_since) is None else round(time.time() - since, 1)
+                ),
+                "tokenizer_wait_max_seconds": TOKENIZER_WAIT_S,
+                # A note whose read has not answered for a second or more (a share that hangs):
+                # {root, path, seconds, timeout_seconds}, else None.
+                "waiting": self.supervisor.describe_waiting(),
+                "files": counts["files"],
+                "chunks": counts["chunks"],
+                "pending_vectors": pending,
+                # Chunks cut again during a model switch, left to the new model's table: no
+                # vector serves them, found by keywords only until the switch ends.
+                "left_to_switch": self.manifest.left_to_switch() if embedder["state"] != "off" else 0,
+                # The note with most of the backlog (a long note can be most of it), and the
+                # chunks past index.maxVectorChunksPerNote found by keywords only.
+                "pending_largest": self.limits.pending_largest(backlog, caps if continuous and ok else None),
+                # Notes written continuously (a log appended to all the time): each change indexed
+                # at most a minute later; {notes, pending_vectors (theirs, of the above), examples}.
+                "continuous": continuous,
+                "keyword_only": self.limits.keyword_only() if embedder["state"] != "off" else None,
+                "embed_rate_chunks_per_second": round(rate, 2) if rate else None,
+                "embed_rate_rough": vec.rough(vec.stores.serving) if rate else None,
+                "by_source": counts["by_source"],
+                "by_agent": counts["by_agent"],
+                "skipped": {**act.scan_skipped, **{k or "unknown": v for k, v in counts["skipped"].items()}},
+                # Which files (vault and wiki, a few), and the limit "too large" means.
+                "skipped_files": limits.skipped_files(self.indexer, self.manifest),
+                "max_file_bytes": self.cfg.index.max_file_bytes,
+                "excluded": act.excluded,
+                # Templates folders indexed as notes: their plugin is switched off in Obsidian.
+                "templates_indexed": self.indexer.ignore.templates_indexed(
+                    self.manifest.has_files, self.cfg.vault.wiki_subfolder
+                ),
+                "front_matter_unread": counts["front_matter_unread"],
+                "links": LinkGraph(self.manifest.read).totals(),
+                # The pass reading unchanged notes' links again after an upgrade, while it runs.
+                "links_reread": (
+                    {"done": lp.done, "total": lp.total, "waiting": list(lp.waiting)}
+                    if (lp := self.indexer.links.progress) is not None
+                    else None
+                ),
+                # The keyword index being refilled in this version's layout beside the old one,
+                # which answers searches meanwhile (an upgrade's first start).
+                "keyword_upgrade": self.vectors.stores.upgrading,
+                # Refilled in place instead (no room for a copy beside): the keyword arm finds
+                # nothing until it ends; {done, total} chunks, else None.
+                "keyword_upgrade_in_place": _in_place(self.vectors.stores.upgrade_in_place),
+                # While a person's search reads the agents' own keyword indexes instead of the one
+                # of all memory (being filled, damaged, read-only): why, and how many agents'
+                # memory it finds by no word meanwhile (their own index removed as unused).
+                "memory_all": (
+                    None
+                    if (gap := memory_gap(self.vectors.stores)) is None
+                    else {"state": gap[0], "agents_not_searchable": gap[1]}
+                ),
+                "sweeps": act.sweeps,
+                # The number of the last `index` request (its reply's ``ticket``) whose sweep has
+                # ended, whether a rebuild asked for is queued or under way, and whether it is
+                # still queued (the progress shown is then the sweep's under way, not its own).
+                "asked_done": self.service.asked_done(),
+                "rebuilding": self.service.rebuilding(),
+                "rebuild_queued": self.service.rebuild_queued(),
+                # File changes waiting or being applied (``catchingUp`` of answers): done, total,
+                # and the moved notes whose old entry is being removed now (``files`` no longer
+                # counts them: the deletion marked them first).
+                "catching_up": self._catching_up(),
+                # False while a new or rebuilt index has not read every note (a build cut short,
+                # a folder offline): its searches say so (``indexing``).
+                "complete": not self.indexer.reading_first_time,
+                # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
+                # a newer release's, replaced by a rebuild asked for after a downgrade.
+                "moved_aside": [
+                    {
+                        "name": c.path.name,
+                        "store": c.store,
+                        "age_days": round(c.age_days, 1),
+                        "newer": c.newer,
+                    }
+                    for c in moved_aside(self.cfg.index_dir)
+                ],
+            },
+            "roots": self.supervisor.describe(self._watched),
+            "vectors": vec.describe(),
+            "problems": self.problems.describe(),
+            "queue": {"depth": self.service.queue_depth()},
+            "foreground": FOREGROUND.describe(),
+            "socket": str(self.cfg.socket_path),
+            "home": str(self.cfg.home),
+            "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+            # The daily-note formats in force and the settings file each came from: what dates a
+            # note by its name (an unreadable file is a problem of obsidian_settings); those of a
+            # plugin switched off under a key of their own, so a client that predates it does not
+            # print them as in force.
+            "daily_notes": [d for d in self.indexer.daily_formats.describe() if "off" not in d],
+            "daily_notes_off": [d for d in self.indexer.daily_formats.describe() if "off" in d],
+            # The weekday weeks begin on for time phrases, and how it was read (Calendar plugin).
+            "week_start": self.indexer.week_start.describe(),
+            # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
+            **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
+        }
+
+    def _catching_up(self) -> dict[str, Any] | None:
+        got = self.service.catching_up()
+        if got is None or self._building() is not None:
+            return None
+        act = self.indexer.activity
+        by_source = dict(act.leaving) if act.phase == "indexing" else {}
+        return {
+            "done": got[0],
+            "total": got[1],
+            "recut": got[2],
+            "leaving": sum(by_source.values()),
+            "leaving_by_source": by_source,
+        }
+
+    def _watched(self, path: str) -> bool:
+        """Whether a live file watch covers this root (else it is only swept)."""
+        return any(Path(path).is_relative_to(w) for w in self.service.watched())
+
+    def _clock(self) -> dict[str, str]:
+        """The daemon's own day and time zone: time phrases of a client that sends no ``today``
+        are read against them."""
+        now = dt.datetime.now().astimezone()
+        offset = now.strftime("%z")
+        return {
+            "today": self.retriever.today().isoformat(),
+            "timeZone": now.tzname() or "",
+            "utcOffset": f"{offset[:3]}:{offset[3:]}" if offset else "",
+        }
+
+
+def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if progress is None else {"done": progress[0], "total": progress[1]}
+
+
+def _sweep_pace(act: Activity) -> dict[str, Any]:
+    """The sweep's pace for health's ``progress``: notes written per second (null before it
+    has one: the first seconds, or between sweeps) and whether it still settles."""
+    rate = act.pace.rate if act.phase == "indexing" else None
+    # Three significant digits: rounded to hundredths, a sweep slower than one note in 200 s had no rate.
+    per_second = float(f"{rate:.3g}") if rate else None
+    return {"notes_per_second": per_second, "rough": act.pace.rough if rate else None}
