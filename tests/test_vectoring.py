@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.contracts.errors import DiskFullError
+from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError
 from sidecar.index.vectoring import RETIRE_GRACE_S
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
@@ -2195,6 +2195,52 @@ def test_tidy_moves_aside_a_table_whose_model_cannot_be_read(
     monkeypatch.setattr(migration, "table_model", unreadable)
     monkeypatch.setattr(vectortables, "table_model", unreadable, raising=False)
     h = Harness(cfg, None)
+    try:
+        other = OtherModel()
+        migration.attach(cfg, h.vectors, other, h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert old_name not in table_names_of(cfg)
+        assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fault", ["damage", "model_gone"])
+def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A start with a new model configured and the previous table readable by its metadata, but
+    not used: its store fails to open though its model loads, or its model is gone. It is moved
+    aside (a copy kept 30 days) and the new model fills its own table. ``tidy`` dropped it, every
+    vector of the index, no copy kept."""
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+
+    def fails(self: Any) -> None:
+        if self.name == old_name:
+            raise StoreError(f"vector table {old_name} cannot be opened: lance error: bad manifest")
+        check(self)
+
+    if fault == "damage":
+        monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    else:
+
+        def gone(_cfg: Any) -> Any:
+            raise EmbedderError("the model's files are gone")
+
+        monkeypatch.setattr(migration, "load_model", gone)
+        monkeypatch.setattr(migration, "_files_present", lambda _cfg: False)
     try:
         other = OtherModel()
         migration.attach(cfg, h.vectors, other, h.problems)
