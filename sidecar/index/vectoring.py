@@ -265,7 +265,7 @@ class Vectoring:
             serving = self.stores.serving
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
                 # The chunks deleted while no table was open are remembered for the second table too.
-                self._reconcile(old, "has_vector", forget=False)
+                self._reconcile(old, "has_vector", forget=False, to_next=True)
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
@@ -290,6 +290,9 @@ class Vectoring:
         lacks (a table repaired, rows lost) are left to it, as notes cut again are (the retiring
         model embedded them all first, for vectors dropped with its table)."""
         manifest = self.manifest
+        # The serving table checked while a switch builds (a write that failed half-way, the held
+        # rows settled): its lost chunks are the new model's alone, as at the switch's begin.
+        to_next = to_next or (flag == "has_vector" and self.stores.building is not None)
         listed = store.id_list()
         in_table = set(listed)
         known = manifest.all_chunk_ids()
