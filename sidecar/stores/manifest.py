@@ -502,9 +502,16 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
     # --- files ---------------------------------------------------------------------------
 
     def has_files(self, prefix: str) -> bool:
-        """Whether any note is indexed under ``prefix`` (one row read, not all of them)."""
+        """Whether the index holds any entry under ``prefix``, in any state (a note skipped, or
+        being deleted, too); one row read, not all of them."""
         where, args = _under(prefix)
         return bool(self._query(f"SELECT 1 FROM files WHERE {where} LIMIT 1", args))
+
+    def has_notes(self, prefix: str) -> bool:
+        """Whether a note under ``prefix`` is indexed (counted as the index's notes are: not one
+        skipped, too large or hidden, whose row says only why it is left out)."""
+        where, args = _under(prefix)
+        return bool(self._query(f"SELECT 1 FROM files WHERE {where} AND {_COUNTED} LIMIT 1", args))
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         where, args = _under(prefix)
