@@ -2348,3 +2348,74 @@ def test_each_retry_of_a_switch_that_cannot_begin_reads_the_serving_table_once(
     with pytest.raises(StoreError, match="cannot begin"):
         backfill._attach_once(other)
     assert read.count(old_name) == 2
+
+
+def test_chunks_cut_again_before_the_table_opens_are_logged_in_plain_words(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start whose first sweep replaces chunks before the vector table is attached (an upgrade
+    that cuts notes anew, notes edited while stopped): the log says what happened, in words that
+    name no deletion by the user ("deleted while no table was open" and a bare orphans count
+    read as damage), and how many texts the model embedded after."""
+    import logging
+
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    first.close()
+    p = vault / "Long 1.md"
+    write(p, p.read_text().replace("word1x5 ", "changed "))
+    h = Harness(cfg, None)
+    try:
+        caplog.set_level(logging.INFO, logger="sidecar")
+        h.indexer.sweep()  # no table open yet: the edited note's chunks are replaced
+        h.vectors.settle()
+        migration.attach(cfg, h.vectors, FakeEmbedder(), h.problems)
+        since = h.vectors.counts()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        h.vectors.log_embedded(since, "backfill")
+        lines = [r.getMessage() for r in caplog.records]
+        (kept,) = [m for m in lines if m.startswith("vectors_kept")]
+        (orphans,) = [m for m in lines if m.startswith("reconcile_vectors") and "orphans=" in m]
+        assert "deleted while" not in kept and "edited, cut again or removed" in kept
+        assert "nothing is lost" in orphans
+        (embedded,) = [m for m in lines if m.startswith("vectors_embedded")]
+        assert "texts=" in embedded and "run=backfill" in embedded and "texts=0 " not in embedded
+    finally:
+        h.close()
+
+
+def test_a_backfill_run_logs_how_many_texts_it_embedded(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backfill's run over what waits ends with one line of the texts the model embedded (and
+    the vectors copied from equal texts): no line said how many texts a sweep's changes cost."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    stop = threading.Event()
+    caplog.set_level(logging.INFO, logger="sidecar")
+    h.indexer.sweep()
+    pending = h.stores.manifest.pending_count()
+    backfill = _backfill(h)
+    backfill.stop = stop
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not [r for r in caplog.records if r.getMessage().startswith("vectors_embedded")]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(10)
+        h.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
+    assert f"texts={pending} stored={pending} reused=0 " in line and "run=backfill" in line
