@@ -2419,3 +2419,42 @@ def test_a_backfill_run_logs_how_many_texts_it_embedded(
         h.close()
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
     assert f"texts={pending} stored={pending} reused=0 " in line and "run=backfill" in line
+
+
+def test_a_retiring_table_that_cannot_be_opened_for_now_is_tried_again_not_set_aside(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous table fails to open for a cause that passes (no file handles left) as a
+    switch begins: it is kept in place and tried again, as a retiring model's failed load is,
+    and the switch begins once it opens; not moved aside for the new model to embed everything."""
+    from sidecar.contracts.errors import NoHandlesError, RetiringModelError
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+    handles = [NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")]
+
+    def fails_once(self: Any) -> None:
+        if self.name == old_name and handles:
+            raise handles.pop()
+        check(self)
+
+    monkeypatch.setattr(VectorStore, "_check_schema", fails_once)
+    try:
+        other = OtherModel()
+        with pytest.raises(RetiringModelError, match="tried again"):
+            migration.attach(cfg, h.vectors, other, h.problems)
+        assert old_name in table_names_of(cfg) and not _broken(cfg)
+        migration.attach(cfg, h.vectors, other, h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is not None
+    finally:
+        h.close()
