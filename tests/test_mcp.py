@@ -592,3 +592,12 @@ def test_a_refusal_as_the_daemon_stops_names_the_tool(tmp_path: Path) -> None:
     text = result["result"]["content"][0]["text"]
     assert text.startswith("busy: the daemon is stopping: memory_write was not run"), text
     assert "30 s" in text
+
+
+def test_the_frontmatter_schema_says_a_yes_no_is_refused_as_a_name() -> None:
+    """An agent reads the tool's schema before it writes: that JSON true/false under aliases, tags
+    or title is refused (send it as text) is said there, not learnt from a failed write."""
+    from sidecar.clients.mcp_schemas import FRONTMATTER
+
+    said = FRONTMATTER["description"]
+    assert "true or false is refused" in said and "aliases" in said and "as text" in said

@@ -1290,3 +1290,44 @@ def test_a_case_only_rename_from_a_decomposed_name_is_indexed_once(
         assert _hits(h, "tarball") == ["vault/über"]
     finally:
         h.close()
+
+
+_NFD_UE = "U\u0308ber"  # "Über" as a Mac writes it (decomposed)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("Notes", "notes"), (_NFD_UE, "\u00dcber"), (_NFD_UE, "\u00fcber")],
+    ids=["case", "form", "case and form"],
+)
+@pytest.mark.parametrize("first", ["old", "new", "together"])
+def test_a_folder_renamed_but_for_case_or_form_in_two_batches_is_indexed_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, old: str, new: str, first: str
+) -> None:
+    """A case- and form-insensitive disk (macOS, an SMB share): a folder renamed only in case or
+    Unicode form, its two events in separate batches, either first. The old spelling still
+    opens (a copy here, which the vault's listing does not show): its notes are indexed once,
+    under the new spelling. They were read again as new notes, the old keys kept beside them
+    until a full sweep (a form-only rename was not told apart even in one batch)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / old / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        write(vault / old / "Zip.md", "# Zip\n\nA zipfile opened with unzip.\n")
+        h.sweep()
+        (vault / old).rename(vault / new)
+        shutil.copytree(vault / new, vault / old)  # what the old spelling opens: the same notes
+        real = os.listdir
+
+        def listdir(path: Any = ".") -> list[str]:
+            names = real(path)
+            return [n for n in names if n != old] if Path(path) == vault else names
+
+        monkeypatch.setattr(os, "listdir", listdir)
+        batches = {"old": [[old], [new]], "new": [[new], [old]], "together": [[old, new]]}[first]
+        for names in batches:
+            h.indexer.sweep(only=frozenset(), paths={str(vault / name) for name in names})
+        indexed = {k for k in h.stores.manifest.file_states("vault/") if k.split("/")[1] in (old, new)}
+        assert indexed == {f"vault/{new}/Tar", f"vault/{new}/Zip"}
+        assert _hits(h, "tarball") == [f"vault/{new}/Tar"]
+    finally:
+        h.close()

@@ -1613,13 +1613,14 @@ def test_status_says_no_templates_folder_indexed_that_another_rule_leaves_out(
     assert "is indexed as notes" not in shown, shown
 
 
-@pytest.mark.parametrize("left_out", ["app.json", "index.exclude", "missing", "empty"])
+@pytest.mark.parametrize("left_out", ["app.json", "index.exclude", "missing", "empty", "skipped"])
 def test_a_templates_folder_off_is_indexed_only_with_a_note_no_rule_leaves_out(
     tmp_path: Path, serve_in_process: Any, left_out: str
 ) -> None:
     """The Templates plugin off, its folder is said indexed as notes only when a note of it is in
     the index: not when Obsidian's Excluded files or index.exclude still leave it out, nor when it
-    is missing or holds no note (a note put there is, once a sweep has indexed it)."""
+    is missing or holds no note, or only notes the index skipped (binary: said indexed, as their
+    rows were counted whatever their state); a note put there is, once a sweep has indexed it."""
     v = _template_vault(tmp_path)
     write(v / ".obsidian/core-plugins.json", json.dumps({"templates": False}))
     flags: dict[str, Any] = {}
@@ -1627,13 +1628,15 @@ def test_a_templates_folder_off_is_indexed_only_with_a_note_no_rule_leaves_out(
         write(v / ".obsidian/app.json", json.dumps({"userIgnoreFilters": ["Vorlagen/"]}))
     elif left_out == "index.exclude":
         flags["index.exclude"] = "Vorlagen/"
+    elif left_out == "skipped":
+        (v / "Vorlagen/Tagesnotiz.md").write_bytes(b"\x00\x01\x02binary")  # read, then skipped
     else:
         shutil.rmtree(v / "Vorlagen")
         if left_out == "empty":
             write(v / "Vorlagen/bild.png", "not a note")
     server = serve_in_process(v, **flags)
     assert server.call("health")["index"]["templates_indexed"] == [], left_out
-    if left_out in ("missing", "empty"):
+    if left_out in ("missing", "empty", "skipped"):
         write(v / "Vorlagen/Neu.md", "# Neu\n")
         server.harness.sweep()
         assert [t["folder"] for t in server.call("health")["index"]["templates_indexed"]] == ["Vorlagen/"]
@@ -1695,6 +1698,8 @@ def test_status_lists_the_templates_folders_while_a_sweep_changes_them(
         ("Tmpl/", "Tmpl/a.md", True),
         ("/Tmpl/sub/", "Tmpl/sub/x/a.md", True),
         ("Übersicht", "U\u0308bersicht/a.md", True),  # named in NFD on disk, typed in NFC
+        ("Ärger/Übersicht", "A\u0308rger/Übersicht/a.md", True),  # one part NFD, the other NFC
+        ("Ärger/Übersicht", "Ärger/U\u0308bersicht/a.md", True),
         ("wiki/Vorlagen", "wiki/Vorlagen/a.md", True),  # inside the wiki: its notes are wiki notes
     ],
 )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.contracts.errors import DiskFullError
+from sidecar.contracts.errors import DiskFullError, EmbedderError, StoreError
 from sidecar.index.vectoring import RETIRE_GRACE_S
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
@@ -1840,10 +1840,14 @@ def test_a_switch_s_table_that_cannot_be_read_at_its_attach_is_repaired_and_the_
 
 def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: Any, tmp_path: Path) -> None:
     """During a switch, notes cut again for the new model have no serving vector: a search says
-    so (``pendingVectors`` counts them) and scores such a note by its words alone, not below a
-    note alike in its words whose vector is a weak match (a missing vector is no dissimilarity)."""
+    so as what they wait for (``leftToSwitch``: the switch's end, not ``pendingVectors``, the
+    vectors being computed now, which counted them) and scores such a note by its words alone,
+    not below a note alike in its words whose vector is a weak match (a missing vector is no
+    dissimilarity)."""
     from dataclasses import replace
 
+    from sidecar.clients.mcp_texts import _state_notes
+    from sidecar.contracts.wire import state_json
     from sidecar.search.request import SearchRequest
 
     h = _cut_again_during_a_switch(make_cfg, tmp_path)
@@ -1860,7 +1864,11 @@ def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: A
         scale = replace(h.cfg.search, cosine_floor=0.0, cosine_full=0.3)
         retriever = Retriever(h.stores, h.slot, scale, h.cfg.recall)
         result = retriever.search(SearchRequest("word0x7 word1x7", 10, 0.0))
-        assert result.pending_vectors == left
+        assert result.pending_vectors == 0 and result.left_to_switch == left
+        said = state_json(result)
+        assert "pendingVectors" not in said and said["leftToSwitch"] == left
+        notes = _state_notes(said)
+        assert len(notes) == 1 and "until the switch ends" in notes[0] and "being computed" not in notes[0]
         first, second = result.hits[:2]
         assert first.reference.startswith("vault/Long 0") and first.vec_score is None
         assert second.reference.startswith("vault/Long 1") and second.vec_score is not None
@@ -2202,5 +2210,251 @@ def test_tidy_moves_aside_a_table_whose_model_cannot_be_read(
         assert serving is not None and serving.model is other
         assert old_name not in table_names_of(cfg)
         assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("fault", ["damage", "model_gone"])
+def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """A start with a new model configured and the previous table readable by its metadata, but
+    not used: its store fails to open though its model loads, or its model is gone. It is moved
+    aside (a copy kept 30 days) and the new model fills its own table. ``tidy`` dropped it, every
+    vector of the index, no copy kept."""
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+
+    def fails(self: Any) -> None:
+        if self.name == old_name:
+            raise StoreError(f"vector table {old_name} cannot be opened: lance error: bad manifest")
+        check(self)
+
+    if fault == "damage":
+        monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    else:
+
+        def gone(_cfg: Any) -> Any:
+            raise EmbedderError("the model's files are gone")
+
+        monkeypatch.setattr(migration, "load_model", gone)
+        monkeypatch.setattr(migration, "_files_present", lambda _cfg: False)
+    try:
+        other = OtherModel()
+        migration.attach(cfg, h.vectors, other, h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.model is other
+        assert old_name not in table_names_of(cfg)
+        assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+    finally:
+        h.close()
+
+
+def test_rows_lost_from_the_retiring_table_during_a_switch_are_left_to_the_new_model(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """During a switch a write to the retiring table fails half-way (its flags and table may
+    disagree) and rows of it are lost: the check before its next write leaves the chunks whose
+    vector it lacks to the new model. They were given to both models: the retiring one embedded
+    them again, for vectors dropped with its table at the switch's end."""
+    from sidecar.index import migration
+    from sidecar.stores.vectorbook import NEXT_ONLY
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    retiring = FakeEmbedder()
+    h = Harness(make_cfg(vault), retiring)
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        lost = sorted(manifest.chunk_ids("vault/Long 0"))
+        migration.attach(h.cfg, h.vectors, OtherModel())
+        serving = h.stores.serving
+        assert serving is not None and h.stores.building is not None and lost
+        write(vault / "New.md", "# New\n\nfresh words for the retiring model\n")
+        h.indexer.sweep()
+        real_add = serving.store.add
+        failed = [DiskFullError(f"vector add failed: {NO_SPACE}")]
+
+        def add(rows: Any, vectors: Any) -> None:
+            if failed:
+                raise failed.pop()
+            real_add(rows, vectors)
+
+        serving.store.add = add  # type: ignore[method-assign]
+        with pytest.raises(DiskFullError):
+            h.vectors.embed_pending(batch=8)
+        serving.store.delete_ids(lost)  # rows lost meanwhile
+        retiring.embedded.clear()
+        h.vectors.embed_pending(batch=8)  # the retiring table's next write checks it first
+        flags = manifest.read("SELECT has_vector FROM chunks WHERE key = 'vault/Long 0'")
+        assert {f for (f,) in flags} == {NEXT_ONLY}
+        assert all("word0x" not in t for t in retiring.embedded)
+        while h.stores.building is not None:
+            h.vectors.embed_pending(batch=8)
+        assert all("word0x" not in t for t in retiring.embedded)
+        final = h.stores.serving
+        assert final is not None and final.store.ids() == manifest.all_chunk_ids()
+    finally:
+        h.close()
+
+
+def test_each_retry_of_a_switch_that_cannot_begin_reads_the_serving_table_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose begin fails, tried again and again: the serving table is read whole at the
+    first try only (no search failed on it since); the switch's own table at each. Every try read
+    the serving table whole under the write lock, holding every write back for its length."""
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    harness.sweep()
+    serving = harness.stores.serving
+    assert serving is not None
+    retiring, old_name = serving.model, serving.store.name
+    monkeypatch.setattr(migration, "load_model", lambda _cfg: retiring)
+
+    def cannot_begin(*_args: Any) -> None:
+        raise StoreError("the switch cannot begin")
+
+    monkeypatch.setattr(harness.vectors, "begin_migration", cannot_begin)
+    read: list[str] = []
+    verify = VectorStore.verify
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        read.append(self.name)
+        return verify(self, *args, **kw)
+
+    monkeypatch.setattr(VectorStore, "verify", counted)
+    other = OtherModel()
+    harness.slot.set_ok(other, "test")
+    backfill = _backfill(harness)
+    for _ in range(3):
+        with pytest.raises(StoreError, match="cannot begin"):
+            backfill._attach_once(other)
+    assert read.count(old_name) == 1
+    assert read.count(table_name_of(other)) == 3
+    harness.problems.report("vector_search", "a search failed")  # then it is read again
+    with pytest.raises(StoreError, match="cannot begin"):
+        backfill._attach_once(other)
+    assert read.count(old_name) == 2
+
+
+def test_chunks_cut_again_before_the_table_opens_are_logged_in_plain_words(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start whose first sweep replaces chunks before the vector table is attached (an upgrade
+    that cuts notes anew, notes edited while stopped): the log says what happened, in words that
+    name no deletion by the user ("deleted while no table was open" and a bare orphans count
+    read as damage), and how many texts the model embedded after."""
+    import logging
+
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    first.close()
+    p = vault / "Long 1.md"
+    write(p, p.read_text().replace("word1x5 ", "changed "))
+    h = Harness(cfg, None)
+    try:
+        caplog.set_level(logging.INFO, logger="sidecar")
+        h.indexer.sweep()  # no table open yet: the edited note's chunks are replaced
+        h.vectors.settle()
+        migration.attach(cfg, h.vectors, FakeEmbedder(), h.problems)
+        since = h.vectors.counts()
+        while h.vectors.embed_pending(batch=8):
+            pass
+        h.vectors.log_embedded(since, "backfill")
+        lines = [r.getMessage() for r in caplog.records]
+        (kept,) = [m for m in lines if m.startswith("vectors_kept")]
+        (orphans,) = [m for m in lines if m.startswith("reconcile_vectors") and "orphans=" in m]
+        assert "deleted while" not in kept and "edited, cut again or removed" in kept
+        assert "nothing is lost" in orphans
+        (embedded,) = [m for m in lines if m.startswith("vectors_embedded")]
+        assert "texts=" in embedded and "run=backfill" in embedded and "texts=0 " not in embedded
+    finally:
+        h.close()
+
+
+def test_a_backfill_run_logs_how_many_texts_it_embedded(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backfill's run over what waits ends with one line of the texts the model embedded (and
+    the vectors copied from equal texts): no line said how many texts a sweep's changes cost."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    stop = threading.Event()
+    caplog.set_level(logging.INFO, logger="sidecar")
+    h.indexer.sweep()
+    pending = h.stores.manifest.pending_count()
+    backfill = _backfill(h)
+    backfill.stop = stop
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not [r for r in caplog.records if r.getMessage().startswith("vectors_embedded")]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(10)
+        h.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
+    assert f"texts={pending} stored={pending} reused=0 " in line and "run=backfill" in line
+
+
+def test_a_retiring_table_that_cannot_be_opened_for_now_is_tried_again_not_set_aside(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous table fails to open for a cause that passes (no file handles left) as a
+    switch begins: it is kept in place and tried again, as a retiring model's failed load is,
+    and the switch begins once it opens; not moved aside for the new model to embed everything."""
+    from sidecar.contracts.errors import NoHandlesError, RetiringModelError
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+    handles = [NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")]
+
+    def fails_once(self: Any) -> None:
+        if self.name == old_name and handles:
+            raise handles.pop()
+        check(self)
+
+    monkeypatch.setattr(VectorStore, "_check_schema", fails_once)
+    try:
+        other = OtherModel()
+        with pytest.raises(RetiringModelError, match="tried again"):
+            migration.attach(cfg, h.vectors, other, h.problems)
+        assert old_name in table_names_of(cfg) and not _broken(cfg)
+        migration.attach(cfg, h.vectors, other, h.problems)
+        serving = h.stores.serving
+        assert serving is not None and serving.store.name == old_name and h.stores.building is not None
     finally:
         h.close()

@@ -11,6 +11,7 @@ from sidecar.contracts.wire import (
     SearchResult,
     dates_said,
     ignored_phrase_note,
+    switch_note,
     waiting_vectors,
 )
 
@@ -80,6 +81,8 @@ def preview_lines(result: SearchResult) -> list[str]:
         )
     if waiting := waiting_vectors(result):
         lines.append(f"Vectors: {recall_pending_note(waiting)}")
+    if result.left_to_switch:
+        lines.append(f"Vectors: {switch_note(result.left_to_switch)}")
     lines.append(f"Recalled: {len(result.hits)} hit(s)")
     least = gates.get("minSimilarity")
     for i, h in enumerate(result.hits, 1):

@@ -32,6 +32,7 @@ from sidecar.contracts.wire import (
     refused_note,
     resolved_notes,
     stale_note,
+    switch_note,
     waiting_vectors,
     window_said,
 )
@@ -56,6 +57,8 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {result.degraded}", file=sys.stderr)
     if waiting := waiting_vectors(result):
         print(f"note: {pending_note(waiting)}", file=sys.stderr)
+    if result.left_to_switch:
+        print(f"note: {switch_note(result.left_to_switch)}", file=sys.stderr)
     if result.indexing is not None:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if result.stale_since is not None:
@@ -158,6 +161,8 @@ def cmd_recall(args: argparse.Namespace, cfg: Config) -> int:
         print(f"note: {indexing_note(*result.indexing)}", file=sys.stderr)
     if (waiting := waiting_vectors(result)) and not args.preview:  # the preview says it among its lines
         print(f"note: {recall_pending_note(waiting)}", file=sys.stderr)
+    if result.left_to_switch and not args.preview:
+        print(f"note: {switch_note(result.left_to_switch)}", file=sys.stderr)
     if result.stale_since is not None:
         print(f"note: {stale_note(result.stale_since)}", file=sys.stderr)
     if result.catching_up is not None:

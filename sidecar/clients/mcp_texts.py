@@ -23,6 +23,7 @@ from sidecar.contracts.wire import (
     parse_window,
     pending_note,
     stale_note,
+    switch_note,
     window_said,
 )
 
@@ -59,6 +60,8 @@ def _state_notes(result: dict[str, Any]) -> list[str]:
     # every answer for hours, the notice would be ignored).
     if waiting := max(int(result.get("pendingVectors") or 0) - int(result.get("pendingContinuous") or 0), 0):
         lines.append(f"note: {pending_note(waiting)}")
+    if left := int(result.get("leftToSwitch") or 0):
+        lines.append(f"note: {switch_note(left)}")
     if result.get("offline"):
         lines.append(f"note: {offline_note(result['offline'])}")
     if result.get("inboxRefused"):

@@ -106,6 +106,7 @@ TOOLS: list[dict[str, Any]] = [
                 "hits": {"type": "array", "items": HIT},
                 "degraded": STR,
                 "pendingVectors": {"type": "integer"},
+                "leftToSwitch": {"type": "integer"},
                 "indexing": obj({"done": INT, "total": INT}),
                 "staleSince": {"type": "number"},
                 "catchingUp": obj({"done": INT, "total": INT, "recut": INT}, ("done", "total")),

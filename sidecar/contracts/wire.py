@@ -143,6 +143,10 @@ class SearchResult:
     # Of those, chunks of notes written continuously (a log appended to all the time): each of
     # their indexings leaves a few waiting; no backlog, so no notice of an answer counts them.
     pending_continuous: int = 0
+    # Chunks cut again during a model switch (or whose vector the retiring table lacked): no
+    # vector serves them and none is computed for them until the switch ends (not in
+    # ``pending_vectors``, which counts what the serving model computes now).
+    left_to_switch: int = 0
     # recall's preview: the candidates its gates kept out (each with its ``gate``), best first,
     # and the gates' values in force (recall.scoreFloor, recall.minSimilarity).
     dropped: tuple[Hit, ...] = ()
@@ -375,6 +379,16 @@ def pending_note(n: int) -> str:
     return f"{chunks} (being computed): until then found by words only, not by meaning"
 
 
+def switch_note(n: int) -> str:
+    """What a client says of the chunks left to a model switch (found by words only until it ends)."""
+    chunks = (
+        "1 chunk cut again during the model switch waits"
+        if n == 1
+        else (f"{n:,} chunks cut again during the model switch wait")
+    )
+    return f"{chunks} for the new model's vectors: found by words only, not by meaning, until the switch ends"
+
+
 def window_of(analysis: Analysis) -> Window | None:
     if analysis.time_phrase_ignored:
         return Window(
@@ -505,6 +519,8 @@ def state_json(result: SearchResult) -> dict[str, Any]:
         out["pendingVectors"] = result.pending_vectors
     if result.pending_continuous:
         out["pendingContinuous"] = result.pending_continuous
+    if result.left_to_switch:
+        out["leftToSwitch"] = result.left_to_switch
     if result.indexing is not None:
         out["indexing"] = {"done": result.indexing[0], "total": result.indexing[1]}
     if result.stale_since is not None:
@@ -653,6 +669,7 @@ def parse_search(d: Mapping[str, Any]) -> SearchResult:
         window=window,
         pending_vectors=int(d.get("pendingVectors") or 0),
         pending_continuous=int(d.get("pendingContinuous") or 0),
+        left_to_switch=int(d.get("leftToSwitch") or 0),
         indexing=(int(d["indexing"]["done"]), int(d["indexing"]["total"])) if d.get("indexing") else None,
         listed=int(d["listed"]) if d.get("listed") is not None else None,
         stale_since=float(d["staleSince"]) if d.get("staleSince") is not None else None,

@@ -112,6 +112,7 @@ class Backfill:
             return
         self._ann_checked = 0.0
         busy = False
+        since = self.vectors.counts()  # the burst's start: its texts are logged at its end
         failures = 0
         act = self.activity
         while not self.stop.is_set():
@@ -149,7 +150,9 @@ class Backfill:
             if stored == 0:
                 if busy:
                     busy = False
+                    self.vectors.log_embedded(since, "backfill")
                     heap.trim()  # an embedding burst is over: give its buffers back
+                since = self.vectors.counts()
                 self._upkeep()
                 self.vectors.wait_for_writes(1.0)
 

@@ -116,7 +116,7 @@ class HealthOp:
                 "excluded": act.excluded,
                 # Templates folders indexed as notes: their plugin is switched off in Obsidian.
                 "templates_indexed": self.indexer.ignore.templates_indexed(
-                    self.manifest.has_files, self.cfg.vault.wiki_subfolder
+                    self.manifest.has_notes, self.cfg.vault.wiki_subfolder
                 ),
                 "front_matter_unread": counts["front_matter_unread"],
                 "links": LinkGraph(self.manifest.read).totals(),

@@ -104,6 +104,8 @@ def _finish(parts: Parts, progress: Callable[[str, int, int], None] | None) -> N
         if not indexer.reread_links():
             break
     total = manifest.chunk_count()
+    since = vectors.counts()
     while vectors.embed_pending() > 0:
         if progress:
             progress("embedding", total - manifest.pending_count(), total)
+    vectors.log_embedded(since, "index")

@@ -1132,9 +1132,9 @@ class Indexer:
         out = {
             st.name: st.error or "offline"
             for st in list(self.supervisor.roots.values())
-            if st.offline and st.hold_kind != "mass" and self.manifest.has_files(f"{st.name}/")
+            if st.offline and st.hold_kind != "mass" and self.manifest.has_notes(f"{st.name}/")
         }
-        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_files("vault/"):
+        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_notes("vault/"):
             vault = self.supervisor.roots.get("vault")
             # A call on the vault still hanging: not asked again (one more stuck thread each time).
             if (vault is not None and vault.hanging is not None) or self._vault_away():

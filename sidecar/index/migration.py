@@ -18,6 +18,7 @@ from sidecar.config import Config, model_settings
 from sidecar.contracts.errors import (
     DiskFullError,
     EmbedderError,
+    PassingFaultError,
     RetiringModelError,
     StoreError,
     is_disk_full,
@@ -77,6 +78,9 @@ def attach(
             vectors.attach(carried, model)
             tidy(vectors, cfg.index_dir / "vectors")  # the old table goes: nothing refers to it
             return
+        # Every vector of the index, neither used nor copied: kept aside, never dropped as unused
+        # (its model may come back, its store be mended).
+        _keep_aside(cfg, old_name, model)
         log.warning(
             "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
             "and search is keyword-only for chunks without one meanwhile",
@@ -84,6 +88,18 @@ def attach(
         )
     vectors.attach(open_vectors(cfg, model.model_id, model.dim, model.pooling, problems), model)
     tidy(vectors, cfg.index_dir / "vectors")
+
+
+def _keep_aside(cfg: Config, table: str, model: Embedder) -> None:
+    """The previous serving table, which neither serves through the switch nor was copied into
+    ``model``'s (its model gone or unknown, its store not opening), moved aside for 30 days."""
+    aside = set_aside(cfg.index_dir / "vectors", table)
+    if aside is not None:
+        log.warning(
+            "vectors_set_aside table=%s moved_to=%s reason=the previous model's vectors, not used "
+            "by %s (kept 30 days, not dropped)",
+            table, aside, model.model_id,
+        )  # fmt: skip
 
 
 def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Problems | None) -> None:
@@ -125,7 +141,11 @@ def carry_over(
     old_id, dim, pooling = found
     if model_name(old_id) != model_name(model.model_id) or (dim, pooling) != (model.dim, model.pooling):
         return None
-    old = VectorStore(folder, old_id, dim, pooling)
+    try:
+        old = VectorStore(folder, old_id, dim, pooling)
+    except StoreError as exc:  # kept aside by ``attach``
+        log.info("vectors_not_carried table=%s reason=it cannot be opened (%s)", old_name, exc)
+        return None
     lowest = _agreement(vectors, old, model)
     if lowest is None or lowest < SAME_VECTORS_MIN_COSINE:
         old.close()
@@ -223,7 +243,9 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
         old_model = load_model(old_cfg)
         if old_model.model_id != model_id:
             return None
-        return VectorStore(cfg.index_dir / "vectors", model_id, dim, pooling), old_model
+        return _open_retiring(cfg, table, model_id, dim, pooling), old_model
+    except RetiringModelError:
+        raise
     except (EmbedderError, StoreError, OSError, ValueError) as exc:
         if is_disk_full(exc):  # not gone, only not loadable now: its vectors must not be given up
             raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
@@ -235,6 +257,25 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
             ) from exc
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
         return None
+
+
+def _open_retiring(cfg: Config, table: str, model_id: str, dim: int, pooling: str) -> VectorStore:
+    """The previous model's table, its model loaded. A fault that passes (no file handles left,
+    an I/O error) raises RetiringModelError: tried again, its table kept. Any other failure is
+    raised as it is: the switch goes on as if the model were gone, the table kept aside."""
+    try:
+        return VectorStore(cfg.index_dir / "vectors", model_id, dim, pooling)
+    except PassingFaultError as exc:
+        if is_disk_full(exc):
+            raise
+        log.warning("previous_table_failed table=%s error=%s (it is kept)", table, exc)
+        raise RetiringModelError(
+            f"the previous model's table {table} cannot be opened now ({exc}); its vectors are "
+            "kept and it is tried again"
+        ) from exc
+    except StoreError as exc:
+        log.warning("previous_table_unopenable table=%s error=%s (it is moved aside)", table, exc)
+        raise
 
 
 def _files_present(cfg: Config) -> bool:

@@ -27,7 +27,7 @@ from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
-from sidecar.stores.vectors import table_name
+from sidecar.stores.vectors import VectorStore, table_name
 from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
@@ -357,6 +357,9 @@ class Repair:
         # Vector tables rebuilt by this run: name -> [(when, why), ...].
         self.rebuilt: dict[str, list[tuple[float, str]]] = {}
         self.gave_up: str | None = None  # a table left as it is after MAX_VECTOR_REBUILDS
+        # The serving table's handle this repair read whole and attached: a switch that cannot
+        # begin, tried again, does not read it again while no search fails on it.
+        self._sound: VectorStore | None = None
 
     def repair_bm25(self, reason: str) -> None:
         """A keyword index that fails under the running daemon: move it aside and refill a fresh
@@ -414,6 +417,21 @@ class Repair:
         model = serving.model if serving is not None else self.slot.model
         if model is None or stores.building is not None:
             return False
+        configured = self.slot.model
+        if (
+            serving is not None
+            and serving.store is self._sound
+            and not serving.store.closed
+            and configured is not None
+            and configured is not model
+            and self.problems.active_in("vector_search") is None
+        ):
+            # A switch that cannot begin, tried again (every 5 s up to 5 min): the serving table
+            # was read whole at its first try and no search failed on it since. Read whole again
+            # under the write lock at each try, it held every write back (seconds at 100 k).
+            with contextlib.suppress(PassingFaultError):  # the switch's attach reports it
+                self._check_next(configured)
+            return False
         if serving is None:
             # Nothing attached yet (a start): the table the manifest names is repaired, with its
             # own model. The configured model's table was, when a switch to it was due: it
@@ -445,9 +463,9 @@ class Repair:
             # The configured model loaded and is another (a switch to it begins next: the repair
             # ran at its attach, or before its table could be made): the chunks left to the new
             # model stay so. Released, the retiring model embedded them all first.
-            configured = self.slot.model
             switching = configured is not None and configured is not model
             self.vectors.attach(store, model, switching=switching)
+            self._sound = store
             if serving is not None and serving.store is not store:
                 serving.store.close()  # the fresh handle serves; the old one writes no more
             if switching and configured is not None:

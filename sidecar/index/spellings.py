@@ -60,7 +60,25 @@ class CaseSpellings:
             if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
         ]
         looked = set(rels)
-        return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
+        out = [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
+        return out + [r for r in self._indexed_folder_spellings(root, rels) if r not in looked]
+
+    def _indexed_folder_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+        """The folders holding indexed notes spelled as a folder of ``rels`` but for case or
+        Unicode form, whose own spelling holds none: the other half of a folder's case-only (or
+        form-only) rename whose events came in another batch ("Notes" then "notes"). Its notes
+        were read again as new ones, the old keys kept until a full sweep. A folder with notes
+        indexed as spelled costs one row's lookup; a note's path none."""
+        base = root.key_of("")  # a folder's key is this and its path
+        fresh = [
+            base + rel
+            for rel in rels
+            if not rel.lower().endswith(NOTE_SUFFIXES)
+            and not self.manifest.has_files(base + rel + "/")
+            and os.path.isdir(root.path / rel)
+        ]
+        found = self.manifest.folders_spelled_otherwise(fresh) if fresh else {}
+        return sorted(key[len(base) :] for key in found)
 
 
 def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
@@ -73,20 +91,27 @@ def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
     groups: dict[str, list[str]] = {}
     for rel in rels:
         groups.setdefault(folded(rel), []).append(rel)
-    listed: dict[Path, set[str] | None] = {}
+    listed: dict[Path, tuple[set[str], set[str]] | None] = {}  # folder -> (names, in NFC)
 
-    def on_disk(rel: str) -> bool | None:
+    def on_disk(rel: str, exact: bool) -> bool | None:
+        """Whether each part of ``rel`` is listed by its folder: as spelled (``exact``), else in
+        either Unicode form."""
         folder = top
         for part in rel.split("/"):
             if folder not in listed:
                 try:
-                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
+                    names = set(os.listdir(folder))
+                    listed[folder] = names, {unicodedata.normalize("NFC", n) for n in names}
                 except OSError:
                     listed[folder] = None
-            names = listed[folder]
-            if names is None:
+            names_of = listed[folder]
+            if names_of is None:
                 return None  # not known: taken as spelled
-            if unicodedata.normalize("NFC", part) not in names:
+            if (
+                (part not in names_of[0])
+                if exact
+                else (unicodedata.normalize("NFC", part) not in names_of[1])
+            ):
                 return False
             folder = folder / part
         return True
@@ -94,9 +119,14 @@ def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
     out: set[str] = set()
     for spellings in groups.values():
         if len(spellings) > 1:
-            found = {rel: on_disk(rel) for rel in spellings}
-            if any(found.values()):  # one spelling listed: the others are only its aliases
-                out.update(rel for rel, there in found.items() if there is False)
+            # A spelling listed as it is makes the others aliases, one in another Unicode form
+            # too (a folder renamed from its decomposed name to the composed one); only when
+            # none is, the forms compare alike (a listing in another form than the events).
+            for exact in (True, False):
+                found = {rel: on_disk(rel, exact) for rel in spellings}
+                if any(found.values()):  # one spelling listed: the others are only its aliases
+                    out.update(rel for rel, there in found.items() if there is False)
+                    break
     return out
 
 

@@ -188,6 +188,30 @@ class Vectoring:
         self._held: tuple[VectorStore, set[str]] | None = None
         self.adopted = 0  # held vectors taken for chunks the rebuilt manifest named again
 
+    def counts(self) -> tuple[int, int, float]:
+        """(texts the model embedded, vectors stored, seconds storing them) so far: a run's own
+        are the difference of two readings (``log_embedded``)."""
+        return self.embedded, self.stored, self.embed_seconds
+
+    def log_embedded(self, since: tuple[int, int, float], why: str) -> None:
+        """One line for the vectors stored since ``since`` (``counts``): how many texts the model
+        embedded, how many vectors were copied from equal texts instead. No line said it: a
+        sweep or a backfill that cut every note again told nothing of its cost."""
+        embedded, stored, seconds = (now - then for now, then in zip(self.counts(), since, strict=True))
+        if stored <= 0 and embedded <= 0:
+            return
+        serving = self.stores.building or self.stores.serving
+        log.info(
+            "vectors_embedded texts=%d stored=%d reused=%d seconds=%.1f table=%s run=%s "
+            "(texts: run through the model; reused: copied from an equal text's vector)",
+            embedded,
+            stored,
+            max(stored - embedded, 0),
+            seconds,
+            serving.store.name if serving is not None else "-",
+            why,
+        )
+
     def notify_written(self) -> None:
         """Chunks were written: the backfill looks for pending vectors now, not at its next poll."""
         self._changed.set()
@@ -265,7 +289,7 @@ class Vectoring:
             serving = self.stores.serving
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
                 # The chunks deleted while no table was open are remembered for the second table too.
-                self._reconcile(old, "has_vector", forget=False)
+                self._reconcile(old, "has_vector", forget=False, to_next=True)
             self._reconcile(new, "has_next")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
@@ -290,6 +314,9 @@ class Vectoring:
         lacks (a table repaired, rows lost) are left to it, as notes cut again are (the retiring
         model embedded them all first, for vectors dropped with its table)."""
         manifest = self.manifest
+        # The serving table checked while a switch builds (a write that failed half-way, the held
+        # rows settled): its lost chunks are the new model's alone, as at the switch's begin.
+        to_next = to_next or (flag == "has_vector" and self.stores.building is not None)
         listed = store.id_list()
         in_table = set(listed)
         known = manifest.all_chunk_ids()
@@ -309,7 +336,15 @@ class Vectoring:
             )
             self._held = (store, set(orphans))
         elif orphans:
-            log.info("reconcile_vectors table=%s orphans=%d", store.name, len(orphans))
+            # Plain words: at an upgrade's start these are the chunks its first sweep cut anew,
+            # and a bare count read as damage.
+            log.info(
+                "reconcile_vectors table=%s orphans=%d (vectors of chunks the index no longer has: "
+                "their notes were edited, cut again or removed while no vector table was open; "
+                "removed from the table, nothing is lost)",
+                store.name,
+                len(orphans),
+            )
             self._keep_orphans(store, orphans)
             store.delete_ids(orphans)
             if forget:
@@ -346,7 +381,9 @@ class Vectoring:
                 self.manifest.keep_vectors(store.name, rows, at)
             self.manifest.prune_kept(now - self.keep_seconds, self.keep_max)
             log.info(
-                "vectors_kept table=%s chunks=%d reason=deleted while no table was open",
+                "vectors_kept table=%s chunks=%d reason=their chunks were replaced or removed while "
+                "no vector table was open (notes edited, cut again or removed): kept by text, an "
+                "equal text takes its vector instead of the model",
                 store.name,
                 len(vecs),
             )

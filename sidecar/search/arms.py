@@ -73,6 +73,7 @@ class Found:
     stem: str | None = None  # the language whose stemmed forms the keyword arm searched first
     pending: int = 0  # chunks the vector arm could not see: their vectors are still being computed
     pending_continuous: int = 0  # of those, chunks of notes written continuously (``Stores.continuous``)
+    left_to_switch: int = 0  # chunks it could not see either: left to a model switch until it ends
     # The query's words read with umlauts, by the word as typed (``Retriever.read_spelling``).
     spelled: Mapping[str, str] = field(default_factory=dict)
 
@@ -92,7 +93,7 @@ class Arms:
     slot: EmbedderSlot
     cfg: SearchConfig
     queries: QueryCache
-    _pending: tuple[float, int, int]
+    _pending: tuple[float, int, int, int]
 
     if TYPE_CHECKING:  # the retriever's own (``QueryPlan``)
 
@@ -100,22 +101,23 @@ class Arms:
 
         def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float: ...
 
-    def pending_vectors(self) -> tuple[int, int]:
-        """Chunks without a vector in the serving table (waiting for it, or left to a model switch's
-        table until it ends), and how many of those are of notes written continuously, counted at
-        most once a second (a search during a backfill or after a table was replaced says so)."""
-        at, n, continuous = self._pending
+    def pending_vectors(self) -> tuple[int, int, int]:
+        """Chunks waiting for a vector in the serving table, how many of those are of notes
+        written continuously, and the chunks left to a model switch's table (no vector serves
+        them until it ends; none is being computed for them now), counted at most once a second
+        (a search during a backfill or after a table was replaced says so)."""
+        at, n, continuous, left = self._pending
         now = time.monotonic()
         if now - at > 1.0:
             try:
-                # With the chunks left to a model switch's table: none has a serving vector either.
-                n = self.stores.manifest.pending_count() + self.stores.manifest.left_to_switch()
+                n = self.stores.manifest.pending_count()
+                left = self.stores.manifest.left_to_switch()
                 caps = self.stores.continuous() if n else {}
                 continuous = min(n, self.stores.manifest.pending_count_of(caps)) if caps else 0
             except sqlite3.Error:  # the answer is a courtesy: never fail a search for it
-                n = continuous = 0
-            self._pending = (now, n, continuous)
-        return n, continuous
+                n = continuous = left = 0
+            self._pending = (now, n, continuous, left)
+        return n, continuous, left
 
     def query_vector(self, model: Embedder, text: str) -> np.ndarray[Any, Any]:
         """The query's vector by ``model`` (``search.queryCache`` recent ones are kept per model)."""
@@ -207,8 +209,10 @@ class Arms:
         try:
             hits = self._vector_hits(serving, vectors, text, req, early=early)
             problems.clear("vector_search")
-            pending, continuous = self.pending_vectors()
-            return replace(found(hits, bm_note), pending=pending, pending_continuous=continuous)
+            pending, continuous, left = self.pending_vectors()
+            return replace(
+                found(hits, bm_note), pending=pending, pending_continuous=continuous, left_to_switch=left
+            )
         except (EmbedderError, StoreError) as exc:
             if self.stores.serving is not serving:
                 # A model switch overtook this search (the old table went): no damage, nothing

@@ -232,6 +232,7 @@ def _recall(
         context=block,
         pending_vectors=found.pending,
         pending_continuous=found.pending_continuous,
+        left_to_switch=found.left_to_switch,
         dropped=dropped,
         gates=gates,
     )

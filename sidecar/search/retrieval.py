@@ -55,8 +55,9 @@ class Retriever(QueryPlan, Arms, Ranker):
         self.today: Callable[[], dt.date] = dt.date.today  # local day; tests pin it
         self.week_start: Callable[[], int] = lambda: 0  # weeks' first weekday, 0 Monday (the vault's)
         self.queries = QueryCache(cfg.query_cache)
-        # (when counted, chunks without a vector, of which of notes written continuously)
-        self._pending: tuple[float, int, int] = (-1.0, 0, 0)
+        # (when counted, chunks waiting for a vector, of which of notes written continuously,
+        # chunks left to a model switch)
+        self._pending: tuple[float, int, int, int] = (-1.0, 0, 0, 0)
 
     # --- search ---------------------------------------------------------------------------------
 
@@ -145,6 +146,7 @@ class Retriever(QueryPlan, Arms, Ranker):
             analysis_of(qa, req.filters, rare),
             pending_vectors=found.pending,
             pending_continuous=found.pending_continuous,
+            left_to_switch=found.left_to_switch,
         )
 
 

@@ -502,9 +502,16 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
     # --- files ---------------------------------------------------------------------------
 
     def has_files(self, prefix: str) -> bool:
-        """Whether any note is indexed under ``prefix`` (one row read, not all of them)."""
+        """Whether the index holds any entry under ``prefix``, in any state (a note skipped, or
+        being deleted, too); one row read, not all of them."""
         where, args = _under(prefix)
         return bool(self._query(f"SELECT 1 FROM files WHERE {where} LIMIT 1", args))
+
+    def has_notes(self, prefix: str) -> bool:
+        """Whether a note under ``prefix`` is indexed (counted as the index's notes are: not one
+        skipped, too large or hidden, whose row says only why it is left out)."""
+        where, args = _under(prefix)
+        return bool(self._query(f"SELECT 1 FROM files WHERE {where} AND {_COUNTED} LIMIT 1", args))
 
     def file_states(self, prefix: str = "") -> dict[str, FileState]:
         where, args = _under(prefix)
@@ -602,6 +609,31 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 folder, _, name = str(k).rpartition("/")
                 if k not in own and folded(name) in wanted.get(folder, ()):
                     out[str(k)] = str(rel)
+        return out
+
+    def folders_spelled_otherwise(self, folders: Collection[str]) -> dict[str, str]:
+        """Indexed folders (the folder part of indexed keys) that one of ``folders`` (a folder's
+        key) spells but for case or Unicode form in its last name ("vault/Notes" for
+        "vault/notes"), each with the one of ``folders`` it is; none of ``folders`` among them.
+        Read by ranges of the key index per first letter of that name, in either case and form,
+        as ``spelled_otherwise`` reads a folder's notes."""
+        own = set(folders)
+        out: dict[str, str] = {}
+        for folder in folders:
+            parent, _, name = folder.rpartition("/")
+            nfc = unicodedata.normalize("NFC", name)
+            first = next((i for i, ch in enumerate(nfc) if ch.lower() != ch.upper()), None)
+            if not parent or first is None:
+                continue
+            start = len(parent) + 2  # where the names of ``parent``'s entries begin (SQL from 1)
+            # The folder part of each key below a folder of ``parent`` whose name begins alike.
+            head = "substr(key, 1, ? + instr(substr(key, ?), '/') - 2)"
+            for s in _spelling_starts(nfc[first]):
+                where, args = _under(f"{parent}/{nfc[:first]}{s}")
+                sql = f"SELECT DISTINCT {head} FROM files WHERE {where} AND instr(substr(key, ?), '/') > 0"
+                for (found,) in self._query(sql, (start, start, *args, start)):
+                    if found not in own and folded(str(found).rpartition("/")[2]) == folded(name):
+                        out[str(found)] = folder
         return out
 
     def keys_in_state(self, *states: str) -> list[str]:

@@ -19,6 +19,7 @@ confined reads and the Canvas file names (``sidecar.vault.canvas``).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import unicodedata
@@ -348,7 +349,8 @@ def _key_prefixes(folder: str, wiki_subfolder: str) -> list[str]:
     """The index key prefixes of the notes in the vault's ``folder`` ("Vorlagen/"): its vault
     notes (ending in "/": "Tmpl/" holds nothing of "Tmpl2/"), and wiki notes where the folder is
     the wiki, lies in it or around it; each in NFC (as the folder is read) and NFD (as a Mac may
-    name it on disk: keys keep the name as it is)."""
+    name it on disk: keys keep the name as it is), part by part: a folder named in NFD by a Mac
+    inside one typed in NFC holds keys in neither form whole."""
     inside = folder.strip("/")
     wiki = wiki_subfolder.strip("/")
     if not inside:
@@ -358,7 +360,17 @@ def _key_prefixes(folder: str, wiki_subfolder: str) -> list[str]:
         prefixes = [f"wiki/{rest}/" if rest else "wiki/"]
     else:
         prefixes = [f"vault/{inside}/", *(["wiki/"] if wiki.startswith(inside + "/") else [])]
-    return list(dict.fromkeys(unicodedata.normalize(f, p) for p in prefixes for f in ("NFC", "NFD")))
+    return list(dict.fromkeys(spelled for p in prefixes for spelled in _each_form(p)))
+
+
+def _each_form(prefix: str) -> list[str]:
+    """``prefix`` with each of its parts in NFC and in NFD, every mix of them (at most 64: a
+    deeper path of non-ASCII names is read in whole forms past its sixth such part)."""
+    parts = prefix.split("/")
+    forms = [sorted({unicodedata.normalize(f, p) for f in ("NFC", "NFD")}) for p in parts]
+    if sum(len(f) > 1 for f in forms) > 6:
+        return list(dict.fromkeys(unicodedata.normalize(f, prefix) for f in ("NFC", "NFD")))
+    return ["/".join(mix) for mix in itertools.product(*forms)]
 
 
 def _vault_rel(key: str, wiki_subfolder: str) -> str | None:
