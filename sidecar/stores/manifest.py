@@ -258,7 +258,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise _newer(path, version)
-            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, 4, 5, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
@@ -270,7 +270,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
                 # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).
                 self._db.execute("UPDATE files SET mtime_ns = 0, hash = '' WHERE state = 'indexed'")
-            self._add_embed_from(version)
+            self._add_embed_from(version, also=links.move_rows)
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
             self.store_embed_heads()
@@ -748,12 +748,12 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         )
 
     def clear(self, db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM links")
+        links.clear(db)
         db.execute("DELETE FROM chunks")
         db.execute("DELETE FROM files")
 
     def delete_file(self, key: str, db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM links WHERE src = ?", (key,))
+        links.drop_links(db, [key])
         db.execute("DELETE FROM chunks WHERE key = ?", (key,))
         db.execute("DELETE FROM files WHERE key = ?", (key,))
 
