@@ -408,6 +408,12 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
     ]
 
 
+def written_links(read: Callable[[str, Sequence[Any]], list[Any]], key: str) -> list[Link]:
+    """A note's links as its rows hold them (what reading it found), in order."""
+    sql = "SELECT target, anchor, display, embed, kind, line FROM links WHERE src = ? ORDER BY ord"
+    return [Link(t, a, d, bool(e), k, n) for t, a, d, e, k, n in read(sql, (key,))]
+
+
 def unresolved_paths(links: Sequence[dict[str, Any]]) -> list[str]:
     """The link paths of ``links`` (as ``outgoing`` gives them) that name no note, each once: the
     anchor left out, one spelling per name (the first; letter case and ``.md`` aside), sorted.

@@ -30,7 +30,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
-from sidecar.stores.embedtext import split_embed_text
+from sidecar.stores.embedtext import joined_embed_text, split_embed_text
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_file import (
     _PENDING_INDEX,
@@ -162,6 +162,19 @@ class IndexedNote:
     title: str
     front_matter: str
     chunks: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class HeldNote:
+    """An indexed note as its rows hold it: the file's title, tags and front matter (JSON), front
+    matter error, and per chunk (ord, text, heading path JSON, start and end line, model text,
+    tokens, text hash), in order."""
+
+    title: str
+    tags: str
+    front_matter: str
+    error: str | None
+    chunks: list[tuple[int, str, str, int, int, str, int, str]]
 
 
 def _placed(c: ChunkRecord) -> tuple[Any, ...]:
@@ -679,6 +692,25 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             return None
         chunks = self._query("SELECT chunk_id, text, headings FROM chunks WHERE key = ?", (key,))
         return IndexedNote(rows[0][0], rows[0][1], {r[0]: (r[1], r[2]) for r in chunks})
+
+    def held_note(self, key: str) -> HeldNote | None:
+        """What the index holds of a note (None unless it is ``indexed``): what reading and
+        cutting its file gave."""
+        rows = self._query(
+            "SELECT title, tags, front_matter, error FROM files WHERE key = ? AND state = 'indexed'", (key,)
+        )
+        if not rows:
+            return None
+        chunks = [
+            (o, text, headings, start, end, joined_embed_text(head, text, cut), tokens, hashed)
+            for o, text, headings, start, end, head, cut, tokens, hashed in self._query(
+                "SELECT ord, text, headings, start_line, end_line, embed_text, embed_from, tokens, "
+                "embed_hash FROM chunks WHERE key = ? ORDER BY ord",
+                (key,),
+            )
+        ]
+        title, tags, front_matter, error = rows[0]
+        return HeldNote(title, tags, front_matter, error, chunks)
 
     def commit_file(self, record: FileRecord, chunks: Sequence[ChunkRecord], db: sqlite3.Connection) -> None:
         """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep
