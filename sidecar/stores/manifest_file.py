@@ -308,13 +308,15 @@ class ManifestFile:
         )
         self._db.execute("COMMIT")
 
-    def _add_embed_from(self, version: int) -> None:
+    def _add_embed_from(self, version: int, also: Callable[[sqlite3.Connection], object]) -> None:
         """Schema 5: each chunk's model text kept as what it adds to the chunk's text
         (``embedtext``). One transaction adds the column (NULL: the row's model text is whole, as
-        every reader takes it), labels the file schema 5 and, for an older file, records that a
-        rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row is
-        split under an older label, which an older version would read as whole. A rebuild's copy
-        (``aside_chunks``) gets the column too, so the two tables keep one column order."""
+        every reader takes it), labels the file with this schema and, for an older file, records
+        that a rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row
+        is split under an older label, which an older version would read as whole. A rebuild's copy
+        (``aside_chunks``) gets the column too, so the two tables keep one column order. ``also``:
+        the other steps to this schema, in the same transaction (schema 6: the link graph's rows
+        by note number, ``links.move_rows``); the rewrite gives back the pages they leave."""
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(chunks)").fetchall()}
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -324,6 +326,7 @@ class ManifestFile:
             if aside and "embed_from" not in aside:
                 self._db.execute("ALTER TABLE aside_chunks ADD COLUMN embed_from INTEGER")
             self._db.execute(_WHOLE_INDEX)
+            also(self._db)
             if version not in (0, SCHEMA_VERSION):
                 self._db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, '1')", (_COMPACT_OWED,))
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
