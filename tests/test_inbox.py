@@ -284,14 +284,15 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
 
 
 def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> None:
-    """clean_temp clears only the writer's temp files (at start, before any write): one that
-    holds the note's text or nothing goes, any other is kept in .trash (it may be the person's
-    save a write killed mid-exchange left there), never removed unread."""
+    """clean_temp clears only the writer's temp files (at start, before any write): one that is
+    a second name of the note goes, any other is kept in .trash (it may be the person's save a
+    write killed mid-exchange left there, or a file replaced that an editor still writes into),
+    never removed unread."""
     w = inboxes.write("claude", "a", "text", None, must_exist=False)
     inbox = w.path.parent
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
     (inbox / ".a.k2x_9zqa.tmp").write_text("half, named by an older version (mkstemp)")
-    (inbox / ".a.0123abcd.tmp").write_bytes(w.path.read_bytes())
+    os.link(w.path, inbox / ".a.0123abcd.tmp")
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
     assert inboxes.clean_temp() == 3

@@ -284,7 +284,8 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
 ) -> None:
     """Killed between the exchange and the swap back, the write leaves the person's save under
     its temp name; the next start removed every such temp file unread. Now it is kept in .trash
-    as a kept text, while a leftover holding nothing new (the text kept already) still goes."""
+    as a kept text. Only a second name of the note itself goes: a copy of its text or an empty
+    file may be a file a write replaced, still open in an editor, and is kept too."""
     if replace.RENAME is None:
         pytest.skip("no renameat2 here")
     first = inboxes.write("claude", "n", "v1", None, must_exist=False)
@@ -294,14 +295,15 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
         inboxes.write("claude", "n", "agent text", None, must_exist=False)
     monkeypatch.undo()
     inbox = _inbox(inboxes)
-    (inbox / ".n.0badf00d.tmp").write_bytes(first.path.read_bytes())  # the note's own text again
-    (inbox / ".n.0000beef.tmp").write_bytes(b"")  # a write killed before its first byte
+    os.link(first.path, inbox / ".n.0badf00d.tmp")  # the note itself (a new note's write killed)
+    (inbox / ".n.0000beef.tmp").write_bytes(first.path.read_bytes())  # a copy of its text
+    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty
     restarted = Inboxes(inboxes.cfg)
-    assert restarted.clean_temp() == 3
+    assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
-    assert "PERSON SAVE\n" in kept
-    assert sum(t == first.path.read_text(encoding="utf-8") for t in kept) == 0
+    assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8"), ""} <= set(kept)
+    assert len(kept) == 4  # and the copy of v1 the killed write had kept as its previous text
     assert restarted.clean_temp() == 0
 
 
@@ -453,3 +455,67 @@ def test_a_save_renamed_over_the_note_after_the_fallbacks_link_is_kept(
     monkeypatch.undo()
     assert held and first.path.read_text(encoding="utf-8") == "PERSON SAVE after the link\n"
     assert list((_inbox(inboxes) / ".trash").iterdir()) == []
+
+
+def _kept_texts(inboxes: Inboxes) -> list[str]:
+    trash = _inbox(inboxes) / ".trash"
+    return [p.read_text(encoding="utf-8") for p in sorted(trash.iterdir()) if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_a_file_replaced_with_no_text_to_keep_is_still_kept_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A rewrite that changes only the 'updated' stamp, and an empty note replaced after 2 s,
+    keep no previous text; the file they replaced was removed, so an editor's late write into
+    it was lost. Now it is kept in .trash, and the editor's text lands there."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "same text", None, must_exist=False)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        again = inboxes.write("claude", "n", "same text", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    assert again.previous is None  # nothing but the stamp changed: no previous is named
+    assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first.path.write_bytes(b"")
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        editor.write("PERSON AFTER EMPTY\n")
+    assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+    assert "PERSON AFTER EMPTY\n" in _kept_texts(inboxes)
+    assert inboxes.usage("claude")["trash_files"] == 2
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_a_file_replaced_that_trash_cannot_take_is_left_and_kept_at_the_next_start(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """.trash refusing the file replaced (an I/O error): it was removed with a warning. Now it
+    is left under its hidden temp name (the fallback's link in .trash), which neither prune nor
+    the indexer touches, and the next start keeps it in .trash with what was written into it."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    real = inbox_mod.Trash.change
+
+    def change(self: Any, trash_fd: int, name: str, sign: int, act: Any) -> None:
+        if sign == 0:  # the file replaced taking its copy's place
+            raise OSError(errno.EIO, "Input/output error")
+        real(self, trash_fd, name, sign, act)
+
+    monkeypatch.setattr(inbox_mod.Trash, "change", change)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    monkeypatch.undo()
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    inbox = _inbox(inboxes)
+    left = [p for p in inbox.rglob(".n*") if p.name.endswith((".tmp", ".held"))]
+    assert len(left) == 1 and left[0].read_text(encoding="utf-8").startswith("PERSON LATE WRITE\n")
+    assert (left[0].parent == inbox) == (path == "exchange")
+    inboxes.prune_trash()
+    assert left[0].exists()
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
+    assert not left[0].exists()
+    assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
+    assert done.previous is not None and done.previous.exists()

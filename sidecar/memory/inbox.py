@@ -327,28 +327,27 @@ class Inboxes(Retention):
             data = text.encode("utf-8")
             self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
-            # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
+            # changes only the 'updated' stamp names no previous: there is nothing to lose; its
+            # file replaced is still kept, see ``_replace``).
             previous = None
             ledger = self._trash_of(agent)
             # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
             if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
+            swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
-                st = self._replace(inbox_fd, name, seen, old, data, ledger=ledger, previous=previous)
+                st = self._replace(
+                    inbox_fd, name, seen, old, data, ledger=ledger, previous=previous, swapped=swapped
+                )
             except BaseException:
-                if previous is not None:  # its write failed: no cap of this write will run
-                    ledger.release(previous.name)
+                for kept in [*([previous.name] if previous is not None else []), *swapped]:
+                    ledger.release(kept)  # its write failed: no cap of this write will run
                 raise
             mtime_ns, ctime_ns = st.st_mtime_ns, st.st_ctime_ns
             self._remember((agent, slug), (st.st_ino, st.st_size, mtime_ns, ctime_ns))
-            dropped: tuple[str, ...] = ()
-            if previous is not None:  # only now: a write that fails must not have cost older texts
-                try:
-                    with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
-                        dropped = self._cap_trash(ledger, trash.fd, previous.name)
-                except (OSError, SourceError) as exc:  # housekeeping: the write is made
-                    ledger.release(previous.name)
-                    log.warning("memory_trash_cap_failed error=%s", exc)
+            # Only now: a write that fails must not have cost older texts.
+            newest = previous.name if previous is not None else next(iter(swapped), None)
+            dropped = self._cap_after(ledger, inbox_fd, newest)
             digest = hashlib.sha256(data).hexdigest()
             audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
         return Written(
@@ -365,6 +364,19 @@ class Inboxes(Retention):
             ctime_ns,
             dropped,
         )
+
+    def _cap_after(self, ledger: Trash, inbox_fd: int, newest: str | None) -> tuple[str, ...]:
+        """``_cap_trash`` after a write that kept ``newest`` (if any); housekeeping: the write is
+        made whatever happens here."""
+        if newest is None:
+            return ()
+        try:
+            with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
+                return self._cap_trash(ledger, trash.fd, newest)
+        except (OSError, SourceError) as exc:
+            ledger.release(newest)
+            log.warning("memory_trash_cap_failed error=%s", exc)
+            return ()
 
     def _read_settled(self, inbox_fd: int, name: str, slug: str, left: _State) -> tuple[bytes | None, _State]:
         """The note's bytes and state, once no other program is seen saving it. A note that
@@ -408,10 +420,13 @@ class Inboxes(Retention):
         *,
         ledger: Trash,
         previous: Path | None,
+        swapped: list[str],
     ) -> os.stat_result:
         """Write the note unless it is no longer the text read (changed during the rendering and
         the .trash copy, or during the temp file's write and fsync): replacing it then would lose
-        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes."""
+        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes.
+        The file replaced is kept in .trash: as ``previous``, else under a name added to
+        ``swapped``."""
         slug = name[:-3]
 
         def install(tmp: str, fd: int) -> None:
@@ -431,16 +446,19 @@ class Inboxes(Retention):
                 keep=keep,
             )
 
-        def keep(src_fd: int, src: str) -> bool:
-            # The file replaced takes the place of its copy kept as ``previous`` (same text).
-            if previous is None:
-                return False
-            kept = previous.name
+        def keep(src_fd: int, src: str) -> None:
+            # The file replaced takes the place of its copy kept as ``previous`` (same text); with
+            # no such copy (it held no text to lose) it is kept anew: a program may still write
+            # into it, and the caps and ``memory.trashDays`` decide its stay as for any kept text.
             with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
+                if previous is None:
+                    swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
+                    ledger.busy.add(swapped[-1])
+                    return
+                kept = previous.name
                 ledger.change(
                     trash_fd, kept, 0, lambda: os.replace(src, kept, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
                 )
-            return True
 
         try:
             if _state(inbox_fd, name) != seen:
@@ -696,9 +714,8 @@ class Inboxes(Retention):
     def clean_temp(self) -> int:
         """Clear the temp files a killed write left in the inboxes (at start, before any write),
         and the hard links of the fallback in .trash; returns how many. Such a file can hold the
-        person's save (a write killed between an exchange and its swap back), so none is removed
-        unread: one that is empty, or the text of its note or of the newest text kept of it, goes;
-        any other is kept in .trash as ``<slug>--<time>.md``."""
+        person's save (a write killed between an exchange and its swap back) or be the file a
+        write replaced, still open in an editor: see ``_clear``."""
         cleared = 0
         for agent in self._agent_names():
             try:
@@ -721,18 +738,28 @@ class Inboxes(Retention):
         return cleared
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
-        """One leftover of a killed write: removed if nothing in it would be lost, else kept."""
+        """One leftover of a killed write. Only a second name of the note itself is removed: any
+        other may be a file a write replaced, which a program can still be writing into. One
+        holding the newest text kept of its note takes that copy's place; any other is kept."""
         try:
-            data = read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+            fd = open_regular(name, dir_fd=dir_fd, follow=False)
         except NotRegularError:
             return  # not a file a write makes: left alone
-        known = [_read_back(inbox_fd, f"{slug}.md")]
+        ino = os.fstat(fd).st_ino
+        data = read_fd(fd, _MAX_EXISTING + 1)
         ledger = self._trash_of(agent)
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
-            known.append(_newest_kept(trash.fd, slug))
-            if not data or data in known:
+            note = _state(inbox_fd, f"{slug}.md")
+            if note is not None and note[0] == ino:
                 os.unlink(name, dir_fd=dir_fd)
                 log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                return
+            newest = _newest_kept(trash.fd, slug)
+            if newest is not None and newest[1] == data:
+                target = newest[0]
+                move = lambda: os.replace(name, target, src_dir_fd=dir_fd, dst_dir_fd=trash.fd)  # noqa: E731
+                ledger.change(trash.fd, target, 0, move)
+                log.info("inbox_temp_removed agent=%s file=%s kept=.trash/%s", agent, name, target)
                 return
             target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
         log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
@@ -831,10 +858,14 @@ def _read_back(dir_fd: int, name: str) -> bytes | None:
         return None
 
 
-def _newest_kept(trash_fd: int, slug: str) -> bytes | None:
-    """The newest text kept of ``slug`` in .trash (lists the folder: at start only)."""
+def _newest_kept(trash_fd: int, slug: str) -> tuple[str, bytes | None] | None:
+    """The name and text of the newest text kept of ``slug`` in .trash (lists the folder: at
+    start only)."""
     names = [n for n in os.listdir(trash_fd) if (m := KEPT.match(n)) and n[: m.start(1) - 2] == slug]
-    return _read_back(trash_fd, max(names, key=lambda n: n[len(slug) + 2 :])) if names else None
+    if not names:
+        return None
+    newest = max(names, key=lambda n: n[len(slug) + 2 :])
+    return newest, _read_back(trash_fd, newest)
 
 
 def _move_kept(ledger: Trash, src_fd: int, name: str, trash_fd: int, slug: str) -> str:

@@ -9,8 +9,9 @@ place only if none appeared meanwhile (``RENAME_NOREPLACE`` / ``RENAME_EXCL``, e
 Where the exchange is missing (another system, a share answering EINVAL or ENOTSUP), the note is
 hard-linked into ``.trash`` just before the rename and that link is checked to be the text read:
 the window left is the few microseconds between that check and the rename. Without hard links
-either, the check and the rename are as close as they can be. The file replaced is not removed:
-it becomes the previous text kept in ``.trash`` (an editor still writing into it writes there).
+either, the check and the rename are as close as they can be. The file replaced is never removed:
+it is kept in ``.trash`` (an editor still writing into it writes there), or, when .trash cannot
+take it, left under its hidden temp name for the next start to keep.
 Imports confine and the error classes only.
 """
 
@@ -139,15 +140,16 @@ def install_over(
     trash_fd: Callable[[], contextlib.AbstractContextManager[int]],
     hold_name: str,
     rescue: Callable[[str], str],
-    keep: Callable[[int, str], bool],
+    keep: Callable[[int, str], None],
 ) -> None:
     """``tmp`` (open as ``fd``) replaces the note ``name``, whose text was read as ``old``;
     RacedError when the note there is another text by then, which stays the note. ``trash_fd`` opens
     .trash (the fallback's link lies there as ``hold_name``); ``rescue`` moves a file that lies at
     ``tmp`` and is not this write's into .trash (a third save within the swap back) and returns
     its name there; ``keep(folder, name)`` renames the file replaced, the note's own, into .trash
-    as the kept previous text (False when none is kept): an editor still writing into it (a
-    stalled in-place save) writes there, not into a removed file."""
+    as a kept text, also when it holds no text to lose (empty, or only the ``updated`` stamp
+    differs): an editor still writing into it (a stalled in-place save) writes there, never into
+    a removed file."""
     try:
         swapped = exchange(dir_fd, tmp, name)
     except FileNotFoundError as exc:  # the note was removed meanwhile
@@ -157,9 +159,8 @@ def install_over(
             _install_linked(dir_fd, tmp, name, old, trash_fd=tfd, hold=hold_name, keep=keep)
         return
     if _read_back(dir_fd, tmp, len(old) + 1) == old:
-        # The text read: it takes the place of its copy in .trash, or goes when none is kept.
-        if not _kept(keep, dir_fd, tmp):
-            os.unlink(tmp, dir_fd=dir_fd)
+        # The text read: kept in .trash (an editor may still write into it), or left where it is.
+        _kept(keep, dir_fd, tmp, name)
         return
     # A save landed between the check and the exchange: it goes back in the note's place.
     later = None
@@ -180,13 +181,15 @@ def install_over(
     raise RacedError(later)
 
 
-def _kept(keep: Callable[[int, str], bool], dir_fd: int, name: str) -> bool:
-    """``keep(dir_fd, name)``; False (the file to be removed) when .trash cannot take it."""
+def _kept(keep: Callable[[int, str], None], dir_fd: int, name: str, note: str) -> None:
+    """``keep(dir_fd, name)``. When .trash cannot take the file replaced, it stays where it lies
+    (never removed: a program may still write into it), under a name no prune removes and the
+    indexer skips; the next start keeps it in .trash."""
     try:
-        return keep(dir_fd, name)
+        keep(dir_fd, name)
     except (OSError, SourceError) as exc:
-        log.warning("memory_previous_not_moved error=%s", exc)
-        return False
+        where = f".trash/{name}" if name.endswith(".held") else name
+        log.warning("memory_previous_not_moved note=%s left=%s error=%s", note, where, exc)
 
 
 def _install_linked(
@@ -197,7 +200,7 @@ def _install_linked(
     *,
     trash_fd: int,
     hold: str,
-    keep: Callable[[int, str], bool],
+    keep: Callable[[int, str], None],
 ) -> None:
     """The fallback: the note hard-linked into .trash, checked to be the text read, then replaced;
     the link then becomes the kept previous text (``keep``)."""
@@ -226,9 +229,10 @@ def _install_linked(
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         done = True
     finally:
-        if not (done and _kept(keep, trash_fd, hold)):
+        if not done:  # a second name of the note, which stays in place
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(hold, dir_fd=trash_fd)
+    _kept(keep, trash_fd, hold, name)
 
 
 def _changed(dir_fd: int, name: str, held: os.stat_result) -> bool:
