@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.errors import RemoteError, StorageError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import replace
 from sidecar.memory.inbox import Inboxes, MemoryBeingSavedError, MemoryConflictError
@@ -310,8 +310,9 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
 def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_synced(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A third save that cannot be moved into .trash stays at the temp name (the write fails,
-    never removes it), the folder is fsynced after the swap back, and the next start keeps it."""
+    """A third save that cannot be moved into .trash stays at the temp name (never removed), the
+    folder is fsynced after the swap back, the agent's conflict says where that save lies (it
+    answered a bare storage error), and the next start keeps it."""
     if replace.RENAME is None:
         pytest.skip("no renameat2 here")
     first = inboxes.write("claude", "n", "v1", None, must_exist=False)
@@ -342,12 +343,14 @@ def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_
 
     monkeypatch.setattr(replace, "exchange", exchange)
     monkeypatch.setattr(Inboxes, "_rescue", no_trash)
-    with pytest.raises(OSError, match="Input/output error"):
+    with pytest.raises(MemoryConflictError, match="saved twice") as raced:
         inboxes.write("claude", "n", "agent text", None, must_exist=False)
     monkeypatch.undo()
     assert str(inbox) in synced[synced.index("swapped back") :]
     assert first.path.read_text(encoding="utf-8") == "first save\n"
-    assert "second save" in _everything(inbox)
+    (left,) = [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert left.read_text(encoding="utf-8") == "second save\n"
+    assert f"the later one could not be moved into .trash and lies in {left} " in str(raced.value)
     Inboxes(inboxes.cfg).clean_temp()
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     assert "second save\n" in [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
@@ -519,3 +522,42 @@ def test_a_file_replaced_that_trash_cannot_take_is_left_and_kept_at_the_next_sta
     assert not left[0].exists()
     assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
     assert done.previous is not None and done.previous.exists()
+
+
+def test_a_save_that_cannot_be_put_back_stays_and_the_error_says_where(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap back failing (its exchange and the rename after it refused): the person's save
+    lies at the temp name, the note holds the agent's text, and the error said nothing of where
+    the save is ("the inbox is unchanged"). Now ``storage`` names the file, the save is never
+    removed, and the next start keeps it in .trash."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inbox = _inbox(inboxes)
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    real_exchange, real_replace = replace.exchange, os.replace
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_exchange(dir_fd, a, b)
+
+    def put_back(src: Any, dst: Any, **kw: Any) -> None:
+        if _TEMP.match(str(src)) and dst == "n.md":
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+    monkeypatch.setattr(os, "replace", put_back)
+    with pytest.raises(StorageError, match="could not be put back") as failed:
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    assert "agent text" in first.path.read_text(encoding="utf-8")
+    (left,) = [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert left.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    assert f"their save lies in {left} " in str(failed.value)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert "PERSON SAVE\n" in _kept_texts(inboxes)

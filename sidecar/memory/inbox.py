@@ -337,7 +337,15 @@ class Inboxes(Retention):
             swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
                 st = self._replace(
-                    inbox_fd, name, seen, old, data, ledger=ledger, previous=previous, swapped=swapped
+                    inbox_fd,
+                    name,
+                    seen,
+                    old,
+                    data,
+                    ledger=ledger,
+                    previous=previous,
+                    swapped=swapped,
+                    inbox=path.parent,
                 )
             except BaseException:
                 for kept in [*([previous.name] if previous is not None else []), *swapped]:
@@ -421,6 +429,7 @@ class Inboxes(Retention):
         ledger: Trash,
         previous: Path | None,
         swapped: list[str],
+        inbox: Path,
     ) -> os.stat_result:
         """Write the note unless it is no longer the text read (changed during the rendering and
         the .trash copy, or during the temp file's write and fsync): replacing it then would lose
@@ -464,16 +473,29 @@ class Inboxes(Retention):
             if _state(inbox_fd, name) != seen:
                 raise replace.RacedError
             return write_in(inbox_fd, name, data, install=install)
+        except replace.StrandedError as stranded:  # the note changed: its previous copy stays
+            raise StorageError(
+                f"{slug!r} was changed by someone else while this write was made, and their save "
+                f"could not be put back ({stranded.error.strerror or stranded.error}): the note holds "
+                f"this write's text, their save lies in {inbox / stranded.left} (a hidden file, "
+                "moved into .trash at the next start): merge it into the note"
+            ) from stranded.error
         except replace.RacedError as raced:
             if previous is not None:
                 kept = previous.name
                 with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
             if raced.later is not None:  # two saves: the first is the note, the later one kept
+                where = (
+                    f"is kept in {raced.later}"
+                    if raced.later.startswith(".trash/")
+                    else f"could not be moved into .trash and lies in {inbox / raced.later} (a hidden "
+                    "file, moved into .trash at the next start)"
+                )
                 raise MemoryConflictError(
                     f"{slug!r} was saved twice by someone else while this write was made; nothing "
-                    f"was written: the note holds the earlier save, the later one is kept in "
-                    f".trash/{raced.later}; merge them, then retry"
+                    f"was written: the note holds the earlier save, the later one {where}; merge "
+                    "them, then retry"
                 ) from None
             raise MemoryConflictError(
                 f"{slug!r} was changed by someone else while this write was made; nothing was "

@@ -43,11 +43,23 @@ _NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLIN
 class RacedError(Exception):
     """The note is no longer the text the write read (a save landed meanwhile); it stays as that
     save left it and nothing of the write is in its place. ``later`` names where a second save,
-    made within the swap back, was kept (the note then holds the first one)."""
+    made within the swap back, lies in the inbox (``.trash/<name>``; its hidden temp name when
+    .trash could not take it); the note then holds the first one."""
 
     def __init__(self, later: str | None = None) -> None:
         super().__init__(later)
         self.later = later
+
+
+class StrandedError(Exception):
+    """A save landed meanwhile and could not be put back in the note's place (``error``): the
+    note holds the write's text, the save lies in the inbox under the hidden temp name ``left``
+    (kept in .trash at the next start)."""
+
+    def __init__(self, left: str, error: OSError) -> None:
+        super().__init__(left, error)
+        self.left = left
+        self.error = error
 
 
 def _load() -> tuple[Any, int, int] | None:
@@ -170,15 +182,29 @@ def install_over(
         except OSError:
             back = False
         if not back:
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            try:
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError as exc:  # theirs stays where it lies, never removed
+                log.error("memory_write_raced_not_put_back note=%s left=%s error=%s", name, tmp, exc)
+                raise StrandedError(tmp, exc) from exc
         elif not _ours(dir_fd, tmp, fd):
-            later = rescue(tmp)  # yet another save replaced ours within the swap back: kept
+            later = _rescued(rescue, tmp, name)  # yet another save replaced ours within the swap back
     finally:
         # The swap back made lasting (a crash before it leaves a save at the temp name, which
         # the next start keeps in .trash).
         os.fsync(dir_fd)
     log.warning("memory_write_raced note=%s kept=theirs later=%s", name, later)
     raise RacedError(later)
+
+
+def _rescued(rescue: Callable[[str], str], tmp: str, note: str) -> str:
+    """Where the save lying at ``tmp`` is kept: ``.trash/<name>`` once ``rescue`` moved it, else
+    ``tmp`` itself (left there, for the next start to keep)."""
+    try:
+        return f".trash/{rescue(tmp)}"
+    except (OSError, SourceError) as exc:
+        log.warning("memory_write_raced_not_moved note=%s left=%s error=%s", note, tmp, exc)
+        return tmp
 
 
 def _kept(keep: Callable[[int, str], None], dir_fd: int, name: str, note: str) -> None:
