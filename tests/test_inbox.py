@@ -293,9 +293,10 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
     (inbox / ".a.k2x_9zqa.tmp").write_text("half, named by an older version (mkstemp)")
     os.link(w.path, inbox / ".a.0123abcd.tmp")
+    (inbox / ".a.0123abcd.clock").write_bytes(b"")  # a write's look at the folder's clock
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
-    assert inboxes.clean_temp() == 3
+    assert inboxes.clean_temp() == 4
     assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", ".trash", "a.md", "notes.tmp.md"]
     kept = sorted(p.read_text() for p in (inbox / ".trash").iterdir())
     assert kept == ["half", "half, named by an older version (mkstemp)"]

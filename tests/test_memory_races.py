@@ -211,9 +211,15 @@ def test_a_note_emptied_a_moment_ago_is_being_saved_and_not_replaced(
     assert not (_inbox(inboxes) / ".trash").exists() or not list((_inbox(inboxes) / ".trash").iterdir())
     # Emptied an hour ago: nothing is being saved; nothing to keep either (no 0-byte "previous").
     first.path.write_bytes(b"")
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    _an_hour_later(monkeypatch)
     done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
     assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+
+
+def _an_hour_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder's clock (a file made there) an hour on: what was changed now is an hour old."""
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(inbox_mod, "reference_ns", lambda fd, name: real(fd, name) + 3600 * 10**9)
 
 
 def test_a_note_still_changing_is_being_saved_and_the_agents_own_write_needs_no_wait(
@@ -399,20 +405,44 @@ def test_the_recent_change_rule_goes_by_ctime_and_not_by_times_ahead(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty note whose mtime lies ahead (a sync tool keeping another machine's time, a
-    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of this clock (a
-    share whose server clock runs ahead). Neither is a save under way an hour later."""
+    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of the folder's
+    clock (that clock stepped back). Neither is a save under way an hour later."""
     first = inboxes.write("claude", "n", "text", None, must_exist=False)
     monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
     first.path.write_bytes(b"")
     future = time.time_ns() + 86400 * 10**9
     os.utime(first.path, ns=(future, future))
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
-    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    with monkeypatch.context() as later:
+        _an_hour_later(later)
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
     assert "agent update" in first.path.read_text(encoding="utf-8")
     first.path.write_bytes(b"")
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() - 3600 * 10**9)  # ctime ahead
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(inbox_mod, "reference_ns", lambda fd, name: real(fd, name) - 3600 * 10**9)
     inboxes.write("claude", "n", "agent again", None, must_exist=False)
     assert "agent again" in first.path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("skew_s", [3600, 3, -3, -3600])
+def test_a_note_emptied_on_a_share_whose_clock_is_off_is_still_being_saved(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    """On an SMB/NFS share a note's ctime comes from the server's clock. This machine's clock
+    more than 2 s ahead of it made a note emptied a moment ago look old, one behind it made it
+    look ahead: either way the guard was off and the note replaced, the editor's save lost.
+    Judged against a file made in the same folder (the server's clock), it is still being saved;
+    the folder's clock an hour on, it is not."""
+    first = inboxes.write("claude", "n", "text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + skew_s * 10**9)  # this machine's
+    first.path.write_bytes(b"")  # an editor between its truncate and its write
+    with pytest.raises(MemoryBeingSavedError):
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert first.path.read_bytes() == b""
+    assert not [p for p in _inbox(inboxes).iterdir() if p.name.endswith(".clock")]  # the probe went
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert "agent update" in first.path.read_text(encoding="utf-8")
 
 
 def _on_hold(monkeypatch: pytest.MonkeyPatch, act: Callable[[], object]) -> list[str]:
@@ -481,7 +511,7 @@ def test_a_file_replaced_with_no_text_to_keep_is_still_kept_for_an_editor_writin
     assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
     monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
     first.path.write_bytes(b"")
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    _an_hour_later(monkeypatch)
     with open(first.path, "r+", encoding="utf-8") as editor:
         done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
         editor.write("PERSON AFTER EMPTY\n")

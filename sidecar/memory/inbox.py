@@ -61,6 +61,8 @@ _MANAGED = ("created", "updated")
 # write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
 # a-z, 0-9 and "_", left by a killed write and never removed)
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[a-z0-9_]{8}\.tmp$")
+# The empty file made to read the folder's clock (``_clock_there``): no one's text
+_PROBE = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.clock$")
 
 log = logging.getLogger(__name__)
 
@@ -399,7 +401,7 @@ class Inboxes(Retention):
             if _state(inbox_fd, name) != seen:
                 continue
             # ctime too: a tool that writes in place and then sets the old mtime back
-            if seen is None or seen == left or not _recent(seen[3]):
+            if seen is None or seen == left or not _recent(seen[3], reference_ns(inbox_fd, name)):
                 return old, seen
             pause(_SETTLE_S)
             empty = not old
@@ -743,7 +745,11 @@ class Inboxes(Retention):
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     for name in os.listdir(inbox_fd):
-                        if _TEMP.match(name):
+                        if _PROBE.match(name):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(name, dir_fd=inbox_fd)
+                            cleared += 1
+                        elif _TEMP.match(name):
                             self._clear(agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0])
                             cleared += 1
                     try:
@@ -822,7 +828,7 @@ _READ_ATTEMPTS = 3
 _RECENT_NS = 2_000_000_000
 _SETTLE_S = 0.1
 pause = time.sleep  # a module function: tests stand in for the other program during the pause
-now_ns = time.time_ns  # the wall clock the note's times are compared with (tests move it)
+now_ns = time.time_ns  # this machine's clock: the reference only where no file can be made
 _REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
@@ -865,11 +871,35 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _recent(ctime_ns: int) -> bool:
+def _recent(ctime_ns: int, reference: int) -> bool:
     """Whether a note changed a moment ago, judged by its ctime (which only the kernel sets: a
-    sync tool or ``touch`` sets mtime to anything); a time ahead of this clock (a share whose
-    server runs ahead) counts as not recent, else such a note would be "being saved" for ever."""
-    return 0 <= now_ns() - ctime_ns <= _RECENT_NS
+    sync tool or ``touch`` sets mtime to anything) against ``reference``, the time now by the
+    clock that set it (see ``_clock_there``); a time ahead of it (that clock stepped back)
+    counts as not recent, else such a note would be "being saved" for ever."""
+    return 0 <= reference - ctime_ns <= _RECENT_NS
+
+
+def _clock_there(dir_fd: int, name: str) -> int:
+    """The time now by the clock that sets the folder's ctimes: the ctime of a file made there
+    (and removed at once). On a share that is the server's clock, which may run seconds or
+    hours off this machine's: against this one, a note saved a moment ago looked old (the
+    being-saved guard off) or stayed "recent" for hours. This machine's clock when no file
+    can be made."""
+    probe = f".{name.removesuffix('.md')}.{secrets.token_hex(4)}.clock"  # _PROBE: removed at start
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(probe, flags, 0o600, dir_fd=dir_fd)
+    except OSError:
+        return now_ns()
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe, dir_fd=dir_fd)
+
+
+reference_ns = _clock_there  # a module name: tests stand in for a share's clock
 
 
 def _read_back(dir_fd: int, name: str) -> bytes | None:
