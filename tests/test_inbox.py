@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import threading
 import time
 from pathlib import Path
@@ -1109,3 +1110,26 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
     assert meta["description"] == "the NAS login"
     assert "order 7992739871 and ticket 1234567812345670." in raw  # 1234…: Luhn-valid, no issuer's prefix
     assert w.redacted == {"password": 4, "pin": 1, "card_number": 1}
+
+
+def test_a_replacement_keeps_the_notes_mode(inboxes: Inboxes) -> None:
+    """A note the person made 0644 (to share it, or a sync tool's default) became 0600 at the
+    agent's next write: a replace or an edit now keeps the note's mode; a new note is 0600."""
+    first = inboxes.write("claude", "m", "first", None, must_exist=False)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o600
+    first.path.chmod(0o644)
+    inboxes.write("claude", "m", "second", None, must_exist=False)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o644
+    first.path.chmod(0o640)
+    inboxes.write("claude", "m", "third", None, must_exist=True)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o640
+    assert "third" in first.path.read_text(encoding="utf-8")
+
+
+def test_a_replacement_through_the_socket_keeps_the_notes_mode(in_process: Any) -> None:
+    """The same through the protocol (the CLI and the MCP shim send these ops)."""
+    in_process.call("write", {"slug": "m", "content": "first"}, agent="ed")
+    note = in_process.cfg.agents_dir / "ed" / "memory" / "m.md"
+    note.chmod(0o644)
+    in_process.call("edit", {"slug": "m", "content": "second"}, agent="ed")
+    assert stat.S_IMODE(note.stat().st_mode) == 0o644 and "second" in note.read_text(encoding="utf-8")

@@ -472,9 +472,15 @@ class Inboxes(Retention):
                 )
 
         try:
-            if _state(inbox_fd, name) != seen:
+            try:
+                st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if (st and (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)) != seen:
                 raise replace.RacedError
-            return write_in(inbox_fd, name, data, install=install)
+            # A replacement keeps the note's permissions (a person's 0644 note stayed no 0600).
+            mode = stat.S_IMODE(st.st_mode) & 0o777 if st is not None else None
+            return write_in(inbox_fd, name, data, install=install, mode=mode)
         except replace.StrandedError as stranded:  # the note changed: its previous copy stays
             raise StorageError(
                 f"{slug!r} was changed by someone else while this write was made, and their save "
@@ -942,13 +948,18 @@ def _trash_fd(inbox_fd: int) -> Iterator[int]:
 
 
 def write_in(
-    dir_fd: int, name: str, data: bytes, *, install: Callable[[str, int], None] | None = None
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    install: Callable[[str, int], None] | None = None,
+    mode: int | None = None,
 ) -> os.stat_result:
     """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
-    symlink followed), fsync, rename within the same descriptor (or ``install(temp name, its
-    descriptor)``, which puts it in place or raises), fsync of the folder. Returns the written
-    file's stat, taken through its descriptor once in place (the rename moves ctime; a stat by
-    name could see a file put there since)."""
+    symlink followed; 0600, or ``mode``), fsync, rename within the same descriptor (or
+    ``install(temp name, its descriptor)``, which puts it in place or raises), fsync of the
+    folder. Returns the written file's stat, taken through its descriptor once in place (the
+    rename moves ctime; a stat by name could see a file put there since)."""
     stem = name[:-3] if name.endswith(".md") else name
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
@@ -959,6 +970,8 @@ def write_in(
         except FileExistsError:
             continue
     try:
+        if mode is not None and mode != 0o600:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
