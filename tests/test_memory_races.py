@@ -591,3 +591,50 @@ def test_a_save_that_cannot_be_put_back_stays_and_the_error_says_where(
     assert f"their save lies in {left} " in str(failed.value)
     Inboxes(inboxes.cfg).clean_temp()
     assert "PERSON SAVE\n" in _kept_texts(inboxes)
+
+
+def test_the_macos_branch_loads_renameatx_np_with_its_swap_and_excl_flags(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS cannot run here: its C library is stubbed by one whose ``renameatx_np`` accepts only
+    RENAME_SWAP (0x2) and RENAME_EXCL (0x4) of <stdio.h> and does what they mean through Linux's
+    renameat2; the selection, the argument types and the flags the writes pass are the real code's."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here to stand in for renameatx_np")
+    linux, exchange, noreplace = replace.RENAME
+    seen: list[int] = []
+
+    def renameatx_np(src_fd: int, src: bytes, dst_fd: int, dst: bytes, flags: int) -> int:
+        seen.append(flags)
+        if flags not in (0x2, 0x4):  # RENAME_SWAP, RENAME_EXCL
+            ctypes.set_errno(errno.EINVAL)
+            return -1
+        return int(linux(src_fd, src, dst_fd, dst, exchange if flags == 0x2 else noreplace))
+
+    class Libc:
+        def __init__(self, name: None, *, use_errno: bool) -> None:
+            assert name is None and use_errno
+
+    setattr(Libc, "renameatx_np", staticmethod(renameatx_np))
+    monkeypatch.setattr(replace.sys, "platform", "darwin")
+    monkeypatch.setattr(replace.ctypes, "CDLL", Libc)
+    loaded = replace._load()
+    assert loaded is not None and loaded[1:] == (0x2, 0x4)
+    assert loaded[0].argtypes == [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    assert loaded[0].restype is ctypes.c_int
+    monkeypatch.setattr(replace, "RENAME", loaded)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    assert seen == [0x4]  # a new note: put in place only if none appeared
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert seen == [0x4, 0x2]  # a replacement: the swap
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+    # A save landing meanwhile is swapped back with the same flag, and kept.
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "agent v3", None, must_exist=False)
+    assert seen == [0x4, 0x2, 0x2, 0x2]
+    assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    # Without the symbol (an old macOS): the fallback.
+    del Libc.renameatx_np
+    assert replace._load() is None
