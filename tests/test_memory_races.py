@@ -612,10 +612,16 @@ def test_the_macos_branch_loads_renameatx_np_with_its_swap_and_excl_flags(
         return int(linux(src_fd, src, dst_fd, dst, exchange if flags == 0x2 else noreplace))
 
     class Libc:
+        symbol = staticmethod(renameatx_np)
+
         def __init__(self, name: None, *, use_errno: bool) -> None:
             assert name is None and use_errno
 
-    setattr(Libc, "renameatx_np", staticmethod(renameatx_np))
+        def __getattr__(self, name: str) -> Any:
+            if name == "renameatx_np" and "symbol" in vars(Libc):
+                return Libc.symbol
+            raise AttributeError(name)
+
     monkeypatch.setattr(replace.sys, "platform", "darwin")
     monkeypatch.setattr(replace.ctypes, "CDLL", Libc)
     loaded = replace._load()
@@ -636,5 +642,5 @@ def test_the_macos_branch_loads_renameatx_np_with_its_swap_and_excl_flags(
     assert seen == [0x4, 0x2, 0x2, 0x2]
     assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
     # Without the symbol (an old macOS): the fallback.
-    del Libc.renameatx_np
+    del Libc.symbol
     assert replace._load() is None
