@@ -288,13 +288,26 @@ def _addressed(tokens: list[str], words: list[str]) -> bool:
     return any(w in _PERSONS["second"] for w in words) or any(w in _FORMAL_YOU for w in tokens[1:])
 
 
+# Where a sentence ends: ".", "!", "?", ";" or ":" before a space, or a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\s*\n\s*")
+
+
 def asks_about_self(text: str) -> bool:
     """Whether a message asks about the person's own doings or notes ("what did I do last week?",
     "was habe ich heute gemacht?", "what do I have tomorrow?", "show me my notes of yesterday"):
     a question or a request, in the first person, about what was done, one's agenda or the notes,
     with no modal ("should I deploy today?" asks what to do) and addressing no one ("how was your
     weekend?", "wie war dein Tag heute?", "was meinen Sie?" are small talk; so, to be safe, is
-    "can you tell me what I did today?")."""
+    "can you tell me what I did today?"). The message as a whole, or any one of its sentences:
+    a request need not open the message ("Ich bin seit gestern krank. Zeig mir meine Notizen.")."""
+    if _asks_about_self(text):
+        return True
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    return len(sentences) > 1 and any(_asks_about_self(s) for s in sentences[1:])
+
+
+def _asks_about_self(text: str) -> bool:
+    """``asks_about_self`` of one text read whole."""
     tokens = WORD.findall(_CLITIC.sub("", text))
     words = [w.lower() for w in tokens]
     if not words or _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):
