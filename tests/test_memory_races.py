@@ -644,3 +644,31 @@ def test_the_macos_branch_loads_renameatx_np_with_its_swap_and_excl_flags(
     # Without the symbol (an old macOS): the fallback.
     del Libc.symbol
     assert replace._load() is None
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Each rewrite changing only 'updated' kept the file it replaced in .trash, counted against
+    the caps: an agent re-saving an unchanged note pushed a deleted note's only copy out. Now a
+    note has at most one such copy: the next takes its place while no one wrote into it."""
+    _without(monkeypatch, path)
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 5, "memory.maxTrashBytes": 0}))
+    inboxes.write("claude", "precious", "the person's only copy", None, must_exist=False)
+    assert inboxes.delete("claude", "precious") is not None
+    dropped: list[str] = []
+    for _ in range(8):
+        w = inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+        assert w.previous is None
+        dropped += w.trash_dropped
+    trash = _inbox(inboxes) / ".trash"
+    kept = sorted(p.name for p in trash.iterdir())
+    assert dropped == [] and [n.split("--")[0] for n in kept] == ["precious", "status"]
+    assert inboxes.usage("claude")["trash_files"] == 2
+    # A copy an editor wrote into since is a kept text like any other: the next one is added.
+    status = next(trash.glob("status--*.md"))
+    with open(status, "a", encoding="utf-8") as editor:
+        editor.write("PERSON LATE WRITE\n")
+    inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    assert status.exists() and len(list(trash.glob("status--*.md"))) == 2

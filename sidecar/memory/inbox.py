@@ -193,6 +193,9 @@ class Inboxes(Retention):
         # The state each note was left in by this daemon's last write of it (the most recent
         # ones): a note found so is no other program's save under way, and needs no wait.
         self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
+        # Per note: the copy in .trash of the file its last stamp-only rewrite replaced, and that
+        # copy's state right after the move (see ``_one_stamp_copy``).
+        self._stamp_copies: OrderedDict[tuple[str, str], tuple[str, _State]] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -336,6 +339,8 @@ class Inboxes(Retention):
             # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
             if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
+                with self._guard:  # a copy of an older text: an ordinary kept text from now on
+                    self._stamp_copies.pop((agent, slug), None)
             swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
                 st = self._replace(
@@ -348,6 +353,7 @@ class Inboxes(Retention):
                     previous=previous,
                     swapped=swapped,
                     inbox=path.parent,
+                    agent=agent,
                 )
             except BaseException:
                 for kept in [*([previous.name] if previous is not None else []), *swapped]:
@@ -432,6 +438,7 @@ class Inboxes(Retention):
         previous: Path | None,
         swapped: list[str],
         inbox: Path,
+        agent: str,
     ) -> os.stat_result:
         """Write the note unless it is no longer the text read (changed during the rendering and
         the .trash copy, or during the temp file's write and fsync): replacing it then would lose
@@ -465,6 +472,7 @@ class Inboxes(Retention):
                 if previous is None:
                     swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
                     ledger.busy.add(swapped[-1])
+                    self._one_stamp_copy(ledger, trash_fd, (agent, slug), swapped[-1])
                     return
                 kept = previous.name
                 ledger.change(
@@ -509,6 +517,24 @@ class Inboxes(Retention):
                 f"{slug!r} was changed by someone else while this write was made; nothing was "
                 "written (their text is the note): read it again and retry"
             ) from None
+
+    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, key: tuple[str, str], kept: str) -> None:
+        """At most one copy per note of a file a rewrite replaced with no text to lose (only
+        'updated' changed): ``kept`` takes the place of the one before it when that one is still
+        as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
+        since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
+        note's only copy) out past the caps. Under the ledger's lock, held by the caller."""
+        with self._guard:
+            before = self._stamp_copies.pop(key, None)
+            self._stamp_copies[key] = (kept, _state(trash_fd, kept))
+            if len(self._stamp_copies) > _REMEMBERED:
+                self._stamp_copies.popitem(last=False)
+        if before is None or before[1] is None or _state(trash_fd, before[0]) != before[1]:
+            return  # none, or written into since: a kept text like any other
+        name = before[0]
+        with contextlib.suppress(FileNotFoundError):
+            ledger.change(trash_fd, name, -1, lambda: os.unlink(name, dir_fd=trash_fd))
+            log.info("memory_stamp_copy_replaced removed=.trash/%s kept=.trash/%s", name, kept)
 
     def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> str:
         """Move a file of another program's that lies at ``name`` into .trash as a kept text;
