@@ -2290,6 +2290,25 @@ def test_a_request_opening_a_later_sentence_lists_the_period(
 
 
 @pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ("What did I do yesterday? Should I worry?", True),
+        ("Zeig mir meine Notizen von gestern. Kannst du das?", True),
+        ("Show me my notes from yesterday. Thanks, you are great!", True),
+        ("Was habe ich gestern gemacht? Sie wissen das sicher.", True),
+        # A first sentence that is no question or request of its own still loses to the rest.
+        ("When I open my notes from yesterday, they are blank. Can I fix this?", False),
+        ("I wrote my notes yesterday. Should I send them?", False),
+    ],
+)
+def test_a_request_in_the_first_sentence_counts_whatever_follows(message: str, asks: bool) -> None:
+    """Only the sentences after the first were read alone: a question or request opening the
+    message lost to a modal or a "you" in a later sentence ("What did I do yesterday? Should I
+    worry?" listed nothing). It counts alone when it ends with "?" or opens with a request."""
+    assert asks_about_self(message) is asks
+
+
+@pytest.mark.parametrize(
     ("query", "since", "until"),
     [
         ("Was hat mir letzte Woche der Arzt gesagt?", "2026-11-23", "2026-11-29"),

@@ -299,11 +299,24 @@ def asks_about_self(text: str) -> bool:
     with no modal ("should I deploy today?" asks what to do) and addressing no one ("how was your
     weekend?", "wie war dein Tag heute?", "was meinen Sie?" are small talk; so, to be safe, is
     "can you tell me what I did today?"). The message as a whole, or any one of its sentences:
-    a request need not open the message ("Ich bin seit gestern krank. Zeig mir meine Notizen.")."""
+    a request need not open the message ("Ich bin seit gestern krank. Zeig mir meine Notizen."),
+    nor lose to a modal or a "you" in a later one ("What did I do yesterday? Should I worry?").
+    The first sentence counts alone only as a question or a request of its own: "When I paste a
+    screenshot into a note, … Can I …?" opens with a clause of the question that follows."""
     if _asks_about_self(text):
         return True
     sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
-    return len(sentences) > 1 and any(_asks_about_self(s) for s in sentences[1:])
+    if len(sentences) < 2:
+        return False
+    return _opens_asked(sentences[0]) or any(_asks_about_self(s) for s in sentences[1:])
+
+
+def _opens_asked(sentence: str) -> bool:
+    """Whether a message's first sentence asks about the person's doings on its own: it ends
+    with a question mark or opens with a request word ("show me …", "zeig mir …")."""
+    words = [w.lower() for w in WORD.findall(_CLITIC.sub("", sentence))]
+    asked = bool(words) and (ends_asked(sentence) or words[0] in _PERSONS["request"])
+    return asked and _asks_about_self(sentence)
 
 
 def _asks_about_self(text: str) -> bool:
