@@ -2309,6 +2309,21 @@ def test_a_request_in_the_first_sentence_counts_whatever_follows(message: str, a
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        "Please review this diff from yesterday:\n- show me my notes\n+ show me my files",
+        'He asked me yesterday: "What did I miss?"',
+        "Er hat mich gestern gefragt: „Was habe ich verpasst?“",
+        "Fix this log from yesterday:\n> what did I eat\n* show me my notes",
+    ],
+)
+def test_pasted_lines_and_quoted_speech_are_not_the_persons_request(message: str) -> None:
+    """A line break or ":" starts a sentence, so a diff's lines and quoted speech read as the
+    person's own request and listed the period's daily notes. Neither is read alone now."""
+    assert not asks_about_self(message)
+
+
+@pytest.mark.parametrize(
     ("query", "since", "until"),
     [
         ("Was hat mir letzte Woche der Arzt gesagt?", "2026-11-23", "2026-11-29"),

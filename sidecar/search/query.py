@@ -290,6 +290,17 @@ def _addressed(tokens: list[str], words: list[str]) -> bool:
 
 # Where a sentence ends: ".", "!", "?", ";" or ":" before a space, or a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\s*\n\s*")
+# Someone else's words in a message: quoted speech, and lines pasted as a diff, a quote, a list
+# or a table ("- show me my notes", "> what did I miss?").
+_QUOTED = re.compile(r'"[^"\n]*"|„[^“”"\n]*[“”"]|“[^”\n]*”|«[^»\n]*»|»[^«\n]*«')
+_PASTED = re.compile(r"^[ \t]*[-+>*|]")
+
+
+def _own_sentences(text: str) -> list[str]:
+    """The sentences of a message that are the person's own: quoted speech ('He asked me: "What
+    did I miss?"') and pasted lines (a diff's "- show me my notes") left out."""
+    lines = [line for line in _QUOTED.sub(" ", text).splitlines() if not _PASTED.match(line)]
+    return [s for s in _SENTENCE_END.split("\n".join(lines).strip()) if s]
 
 
 def asks_about_self(text: str) -> bool:
@@ -305,7 +316,7 @@ def asks_about_self(text: str) -> bool:
     screenshot into a note, … Can I …?" opens with a clause of the question that follows."""
     if _asks_about_self(text):
         return True
-    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    sentences = _own_sentences(text)
     if len(sentences) < 2:
         return False
     return _opens_asked(sentences[0]) or any(_asks_about_self(s) for s in sentences[1:])
