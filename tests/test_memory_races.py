@@ -672,3 +672,41 @@ def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
         editor.write("PERSON LATE WRITE\n")
     inboxes.write("claude", "status", "all quiet", None, must_exist=False)
     assert status.exists() and len(list(trash.glob("status--*.md"))) == 2
+
+
+def test_without_links_the_file_replaced_is_kept_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the exchange and without hard links the write's rename over the note removed the
+    file replaced: an editor's late in-place write into it was lost. Now the note is moved into
+    .trash first and checked there; the late write lands in the kept text."""
+    _no_links(monkeypatch)
+    first = inboxes.write("claude", "n", "same", None, must_exist=False)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None
+    assert done.previous.read_text(encoding="utf-8").startswith("PERSON LATE WRITE\n")
+    assert [p.name for p in (_inbox(inboxes) / ".trash").iterdir()] == [done.previous.name]
+
+
+def test_without_links_a_save_found_in_trash_goes_back_to_the_note(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note moved into .trash is not the text read (a save landed between the read and the
+    move): it goes back in the note's place, and the agent gets conflict."""
+    _no_links(monkeypatch)
+    first = inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    real = os.rename
+
+    def rename(src: Any, dst: Any, **kw: Any) -> None:
+        if src == "n.md" and kw.get("src_dir_fd") is not None and str(dst).endswith(".held"):
+            first.path.write_text("PERSON SAVE\n", encoding="utf-8")  # just before the move
+        real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    assert not [p for p in (_inbox(inboxes) / ".trash").iterdir() if p.name.endswith(".held")]

@@ -9,7 +9,8 @@ place only if none appeared meanwhile (``RENAME_NOREPLACE`` / ``RENAME_EXCL``, e
 Where the exchange is missing (another system, a share answering EINVAL or ENOTSUP), the note is
 hard-linked into ``.trash`` just before the rename and that link is checked to be the text read:
 the window left is the few microseconds between that check and the rename. Without hard links
-either, the check and the rename are as close as they can be. The file replaced is never removed:
+either, the note is renamed into ``.trash``, checked there, and the temp file renamed into its
+place once that is still free (the same window). The file replaced is never removed:
 it is kept in ``.trash`` (an editor still writing into it writes there), or, when .trash cannot
 take it, left under its hidden temp name for the next start to keep.
 Imports confine and the error classes only.
@@ -237,10 +238,7 @@ def _install_linked(
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        # No hard links here either: the check right before the rename is all there is.
-        if _read_back(dir_fd, name, len(old) + 1) != old:
-            raise RacedError from exc
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _install_moved(dir_fd, tmp, name, old, trash_fd=trash_fd, hold=hold, keep=keep)
         return
     done = False
     try:
@@ -259,6 +257,42 @@ def _install_linked(
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(hold, dir_fd=trash_fd)
     _kept(keep, trash_fd, hold, name)
+
+
+def _install_moved(
+    dir_fd: int,
+    tmp: str,
+    name: str,
+    old: bytes,
+    *,
+    trash_fd: int,
+    hold: str,
+    keep: Callable[[int, str], None],
+) -> None:
+    """The fallback without hard links: the note is renamed into .trash as ``hold`` (its file,
+    which an editor may still be writing into, stays there: a rename over the note removed it),
+    checked to be the text read, and ``tmp`` renamed into its place once that is still free (a
+    window of microseconds, as the check before a rename over it left). A save found meanwhile
+    goes back to the note's place, or stays at ``hold`` (never pruned; kept at the next start)
+    when another file took that place."""
+    try:
+        os.rename(name, hold, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
+    except FileNotFoundError as exc:
+        raise RacedError from exc
+    except OSError:  # .trash cannot take it: the check right before the rename is all there is
+        if _read_back(dir_fd, name, len(old) + 1) != old:
+            raise RacedError from None
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    if _read_back(trash_fd, hold, len(old) + 1) == old and not exists_in(dir_fd, name):
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _kept(keep, trash_fd, hold, name)
+        return
+    if not exists_in(dir_fd, name):  # a save landed meanwhile: back in the note's place
+        os.rename(hold, name, src_dir_fd=trash_fd, dst_dir_fd=dir_fd)
+        raise RacedError
+    log.warning("memory_write_raced_not_moved note=%s left=.trash/%s", name, hold)
+    raise RacedError(f".trash/{hold}")
 
 
 def _changed(dir_fd: int, name: str, held: os.stat_result) -> bool:
