@@ -303,13 +303,14 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
     inbox = _inbox(inboxes)
     os.link(first.path, inbox / ".n.0badf00d.tmp")  # the note itself (a new note's write killed)
     (inbox / ".n.0000beef.tmp").write_bytes(first.path.read_bytes())  # a copy of its text
-    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty
+    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, removed once settled
     restarted = Inboxes(inboxes.cfg)
+    _an_hour_later(monkeypatch)
     assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
-    assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8"), ""} <= set(kept)
-    assert len(kept) == 4  # and the copy of v1 the killed write had kept as its previous text
+    assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8")} <= set(kept)
+    assert len(kept) == 3 and "" not in kept  # and the copy of v1 the killed write had kept
     assert restarted.clean_temp() == 0
 
 
@@ -516,8 +517,13 @@ def test_a_file_replaced_with_no_text_to_keep_is_still_kept_for_an_editor_writin
         done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
         editor.write("PERSON AFTER EMPTY\n")
     assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+    # The empty file waits under a hidden name (no kept text of 0 bytes); the next start keeps
+    # what was written into it.
+    assert "PERSON AFTER EMPTY\n" not in _kept_texts(inboxes)
+    assert "PERSON AFTER EMPTY\n" in _everything(_inbox(inboxes) / ".trash")
+    assert inboxes.usage("claude")["trash_files"] == 1
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
     assert "PERSON AFTER EMPTY\n" in _kept_texts(inboxes)
-    assert inboxes.usage("claude")["trash_files"] == 2
 
 
 @pytest.mark.parametrize("path", ["exchange", "fallback"])
@@ -710,3 +716,27 @@ def test_without_links_a_save_found_in_trash_goes_back_to_the_note(
         inboxes.write("claude", "n", "v2", None, must_exist=False)
     assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
     assert not [p for p in (_inbox(inboxes) / ".trash").iterdir() if p.name.endswith(".held")]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_an_empty_note_replaced_or_an_empty_leftover_is_no_kept_text(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An empty note replaced, and an empty leftover of a write killed before its first byte,
+    became 0-byte kept texts, the note's newest: now neither is a kept text; the empty file
+    replaced waits under a hidden name and the next start removes it, unchanged and settled."""
+    _without(monkeypatch, path)
+    inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inboxes.write("claude", "n", "v2", None, must_exist=False)
+    note = _inbox(inboxes) / "n.md"
+    note.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    done = inboxes.write("claude", "n", "v3", None, must_exist=False)
+    assert done.previous is None
+    trash = _inbox(inboxes) / ".trash"
+    kept = sorted(trash.glob("n--*.md"))
+    assert [p.read_bytes() != b"" for p in kept] == [True]  # v1 only: v2 the person emptied
+    (_inbox(inboxes) / ".n.0000f00d.tmp").write_bytes(b"")  # killed before its first byte
+    Inboxes(inboxes.cfg).clean_temp()
+    assert sorted(trash.glob("n--*.md")) == kept
+    assert sorted(p.name for p in _inbox(inboxes).rglob(".n*")) == []

@@ -469,6 +469,14 @@ class Inboxes(Retention):
             # no such copy (it held no text to lose) it is kept anew: a program may still write
             # into it, and the caps and ``memory.trashDays`` decide its stay as for any kept text.
             with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
+                if previous is None and _empty(src_fd, src):
+                    # No text, and an empty file is no kept text to restore: it waits under a
+                    # hidden name (no cap counts or removes it) for the next start, which keeps it
+                    # if a program wrote into it meanwhile and removes it otherwise.
+                    if src_fd != trash_fd or not HELD.match(src):
+                        hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
+                        os.rename(src, hidden, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
+                    return
                 if previous is None:
                     swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
                     ledger.busy.add(swapped[-1])
@@ -798,21 +806,28 @@ class Inboxes(Retention):
         return cleared
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
-        """One leftover of a killed write. Only a second name of the note itself is removed: any
-        other may be a file a write replaced, which a program can still be writing into. One
+        """One leftover of a killed write, or an empty file a write replaced. Only a second name
+        of the note itself, or an empty file unchanged for the settle time, is removed: any other
+        may be a file a write replaced, which a program can still be writing into. One
         holding the newest text kept of its note takes that copy's place; any other is kept."""
         try:
             fd = open_regular(name, dir_fd=dir_fd, follow=False)
         except NotRegularError:
             return  # not a file a write makes: left alone
-        ino = os.fstat(fd).st_ino
+        st = os.fstat(fd)
         data = read_fd(fd, _MAX_EXISTING + 1)
         ledger = self._trash_of(agent)
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             note = _state(inbox_fd, f"{slug}.md")
-            if note is not None and note[0] == ino:
+            # An empty one holds no text, and as a kept text it became the note's newest, empty:
+            # it goes once unchanged past the settle time (a write killed before its first byte,
+            # an empty note replaced), else it waits for the next start.
+            empty = not data and not _recent(st.st_ctime_ns, reference_ns(inbox_fd, f"{slug}.md"))
+            if empty or (note is not None and note[0] == st.st_ino):
                 os.unlink(name, dir_fd=dir_fd)
                 log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                return
+            if not data:
                 return
             newest = _newest_kept(trash.fd, slug)
             if newest is not None and newest[1] == data:
@@ -867,6 +882,10 @@ _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and 
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
 # even one of the same size within a coarse clock's tick.
 _State = tuple[int, int, int, int] | None
+
+
+def _empty(dir_fd: int, name: str) -> bool:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size == 0
 
 
 def _state(inbox_fd: int, name: str) -> _State:
