@@ -41,7 +41,7 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.search.context import render_block
 from sidecar.search.days import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
-from sidecar.search.query import analyze, split_filters
+from sidecar.search.query import analyze, asks_about_self, split_filters
 from sidecar.search.recall import _Coverage, _on_keywords
 from sidecar.search.results import last_change
 from sidecar.search.retrieval import Retriever
@@ -2264,6 +2264,63 @@ def test_a_message_naming_a_period_injects_none_of_its_notes_unasked(
     assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == [], message
     asked = served.call("recall", {"message": "What did I do last week?"})
     assert "vault/Daily/2026-11-28" in [h["reference"] for h in asked["hits"]]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Ich bin seit Montag krank. Zeig mir meine Notizen.",
+        "I have been sick since Monday. Show me my notes.",
+        "Seit Montag bin ich krank!\nWas habe ich gegessen?",
+        "I've been sick since Monday; what did I eat?",
+    ],
+)
+def test_a_request_opening_a_later_sentence_lists_the_period(
+    served: Served, dated_vault: Path, message: str
+) -> None:
+    """A request or question about one's notes counted only as the message's first word: 'Ich bin
+    seit gestern krank. Zeig mir meine Notizen.' listed nothing. Any sentence it opens counts;
+    one that only tells (the first sentence alone) still lists nothing."""
+    served.h.sweep()
+    r = served.call("recall", {"message": message})
+    assert "vault/Daily/2026-11-30" in [h["reference"] for h in r["hits"]], message
+    assert asks_about_self(message)
+    told = re.split(r"[.;!]\s", message)[0]
+    assert not asks_about_self(told), told
+
+
+@pytest.mark.parametrize(
+    ("message", "asks"),
+    [
+        ("What did I do yesterday? Should I worry?", True),
+        ("Zeig mir meine Notizen von gestern. Kannst du das?", True),
+        ("Show me my notes from yesterday. Thanks, you are great!", True),
+        ("Was habe ich gestern gemacht? Sie wissen das sicher.", True),
+        # A first sentence that is no question or request of its own still loses to the rest.
+        ("When I open my notes from yesterday, they are blank. Can I fix this?", False),
+        ("I wrote my notes yesterday. Should I send them?", False),
+    ],
+)
+def test_a_request_in_the_first_sentence_counts_whatever_follows(message: str, asks: bool) -> None:
+    """Only the sentences after the first were read alone: a question or request opening the
+    message lost to a modal or a "you" in a later sentence ("What did I do yesterday? Should I
+    worry?" listed nothing). It counts alone when it ends with "?" or opens with a request."""
+    assert asks_about_self(message) is asks
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Please review this diff from yesterday:\n- show me my notes\n+ show me my files",
+        'He asked me yesterday: "What did I miss?"',
+        "Er hat mich gestern gefragt: „Was habe ich verpasst?“",
+        "Fix this log from yesterday:\n> what did I eat\n* show me my notes",
+    ],
+)
+def test_pasted_lines_and_quoted_speech_are_not_the_persons_request(message: str) -> None:
+    """A line break or ":" starts a sentence, so a diff's lines and quoted speech read as the
+    person's own request and listed the period's daily notes. Neither is read alone now."""
+    assert not asks_about_self(message)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import threading
 import time
 from pathlib import Path
@@ -284,17 +285,19 @@ def test_inbox_swapped_for_a_link_during_200_writes(inboxes: Inboxes, tmp_path: 
 
 
 def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> None:
-    """clean_temp clears only the writer's temp files (at start, before any write): one that
-    holds the note's text or nothing goes, any other is kept in .trash (it may be the person's
-    save a write killed mid-exchange left there), never removed unread."""
+    """clean_temp clears only the writer's temp files (at start, before any write): one that is
+    a second name of the note goes, any other is kept in .trash (it may be the person's save a
+    write killed mid-exchange left there, or a file replaced that an editor still writes into),
+    never removed unread."""
     w = inboxes.write("claude", "a", "text", None, must_exist=False)
     inbox = w.path.parent
     (inbox / ".a.1f2e3d4c.tmp").write_text("half")
     (inbox / ".a.k2x_9zqa.tmp").write_text("half, named by an older version (mkstemp)")
-    (inbox / ".a.0123abcd.tmp").write_bytes(w.path.read_bytes())
+    os.link(w.path, inbox / ".a.0123abcd.tmp")
+    (inbox / ".a.0123abcd.clock").write_bytes(b"")  # a write's look at the folder's clock
     (inbox / "notes.tmp.md").write_text("a note with an odd name")
     (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
-    assert inboxes.clean_temp() == 3
+    assert inboxes.clean_temp() == 4
     assert sorted(p.name for p in inbox.iterdir()) == [".a.backup.tmp", ".trash", "a.md", "notes.tmp.md"]
     kept = sorted(p.read_text() for p in (inbox / ".trash").iterdir())
     assert kept == ["half", "half, named by an older version (mkstemp)"]
@@ -1107,3 +1110,26 @@ def test_a_secret_under_its_key_in_front_matter_and_a_card_number_are_redacted(i
     assert meta["description"] == "the NAS login"
     assert "order 7992739871 and ticket 1234567812345670." in raw  # 1234…: Luhn-valid, no issuer's prefix
     assert w.redacted == {"password": 4, "pin": 1, "card_number": 1}
+
+
+def test_a_replacement_keeps_the_notes_mode(inboxes: Inboxes) -> None:
+    """A note the person made 0644 (to share it, or a sync tool's default) became 0600 at the
+    agent's next write: a replace or an edit now keeps the note's mode; a new note is 0600."""
+    first = inboxes.write("claude", "m", "first", None, must_exist=False)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o600
+    first.path.chmod(0o644)
+    inboxes.write("claude", "m", "second", None, must_exist=False)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o644
+    first.path.chmod(0o640)
+    inboxes.write("claude", "m", "third", None, must_exist=True)
+    assert stat.S_IMODE(first.path.stat().st_mode) == 0o640
+    assert "third" in first.path.read_text(encoding="utf-8")
+
+
+def test_a_replacement_through_the_socket_keeps_the_notes_mode(in_process: Any) -> None:
+    """The same through the protocol (the CLI and the MCP shim send these ops)."""
+    in_process.call("write", {"slug": "m", "content": "first"}, agent="ed")
+    note = in_process.cfg.agents_dir / "ed" / "memory" / "m.md"
+    note.chmod(0o644)
+    in_process.call("edit", {"slug": "m", "content": "second"}, agent="ed")
+    assert stat.S_IMODE(note.stat().st_mode) == 0o644 and "second" in note.read_text(encoding="utf-8")

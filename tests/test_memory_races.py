@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.contracts.errors import RemoteError
+from sidecar.contracts.errors import RemoteError, StorageError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import replace
 from sidecar.memory.inbox import Inboxes, MemoryBeingSavedError, MemoryConflictError
@@ -211,9 +211,15 @@ def test_a_note_emptied_a_moment_ago_is_being_saved_and_not_replaced(
     assert not (_inbox(inboxes) / ".trash").exists() or not list((_inbox(inboxes) / ".trash").iterdir())
     # Emptied an hour ago: nothing is being saved; nothing to keep either (no 0-byte "previous").
     first.path.write_bytes(b"")
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
+    _an_hour_later(monkeypatch)
     done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
     assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+
+
+def _an_hour_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder's clock (a file made there) an hour on: what was changed now is an hour old."""
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(inbox_mod, "reference_ns", lambda fd, name: real(fd, name) + 3600 * 10**9)
 
 
 def test_a_note_still_changing_is_being_saved_and_the_agents_own_write_needs_no_wait(
@@ -284,7 +290,8 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
 ) -> None:
     """Killed between the exchange and the swap back, the write leaves the person's save under
     its temp name; the next start removed every such temp file unread. Now it is kept in .trash
-    as a kept text, while a leftover holding nothing new (the text kept already) still goes."""
+    as a kept text. Only a second name of the note itself goes: a copy of its text or an empty
+    file may be a file a write replaced, still open in an editor, and is kept too."""
     if replace.RENAME is None:
         pytest.skip("no renameat2 here")
     first = inboxes.write("claude", "n", "v1", None, must_exist=False)
@@ -294,22 +301,25 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
         inboxes.write("claude", "n", "agent text", None, must_exist=False)
     monkeypatch.undo()
     inbox = _inbox(inboxes)
-    (inbox / ".n.0badf00d.tmp").write_bytes(first.path.read_bytes())  # the note's own text again
-    (inbox / ".n.0000beef.tmp").write_bytes(b"")  # a write killed before its first byte
+    os.link(first.path, inbox / ".n.0badf00d.tmp")  # the note itself (a new note's write killed)
+    (inbox / ".n.0000beef.tmp").write_bytes(first.path.read_bytes())  # a copy of its text
+    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, removed once settled
     restarted = Inboxes(inboxes.cfg)
-    assert restarted.clean_temp() == 3
+    _an_hour_later(monkeypatch)
+    assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
-    assert "PERSON SAVE\n" in kept
-    assert sum(t == first.path.read_text(encoding="utf-8") for t in kept) == 0
+    assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8")} <= set(kept)
+    assert len(kept) == 3 and "" not in kept  # and the copy of v1 the killed write had kept
     assert restarted.clean_temp() == 0
 
 
 def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_synced(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A third save that cannot be moved into .trash stays at the temp name (the write fails,
-    never removes it), the folder is fsynced after the swap back, and the next start keeps it."""
+    """A third save that cannot be moved into .trash stays at the temp name (never removed), the
+    folder is fsynced after the swap back, the agent's conflict says where that save lies (it
+    answered a bare storage error), and the next start keeps it."""
     if replace.RENAME is None:
         pytest.skip("no renameat2 here")
     first = inboxes.write("claude", "n", "v1", None, must_exist=False)
@@ -340,12 +350,14 @@ def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_
 
     monkeypatch.setattr(replace, "exchange", exchange)
     monkeypatch.setattr(Inboxes, "_rescue", no_trash)
-    with pytest.raises(OSError, match="Input/output error"):
+    with pytest.raises(MemoryConflictError, match="saved twice") as raced:
         inboxes.write("claude", "n", "agent text", None, must_exist=False)
     monkeypatch.undo()
     assert str(inbox) in synced[synced.index("swapped back") :]
     assert first.path.read_text(encoding="utf-8") == "first save\n"
-    assert "second save" in _everything(inbox)
+    (left,) = [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert left.read_text(encoding="utf-8") == "second save\n"
+    assert f"the later one could not be moved into .trash and lies in {left} " in str(raced.value)
     Inboxes(inboxes.cfg).clean_temp()
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     assert "second save\n" in [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
@@ -394,20 +406,44 @@ def test_the_recent_change_rule_goes_by_ctime_and_not_by_times_ahead(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty note whose mtime lies ahead (a sync tool keeping another machine's time, a
-    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of this clock (a
-    share whose server clock runs ahead). Neither is a save under way an hour later."""
+    ``touch -d``) was "being saved" for ever; so was one whose ctime is ahead of the folder's
+    clock (that clock stepped back). Neither is a save under way an hour later."""
     first = inboxes.write("claude", "n", "text", None, must_exist=False)
     monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
     first.path.write_bytes(b"")
     future = time.time_ns() + 86400 * 10**9
     os.utime(first.path, ns=(future, future))
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + 3600 * 10**9)
-    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    with monkeypatch.context() as later:
+        _an_hour_later(later)
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
     assert "agent update" in first.path.read_text(encoding="utf-8")
     first.path.write_bytes(b"")
-    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() - 3600 * 10**9)  # ctime ahead
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(inbox_mod, "reference_ns", lambda fd, name: real(fd, name) - 3600 * 10**9)
     inboxes.write("claude", "n", "agent again", None, must_exist=False)
     assert "agent again" in first.path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("skew_s", [3600, 3, -3, -3600])
+def test_a_note_emptied_on_a_share_whose_clock_is_off_is_still_being_saved(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, skew_s: int
+) -> None:
+    """On an SMB/NFS share a note's ctime comes from the server's clock. This machine's clock
+    more than 2 s ahead of it made a note emptied a moment ago look old, one behind it made it
+    look ahead: either way the guard was off and the note replaced, the editor's save lost.
+    Judged against a file made in the same folder (the server's clock), it is still being saved;
+    the folder's clock an hour on, it is not."""
+    first = inboxes.write("claude", "n", "text", None, must_exist=False)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    monkeypatch.setattr(inbox_mod, "now_ns", lambda: time.time_ns() + skew_s * 10**9)  # this machine's
+    first.path.write_bytes(b"")  # an editor between its truncate and its write
+    with pytest.raises(MemoryBeingSavedError):
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert first.path.read_bytes() == b""
+    assert not [p for p in _inbox(inboxes).iterdir() if p.name.endswith(".clock")]  # the probe went
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    assert "agent update" in first.path.read_text(encoding="utf-8")
 
 
 def _on_hold(monkeypatch: pytest.MonkeyPatch, act: Callable[[], object]) -> list[str]:
@@ -453,3 +489,254 @@ def test_a_save_renamed_over_the_note_after_the_fallbacks_link_is_kept(
     monkeypatch.undo()
     assert held and first.path.read_text(encoding="utf-8") == "PERSON SAVE after the link\n"
     assert list((_inbox(inboxes) / ".trash").iterdir()) == []
+
+
+def _kept_texts(inboxes: Inboxes) -> list[str]:
+    trash = _inbox(inboxes) / ".trash"
+    return [p.read_text(encoding="utf-8") for p in sorted(trash.iterdir()) if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_a_file_replaced_with_no_text_to_keep_is_still_kept_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A rewrite that changes only the 'updated' stamp, and an empty note replaced after 2 s,
+    keep no previous text; the file they replaced was removed, so an editor's late write into
+    it was lost. Now it is kept in .trash, and the editor's text lands there."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "same text", None, must_exist=False)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        again = inboxes.write("claude", "n", "same text", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    assert again.previous is None  # nothing but the stamp changed: no previous is named
+    assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        editor.write("PERSON AFTER EMPTY\n")
+    assert done.previous is None and "agent update" in first.path.read_text(encoding="utf-8")
+    # The empty file waits under a hidden name (no kept text of 0 bytes); the next start keeps
+    # what was written into it.
+    assert "PERSON AFTER EMPTY\n" not in _kept_texts(inboxes)
+    assert "PERSON AFTER EMPTY\n" in _everything(_inbox(inboxes) / ".trash")
+    assert inboxes.usage("claude")["trash_files"] == 1
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
+    assert "PERSON AFTER EMPTY\n" in _kept_texts(inboxes)
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_a_file_replaced_that_trash_cannot_take_is_left_and_kept_at_the_next_start(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """.trash refusing the file replaced (an I/O error): it was removed with a warning. Now it
+    is left under its hidden temp name (the fallback's link in .trash), which neither prune nor
+    the indexer touches, and the next start keeps it in .trash with what was written into it."""
+    _without(monkeypatch, path)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    real = inbox_mod.Trash.change
+
+    def change(self: Any, trash_fd: int, name: str, sign: int, act: Any) -> None:
+        if sign == 0:  # the file replaced taking its copy's place
+            raise OSError(errno.EIO, "Input/output error")
+        real(self, trash_fd, name, sign, act)
+
+    monkeypatch.setattr(inbox_mod.Trash, "change", change)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    monkeypatch.undo()
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    inbox = _inbox(inboxes)
+    left = [p for p in inbox.rglob(".n*") if p.name.endswith((".tmp", ".held"))]
+    assert len(left) == 1 and left[0].read_text(encoding="utf-8").startswith("PERSON LATE WRITE\n")
+    assert (left[0].parent == inbox) == (path == "exchange")
+    inboxes.prune_trash()
+    assert left[0].exists()
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
+    assert not left[0].exists()
+    assert any(t.startswith("PERSON LATE WRITE\n") for t in _kept_texts(inboxes))
+    assert done.previous is not None and done.previous.exists()
+
+
+def test_a_save_that_cannot_be_put_back_stays_and_the_error_says_where(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swap back failing (its exchange and the rename after it refused): the person's save
+    lies at the temp name, the note holds the agent's text, and the error said nothing of where
+    the save is ("the inbox is unchanged"). Now ``storage`` names the file, the save is never
+    removed, and the next start keeps it in .trash."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here")
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inbox = _inbox(inboxes)
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    real_exchange, real_replace = replace.exchange, os.replace
+    calls: list[str] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> bool:
+        calls.append(a)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_exchange(dir_fd, a, b)
+
+    def put_back(src: Any, dst: Any, **kw: Any) -> None:
+        if _TEMP.match(str(src)) and dst == "n.md":
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(replace, "exchange", exchange)
+    monkeypatch.setattr(os, "replace", put_back)
+    with pytest.raises(StorageError, match="could not be put back") as failed:
+        inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    monkeypatch.undo()
+    assert "agent text" in first.path.read_text(encoding="utf-8")
+    (left,) = [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert left.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    assert f"their save lies in {left} " in str(failed.value)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert "PERSON SAVE\n" in _kept_texts(inboxes)
+
+
+def test_the_macos_branch_loads_renameatx_np_with_its_swap_and_excl_flags(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS cannot run here: its C library is stubbed by one whose ``renameatx_np`` accepts only
+    RENAME_SWAP (0x2) and RENAME_EXCL (0x4) of <stdio.h> and does what they mean through Linux's
+    renameat2; the selection, the argument types and the flags the writes pass are the real code's."""
+    if replace.RENAME is None:
+        pytest.skip("no renameat2 here to stand in for renameatx_np")
+    linux, exchange, noreplace = replace.RENAME
+    seen: list[int] = []
+
+    def renameatx_np(src_fd: int, src: bytes, dst_fd: int, dst: bytes, flags: int) -> int:
+        seen.append(flags)
+        if flags not in (0x2, 0x4):  # RENAME_SWAP, RENAME_EXCL
+            ctypes.set_errno(errno.EINVAL)
+            return -1
+        return int(linux(src_fd, src, dst_fd, dst, exchange if flags == 0x2 else noreplace))
+
+    class Libc:
+        symbol = staticmethod(renameatx_np)
+
+        def __init__(self, name: None, *, use_errno: bool) -> None:
+            assert name is None and use_errno
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "renameatx_np" and "symbol" in vars(Libc):
+                return Libc.symbol
+            raise AttributeError(name)
+
+    monkeypatch.setattr(replace.sys, "platform", "darwin")
+    monkeypatch.setattr(replace.ctypes, "CDLL", Libc)
+    loaded = replace._load()
+    assert loaded is not None and loaded[1:] == (0x2, 0x4)
+    assert loaded[0].argtypes == [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    assert loaded[0].restype is ctypes.c_int
+    monkeypatch.setattr(replace, "RENAME", loaded)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    assert seen == [0x4]  # a new note: put in place only if none appeared
+    done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert seen == [0x4, 0x2]  # a replacement: the swap
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None and "v1" in done.previous.read_text(encoding="utf-8")
+    # A save landing meanwhile is swapped back with the same flag, and kept.
+    _during_fsync(monkeypatch, _person_saves(first.path, "PERSON SAVE\n"))
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "agent v3", None, must_exist=False)
+    assert seen == [0x4, 0x2, 0x2, 0x2]
+    assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    # Without the symbol (an old macOS): the fallback.
+    del Libc.symbol
+    assert replace._load() is None
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Each rewrite changing only 'updated' kept the file it replaced in .trash, counted against
+    the caps: an agent re-saving an unchanged note pushed a deleted note's only copy out. Now a
+    note has at most one such copy: the next takes its place while no one wrote into it."""
+    _without(monkeypatch, path)
+    inboxes = Inboxes(make_cfg(vault, **{"memory.maxTrashFiles": 5, "memory.maxTrashBytes": 0}))
+    inboxes.write("claude", "precious", "the person's only copy", None, must_exist=False)
+    assert inboxes.delete("claude", "precious") is not None
+    dropped: list[str] = []
+    for _ in range(8):
+        w = inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+        assert w.previous is None
+        dropped += w.trash_dropped
+    trash = _inbox(inboxes) / ".trash"
+    kept = sorted(p.name for p in trash.iterdir())
+    assert dropped == [] and [n.split("--")[0] for n in kept] == ["precious", "status"]
+    assert inboxes.usage("claude")["trash_files"] == 2
+    # A copy an editor wrote into since is a kept text like any other: the next one is added.
+    status = next(trash.glob("status--*.md"))
+    with open(status, "a", encoding="utf-8") as editor:
+        editor.write("PERSON LATE WRITE\n")
+    inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    assert status.exists() and len(list(trash.glob("status--*.md"))) == 2
+
+
+def test_without_links_the_file_replaced_is_kept_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the exchange and without hard links the write's rename over the note removed the
+    file replaced: an editor's late in-place write into it was lost. Now the note is moved into
+    .trash first and checked there; the late write lands in the kept text."""
+    _no_links(monkeypatch)
+    first = inboxes.write("claude", "n", "same", None, must_exist=False)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        done = inboxes.write("claude", "n", "v2", None, must_exist=False)
+        editor.write("PERSON LATE WRITE\n")
+    assert "v2" in first.path.read_text(encoding="utf-8")
+    assert done.previous is not None
+    assert done.previous.read_text(encoding="utf-8").startswith("PERSON LATE WRITE\n")
+    assert [p.name for p in (_inbox(inboxes) / ".trash").iterdir()] == [done.previous.name]
+
+
+def test_without_links_a_save_found_in_trash_goes_back_to_the_note(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note moved into .trash is not the text read (a save landed between the read and the
+    move): it goes back in the note's place, and the agent gets conflict."""
+    _no_links(monkeypatch)
+    first = inboxes.write("claude", "n", "agent text", None, must_exist=False)
+    real = os.rename
+
+    def rename(src: Any, dst: Any, **kw: Any) -> None:
+        if src == "n.md" and kw.get("src_dir_fd") is not None and str(dst).endswith(".held"):
+            first.path.write_text("PERSON SAVE\n", encoding="utf-8")  # just before the move
+        real(src, dst, **kw)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(MemoryConflictError):
+        inboxes.write("claude", "n", "v2", None, must_exist=False)
+    assert first.path.read_text(encoding="utf-8") == "PERSON SAVE\n"
+    assert not [p for p in (_inbox(inboxes) / ".trash").iterdir() if p.name.endswith(".held")]
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_an_empty_note_replaced_or_an_empty_leftover_is_no_kept_text(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An empty note replaced, and an empty leftover of a write killed before its first byte,
+    became 0-byte kept texts, the note's newest: now neither is a kept text; the empty file
+    replaced waits under a hidden name and the next start removes it, unchanged and settled."""
+    _without(monkeypatch, path)
+    inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inboxes.write("claude", "n", "v2", None, must_exist=False)
+    note = _inbox(inboxes) / "n.md"
+    note.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    done = inboxes.write("claude", "n", "v3", None, must_exist=False)
+    assert done.previous is None
+    trash = _inbox(inboxes) / ".trash"
+    kept = sorted(trash.glob("n--*.md"))
+    assert [p.read_bytes() != b"" for p in kept] == [True]  # v1 only: v2 the person emptied
+    (_inbox(inboxes) / ".n.0000f00d.tmp").write_bytes(b"")  # killed before its first byte
+    Inboxes(inboxes.cfg).clean_temp()
+    assert sorted(trash.glob("n--*.md")) == kept
+    assert sorted(p.name for p in _inbox(inboxes).rglob(".n*")) == []

@@ -61,6 +61,8 @@ _MANAGED = ("created", "updated")
 # write_in's temp files, no one else's (and those of versions that named them by mkstemp: eight of
 # a-z, 0-9 and "_", left by a killed write and never removed)
 _TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[a-z0-9_]{8}\.tmp$")
+# The empty file made to read the folder's clock (``_clock_there``): no one's text
+_PROBE = re.compile(r"^\.[a-z0-9][a-z0-9_-]*\.[0-9a-f]{8}\.clock$")
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,9 @@ class Inboxes(Retention):
         # The state each note was left in by this daemon's last write of it (the most recent
         # ones): a note found so is no other program's save under way, and needs no wait.
         self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
+        # Per note: the copy in .trash of the file its last stamp-only rewrite replaced, and that
+        # copy's state right after the move (see ``_one_stamp_copy``).
+        self._stamp_copies: OrderedDict[tuple[str, str], tuple[str, _State]] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -327,28 +332,38 @@ class Inboxes(Retention):
             data = text.encode("utf-8")
             self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
-            # changes only the 'updated' stamp keeps nothing: there is nothing to lose).
+            # changes only the 'updated' stamp names no previous: there is nothing to lose; its
+            # file replaced is still kept, see ``_replace``).
             previous = None
             ledger = self._trash_of(agent)
             # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
             if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
+                with self._guard:  # a copy of an older text: an ordinary kept text from now on
+                    self._stamp_copies.pop((agent, slug), None)
+            swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
-                st = self._replace(inbox_fd, name, seen, old, data, ledger=ledger, previous=previous)
+                st = self._replace(
+                    inbox_fd,
+                    name,
+                    seen,
+                    old,
+                    data,
+                    ledger=ledger,
+                    previous=previous,
+                    swapped=swapped,
+                    inbox=path.parent,
+                    agent=agent,
+                )
             except BaseException:
-                if previous is not None:  # its write failed: no cap of this write will run
-                    ledger.release(previous.name)
+                for kept in [*([previous.name] if previous is not None else []), *swapped]:
+                    ledger.release(kept)  # its write failed: no cap of this write will run
                 raise
             mtime_ns, ctime_ns = st.st_mtime_ns, st.st_ctime_ns
             self._remember((agent, slug), (st.st_ino, st.st_size, mtime_ns, ctime_ns))
-            dropped: tuple[str, ...] = ()
-            if previous is not None:  # only now: a write that fails must not have cost older texts
-                try:
-                    with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
-                        dropped = self._cap_trash(ledger, trash.fd, previous.name)
-                except (OSError, SourceError) as exc:  # housekeeping: the write is made
-                    ledger.release(previous.name)
-                    log.warning("memory_trash_cap_failed error=%s", exc)
+            # Only now: a write that fails must not have cost older texts.
+            newest = previous.name if previous is not None else next(iter(swapped), None)
+            dropped = self._cap_after(ledger, inbox_fd, newest)
             digest = hashlib.sha256(data).hexdigest()
             audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
         return Written(
@@ -366,6 +381,19 @@ class Inboxes(Retention):
             dropped,
         )
 
+    def _cap_after(self, ledger: Trash, inbox_fd: int, newest: str | None) -> tuple[str, ...]:
+        """``_cap_trash`` after a write that kept ``newest`` (if any); housekeeping: the write is
+        made whatever happens here."""
+        if newest is None:
+            return ()
+        try:
+            with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
+                return self._cap_trash(ledger, trash.fd, newest)
+        except (OSError, SourceError) as exc:
+            ledger.release(newest)
+            log.warning("memory_trash_cap_failed error=%s", exc)
+            return ()
+
     def _read_settled(self, inbox_fd: int, name: str, slug: str, left: _State) -> tuple[bytes | None, _State]:
         """The note's bytes and state, once no other program is seen saving it. A note that
         changed while read is read again (what was read may be half of it). One changed a moment
@@ -379,7 +407,7 @@ class Inboxes(Retention):
             if _state(inbox_fd, name) != seen:
                 continue
             # ctime too: a tool that writes in place and then sets the old mtime back
-            if seen is None or seen == left or not _recent(seen[3]):
+            if seen is None or seen == left or not _recent(seen[3], reference_ns(inbox_fd, name)):
                 return old, seen
             pause(_SETTLE_S)
             empty = not old
@@ -408,10 +436,15 @@ class Inboxes(Retention):
         *,
         ledger: Trash,
         previous: Path | None,
+        swapped: list[str],
+        inbox: Path,
+        agent: str,
     ) -> os.stat_result:
         """Write the note unless it is no longer the text read (changed during the rendering and
         the .trash copy, or during the temp file's write and fsync): replacing it then would lose
-        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes."""
+        that change (see :mod:`sidecar.memory.replace`); the copy kept of the old text goes.
+        The file replaced is kept in .trash: as ``previous``, else under a name added to
+        ``swapped``."""
         slug = name[:-3]
 
         def install(tmp: str, fd: int) -> None:
@@ -431,36 +464,85 @@ class Inboxes(Retention):
                 keep=keep,
             )
 
-        def keep(src_fd: int, src: str) -> bool:
-            # The file replaced takes the place of its copy kept as ``previous`` (same text).
-            if previous is None:
-                return False
-            kept = previous.name
+        def keep(src_fd: int, src: str) -> None:
+            # The file replaced takes the place of its copy kept as ``previous`` (same text); with
+            # no such copy (it held no text to lose) it is kept anew: a program may still write
+            # into it, and the caps and ``memory.trashDays`` decide its stay as for any kept text.
             with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
+                if previous is None and _empty(src_fd, src):
+                    # No text, and an empty file is no kept text to restore: it waits under a
+                    # hidden name (no cap counts or removes it) for the next start, which keeps it
+                    # if a program wrote into it meanwhile and removes it otherwise.
+                    if src_fd != trash_fd or not HELD.match(src):
+                        hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
+                        os.rename(src, hidden, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
+                    return
+                if previous is None:
+                    swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
+                    ledger.busy.add(swapped[-1])
+                    self._one_stamp_copy(ledger, trash_fd, (agent, slug), swapped[-1])
+                    return
+                kept = previous.name
                 ledger.change(
                     trash_fd, kept, 0, lambda: os.replace(src, kept, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
                 )
-            return True
 
         try:
-            if _state(inbox_fd, name) != seen:
+            try:
+                st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if (st and (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)) != seen:
                 raise replace.RacedError
-            return write_in(inbox_fd, name, data, install=install)
+            # A replacement keeps the note's permissions (a person's 0644 note stayed no 0600).
+            mode = stat.S_IMODE(st.st_mode) & 0o777 if st is not None else None
+            return write_in(inbox_fd, name, data, install=install, mode=mode)
+        except replace.StrandedError as stranded:  # the note changed: its previous copy stays
+            raise StorageError(
+                f"{slug!r} was changed by someone else while this write was made, and their save "
+                f"could not be put back ({stranded.error.strerror or stranded.error}): the note holds "
+                f"this write's text, their save lies in {inbox / stranded.left} (a hidden file, "
+                "moved into .trash at the next start): merge it into the note"
+            ) from stranded.error
         except replace.RacedError as raced:
             if previous is not None:
                 kept = previous.name
                 with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
                     ledger.change(trash.fd, kept, -1, lambda: os.unlink(kept, dir_fd=trash.fd))
             if raced.later is not None:  # two saves: the first is the note, the later one kept
+                where = (
+                    f"is kept in {raced.later}"
+                    if raced.later.startswith(".trash/")
+                    else f"could not be moved into .trash and lies in {inbox / raced.later} (a hidden "
+                    "file, moved into .trash at the next start)"
+                )
                 raise MemoryConflictError(
                     f"{slug!r} was saved twice by someone else while this write was made; nothing "
-                    f"was written: the note holds the earlier save, the later one is kept in "
-                    f".trash/{raced.later}; merge them, then retry"
+                    f"was written: the note holds the earlier save, the later one {where}; merge "
+                    "them, then retry"
                 ) from None
             raise MemoryConflictError(
                 f"{slug!r} was changed by someone else while this write was made; nothing was "
                 "written (their text is the note): read it again and retry"
             ) from None
+
+    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, key: tuple[str, str], kept: str) -> None:
+        """At most one copy per note of a file a rewrite replaced with no text to lose (only
+        'updated' changed): ``kept`` takes the place of the one before it when that one is still
+        as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
+        since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
+        note's only copy) out past the caps. Under the ledger's lock, held by the caller."""
+        with self._guard:
+            before = self._stamp_copies.pop(key, None)
+            self._stamp_copies[key] = (kept, _state(trash_fd, kept))
+            if len(self._stamp_copies) > _REMEMBERED:
+                self._stamp_copies.popitem(last=False)
+        if before is None or before[1] is None or _state(trash_fd, before[0]) != before[1]:
+            return  # none, or written into since: a kept text like any other
+        name = before[0]
+        with contextlib.suppress(FileNotFoundError):
+            ledger.change(trash_fd, name, -1, lambda: os.unlink(name, dir_fd=trash_fd))
+            log.info("memory_stamp_copy_replaced removed=.trash/%s kept=.trash/%s", name, kept)
 
     def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> str:
         """Move a file of another program's that lies at ``name`` into .trash as a kept text;
@@ -696,15 +778,18 @@ class Inboxes(Retention):
     def clean_temp(self) -> int:
         """Clear the temp files a killed write left in the inboxes (at start, before any write),
         and the hard links of the fallback in .trash; returns how many. Such a file can hold the
-        person's save (a write killed between an exchange and its swap back), so none is removed
-        unread: one that is empty, or the text of its note or of the newest text kept of it, goes;
-        any other is kept in .trash as ``<slug>--<time>.md``."""
+        person's save (a write killed between an exchange and its swap back) or be the file a
+        write replaced, still open in an editor: see ``_clear``."""
         cleared = 0
         for agent in self._agent_names():
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
                     for name in os.listdir(inbox_fd):
-                        if _TEMP.match(name):
+                        if _PROBE.match(name):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(name, dir_fd=inbox_fd)
+                            cleared += 1
+                        elif _TEMP.match(name):
                             self._clear(agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0])
                             cleared += 1
                     try:
@@ -721,18 +806,35 @@ class Inboxes(Retention):
         return cleared
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
-        """One leftover of a killed write: removed if nothing in it would be lost, else kept."""
+        """One leftover of a killed write, or an empty file a write replaced. Only a second name
+        of the note itself, or an empty file unchanged for the settle time, is removed: any other
+        may be a file a write replaced, which a program can still be writing into. One
+        holding the newest text kept of its note takes that copy's place; any other is kept."""
         try:
-            data = read_fd(open_regular(name, dir_fd=dir_fd, follow=False), _MAX_EXISTING + 1)
+            fd = open_regular(name, dir_fd=dir_fd, follow=False)
         except NotRegularError:
             return  # not a file a write makes: left alone
-        known = [_read_back(inbox_fd, f"{slug}.md")]
+        st = os.fstat(fd)
+        data = read_fd(fd, _MAX_EXISTING + 1)
         ledger = self._trash_of(agent)
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
-            known.append(_newest_kept(trash.fd, slug))
-            if not data or data in known:
+            note = _state(inbox_fd, f"{slug}.md")
+            # An empty one holds no text, and as a kept text it became the note's newest, empty:
+            # it goes once unchanged past the settle time (a write killed before its first byte,
+            # an empty note replaced), else it waits for the next start.
+            empty = not data and not _recent(st.st_ctime_ns, reference_ns(inbox_fd, f"{slug}.md"))
+            if empty or (note is not None and note[0] == st.st_ino):
                 os.unlink(name, dir_fd=dir_fd)
                 log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                return
+            if not data:
+                return
+            newest = _newest_kept(trash.fd, slug)
+            if newest is not None and newest[1] == data:
+                target = newest[0]
+                move = lambda: os.replace(name, target, src_dir_fd=dir_fd, dst_dir_fd=trash.fd)  # noqa: E731
+                ledger.change(trash.fd, target, 0, move)
+                log.info("inbox_temp_removed agent=%s file=%s kept=.trash/%s", agent, name, target)
                 return
             target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
         log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
@@ -773,13 +875,17 @@ _READ_ATTEMPTS = 3
 _RECENT_NS = 2_000_000_000
 _SETTLE_S = 0.1
 pause = time.sleep  # a module function: tests stand in for the other program during the pause
-now_ns = time.time_ns  # the wall clock the note's times are compared with (tests move it)
+now_ns = time.time_ns  # this machine's clock: the reference only where no file can be made
 _REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)
 # (inode, size, mtime, ctime in ns) of a note, None when there is none: ctime moves with any save,
 # even one of the same size within a coarse clock's tick.
 _State = tuple[int, int, int, int] | None
+
+
+def _empty(dir_fd: int, name: str) -> bool:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size == 0
 
 
 def _state(inbox_fd: int, name: str) -> _State:
@@ -816,11 +922,35 @@ def _read_existing(inbox_fd: int, name: str, slug: str) -> tuple[bytes | None, _
     return data, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _recent(ctime_ns: int) -> bool:
+def _recent(ctime_ns: int, reference: int) -> bool:
     """Whether a note changed a moment ago, judged by its ctime (which only the kernel sets: a
-    sync tool or ``touch`` sets mtime to anything); a time ahead of this clock (a share whose
-    server runs ahead) counts as not recent, else such a note would be "being saved" for ever."""
-    return 0 <= now_ns() - ctime_ns <= _RECENT_NS
+    sync tool or ``touch`` sets mtime to anything) against ``reference``, the time now by the
+    clock that set it (see ``_clock_there``); a time ahead of it (that clock stepped back)
+    counts as not recent, else such a note would be "being saved" for ever."""
+    return 0 <= reference - ctime_ns <= _RECENT_NS
+
+
+def _clock_there(dir_fd: int, name: str) -> int:
+    """The time now by the clock that sets the folder's ctimes: the ctime of a file made there
+    (and removed at once). On a share that is the server's clock, which may run seconds or
+    hours off this machine's: against this one, a note saved a moment ago looked old (the
+    being-saved guard off) or stayed "recent" for hours. This machine's clock when no file
+    can be made."""
+    probe = f".{name.removesuffix('.md')}.{secrets.token_hex(4)}.clock"  # _PROBE: removed at start
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(probe, flags, 0o600, dir_fd=dir_fd)
+    except OSError:
+        return now_ns()
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe, dir_fd=dir_fd)
+
+
+reference_ns = _clock_there  # a module name: tests stand in for a share's clock
 
 
 def _read_back(dir_fd: int, name: str) -> bytes | None:
@@ -831,10 +961,14 @@ def _read_back(dir_fd: int, name: str) -> bytes | None:
         return None
 
 
-def _newest_kept(trash_fd: int, slug: str) -> bytes | None:
-    """The newest text kept of ``slug`` in .trash (lists the folder: at start only)."""
+def _newest_kept(trash_fd: int, slug: str) -> tuple[str, bytes | None] | None:
+    """The name and text of the newest text kept of ``slug`` in .trash (lists the folder: at
+    start only)."""
     names = [n for n in os.listdir(trash_fd) if (m := KEPT.match(n)) and n[: m.start(1) - 2] == slug]
-    return _read_back(trash_fd, max(names, key=lambda n: n[len(slug) + 2 :])) if names else None
+    if not names:
+        return None
+    newest = max(names, key=lambda n: n[len(slug) + 2 :])
+    return newest, _read_back(trash_fd, newest)
 
 
 def _move_kept(ledger: Trash, src_fd: int, name: str, trash_fd: int, slug: str) -> str:
@@ -859,13 +993,18 @@ def _trash_fd(inbox_fd: int) -> Iterator[int]:
 
 
 def write_in(
-    dir_fd: int, name: str, data: bytes, *, install: Callable[[str, int], None] | None = None
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    install: Callable[[str, int], None] | None = None,
+    mode: int | None = None,
 ) -> os.stat_result:
     """Atomic write of ``name`` inside the folder ``dir_fd``: a new temp file (O_EXCL, no
-    symlink followed), fsync, rename within the same descriptor (or ``install(temp name, its
-    descriptor)``, which puts it in place or raises), fsync of the folder. Returns the written
-    file's stat, taken through its descriptor once in place (the rename moves ctime; a stat by
-    name could see a file put there since)."""
+    symlink followed; 0600, or ``mode``), fsync, rename within the same descriptor (or
+    ``install(temp name, its descriptor)``, which puts it in place or raises), fsync of the
+    folder. Returns the written file's stat, taken through its descriptor once in place (the
+    rename moves ctime; a stat by name could see a file put there since)."""
     stem = name[:-3] if name.endswith(".md") else name
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
@@ -876,6 +1015,8 @@ def write_in(
         except FileExistsError:
             continue
     try:
+        if mode is not None and mode != 0o600:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -9,8 +9,10 @@ place only if none appeared meanwhile (``RENAME_NOREPLACE`` / ``RENAME_EXCL``, e
 Where the exchange is missing (another system, a share answering EINVAL or ENOTSUP), the note is
 hard-linked into ``.trash`` just before the rename and that link is checked to be the text read:
 the window left is the few microseconds between that check and the rename. Without hard links
-either, the check and the rename are as close as they can be. The file replaced is not removed:
-it becomes the previous text kept in ``.trash`` (an editor still writing into it writes there).
+either, the note is renamed into ``.trash``, checked there, and the temp file renamed into its
+place once that is still free (the same window). The file replaced is never removed:
+it is kept in ``.trash`` (an editor still writing into it writes there), or, when .trash cannot
+take it, left under its hidden temp name for the next start to keep.
 Imports confine and the error classes only.
 """
 
@@ -42,11 +44,23 @@ _NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLIN
 class RacedError(Exception):
     """The note is no longer the text the write read (a save landed meanwhile); it stays as that
     save left it and nothing of the write is in its place. ``later`` names where a second save,
-    made within the swap back, was kept (the note then holds the first one)."""
+    made within the swap back, lies in the inbox (``.trash/<name>``; its hidden temp name when
+    .trash could not take it); the note then holds the first one."""
 
     def __init__(self, later: str | None = None) -> None:
         super().__init__(later)
         self.later = later
+
+
+class StrandedError(Exception):
+    """A save landed meanwhile and could not be put back in the note's place (``error``): the
+    note holds the write's text, the save lies in the inbox under the hidden temp name ``left``
+    (kept in .trash at the next start)."""
+
+    def __init__(self, left: str, error: OSError) -> None:
+        super().__init__(left, error)
+        self.left = left
+        self.error = error
 
 
 def _load() -> tuple[Any, int, int] | None:
@@ -139,15 +153,16 @@ def install_over(
     trash_fd: Callable[[], contextlib.AbstractContextManager[int]],
     hold_name: str,
     rescue: Callable[[str], str],
-    keep: Callable[[int, str], bool],
+    keep: Callable[[int, str], None],
 ) -> None:
     """``tmp`` (open as ``fd``) replaces the note ``name``, whose text was read as ``old``;
     RacedError when the note there is another text by then, which stays the note. ``trash_fd`` opens
     .trash (the fallback's link lies there as ``hold_name``); ``rescue`` moves a file that lies at
     ``tmp`` and is not this write's into .trash (a third save within the swap back) and returns
     its name there; ``keep(folder, name)`` renames the file replaced, the note's own, into .trash
-    as the kept previous text (False when none is kept): an editor still writing into it (a
-    stalled in-place save) writes there, not into a removed file."""
+    as a kept text, also when it holds no text to lose (empty, or only the ``updated`` stamp
+    differs): an editor still writing into it (a stalled in-place save) writes there, never into
+    a removed file."""
     try:
         swapped = exchange(dir_fd, tmp, name)
     except FileNotFoundError as exc:  # the note was removed meanwhile
@@ -157,9 +172,8 @@ def install_over(
             _install_linked(dir_fd, tmp, name, old, trash_fd=tfd, hold=hold_name, keep=keep)
         return
     if _read_back(dir_fd, tmp, len(old) + 1) == old:
-        # The text read: it takes the place of its copy in .trash, or goes when none is kept.
-        if not _kept(keep, dir_fd, tmp):
-            os.unlink(tmp, dir_fd=dir_fd)
+        # The text read: kept in .trash (an editor may still write into it), or left where it is.
+        _kept(keep, dir_fd, tmp, name)
         return
     # A save landed between the check and the exchange: it goes back in the note's place.
     later = None
@@ -169,9 +183,13 @@ def install_over(
         except OSError:
             back = False
         if not back:
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            try:
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except OSError as exc:  # theirs stays where it lies, never removed
+                log.error("memory_write_raced_not_put_back note=%s left=%s error=%s", name, tmp, exc)
+                raise StrandedError(tmp, exc) from exc
         elif not _ours(dir_fd, tmp, fd):
-            later = rescue(tmp)  # yet another save replaced ours within the swap back: kept
+            later = _rescued(rescue, tmp, name)  # yet another save replaced ours within the swap back
     finally:
         # The swap back made lasting (a crash before it leaves a save at the temp name, which
         # the next start keeps in .trash).
@@ -180,13 +198,25 @@ def install_over(
     raise RacedError(later)
 
 
-def _kept(keep: Callable[[int, str], bool], dir_fd: int, name: str) -> bool:
-    """``keep(dir_fd, name)``; False (the file to be removed) when .trash cannot take it."""
+def _rescued(rescue: Callable[[str], str], tmp: str, note: str) -> str:
+    """Where the save lying at ``tmp`` is kept: ``.trash/<name>`` once ``rescue`` moved it, else
+    ``tmp`` itself (left there, for the next start to keep)."""
     try:
-        return keep(dir_fd, name)
+        return f".trash/{rescue(tmp)}"
     except (OSError, SourceError) as exc:
-        log.warning("memory_previous_not_moved error=%s", exc)
-        return False
+        log.warning("memory_write_raced_not_moved note=%s left=%s error=%s", note, tmp, exc)
+        return tmp
+
+
+def _kept(keep: Callable[[int, str], None], dir_fd: int, name: str, note: str) -> None:
+    """``keep(dir_fd, name)``. When .trash cannot take the file replaced, it stays where it lies
+    (never removed: a program may still write into it), under a name no prune removes and the
+    indexer skips; the next start keeps it in .trash."""
+    try:
+        keep(dir_fd, name)
+    except (OSError, SourceError) as exc:
+        where = f".trash/{name}" if name.endswith(".held") else name
+        log.warning("memory_previous_not_moved note=%s left=%s error=%s", note, where, exc)
 
 
 def _install_linked(
@@ -197,7 +227,7 @@ def _install_linked(
     *,
     trash_fd: int,
     hold: str,
-    keep: Callable[[int, str], bool],
+    keep: Callable[[int, str], None],
 ) -> None:
     """The fallback: the note hard-linked into .trash, checked to be the text read, then replaced;
     the link then becomes the kept previous text (``keep``)."""
@@ -208,10 +238,7 @@ def _install_linked(
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        # No hard links here either: the check right before the rename is all there is.
-        if _read_back(dir_fd, name, len(old) + 1) != old:
-            raise RacedError from exc
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _install_moved(dir_fd, tmp, name, old, trash_fd=trash_fd, hold=hold, keep=keep)
         return
     done = False
     try:
@@ -226,9 +253,46 @@ def _install_linked(
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         done = True
     finally:
-        if not (done and _kept(keep, trash_fd, hold)):
+        if not done:  # a second name of the note, which stays in place
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(hold, dir_fd=trash_fd)
+    _kept(keep, trash_fd, hold, name)
+
+
+def _install_moved(
+    dir_fd: int,
+    tmp: str,
+    name: str,
+    old: bytes,
+    *,
+    trash_fd: int,
+    hold: str,
+    keep: Callable[[int, str], None],
+) -> None:
+    """The fallback without hard links: the note is renamed into .trash as ``hold`` (its file,
+    which an editor may still be writing into, stays there: a rename over the note removed it),
+    checked to be the text read, and ``tmp`` renamed into its place once that is still free (a
+    window of microseconds, as the check before a rename over it left). A save found meanwhile
+    goes back to the note's place, or stays at ``hold`` (never pruned; kept at the next start)
+    when another file took that place."""
+    try:
+        os.rename(name, hold, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
+    except FileNotFoundError as exc:
+        raise RacedError from exc
+    except OSError:  # .trash cannot take it: the check right before the rename is all there is
+        if _read_back(dir_fd, name, len(old) + 1) != old:
+            raise RacedError from None
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    if _read_back(trash_fd, hold, len(old) + 1) == old and not exists_in(dir_fd, name):
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _kept(keep, trash_fd, hold, name)
+        return
+    if not exists_in(dir_fd, name):  # a save landed meanwhile: back in the note's place
+        os.rename(hold, name, src_dir_fd=trash_fd, dst_dir_fd=dir_fd)
+        raise RacedError
+    log.warning("memory_write_raced_not_moved note=%s left=.trash/%s", name, hold)
+    raise RacedError(f".trash/{hold}")
 
 
 def _changed(dir_fd: int, name: str, held: os.stat_result) -> bool:

@@ -288,13 +288,50 @@ def _addressed(tokens: list[str], words: list[str]) -> bool:
     return any(w in _PERSONS["second"] for w in words) or any(w in _FORMAL_YOU for w in tokens[1:])
 
 
+# Where a sentence ends: ".", "!", "?", ";" or ":" before a space, or a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\s*\n\s*")
+# Someone else's words in a message: quoted speech, and lines pasted as a diff, a quote, a list
+# or a table ("- show me my notes", "> what did I miss?").
+_QUOTED = re.compile(r'"[^"\n]*"|„[^“”"\n]*[“”"]|“[^”\n]*”|«[^»\n]*»|»[^«\n]*«')
+_PASTED = re.compile(r"^[ \t]*[-+>*|]")
+
+
+def _own_sentences(text: str) -> list[str]:
+    """The sentences of a message that are the person's own: quoted speech ('He asked me: "What
+    did I miss?"') and pasted lines (a diff's "- show me my notes") left out."""
+    lines = [line for line in _QUOTED.sub(" ", text).splitlines() if not _PASTED.match(line)]
+    return [s for s in _SENTENCE_END.split("\n".join(lines).strip()) if s]
+
+
 def asks_about_self(text: str) -> bool:
     """Whether a message asks about the person's own doings or notes ("what did I do last week?",
     "was habe ich heute gemacht?", "what do I have tomorrow?", "show me my notes of yesterday"):
     a question or a request, in the first person, about what was done, one's agenda or the notes,
     with no modal ("should I deploy today?" asks what to do) and addressing no one ("how was your
     weekend?", "wie war dein Tag heute?", "was meinen Sie?" are small talk; so, to be safe, is
-    "can you tell me what I did today?")."""
+    "can you tell me what I did today?"). The message as a whole, or any one of its sentences:
+    a request need not open the message ("Ich bin seit gestern krank. Zeig mir meine Notizen."),
+    nor lose to a modal or a "you" in a later one ("What did I do yesterday? Should I worry?").
+    The first sentence counts alone only as a question or a request of its own: "When I paste a
+    screenshot into a note, … Can I …?" opens with a clause of the question that follows."""
+    if _asks_about_self(text):
+        return True
+    sentences = _own_sentences(text)
+    if len(sentences) < 2:
+        return False
+    return _opens_asked(sentences[0]) or any(_asks_about_self(s) for s in sentences[1:])
+
+
+def _opens_asked(sentence: str) -> bool:
+    """Whether a message's first sentence asks about the person's doings on its own: it ends
+    with a question mark or opens with a request word ("show me …", "zeig mir …")."""
+    words = [w.lower() for w in WORD.findall(_CLITIC.sub("", sentence))]
+    asked = bool(words) and (ends_asked(sentence) or words[0] in _PERSONS["request"])
+    return asked and _asks_about_self(sentence)
+
+
+def _asks_about_self(text: str) -> bool:
+    """``asks_about_self`` of one text read whole."""
     tokens = WORD.findall(_CLITIC.sub("", text))
     words = [w.lower() for w in tokens]
     if not words or _addressed(tokens, words) or any(w in _PERSONS["modal"] for w in words):

@@ -371,7 +371,7 @@ def test_everything_under_the_home_is_private(daemon_factory: Any, tmp_path: Pat
 def test_references_round_trip_and_temp_files_are_cleaned(daemon_factory: Any, tmp_path: Path) -> None:
     """Every reference search returns is accepted by get (a backslash in a name, a path over
     2,000 characters); temp files a killed write left in an inbox are cleared at start (kept in
-    .trash unless empty or a copy of the note)."""
+    .trash unless it is a second name of the note itself)."""
     vault = tmp_path / "vault"
     write(vault / "back\\slash.md", "# Back\n\nnarwhal tusk\n")
     write(vault / "Shout.MD", "# Shout\n\nbellbird\n")
