@@ -351,8 +351,9 @@ def _comment(path: Path) -> str:
 
 
 # Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
-# another daemon serving this home or socket (under systemd a daemon waits for a `sidecar index`
-# run holding the index instead of exiting 4). Each needs a person to change something first.
+# another daemon serving this home or socket (under systemd a daemon waits for it, or for a
+# `sidecar index` run holding the index, instead of exiting 4: left for a start that loses a
+# race). Each needs a person to change something first.
 # Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
 # themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
 # ends a loop of it that does not pass.
@@ -402,8 +403,8 @@ ExecReload=/bin/kill -HUP $MAINPID
 {env}Restart=on-failure
 RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
-# already serves this home or socket; a `sidecar index` run holding the index is waited for):
-# a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
+# serves this home or socket: a daemon this unit starts waits for it, and for a `sidecar index`
+# run, instead): a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
 # index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
 # mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
@@ -457,7 +458,8 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
         # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes).
+        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes;
+        # another daemon or a `sidecar index` run holding the home: exit 4 until it is gone).
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which

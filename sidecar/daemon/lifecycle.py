@@ -59,7 +59,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, socket_is_live
+from sidecar.daemon.server import Server, StopClock, bind_socket, socket_holder
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -179,7 +179,8 @@ class Daemon(ConfigReload, ReadOnlyStart):
         while True:
             try:
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
-                # index` run holding it is waited for (exit 4 is not restarted there).
+                # index` run or another daemon holding the index or socket is waited for (exit 4
+                # is not restarted there).
                 self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
                 self._make_agents_folder()  # the lock first: a second daemon records nothing
                 break
@@ -245,11 +246,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
         on it): checked right after the lock, before the home is tightened or recorded, so that
         the refused start changes nothing (``bind_socket`` checks again when it binds)."""
         # No exists() first: on a socket folder another user owns it raises PermissionError, read
-        # as "the home cannot be used" (exit 5); ``socket_is_live`` says no daemon answers there
+        # as "the home cannot be used" (exit 5); ``socket_holder`` says no daemon answers there
         # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        if socket_is_live(path):
-            raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
+        holder = socket_holder(path)
+        if holder is not None:  # who, for a wait's STATUS= and the person reading it
+            raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the
