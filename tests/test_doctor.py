@@ -517,3 +517,36 @@ def test_doctor_says_the_daemons_problems_in_status_words(in_process: Any) -> No
     assert "disk full: BM25 commit failed: No space left on device (/h/index/bm25/meta.json)" in verdict
     assert "IoError" not in verdict and "\n" not in verdict
     assert "unknown key 'serch'" in verdict and "search.limit = 'many' is not a number" in verdict
+
+
+def test_a_unit_installed_before_its_configuration_file_reads_that_file(tmp_path: Path, vault: Path) -> None:
+    """`sidecar service install` before the configuration file was written: the unit names no
+    --config and its daemon reads the default file. Once the file is written, doctor (which now
+    reads it) called the unit's "another configuration file"; it is the same file. A unit naming
+    a file that is gone is said as such (its daemon refuses every start); one whose default file
+    is not the one this command reads still fails."""
+    home_dir = tmp_path / "userhome"
+    env = {**NO_MODEL, "XDG_CONFIG_HOME": str(tmp_path / "conf")}
+    given = {"home": str(tmp_path / "home")}
+    before = load_config(flags=given, env=env)
+    assert before.source_file is None and before.default_file is not None
+    installed = service_file(before, home_dir, platform="linux")
+    assert "--config" not in installed.text
+    assert f"the daemon reads {before.default_file} once it is written" in installed.text
+    write(installed.path, installed.text)
+    write(before.default_file, f"vault:\n  path: {vault}\n")
+    now = load_config(flags=given, env=env)
+    assert now.source_file == before.default_file.resolve()
+    probes = Probes(home_dir=home_dir, systemctl="/bin/false")
+    check = check_service(now, probes)
+    assert "another configuration file" not in check.verdict, check
+    assert check.verdict != "" and "not there" not in check.verdict
+    # Named elsewhere: a file of its own (another one) and a file gone.
+    other = write(tmp_path / "other.yaml", f"vault:\n  path: {vault}\n")
+    elsewhere = load_config(config_file=str(other), flags=given, env=env)
+    check = check_service(elsewhere, probes)
+    assert not check.ok and "another configuration file" in check.verdict, check
+    write(installed.path, service_file(elsewhere, home_dir, platform="linux").text)
+    other.unlink()
+    check = check_service(now, probes)
+    assert not check.ok and "which is not there" in check.verdict, check
