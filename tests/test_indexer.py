@@ -622,6 +622,63 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
         h.close()
 
 
+class _ShiftedTime:
+    """The ``time`` module with its wall clock moved by ``offset`` seconds (a clock set wrong)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.mark.parametrize("wrong", ["ahead at the whole sweep", "back under the older release"])
+def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, wrong: str
+) -> None:
+    """The mark of the notes written at the last whole sweep was their latest write time: a whole
+    sweep under a clock set a day ahead recorded a mark in the future, and an older release run
+    under a clock set back wrote times below the mark; either way its writes were not read again
+    (they kept its reading for good). The row each write makes is counted too, which no clock
+    moves."""
+    from sidecar.index import indexer as indexer_mod
+    from sidecar.notes import frontmatter
+    from sidecar.stores import manifest as manifest_mod
+
+    day = 86_400.0
+    write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
+    write(vault / "Flur.md", "Der Flur.\n")
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        with monkeypatch.context() as m:
+            if wrong.startswith("ahead"):
+                m.setattr(manifest_mod, "time", _ShiftedTime(day))
+            assert h.sweep()["changed"] > 0  # a whole sweep records its mark
+        with monkeypatch.context() as m:  # the older release, run on the index meanwhile
+            if wrong.startswith("back"):
+                m.setattr(manifest_mod, "time", _ShiftedTime(-day))
+            m.setattr(frontmatter, "_AS_WRITTEN", frozenset())
+            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)
+            write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller, neu.\n")
+            h.indexer.sweep(paths=[str(vault / "Raum.md")])
+            while h.vectors.embed_pending():
+                pass
+            assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
+        manifest_mod._aliases.cache_clear()
+        model.embedded.clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()  # the start of this release again
+        assert "notes_written_since_reread notes=1" in caplog.text
+        assert h.sweep()["changed"] == 1  # that note alone
+        assert any(t.startswith("Raum\n010, Keller\n") for t in model.embedded), model.embedded
+    finally:
+        h.close()
+
+
 def test_a_mark_of_written_notes_that_is_no_time_is_ignored(make_cfg: Any, vault: Path) -> None:
     """A mark another version wrote in another form (or a hand edit) is no reason to refuse a
     start: it is ignored, and the next whole sweep writes it anew."""
