@@ -550,3 +550,52 @@ def test_a_unit_installed_before_its_configuration_file_reads_that_file(tmp_path
     other.unlink()
     check = check_service(now, probes)
     assert not check.ok and "which is not there" in check.verdict, check
+
+
+def test_the_index_records_which_release_wrote_it_and_a_downgrade_is_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both releases of an upgrade called themselves one version and the index recorded no
+    writer: nothing told a downgrade. Each writable start records its release and build as the
+    last writer, and keeps the newest release that ever wrote it; a start of an older one logs
+    it, doctor's index check warns ("written by a newer sidecar": run that one or rebuild), and a
+    rebuild by this release makes it the newest again."""
+    from sidecar.clients.doctor import check_index
+    from sidecar.runtime.release import WRITERS_META, read_writers, this_release
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        written = read_writers(h.stores.manifest.get_meta(WRITERS_META))
+        assert written == {"last": this_release(), "newest": this_release()}
+        assert check_index(cfg).ok and not check_index(cfg).warning
+        newer = {"version": "9.9.9", "build": "fedcba987654"}
+        h.stores.manifest.set_meta(WRITERS_META, json.dumps({"last": newer, "newest": newer}))
+    finally:
+        h.close()
+    with caplog.at_level("WARNING"):
+        h = Harness(cfg, FakeEmbedder())  # this, older, release starts on it
+    try:
+        assert "index_written_by_newer_release writer=sidecar 9.9.9 (build fedcba987654)" in caplog.text
+        written = read_writers(h.stores.manifest.get_meta(WRITERS_META))
+        assert written == {"last": this_release(), "newest": newer}  # still said after a restart
+        check = check_index(cfg)
+        assert check.ok and check.warning and "written by a newer sidecar (sidecar 9.9.9" in check.verdict
+        assert "--rebuild" in check.todo
+        h.indexer.clear()  # a rebuild: every note read anew by this release
+        assert read_writers(h.stores.manifest.get_meta(WRITERS_META))["newest"] == this_release()
+    finally:
+        h.close()
+    assert not check_index(cfg).warning
+
+
+def test_one_version_in_one_place() -> None:
+    """The release is written once (sidecar/__init__.py; pyproject.toml reads it) and is 0.3.0:
+    this release changes what the index records."""
+    from sidecar import __version__
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sidecar.__version__"}
+    assert __version__ == "0.3.0"

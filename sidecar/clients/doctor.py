@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import sqlite3
 import sys
 import threading
 import time
@@ -24,7 +25,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sidecar import __version__
 from sidecar.clients.cli_render import HOME_TODO, daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.doctor_checks import Check, Probes, plural
@@ -38,6 +38,7 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
+from sidecar.runtime.release import WRITERS_META, newer_writer, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -310,15 +311,20 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
     else:
         other_vault = _other_vault(cfg, health)
+        theirs = {"version": str(health.get("version")), "build": str(health.get("build") or "")}
+        runs = f"answers on {cfg.socket_path} (pid {health['pid']}, {said(theirs)}){other_vault}"
         socket = Check(
             "daemon",
             True,
-            f"answers on {cfg.socket_path} (pid {health['pid']}, sidecar {health['version']}){other_vault}",
+            runs,
             "restart it with this configuration (`sidecar service install` again for a service)"
             if other_vault
             else "",
             warning=bool(other_vault),
         )
+        older = _older_code(theirs, (health.get("index") or {}).get("newer_writer"))
+        if older and not other_vault:
+            socket = Check("daemon", True, f"{runs}; {older[0]}", older[1], warning=True)
     if health is not None and health.get("home") != str(cfg.home):
         other = Check(
             "one daemon per home",
@@ -397,6 +403,37 @@ REBUILD_TODO = (
 )
 
 
+def _older_code(theirs: dict[str, str], newer: dict[str, str] | None) -> tuple[str, str] | None:
+    """What to say of a daemon that runs other code than this installation (installed anew and
+    not restarted: told by the release, or by the build where both are one release), or older
+    code than the release that last wrote its index; None when neither."""
+    if newer:
+        return (
+            f"the index was written by a newer sidecar ({said(newer)})",
+            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
+            "daemon stopped)",
+        )
+    mine = this_release()
+    if theirs["version"] != mine["version"] or (theirs["build"] and theirs["build"] != mine["build"]):
+        return (
+            f"this installation is {said(mine)}",
+            "restart it to run the installed one (systemctl --user restart sidecar, or stop and start "
+            "`sidecar serve`)",
+        )
+    return None
+
+
+def _newest_writer(path: Path) -> dict[str, str] | None:
+    """The newest release that wrote the index (its manifest's meta, read only), when newer than
+    this installation; None otherwise or when it cannot be read."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2)) as db:
+            row = db.execute("SELECT value FROM meta WHERE name = ?", (WRITERS_META,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return newer_writer(row[0] if row else None)
+
+
 def check_index(cfg: Config) -> Check:
     """The versions the index's stores were written in: one a newer sidecar wrote (a downgrade)
     refuses the daemon's start (exit 3), which only its log said."""
@@ -416,7 +453,18 @@ def check_index(cfg: Config) -> Check:
             if layout == BM25_LAYOUT - 1
             else " (rebuilt at the next start)"
         )
-    return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
+    verdict = f"manifest schema {schema}{later}, {keywords}: this version reads them"
+    writer = _newest_writer(cfg.index_dir / "manifest.sqlite")
+    if writer is not None:  # the same store versions, but a newer release wrote it (a downgrade)
+        return Check(
+            "index",
+            True,
+            f"{verdict}; written by a newer sidecar ({said(writer)}) than this one ({said(this_release())})",
+            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
+            "daemon stopped)",
+            warning=True,
+        )
+    return Check("index", True, verdict)
 
 
 MANY_AGENTS = 200  # from this many agents' inboxes on, doctor says what they cost
@@ -602,7 +650,7 @@ def run_checks(
 def header(cfg: Config, vault: str | None = None) -> str:
     """The first line; ``vault`` is what ``served_config`` says of the vault checked."""
     vault = vault or str(cfg.vault.path or "not configured")
-    return f"sidecar {__version__} doctor: home {cfg.home}, vault {vault}"
+    return f"{said(this_release())} doctor: home {cfg.home}, vault {vault}"
 
 
 def render_check(c: Check) -> str:

@@ -64,6 +64,7 @@ from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, read_writers
 from sidecar.search.context import with_note
 from sidecar.search.days import FilterError
 from sidecar.search.explain import explain
@@ -186,6 +187,7 @@ class Handlers:
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
             "version": __version__,
+            "build": build_id(),  # changes with the code: a restart after an upgrade is told by it
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
             "started": self.service.started,
@@ -194,6 +196,10 @@ class Handlers:
             "embedder": embedder,
             "index": {
                 "state": state,
+                # The release that last wrote the index and the newest that ever did; the newest
+                # again when it is newer than this daemon (a downgrade), else None.
+                "written_by": read_writers(writers := self.manifest.get_meta(WRITERS_META)) or None,
+                "newer_writer": newer_writer(writers),
                 "phase": act.phase,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.

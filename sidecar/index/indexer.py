@@ -43,6 +43,7 @@ from sidecar.notes.chunking import (
 )
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
+from sidecar.runtime.release import WRITERS_META, record_writer
 from sidecar.stores.manifest import FileState
 from sidecar.stores.vectors import holds_model, table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
@@ -1283,7 +1284,9 @@ class Indexer:
                 begun()
 
         # The rows that describe the emptied index are written with its emptying.
-        self.writer.clear({_PUT_BACK: "", "swept": ""}, emptied)
+        # The notes are read anew by this release alone: a newer one that wrote before is past.
+        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: record_writer(None)}
+        self.writer.clear(meta, emptied)
         self.links.finish()  # every note is read again, by today's reader
         log.info("index_cleared reason=rebuild requested")
 
