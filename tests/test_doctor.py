@@ -599,3 +599,25 @@ def test_one_version_in_one_place() -> None:
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sidecar.__version__"}
     assert __version__ == "0.3.0"
+
+
+def test_doctor_names_what_the_services_daemon_waits_for(tmp_path: Path, vault: Path) -> None:
+    """A service whose daemon waits (another daemon serves the home: active; a `sidecar index`
+    run: activating): doctor said "installed and active", or "start it: systemctl --user enable
+    --now sidecar", the command that then waited too; it names what the daemon waits for."""
+    cfg = _cfg(tmp_path, vault)
+    home_dir = tmp_path / "userhome"
+    svc = service_file(cfg, home_dir, platform="linux")
+    write(svc.path, svc.text)
+    for state, status in (
+        ("active", "waiting: another sidecar daemon is already serving /s (pid 7); taking over when it ends"),
+        ("activating", "waiting: the index /h/index is in use by `sidecar index` (pid 8)"),
+    ):
+        asked = f'case "$*" in *is-active*) echo {state}; exit 0;; esac'
+        fake = write(tmp_path / "systemctl", f"#!/bin/sh\n{asked}\necho 'StatusText={status}'\n")
+        fake.chmod(0o755)
+        check = check_service(cfg, Probes(home_dir=home_dir, systemctl=str(fake)))
+        assert check.ok and check.warning, check
+        assert f"installed, {state} but not serving: {status}" == check.verdict, check
+        assert "start it" not in check.verdict + check.todo
+        assert "systemctl --user status sidecar" in check.todo

@@ -629,7 +629,10 @@ def test_a_service_start_waits_for_whoever_holds_the_index_or_socket(tmp_path: P
 
     lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), daemon_ends)
     assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: another sidecar daemon"), sent
-    assert f"pid {os.getpid()}" in sent[0][0]
+    assert f"pid {os.getpid()}" in sent[0][0] and sent[0][0].endswith("; taking over when it stops")
+    # Another daemon may serve for days: the start is reported done (`systemctl start` and
+    # `enable --now` waited for it with no end), the watchdog kept, no start timeout pushed out.
+    assert sent[0][1:] == ("READY=1", "WATCHDOG=1"), sent
     assert sent[1][:2] == ("STATUS=starting", "EXTEND_TIMEOUT_USEC=90000000")
     lock.release()
     sent.clear()
@@ -643,6 +646,8 @@ def test_a_service_start_waits_for_whoever_holds_the_index_or_socket(tmp_path: P
 
     lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
     assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: the index")
+    # A run ends by itself: the start waits for it.
+    assert "READY=1" not in sent[0] and sent[0][1].startswith("EXTEND_TIMEOUT_USEC="), sent
     assert lock.path.read_text() == f"pid {os.getpid()}"
     lock.release()
     sent.clear()
@@ -683,13 +688,14 @@ def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     exited = lambda: service.proc is not None and service.proc.poll() is not None  # noqa: E731
     waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
     assert any(f"another sidecar daemon is already serving {person.home}" in s for s in waiting), waiting
+    assert "READY=1" in waiting, waiting  # `systemctl start` returns while it waits
     assert service.proc is not None and service.proc.poll() is None  # waiting, not exited 4
     assert "daemon_running_wait" in service.log.read_text()
     assert person.health()["index"]["state"] == "ready"  # the one serving is left alone
     assert person.stop() == 0
     ready = _notices(sink, lambda seen: exited() or "READY=1" in seen)
     sink.close()
-    assert "READY=1" in ready, ready
+    assert "READY=1" in ready and "STATUS=starting" in ready, ready
     service.wait_for(lambda h: h["pid"] == service.pid and h["index"]["state"] == "ready", 60)
 
 

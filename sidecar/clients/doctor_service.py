@@ -181,8 +181,8 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "enable-linger` for one without); run doctor there, or run the daemon in the foreground",
             warning=True,
         )
-    if state == "active":
-        return Check("service", True, "installed and active")
+    if state in ("active", "activating"):
+        return _running(state, probes)
     if state == "failed":
         return Check(
             "service",
@@ -193,3 +193,41 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "start while its start limit lasts)",
         )
     return Check("service", True, f"installed, {state}; start it: {enable}")
+
+
+def _running(state: str, probes: Probes) -> Check:
+    """An active or activating service. Active is not serving: a daemon the service started while
+    another one serves (a person's `sidecar serve`) reports its start done and waits; activating
+    waits for a `sidecar index` run or a home not usable yet. Its STATUS= names what it waits for
+    (doctor said "start it: … enable --now sidecar", a command that then waited too)."""
+    status = _status_text(probes)
+    if status.startswith("waiting:"):
+        return Check(
+            "service",
+            True,
+            f"installed, {state} but not serving: {status}",
+            "it serves once that ends (or is stopped); see systemctl --user status sidecar",
+            warning=True,
+        )
+    if state == "active":
+        return Check("service", True, "installed and active")
+    return Check("service", True, "installed, activating (starting); see systemctl --user status sidecar")
+
+
+def _status_text(probes: Probes) -> str:
+    """The STATUS= the service's daemon sent last, as the service manager shows it ("" when it
+    cannot be asked)."""
+    try:
+        out = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
+            [probes.systemctl, "--user", "show", "-p", "StatusText", "sidecar"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.stdout.splitlines():
+        if line.startswith("StatusText="):
+            return line.partition("=")[2].strip()
+    return ""

@@ -175,8 +175,14 @@ def lock_waiting_for_index_run(
     in a terminal), trying every LOCK_POLL_S, bounded by nothing but a stop signal (SIGTERM ends
     the process: nothing is held or changed yet). Exit 4 is not restarted there: refused, the
     service stayed down after the run or the foreground daemon ended. Outside a service (a
-    person's `serve`) the holder is refused at once (exit 4)."""
+    person's `serve`) the holder is refused at once (exit 4).
+
+    A run ends by itself, so the start waits for it (``systemctl start`` returns once it did, and
+    "active" then means serving). Another daemon may serve for days: the start is reported done
+    (READY=1, its STATUS= saying this one only waits, the watchdog kept), or `systemctl start`
+    and `enable --now` hung until that daemon stopped."""
     said: set[type] = set()
+    ready = False
     while True:
         try:
             lock = lock_and_tighten(cfg, check=check)
@@ -188,7 +194,12 @@ def lock_waiting_for_index_run(
                 log.warning("%s %s", event, exc)
                 said.add(type(exc))
             # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
-            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            if isinstance(exc, IndexRunError):
+                send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            else:
+                status = f"STATUS=waiting: {exc}; taking over when it stops"
+                send(status, *(() if ready else ("READY=1",)), "WATCHDOG=1")
+                ready = True
             sleep(LOCK_POLL_S)
             continue
         if said and send is not None:
