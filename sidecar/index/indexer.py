@@ -374,6 +374,8 @@ class Indexer:
         self._say_put_back(batch)
         if batch is None:
             self._whole_sweep_written()
+        else:  # two reads of a b-tree's end: a delete of any kind (gone, moved, left out) counts
+            self._row_mark_at_most_latest()
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -1047,16 +1049,34 @@ class Indexer:
         row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
         if since is None and row is None:  # none yet (this reader's first start), or not a mark
             return
+        if row is not None and self.manifest.last_row() < row:
+            # The rows were numbered anew below the mark (another release's rebuild numbers them
+            # from 1; its deletes of the newest rows gave their numbers to its next writes): no
+            # row tells which it wrote, so every note is read again once (no text is embedded
+            # again: its vector is found by its text), and the mark comes down to the rows there.
+            notes = self.manifest.reread_all()
+            self._row_mark_at_most_latest()
+            log.info("notes_renumbered_reread notes=%d", notes)
+            return
         # Both marks: a note's row written since is above the row mark whatever the wall clock
         # said (a whole sweep under a clock set ahead recorded a time in the future, a release run
-        # under a clock set back wrote times below the mark); the time mark keeps what a row
-        # mark cannot tell (rows renumbered by the manifest's one-time rewrite, a deleted latest
-        # row's number taken again).
+        # under a clock set back wrote times below the mark). Rows numbered below the row mark
+        # are read above (all of them); the mark comes down with this release's deletes.
         notes = self.manifest.reread_written_after(
             since if since is not None else math.inf, int(row) if row is not None else None
         )
         if notes:
             log.info("notes_written_since_reread notes=%d", notes)
+
+    def _row_mark_at_most_latest(self) -> None:
+        """The row mark lowered to the latest row when deletes left every row below it: a new
+        row takes the number after the latest, so another release's next write would get a
+        number at or below the mark and never be read again."""
+        key = _written_until(ROW_MARK)
+        row = _finite(self.manifest.get_meta(key))
+        latest = self.manifest.last_row()
+        if row is not None and latest < row:
+            self.manifest.set_meta(key, repr(latest))
 
     def _whole_sweep_written(self) -> None:
         """Recorded after a whole sweep: the latest note row written, by its time and by its
