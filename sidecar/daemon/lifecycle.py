@@ -82,9 +82,10 @@ HOME_MAY_COME = frozenset(
     {errno.EACCES, errno.ENOENT, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT, errno.EIO}
 )
 HOME_POLL_S = 2.0
-# The wait ends after this long with exit 5, restarted by the unit for about four more minutes:
-# a share mounted late at login or a NAS booting is there within it, while `systemctl start`
-# (a notify unit's start waits for READY) must not hang for good on a permission mistake.
+# The wait ends after this long with exit 5, and the unit restarts it 10 s later: it waits in
+# rounds of this length until the home can be used or it is stopped (a start this long never
+# reaches the start limit). One round: `systemctl start` (a notify unit's start waits for READY)
+# returns after it, not hung for good on a permission mistake.
 HOME_WAIT_MOST_S = 600.0
 
 log = logging.getLogger(__name__)
