@@ -672,6 +672,49 @@ def test_a_service_start_waits_for_whoever_holds_the_index_or_socket(tmp_path: P
     lock.release()
 
 
+def test_a_wait_for_another_homes_daemon_on_the_socket_leaves_the_lock_alone(
+    tmp_path: Path, vault: Path
+) -> None:
+    """A daemon of another home answering on this socket: each try took this home's index lock
+    (writing its pid into index/.lock) before it probed the socket, and a `sidecar index` run
+    on this home in that moment was refused, naming a daemon that serves nothing. The socket is
+    probed first now; the lock is taken once it is free."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.process import INDEX_RUN, IndexLock, lock_waiting_for_index_run
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    cfg.socket_path.parent.mkdir(parents=True, exist_ok=True)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(cfg.socket_path))
+    other.listen(4)
+    seen: list[str] = []
+    refused: list[str] = []
+    free = lifecycle.Daemon(cfg)._socket_free
+
+    def check() -> None:  # each socket probe while the other daemon answers: may a run take the index?
+        run = IndexLock(cfg.index_dir, by=INDEX_RUN)
+        try:
+            run.acquire()
+            run.release()
+        except DaemonRunningError as exc:
+            if len(seen) < 2:
+                refused.append(str(exc))
+        free()
+
+    def tick(_s: float) -> None:
+        lock_file = cfg.index_dir / ".lock"
+        seen.append(lock_file.read_text() if lock_file.exists() else "")
+        if len(seen) == 2:
+            other.close()
+            cfg.socket_path.unlink()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *_a: None, tick, check=check)
+    assert lock.path.read_text() == f"pid {os.getpid()}"  # taken once the socket was free
+    lock.release()
+    assert not any(s.startswith("pid ") for s in seen) and not refused, (seen, refused)
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:
@@ -687,7 +730,7 @@ def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     service.start(wait=None)
     exited = lambda: service.proc is not None and service.proc.poll() is not None  # noqa: E731
     waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
-    assert any(f"another sidecar daemon is already serving {person.home}" in s for s in waiting), waiting
+    assert any(f"another sidecar daemon is already serving {person.socket}" in s for s in waiting), waiting
     assert "READY=1" in waiting, waiting  # `systemctl start` returns while it waits
     assert service.proc is not None and service.proc.poll() is None  # waiting, not exited 4
     assert "daemon_running_wait" in service.log.read_text()

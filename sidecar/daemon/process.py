@@ -140,10 +140,14 @@ def make_private(cfg: Config) -> None:
 def lock_and_tighten(
     cfg: Config, by: str | None = None, check: Callable[[], None] | None = None
 ) -> IndexLock:
-    """The index lock (``by``: IndexLock's), then ``check`` (the daemon's: no other daemon serves
-    its socket), then the home left readable by others tightened (the log says so). In this
-    order: a start refused for another daemon holding the lock or the socket changes nothing in
-    the home."""
+    """``check`` (the daemon's: no other daemon serves its socket), the index lock (``by``:
+    IndexLock's), ``check`` again, then the home left readable by others tightened (the log says
+    so). In this order: a start refused for another daemon holding the lock or the socket changes
+    nothing in the home, not even the lock file: one waiting for a daemon of another home on its
+    socket took the lock (writing its pid) at every try, and a `sidecar index` run in that moment
+    was refused, named a daemon serving nothing."""
+    if check is not None:
+        check()
     lock = IndexLock(cfg.index_dir, by=by)
     lock.acquire()
     try:
