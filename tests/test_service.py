@@ -1360,3 +1360,28 @@ def test_a_reinstall_names_a_changed_or_dropped_time_zone(tmp_path: Path, vault:
     assert check.ok and check.warning, check
     assert "its settings differ from this command's: TZ=Europe/Berlin" in check.verdict, check
     assert not check_service(cfg("Europe/Berlin"), probes).warning
+
+
+def test_the_build_is_read_when_the_process_starts(tmp_path: Path, vault: Path) -> None:
+    """The build id digests the package's files when first asked: a daemon that waited (hours,
+    for another daemon) or started slowly while the user reinstalled ran the old code but
+    reported and recorded the new build. A daemon and a `sidecar index` run read it at once."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.daemon.process import IndexLock
+    from sidecar.runtime.release import build_id
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    build_id.cache_clear()
+    lifecycle.Daemon(cfg)
+    assert build_id.cache_info().currsize == 1
+    build_id.cache_clear()
+    held = IndexLock(cfg.index_dir)
+    held.acquire()
+    try:
+        with pytest.raises(DaemonRunningError):
+            index_once(cfg, rebuild=False)
+    finally:
+        held.release()
+    assert build_id.cache_info().currsize == 1

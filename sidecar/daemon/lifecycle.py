@@ -68,6 +68,7 @@ from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import Notifier
+from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
@@ -106,6 +107,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         hangup_stops: bool = False,
     ) -> None:
         self.cfg = cfg
+        # The build of the code this process imported, read from the files now: asked first later
+        # (after a wait of hours for another daemon, a slow start), it digested the files an
+        # upgrade had put there meanwhile, and the daemon running the old code called itself new.
+        build_id()
         self.reload_config = reload_config
         # In a terminal SIGHUP means the terminal went away (a daemon that took it as a reload
         # outlived its closed window and held the index against the next start); a service
