@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -591,14 +592,22 @@ def test_the_index_records_which_release_wrote_it_and_a_downgrade_is_said(
 
 
 def test_one_version_in_one_place() -> None:
-    """The release is written once (sidecar/__init__.py; pyproject.toml reads it) and is 0.3.0:
-    this release changes what the index records."""
+    """The release is written once (sidecar/__init__.py; pyproject.toml reads it): no other file
+    of the package or its tests spells it, so a bump edits one line (this test named it too)."""
     from sidecar import __version__
 
-    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    root = Path(__file__).parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sidecar.__version__"}
-    assert __version__ == "0.3.0"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__), __version__
+    spelled = [
+        p.relative_to(root).as_posix()
+        for folder in ("sidecar", "tests")
+        for p in (root / folder).rglob("*.py")
+        if f'"{__version__}"' in p.read_text(errors="replace")
+    ]
+    assert spelled == ["sidecar/__init__.py"], spelled
 
 
 def test_doctor_names_what_the_services_daemon_waits_for(tmp_path: Path, vault: Path) -> None:
@@ -621,3 +630,57 @@ def test_doctor_names_what_the_services_daemon_waits_for(tmp_path: Path, vault: 
         assert f"installed, {state} but not serving: {status}" == check.verdict, check
         assert "start it" not in check.verdict + check.todo
         assert "systemctl --user status sidecar" in check.todo
+
+
+def test_another_build_of_this_release_that_wrote_the_index_is_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upgrade test's case: OLD and NEW one version, the index last written by NEW, then OLD
+    run on it. Versions order releases only, so nothing said it. doctor with the daemon stopped
+    names the last writer's build; a daemon started on it logs it and keeps it as the build that
+    wrote it before (health index.other_build), which status and doctor say, for that daemon's
+    life (its switches to writable too), not after its build's next start."""
+    from sidecar import __version__
+    from sidecar.clients.cli_render import _release_lines
+    from sidecar.clients.doctor import _older_code, check_index
+    from sidecar.runtime import release
+    from sidecar.runtime.release import WRITERS_META, other_build, read_writers, this_release
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    new = {"version": __version__, "build": "0ther0build0"}
+
+    def writers(h: Harness) -> dict[str, dict[str, str]]:
+        return read_writers(h.stores.manifest.get_meta(WRITERS_META))
+
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "before" not in writers(h)
+        h.stores.manifest.set_meta(WRITERS_META, json.dumps({"last": new, "newest": new}))
+    finally:
+        h.close()
+    check = check_index(cfg)  # the daemon stopped
+    assert check.warning and "last written by build 0ther0build0 of this release" in check.verdict, check
+    with caplog.at_level("WARNING"):
+        h = Harness(cfg, FakeEmbedder())  # the other build starts on it
+    h.close()
+    assert "index_written_by_other_build writer=sidecar" in caplog.text
+    h = Harness(cfg, FakeEmbedder())  # opened again in this process (a switch to writable)
+    try:
+        assert writers(h)["before"] == new and writers(h)["last"] == this_release()
+        other = other_build(writers(h), this_release()["build"])
+        assert other == new
+        health = {"version": __version__, "build": this_release()["build"]}
+        said_status = "\n".join(_release_lines(health, {"other_build": other}))
+        assert "the index was last written by build 0ther0build0 of this release" in said_status
+        said_doctor = _older_code(this_release(), None, other)
+        assert said_doctor is not None and "last written by build 0ther0build0" in said_doctor[0]
+    finally:
+        h.close()
+    assert not check_index(cfg).warning  # its last writer is this build now
+    monkeypatch.setattr(release.os, "getpid", lambda: 1)  # the next start of this build
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "before" not in writers(h)
+    finally:
+        h.close()

@@ -163,12 +163,10 @@ def _memory_all_lines(gap: dict[str, Any] | None) -> list[str]:
 _BUSY_NOTES = 20
 
 
-def render_status(h: dict[str, Any]) -> str:
-    idx = h["index"]
-    lines = [
-        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
-        f"socket {shown(h['socket'])}"
-    ]
+def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
+    """What status says of the code the daemon runs against the installation and the index's
+    writers."""
+    lines: list[str] = []
     # Installed anew, the daemon still runs what it started with: told by the release, and by the
     # build (the code's digest) where both are one release (a checkout, an upgrade that kept it).
     build = h.get("build")
@@ -185,6 +183,23 @@ def render_status(h: dict[str, Any]) -> str:
             f"  the index was written by a newer sidecar ({shown(said(newer))}) than this daemon: run that "
             "one, or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
         )
+    other = idx.get("other_build")
+    if other and not newer:
+        lines.append(
+            f"  the index was last written by build {shown(str(other.get('build')))} of this release "
+            f"before this daemon (build {shown(str(build))}) started: if that was newer code, run it, "
+            "or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+        )
+    return lines
+
+
+def render_status(h: dict[str, Any]) -> str:
+    idx = h["index"]
+    lines = [
+        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
+        f"socket {shown(h['socket'])}"
+    ]
+    lines += _release_lines(h, idx)
     if h.get("clock"):
         lines.append(f"  {shown(clock_said(h['clock']))}")
     lines.append(_index_line(h))

@@ -38,7 +38,7 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
-from sidecar.runtime.release import WRITERS_META, newer_writer, said, this_release
+from sidecar.runtime.release import WRITERS_META, newer_writer, read_writers, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -322,7 +322,8 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
             else "",
             warning=bool(other_vault),
         )
-        older = _older_code(theirs, (health.get("index") or {}).get("newer_writer"))
+        idx = health.get("index") or {}
+        older = _older_code(theirs, idx.get("newer_writer"), idx.get("other_build"))
         if older and not other_vault:
             socket = Check("daemon", True, f"{runs}; {older[0]}", older[1], warning=True)
     if health is not None and health.get("home") != str(cfg.home):
@@ -403,16 +404,16 @@ REBUILD_TODO = (
 )
 
 
-def _older_code(theirs: dict[str, str], newer: dict[str, str] | None) -> tuple[str, str] | None:
+def _older_code(
+    theirs: dict[str, str], newer: dict[str, str] | None, other: dict[str, str] | None = None
+) -> tuple[str, str] | None:
     """What to say of a daemon that runs other code than this installation (installed anew and
     not restarted: told by the release, or by the build where both are one release), or older
-    code than the release that last wrote its index; None when neither."""
+    code than the release that last wrote its index, or other code of its release than the
+    build that wrote it before it started (``other``); None when none."""
+    rebuild = "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
     if newer:
-        return (
-            f"the index was written by a newer sidecar ({said(newer)})",
-            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
-            "daemon stopped)",
-        )
+        return (f"the index was written by a newer sidecar ({said(newer)})", f"run that one, or {rebuild}")
     mine = this_release()
     if theirs["version"] != mine["version"] or (theirs["build"] and theirs["build"] != mine["build"]):
         return (
@@ -420,18 +421,32 @@ def _older_code(theirs: dict[str, str], newer: dict[str, str] | None) -> tuple[s
             "restart it to run the installed one (systemctl --user restart sidecar, or stop and start "
             "`sidecar serve`)",
         )
+    if other and other.get("build"):
+        return (
+            f"the index was last written by build {other['build']} of this release before it started",
+            f"if that was newer code, run it, or {rebuild}",
+        )
     return None
 
 
-def _newest_writer(path: Path) -> dict[str, str] | None:
-    """The newest release that wrote the index (its manifest's meta, read only), when newer than
-    this installation; None otherwise or when it cannot be read."""
+def _writers(path: Path) -> str | None:
+    """The index's record of its writers (its manifest's meta, read only); None when there is
+    none or it cannot be read."""
     try:
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2)) as db:
             row = db.execute("SELECT value FROM meta WHERE name = ?", (WRITERS_META,)).fetchone()
     except sqlite3.Error:
         return None
-    return newer_writer(row[0] if row else None)
+    return str(row[0]) if row else None
+
+
+def _last_other_build(writers: str | None) -> dict[str, str] | None:
+    """The last writer when it is another build of this installation's release, else None."""
+    last = read_writers(writers).get("last")
+    mine = this_release()
+    if last is None or last["version"] != mine["version"] or last["build"] in ("", mine["build"]):
+        return None
+    return last
 
 
 def check_index(cfg: Config) -> Check:
@@ -454,7 +469,19 @@ def check_index(cfg: Config) -> Check:
             else " (rebuilt at the next start)"
         )
     verdict = f"manifest schema {schema}{later}, {keywords}: this version reads them"
-    writer = _newest_writer(cfg.index_dir / "manifest.sqlite")
+    writers = _writers(cfg.index_dir / "manifest.sqlite")
+    writer = newer_writer(writers)
+    other = _last_other_build(writers)
+    if writer is None and other is not None:  # nothing orders two builds of one release
+        return Check(
+            "index",
+            True,
+            f"{verdict}; last written by build {other['build']} of this release, this installation "
+            f"is build {this_release()['build']}",
+            "if that was newer code, run it, or rebuild the index with this one (`sidecar index "
+            "--rebuild` with the daemon stopped)",
+            warning=True,
+        )
     if writer is not None:  # the same store versions, but a newer release wrote it (a downgrade)
         return Check(
             "index",

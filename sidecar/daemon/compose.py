@@ -29,7 +29,15 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
-from sidecar.runtime.release import WRITERS_META, newer_writer, record_writer, said, this_release
+from sidecar.runtime.release import (
+    WRITERS_META,
+    newer_writer,
+    other_build,
+    read_writers,
+    record_writer,
+    said,
+    this_release,
+)
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_stores
@@ -103,6 +111,15 @@ def _record_writer(manifest: Manifest) -> None:
             said(newer),
             said(this_release()),
         )
+    else:  # nothing orders two builds of one release: another one's write is said
+        other = other_build({"before": read_writers(previous).get("last") or {}}, this_release()["build"])
+        if other is not None:
+            log.warning(
+                "index_written_by_other_build writer=%s this=%s: if that was newer code, run it, or "
+                "rebuild the index",
+                said(other),
+                said(this_release()),
+            )
     with contextlib.suppress(sqlite3.Error):  # a full disk: said at the next start that writes
         manifest.set_meta(WRITERS_META, record_writer(previous))
 

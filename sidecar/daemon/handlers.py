@@ -64,7 +64,7 @@ from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, read_writers
+from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.context import with_note
 from sidecar.search.days import FilterError
 from sidecar.search.explain import explain
@@ -200,6 +200,9 @@ class Handlers:
                 # again when it is newer than this daemon (a downgrade), else None.
                 "written_by": read_writers(writers := self.manifest.get_meta(WRITERS_META)) or None,
                 "newer_writer": newer_writer(writers),
+                # Another build of this version that wrote it before this daemon (a downgrade
+                # between two checkouts of one version is not told by the version), else None.
+                "other_build": other_build(read_writers(writers), build_id()),
                 "phase": act.phase,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.

@@ -14,13 +14,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
 
-# The manifest's meta row: {"last": {"version", "build"}, "newest": {"version", "build"}}.
+# The manifest's meta row: {"last": {"version", "build", "pid"}, "newest": {"version", "build"},
+# "before": {"version", "build"}} (``record_writer``).
 WRITERS_META = "written_by_release"
 
 
@@ -71,18 +73,45 @@ def read_writers(value: str | None) -> dict[str, dict[str, str]]:
     return {
         k: {"version": str(v.get("version", "")), "build": str(v.get("build", ""))}
         for k, v in data.items()
-        if k in ("last", "newest") and isinstance(v, dict)
+        if k in ("last", "newest", "before") and isinstance(v, dict)
     }
 
 
 def record_writer(value: str | None) -> str:
     """The meta row's value once this release writes the index: it is the last writer, and the
-    newest unless a newer one wrote it before."""
+    newest unless a newer one wrote it before. ``before``: another build of this version that
+    wrote it last before this process (versions order releases, nothing orders two builds of one:
+    a downgrade between them is said, as a possible one), kept for this process's life (its
+    stores are opened anew by a switch to writable) and dropped at the next start of this build."""
     me = this_release()
-    newest = read_writers(value).get("newest")
+    writers = read_writers(value)
+    newest = writers.get("newest")
     if newest is None or not is_newer(newest["version"], me["version"]):
         newest = me
-    return json.dumps({"last": me, "newest": newest}, sort_keys=True)
+    record: dict[str, Any] = {"last": {**me, "pid": os.getpid()}, "newest": newest}
+    last, before = writers.get("last"), writers.get("before")
+    if last is not None and last["version"] == me["version"] and last["build"] != me["build"]:
+        record["before"] = last
+    elif before is not None and last == me and _last_pid(value) == os.getpid():
+        record["before"] = before
+    return json.dumps(record, sort_keys=True)
+
+
+def _last_pid(value: str | None) -> int | None:
+    try:
+        pid = json.loads(value or "{}")["last"]["pid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def other_build(writers: dict[str, dict[str, str]], build: str) -> dict[str, str] | None:
+    """Another build of this version that wrote the index before the daemon of ``build`` (its
+    ``before``), else None."""
+    before = writers.get("before")
+    if not before or before.get("version") != __version__ or before.get("build") in (None, "", build):
+        return None
+    return before
 
 
 def newer_writer(value: str | None) -> dict[str, str] | None:
