@@ -2,7 +2,9 @@
 
 import os
 
-__version__ = "0.2.0"
+# The one place of the release (pyproject.toml reads it): 0.3.0 changes what the index records
+# (which release wrote it, the notes written by row).
+__version__ = "0.3.0"
 
 # onnxruntime 1.32's Linux and macOS builds report usage to Microsoft by default: a persistent
 # device id and an event cache under ~/.cache/Microsoft, uploaded when the network allows. Nothing

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sidecar import __version__
 from sidecar.clients.cli import COMMANDS, command_for
 from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.doctor import check_model, render, run_checks
@@ -28,6 +29,7 @@ from sidecar.clients.foreground import Eta, Summary
 from sidecar.config import load_config
 from sidecar.contracts.errors import ExitCode
 from sidecar.runtime.logs import JournaldFormatter
+from sidecar.runtime.release import build_id, this_release
 
 from .conftest import REPO, DaemonProcess, write
 from .daemon_process import started_as_a_user_would
@@ -648,7 +650,19 @@ def test_status_shows_a_batch_of_changes_being_indexed(shared: DaemonProcess) ->
     # After an upgrade the daemon runs the old code until restarted: status says so
     assert "the daemon runs" not in render_status(h)
     h["version"] = "0.0.9"
-    assert "the daemon runs 0.0.9, this installation is " in render_status(h)
+    assert "the daemon runs 0.0.9 (build " in render_status(h) and ", this installation is " in render_status(
+        h
+    )
+    # One release, other code (a checkout, an upgrade that kept the version): told by the build.
+    assert h["build"] == build_id() and h["index"]["written_by"]["last"] == this_release()
+    h["version"] = __version__
+    assert "the daemon runs" not in render_status(h)
+    h["build"] = "0123456789ab"
+    assert f"the daemon runs {__version__} (build 0123456789ab), this installation is" in render_status(h)
+    # A daemon older than the release that last wrote its index (a downgrade) says so.
+    assert h["index"]["newer_writer"] is None and "newer sidecar" not in render_status(h)
+    h["index"]["newer_writer"] = {"version": "9.9.9", "build": "fedcba987654"}
+    assert "the index was written by a newer sidecar (sidecar 9.9.9 (build fedcba987654))" in render_status(h)
 
 
 def test_status_shows_one_line_per_problem_area_in_plain_words(shared: DaemonProcess) -> None:

@@ -379,3 +379,25 @@ def test_config_check_says_when_the_model_folder_holds_no_model(
     (folder / "model.onnx").unlink()
     folder.rename(tmp_path / "gone")
     assert f"embedder.path {folder} does not exist" in check()
+
+
+def test_one_xdg_rule_serves_the_configuration_file_the_state_folder_and_the_unit(tmp_path: Path) -> None:
+    """An absolute XDG variable is used, a relative one ignored for the default below the home:
+    the configuration file, the state folder and the service's unit folder follow the one helper
+    of the loader (the service module kept a copy of the rule)."""
+    from sidecar.clients.service import service_file, xdg_folder
+    from sidecar.config.loader import default_config_file, xdg_base
+
+    home = tmp_path / "u"
+    assert xdg_base({"XDG_CONFIG_HOME": "rel"}, "XDG_CONFIG_HOME", home) == home / ".config"
+    assert xdg_base({"XDG_STATE_HOME": "/abs"}, "XDG_STATE_HOME", home) == Path("/abs")
+    assert (
+        default_config_file({"XDG_CONFIG_HOME": "rel"}) == Path.home() / ".config" / "sidecar" / "config.yaml"
+    )
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={"XDG_STATE_HOME": "rel"})
+    assert cfg.state_dir == Path.home() / ".local" / "state" / "sidecar"
+    unit = service_file(cfg, home, platform="linux", env={"XDG_CONFIG_HOME": "rel"})
+    assert unit.path == home / ".config" / "systemd" / "user" / "sidecar.service"
+    assert xdg_folder({"XDG_CONFIG_HOME": "rel"}, "XDG_CONFIG_HOME") == os.path.realpath(
+        Path.home() / ".config"
+    )

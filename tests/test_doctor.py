@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -517,3 +518,169 @@ def test_doctor_says_the_daemons_problems_in_status_words(in_process: Any) -> No
     assert "disk full: BM25 commit failed: No space left on device (/h/index/bm25/meta.json)" in verdict
     assert "IoError" not in verdict and "\n" not in verdict
     assert "unknown key 'serch'" in verdict and "search.limit = 'many' is not a number" in verdict
+
+
+def test_a_unit_installed_before_its_configuration_file_reads_that_file(tmp_path: Path, vault: Path) -> None:
+    """`sidecar service install` before the configuration file was written: the unit names no
+    --config and its daemon reads the default file. Once the file is written, doctor (which now
+    reads it) called the unit's "another configuration file"; it is the same file. A unit naming
+    a file that is gone is said as such (its daemon refuses every start); one whose default file
+    is not the one this command reads still fails."""
+    home_dir = tmp_path / "userhome"
+    env = {**NO_MODEL, "XDG_CONFIG_HOME": str(tmp_path / "conf")}
+    given = {"home": str(tmp_path / "home")}
+    before = load_config(flags=given, env=env)
+    assert before.source_file is None and before.default_file is not None
+    installed = service_file(before, home_dir, platform="linux")
+    assert "--config" not in installed.text
+    assert f"the daemon reads {before.default_file} once it is written" in installed.text
+    write(installed.path, installed.text)
+    write(before.default_file, f"vault:\n  path: {vault}\n")
+    now = load_config(flags=given, env=env)
+    assert now.source_file == before.default_file.resolve()
+    probes = Probes(home_dir=home_dir, systemctl="/bin/false")
+    check = check_service(now, probes)
+    assert "another configuration file" not in check.verdict, check
+    assert check.verdict != "" and "not there" not in check.verdict
+    # Named elsewhere: a file of its own (another one) and a file gone.
+    other = write(tmp_path / "other.yaml", f"vault:\n  path: {vault}\n")
+    elsewhere = load_config(config_file=str(other), flags=given, env=env)
+    check = check_service(elsewhere, probes)
+    assert not check.ok and "another configuration file" in check.verdict, check
+    write(installed.path, service_file(elsewhere, home_dir, platform="linux").text)
+    other.unlink()
+    check = check_service(now, probes)
+    assert not check.ok and "which is not there" in check.verdict, check
+
+
+def test_the_index_records_which_release_wrote_it_and_a_downgrade_is_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both releases of an upgrade called themselves one version and the index recorded no
+    writer: nothing told a downgrade. Each writable start records its release and build as the
+    last writer, and keeps the newest release that ever wrote it; a start of an older one logs
+    it, doctor's index check warns ("written by a newer sidecar": run that one or rebuild), and a
+    rebuild by this release makes it the newest again."""
+    from sidecar.clients.doctor import check_index
+    from sidecar.runtime.release import WRITERS_META, read_writers, this_release
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        written = read_writers(h.stores.manifest.get_meta(WRITERS_META))
+        assert written == {"last": this_release(), "newest": this_release()}
+        assert check_index(cfg).ok and not check_index(cfg).warning
+        newer = {"version": "9.9.9", "build": "fedcba987654"}
+        h.stores.manifest.set_meta(WRITERS_META, json.dumps({"last": newer, "newest": newer}))
+    finally:
+        h.close()
+    with caplog.at_level("WARNING"):
+        h = Harness(cfg, FakeEmbedder())  # this, older, release starts on it
+    try:
+        assert "index_written_by_newer_release writer=sidecar 9.9.9 (build fedcba987654)" in caplog.text
+        written = read_writers(h.stores.manifest.get_meta(WRITERS_META))
+        assert written == {"last": this_release(), "newest": newer}  # still said after a restart
+        check = check_index(cfg)
+        assert check.ok and check.warning and "written by a newer sidecar (sidecar 9.9.9" in check.verdict
+        assert "--rebuild" in check.todo
+        h.indexer.clear()  # a rebuild: every note read anew by this release
+        assert read_writers(h.stores.manifest.get_meta(WRITERS_META))["newest"] == this_release()
+    finally:
+        h.close()
+    assert not check_index(cfg).warning
+
+
+def test_one_version_in_one_place() -> None:
+    """The release is written once (sidecar/__init__.py; pyproject.toml reads it): no other file
+    of the package or its tests spells it, so a bump edits one line (this test named it too)."""
+    from sidecar import __version__
+
+    root = Path(__file__).parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "sidecar.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__), __version__
+    spelled = [
+        p.relative_to(root).as_posix()
+        for folder in ("sidecar", "tests")
+        for p in (root / folder).rglob("*.py")
+        if f'"{__version__}"' in p.read_text(errors="replace")
+    ]
+    assert spelled == ["sidecar/__init__.py"], spelled
+
+
+def test_doctor_names_what_the_services_daemon_waits_for(tmp_path: Path, vault: Path) -> None:
+    """A service whose daemon waits (another daemon serves the home: active; a `sidecar index`
+    run: activating): doctor said "installed and active", or "start it: systemctl --user enable
+    --now sidecar", the command that then waited too; it names what the daemon waits for."""
+    cfg = _cfg(tmp_path, vault)
+    home_dir = tmp_path / "userhome"
+    svc = service_file(cfg, home_dir, platform="linux")
+    write(svc.path, svc.text)
+    for state, status in (
+        ("active", "waiting: another sidecar daemon is already serving /s (pid 7); taking over when it ends"),
+        ("activating", "waiting: the index /h/index is in use by `sidecar index` (pid 8)"),
+    ):
+        asked = f'case "$*" in *is-active*) echo {state}; exit 0;; esac'
+        fake = write(tmp_path / "systemctl", f"#!/bin/sh\n{asked}\necho 'StatusText={status}'\n")
+        fake.chmod(0o755)
+        check = check_service(cfg, Probes(home_dir=home_dir, systemctl=str(fake)))
+        assert check.ok and check.warning, check
+        assert f"installed, {state} but not serving: {status}" == check.verdict, check
+        assert "start it" not in check.verdict + check.todo
+        assert "systemctl --user status sidecar" in check.todo
+
+
+def test_another_build_of_this_release_that_wrote_the_index_is_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upgrade test's case: OLD and NEW one version, the index last written by NEW, then OLD
+    run on it. Versions order releases only, so nothing said it. doctor with the daemon stopped
+    names the last writer's build; a daemon started on it logs it and keeps it as the build that
+    wrote it before (health index.other_build), which status and doctor say, for that daemon's
+    life (its switches to writable too), not after its build's next start."""
+    from sidecar import __version__
+    from sidecar.clients.cli_render import _release_lines
+    from sidecar.clients.doctor import _older_code, check_index
+    from sidecar.runtime import release
+    from sidecar.runtime.release import WRITERS_META, other_build, read_writers, this_release
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    new = {"version": __version__, "build": "0ther0build0"}
+
+    def writers(h: Harness) -> dict[str, dict[str, str]]:
+        return read_writers(h.stores.manifest.get_meta(WRITERS_META))
+
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "before" not in writers(h)
+        h.stores.manifest.set_meta(WRITERS_META, json.dumps({"last": new, "newest": new}))
+    finally:
+        h.close()
+    check = check_index(cfg)  # the daemon stopped
+    assert check.warning and "last written by build 0ther0build0 of this release" in check.verdict, check
+    with caplog.at_level("WARNING"):
+        h = Harness(cfg, FakeEmbedder())  # the other build starts on it
+    h.close()
+    assert "index_written_by_other_build writer=sidecar" in caplog.text
+    h = Harness(cfg, FakeEmbedder())  # opened again in this process (a switch to writable)
+    try:
+        assert writers(h)["before"] == new and writers(h)["last"] == this_release()
+        other = other_build(writers(h), this_release()["build"])
+        assert other == new
+        health = {"version": __version__, "build": this_release()["build"]}
+        said_status = "\n".join(_release_lines(health, {"other_build": other}))
+        assert "the index was last written by build 0ther0build0 of this release" in said_status
+        said_doctor = _older_code(this_release(), None, other)
+        assert said_doctor is not None and "last written by build 0ther0build0" in said_doctor[0]
+    finally:
+        h.close()
+    assert not check_index(cfg).warning  # its last writer is this build now
+    monkeypatch.setattr(release.os, "getpid", lambda: 1)  # the next start of this build
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        assert "before" not in writers(h)
+    finally:
+        h.close()

@@ -622,6 +622,63 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
         h.close()
 
 
+class _ShiftedTime:
+    """The ``time`` module with its wall clock moved by ``offset`` seconds (a clock set wrong)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.mark.parametrize("wrong", ["ahead at the whole sweep", "back under the older release"])
+def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, wrong: str
+) -> None:
+    """The mark of the notes written at the last whole sweep was their latest write time: a whole
+    sweep under a clock set a day ahead recorded a mark in the future, and an older release run
+    under a clock set back wrote times below the mark; either way its writes were not read again
+    (they kept its reading for good). The row each write makes is counted too, which no clock
+    moves."""
+    from sidecar.index import indexer as indexer_mod
+    from sidecar.notes import frontmatter
+    from sidecar.stores import manifest as manifest_mod
+
+    day = 86_400.0
+    write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
+    write(vault / "Flur.md", "Der Flur.\n")
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        with monkeypatch.context() as m:
+            if wrong.startswith("ahead"):
+                m.setattr(manifest_mod, "time", _ShiftedTime(day))
+            assert h.sweep()["changed"] > 0  # a whole sweep records its mark
+        with monkeypatch.context() as m:  # the older release, run on the index meanwhile
+            if wrong.startswith("back"):
+                m.setattr(manifest_mod, "time", _ShiftedTime(-day))
+            m.setattr(frontmatter, "_AS_WRITTEN", frozenset())
+            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)
+            write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller, neu.\n")
+            h.indexer.sweep(paths=[str(vault / "Raum.md")])
+            while h.vectors.embed_pending():
+                pass
+            assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
+        manifest_mod._aliases.cache_clear()
+        model.embedded.clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()  # the start of this release again
+        assert "notes_written_since_reread notes=1" in caplog.text
+        assert h.sweep()["changed"] == 1  # that note alone
+        assert any(t.startswith("Raum\n010, Keller\n") for t in model.embedded), model.embedded
+    finally:
+        h.close()
+
+
 def test_a_mark_of_written_notes_that_is_no_time_is_ignored(make_cfg: Any, vault: Path) -> None:
     """A mark another version wrote in another form (or a hand edit) is no reason to refuse a
     start: it is ignored, and the next whole sweep writes it anew."""
@@ -1194,3 +1251,80 @@ def test_a_symlink_loop_is_counted_as_skipped_from_its_event(harness: Harness, v
     assert skipped.get("vault/loop2") == (vault / "loop2.md", "broken symlink"), skipped
     harness.sweep()
     assert harness.indexer.changes.skipped_notes().get("vault/loop2") == skipped["vault/loop2"]
+
+
+def _marked(h: Harness) -> tuple[int, int]:
+    """(notes marked to be read again, notes)."""
+    rows = h.stores.manifest._query("SELECT sum(size = -1), count(*) FROM files")[0]
+    return int(rows[0] or 0), int(rows[1])
+
+
+def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new row takes the number after the latest: once the newest notes were deleted by file
+    events (no whole sweep), another release's write (a clock set back) took a number at or below
+    the row mark and was never read again. The mark comes down with the latest row."""
+    from sidecar.index.indexer import ROW_MARK, _written_until
+    from sidecar.stores import manifest as manifest_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(vault / "Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()  # a whole sweep: the marks at Zlast's row
+        mark = int(h.stores.manifest.get_meta(_written_until(ROW_MARK)) or 0)
+        (vault / "Zlast.md").unlink()
+        h.indexer.sweep(paths=[str(vault / "Zlast.md")])  # a file event: its row deleted
+        assert h.stores.manifest.last_row() < mark
+        with monkeypatch.context() as m:  # the other release, its clock set back
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
+            h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
+        h.indexer.reread_if_written_elsewhere()
+        size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
+        assert size == -1, "the other release's write is not marked to be read again"
+        assert _marked(h)[0] == 1  # that note alone
+    finally:
+        h.close()
+
+
+def test_rows_numbered_below_the_mark_read_every_note_again_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another release's rebuild (the remedy the downgrade warning suggests) numbers its rows
+    from 1, far below a mark that grew with every write: under a clock set back neither mark
+    caught its writes, and this release kept its reading of every note for good. A latest row
+    below the mark at start reads every note again once, embedding no text again."""
+    from sidecar.index import indexer as indexer_mod
+    from sidecar.stores import manifest as manifest_mod
+
+    model = FakeEmbedder()
+    h = Harness(make_cfg(vault), model)
+    try:
+        for _ in range(3):  # a while of use: every note written anew a few times
+            for p in vault.rglob("*.md"):
+                if ".obsidian" not in p.parts and ".trash" not in p.parts:
+                    p.write_text(p.read_text() + "\nmore\n")
+            h.sweep()
+        with monkeypatch.context() as m:  # the other release's `sidecar index --rebuild`
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            h.indexer.clear()
+            h.indexer.sweep(retry_all=True)
+            while h.vectors.embed_pending():
+                pass
+        model.embedded.clear()
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()
+        marked, notes = _marked(h)
+        assert notes > 0 and marked == notes, (marked, notes)
+        assert "notes_renumbered_reread" in caplog.text
+        h.sweep()
+        while h.vectors.embed_pending():
+            pass
+        assert model.embedded == []  # read again, not embedded again
+        h.indexer.reread_if_written_elsewhere()  # once: the marks stand on the rows now
+        assert _marked(h)[0] == 0
+    finally:
+        h.close()

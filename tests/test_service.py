@@ -11,6 +11,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -599,10 +600,14 @@ def test_the_wait_for_a_home_ends_after_its_bound(
     assert any(line.startswith("STATUS=waiting") for lines in sent for line in lines)
 
 
-def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> None:
-    """A daemon holding the index is refused at once (exit 4, not restarted); so is a `sidecar
-    index` run outside a service (a person's foreground `serve` is told and tries again)."""
+def test_a_service_start_waits_for_whoever_holds_the_index_or_socket(tmp_path: Path, vault: Path) -> None:
+    """Under a service manager (``send``) another daemon holding the index, or answering on the
+    socket, is waited for like a `sidecar index` run, its STATUS= naming who, and the home is
+    left alone meanwhile: it exited 4, which the unit does not restart, and the service stayed
+    down after a person's foreground `serve` ended. Outside one (a person's `serve`) each is
+    refused at once (exit 4)."""
     from sidecar.contracts.errors import DaemonRunningError, IndexRunError
+    from sidecar.daemon import lifecycle
     from sidecar.daemon.process import INDEX_RUN, IndexLock, lock_waiting_for_index_run
 
     cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
@@ -614,10 +619,23 @@ def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> 
     daemon = IndexLock(cfg.index_dir)
     daemon.acquire()
     with pytest.raises(DaemonRunningError) as refused:
-        lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), never)
+        lock_waiting_for_index_run(cfg, None, never)
     assert not isinstance(refused.value, IndexRunError) and refused.value.exit_code == 4
-    assert sent == []
-    daemon.release()
+    cfg.home.chmod(0o755)  # a home left readable: the start tightens it, a waiting one must not
+
+    def daemon_ends(_s: float) -> None:
+        assert stat.S_IMODE(cfg.home.stat().st_mode) == 0o755  # nothing changed while waiting
+        daemon.release()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), daemon_ends)
+    assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: another sidecar daemon"), sent
+    assert f"pid {os.getpid()}" in sent[0][0] and sent[0][0].endswith("; taking over when it stops")
+    # Another daemon may serve for days: the start is reported done (`systemctl start` and
+    # `enable --now` waited for it with no end), the watchdog kept, no start timeout pushed out.
+    assert sent[0][1:] == ("READY=1", "WATCHDOG=1"), sent
+    assert sent[1][:2] == ("STATUS=starting", "EXTEND_TIMEOUT_USEC=90000000")
+    lock.release()
+    sent.clear()
     run = IndexLock(cfg.index_dir, by=INDEX_RUN)
     run.acquire()
     with pytest.raises(IndexRunError):
@@ -628,9 +646,100 @@ def test_only_a_sidecar_index_run_is_waited_for(tmp_path: Path, vault: Path) -> 
 
     lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), run_ends)
     assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: the index")
-    assert sent[1][:2] == ("STATUS=starting", "EXTEND_TIMEOUT_USEC=90000000")
+    # A run ends by itself: the start waits for it.
+    assert "READY=1" not in sent[0] and sent[0][1].startswith("EXTEND_TIMEOUT_USEC="), sent
     assert lock.path.read_text() == f"pid {os.getpid()}"
     lock.release()
+    sent.clear()
+    # A daemon serving another home on this socket: the lock is free, the socket is not.
+    cfg.socket_path.parent.mkdir(parents=True, exist_ok=True)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(cfg.socket_path))
+    other.listen(4)
+    check = lifecycle.Daemon(cfg)._socket_free
+    with pytest.raises(DaemonRunningError):
+        lock_waiting_for_index_run(cfg, None, never, check=check)
+
+    def other_ends(_s: float) -> None:
+        other.close()
+        cfg.socket_path.unlink()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), other_ends, check=check)
+    serving = f"STATUS=waiting: another sidecar daemon is already serving {cfg.socket_path}"
+    assert sent[0][0].startswith(serving)
+    if sys.platform.startswith("linux"):
+        assert f"(pid {os.getpid()})" in sent[0][0]
+    lock.release()
+
+
+def test_a_wait_for_another_homes_daemon_on_the_socket_leaves_the_lock_alone(
+    tmp_path: Path, vault: Path
+) -> None:
+    """A daemon of another home answering on this socket: each try took this home's index lock
+    (writing its pid into index/.lock) before it probed the socket, and a `sidecar index` run
+    on this home in that moment was refused, naming a daemon that serves nothing. The socket is
+    probed first now; the lock is taken once it is free."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.process import INDEX_RUN, IndexLock, lock_waiting_for_index_run
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    cfg.socket_path.parent.mkdir(parents=True, exist_ok=True)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(cfg.socket_path))
+    other.listen(4)
+    seen: list[str] = []
+    refused: list[str] = []
+    free = lifecycle.Daemon(cfg)._socket_free
+
+    def check() -> None:  # each socket probe while the other daemon answers: may a run take the index?
+        run = IndexLock(cfg.index_dir, by=INDEX_RUN)
+        try:
+            run.acquire()
+            run.release()
+        except DaemonRunningError as exc:
+            if len(seen) < 2:
+                refused.append(str(exc))
+        free()
+
+    def tick(_s: float) -> None:
+        lock_file = cfg.index_dir / ".lock"
+        seen.append(lock_file.read_text() if lock_file.exists() else "")
+        if len(seen) == 2:
+            other.close()
+            cfg.socket_path.unlink()
+
+    lock = lock_waiting_for_index_run(cfg, lambda *_a: None, tick, check=check)
+    assert lock.path.read_text() == f"pid {os.getpid()}"  # taken once the socket was free
+    lock.release()
+    assert not any(s.startswith("pid ") for s in seen) and not refused, (seen, refused)
+
+
+def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A person's `sidecar serve` holding the home: the daemon the service starts waits (log
+    daemon_running_wait, STATUS= waiting), then serves once it stopped; it exited 4 and the unit
+    stayed down."""
+    path = tmp_path / "notify.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(1)
+    person: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    service: DaemonProcess = daemon_factory(vault, keyword_only=True, env={"NOTIFY_SOCKET": str(path)})
+    service.start(wait=None)
+    exited = lambda: service.proc is not None and service.proc.poll() is not None  # noqa: E731
+    waiting = _notices(sink, lambda seen: exited() or any(s.startswith("STATUS=waiting") for s in seen))
+    assert any(f"another sidecar daemon is already serving {person.socket}" in s for s in waiting), waiting
+    assert "READY=1" in waiting, waiting  # `systemctl start` returns while it waits
+    assert service.proc is not None and service.proc.poll() is None  # waiting, not exited 4
+    assert "daemon_running_wait" in service.log.read_text()
+    assert person.health()["index"]["state"] == "ready"  # the one serving is left alone
+    assert person.stop() == 0
+    ready = _notices(sink, lambda seen: exited() or "READY=1" in seen)
+    sink.close()
+    assert "READY=1" in ready and "STATUS=starting" in ready, ready
+    service.wait_for(lambda h: h["pid"] == service.pid and h["index"]["state"] == "ready", 60)
 
 
 @pytest.mark.model
@@ -1251,3 +1360,28 @@ def test_a_reinstall_names_a_changed_or_dropped_time_zone(tmp_path: Path, vault:
     assert check.ok and check.warning, check
     assert "its settings differ from this command's: TZ=Europe/Berlin" in check.verdict, check
     assert not check_service(cfg("Europe/Berlin"), probes).warning
+
+
+def test_the_build_is_read_when_the_process_starts(tmp_path: Path, vault: Path) -> None:
+    """The build id digests the package's files when first asked: a daemon that waited (hours,
+    for another daemon) or started slowly while the user reinstalled ran the old code but
+    reported and recorded the new build. A daemon and a `sidecar index` run read it at once."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.oneshot import index_once
+    from sidecar.daemon.process import IndexLock
+    from sidecar.runtime.release import build_id
+
+    cfg = load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
+    build_id.cache_clear()
+    lifecycle.Daemon(cfg)
+    assert build_id.cache_info().currsize == 1
+    build_id.cache_clear()
+    held = IndexLock(cfg.index_dir)
+    held.acquire()
+    try:
+        with pytest.raises(DaemonRunningError):
+            index_once(cfg, rebuild=False)
+    finally:
+        held.release()
+    assert build_id.cache_info().currsize == 1

@@ -1719,3 +1719,53 @@ def test_giving_back_within_a_transaction_is_refused(tmp_path: Path, monkeypatch
         assert m.give_back() > 0  # outside of one: given back
     finally:
         m.close()
+
+
+def _written_by_another_release(cfg: Any) -> str:
+    """A note's row written anew by another process (an older release after a downgrade) under a
+    clock set back a day: only its row tells it was written after the last whole sweep."""
+    import sqlite3
+
+    with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
+        key = db.execute("SELECT key FROM files ORDER BY key LIMIT 1").fetchone()[0]
+        db.execute("INSERT OR REPLACE INTO files SELECT * FROM files WHERE key = ?", (key,))
+        db.execute("UPDATE files SET indexed_at = indexed_at - 86400 WHERE key = ?", (key,))
+    db.close()
+    return str(key)
+
+
+@pytest.mark.parametrize("start", ["daemon", "sidecar index"])
+def test_a_start_reads_again_the_notes_written_after_the_last_whole_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, start: str
+) -> None:
+    """Each start, the daemon's and a `sidecar index` run's, marks the notes written into the
+    index after this reader's last whole sweep (by another release, run meanwhile) to be read
+    again before its first sweep: the wiring had no test of its own."""
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.oneshot import index_once
+
+    cfg = make_cfg(vault, **{"embedder.enabled": "false"})
+    index_once(cfg, rebuild=False)  # a whole sweep: its marks recorded
+    key = _written_by_another_release(cfg)
+    if start == "sidecar index":
+        with caplog.at_level("INFO"):
+            summary = index_once(cfg, rebuild=False)
+        assert "notes_written_since_reread notes=1" in caplog.text
+        assert summary["changed"] == 1, summary
+        return
+    seen: list[int] = []
+
+    def no_loop(_cfg: Any, indexer: Any, *_a: Any, **_kw: Any) -> Any:
+        seen.append(indexer.manifest.file_states_of([key])[key].size)
+        raise RuntimeError("stopped here: the loop would start the first sweep")
+
+    monkeypatch.setattr(lifecycle, "IndexLoop", no_loop)
+    daemon = Daemon(cfg)
+    try:
+        with caplog.at_level("INFO"), pytest.raises(RuntimeError, match="stopped here"):
+            daemon._start_parts()
+    finally:
+        daemon.notifier.close()
+    assert "notes_written_since_reread notes=1" in caplog.text
+    assert seen == [-1]  # marked to be read again by the first sweep

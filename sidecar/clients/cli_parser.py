@@ -24,6 +24,7 @@ from sidecar.contracts.protocol import (
     TOKEN_BUDGET_RANGE,
 )
 from sidecar.contracts.wire import SOURCES
+from sidecar.runtime.release import build_id
 
 
 class UsageError(SidecarError):
@@ -186,9 +187,10 @@ def version_text() -> str:
         embedder, model, origin = None, EmbedderConfig.model, "default"
     if model == EmbedderConfig.model:
         origin = "default"
+    head = f"sidecar {__version__} (build {build_id()}, distribution sidecar-recall)"
     if embedder is not None and not embedder.enabled:
-        return f"sidecar {__version__} (distribution sidecar-recall), no model (embedder.enabled: false)"
-    return f"sidecar {__version__} (distribution sidecar-recall), model {model} ({origin})"
+        return f"{head}, no model (embedder.enabled: false)"
+    return f"{head}, model {model} ({origin})"
 
 
 def _common(p: argparse.ArgumentParser) -> None:

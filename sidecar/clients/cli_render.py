@@ -12,6 +12,7 @@ from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import catching_up_note, clock_said, hold_advice
+from sidecar.runtime.release import build_id, said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
 
@@ -162,17 +163,43 @@ def _memory_all_lines(gap: dict[str, Any] | None) -> list[str]:
 _BUSY_NOTES = 20
 
 
+def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
+    """What status says of the code the daemon runs against the installation and the index's
+    writers."""
+    lines: list[str] = []
+    # Installed anew, the daemon still runs what it started with: told by the release, and by the
+    # build (the code's digest) where both are one release (a checkout, an upgrade that kept it).
+    build = h.get("build")
+    if h["version"] != __version__ or (build and build != build_id()):
+        theirs = f"{h['version']}" + (f" (build {build})" if build else "")
+        lines.append(
+            f"  the daemon runs {shown(theirs)}, this installation is {__version__} (build {build_id()}): "
+            "restart it "
+            "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
+        )
+    newer = idx.get("newer_writer")
+    if newer:
+        lines.append(
+            f"  the index was written by a newer sidecar ({shown(said(newer))}) than this daemon: run that "
+            "one, or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+        )
+    other = idx.get("other_build")
+    if other and not newer:
+        lines.append(
+            f"  the index was last written by build {shown(str(other.get('build')))} of this release "
+            f"before this daemon (build {shown(str(build))}) started: if that was newer code, run it, "
+            "or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+        )
+    return lines
+
+
 def render_status(h: dict[str, Any]) -> str:
     idx = h["index"]
     lines = [
         f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
         f"socket {shown(h['socket'])}"
     ]
-    if h["version"] != __version__:  # installed anew, the daemon still runs what it started with
-        lines.append(
-            f"  the daemon runs {shown(str(h['version']))}, this installation is {__version__}: restart it "
-            "to run the installed one (systemctl --user restart sidecar, or stop and start `sidecar serve`)"
-        )
+    lines += _release_lines(h, idx)
     if h.get("clock"):
         lines.append(f"  {shown(clock_said(h['clock']))}")
     lines.append(_index_line(h))

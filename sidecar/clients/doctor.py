@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import sqlite3
 import sys
 import threading
 import time
@@ -24,7 +25,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from sidecar import __version__
 from sidecar.clients.cli_render import HOME_TODO, daily_notes_line, problem_area
 from sidecar.clients.client import Client
 from sidecar.clients.doctor_checks import Check, Probes, plural
@@ -38,6 +38,7 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
+from sidecar.runtime.release import WRITERS_META, newer_writer, read_writers, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, run_with_timeout
@@ -310,15 +311,21 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
     else:
         other_vault = _other_vault(cfg, health)
+        theirs = {"version": str(health.get("version")), "build": str(health.get("build") or "")}
+        runs = f"answers on {cfg.socket_path} (pid {health['pid']}, {said(theirs)}){other_vault}"
         socket = Check(
             "daemon",
             True,
-            f"answers on {cfg.socket_path} (pid {health['pid']}, sidecar {health['version']}){other_vault}",
+            runs,
             "restart it with this configuration (`sidecar service install` again for a service)"
             if other_vault
             else "",
             warning=bool(other_vault),
         )
+        idx = health.get("index") or {}
+        older = _older_code(theirs, idx.get("newer_writer"), idx.get("other_build"))
+        if older and not other_vault:
+            socket = Check("daemon", True, f"{runs}; {older[0]}", older[1], warning=True)
     if health is not None and health.get("home") != str(cfg.home):
         other = Check(
             "one daemon per home",
@@ -397,6 +404,51 @@ REBUILD_TODO = (
 )
 
 
+def _older_code(
+    theirs: dict[str, str], newer: dict[str, str] | None, other: dict[str, str] | None = None
+) -> tuple[str, str] | None:
+    """What to say of a daemon that runs other code than this installation (installed anew and
+    not restarted: told by the release, or by the build where both are one release), or older
+    code than the release that last wrote its index, or other code of its release than the
+    build that wrote it before it started (``other``); None when none."""
+    rebuild = "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+    if newer:
+        return (f"the index was written by a newer sidecar ({said(newer)})", f"run that one, or {rebuild}")
+    mine = this_release()
+    if theirs["version"] != mine["version"] or (theirs["build"] and theirs["build"] != mine["build"]):
+        return (
+            f"this installation is {said(mine)}",
+            "restart it to run the installed one (systemctl --user restart sidecar, or stop and start "
+            "`sidecar serve`)",
+        )
+    if other and other.get("build"):
+        return (
+            f"the index was last written by build {other['build']} of this release before it started",
+            f"if that was newer code, run it, or {rebuild}",
+        )
+    return None
+
+
+def _writers(path: Path) -> str | None:
+    """The index's record of its writers (its manifest's meta, read only); None when there is
+    none or it cannot be read."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2)) as db:
+            row = db.execute("SELECT value FROM meta WHERE name = ?", (WRITERS_META,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return str(row[0]) if row else None
+
+
+def _last_other_build(writers: str | None) -> dict[str, str] | None:
+    """The last writer when it is another build of this installation's release, else None."""
+    last = read_writers(writers).get("last")
+    mine = this_release()
+    if last is None or last["version"] != mine["version"] or last["build"] in ("", mine["build"]):
+        return None
+    return last
+
+
 def check_index(cfg: Config) -> Check:
     """The versions the index's stores were written in: one a newer sidecar wrote (a downgrade)
     refuses the daemon's start (exit 3), which only its log said."""
@@ -416,7 +468,30 @@ def check_index(cfg: Config) -> Check:
             if layout == BM25_LAYOUT - 1
             else " (rebuilt at the next start)"
         )
-    return Check("index", True, f"manifest schema {schema}{later}, {keywords}: this version reads them")
+    verdict = f"manifest schema {schema}{later}, {keywords}: this version reads them"
+    writers = _writers(cfg.index_dir / "manifest.sqlite")
+    writer = newer_writer(writers)
+    other = _last_other_build(writers)
+    if writer is None and other is not None:  # nothing orders two builds of one release
+        return Check(
+            "index",
+            True,
+            f"{verdict}; last written by build {other['build']} of this release, this installation "
+            f"is build {this_release()['build']}",
+            "if that was newer code, run it, or rebuild the index with this one (`sidecar index "
+            "--rebuild` with the daemon stopped)",
+            warning=True,
+        )
+    if writer is not None:  # the same store versions, but a newer release wrote it (a downgrade)
+        return Check(
+            "index",
+            True,
+            f"{verdict}; written by a newer sidecar ({said(writer)}) than this one ({said(this_release())})",
+            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
+            "daemon stopped)",
+            warning=True,
+        )
+    return Check("index", True, verdict)
 
 
 MANY_AGENTS = 200  # from this many agents' inboxes on, doctor says what they cost
@@ -602,7 +677,7 @@ def run_checks(
 def header(cfg: Config, vault: str | None = None) -> str:
     """The first line; ``vault`` is what ``served_config`` says of the vault checked."""
     vault = vault or str(cfg.vault.path or "not configured")
-    return f"sidecar {__version__} doctor: home {cfg.home}, vault {vault}"
+    return f"{said(this_release())} doctor: home {cfg.home}, vault {vault}"
 
 
 def render_check(c: Check) -> str:

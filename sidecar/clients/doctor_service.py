@@ -4,18 +4,27 @@ Imports config, errors and service."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from sidecar.clients.doctor_checks import Check, Probes
-from sidecar.clients.service import existing_text, installed_setup, launcher, service_file, xdg_folder
+from sidecar.clients.service import (
+    Launcher,
+    Setup,
+    existing_text,
+    installed_setup,
+    launcher,
+    service_file,
+    xdg_folder,
+)
 from sidecar.config import Config, env_name
+from sidecar.config.loader import XDG_DEFAULTS, default_config_file
 from sidecar.contracts.errors import SidecarError
 
-_CONFIG_HOME = ("XDG_CONFIG_HOME", "~/.config")
-_XDG = {"XDG_CONFIG_HOME": "~/.config", "XDG_STATE_HOME": "~/.local/state"}
+_XDG = tuple(XDG_DEFAULTS)
 
 _REINSTALL = (
     "run `sidecar service install` again with this command's --config/--home/--socket (or run this "
@@ -36,26 +45,33 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
             f"not {shlex.join(run.argv)}",
             "run `sidecar service install` again from this installation, then systemctl --user daemon-reload",
         )
-    if have.argv != want.argv:
+    have_rest, have_file, named = _reads(have, run)
+    want_rest, want_file, _ = _reads(want, run)
+    if have_rest != want_rest:
         return Check(
             "service",
             False,
             f"{path} runs `{shlex.join(have.argv[len(run.argv) :])}`, not "
-            f"`{shlex.join(want.argv[len(run.argv) :])}` (another configuration file)",
+            f"`{shlex.join(want.argv[len(run.argv) :])}`",
             _REINSTALL,
         )
-    if "--config" not in have.argv and xdg_folder(have.env, *_CONFIG_HOME) != xdg_folder(
-        want.env, *_CONFIG_HOME
-    ):
-        # No file named: the daemon reads $XDG_CONFIG_HOME/sidecar/config.yaml as the unit sets
-        # it (the service manager passes no XDG_CONFIG_HOME on), this command its own shell's.
+    if named and not os.path.isfile(have_file):
         return Check(
             "service",
             False,
-            f"{path} runs the daemon with another XDG_CONFIG_HOME "
-            f"({have.env.get('XDG_CONFIG_HOME') or 'unset: ~/.config'}) than this command's "
-            f"{want.env.get('XDG_CONFIG_HOME') or 'unset: ~/.config'}: it reads another "
-            "configuration file",
+            f"{path} names the configuration file {have_file}, which is not there: its daemon "
+            "refuses every start (exit 3)",
+            _REINSTALL,
+        )
+    # Compared by the file each reads, not by the words: a unit installed before its file was
+    # written names none and reads the default file, the one this command reads now.
+    if os.path.realpath(have_file) != os.path.realpath(cfg.source_file or want_file):
+        how = "" if named else " (none named: the default under XDG_CONFIG_HOME as the unit sets it)"
+        return Check(
+            "service",
+            False,
+            f"{path} runs the daemon on the configuration file {have_file}{how}, not this command's "
+            f"{cfg.source_file or want_file}: it reads another configuration file",
             _REINSTALL,
         )
     for key, what in (("home", "home"), ("socket", "socket")):
@@ -77,6 +93,18 @@ def _installed_differs(cfg: Config, svc_text: str, installed: str, path: Path) -
     return None
 
 
+def _reads(setup: Setup, run: Launcher) -> tuple[tuple[str, ...], str, bool]:
+    """A service's daemon arguments without its --config, the configuration file it reads (the
+    one named, else the default under the XDG_CONFIG_HOME it is given), and whether one is named."""
+    args = list(setup.argv[len(run.argv) :])
+    for i, word in enumerate(args):
+        if word == "--config" and i + 1 < len(args):
+            return (*args[:i], *args[i + 2 :]), args[i + 1], True
+        if word.startswith("--config="):
+            return (*args[:i], *args[i + 1 :]), word.partition("=")[2], True
+    return tuple(args), str(default_config_file(setup.env)), False
+
+
 def _extra_settings(svc_text: str, installed: str) -> list[str]:
     """The other SIDECAR_* settings, the TZ and the XDG folders where the installed service and
     this command differ (a TZ changed or unset since the install moves the daemon's day from this
@@ -87,7 +115,7 @@ def _extra_settings(svc_text: str, installed: str) -> list[str]:
 
     def differs(n: str) -> bool:  # an XDG folder by the folder it names, links resolved
         if n in _XDG:
-            return xdg_folder(want, n, _XDG[n]) != xdg_folder(have, n, _XDG[n])
+            return xdg_folder(want, n) != xdg_folder(have, n)
         return want.get(n) != have.get(n)
 
     names = sorted(
@@ -153,8 +181,8 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "enable-linger` for one without); run doctor there, or run the daemon in the foreground",
             warning=True,
         )
-    if state == "active":
-        return Check("service", True, "installed and active")
+    if state in ("active", "activating"):
+        return _running(state, probes)
     if state == "failed":
         return Check(
             "service",
@@ -165,3 +193,41 @@ def _service_state(path: Path, enable: str, probes: Probes) -> Check:
             "start while its start limit lasts)",
         )
     return Check("service", True, f"installed, {state}; start it: {enable}")
+
+
+def _running(state: str, probes: Probes) -> Check:
+    """An active or activating service. Active is not serving: a daemon the service started while
+    another one serves (a person's `sidecar serve`) reports its start done and waits; activating
+    waits for a `sidecar index` run or a home not usable yet. Its STATUS= names what it waits for
+    (doctor said "start it: … enable --now sidecar", a command that then waited too)."""
+    status = _status_text(probes)
+    if status.startswith("waiting:"):
+        return Check(
+            "service",
+            True,
+            f"installed, {state} but not serving: {status}",
+            "it serves once that ends (or is stopped); see systemctl --user status sidecar",
+            warning=True,
+        )
+    if state == "active":
+        return Check("service", True, "installed and active")
+    return Check("service", True, "installed, activating (starting); see systemctl --user status sidecar")
+
+
+def _status_text(probes: Probes) -> str:
+    """The STATUS= the service's daemon sent last, as the service manager shows it ("" when it
+    cannot be asked)."""
+    try:
+        out = subprocess.run(  # noqa: S603 - a fixed argument list, no shell
+            [probes.systemctl, "--user", "show", "-p", "StatusText", "sidecar"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.stdout.splitlines():
+        if line.startswith("StatusText="):
+            return line.partition("=")[2].strip()
+    return ""

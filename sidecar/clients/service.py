@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.config import Config, env_name, settings
+from sidecar.config.loader import xdg_base
 from sidecar.contracts.errors import ConfigError, ExitCode, StorageError
 
 LABEL = "dev.sidecar"
@@ -115,11 +116,11 @@ def _env_text(value: Any) -> str:
     return str(value)
 
 
-def xdg_folder(env: Mapping[str, str], name: str, default: str) -> str:
-    """The folder an XDG variable names (``default`` when unset or relative), links resolved: the
-    same folder spelled through a link (a home under a linked /home) is no other folder."""
-    value = env.get(name, "")
-    return os.path.realpath(value if value and os.path.isabs(value) else os.path.expanduser(default))
+def xdg_folder(env: Mapping[str, str], name: str) -> str:
+    """The folder an XDG variable names (the configuration loader's rule, ``xdg_base``), links
+    resolved: the same folder spelled through a link (a home under a linked /home) is no other
+    folder."""
+    return os.path.realpath(xdg_base(env, name))
 
 
 def pinned_env(cfg: Config) -> list[tuple[str, str]]:
@@ -128,17 +129,14 @@ def pinned_env(cfg: Config) -> list[tuple[str, str]]:
     other setting this command took from a flag or a variable, and its TZ when it has one."""
     out = [(env_name("home"), str(cfg.home)), (env_name("socket"), str(cfg.socket_path))]
     # Compared with links resolved: the default folder spelled another way is no other folder.
-    if cfg.state_dir is not None and os.path.realpath(cfg.state_dir.parent) != xdg_folder(
-        {}, "XDG_STATE_HOME", "~/.local/state"
-    ):
+    state, config = cfg.state_dir, cfg.default_file
+    if state is not None and os.path.realpath(state.parent) != xdg_folder({}, "XDG_STATE_HOME"):
         # The state folder follows XDG_STATE_HOME, which the service manager does not pass on.
-        out.append(("XDG_STATE_HOME", str(cfg.state_dir.parent)))
-    if cfg.default_file is not None and os.path.realpath(cfg.default_file.parent.parent) != xdg_folder(
-        {}, "XDG_CONFIG_HOME", "~/.config"
-    ):
+        out.append(("XDG_STATE_HOME", str(state.parent)))
+    if config is not None and os.path.realpath(config.parent.parent) != xdg_folder({}, "XDG_CONFIG_HOME"):
         # The file read when none is named follows XDG_CONFIG_HOME too: without it the service
         # read ~/.config/sidecar/config.yaml while this shell's commands wrote and checked another.
-        out.append(("XDG_CONFIG_HOME", str(cfg.default_file.parent.parent)))
+        out.append(("XDG_CONFIG_HOME", str(config.parent.parent)))
     for s in settings():
         origin = cfg.origins.get(s.dotted, "default")
         if s.dotted in ("home", "socket") or not (origin == "flag" or origin.startswith("environment ")):
@@ -351,8 +349,9 @@ def _comment(path: Path) -> str:
 
 
 # Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
-# another daemon serving this home or socket (under systemd a daemon waits for a `sidecar index`
-# run holding the index instead of exiting 4). Each needs a person to change something first.
+# another daemon serving this home or socket (under systemd a daemon waits for it, or for a
+# `sidecar index` run holding the index, instead of exiting 4: left for a start that loses a
+# race). Each needs a person to change something first.
 # Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
 # themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
 # ends a loop of it that does not pass.
@@ -378,6 +377,13 @@ def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool 
     # Variables are expanded in the arguments, not in the program's path ("$$" stayed literal).
     command = " ".join(_word(a, command=i > 0) for i, a in enumerate(_serve_args(run, config)))
     env = "".join(f"Environment={_word(f'{k}={v}')}\n" for k, v in [*pinned_env(cfg), *run.env])
+    reads = ""
+    if config is None and cfg.default_file is not None and "\n" not in str(cfg.default_file):
+        # Said in the unit: which file its daemon reads, when the command line names none.
+        reads = (
+            "# No configuration file was there at install: none is named (a named file that is missing\n"
+            f"# stops every start); the daemon reads {cfg.default_file} once it is written.\n"
+        )
     return f"""\
 # sidecar user service, written by `sidecar service install`.
 # It starts without its vault (a share mounted later is picked up by itself): no target is
@@ -396,14 +402,14 @@ StartLimitBurst=20
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={command}
+{reads}ExecStart={command}
 ExecReload=/bin/kill -HUP $MAINPID
 # The home and socket the installing command used, and what it had from flags and SIDECAR_* variables.
 {env}Restart=on-failure
 RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
-# already serves this home or socket; a `sidecar index` run holding the index is waited for):
-# a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
+# serves this home or socket: a daemon this unit starts waits for it, and for a `sidecar index`
+# run, instead): a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
 # index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
 # mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
@@ -457,7 +463,8 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
         # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes).
+        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes;
+        # another daemon or a `sidecar index` run holding the home: exit 4 until it is gone).
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which
@@ -575,9 +582,7 @@ def service_file(
         )
     # systemd reads user units from $XDG_CONFIG_HOME/systemd/user when it is set (an absolute
     # path; a relative one is ignored, as systemd does), else ~/.config/systemd/user.
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    config_home = Path(xdg) if xdg and Path(xdg).is_absolute() else home_dir / ".config"
-    path = config_home / "systemd" / "user" / UNIT
+    path = xdg_base(env, "XDG_CONFIG_HOME", home_dir) / "systemd" / "user" / UNIT
     return ServiceFile(
         path,
         systemd_unit(cfg, run, config, sandbox),

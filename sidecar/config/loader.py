@@ -115,13 +115,26 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     return _flatten(data, str(path))
 
 
+# Each XDG folder sidecar uses and its default below the user's home (XDG Base Directory
+# specification).
+XDG_DEFAULTS = {"XDG_CONFIG_HOME": ".config", "XDG_STATE_HOME": ".local/state"}
+
+
+def xdg_base(env: Mapping[str, str], name: str, home: Path | None = None) -> Path:
+    """The folder the XDG variable ``name`` names: its value when it is an absolute path (a
+    relative one is to be ignored, XDG Base Directory specification, as systemd does for its
+    units), else its default below ``home`` (the user's home by default). The one rule for the
+    configuration file, the state folder, and the service's unit folder and view of both."""
+    base = env.get(name, "")
+    if base and Path(base).is_absolute():
+        return Path(base)
+    return (home if home is not None else Path.home()) / XDG_DEFAULTS[name]
+
+
 def default_config_file(env: Mapping[str, str]) -> Path:
     """The file every command reads when none is named (no --config, no SIDECAR_CONFIG):
-    under $XDG_CONFIG_HOME when it is an absolute path (a relative one is to be ignored, XDG Base
-    Directory specification, as systemd does for its units), else under ~/.config."""
-    base = env.get("XDG_CONFIG_HOME", "")
-    root = Path(base) if base and Path(base).is_absolute() else Path("~/.config").expanduser()
-    return root / "sidecar" / "config.yaml"
+    $XDG_CONFIG_HOME/sidecar/config.yaml (``xdg_base``)."""
+    return xdg_base(env, "XDG_CONFIG_HOME") / "sidecar" / "config.yaml"
 
 
 def ignored_config_file(flag: str | None, env: Mapping[str, str], cwd: Path) -> str | None:
@@ -492,11 +505,8 @@ def _default_system_locale(env: Mapping[str, str]) -> str | None:
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:
-    """$XDG_STATE_HOME/sidecar, else ~/.local/state/sidecar."""
-    base = env.get("XDG_STATE_HOME")
-    # A relative value is to be ignored (XDG Base Directory specification).
-    root = Path(base) if base and Path(base).is_absolute() else Path("~/.local/state").expanduser()
-    return root / "sidecar"
+    """$XDG_STATE_HOME/sidecar (``xdg_base``)."""
+    return xdg_base(env, "XDG_STATE_HOME") / "sidecar"
 
 
 _RESOLVE_WAIT_S = 2.0

@@ -10,6 +10,7 @@ parts the same way.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -28,12 +29,24 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime.release import (
+    WRITERS_META,
+    newer_writer,
+    other_build,
+    read_writers,
+    record_writer,
+    said,
+    this_release,
+)
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.lifecycle import open_stores
+from sidecar.stores.manifest import Manifest
 from sidecar.vault.homeguard import clock_path
 from sidecar.vault.supervisor import CLOCK_META, Supervisor
 from sidecar.vault.watcher import Watcher
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,7 @@ def build(
         clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
         with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
             manifest.set_meta(CLOCK_META, clock.record())
+        _record_writer(manifest)
         supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
         indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
         repair = Repair(cfg, stores, vectors, slot, problems)
@@ -84,12 +98,37 @@ def build(
     return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
 
 
+def _record_writer(manifest: Manifest) -> None:
+    """This release recorded as the index's last writer (``runtime.release``); a newer one that
+    wrote it before is said (a downgrade, or a daemon still running the code from before an
+    upgrade) and stays recorded as the newest, for status and doctor."""
+    previous = manifest.get_meta(WRITERS_META)
+    newer = newer_writer(previous)
+    if newer is not None:
+        log.warning(
+            "index_written_by_newer_release writer=%s this=%s: run that one, or rebuild the index "
+            "(`sidecar index --rebuild` with the daemon stopped)",
+            said(newer),
+            said(this_release()),
+        )
+    else:  # nothing orders two builds of one release: another one's write is said
+        other = other_build({"before": read_writers(previous).get("last") or {}}, this_release()["build"])
+        if other is not None:
+            log.warning(
+                "index_written_by_other_build writer=%s this=%s: if that was newer code, run it, or "
+                "rebuild the index",
+                said(other),
+                said(this_release()),
+            )
+    with contextlib.suppress(sqlite3.Error):  # a full disk: said at the next start that writes
+        manifest.set_meta(WRITERS_META, record_writer(previous))
+
+
 def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None = None) -> Parts:
     """The parts over the index as it is on disk, opened for reading only (its disk is full):
     nothing in the index folder is made, moved aside or written. StoreError when a store cannot
     be read that way (``Manifest._open_read_only``, a missing keyword index)."""
     from sidecar.stores.bm25 import open_bm25
-    from sidecar.stores.manifest import Manifest
 
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()

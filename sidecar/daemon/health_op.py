@@ -25,6 +25,7 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.notes.links import LinkGraph
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
 from sidecar.stores.manifest import Manifest
@@ -71,6 +72,7 @@ class HealthOp:
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
             "version": __version__,
+            "build": build_id(),  # changes with the code: a restart after an upgrade is told by it
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
             "started": self.service.started,
@@ -79,6 +81,13 @@ class HealthOp:
             "embedder": embedder,
             "index": {
                 "state": state,
+                # The release that last wrote the index and the newest that ever did; the newest
+                # again when it is newer than this daemon (a downgrade), else None.
+                "written_by": read_writers(writers := self.manifest.get_meta(WRITERS_META)) or None,
+                "newer_writer": newer_writer(writers),
+                # Another build of this version that wrote it before this daemon (a downgrade
+                # between two checkouts of one version is not told by the version), else None.
+                "other_build": other_build(read_writers(writers), build_id()),
                 "phase": act.phase,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.

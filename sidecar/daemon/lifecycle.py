@@ -59,7 +59,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, socket_is_live
+from sidecar.daemon.server import Server, StopClock, bind_socket, socket_holder
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -68,6 +68,7 @@ from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import Notifier
+from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
@@ -82,9 +83,10 @@ HOME_MAY_COME = frozenset(
     {errno.EACCES, errno.ENOENT, errno.ESTALE, errno.ENOTCONN, errno.EHOSTDOWN, errno.ETIMEDOUT, errno.EIO}
 )
 HOME_POLL_S = 2.0
-# The wait ends after this long with exit 5, restarted by the unit for about four more minutes:
-# a share mounted late at login or a NAS booting is there within it, while `systemctl start`
-# (a notify unit's start waits for READY) must not hang for good on a permission mistake.
+# The wait ends after this long with exit 5, and the unit restarts it 10 s later: it waits in
+# rounds of this length until the home can be used or it is stopped (a start this long never
+# reaches the start limit). One round: `systemctl start` (a notify unit's start waits for READY)
+# returns after it, not hung for good on a permission mistake.
 HOME_WAIT_MOST_S = 600.0
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         hangup_stops: bool = False,
     ) -> None:
         self.cfg = cfg
+        # The build of the code this process imported, read from the files now: asked first later
+        # (after a wait of hours for another daemon, a slow start), it digested the files an
+        # upgrade had put there meanwhile, and the daemon running the old code called itself new.
+        build_id()
         self.reload_config = reload_config
         # In a terminal SIGHUP means the terminal went away (a daemon that took it as a reload
         # outlived its closed window and held the index against the next start); a service
@@ -179,7 +185,8 @@ class Daemon(ConfigReload, ReadOnlyStart):
         while True:
             try:
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
-                # index` run holding it is waited for (exit 4 is not restarted there).
+                # index` run or another daemon holding the index or socket is waited for (exit 4
+                # is not restarted there).
                 self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
                 self._make_agents_folder()  # the lock first: a second daemon records nothing
                 break
@@ -245,11 +252,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
         on it): checked right after the lock, before the home is tightened or recorded, so that
         the refused start changes nothing (``bind_socket`` checks again when it binds)."""
         # No exists() first: on a socket folder another user owns it raises PermissionError, read
-        # as "the home cannot be used" (exit 5); ``socket_is_live`` says no daemon answers there
+        # as "the home cannot be used" (exit 5); ``socket_holder`` says no daemon answers there
         # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        if socket_is_live(path):
-            raise DaemonRunningError(f"another sidecar daemon is already serving {path}")
+        holder = socket_holder(path)
+        if holder is not None:  # who, for a wait's STATUS= and the person reading it
+            raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the

@@ -10,6 +10,7 @@ from sidecar.daemon.compose import Parts, build
 from sidecar.daemon.process import INDEX_RUN, load_embedder, lock_and_tighten, make_private, record_counting
 from sidecar.index.migration import attach, serving_model
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime.release import build_id
 
 
 def index_once(
@@ -24,6 +25,7 @@ def index_once(
     ``waiting`` is told, about once a second, of a note whose read has not answered for a second
     or more (``Supervisor.describe_waiting``); the summary's ``offline`` lists the roots that
     could not be read (name, error), kept as indexed."""
+    build_id()  # the code this run imported, before any wait (``Daemon``'s)
     make_private(cfg)
     lock = lock_and_tighten(cfg, by=INDEX_RUN)  # the lock first: refused, it changes nothing
     slot = EmbedderSlot()

@@ -140,10 +140,14 @@ def make_private(cfg: Config) -> None:
 def lock_and_tighten(
     cfg: Config, by: str | None = None, check: Callable[[], None] | None = None
 ) -> IndexLock:
-    """The index lock (``by``: IndexLock's), then ``check`` (the daemon's: no other daemon serves
-    its socket), then the home left readable by others tightened (the log says so). In this
-    order: a start refused for another daemon holding the lock or the socket changes nothing in
-    the home."""
+    """``check`` (the daemon's: no other daemon serves its socket), the index lock (``by``:
+    IndexLock's), ``check`` again, then the home left readable by others tightened (the log says
+    so). In this order: a start refused for another daemon holding the lock or the socket changes
+    nothing in the home, not even the lock file: one waiting for a daemon of another home on its
+    socket took the lock (writing its pid) at every try, and a `sidecar index` run in that moment
+    was refused, named a daemon serving nothing."""
+    if check is not None:
+        check()
     lock = IndexLock(cfg.index_dir, by=by)
     lock.acquire()
     try:
@@ -170,27 +174,40 @@ def lock_waiting_for_index_run(
     sleep: Callable[[float], None] = time.sleep,
     check: Callable[[], None] | None = None,
 ) -> IndexLock:
-    """``lock_and_tighten``; under systemd (``send``: its notifier) a `sidecar index` run holding
-    the lock is waited for, trying the lock every LOCK_POLL_S, bounded by nothing but a stop
-    signal (SIGTERM ends the process: nothing is held or changed yet). Exit 4 is not restarted
-    there, and a run started while the daemon was down (a hook, `--rebuild`) ends by itself:
-    refused, the service stayed down after it. A daemon holding the lock is refused at once."""
-    said = False
+    """``lock_and_tighten``; under systemd (``send``: its notifier) whoever holds the index or
+    the socket is waited for, a `sidecar index` run or another daemon (a person's `sidecar serve`
+    in a terminal), trying every LOCK_POLL_S, bounded by nothing but a stop signal (SIGTERM ends
+    the process: nothing is held or changed yet). Exit 4 is not restarted there: refused, the
+    service stayed down after the run or the foreground daemon ended. Outside a service (a
+    person's `serve`) the holder is refused at once (exit 4).
+
+    A run ends by itself, so the start waits for it (``systemctl start`` returns once it did, and
+    "active" then means serving). Another daemon may serve for days: the start is reported done
+    (READY=1, its STATUS= saying this one only waits, the watchdog kept), or `systemctl start`
+    and `enable --now` hung until that daemon stopped."""
+    said: set[type] = set()
+    ready = False
     while True:
         try:
             lock = lock_and_tighten(cfg, check=check)
-        except IndexRunError as exc:
+        except DaemonRunningError as exc:
             if send is None:
                 raise
-            if not said:
-                log.warning("index_lock_wait %s", exc)
-                said = True
+            if type(exc) not in said:  # once per kind of holder: a run, then a daemon, is said twice
+                event = "index_lock_wait" if isinstance(exc, IndexRunError) else "daemon_running_wait"
+                log.warning("%s %s", event, exc)
+                said.add(type(exc))
             # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
-            send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            if isinstance(exc, IndexRunError):
+                send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
+            else:
+                status = f"STATUS=waiting: {exc}; taking over when it stops"
+                send(status, *(() if ready else ("READY=1",)), "WATCHDOG=1")
+                ready = True
             sleep(LOCK_POLL_S)
             continue
         if said and send is not None:
-            log.info("index_lock_taken the `sidecar index` run waited for is done")
+            log.info("index_lock_taken what held the index or socket is gone: starting")
             # The last extension ran out ~2 s after that try: the rest of the start (tightening
             # the rebuilt index, opening the stores) gets one more, and the status stops saying
             # "waiting". 90 s: systemd's default start timeout, what a start without a wait has.

@@ -38,7 +38,7 @@ from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarErr
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
 from sidecar.runtime.foreground import FOREGROUND, Foreground
-from sidecar.runtime.peer import peer_uid
+from sidecar.runtime.peer import peer_pid, peer_uid
 
 log = logging.getLogger(__name__)
 _FLUSH_LOGS_S = 30.0  # how often throttled lines tell what they held back
@@ -142,15 +142,22 @@ def ensure_private_dir(path: Path) -> None:
 
 
 def socket_is_live(path: Path) -> bool:
+    return socket_holder(path) is not None
+
+
+def socket_holder(path: Path) -> str | None:
+    """Who answers on the socket: ``pid N`` (or ``a process`` where the platform does not say);
+    None when nothing does."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
         probe.connect(str(path))
+        pid = peer_pid(probe)
     except OSError:
-        return False
+        return None
     finally:
         probe.close()
-    return True
+    return f"pid {pid}" if pid else "a process"
 
 
 def bind_socket(path: Path) -> socket.socket:

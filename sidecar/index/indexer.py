@@ -45,6 +45,7 @@ from sidecar.notes.chunking import (
 from sidecar.notes.links import written_links
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
+from sidecar.runtime.release import WRITERS_META, record_writer
 from sidecar.stores.manifest import FileState
 from sidecar.stores.vectors import holds_model, table_prefix
 from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
@@ -377,6 +378,8 @@ class Indexer:
         self._say_put_back(batch)
         if batch is None:
             self._whole_sweep_written()
+        else:  # two reads of a b-tree's end: a delete of any kind (gone, moved, left out) counts
+            self._row_mark_at_most_latest()
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -1073,22 +1076,48 @@ class Indexer:
         writes by the other release's own whole sweep. Notes this reader wrote from file events
         after its last whole sweep are read again too (a restart): cost only, no text is
         embedded again (its vector is found by its text)."""
-        seen = self.manifest.get_meta(_written_until())
-        try:
-            since = float(seen) if seen else math.nan
-        except ValueError:
-            since = math.nan
-        if not math.isfinite(since):  # none yet (this reader's first start), or not a time
+        since = _finite(self.manifest.get_meta(_written_until()))
+        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
+        if since is None and row is None:  # none yet (this reader's first start), or not a mark
             return
-        notes = self.manifest.reread_written_after(since)
+        if row is not None and self.manifest.last_row() < row:
+            # The rows were numbered anew below the mark (another release's rebuild numbers them
+            # from 1; its deletes of the newest rows gave their numbers to its next writes): no
+            # row tells which it wrote, so every note is read again once (no text is embedded
+            # again: its vector is found by its text), and the mark comes down to the rows there.
+            notes = self.manifest.reread_all()
+            self._row_mark_at_most_latest()
+            log.info("notes_renumbered_reread notes=%d", notes)
+            return
+        # Both marks: a note's row written since is above the row mark whatever the wall clock
+        # said (a whole sweep under a clock set ahead recorded a time in the future, a release run
+        # under a clock set back wrote times below the mark). Rows numbered below the row mark
+        # are read above (all of them); the mark comes down with this release's deletes.
+        notes = self.manifest.reread_written_after(
+            since if since is not None else math.inf, int(row) if row is not None else None
+        )
         if notes:
             log.info("notes_written_since_reread notes=%d", notes)
 
+    def _row_mark_at_most_latest(self) -> None:
+        """The row mark lowered to the latest row when deletes left every row below it: a new
+        row takes the number after the latest, so another release's next write would get a
+        number at or below the mark and never be read again."""
+        key = _written_until(ROW_MARK)
+        row = _finite(self.manifest.get_meta(key))
+        latest = self.manifest.last_row()
+        if row is not None and latest < row:
+            self.manifest.set_meta(key, repr(latest))
+
     def _whole_sweep_written(self) -> None:
-        """Recorded after a whole sweep: the latest note row written (``reread_if_written_elsewhere``)."""
-        latest, row = self.manifest.last_written(), _written_until()
-        if latest and self.manifest.get_meta(row) != repr(latest):
-            self.manifest.set_meta(row, repr(latest))
+        """Recorded after a whole sweep: the latest note row written, by its time and by its
+        row (``reread_if_written_elsewhere``)."""
+        for key, latest in (
+            (_written_until(), self.manifest.last_written()),
+            (_written_until(ROW_MARK), self.manifest.last_row()),
+        ):
+            if latest and self.manifest.get_meta(key) != repr(latest):
+                self.manifest.set_meta(key, repr(latest))
 
     def reread_property_names_if_read_differently(self) -> None:
         """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
@@ -1306,7 +1335,9 @@ class Indexer:
                 begun()
 
         # The rows that describe the emptied index are written with its emptying.
-        self.writer.clear({_PUT_BACK: "", "swept": ""}, emptied)
+        # The notes are read anew by this release alone: a newer one that wrote before is past.
+        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: record_writer(None)}
+        self.writer.clear(meta, emptied)
         self.links.finish()  # every note is read again, by today's reader
         log.info("index_cleared reason=rebuild requested")
 
@@ -1387,11 +1418,26 @@ def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], lis
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
 
 
-def _written_until() -> str:
-    """The meta row of this reader's mark: the latest note row at its last whole sweep (repr),
-    named by every version of how notes are read, so another release keeps its own."""
+ROW_MARK = "row"  # ``_written_until``'s kind of the mark by row
+
+
+def _written_until(kind: str = "") -> str:
+    """The meta row of this reader's mark: the latest note row at its last whole sweep (repr of
+    its ``indexed_at``; ``kind`` ROW_MARK: of its rowid), named by every version of how notes
+    are read, so another release keeps its own."""
     readers = (CHUNKER_VERSION, CANVAS_READER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION)
-    return "written_until:" + ".".join(str(v) for v in (*readers, PROPERTY_NAME_READER_VERSION))
+    name = "written_until" + (f"_{kind}" if kind else "")
+    return f"{name}:" + ".".join(str(v) for v in (*readers, PROPERTY_NAME_READER_VERSION))
+
+
+def _finite(value: str | None) -> float | None:
+    """A mark's number; None when there is none or it is no finite number (another version's
+    form, a hand edit: ignored, and the next whole sweep writes it anew)."""
+    try:
+        number = float(value) if value else math.nan
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 # A step of giving back the rebuild copy's pages waits at most this long for searches in flight.

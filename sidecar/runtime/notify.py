@@ -1,6 +1,8 @@
 """systemd's notify protocol (sd_notify) in a few lines: datagrams to $NOTIFY_SOCKET.
 
-READY=1 once the socket is bound, STATUS= lines a person sees in `systemctl status`, WATCHDOG=1
+READY=1 once the socket is bound (or once the daemon waits for another daemon serving its home:
+the start is done, STATUS= says it waits; READY=1 is no sign of serving), STATUS= lines a person
+sees in `systemctl status`, WATCHDOG=1
 from a check that the event loop and the indexer are alive, STOPPING=1 on shutdown. A no-op when
 not running under systemd. Imports nothing of the project.
 """

@@ -33,6 +33,17 @@ def peer_uid(sock: socket.socket) -> int | None:
     return None
 
 
+def peer_pid(sock: socket.socket) -> int | None:
+    """PID of the process at the other end, or None where the platform cannot tell (Linux only)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    return int(struct.unpack("3i", creds)[0])
+
+
 def path_owner_problem(path: Path, uid: int) -> str | None:
     """Why the socket file ``path`` may be another user's, judged from the file system when the
     peer's credentials cannot be read: the socket must be ``uid``'s, in a folder of ``uid`` that

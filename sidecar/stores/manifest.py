@@ -120,6 +120,10 @@ def _strings(encoded: str) -> tuple[str, ...]:
     return tuple(json.loads(encoded))
 
 
+# ``reread_written_after`` without a row mark: no row is above it (SQLite's largest rowid).
+_NO_ROW = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class FileRecord:
     key: str
@@ -498,15 +502,25 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 ).rowcount
             )
 
-    def reread_written_after(self, since: float) -> int:
-        """``reread_all`` for the notes whose rows were written after ``since`` (``indexed_at``)."""
+    def reread_written_after(self, since: float, row: int | None = None) -> int:
+        """``reread_all`` for the notes whose rows were written after ``since`` (``indexed_at``)
+        or, ``row`` given, that were written as a row after it (``last_row``): a wall clock set
+        back or ahead moves the times, not the rows (every write of a note is a new row)."""
+        after_row = row if row is not None else _NO_ROW
         with self.transaction() as db:
-            marked = db.execute("UPDATE files SET size = -1, hash = '' WHERE indexed_at > ?", (since,))
+            marked = db.execute(
+                "UPDATE files SET size = -1, hash = '' WHERE indexed_at > ? OR rowid > ?", (since, after_row)
+            )
             return int(marked.rowcount)
 
     def last_written(self) -> float:
         """When the latest note row was written (``indexed_at``; 0 in an empty index)."""
         return float(self._query("SELECT coalesce(max(indexed_at), 0) FROM files")[0][0])
+
+    def last_row(self) -> int:
+        """The latest note row (its rowid: a note's row is written anew, INSERT OR REPLACE, with a
+        rowid above every other; 0 in an empty index). Read from the end of the table's b-tree."""
+        return int(self._query("SELECT coalesce(max(rowid), 0) FROM files")[0][0])
 
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
