@@ -636,6 +636,43 @@ def test_a_schema_5_index_moves_its_links_in_place_and_answers_as_before(linked:
     h.stores = h2.stores  # the fixture closes these again (a no-op)
 
 
+def test_a_full_disk_serves_a_schema_5_index_read_only_and_the_next_start_upgrades_it(
+    linked: Any,
+) -> None:
+    """A start on a full disk serves the index read-only: a schema-5 index, whose upgrade needs
+    room to move its links, is read as it is (every link answer as before, nothing written to
+    its folder), and the next writable start upgrades it. It was refused: no answers at all."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.compose import build_read_only
+    from sidecar.model.embedder import EmbedderSlot
+    from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
+    from tests.index_helpers import snapshot
+
+    h, _v = linked
+    before = _graph_answers(h)
+    cfg = h.cfg
+    h.close()
+    path = cfg.index_dir / "manifest.sqlite"
+    assert _as_schema_5(path)
+    files = snapshot(cfg.index_dir)
+    parts = build_read_only(cfg, EmbedderSlot())
+    try:
+        assert _graph_answers(SimpleNamespace(stores=parts.stores)) == before  # type: ignore[arg-type]
+        assert parts.stores.bm25.search("Home", 5)
+    finally:
+        parts.stores.close()
+    assert snapshot(cfg.index_dir) == files
+    assert manifest_schema(path) == 5
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert manifest_schema(path) == MANIFEST_SCHEMA
+        assert _graph_answers(h2) == before
+    finally:
+        h2.close()
+    h.stores = h2.stores
+
+
 def test_an_upgrade_killed_while_it_moves_the_links_leaves_the_index_as_it_was(linked: Any) -> None:
     """A kill -9 part-way through moving the links leaves the file as the version before wrote it
     (its table whole, its schema), which that version still opens; the next start moves them."""

@@ -74,6 +74,19 @@ def ensure_schema(db: sqlite3.Connection) -> bool:
     return existed is None
 
 
+def old_table_views(db: sqlite3.Connection) -> None:
+    """The table of schema 4 and 5 seen through the graph's table names, as temporary views of a
+    read-only connection (a full disk serves such a file before its upgrade): each note's number
+    is its key itself, so every reader's join of ``link_rows`` and ``link_keys`` reads as on the
+    new tables, and ``links`` is the old table, already by key."""
+    columns = ", ".join(("src", *_COLUMNS, "dst"))
+    db.execute(f"CREATE TEMP VIEW link_rows AS SELECT {columns} FROM main.links")
+    db.execute(
+        "CREATE TEMP VIEW link_keys AS SELECT src AS id, src AS key FROM main.links "
+        "UNION SELECT dst, dst FROM main.links WHERE dst IS NOT NULL"
+    )
+
+
 def move_rows(db: sqlite3.Connection) -> bool:
     """The rows of the table of schema 4 and 5 (keys as text) moved into the graph's tables, the
     old table dropped, inside the caller's transaction: a kill part-way leaves the old table as it

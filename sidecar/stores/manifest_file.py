@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.contracts.errors import StoreError, StoreNewerError, is_disk_full
+from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
@@ -152,12 +153,15 @@ class ManifestFile:
         cannot on a full disk) and takes no lock (the index lock keeps every writer away); a
         write-ahead log holding commits not yet in the file (a stop that was not clean) is read
         through its existing -shm instead. Refused (StoreError) where that would not read the index
-        whole: such a log without its -shm, or an older schema (its upgrade is a write)."""
+        whole: such a log without its -shm, or a schema older than 5 (its upgrade is a write). A
+        schema-5 file, whose upgrade only moves the links (it needs room the full disk may not
+        have), is read as it is, its links table seen through the graph's table names
+        (``links.old_table_views``); the next writable start upgrades it."""
         path = self.path
         version = manifest_schema(path)
         if version is None:
             raise StoreError(f"there is no readable manifest {path} (no index yet?)")
-        if version != SCHEMA_VERSION:
+        if version not in (5, SCHEMA_VERSION):
             raise StoreError(
                 f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} "
                 "(an upgrade writes)"
@@ -182,6 +186,10 @@ class ManifestFile:
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            if version != SCHEMA_VERSION:
+                # Temporary views, kept in memory: nothing is written to the file or its disk.
+                self._db.execute("PRAGMA temp_store=MEMORY")
+                links.old_table_views(self._db)
             self._db.execute("PRAGMA query_only=ON")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
