@@ -2550,6 +2550,53 @@ def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
         h.close()
 
 
+@pytest.mark.parametrize("where", ["folder", "spelling", "twin"])
+def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A file event's look on a share that hangs at one of its own look-ups (whether a folder on
+    the event's path is a link, the listing that tells a case-only rename, whether a deleted
+    note's other spelling exists): given up on after probeTimeoutSeconds naming it, the root
+    offline. They lay outside the per-call clock: the event batch waited up to
+    scanTimeoutSeconds."""
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    hung, paths, named = {
+        "folder": (vault / "Recipes", [vault / "Recipes" / "Bread.md"], "looking up Recipes"),
+        "spelling": (vault, [vault / "Garden.md", vault / "garden.md"], "listing ."),
+        "twin": (vault / "Garden.mD", [vault / "Garden.md"], "looking up Garden.mD"),
+    }[where]
+    real_lstat, real_listdir = os.lstat, os.listdir
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_lstat(path, *args, **kwargs)
+
+    def listdir(path: Any = ".") -> list[str]:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_listdir(path)
+
+    try:
+        h.indexer.sweep()
+        if where == "twin":
+            (vault / "Garden.md").unlink()
+        monkeypatch.setattr(
+            os, "listdir" if where == "spelling" else "lstat", listdir if where == "spelling" else lstat
+        )
+        h.indexer.sweep(only=frozenset(), paths=[str(p) for p in paths])
+        st = h.supervisor.roots["vault"]
+        # Given up on at the look-up (the full sweep it escalates to finds the call still hanging).
+        assert st.offline and named in str(st.error) and "hung share?" in str(st.error), st.error
+    finally:
+        release.set()
+        monkeypatch.undo()
+        h.close()
+
+
 def test_offline_index_learns_a_slow_share_within_the_run(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

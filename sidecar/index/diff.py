@@ -948,7 +948,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        gone, todo = self._other_spellings(root, rels)
+        gone, todo = self._other_spellings(root, rels, asking)
         looked = set(todo) | set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
@@ -956,16 +956,14 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
             path = root.path / rel
             # File events come through folder symlinks too (the watch follows them): a path
             # below one is never a note of this root, as a scan never descends into one.
-            if _below_a_link(root.path, rel, folders):
+            if _below_a_link(root.path, rel, folders, asking):
                 continue
             try:
                 st = _lstat(path, rel, asking)
             except FileNotFoundError:
                 gone.append(rel)
                 # "Note.MD" beside a deleted "Note.md" owns the key now, and has no event.
-                twins = sorted(
-                    t for t in _twin_names(rel) if t not in looked and os.path.lexists(root.path / t)
-                )
+                twins = sorted(t for t in _twin_names(rel) if t not in looked and _lexists(root, t, asking))
                 todo.extend(twins)
                 looked.update(twins)
                 continue
@@ -1188,15 +1186,24 @@ def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) 
     return key[0] == root_name and any(key[1] == w or key[1].startswith(w + "/") for w in wheres)
 
 
-def _below_a_link(top: Path, rel: str, known: dict[Path, bool]) -> bool:
+def _lexists(root: Root, rel: str, asking: Asking) -> bool:
+    """Whether a path of the root exists (a link to nothing too), ``asking`` told of the look-up."""
+    with asked(asking, "stat", rel):
+        return os.path.lexists(root.path / rel)
+
+
+def _below_a_link(top: Path, rel: str, known: dict[Path, bool], asking: Asking) -> bool:
     """Whether a folder between ``top`` and ``rel``'s last part is a symlink (or cannot be told);
-    ``known`` keeps each folder's answer for the batch (a checkout of thousands of files)."""
+    ``known`` keeps each folder's answer for the batch (a checkout of thousands of files). Each
+    look-up is asked as a stat: a hung share is given up on there, not waited for."""
     folder = top
-    for part in rel.split("/")[:-1]:
+    parts = rel.split("/")[:-1]
+    for i, part in enumerate(parts):
         folder = folder / part
         if folder not in known:
             try:
-                known[folder] = stat.S_ISLNK(os.lstat(folder).st_mode)
+                with asked(asking, "stat", "/".join(parts[: i + 1])):
+                    known[folder] = stat.S_ISLNK(os.lstat(folder).st_mode)
             except FileNotFoundError:
                 return False  # gone: the path's own lstat says so
             except OSError:

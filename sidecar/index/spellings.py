@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.stores.manifest import Manifest, folded
-from sidecar.vault.sources import NOTE_SUFFIXES, Root
+from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, asked
 
 
 class _Sibling:
@@ -38,14 +38,16 @@ class CaseSpellings:
 
     manifest: Manifest
 
-    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+    def _other_spellings(
+        self, root: Root, rels: Sequence[str], asking: Asking
+    ) -> tuple[list[str], list[str]]:
         """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
         disk) is gone as such, also when its event came in an earlier batch than the new
         spelling's (the indexed one). An indexed spelling still listed is looked at: the event
         named another spelling of the same file (a tool writing through it), whose edit was lost
-        until a full sweep."""
+        until a full sweep. ``asking`` is told of each listing (a hung share is given up on)."""
         indexed = self._indexed_spellings(root, rels)
-        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed], asking))
         return gone, [r for r in [*rels, *indexed] if r not in gone]
 
     def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
@@ -63,24 +65,26 @@ class CaseSpellings:
         return [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
 
 
-def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
+def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:
     """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
     and that their folder does not list by that spelling, while it lists another of them: on a
     case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
     "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
     the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
-    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing),
+    each listing asked of ``asking`` (given up on where a share hangs, as a sweep's)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
         groups.setdefault(folded(rel), []).append(rel)
     listed: dict[Path, set[str] | None] = {}
 
     def on_disk(rel: str) -> bool | None:
-        folder = top
+        folder, done = top, []
         for part in rel.split("/"):
             if folder not in listed:
                 try:
-                    listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
+                    with asked(asking, "listing", "/".join(done) or "."):
+                        listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
                 except OSError:
                     listed[folder] = None
             names = listed[folder]
@@ -89,6 +93,7 @@ def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
             if unicodedata.normalize("NFC", part) not in names:
                 return False
             folder = folder / part
+            done.append(part)
         return True
 
     out: set[str] = set()
