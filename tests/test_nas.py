@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -2369,6 +2370,42 @@ def test_a_slow_share_is_remembered_by_the_next_run(
     h = Harness(cfg, FakeEmbedder())
     try:
         assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
+    finally:
+        h.close()
+
+
+def test_a_slow_mark_whose_write_failed_is_written_at_the_next_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write of a share's slow mark fails (a locked or full index disk): this run still
+    waits for it as slow, and the mark is written at the root's next sweep, so the next run
+    knows it too (was: written only when the share changed from quick to slow, never again
+    within the run; every later run gave up at the same listing)."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    manifest = h.stores.manifest
+    real_set = manifest.set_meta
+    failures = [1]
+
+    def set_meta(key: str, value: str) -> None:
+        if key.startswith("slow:") and failures[0]:
+            failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        real_set(key, value)
+
+    try:
+        h.indexer.sweep()
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        monkeypatch.setattr(manifest, "set_meta", set_meta)
+        h.indexer.sweep()  # given up on at the listing, which answers late
+        st = h.supervisor.roots["vault"]
+        assert _wait_for(lambda: not _stuck_readers("vault"))
+        st.next_retry = 0.0
+        with caplog.at_level(logging.WARNING, logger="sidecar.vault.supervisor"):
+            h.indexer.sweep(only=frozenset(h.supervisor.due()))  # learnt slow; the mark's write fails
+        assert st.slow and not failures[0] and manifest.get_meta("slow:vault") is None
+        assert "root_meta_failed row=slow:vault" in caplog.text
+        h.indexer.sweep()  # the listing late again: still slow, and the mark is written now
+        assert st.slow and manifest.get_meta("slow:vault") is not None
     finally:
         h.close()
 

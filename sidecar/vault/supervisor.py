@@ -125,6 +125,10 @@ class RootStatus:
     # That call was given up on after probeTimeoutSeconds: answering after all, it shows a slow
     # share (given up on under the whole-scan bound, it showed a hung one).
     _learn: bool = field(default=False, repr=False)
+    # The slow mark as set here but not yet in the index (its write failed, a locked or full
+    # disk): written at the root's next scan, or a run after this one would not know it.
+    _mark_unsaved: bool = field(default=False, repr=False)
+    _mark_text: str | None = field(default=None, repr=False)  # the row's JSON (None: no mark)
 
     @property
     def hanging(self) -> threading.Thread | None:
@@ -217,16 +221,25 @@ class Supervisor:
         if st.slow == slow:
             return
         st.slow = slow
-        if self.meta is None:
+        st._mark_text = json.dumps({"since": self.clock(), "call": call}, sort_keys=True) if slow else None
+        st._mark_unsaved = True
+        self._save_slow(st)
+
+    def _save_slow(self, st: RootStatus) -> None:
+        """Write the root's slow mark as this run knows it, if it is not in the index yet (set
+        now, or its write failed before: retried at each scan of the root until it is written)."""
+        if self.meta is None or not st._mark_unsaved:
             return
         row = f"{SLOW_META}{st.name}"
         try:
-            if slow:
-                self.meta.set_meta(row, json.dumps({"since": self.clock(), "call": call}, sort_keys=True))
+            if st._mark_text is not None:
+                self.meta.set_meta(row, st._mark_text)
             else:
                 self.meta.delete_meta([row])
         except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
-            log.warning("root_meta_failed row=%s error=%s", row, exc)
+            log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
+            return
+        st._mark_unsaved = False
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -338,6 +351,8 @@ class Supervisor:
             raise RootUnreachable(_still_hangs(root, st))
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
+        else:
+            self._save_slow(st)  # a mark whose write failed at an earlier scan
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
 
