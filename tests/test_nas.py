@@ -2244,6 +2244,45 @@ def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's inbox with notes indexed turned into a symbolic link or another user's folder:
+    an ordinary sweep drops its notes (a refused inbox is neither read nor served) and says so,
+    a problem naming the inbox, why and how many notes left, logged once; it clears once the
+    inbox is the agent's own folder again and its notes are back (was: dropped with only a
+    skipped-files line)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with caplog.at_level(logging.INFO):
+            h.sweep()
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None, h.problems.active()
+        why = "symbolic link" if how == "symlink" else "another user"
+        assert "agents/ops/memory" in said["error"] and why in said["error"]
+        assert "2 of its notes left the index" in said["error"] and str(inbox) in said["error"]
+        assert caplog.text.count("inbox_refused_dropped inbox=memory/ops notes=2") == 1
+        assert caplog.text.count("problem area=inbox subject=ops") == 1
+        if how == "symlink":
+            inbox.unlink()
+            (tmp_path / "outside").rename(inbox)
+        else:
+            os.chown(inbox, os.getuid(), os.getgid())
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+        assert {"memory/ops/plan", "memory/ops/keys"} <= set(h.stores.manifest.file_states("memory/"))
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
 def test_a_rebuild_is_refused_while_an_inbox_with_notes_indexed_is_refused(
     make_cfg: Any, vault: Path, tmp_path: Path, how: str
 ) -> None:

@@ -183,6 +183,9 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self._reopening = threading.Lock()
         self._reopen_stuck: threading.Thread | None = None
         self._retry_all = False  # the sweep under way reads the notes waiting their turn too
+        # Agents' inboxes refused now (a symlink, another user's folder) -> the notes of each that
+        # left the index since it was refused: said in a problem while it stays refused.
+        self._refused_inboxes: dict[str, int] = {}
 
     def _load_retries(self) -> dict[_Where, int]:
         """``_retry``'s failures in a row as the last process saved them, for the notes of roots
@@ -499,6 +502,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
+        self.forget_inboxes({r.name for r in out})
         return out
 
     def diff_roots(
@@ -562,7 +566,36 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not kept_by(k, kept)]
+        if root.source == "memory":
+            self._inbox_refused(root, skipped, len(missing))
         return _Listing(root, notes, known, missing, t0, left_out)
+
+    def _inbox_refused(self, root: Root, skipped: Sequence[Skipped], missing: int) -> None:
+        """An agent's inbox that its scan refused (a symbolic link, another user's folder: its only
+        skip is the inbox itself) is neither read nor served: its indexed notes leave the index
+        (``missing``, a memory root is never held). Said as a problem, not only counted among the
+        skipped files: the agent's memory is no longer found. Cleared once the inbox is read."""
+        why = next((s.reason for s in skipped if s.path == root.path), None)
+        if why is None:
+            if self._refused_inboxes.pop(root.name, None) is not None:
+                self.problems.clear("inbox", subject=root.agent)
+            return
+        left = self._refused_inboxes[root.name] = self._refused_inboxes.get(root.name, 0) + missing
+        if missing:
+            log.warning("inbox_refused_dropped inbox=%s notes=%d why=%s", root.name, missing, why)
+        gone = f"{left} of its notes left the index" if left else "its notes are not indexed"
+        self.problems.report(
+            "inbox",
+            f"{why}: {gone}, as a refused inbox is neither read nor served (nor written); make "
+            f"{root.path} a folder of your own again and its notes are indexed at the next sweep",
+            subject=root.agent,
+        )
+
+    def forget_inboxes(self, names: Collection[str]) -> None:
+        """The refused inboxes no longer among the roots ``names`` (removed): their problem goes."""
+        for name in [n for n in self._refused_inboxes if n not in names]:
+            del self._refused_inboxes[name]
+            self.problems.clear("inbox", subject=name.removeprefix("memory/"))
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
