@@ -2894,6 +2894,41 @@ def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
         h.close()
 
 
+def test_a_running_daemon_rechecks_an_unreadable_folder_before_refusing_a_rebuild(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder recorded unreadable by the last sweep that lists again (a share healed, a mode
+    given back, with no file event) no longer refuses a rebuild asked of the running daemon, as
+    `sidecar index --rebuild` without one lists every root before its check; one that still
+    fails does (was: named as the last sweep recorded it until the next full sweep)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    _notes(vault, 3)
+    bad = vault / "Notes"
+    failing = [True]
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if failing[0] and Path(path) == bad:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.sweep()
+        with pytest.raises(UnreadableError, match="Notes"):
+            h.indexer.refuse_rebuild()
+        failing[0] = False
+        h.indexer.refuse_rebuild()
+        failing[0] = True
+        with pytest.raises(UnreadableError, match="Notes"):
+            h.indexer.refuse_rebuild(recorded=True)  # as the last sweep recorded it: none looked at
+    finally:
+        h.close()
+
+
 def test_a_rebuild_reads_a_note_that_waits_its_retry(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

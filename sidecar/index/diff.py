@@ -381,54 +381,66 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
     def unreadable_indexed(self, away: Collection[str] = (), *, reopen: bool = True) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
         forgets every note first, and theirs could not be read back (status says they are kept).
-        The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
-        not named (it waits in its backoff, or its share healed with no change of its stat).
-        ``away``: roots judged unreachable now (their notes are named as recorded, not opened);
-        ``reopen`` False: none is opened (what the last sweep recorded)."""
-        out = self._still_unread(away, reopen=reopen)  # only indexed notes are kept unreadable
+        They are looked at again first (``_still_unread``: a note opened, a folder listed): one
+        that reads now, or is gone, is not named (a note waits in its backoff, a folder for the
+        next full sweep, or its share healed with no event: `sidecar index` without a daemon lists
+        every root before its check, and a running daemon named them as its last sweep saw them).
+        ``away``: roots judged unreachable now (named as recorded, not looked at); ``reopen``
+        False: none is looked at (what the last sweep recorded)."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        # Only indexed notes are kept unreadable.
+        notes = sorted((n, p) for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
+        listed: list[tuple[str, str]] = []
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
-                if root is None or not path.is_relative_to(root.path) or where in out:
+                if root is None or not path.is_relative_to(root.path):
                     continue
                 rel = path.relative_to(root.path).as_posix()
                 if self.manifest.has_files(_prefix(root, rel)) or self.manifest.file_states_of(
                     [root.key_of(rel)]
                 ):
-                    out.append(where)
-        return sorted(out)
+                    listed.append((root.name, where))
+        noted = {p for _n, p in notes}
+        listed = [(n, p) for n, p in listed if p not in noted]
+        return sorted(set(self._still_unread(notes, listed, away, reopen=reopen)))
 
-    def _still_unread(self, away: Collection[str], *, reopen: bool) -> list[str]:
-        """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
-        configured. Bounded by ``watch.probeTimeoutSeconds`` (a request's thread asks: the
-        scan timeout held the `index` request, and the memory writes behind it, for minutes),
-        with one thread at most: a share that does not answer, a root judged away (``away``,
-        offline, a call on it still hanging) or an earlier re-open still hanging leave them
-        named as recorded. Nothing recorded is changed (the sweeps find what changed)."""
-        names = {r.name for r in vault_roots(self.cfg)}
-        recorded = sorted(
-            (n, p) for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/")
-        )
+    def _still_unread(
+        self,
+        notes: list[tuple[str, str]],
+        listed: list[tuple[str, str]],
+        away: Collection[str],
+        *,
+        reopen: bool,
+    ) -> list[str]:
+        """Of the recorded ``notes`` kept unreadable and the folders (or files) ``listed`` as
+        unreadable (root name, path), those that fail now: a note opened and a byte read, a folder
+        listed. Bounded by ``watch.probeTimeoutSeconds`` (a request's thread asks: the scan
+        timeout held the `index` request, and the memory writes behind it, for minutes), with one
+        thread at most: a share that does not answer, a root judged away (``away``, offline, a
+        call on it still hanging) or an earlier re-check still hanging leave them named as
+        recorded. Nothing recorded is changed (the sweeps find what changed)."""
+        recorded = [(n, p, False) for n, p in notes] + [(n, p, True) for n, p in listed]
         if not reopen:
-            return [p for _n, p in recorded]
-        kept = [p for n, p in recorded if n in away or self._away(n)]
-        ask = [p for n, p in recorded if not (n in away or self._away(n))]
+            return [p for _n, p, _f in recorded]
+        kept = [p for n, p, _f in recorded if n in away or self._away(n)]
+        ask = [(p, folder) for n, p, folder in recorded if not (n in away or self._away(n))]
         if not ask:
             return kept
         timeout = self.cfg.watch.probe_timeout_seconds
         if not self._reopening.acquire(timeout=timeout):  # another's, bounded the same
-            return kept + ask
+            return kept + [p for p, _f in ask]
         try:
             if self._reopen_stuck is not None and self._reopen_stuck.is_alive():
-                return kept + ask
+                return kept + [p for p, _f in ask]
             deadline = _clock() + timeout
 
             def probe() -> list[str]:
                 failing: list[str] = []
-                for i, where in enumerate(ask):
-                    if _clock() >= deadline:  # many notes on a slow share: the rest as recorded
-                        return failing + ask[i:]
-                    if read_refusal(Path(where)) is not None:
+                for i, (where, folder) in enumerate(ask):
+                    if _clock() >= deadline:  # many on a slow share: the rest as recorded
+                        return failing + [p for p, _f in ask[i:]]
+                    if (_listing_refusal if folder else read_refusal)(Path(where)) is not None:
                         failing.append(where)
                 return failing
 
@@ -437,7 +449,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
             self._reopening.release()
         if done is None:
             log.warning("unreadable_recheck_hung notes=%d timeout=%.0fs", len(ask), timeout)
-            return kept + ask
+            return kept + [p for p, _f in ask]
         return kept + done
 
     def _away(self, name: str) -> bool:
@@ -1177,6 +1189,21 @@ def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return []
     return [unreadable_skip(folder, exc, "unreadable folder")]
+
+
+def _listing_refusal(path: Path) -> str | None:
+    """Why a folder recorded as unreadable still cannot be listed (or, a file, opened), or None:
+    it lists now, or is gone (the sweep's to find)."""
+    try:
+        with os.scandir(path) as it:
+            next(it, None)
+    except NotADirectoryError:  # a note whose stat failed in its listing
+        return read_refusal(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return None
 
 
 def _causes(found: Sequence[NoteFile | Skipped]) -> dict[str, str]:
