@@ -2929,6 +2929,40 @@ def test_a_running_daemon_rechecks_an_unreadable_folder_before_refusing_a_rebuil
         h.close()
 
 
+def test_a_vault_probe_that_hangs_is_not_started_again_while_it_hangs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look at whether the vault's folder is there (before a rebuild, when notes are put
+    back) hangs on a share the supervisor has not found hanging yet: the vault is away, and the
+    next asks answer so at once, with no second thread, until the probe answers (was: a new
+    thread per ask, each left hanging)."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}), FakeEmbedder())
+    release = threading.Event()
+    asked: list[int] = []
+    real = h.supervisor.vault_not_there
+
+    def vault_not_there() -> bool:
+        asked.append(1)
+        release.wait(20)
+        return real()
+
+    try:
+        h.sweep()
+        monkeypatch.setattr(h.supervisor, "vault_not_there", vault_not_there)
+        assert "vault" in h.indexer.unreachable_roots()
+        assert "vault" in h.indexer.unreachable_roots()
+        assert len(asked) == 1
+        release.set()
+        assert _wait_for(
+            lambda: not any(t.name == "probe-vault" and t.is_alive() for t in threading.enumerate())
+        )
+        assert "vault" not in h.indexer.unreachable_roots()
+        assert len(asked) == 2
+    finally:
+        release.set()
+        h.close()
+
+
 def test_a_rebuild_reads_a_note_that_waits_its_retry(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,7 +58,7 @@ from sidecar.vault.sources import (
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
-from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.timeout import NoAnswer, bounded_call, run_with_timeout
 from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,10 @@ class Indexer:
         self._aside = self.manifest.has_aside()
         # Kept in the manifest too: a restart lost them, and with them "rebuild not finished".
         self._put_back: set[str] = set(json.loads(self.manifest.get_meta(_PUT_BACK) or "[]"))
+        # The probe of the vault's folder (``_vault_away``): one at a time, and none started while
+        # the last one still hangs (a request and a sweep asking each left a thread behind).
+        self._vault_probe = threading.Lock()
+        self._vault_probe_stuck: dict[str, threading.Thread] = {}
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -1115,14 +1119,21 @@ class Indexer:
 
     def _vault_away(self) -> bool:
         """The vault's folder is missing, empty, not the mount it was on, or does not answer
-        within the probe timeout."""
+        within the probe timeout. One probe at a time: a caller beside one under way waits for it
+        and asks after it; while one still hangs (the supervisor may not know it: it is none of a
+        scan's calls) the vault is away at once, with no other thread left behind."""
+        timeout = self.cfg.watch.probe_timeout_seconds
+        if not self._vault_probe.acquire(timeout=timeout):
+            return True  # another's probe did not answer within the same bound
         try:
-            gone, stuck = run_with_timeout(
-                self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
+            gone = bounded_call(
+                self.supervisor.vault_not_there, timeout, self._vault_probe_stuck, "vault", "vault"
             )
-        except OSError:
+        except (NoAnswer, OSError):
             return True
-        return bool(gone) or stuck is not None
+        finally:
+            self._vault_probe.release()
+        return bool(gone)
 
     def unreachable_roots(self) -> dict[str, str]:
         """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
