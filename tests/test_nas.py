@@ -2230,6 +2230,88 @@ def test_an_event_sweep_looks_up_only_its_own_notes_among_those_put_back(
         h.close()
 
 
+def test_put_back_notes_read_by_file_events_are_written_down_at_the_whole_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes a rebuild put back, read one by one by file events: status follows each read, and
+    the manifest's row of those still unread (one JSON row of every key) is written at the next
+    whole sweep, not at each read (20,000 keys are about 1 MB written per note read back)."""
+    import json
+
+    read_now = _notes(vault, 3, "Share/A")
+    _notes(vault, 5, "Share/B")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Share")
+        h.indexer.clear()
+        h.sweep()
+        assert len(h.indexer._put_back) == 8
+        failing[0] = False
+        _failing_reads(monkeypatch, vault / "Share" / "B")  # B stays unreadable
+        manifest = h.stores.manifest
+        rows: list[str] = []
+        real_set = manifest.set_meta
+
+        def set_meta(key: str, value: str) -> None:
+            rows.append(key)
+            real_set(key, value)
+
+        monkeypatch.setattr(manifest, "set_meta", set_meta)
+        for note in read_now:
+            write(note, "# Edited\n\nread back by its event\n")
+            h.indexer.sweep(only=frozenset(), paths={str(note)})
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 5 note(s)" in problem["error"]
+        assert "rebuild_put_back" not in rows
+        h.sweep()
+        assert rows.count("rebuild_put_back") == 1
+        assert set(json.loads(manifest.get_meta("rebuild_put_back") or "[]")) == {
+            f"vault/Share/B/n{i}" for i in range(5)
+        }
+    finally:
+        h.close()
+
+
+def test_a_put_back_memory_note_written_or_deleted_is_no_longer_said_unread(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory notes a rebuild put back (their reads failed during it), then rewritten by a memory
+    write (``index_now``) or deleted: no longer counted as not read back at once (was: until the
+    next whole sweep); the last one clears the rebuild problem and the manifest's row."""
+    from sidecar.vault.sources import inbox_root
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        from sidecar.index import records as records_mod
+
+        def read_inbox_note(*_args: Any) -> Any:  # stays failing: the write's own bytes are indexed
+            raise records_mod.NoteUnreadable("unreadable (Input/output error)")
+
+        monkeypatch.setattr(records_mod, "read_inbox_note", read_inbox_note)
+        h.indexer.clear()
+        h.sweep()
+        assert h.indexer._put_back == {"memory/ops/plan", "memory/ops/keys"}
+        data = b"# Plan\n\nRotate the disks on Sunday.\n"
+        write(inbox / "plan.md", data.decode())
+        st = (inbox / "plan.md").stat()
+        h.indexer.index_now(
+            inbox_root(h.cfg, "ops"), inbox / "plan.md", (data, st.st_mtime_ns, st.st_ctime_ns)
+        )
+        assert h.indexer._put_back == {"memory/ops/keys"}
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 1 note(s)" in problem["error"]
+        h.indexer.delete(["memory/ops/keys"])
+        assert not h.indexer._put_back and h.problems.active_in("rebuild") is None
+        assert h.stores.manifest.get_meta("rebuild_put_back") == ""
+    finally:
+        h.close()
+
+
 def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
     """Make an agent's inbox one sidecar refuses: a symbolic link (to ``outside``, where its
     notes go, with one more), or a folder of another user (needs root: skipped otherwise)."""
