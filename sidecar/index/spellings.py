@@ -79,7 +79,8 @@ def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:
     listed: dict[Path, set[str] | None] = {}
 
     def on_disk(rel: str) -> bool | None:
-        folder, done = top, []
+        folder = top
+        done: list[str] = []  # the parts of ``folder`` below ``top``, for ``asking``
         for part in rel.split("/"):
             if folder not in listed:
                 try:
