@@ -2364,6 +2364,24 @@ def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
         h.close()
 
 
+def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """The problem of a refused inbox whose notes left the index goes once the inbox is removed
+    (the agent retired): nothing of it is left to read."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is not None
+        inbox.unlink()
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+
+
 @pytest.mark.parametrize("how", ["symlink", "owner"])
 def test_a_rebuild_is_refused_while_an_inbox_with_notes_indexed_is_refused(
     make_cfg: Any, vault: Path, tmp_path: Path, how: str
