@@ -2350,7 +2350,7 @@ def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
         why = "symbolic link" if how == "symlink" else "another user"
         assert "agents/ops/memory" in said["error"] and why in said["error"]
         assert "2 of its notes left the index" in said["error"] and str(inbox) in said["error"]
-        assert caplog.text.count("inbox_refused_dropped inbox=memory/ops notes=2") == 1
+        assert caplog.text.count("inbox_refused_dropped folder=agents/ops/memory inboxes=1 notes=2") == 1
         assert caplog.text.count("problem area=inbox subject=ops") == 1
         if how == "symlink":
             inbox.unlink()
@@ -2378,6 +2378,61 @@ def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, 
         inbox.unlink()
         h.sweep()
         assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+
+
+def test_the_agents_folder_behind_a_link_is_one_problem_naming_it(
+    make_cfg: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agents folder itself made a symbolic link: one problem (and one log line) for it,
+    naming at most three agents and how many more, the advice naming the agents folder (was:
+    one problem and one log line per agent, each telling to mend that agent's inbox)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(12):
+            write(agents / f"agent{i:02}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with caplog.at_level(logging.INFO):
+            h.sweep()
+            h.sweep()
+        inbox = [p for p in h.problems.active() if p["area"] == "inbox"]
+        assert len(inbox) == 1, inbox
+        said = inbox[0]["error"]
+        assert "agent00, agent01, agent02 and 9 more" in said and "agent03" not in said
+        assert f"make {agents} a folder of your own" in said and "12 of their notes left the index" in said
+        assert caplog.text.count("inbox_refused_dropped") == 1
+        assert "inbox_refused_dropped folder=agents inboxes=12 notes=12" in caplog.text
+        assert caplog.text.count("problem area=inbox") == 1
+        agents.unlink()
+        (tmp_path / "agents-elsewhere").rename(agents)
+        h.sweep()
+        assert [p for p in h.problems.active() if p["area"] == "inbox"] == []
+        assert len(h.stores.manifest.file_states("memory/")) == 12
+    finally:
+        h.close()
+
+
+def test_an_agent_folder_behind_a_link_is_named_as_the_folder_to_mend(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An agent's folder (not its inbox) made a symbolic link: the problem names that folder
+    as the one to make a folder of your own again (was: the inbox below it)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agent = h.cfg.agents_dir / "ops"
+        write(agent / "memory" / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        agent.rename(tmp_path / "ops-elsewhere")
+        agent.symlink_to(tmp_path / "ops-elsewhere")
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None
+        assert f"make {agent} a folder of your own" in said["error"], said
+        assert "inbox (agents/ops) is a symbolic link" in said["error"]
     finally:
         h.close()
 

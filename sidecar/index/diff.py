@@ -29,6 +29,7 @@ from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.moves import MoveFinder
 from sidecar.index.problems import Problems
+from sidecar.index.refused import RefusedInboxes
 from sidecar.index.skips import SkipReport
 from sidecar.index.spellings import CaseSpellings, _Sibling, _twin_names
 from sidecar.stores.manifest import FileState, Manifest
@@ -183,9 +184,9 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self._reopening = threading.Lock()
         self._reopen_stuck: threading.Thread | None = None
         self._retry_all = False  # the sweep under way reads the notes waiting their turn too
-        # Agents' inboxes refused now (a symlink, another user's folder) -> the notes of each that
+        # Agents' inboxes refused now (a symlink, another user's folder) and the notes of each that
         # left the index since it was refused: said in a problem while it stays refused.
-        self._refused_inboxes: dict[str, int] = {}
+        self.refused = RefusedInboxes(cfg.agents_dir, problems)
 
     def _load_retries(self) -> dict[_Where, int]:
         """``_retry``'s failures in a row as the last process saved them, for the notes of roots
@@ -538,6 +539,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self.retry_waiting = 0
         self._retry_all = retry_all
         listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
+        self.refused.tell()
         alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
         for listing in sorted(listings, key=lambda x: x.root.within is not None):
             if not self._decide(listing, listings, diff, listing.root.name in confirm, alien):
@@ -585,29 +587,16 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
     def _inbox_refused(self, root: Root, skipped: Sequence[Skipped], missing: int) -> None:
         """An agent's inbox that its scan refused (a symbolic link, another user's folder: its only
         skip is the inbox itself) is neither read nor served: its indexed notes leave the index
-        (``missing``, a memory root is never held). Said as a problem, not only counted among the
-        skipped files: the agent's memory is no longer found. Cleared once the inbox is read."""
+        (``missing``, a memory root is never held). Said as a problem (``diff_roots`` tells them
+        once every root is listed, one per refused folder), not only counted among the skipped
+        files: the agent's memory is no longer found. Cleared once the inbox is read."""
         why = next((s.reason for s in skipped if s.path == root.path), None)
-        if why is None:
-            if self._refused_inboxes.pop(root.name, None) is not None:
-                self.problems.clear("inbox", subject=root.agent)
-            return
-        left = self._refused_inboxes[root.name] = self._refused_inboxes.get(root.name, 0) + missing
-        if missing:
-            log.warning("inbox_refused_dropped inbox=%s notes=%d why=%s", root.name, missing, why)
-        gone = f"{left} of its notes left the index" if left else "its notes are not indexed"
-        self.problems.report(
-            "inbox",
-            f"{why}: {gone}, as a refused inbox is neither read nor served (nor written); make "
-            f"{root.path} a folder of your own again and its notes are indexed at the next sweep",
-            subject=root.agent,
-        )
+        self.refused.listed(root.name, root.agent, why, missing)
 
     def forget_inboxes(self, names: Collection[str]) -> None:
         """The refused inboxes no longer among the roots ``names`` (removed): their problem goes."""
-        for name in [n for n in self._refused_inboxes if n not in names]:
-            del self._refused_inboxes[name]
-            self.problems.clear("inbox", subject=name.removeprefix("memory/"))
+        self.refused.forget(names)
+        self.refused.tell()
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
