@@ -2799,24 +2799,24 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
         "spelling": (vault, [vault / "Garden.md", vault / "garden.md"], "listing ."),
         "twin": (vault / "Garden.mD", [vault / "Garden.md"], "looking up Garden.mD"),
     }[where]
-    real_lstat, real_listdir = os.lstat, os.listdir
+    real_lstat, real_scandir = os.lstat, os.scandir
 
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if Path(path) == hung:
             release.wait(10)
         return real_lstat(path, *args, **kwargs)
 
-    def listdir(path: Any = ".") -> list[str]:
+    def scandir(path: Any = ".") -> Any:
         if Path(path) == hung:
             release.wait(10)
-        return real_listdir(path)
+        return real_scandir(path)
 
     try:
         h.indexer.sweep()
         if where == "twin":
             (vault / "Garden.md").unlink()
         monkeypatch.setattr(
-            os, "listdir" if where == "spelling" else "lstat", listdir if where == "spelling" else lstat
+            os, "scandir" if where == "spelling" else "lstat", scandir if where == "spelling" else lstat
         )
         h.indexer.sweep(only=frozenset(), paths=[str(p) for p in paths])
         st = h.supervisor.roots["vault"]
@@ -2824,6 +2824,60 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
         assert st.offline and named in str(st.error) and "hung share?" in str(st.error), st.error
     finally:
         release.set()
+        monkeypatch.undo()
+        h.close()
+
+
+def test_a_file_events_case_listing_on_a_slow_share_is_timed_per_entry(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing that tells a case-only rename, on a share that answers a big folder slowly
+    (each entry well within probeTimeoutSeconds, the whole listing beyond it): the clock starts
+    again at each entry, as a scan's listing, and the root stays online (was: one call under the
+    clock, given up on as hung, the vault offline until the next scan learnt it slow)."""
+    for i in range(14):
+        write(vault / f"Extra {i:02}.md", f"# Extra {i}\n\nfiller {i}\n")
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 1.0, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    class Slow:  # a listing whose entries come one by one, each after a while
+        def __init__(self, it: Any) -> None:
+            self.it = it
+
+        def __enter__(self) -> Slow:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self) -> Slow:
+            return self
+
+        def __next__(self) -> Any:
+            time.sleep(0.12)
+            return next(self.it)
+
+        def close(self) -> None:
+            self.it.close()
+
+    def listdir(path: Any = ".") -> list[str]:
+        if Path(path) == vault:
+            return [e.name for e in Slow(real_scandir(path))]
+        return real_listdir(path)
+
+    def scandir(path: Any = ".") -> Any:
+        return Slow(real_scandir(path)) if Path(path) == vault else real_scandir(path)
+
+    try:
+        h.indexer.sweep()
+        monkeypatch.setattr(os, "listdir", listdir)
+        monkeypatch.setattr(os, "scandir", scandir)
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Garden.md"), str(vault / "garden.md")])
+        st = h.supervisor.roots["vault"]
+        assert not st.offline, st.error
+    finally:
         monkeypatch.undo()
         h.close()
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.stores.manifest import Manifest, folded
-from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, asked
+from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed
 
 
 class _Sibling:
@@ -72,7 +72,8 @@ def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:
     "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
     the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
     hold could keep). Folders are listed only for such pairs (a save's events cost no listing),
-    each listing asked of ``asking`` (given up on where a share hangs, as a sweep's)."""
+    each listing asked of ``asking`` entry by entry (given up on where a share hangs, as a sweep's;
+    a big folder of a slow share is many answers, none hung)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
         groups.setdefault(folded(rel), []).append(rel)
@@ -83,9 +84,9 @@ def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:
         done: list[str] = []  # the parts of ``folder`` below ``top``, for ``asking``
         for part in rel.split("/"):
             if folder not in listed:
-                try:
-                    with asked(asking, "listing", "/".join(done) or "."):
-                        listed[folder] = {unicodedata.normalize("NFC", n) for n in os.listdir(folder)}
+                try:  # each entry that comes starts the clock again, as a scan's listing
+                    entries = _listed(folder, "/".join(done) or ".", asking)
+                    listed[folder] = {unicodedata.normalize("NFC", e.name) for e in entries}
                 except OSError:
                     listed[folder] = None
             names = listed[folder]
