@@ -3172,6 +3172,44 @@ def test_a_vault_probe_that_hangs_is_not_started_again_while_it_hangs(
         h.close()
 
 
+def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault whose listing hangs (the supervisor has not flagged it): whether an event's
+    deletions may go ahead (``deletable``) and whether the wiki lies in a vault that is there
+    (``_inside_vault``) are each one probe, asked again at once as "no" while it hangs (was: a
+    new thread per call, each left hanging)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}))
+    root = Root("vault", vault, exclude="wiki")
+    wiki = Root("wiki", vault / "wiki", within=vault)
+    release = threading.Event()
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    before = {t for t in threading.enumerate() if t.name.startswith("probe-")}
+    try:
+        for _ in range(3):
+            assert sup.deletable(root) is False
+            assert sup._inside_vault(wiki) is False
+        alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
+        assert len([t for t in alive if t.is_alive()]) == 2, alive
+        release.set()
+        assert _wait_for(lambda: not any(t.is_alive() for t in alive))
+        monkeypatch.undo()
+        assert sup.deletable(root) is True and sup._inside_vault(wiki) is True  # asked afresh
+    finally:
+        release.set()
+
+
 def test_a_rebuild_reads_a_note_that_waits_its_retry(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,7 +35,7 @@ from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan
-from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,10 @@ class Supervisor:
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
+        # The probes of a root's folder outside its scans (is the vault there? may an event's
+        # deletions go ahead?): one at a time per question, its answer shared, none started while
+        # the last one still hangs (each call left a thread behind on a hung share).
+        self.probes = SharedProbes()
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         # Every mount point these tables named since the start: a folder of a root that was one
         # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
@@ -751,12 +755,16 @@ class Supervisor:
         if outer is not None and (outer.hanging is not None or (outer.offline and outer.hold_kind != "mass")):
             return False
         try:
-            gone, _stuck = run_with_timeout(
-                self._vault_not_there, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
-            )
-        except OSError:
+            return self.ask_vault_not_there(self.beat) is False
+        except (NoAnswer, OSError):
             return False
-        return gone is False
+
+    def ask_vault_not_there(self, beat: Callable[[], None] | None = None) -> bool:
+        """``vault_not_there`` asked with the probe timeout, one probe at a time (its answer
+        shared by those asking meanwhile). Raises NoAnswer."""
+        return self.probes.ask(
+            "vault-not-there", self.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault", beat
+        )
 
     def applies_at(self, st: RootStatus) -> float | None:
         """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
@@ -782,12 +790,11 @@ class Supervisor:
                 return ident, next(it, None) is None
 
         try:
-            got, _stuck = run_with_timeout(look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat)
-        except OSError:
+            ident, empty = self.probes.ask(
+                ("deletable", root.name), look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+            )
+        except (NoAnswer, OSError):
             return False
-        if got is None:
-            return False
-        ident, empty = got
         memo = self._remembered(root)
         return not (empty or _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev)
 
