@@ -3210,6 +3210,42 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
         release.set()
 
 
+def test_a_caller_beside_a_vault_probe_under_way_reads_its_answer(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two asks whether the vault is there at once (a request's rebuild check beside a sweep's
+    put-back): the second reads the answer of the probe under way (was: it waited for the
+    first, then probed again, as long again, and could be told "away" a hair before the first
+    answered "there")."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 20}), FakeEmbedder())
+    release = threading.Event()
+    asked: list[int] = []
+    real = h.supervisor.vault_not_there
+
+    def vault_not_there() -> bool:
+        asked.append(1)
+        release.wait(20)
+        return real()
+
+    try:
+        h.sweep()
+        monkeypatch.setattr(h.supervisor, "vault_not_there", vault_not_there)
+        out: list[bool] = []
+        first = threading.Thread(target=lambda: out.append(h.indexer._vault_away()))
+        first.start()
+        assert _wait_for(lambda: len(asked) == 1)
+        second = threading.Thread(target=lambda: out.append(h.indexer._vault_away()))
+        second.start()
+        time.sleep(0.3)  # the second is waiting (a probe of its own would have begun by now)
+        release.set()
+        first.join(10)
+        second.join(10)
+        assert out == [False, False] and len(asked) == 1
+    finally:
+        release.set()
+        h.close()
+
+
 def test_a_rebuild_reads_a_note_that_waits_its_retry(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

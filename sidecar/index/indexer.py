@@ -58,7 +58,7 @@ from sidecar.vault.sources import (
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
-from sidecar.vault.timeout import NoAnswer, bounded_call, run_with_timeout
+from sidecar.vault.timeout import NoAnswer, run_with_timeout
 from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
@@ -169,10 +169,6 @@ class Indexer:
         # memory write reads one back from a request's thread while a sweep reads others.
         self._put_back_unsaved = False
         self._put_back_lock = threading.RLock()
-        # The probe of the vault's folder (``_vault_away``): one at a time, and none started while
-        # the last one still hangs (a request and a sweep asking each left a thread behind).
-        self._vault_probe = threading.Lock()
-        self._vault_probe_stuck: dict[str, threading.Thread] = {}
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -1147,21 +1143,13 @@ class Indexer:
 
     def _vault_away(self) -> bool:
         """The vault's folder is missing, empty, not the mount it was on, or does not answer
-        within the probe timeout. One probe at a time: a caller beside one under way waits for it
-        and asks after it; while one still hangs (the supervisor may not know it: it is none of a
-        scan's calls) the vault is away at once, with no other thread left behind."""
-        timeout = self.cfg.watch.probe_timeout_seconds
-        if not self._vault_probe.acquire(timeout=timeout):
-            return True  # another's probe did not answer within the same bound
+        within the probe timeout. One probe at a time (``Supervisor.probes``): a caller beside one
+        under way reads its answer; while one still hangs (the supervisor may not know it: it is
+        none of a scan's calls) the vault is away at once, with no other thread left behind."""
         try:
-            gone = bounded_call(
-                self.supervisor.vault_not_there, timeout, self._vault_probe_stuck, "vault", "vault"
-            )
+            return self.supervisor.ask_vault_not_there()
         except (NoAnswer, OSError):
             return True
-        finally:
-            self._vault_probe.release()
-        return bool(gone)
 
     def unreachable_roots(self) -> dict[str, str]:
         """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
