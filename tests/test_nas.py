@@ -2604,6 +2604,60 @@ def test_a_slow_mark_whose_write_failed_is_written_at_the_next_sweep(
         h.close()
 
 
+def test_a_slow_mark_that_cannot_be_written_is_retried_at_scans_and_said_once(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index disk that stays full: the slow mark's write is retried at the root's scans, not
+    at each file event's look, and its failure is said once until a write works, which is said
+    too (was: a write and a warning at every event batch of the root)."""
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    full = [True]
+    rows: dict[str, str] = {}
+
+    class Meta(dict):  # type: ignore[type-arg]
+        writes = 0
+
+        def get_meta(self, name: str) -> str | None:
+            return rows.get(name)
+
+        def set_meta(self, name: str, value: str) -> None:
+            Meta.writes += 1
+            if full[0]:
+                raise sqlite3.OperationalError("database or disk is full")
+            rows[name] = value
+
+        def meta_names(self, prefix: str) -> list[str]:
+            return [n for n in rows if n.startswith(prefix)]
+
+        def delete_meta(self, names: Any) -> None:  # a quick scan drops the mark
+            Meta.writes += 1
+            if full[0]:
+                raise sqlite3.OperationalError("database or disk is full")
+            for name in names:
+                rows.pop(name, None)
+
+    sup = Supervisor(make_cfg(vault), meta=Meta())
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    with caplog.at_level(logging.INFO, logger="sidecar.vault.supervisor"):
+        sup._set_slow(st, True, "listing .")
+        for _ in range(20):
+            sup.bounded(root, lambda _asking: None)
+        assert Meta.writes == 1
+        sup.list_root(root)
+        sup.list_root(root)
+        assert Meta.writes >= 3 and "slow:vault" not in rows  # retried at each scan
+        assert caplog.text.count("root_meta_failed") == 1
+        full[0] = False
+        sup.list_root(root)
+        assert caplog.text.count("root_meta_saved row=slow:vault") == 1
+        written = Meta.writes
+        sup.list_root(root)
+        assert Meta.writes == written  # written: not asked again
+
+
 @pytest.mark.parametrize("how", ["symlink", "owner"])
 def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
     make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture

@@ -129,6 +129,7 @@ class RootStatus:
     # disk): written at the root's next scan, or a run after this one would not know it.
     _mark_unsaved: bool = field(default=False, repr=False)
     _mark_text: str | None = field(default=None, repr=False)  # the row's JSON (None: no mark)
+    _mark_failed: bool = field(default=False, repr=False)  # its last write failed (logged once)
 
     @property
     def hanging(self) -> threading.Thread | None:
@@ -241,9 +242,13 @@ class Supervisor:
             else:
                 self.meta.delete_meta([row])
         except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
-            log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
+            if not st._mark_failed:  # a disk that stays full: said once, not at each scan
+                log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
+            st._mark_failed = True
             return
-        st._mark_unsaved = False
+        if st._mark_failed:
+            log.info("root_meta_saved row=%s (after failed writes)", row)
+        st._mark_unsaved = st._mark_failed = False
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -355,8 +360,6 @@ class Supervisor:
             raise RootUnreachable(_still_hangs(root, st))
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
-        else:
-            self._save_slow(st)  # a mark whose write failed at an earlier scan
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
 
@@ -498,7 +501,10 @@ class Supervisor:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
+        failed = self.status(root)._mark_unsaved  # at an earlier scan (one learnt now is written now)
         st = self._fresh(root)
+        if failed:  # retried at each scan of the root until written, not at each event batch
+            self._save_slow(st)
         max_bytes = self.cfg.index.max_file_bytes
 
         def listing(asking: Asking) -> tuple[Identity, list[NoteFile | Skipped]]:
