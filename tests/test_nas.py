@@ -4,6 +4,7 @@ deleted chunks come back without the model; a nested wiki keeps its sibling fold
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -2435,6 +2436,71 @@ def test_an_agent_folder_behind_a_link_is_named_as_the_folder_to_mend(
         assert "inbox (agents/ops) is a symbolic link" in said["error"]
     finally:
         h.close()
+
+
+def test_sidecar_index_without_a_daemon_names_a_refused_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` with no daemon, an inbox with notes indexed turned into a symbolic link:
+    its line names the refused inbox and the notes that left the index beside the offline
+    roots, and so does --json (was: only "N removed", the problem a raw log line)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    home = tmp_path / "h"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    argv = ["index", "--home", str(home), "--vault", str(vault)]
+    assert main(argv) == 0
+    inbox = home / "agents" / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    assert main(argv) == 0
+    inbox.rename(tmp_path / "outside")
+    inbox.symlink_to(tmp_path / "outside")
+    capsys.readouterr()
+    assert main(argv) == 0
+    said = capsys.readouterr()
+    assert (
+        "; memory inbox refused, agents/ops/memory is a symbolic link or not a folder: 1 note left the index"
+        in said.out + said.err
+    )
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["refused_inboxes"] == [
+        {
+            "folder": "agents/ops/memory",
+            "why": "is a symbolic link or not a folder",
+            "agents": ["ops"],
+            "notes": 0,
+        }
+    ]
+
+
+def test_sidecar_index_through_the_daemon_names_a_refused_inbox(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """`sidecar index` through a running daemon, an inbox with notes indexed turned into a
+    symbolic link: its line and its --json name the refused inbox beside the offline roots."""
+    d = daemon_factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false"}).start()
+    inbox = d.home / "agents" / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    d.run_cli("index", check=True)
+    inbox.rename(tmp_path / "outside")
+    inbox.symlink_to(tmp_path / "outside")
+    ran = d.run_cli("index", check=True)
+    assert (
+        "; memory inbox refused, agents/ops/memory is a symbolic link or not a folder: 1 note left the index"
+        in ran.stdout + ran.stderr
+    ), ran
+    out = json.loads(d.run_cli("index", "--json", check=True).stdout)
+    assert out["refused_inboxes"] == [
+        {
+            "folder": "agents/ops/memory",
+            "why": "is a symbolic link or not a folder",
+            "agents": ["ops"],
+            "notes": 1,
+        }
+    ]
 
 
 @pytest.mark.parametrize("how", ["symlink", "owner"])
