@@ -1108,13 +1108,39 @@ def _case_insensitive(monkeypatch: pytest.MonkeyPatch, folder: Path, old: str, n
     """``folder/old`` opens as ``folder/new`` (a hard link: the same file), and the folder lists
     ``new`` only: what a case-insensitive disk shows of a name whose case changed."""
     os.link(folder / new, folder / old)
-    real = os.listdir
+    real, real_scandir = os.listdir, os.scandir
 
     def listdir(path: Any = ".") -> list[str]:
         names = real(path)
         return [n for n in names if n != old] if Path(path) == folder else names
 
+    class Listed:  # os.scandir's answer: an iterator, usable in a with
+        def __init__(self, entries: list[os.DirEntry[str]]) -> None:
+            self.it = iter(entries)
+
+        def __enter__(self) -> Listed:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def __iter__(self) -> Listed:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            return next(self.it)
+
+        def close(self) -> None:
+            pass
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) != folder:
+            return real_scandir(path)
+        with real_scandir(path) as it:
+            return Listed([e for e in it if e.name != old])
+
     monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
 
 
 @pytest.mark.parametrize("how", ["renamed", "made anew"])

@@ -4,8 +4,10 @@ deleted chunks come back without the model; a nested wiki keeps its sibling fold
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -2229,6 +2231,88 @@ def test_an_event_sweep_looks_up_only_its_own_notes_among_those_put_back(
         h.close()
 
 
+def test_put_back_notes_read_by_file_events_are_written_down_at_the_whole_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notes a rebuild put back, read one by one by file events: status follows each read, and
+    the manifest's row of those still unread (one JSON row of every key) is written at the next
+    whole sweep, not at each read (20,000 keys are about 1 MB written per note read back)."""
+    import json
+
+    read_now = _notes(vault, 3, "Share/A")
+    _notes(vault, 5, "Share/B")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        failing = _failing_reads(monkeypatch, vault / "Share")
+        h.indexer.clear()
+        h.sweep()
+        assert len(h.indexer._put_back) == 8
+        failing[0] = False
+        _failing_reads(monkeypatch, vault / "Share" / "B")  # B stays unreadable
+        manifest = h.stores.manifest
+        rows: list[str] = []
+        real_set = manifest.set_meta
+
+        def set_meta(key: str, value: str) -> None:
+            rows.append(key)
+            real_set(key, value)
+
+        monkeypatch.setattr(manifest, "set_meta", set_meta)
+        for note in read_now:
+            write(note, "# Edited\n\nread back by its event\n")
+            h.indexer.sweep(only=frozenset(), paths={str(note)})
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 5 note(s)" in problem["error"]
+        assert "rebuild_put_back" not in rows
+        h.sweep()
+        assert rows.count("rebuild_put_back") == 1
+        assert set(json.loads(manifest.get_meta("rebuild_put_back") or "[]")) == {
+            f"vault/Share/B/n{i}" for i in range(5)
+        }
+    finally:
+        h.close()
+
+
+def test_a_put_back_memory_note_written_or_deleted_is_no_longer_said_unread(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory notes a rebuild put back (their reads failed during it), then rewritten by a memory
+    write (``index_now``) or deleted: no longer counted as not read back at once (was: until the
+    next whole sweep); the last one clears the rebuild problem and the manifest's row."""
+    from sidecar.vault.sources import inbox_root
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        from sidecar.index import records as records_mod
+
+        def read_inbox_note(*_args: Any) -> Any:  # stays failing: the write's own bytes are indexed
+            raise records_mod.NoteUnreadable("unreadable (Input/output error)")
+
+        monkeypatch.setattr(records_mod, "read_inbox_note", read_inbox_note)
+        h.indexer.clear()
+        h.sweep()
+        assert h.indexer._put_back == {"memory/ops/plan", "memory/ops/keys"}
+        data = b"# Plan\n\nRotate the disks on Sunday.\n"
+        write(inbox / "plan.md", data.decode())
+        st = (inbox / "plan.md").stat()
+        h.indexer.index_now(
+            inbox_root(h.cfg, "ops"), inbox / "plan.md", (data, st.st_mtime_ns, st.st_ctime_ns)
+        )
+        assert h.indexer._put_back == {"memory/ops/keys"}
+        problem = h.problems.active_in("rebuild")
+        assert problem is not None and "could not read 1 note(s)" in problem["error"]
+        h.indexer.delete(["memory/ops/keys"])
+        assert not h.indexer._put_back and h.problems.active_in("rebuild") is None
+        assert h.stores.manifest.get_meta("rebuild_put_back") == ""
+    finally:
+        h.close()
+
+
 def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
     """Make an agent's inbox one sidecar refuses: a symbolic link (to ``outside``, where its
     notes go, with one more), or a folder of another user (needs root: skipped otherwise)."""
@@ -2240,6 +2324,183 @@ def _refuse_inbox(inbox: Path, how: str, outside: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a folder to another user needs root")
     os.chown(inbox, 65534, 65534)
+
+
+@pytest.mark.parametrize("how", ["symlink", "owner"])
+def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
+    make_cfg: Any, vault: Path, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's inbox with notes indexed turned into a symbolic link or another user's folder:
+    an ordinary sweep drops its notes (a refused inbox is neither read nor served) and says so,
+    a problem naming the inbox, why and how many notes left, logged once; it clears once the
+    inbox is the agent's own folder again and its notes are back (was: dropped with only a
+    skipped-files line)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        _refuse_inbox(inbox, how, tmp_path / "outside")
+        with caplog.at_level(logging.INFO):
+            h.sweep()
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None, h.problems.active()
+        why = "symbolic link" if how == "symlink" else "another user"
+        assert "agents/ops/memory" in said["error"] and why in said["error"]
+        assert "2 of its notes left the index" in said["error"] and str(inbox) in said["error"]
+        assert caplog.text.count("inbox_refused_dropped folder=agents/ops/memory inboxes=1 notes=2") == 1
+        assert caplog.text.count("problem area=inbox subject=ops") == 1
+        if how == "symlink":
+            inbox.unlink()
+            (tmp_path / "outside").rename(inbox)
+        else:
+            os.chown(inbox, os.getuid(), os.getgid())
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+        assert {"memory/ops/plan", "memory/ops/keys"} <= set(h.stores.manifest.file_states("memory/"))
+    finally:
+        h.close()
+
+
+def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """The problem of a refused inbox whose notes left the index goes once the inbox is removed
+    (the agent retired): nothing of it is left to read."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is not None
+        inbox.unlink()
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+
+
+def test_the_agents_folder_behind_a_link_is_one_problem_naming_it(
+    make_cfg: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agents folder itself made a symbolic link: one problem (and one log line) for it,
+    naming at most three agents and how many more, the advice naming the agents folder (was:
+    one problem and one log line per agent, each telling to mend that agent's inbox)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(12):
+            write(agents / f"agent{i:02}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with caplog.at_level(logging.INFO):
+            h.sweep()
+            h.sweep()
+        inbox = [p for p in h.problems.active() if p["area"] == "inbox"]
+        assert len(inbox) == 1, inbox
+        said = inbox[0]["error"]
+        assert "agent00, agent01, agent02 and 9 more" in said and "agent03" not in said
+        assert f"make {agents} a folder of your own" in said and "12 of their notes left the index" in said
+        assert caplog.text.count("inbox_refused_dropped") == 1
+        assert "inbox_refused_dropped folder=agents inboxes=12 notes=12" in caplog.text
+        assert caplog.text.count("problem area=inbox") == 1
+        agents.unlink()
+        (tmp_path / "agents-elsewhere").rename(agents)
+        h.sweep()
+        assert [p for p in h.problems.active() if p["area"] == "inbox"] == []
+        assert len(h.stores.manifest.file_states("memory/")) == 12
+    finally:
+        h.close()
+
+
+def test_an_agent_folder_behind_a_link_is_named_as_the_folder_to_mend(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An agent's folder (not its inbox) made a symbolic link: the problem names that folder
+    as the one to make a folder of your own again (was: the inbox below it)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agent = h.cfg.agents_dir / "ops"
+        write(agent / "memory" / "plan.md", "# Plan\n\nRotate the disks.\n")
+        h.sweep()
+        agent.rename(tmp_path / "ops-elsewhere")
+        agent.symlink_to(tmp_path / "ops-elsewhere")
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None
+        assert f"make {agent} a folder of your own" in said["error"], said
+        assert "inbox (agents/ops) is a symbolic link" in said["error"]
+    finally:
+        h.close()
+
+
+def test_sidecar_index_without_a_daemon_names_a_refused_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sidecar index` with no daemon, an inbox with notes indexed turned into a symbolic link:
+    its line names the refused inbox and the notes that left the index beside the offline
+    roots, and so does --json (was: only "N removed", the problem a raw log line)."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    home = tmp_path / "h"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    argv = ["index", "--home", str(home), "--vault", str(vault)]
+    assert main(argv) == 0
+    inbox = home / "agents" / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    assert main(argv) == 0
+    inbox.rename(tmp_path / "outside")
+    inbox.symlink_to(tmp_path / "outside")
+    capsys.readouterr()
+    assert main(argv) == 0
+    said = capsys.readouterr()
+    assert (
+        "; memory inbox refused, agents/ops/memory is a symbolic link or not a folder: 1 note left the index"
+        in said.out + said.err
+    )
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["refused_inboxes"] == [
+        {
+            "folder": "agents/ops/memory",
+            "why": "is a symbolic link or not a folder",
+            "agents": ["ops"],
+            "notes": 0,
+        }
+    ]
+
+
+def test_sidecar_index_through_the_daemon_names_a_refused_inbox(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
+    """`sidecar index` through a running daemon, an inbox with notes indexed turned into a
+    symbolic link: its line and its --json name the refused inbox beside the offline roots."""
+    d = daemon_factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false"}).start()
+    inbox = d.home / "agents" / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    d.run_cli("index", check=True)
+    inbox.rename(tmp_path / "outside")
+    inbox.symlink_to(tmp_path / "outside")
+    ran = d.run_cli("index", check=True)
+    assert (
+        "; memory inbox refused, agents/ops/memory is a symbolic link or not a folder: 1 note left the index"
+        in ran.stdout + ran.stderr
+    ), ran
+    out = json.loads(d.run_cli("index", "--json", check=True).stdout)
+    assert out["refused_inboxes"] == [
+        {
+            "folder": "agents/ops/memory",
+            "why": "is a symbolic link or not a folder",
+            "agents": ["ops"],
+            "notes": 1,
+        }
+    ]
 
 
 @pytest.mark.parametrize("how", ["symlink", "owner"])
@@ -2371,6 +2632,96 @@ def test_a_slow_share_is_remembered_by_the_next_run(
         assert not h.supervisor.status(sources_mod.vault_roots(cfg)[0]).slow
     finally:
         h.close()
+
+
+def test_a_slow_mark_whose_write_failed_is_written_at_the_next_sweep(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write of a share's slow mark fails (a locked or full index disk): this run still
+    waits for it as slow, and the mark is written at the root's next sweep, so the next run
+    knows it too (was: written only when the share changed from quick to slow, never again
+    within the run; every later run gave up at the same listing)."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5}), FakeEmbedder())
+    manifest = h.stores.manifest
+    real_set = manifest.set_meta
+    failures = [1]
+
+    def set_meta(key: str, value: str) -> None:
+        if key.startswith("slow:") and failures[0]:
+            failures[0] -= 1
+            raise sqlite3.OperationalError("database is locked")
+        real_set(key, value)
+
+    try:
+        h.indexer.sweep()
+        _late_listing_of(monkeypatch, vault / "Recipes", h)
+        monkeypatch.setattr(manifest, "set_meta", set_meta)
+        h.indexer.sweep()  # given up on at the listing, which answers late
+        st = h.supervisor.roots["vault"]
+        assert _wait_for(lambda: not _stuck_readers("vault"))
+        st.next_retry = 0.0
+        with caplog.at_level(logging.WARNING, logger="sidecar.vault.supervisor"):
+            h.indexer.sweep(only=frozenset(h.supervisor.due()))  # learnt slow; the mark's write fails
+        assert st.slow and not failures[0] and manifest.get_meta("slow:vault") is None
+        assert "root_meta_failed row=slow:vault" in caplog.text
+        h.indexer.sweep()  # the listing late again: still slow, and the mark is written now
+        assert st.slow and manifest.get_meta("slow:vault") is not None
+    finally:
+        h.close()
+
+
+def test_a_slow_mark_that_cannot_be_written_is_retried_at_scans_and_said_once(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index disk that stays full: the slow mark's write is retried at the root's scans, not
+    at each file event's look, and its failure is said once until a write works, which is said
+    too (was: a write and a warning at every event batch of the root)."""
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    full = [True]
+    rows: dict[str, str] = {}
+
+    class Meta(dict):  # type: ignore[type-arg]
+        writes = 0
+
+        def get_meta(self, name: str) -> str | None:
+            return rows.get(name)
+
+        def set_meta(self, name: str, value: str) -> None:
+            Meta.writes += 1
+            if full[0]:
+                raise sqlite3.OperationalError("database or disk is full")
+            rows[name] = value
+
+        def meta_names(self, prefix: str) -> list[str]:
+            return [n for n in rows if n.startswith(prefix)]
+
+        def delete_meta(self, names: Any) -> None:  # a quick scan drops the mark
+            Meta.writes += 1
+            if full[0]:
+                raise sqlite3.OperationalError("database or disk is full")
+            for name in names:
+                rows.pop(name, None)
+
+    sup = Supervisor(make_cfg(vault), meta=Meta())
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    with caplog.at_level(logging.INFO, logger="sidecar.vault.supervisor"):
+        sup._set_slow(st, True, "listing .")
+        for _ in range(20):
+            sup.bounded(root, lambda _asking: None)
+        assert Meta.writes == 1
+        sup.list_root(root)
+        sup.list_root(root)
+        assert Meta.writes >= 3 and "slow:vault" not in rows  # retried at each scan
+        assert caplog.text.count("root_meta_failed") == 1
+        full[0] = False
+        sup.list_root(root)
+        assert caplog.text.count("root_meta_saved row=slow:vault") == 1
+        written = Meta.writes
+        sup.list_root(root)
+        assert Meta.writes == written  # written: not asked again
 
 
 @pytest.mark.parametrize("how", ["symlink", "owner"])
@@ -2547,6 +2898,107 @@ def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
         assert st.offline and named in str(st.error) and "did not answer" in str(st.error)
     finally:
         release.set()
+        h.close()
+
+
+@pytest.mark.parametrize("where", ["folder", "spelling", "twin"])
+def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A file event's look on a share that hangs at one of its own look-ups (whether a folder on
+    the event's path is a link, the listing that tells a case-only rename, whether a deleted
+    note's other spelling exists): given up on after probeTimeoutSeconds naming it, the root
+    offline. They lay outside the per-call clock: the event batch waited up to
+    scanTimeoutSeconds."""
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    release = threading.Event()
+    hung, paths, named = {
+        "folder": (vault / "Recipes", [vault / "Recipes" / "Bread.md"], "looking up Recipes"),
+        "spelling": (vault, [vault / "Garden.md", vault / "garden.md"], "listing ."),
+        "twin": (vault / "Garden.mD", [vault / "Garden.md"], "looking up Garden.mD"),
+    }[where]
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_lstat(path, *args, **kwargs)
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_scandir(path)
+
+    try:
+        h.indexer.sweep()
+        if where == "twin":
+            (vault / "Garden.md").unlink()
+        monkeypatch.setattr(
+            os, "scandir" if where == "spelling" else "lstat", scandir if where == "spelling" else lstat
+        )
+        h.indexer.sweep(only=frozenset(), paths=[str(p) for p in paths])
+        st = h.supervisor.roots["vault"]
+        # Given up on at the look-up (the full sweep it escalates to finds the call still hanging).
+        assert st.offline and named in str(st.error) and "hung share?" in str(st.error), st.error
+    finally:
+        release.set()
+        monkeypatch.undo()
+        h.close()
+
+
+def test_a_file_events_case_listing_on_a_slow_share_is_timed_per_entry(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing that tells a case-only rename, on a share that answers a big folder slowly
+    (each entry well within probeTimeoutSeconds, the whole listing beyond it): the clock starts
+    again at each entry, as a scan's listing, and the root stays online (was: one call under the
+    clock, given up on as hung, the vault offline until the next scan learnt it slow)."""
+    for i in range(14):
+        write(vault / f"Extra {i:02}.md", f"# Extra {i}\n\nfiller {i}\n")
+    h = Harness(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 1.0, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
+    )
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    class Slow:  # a listing whose entries come one by one, each after a while
+        def __init__(self, it: Any) -> None:
+            self.it = it
+
+        def __enter__(self) -> Slow:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self) -> Slow:
+            return self
+
+        def __next__(self) -> Any:
+            time.sleep(0.12)
+            return next(self.it)
+
+        def close(self) -> None:
+            self.it.close()
+
+    def listdir(path: Any = ".") -> list[str]:
+        if Path(path) == vault:
+            return [e.name for e in Slow(real_scandir(path))]
+        return real_listdir(path)
+
+    def scandir(path: Any = ".") -> Any:
+        return Slow(real_scandir(path)) if Path(path) == vault else real_scandir(path)
+
+    try:
+        h.indexer.sweep()
+        monkeypatch.setattr(os, "listdir", listdir)
+        monkeypatch.setattr(os, "scandir", scandir)
+        h.indexer.sweep(only=frozenset(), paths=[str(vault / "Garden.md"), str(vault / "garden.md")])
+        st = h.supervisor.roots["vault"]
+        assert not st.offline, st.error
+    finally:
+        monkeypatch.undo()
         h.close()
 
 
@@ -2768,6 +3220,149 @@ def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
         failing[0] = False
         h.indexer.refuse_rebuild()
     finally:
+        h.close()
+
+
+def test_a_running_daemon_rechecks_an_unreadable_folder_before_refusing_a_rebuild(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder recorded unreadable by the last sweep that lists again (a share healed, a mode
+    given back, with no file event) no longer refuses a rebuild asked of the running daemon, as
+    `sidecar index --rebuild` without one lists every root before its check; one that still
+    fails does (was: named as the last sweep recorded it until the next full sweep)."""
+    from sidecar.contracts.errors import UnreadableError
+
+    _notes(vault, 3)
+    bad = vault / "Notes"
+    failing = [True]
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if failing[0] and Path(path) == bad:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        monkeypatch.setattr(sources_mod.os, "scandir", scandir)
+        h.sweep()
+        with pytest.raises(UnreadableError, match="Notes"):
+            h.indexer.refuse_rebuild()
+        failing[0] = False
+        h.indexer.refuse_rebuild()
+        failing[0] = True
+        with pytest.raises(UnreadableError, match="Notes"):
+            h.indexer.refuse_rebuild(recorded=True)  # as the last sweep recorded it: none looked at
+    finally:
+        h.close()
+
+
+def test_a_vault_probe_that_hangs_is_not_started_again_while_it_hangs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look at whether the vault's folder is there (before a rebuild, when notes are put
+    back) hangs on a share the supervisor has not found hanging yet: the vault is away, and the
+    next asks answer so at once, with no second thread, until the probe answers (was: a new
+    thread per ask, each left hanging)."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}), FakeEmbedder())
+    release = threading.Event()
+    asked: list[int] = []
+    real = h.supervisor.vault_not_there
+
+    def vault_not_there() -> bool:
+        asked.append(1)
+        release.wait(20)
+        return real()
+
+    try:
+        h.sweep()
+        monkeypatch.setattr(h.supervisor, "vault_not_there", vault_not_there)
+        assert "vault" in h.indexer.unreachable_roots()
+        assert "vault" in h.indexer.unreachable_roots()
+        assert len(asked) == 1
+        release.set()
+        assert _wait_for(
+            lambda: not any(t.name == "probe-vault" and t.is_alive() for t in threading.enumerate())
+        )
+        assert "vault" not in h.indexer.unreachable_roots()
+        assert len(asked) == 2
+    finally:
+        release.set()
+        h.close()
+
+
+def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault whose listing hangs (the supervisor has not flagged it): whether an event's
+    deletions may go ahead (``deletable``) and whether the wiki lies in a vault that is there
+    (``_inside_vault``) are each one probe, asked again at once as "no" while it hangs (was: a
+    new thread per call, each left hanging)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}))
+    root = Root("vault", vault, exclude="wiki")
+    wiki = Root("wiki", vault / "wiki", within=vault)
+    release = threading.Event()
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    before = {t for t in threading.enumerate() if t.name.startswith("probe-")}
+    try:
+        for _ in range(3):
+            assert sup.deletable(root) is False
+            assert sup._inside_vault(wiki) is False
+        alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
+        assert len([t for t in alive if t.is_alive()]) == 2, alive
+        release.set()
+        assert _wait_for(lambda: not any(t.is_alive() for t in alive))
+        monkeypatch.undo()
+        assert sup.deletable(root) is True and sup._inside_vault(wiki) is True  # asked afresh
+    finally:
+        release.set()
+
+
+def test_a_caller_beside_a_vault_probe_under_way_reads_its_answer(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two asks whether the vault is there at once (a request's rebuild check beside a sweep's
+    put-back): the second reads the answer of the probe under way (was: it waited for the
+    first, then probed again, as long again, and could be told "away" a hair before the first
+    answered "there")."""
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 20}), FakeEmbedder())
+    release = threading.Event()
+    asked: list[int] = []
+    real = h.supervisor.vault_not_there
+
+    def vault_not_there() -> bool:
+        asked.append(1)
+        release.wait(20)
+        return real()
+
+    try:
+        h.sweep()
+        monkeypatch.setattr(h.supervisor, "vault_not_there", vault_not_there)
+        out: list[bool] = []
+        first = threading.Thread(target=lambda: out.append(h.indexer._vault_away()))
+        first.start()
+        assert _wait_for(lambda: len(asked) == 1)
+        second = threading.Thread(target=lambda: out.append(h.indexer._vault_away()))
+        second.start()
+        time.sleep(0.3)  # the second is waiting (a probe of its own would have begun by now)
+        release.set()
+        first.join(10)
+        second.join(10)
+        assert out == [False, False] and len(asked) == 1
+    finally:
+        release.set()
         h.close()
 
 

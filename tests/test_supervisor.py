@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from pathlib import Path
@@ -354,5 +355,136 @@ def test_a_read_that_hangs_after_a_scan_given_up_on_is_known_to_hang(make_cfg: A
         assert st.hanging is not None
         with pytest.raises(RootUnreachable, match="still hangs"):
             sup.read(root, "B.md", lambda: "text")
+    finally:
+        release.set()
+
+
+def _share_table(tmp_path: Path, vault: Path, fs_type: str = "cifs") -> Path:
+    """A mount table (mountinfo) naming ``vault`` as a share of its own: classify looks it up."""
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - {fs_type} //nas/v rw\n")
+    return table
+
+
+def _late_look_up(monkeypatch: pytest.MonkeyPatch, vault: Path, release: threading.Event) -> list[Path]:
+    """classify's look-up of ``vault`` in the mount table (its path resolved) waits for ``release``."""
+    real = supervisor_mod.fs_type_of
+    asked: list[Path] = []
+
+    def fs_type_of(path: Path, mounts: list[tuple[str, str]]) -> str | None:
+        asked.append(path)
+        if path == vault:
+            release.wait(20)
+        return real(path, mounts)
+
+    monkeypatch.setattr(supervisor_mod, "fs_type_of", fs_type_of)
+    return asked
+
+
+class _Meta(dict[str, str]):
+    """The supervisor's meta rows, in memory."""
+
+    def get_meta(self, name: str) -> str | None:
+        return self.get(name)
+
+    def set_meta(self, name: str, value: str) -> None:
+        self[name] = value
+
+    def meta_names(self, prefix: str) -> list[str]:
+        return [k for k in self if k.startswith(prefix)]
+
+    def delete_meta(self, names: Any) -> None:
+        for n in names:
+            self.pop(n, None)
+
+
+def test_classify_reads_the_mount_table_it_is_given(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
+    """classify takes each root's type from the configured mount table (a share: polled) and
+    keeps the table's mount points; an empty table asks nothing of the roots."""
+    root = Root("vault", vault, exclude="wiki")
+    sup = Supervisor(make_cfg(vault, **{"watch.mountTable": str(_share_table(tmp_path, vault, "nfs4"))}))
+    sup.classify([root])
+    st = sup.status(root)
+    assert st.fs_type == "nfs4" and st.network and str(vault) in sup.mount_points_seen
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    sup = Supervisor(make_cfg(vault, **{"watch.mountTable": str(empty)}))
+    sup.classify([root])
+    assert sup.status(root).fs_type is None and sup.mounts == []
+
+
+def test_classify_gives_up_a_hung_look_up_and_learns_a_slow_share(
+    make_cfg: Any,
+    vault: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """classify's look-up of a root that does not answer: given up on after probeTimeoutSeconds
+    as a stat of the root ("looking up ."), no second one started while it hangs; once it has
+    answered, the next scan learns the share is slow and remembers it."""
+    from sidecar.vault.supervisor import RootUnreachable
+
+    cfg = make_cfg(
+        vault,
+        **{
+            "watch.mountTable": str(_share_table(tmp_path, vault)),
+            "watch.probeTimeoutSeconds": 0.3,
+            "watch.scanTimeoutSeconds": 60,
+        },
+    )
+    meta = _Meta()
+    sup = Supervisor(cfg, meta=meta)
+    root = Root("vault", vault, exclude="wiki")
+    release = threading.Event()
+    asked = _late_look_up(monkeypatch, vault, release)
+    try:
+        sup.classify([root])
+        st = sup.status(root)
+        assert st.hung_on == "looking up ." and st.hanging is not None and st.fs_type is None
+        sup.classify([root])  # still hanging: not asked again
+        assert asked.count(vault) == 1
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.list_root(root)
+    finally:
+        release.set()
+    st._stuck.join(10)  # type: ignore[union-attr]  # the look-up answered (late)
+    with caplog.at_level(logging.WARNING, logger="sidecar.vault.supervisor"):
+        sup.bounded(root, lambda _asking: None)  # a file event's look (a whole quick scan ends it)
+    assert st.slow and "slow:vault" in meta and "share_slow root=vault call=looking up ." in caplog.text
+
+
+def test_classify_waits_the_whole_scan_bound_on_a_slow_share_and_drops_a_hung_ones_mark(
+    make_cfg: Any,
+    vault: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a share remembered slow, classify's look-up is waited for up to scanTimeoutSeconds (one
+    past probeTimeoutSeconds still finds the type); one that does not answer even then is a hung
+    share: its slow mark goes (share_hung) and later calls are given up per call again."""
+    table = str(_share_table(tmp_path, vault))
+    root = Root("vault", vault, exclude="wiki")
+    meta = _Meta({"slow:vault": '{"call": "listing Recipes", "since": 0}'})
+    release = threading.Event()
+    _late_look_up(monkeypatch, vault, release)
+    cfg = make_cfg(vault, **{"watch.mountTable": table, "watch.probeTimeoutSeconds": 0.1})
+    # Answered at the wait's first beat (about a second): past the probe timeout.
+    sup = Supervisor(cfg, meta=meta, beat=release.set)
+    sup.classify([root])
+    st = sup.status(root)
+    assert st.fs_type == "cifs" and st.slow and st.hung_on is None
+    release.clear()
+    cfg = make_cfg(
+        vault, **{"watch.mountTable": table, "watch.probeTimeoutSeconds": 0.1, "watch.scanTimeoutSeconds": 1}
+    )
+    sup = Supervisor(cfg, meta=meta)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sidecar.vault.supervisor"):
+            sup.classify([root])
+        st = sup.status(root)
+        assert st.hung_on == "looking up ." and st.hanging is not None
+        assert not st.slow and "slow:vault" not in meta and "share_hung root=vault" in caplog.text
     finally:
         release.set()

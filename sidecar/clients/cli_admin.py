@@ -176,6 +176,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                         "offline": [
                             {"name": r["name"], "mode": r["mode"], "error": r.get("error")} for r in offline
                         ],
+                        "refused_inboxes": idx.get("refused_inboxes", []),
                     }
                 )
             )
@@ -185,7 +186,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 + ("deletions held" if r["mode"] == "held" else "offline, kept as indexed")
                 + f": {shown(str(r.get('error')))}"
                 for r in offline
-            )
+            ) + _refused_inboxes_said(idx.get("refused_inboxes", []))
             bar.done(f"indexed {idx['files']} notes, {idx['chunks']} chunks (through the daemon){kept}")
         for line in still:
             print(f"note: {line}", file=sys.stderr)
@@ -342,11 +343,28 @@ def _index_here(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
     # Keyword-only, no chunk ever gets a vector: "5 without vectors" read like a fault.
     vectors = f", {summary['pending_vectors']} without vectors" if cfg.embedder.enabled else ""
     kept = "".join(f"; {r['name']} offline, kept as indexed: {shown(r['error'])}" for r in summary["offline"])
+    kept += _refused_inboxes_said(summary["refused_inboxes"])
     bar.done(
         f"indexed {summary['files']} notes, {summary['chunks']} chunks ({summary['changed']} read, "
         f"{summary['deleted']} removed{vectors}){kept}"
     )
     return _rebuild_unfinished(unfinished)
+
+
+def _refused_inboxes_said(refused: list[dict[str, Any]]) -> str:
+    """The agents' inboxes refused, beside the offline roots: their notes left the index (a
+    refused inbox is neither read nor served), one part per refused folder, at most 3 agents
+    named of an agents folder refused whole."""
+    out = ""
+    for r in refused:
+        agents = r["agents"]
+        more = f" and {len(agents) - 3} more" if len(agents) > 3 else ""
+        names = ", ".join(agents[:3]) + more
+        whose = "" if len(agents) == 1 else f" (the inboxes of {len(agents)} agents: {names})"
+        n = r["notes"]
+        gone = f"{n} note{'' if n == 1 else 's'} left the index" if n else "its notes are not indexed"
+        out += f"; memory inbox refused, {shown(r['folder'])} {shown(r['why'])}{whose}: {gone}"
+    return out
 
 
 def _rebuild_problem(health: dict[str, Any]) -> str | None:

@@ -47,6 +47,7 @@ _PROBLEM_AREAS = {
     "vector_search": "vector search",
     "memory_write": "memory writes",
     "memory_audit": "memory audit log",
+    "inbox": "memory inbox refused",
     "config": "configuration file",
     "restart": "restart needed",
     "stores": "index files",

@@ -149,6 +149,9 @@ class HealthOp:
                     if (gap := memory_gap(self.vectors.stores)) is None
                     else {"state": gap[0], "agents_not_searchable": gap[1]}
                 ),
+                # Agents' inboxes refused (a symbolic link, another user's folder), one entry per
+                # refused folder: its notes left the index (``sidecar index`` names them).
+                "refused_inboxes": self.indexer.changes.refused.summary(),
                 "sweeps": act.sweeps,
                 # The number of the last `index` request (its reply's ``ticket``) whose sweep has
                 # ended, whether a rebuild asked for is queued or under way, and whether it is

@@ -89,6 +89,8 @@ def index_once(
             "offline": [
                 {"name": st.name, "error": st.error} for st in parts.supervisor.roots.values() if st.offline
             ],
+            # Agents' inboxes refused (a symbolic link, another user's folder): their notes left.
+            "refused_inboxes": indexer.changes.refused.summary(),
         }
     finally:
         parts.stores.close()

@@ -29,6 +29,7 @@ from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.moves import MoveFinder
 from sidecar.index.problems import Problems
+from sidecar.index.refused import RefusedInboxes
 from sidecar.index.skips import SkipReport
 from sidecar.index.spellings import CaseSpellings, _Sibling, _twin_names
 from sidecar.stores.manifest import FileState, Manifest
@@ -183,6 +184,9 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self._reopening = threading.Lock()
         self._reopen_stuck: threading.Thread | None = None
         self._retry_all = False  # the sweep under way reads the notes waiting their turn too
+        # Agents' inboxes refused now (a symlink, another user's folder) and the notes of each that
+        # left the index since it was refused: said in a problem while it stays refused.
+        self.refused = RefusedInboxes(cfg.agents_dir, problems)
 
     def _load_retries(self) -> dict[_Where, int]:
         """``_retry``'s failures in a row as the last process saved them, for the notes of roots
@@ -378,54 +382,66 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
     def unreadable_indexed(self, away: Collection[str] = (), *, reopen: bool = True) -> list[str]:
         """The folders (and notes) recorded as unreadable now that hold notes indexed: a rebuild
         forgets every note first, and theirs could not be read back (status says they are kept).
-        The notes are opened again first (``_still_unread``): one that reads now, or is gone, is
-        not named (it waits in its backoff, or its share healed with no change of its stat).
-        ``away``: roots judged unreachable now (their notes are named as recorded, not opened);
-        ``reopen`` False: none is opened (what the last sweep recorded)."""
-        out = self._still_unread(away, reopen=reopen)  # only indexed notes are kept unreadable
+        They are looked at again first (``_still_unread``: a note opened, a folder listed): one
+        that reads now, or is gone, is not named (a note waits in its backoff, a folder for the
+        next full sweep, or its share healed with no event: `sidecar index` without a daemon lists
+        every root before its check, and a running daemon named them as its last sweep saw them).
+        ``away``: roots judged unreachable now (named as recorded, not looked at); ``reopen``
+        False: none is looked at (what the last sweep recorded)."""
+        names = {r.name for r in vault_roots(self.cfg)}
+        # Only indexed notes are kept unreadable.
+        notes = sorted((n, p) for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/"))
+        listed: list[tuple[str, str]] = []
         for root, paths in self._listed_unreadable_roots():
             for where in paths:
                 path = Path(where)
-                if root is None or not path.is_relative_to(root.path) or where in out:
+                if root is None or not path.is_relative_to(root.path):
                     continue
                 rel = path.relative_to(root.path).as_posix()
                 if self.manifest.has_files(_prefix(root, rel)) or self.manifest.file_states_of(
                     [root.key_of(rel)]
                 ):
-                    out.append(where)
-        return sorted(out)
+                    listed.append((root.name, where))
+        noted = {p for _n, p in notes}
+        listed = [(n, p) for n, p in listed if p not in noted]
+        return sorted(set(self._still_unread(notes, listed, away, reopen=reopen)))
 
-    def _still_unread(self, away: Collection[str], *, reopen: bool) -> list[str]:
-        """The notes kept unreadable whose read fails now (opened, a byte read), of roots still
-        configured. Bounded by ``watch.probeTimeoutSeconds`` (a request's thread asks: the
-        scan timeout held the `index` request, and the memory writes behind it, for minutes),
-        with one thread at most: a share that does not answer, a root judged away (``away``,
-        offline, a call on it still hanging) or an earlier re-open still hanging leave them
-        named as recorded. Nothing recorded is changed (the sweeps find what changed)."""
-        names = {r.name for r in vault_roots(self.cfg)}
-        recorded = sorted(
-            (n, p) for (n, p) in list(self._unread_notes) if n in names or n.startswith("memory/")
-        )
+    def _still_unread(
+        self,
+        notes: list[tuple[str, str]],
+        listed: list[tuple[str, str]],
+        away: Collection[str],
+        *,
+        reopen: bool,
+    ) -> list[str]:
+        """Of the recorded ``notes`` kept unreadable and the folders (or files) ``listed`` as
+        unreadable (root name, path), those that fail now: a note opened and a byte read, a folder
+        listed. Bounded by ``watch.probeTimeoutSeconds`` (a request's thread asks: the scan
+        timeout held the `index` request, and the memory writes behind it, for minutes), with one
+        thread at most: a share that does not answer, a root judged away (``away``, offline, a
+        call on it still hanging) or an earlier re-check still hanging leave them named as
+        recorded. Nothing recorded is changed (the sweeps find what changed)."""
+        recorded = [(n, p, False) for n, p in notes] + [(n, p, True) for n, p in listed]
         if not reopen:
-            return [p for _n, p in recorded]
-        kept = [p for n, p in recorded if n in away or self._away(n)]
-        ask = [p for n, p in recorded if not (n in away or self._away(n))]
+            return [p for _n, p, _f in recorded]
+        kept = [p for n, p, _f in recorded if n in away or self._away(n)]
+        ask = [(p, folder) for n, p, folder in recorded if not (n in away or self._away(n))]
         if not ask:
             return kept
         timeout = self.cfg.watch.probe_timeout_seconds
         if not self._reopening.acquire(timeout=timeout):  # another's, bounded the same
-            return kept + ask
+            return kept + [p for p, _f in ask]
         try:
             if self._reopen_stuck is not None and self._reopen_stuck.is_alive():
-                return kept + ask
+                return kept + [p for p, _f in ask]
             deadline = _clock() + timeout
 
             def probe() -> list[str]:
                 failing: list[str] = []
-                for i, where in enumerate(ask):
-                    if _clock() >= deadline:  # many notes on a slow share: the rest as recorded
-                        return failing + ask[i:]
-                    if read_refusal(Path(where)) is not None:
+                for i, (where, folder) in enumerate(ask):
+                    if _clock() >= deadline:  # many on a slow share: the rest as recorded
+                        return failing + [p for p, _f in ask[i:]]
+                    if (_listing_refusal if folder else read_refusal)(Path(where)) is not None:
                         failing.append(where)
                 return failing
 
@@ -434,7 +450,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
             self._reopening.release()
         if done is None:
             log.warning("unreadable_recheck_hung notes=%d timeout=%.0fs", len(ask), timeout)
-            return kept + ask
+            return kept + [p for p, _f in ask]
         return kept + done
 
     def _away(self, name: str) -> bool:
@@ -499,6 +515,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
+        self.forget_inboxes({r.name for r in out})
         return out
 
     def diff_roots(
@@ -522,6 +539,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self.retry_waiting = 0
         self._retry_all = retry_all
         listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
+        self.refused.tell()
         alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
         for listing in sorted(listings, key=lambda x: x.root.within is not None):
             if not self._decide(listing, listings, diff, listing.root.name in confirm, alien):
@@ -562,7 +580,23 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         # An error reading a folder (or a file's stat) is no evidence that its notes are gone.
         kept = self._unreadable_prefixes(root, skipped)
         missing = [k for k in known if k not in seen and not kept_by(k, kept)]
+        if root.source == "memory":
+            self._inbox_refused(root, skipped, len(missing))
         return _Listing(root, notes, known, missing, t0, left_out)
+
+    def _inbox_refused(self, root: Root, skipped: Sequence[Skipped], missing: int) -> None:
+        """An agent's inbox that its scan refused (a symbolic link, another user's folder: its only
+        skip is the inbox itself) is neither read nor served: its indexed notes leave the index
+        (``missing``, a memory root is never held). Said as a problem (``diff_roots`` tells them
+        once every root is listed, one per refused folder), not only counted among the skipped
+        files: the agent's memory is no longer found. Cleared once the inbox is read."""
+        why = next((s.reason for s in skipped if s.path == root.path), None)
+        self.refused.listed(root.name, root.agent, why, missing)
+
+    def forget_inboxes(self, names: Collection[str]) -> None:
+        """The refused inboxes no longer among the roots ``names`` (removed): their problem goes."""
+        self.refused.forget(names)
+        self.refused.tell()
 
     def _decide(
         self, listing: _Listing, listings: Sequence[_Listing], diff: Diff, confirm: bool, alien: set[str]
@@ -948,7 +982,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
             return [Skipped(root.path, refusal)], [], []
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
-        gone, todo = self._other_spellings(root, rels)
+        gone, todo = self._other_spellings(root, rels, asking)
         looked = set(todo) | set(rels)
         keys: dict[str, Path] = {}  # key -> the file of the note found for it
         walked_files: set[Path] = set()
@@ -956,16 +990,14 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
             path = root.path / rel
             # File events come through folder symlinks too (the watch follows them): a path
             # below one is never a note of this root, as a scan never descends into one.
-            if _below_a_link(root.path, rel, folders):
+            if _below_a_link(root.path, rel, folders, asking):
                 continue
             try:
                 st = _lstat(path, rel, asking)
             except FileNotFoundError:
                 gone.append(rel)
                 # "Note.MD" beside a deleted "Note.md" owns the key now, and has no event.
-                twins = sorted(
-                    t for t in _twin_names(rel) if t not in looked and os.path.lexists(root.path / t)
-                )
+                twins = sorted(t for t in _twin_names(rel) if t not in looked and _lexists(root, t, asking))
                 todo.extend(twins)
                 looked.update(twins)
                 continue
@@ -1148,6 +1180,21 @@ def _unlisted(folder: Path, exc: OSError) -> list[Skipped]:
     return [unreadable_skip(folder, exc, "unreadable folder")]
 
 
+def _listing_refusal(path: Path) -> str | None:
+    """Why a folder recorded as unreadable still cannot be listed (or, a file, opened), or None:
+    it lists now, or is gone (the sweep's to find)."""
+    try:
+        with os.scandir(path) as it:
+            next(it, None)
+    except NotADirectoryError:  # a note whose stat failed in its listing
+        return read_refusal(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return None
+
+
 def _causes(found: Sequence[NoteFile | Skipped]) -> dict[str, str]:
     """Why each folder or note a listing could not read failed, by path."""
     return {str(s.path): s.cause for s in found if isinstance(s, Skipped) and s.cause}
@@ -1188,15 +1235,24 @@ def _at_or_below(key: tuple[str, str], root_name: str, wheres: tuple[str, ...]) 
     return key[0] == root_name and any(key[1] == w or key[1].startswith(w + "/") for w in wheres)
 
 
-def _below_a_link(top: Path, rel: str, known: dict[Path, bool]) -> bool:
+def _lexists(root: Root, rel: str, asking: Asking) -> bool:
+    """Whether a path of the root exists (a link to nothing too), ``asking`` told of the look-up."""
+    with asked(asking, "stat", rel):
+        return os.path.lexists(root.path / rel)
+
+
+def _below_a_link(top: Path, rel: str, known: dict[Path, bool], asking: Asking) -> bool:
     """Whether a folder between ``top`` and ``rel``'s last part is a symlink (or cannot be told);
-    ``known`` keeps each folder's answer for the batch (a checkout of thousands of files)."""
+    ``known`` keeps each folder's answer for the batch (a checkout of thousands of files). Each
+    look-up is asked as a stat: a hung share is given up on there, not waited for."""
     folder = top
-    for part in rel.split("/")[:-1]:
+    parts = rel.split("/")[:-1]
+    for i, part in enumerate(parts):
         folder = folder / part
         if folder not in known:
             try:
-                known[folder] = stat.S_ISLNK(os.lstat(folder).st_mode)
+                with asked(asking, "stat", "/".join(parts[: i + 1])):
+                    known[folder] = stat.S_ISLNK(os.lstat(folder).st_mode)
             except FileNotFoundError:
                 return False  # gone: the path's own lstat says so
             except OSError:

@@ -61,7 +61,7 @@ from sidecar.vault.sources import (
     vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
-from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.timeout import NoAnswer, run_with_timeout
 from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,10 @@ class Indexer:
         self._aside = self.manifest.has_aside()
         # Kept in the manifest too: a restart lost them, and with them "rebuild not finished".
         self._put_back: set[str] = set(json.loads(self.manifest.get_meta(_PUT_BACK) or "[]"))
+        # ``_put_back`` changed since its row was written (``_keep_put_back``); the lock: a
+        # memory write reads one back from a request's thread while a sweep reads others.
+        self._put_back_unsaved = False
+        self._put_back_lock = threading.RLock()
         self.ignore = IgnoreRules(
             cfg.index.exclude,
             cfg.vault.path,
@@ -411,7 +415,8 @@ class Indexer:
             self._keep_put_back(set())
         self._aside = False
         self._give_back_aside()
-        self._put_back = set(back)
+        with self._put_back_lock:  # their row written with them (``kept_as``)
+            self._put_back, self._put_back_unsaved = set(back), False
         if back:
             log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
             self.changes.put_back(back)
@@ -429,11 +434,26 @@ class Indexer:
         except sqlite3.Error as exc:  # a full disk, a busy file: the next start or day tries again
             log.warning("manifest_give_back_failed error=%s", exc)
 
-    def _keep_put_back(self, keys: set[str]) -> None:
-        """The notes a rebuild put back and not read since, here and in the manifest."""
-        if keys != self._put_back:
-            self.manifest.set_meta(_PUT_BACK, json.dumps(sorted(keys)) if keys else "")
-        self._put_back = keys
+    def _keep_put_back(self, keys: set[str], *, save: bool = True) -> None:
+        """The notes a rebuild put back and not read since, here and in the manifest. ``save``
+        False (a batch of file events, a memory write): kept here only, the row written at the
+        next whole sweep or once none is left. It is one JSON row of every key, rewritten whole:
+        20,000 keys are about 1 MB and 30 ms of writing at each note read back. A row left behind
+        by a kill names notes read since: the start's whole sweep looks each up (``_say_put_back``)."""
+        with self._put_back_lock:
+            self._put_back_unsaved = self._put_back_unsaved or keys != self._put_back
+            self._put_back = keys
+            if self._put_back_unsaved and (save or not keys):
+                self.manifest.set_meta(_PUT_BACK, json.dumps(sorted(keys)) if keys else "")
+                self._put_back_unsaved = False
+
+    def _read_back(self, read: Collection[str], *, save: bool = False) -> bool:
+        """These notes were read (or left the index) since a rebuild put them back: no longer
+        kept as unread. Whether any of them was."""
+        with self._put_back_lock:
+            before = self._put_back
+            self._keep_put_back(before.difference(read), save=save)
+            return len(self._put_back) < len(before)
 
     def _to_put_back(self, candidates: Sequence[tuple[str, str, bool]]) -> list[str]:
         """Of the notes a rebuild did not read back, those it could not judge: their read failed,
@@ -495,18 +515,24 @@ class Indexer:
         else:
             touched = {n.key for n in batch.work} | set(batch.gone) | set(batch.moves)
             asked = touched & self._put_back
+        read: set[str] = set()
         if asked:
             states = self.manifest.file_states_of(sorted(asked))
             read = {k for k in asked if k not in states or states[k].size != -1}
-            self._keep_put_back(self._put_back - read)
-        if not self._put_back:
+        self._read_back(read, save=batch is None)
+        self._say_rebuild()
+
+    def _say_rebuild(self) -> None:
+        """What status says of the notes a rebuild put back that are not read yet."""
+        put_back = self._put_back
+        if not put_back:
             self.problems.clear("rebuild")
             return
-        roots = sorted({k.split("/", 1)[0] for k in self._put_back})
+        roots = sorted({k.split("/", 1)[0] for k in put_back})
         self.problems.report(
             "rebuild",
-            f"the rebuild could not read {len(self._put_back)} note(s) of {', '.join(roots)} "
-            f"(e.g. {min(self._put_back)}): its share went away during it, they vanished, or "
+            f"the rebuild could not read {len(put_back)} note(s) of {', '.join(roots)} "
+            f"(e.g. {min(put_back)}): its share went away during it, they vanished, or "
             "their read failed. "
             "They are kept as indexed before the rebuild and read again once they can be; the "
             "rebuild finishes then",
@@ -992,6 +1018,8 @@ class Indexer:
     def delete(self, keys: Sequence[str]) -> None:
         """Remove notes from every store (intent first, so a crash mid-way is redone)."""
         self.writer.delete(keys)
+        if self._read_back(keys):  # a note a rebuild put back, gone now (a memory delete)
+            self._say_rebuild()
 
     def finish_interrupted(self) -> None:
         """Redo deletions a crash interrupted (interrupted indexing is redone by the next sweep)."""
@@ -1175,14 +1203,13 @@ class Indexer:
 
     def _vault_away(self) -> bool:
         """The vault's folder is missing, empty, not the mount it was on, or does not answer
-        within the probe timeout."""
+        within the probe timeout. One probe at a time (``Supervisor.probes``): a caller beside one
+        under way reads its answer; while one still hangs (the supervisor may not know it: it is
+        none of a scan's calls) the vault is away at once, with no other thread left behind."""
         try:
-            gone, stuck = run_with_timeout(
-                self.supervisor.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault"
-            )
-        except OSError:
+            return self.supervisor.ask_vault_not_there()
+        except (NoAnswer, OSError):
             return True
-        return bool(gone) or stuck is not None
 
     def unreachable_roots(self) -> dict[str, str]:
         """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
@@ -1325,7 +1352,7 @@ class Indexer:
             # In memory only (nothing here can fail): the copy is put back by this process's
             # next whole sweep, which counts as a first one again.
             self._aside = True
-            self._put_back = set()
+            self._put_back, self._put_back_unsaved = set(), False  # its row emptied with the index
             self._swept = False
             self._read_whole.clear()
             self.activity.first_sweep_done = self.activity.ready_once = False
@@ -1355,6 +1382,8 @@ class Indexer:
             note = NoteFile.of(key, root, path, rel, st)
             self.index_files([note])
         self.vectors.embed_key(note.key)
+        if self._read_back({note.key}):  # a note a rebuild put back, read now: not said unread
+            self._say_rebuild()
         return note.key
 
     def _first_sweep_ends(self, whole: bool, stop: threading.Event | None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.stores.manifest import Manifest, folded
-from sidecar.vault.sources import NOTE_SUFFIXES, Root
+from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed
 
 
 class _Sibling:
@@ -38,14 +38,16 @@ class CaseSpellings:
 
     manifest: Manifest
 
-    def _other_spellings(self, root: Root, rels: Sequence[str]) -> tuple[list[str], list[str]]:
+    def _other_spellings(
+        self, root: Root, rels: Sequence[str], asking: Asking
+    ) -> tuple[list[str], list[str]]:
         """(gone, to look at): the old spelling of a name whose case changed (a case-insensitive
         disk) is gone as such, also when its event came in an earlier batch than the new
         spelling's (the indexed one). An indexed spelling still listed is looked at: the event
         named another spelling of the same file (a tool writing through it), whose edit was lost
-        until a full sweep."""
+        until a full sweep. ``asking`` is told of each listing (a hung share is given up on)."""
         indexed = self._indexed_spellings(root, rels)
-        gone = sorted(_case_aliases(root.path, [*rels, *indexed]))
+        gone = sorted(_case_aliases(root.path, [*rels, *indexed], asking))
         return gone, [r for r in [*rels, *indexed] if r not in gone]
 
     def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
@@ -81,13 +83,15 @@ class CaseSpellings:
         return sorted(key[len(base) :] for key in found)
 
 
-def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
+def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:
     """Those of ``rels`` that another one spells but for case or Unicode form ("Tar" and "tar")
     and that their folder does not list by that spelling, while it lists another of them: on a
     case-insensitive disk (macOS, an SMB share) the old name of a folder or note renamed "Tar" ->
     "tar", or deleted and made anew as "tar.md", still opens, and its note stayed indexed beside
     the new one's (found twice until a full sweep, whose deletion of the old keys a mass-deletion
-    hold could keep). Folders are listed only for such pairs (a save's events cost no listing)."""
+    hold could keep). Folders are listed only for such pairs (a save's events cost no listing),
+    each listing asked of ``asking`` entry by entry (given up on where a share hangs, as a sweep's;
+    a big folder of a slow share is many answers, none hung)."""
     groups: dict[str, list[str]] = {}
     for rel in rels:
         groups.setdefault(folded(rel), []).append(rel)
@@ -97,10 +101,11 @@ def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
         """Whether each part of ``rel`` is listed by its folder: as spelled (``exact``), else in
         either Unicode form."""
         folder = top
+        done: list[str] = []  # the parts of ``folder`` below ``top``, for ``asking``
         for part in rel.split("/"):
             if folder not in listed:
-                try:
-                    names = set(os.listdir(folder))
+                try:  # each entry that comes starts the clock again, as a scan's listing
+                    names = {e.name for e in _listed(folder, "/".join(done) or ".", asking)}
                     listed[folder] = names, {unicodedata.normalize("NFC", n) for n in names}
                 except OSError:
                     listed[folder] = None
@@ -114,6 +119,7 @@ def _case_aliases(top: Path, rels: Sequence[str]) -> set[str]:
             ):
                 return False
             folder = folder / part
+            done.append(part)
         return True
 
     out: set[str] = set()

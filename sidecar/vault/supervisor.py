@@ -35,7 +35,7 @@ from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
 from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan
-from sidecar.vault.timeout import run_with_timeout
+from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,11 @@ class RootStatus:
     # That call was given up on after probeTimeoutSeconds: answering after all, it shows a slow
     # share (given up on under the whole-scan bound, it showed a hung one).
     _learn: bool = field(default=False, repr=False)
+    # The slow mark as set here but not yet in the index (its write failed, a locked or full
+    # disk): written at the root's next scan, or a run after this one would not know it.
+    _mark_unsaved: bool = field(default=False, repr=False)
+    _mark_text: str | None = field(default=None, repr=False)  # the row's JSON (None: no mark)
+    _mark_failed: bool = field(default=False, repr=False)  # its last write failed (logged once)
 
     @property
     def hanging(self) -> threading.Thread | None:
@@ -171,6 +176,10 @@ class Supervisor:
         self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
         self.roots: dict[str, RootStatus] = {}
         self.beat = beat  # the indexer's heartbeat, during long waits
+        # The probes of a root's folder outside its scans (is the vault there? may an event's
+        # deletions go ahead?): one at a time per question, its answer shared, none started while
+        # the last one still hangs (each call left a thread behind on a hung share).
+        self.probes = SharedProbes()
         self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
         # Every mount point these tables named since the start: a folder of a root that was one
         # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
@@ -217,16 +226,29 @@ class Supervisor:
         if st.slow == slow:
             return
         st.slow = slow
-        if self.meta is None:
+        st._mark_text = json.dumps({"since": self.clock(), "call": call}, sort_keys=True) if slow else None
+        st._mark_unsaved = True
+        self._save_slow(st)
+
+    def _save_slow(self, st: RootStatus) -> None:
+        """Write the root's slow mark as this run knows it, if it is not in the index yet (set
+        now, or its write failed before: retried at each scan of the root until it is written)."""
+        if self.meta is None or not st._mark_unsaved:
             return
         row = f"{SLOW_META}{st.name}"
         try:
-            if slow:
-                self.meta.set_meta(row, json.dumps({"since": self.clock(), "call": call}, sort_keys=True))
+            if st._mark_text is not None:
+                self.meta.set_meta(row, st._mark_text)
             else:
                 self.meta.delete_meta([row])
         except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
-            log.warning("root_meta_failed row=%s error=%s", row, exc)
+            if not st._mark_failed:  # a disk that stays full: said once, not at each scan
+                log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
+            st._mark_failed = True
+            return
+        if st._mark_failed:
+            log.info("root_meta_saved row=%s (after failed writes)", row)
+        st._mark_unsaved = st._mark_failed = False
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -479,7 +501,10 @@ class Supervisor:
         """Probe, then scan a root, each bounded by its timeout; RootUnreachable when it cannot be read."""
         if (why := self.home_problem(root)) is not None:
             raise RootUnreachable(why)
+        failed = self.status(root)._mark_unsaved  # at an earlier scan (one learnt now is written now)
         st = self._fresh(root)
+        if failed:  # retried at each scan of the root until written, not at each event batch
+            self._save_slow(st)
         max_bytes = self.cfg.index.max_file_bytes
 
         def listing(asking: Asking) -> tuple[Identity, list[NoteFile | Skipped]]:
@@ -736,12 +761,16 @@ class Supervisor:
         if outer is not None and (outer.hanging is not None or (outer.offline and outer.hold_kind != "mass")):
             return False
         try:
-            gone, _stuck = run_with_timeout(
-                self._vault_not_there, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
-            )
-        except OSError:
+            return self.ask_vault_not_there(self.beat) is False
+        except (NoAnswer, OSError):
             return False
-        return gone is False
+
+    def ask_vault_not_there(self, beat: Callable[[], None] | None = None) -> bool:
+        """``vault_not_there`` asked with the probe timeout, one probe at a time (its answer
+        shared by those asking meanwhile). Raises NoAnswer."""
+        return self.probes.ask(
+            "vault-not-there", self.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault", beat
+        )
 
     def applies_at(self, st: RootStatus) -> float | None:
         """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
@@ -767,12 +796,11 @@ class Supervisor:
                 return ident, next(it, None) is None
 
         try:
-            got, _stuck = run_with_timeout(look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat)
-        except OSError:
+            ident, empty = self.probes.ask(
+                ("deletable", root.name), look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+            )
+        except (NoAnswer, OSError):
             return False
-        if got is None:
-            return False
-        ident, empty = got
         memo = self._remembered(root)
         return not (empty or _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev)
 

@@ -80,6 +80,67 @@ def bounded_call(
     return value  # type: ignore[return-value]  # fn's own result (None only when fn returns it)
 
 
+class _Flight:
+    """One probe under way: its answer once ``done``, and when its callers stop waiting."""
+
+    def __init__(self, deadline: float) -> None:
+        self.done = threading.Event()
+        self.deadline = deadline
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class SharedProbes:
+    """One probe at a time per key, its answer shared: a caller beside one under way waits for
+    that one and reads its answer (a second probe took as long again, and its caller could be
+    told "no answer" a hair before the first answered), and while one is past its deadline and
+    still hangs, the next is told NoAnswer at once (one stuck thread per key, not one per call).
+    A probe that ended is not reused: the next caller asks afresh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[Any, _Flight] = {}
+
+    def ask(
+        self,
+        key: Any,
+        fn: Callable[[], T],
+        timeout: float,
+        name: str,
+        beat: Callable[[], None] | None = None,
+    ) -> T:
+        """``fn()``'s answer (or error), the running probe's under ``key`` if there is one."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None and not flight.done.is_set() and time.monotonic() >= flight.deadline:
+                raise NoAnswer("an earlier call on it still hangs (hung share?)")
+            if flight is None or flight.done.is_set():
+                flight = self._flights[key] = self._start(fn, timeout, name)
+        while not flight.done.wait(max(min(1.0, flight.deadline - time.monotonic()), 0.0)):
+            if time.monotonic() >= flight.deadline:
+                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+            if beat is not None:
+                beat()
+        if flight.error is not None:
+            raise flight.error
+        return flight.value  # type: ignore[no-any-return]  # fn's own result
+
+    @staticmethod
+    def _start(fn: Callable[[], Any], timeout: float, name: str) -> _Flight:
+        flight = _Flight(time.monotonic() + timeout)
+
+        def target() -> None:
+            try:
+                flight.value = fn()
+            except BaseException as exc:  # re-raised in each caller's thread
+                flight.error = exc
+            finally:
+                flight.done.set()
+
+        threading.Thread(target=target, name=f"probe-{name}", daemon=True).start()
+        return flight
+
+
 def bounded_stat(
     path: Path, timeout: float, hanging: dict[Path, threading.Thread], name: str
 ) -> os.stat_result:

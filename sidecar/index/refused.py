@@ -1,0 +1,130 @@
+"""Agents' inboxes a sweep refused (a symbolic link, another user's folder), said as problems.
+
+A refused inbox is neither read nor served, so the notes of it indexed before leave the index:
+a loss of recall said plainly, one problem per refused folder. The folder is the inbox itself,
+its agent's folder (subject the agent) or the whole agents folder (one entry for every agent,
+subject empty): an agents folder behind a link made one line per agent, each naming the inbox
+as the folder to mend. Imports nothing from sidecar but the problems.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.index.problems import Problems
+
+log = logging.getLogger(__name__)
+
+_SHOWN = 3  # agents named in a line; the count says how many more
+
+
+@dataclass
+class _Refused:
+    agent: str
+    folder: str  # the refused folder below the home: agents, agents/<agent> or agents/<agent>/memory
+    cause: str  # "is a symbolic link or not a folder", "belongs to another user"
+    left: int = 0  # its notes that left the index since it was refused (this process)
+    new: int = 0  # of those, left at the sweep under way (logged once, when it ends)
+
+
+def named(agents: list[str]) -> str:
+    """At most three agents, "and N more"."""
+    more = f" and {len(agents) - _SHOWN} more" if len(agents) > _SHOWN else ""
+    return ", ".join(agents[:_SHOWN]) + more
+
+
+class RefusedInboxes:
+    def __init__(self, agents_dir: Path, problems: Problems) -> None:
+        self._agents_dir = agents_dir
+        self._problems = problems
+        self._by_root: dict[str, _Refused] = {}  # "memory/<agent>" -> why it is refused
+        self._said: set[str] = set()  # subjects with a problem reported
+
+    def _parse(self, agent: str, why: str) -> _Refused:
+        """The folder a refusal names ("inbox (agents/ops) is a symbolic link ...; refused")."""
+        label, sep, tail = why.partition(") ")
+        if sep and label.startswith("inbox ("):
+            return _Refused(agent, label.removeprefix("inbox ("), tail.removesuffix("; refused"))
+        return _Refused(agent, f"{self._agents_dir.name}/{agent}/memory", why.removesuffix("; refused"))
+
+    def _subject(self, r: _Refused) -> str:
+        return "" if r.folder == self._agents_dir.name else r.agent
+
+    def listed(self, name: str, agent: str, why: str | None, missing: int) -> None:
+        """An inbox's scan: refused (``why``) with ``missing`` notes leaving the index, or read."""
+        if why is None:
+            self._by_root.pop(name, None)
+            return
+        now = self._parse(agent, why)
+        was = self._by_root.get(name)
+        if was is not None and (was.folder, was.cause) == (now.folder, now.cause):
+            now.left, now.new = was.left, was.new
+        now.left += missing
+        now.new += missing
+        self._by_root[name] = now
+
+    def forget(self, names: Collection[str]) -> None:
+        """The refused inboxes no longer among the roots ``names`` (removed) are no longer said."""
+        for name in [n for n in self._by_root if n not in names]:
+            del self._by_root[name]
+
+    def tell(self) -> None:
+        """Report each refused folder once (what left at this sweep logged once), clear the rest."""
+        groups: dict[str, list[_Refused]] = {}
+        for r in sorted(self._by_root.values(), key=lambda r: r.agent):
+            groups.setdefault(self._subject(r), []).append(r)
+        for subject in self._said - set(groups):
+            self._problems.clear("inbox", subject=subject)
+        self._said = set(groups)
+        for subject, members in groups.items():
+            first = members[0]
+            new = [r for r in members if r.new]
+            if new:
+                log.warning(
+                    "inbox_refused_dropped folder=%s inboxes=%d notes=%d why=%s",
+                    first.folder, len(new), sum(r.new for r in new), first.cause,
+                )  # fmt: skip
+            for r in new:
+                r.new = 0
+            self._problems.report("inbox", self._text(subject, members), subject=subject)
+
+    def _text(self, subject: str, members: list[_Refused]) -> str:
+        first = members[0]
+        path = self._agents_dir.parent / first.folder
+        left = sum(r.left for r in members)
+        if subject:  # one agent's inbox, or its agent folder
+            gone = f"{left} of its notes left the index" if left else "its notes are not indexed"
+            return (
+                f"inbox ({first.folder}) {first.cause}; refused: {gone}, as a refused inbox is neither "
+                f"read nor served (nor written); make {path} a folder of your own again and its notes "
+                "are indexed at the next sweep"
+            )
+        agents = [r.agent for r in members]
+        whose = f"the memory inbox of 1 agent ({agents[0]})" if len(agents) == 1 else (
+            f"the memory inboxes of {len(agents)} agents ({named(agents)})"
+        )  # fmt: skip
+        gone = f"{left} of their notes left the index" if left else "their notes are not indexed"
+        return (
+            f"the agents folder ({first.folder}) {first.cause}; refused: {whose}: {gone}, as a refused "
+            f"inbox is neither read nor served (nor written); make {path} a folder of your own again "
+            "and their notes are indexed at the next sweep"
+        )
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The refused folders now: folder, why, the agents (named) and notes that left the index."""
+        groups: dict[str, list[_Refused]] = {}
+        for r in sorted(self._by_root.values(), key=lambda r: r.agent):
+            groups.setdefault(self._subject(r), []).append(r)
+        return [
+            {
+                "folder": m[0].folder,
+                "why": m[0].cause,
+                "agents": [r.agent for r in m],
+                "notes": sum(r.left for r in m),
+            }
+            for m in groups.values()
+        ]
