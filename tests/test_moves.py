@@ -1108,6 +1108,11 @@ def _case_insensitive(monkeypatch: pytest.MonkeyPatch, folder: Path, old: str, n
     """``folder/old`` opens as ``folder/new`` (a hard link: the same file), and the folder lists
     ``new`` only: what a case-insensitive disk shows of a name whose case changed."""
     os.link(folder / new, folder / old)
+    _listing_hides(monkeypatch, folder, old)
+
+
+def _listing_hides(monkeypatch: pytest.MonkeyPatch, folder: Path, old: str) -> None:
+    """``folder``'s listings (``os.listdir``, ``os.scandir``) leave ``old`` out though it opens."""
     real, real_scandir = os.listdir, os.scandir
 
     def listdir(path: Any = ".") -> list[str]:
@@ -1342,13 +1347,7 @@ def test_a_folder_renamed_but_for_case_or_form_in_two_batches_is_indexed_once(
         h.sweep()
         (vault / old).rename(vault / new)
         shutil.copytree(vault / new, vault / old)  # what the old spelling opens: the same notes
-        real = os.listdir
-
-        def listdir(path: Any = ".") -> list[str]:
-            names = real(path)
-            return [n for n in names if n != old] if Path(path) == vault else names
-
-        monkeypatch.setattr(os, "listdir", listdir)
+        _listing_hides(monkeypatch, vault, old)
         batches = {"old": [[old], [new]], "new": [[new], [old]], "together": [[old, new]]}[first]
         for names in batches:
             h.indexer.sweep(only=frozenset(), paths={str(vault / name) for name in names})
