@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.config import load_config, render_example
-from sidecar.contracts.errors import ConfigError
+from sidecar.contracts.errors import ConfigError, ExitCode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -379,3 +379,34 @@ def test_config_check_says_when_the_model_folder_holds_no_model(
     (folder / "model.onnx").unlink()
     folder.rename(tmp_path / "gone")
     assert f"embedder.path {folder} does not exist" in check()
+
+
+def test_config_example_write_keeps_a_file_already_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`config example --write` writes the example where the commands read their file (folder
+    made), and never over a file already there: the service steps ran `config example >
+    "$config"`, and the file a person had written by the quick start was replaced by the example
+    (no vault) without a word. It reads no configuration, so a broken file does not stop it."""
+    from sidecar.clients.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    default = tmp_path / "home" / ".config" / "sidecar" / "config.yaml"
+    assert main(["config", "example", "--write"]) == 0
+    assert default.read_text(encoding="utf-8") == render_example()
+    assert f"wrote {default}" in capsys.readouterr().out
+    mine = "vault:\n  path: /srv/notes\nsearch:\n  vectorWeight: [\n"  # the person's, broken even
+    default.write_text(mine, encoding="utf-8")
+    assert main(["config", "example", "--write"]) == 0
+    assert default.read_text(encoding="utf-8") == mine
+    assert "exists: kept as it is, not overwritten" in capsys.readouterr().out
+    # An explicit file, and the one --config names, the same way.
+    assert main(["config", "example", "--write", "other/c.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "other/c.yaml"), "written": True}
+    assert main(["config", "example", "--write", "--config", "other/c.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] is False
+    assert main(["config", "check", "--write"]) == ExitCode.USAGE

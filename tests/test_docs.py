@@ -84,12 +84,16 @@ def _service_steps() -> list[str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the steps install a systemd unit")
-@pytest.mark.parametrize("xdg", [True, False])
-def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool) -> None:
+@pytest.mark.parametrize(("xdg", "written_before"), [(True, False), (False, False), (False, True)])
+def test_the_readme_service_steps_configure_the_daemon(
+    tmp_path: Path, xdg: bool, written_before: bool
+) -> None:
     """README's service steps, run as written in a new HOME, with XDG_CONFIG_HOME set and not:
     the file they write is the one `config check` reads and the installed unit names. They wrote
     ~/.config/sidecar/config.yaml, which no command read with XDG_CONFIG_HOME set: the check said
-    "no file", and the unit started a daemon without a vault."""
+    "no file", and the unit started a daemon without a vault. A file the quick start and the
+    Configuration section had the reader write first is kept: the steps replaced it by the example
+    (no vault, the person's settings gone) without a word."""
     home = tmp_path / "home"
     program = home / ".local/share/sidecar/venv/bin/sidecar"  # where the steps installed it
     program.parent.mkdir(parents=True)
@@ -111,6 +115,11 @@ def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool
     config_home = tmp_path / "xdg-config" if xdg else home / ".config"
     if xdg:
         env["XDG_CONFIG_HOME"] = str(config_home)
+    written = config_home / "sidecar" / "config.yaml"
+    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: 0.6\n"
+    if written_before:
+        written.parent.mkdir(parents=True)
+        written.write_text(mine)
     script = "set -eu\n" + "\n".join(_service_steps()) + "\n"
     done = subprocess.run(
         ["/bin/sh", "-c", script],
@@ -122,8 +131,10 @@ def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    written = config_home / "sidecar" / "config.yaml"
     assert f"path: {vault}" in written.read_text()
+    if written_before:
+        assert written.read_text() == mine
+        assert "search.vectorWeight = 0.6  (file" in done.stdout
     assert f"configuration OK ({written})" in done.stdout
     assert f"vault.path = {vault}  (file {written})" in done.stdout
     unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from sidecar.clients.cli_parser import (
+    UsageError,
     build_parser,
     check_text_args,
     command_named,
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _without_configuration(args: argparse.Namespace) -> int | None:
     """The exit code of a command that loads no configuration, None for the others: completion,
-    and `config path` (it names the file even when that file is broken)."""
+    `config path` (it names the file even when that file is broken) and `config example`."""
     if args.command == "completion":
         from sidecar.clients.cli_admin import cmd_completion
 
@@ -109,6 +110,12 @@ def _without_configuration(args: argparse.Namespace) -> int | None:
         from sidecar.clients.cli_admin import cmd_config_path
 
         return cmd_config_path(args)
+    if args.command == "config" and args.action == "example":  # reads no file: one may be broken
+        from sidecar.clients.cli_admin import cmd_config_example
+
+        return cmd_config_example(args)
+    if args.command == "config" and args.write is not None:
+        raise UsageError("--write goes with `sidecar config example`")
     return None
 
 

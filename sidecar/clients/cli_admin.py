@@ -501,12 +501,8 @@ def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.config import render_example, settings
+    from sidecar.config import settings
 
-    if args.action == "example":
-        text = render_example()
-        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
-        return int(ExitCode.OK)
     # What the values name that the file alone cannot tell: a model folder without its model.
     warnings = [*cfg.warnings, *_path_warnings(cfg)]
     values: dict[str, Any] = {}
@@ -569,6 +565,39 @@ def _path_warnings(cfg: Config) -> list[str]:
         f"embedder.path {e.path} {what}: the daemon would search by keywords only; {put}, or remove "
         "embedder.path to use the built-in model"
     ]
+
+
+def cmd_config_example(args: argparse.Namespace) -> int:
+    """Print the documented example, or with --write write it where the commands read their file,
+    keeping a file already there: the service steps ran `config example > "$config"` and replaced
+    the file a person had written by the quick start with the example (no vault) without a word."""
+    from sidecar.config import render_example
+    from sidecar.config.loader import config_file_path
+
+    text = render_example()
+    if args.write is None:
+        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
+        return int(ExitCode.OK)
+    flag = getattr(args, "config", None)
+    path = Path(args.write).expanduser() if args.write else config_file_path(flag, os.environ)
+    path = path if path.is_absolute() else Path.cwd() / path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("x", encoding="utf-8") as out:  # "x": never over a file, even one made just now
+            out.write(text)
+        written = True
+    except FileExistsError:
+        written = False
+    if args.json:
+        print(json.dumps({"file": str(path), "written": written}))
+    elif written:
+        print(f"wrote {path}: set vault.path in it, then run `sidecar config check`")
+    else:
+        print(
+            f"{path} exists: kept as it is, not overwritten (`sidecar config example` prints the "
+            "example to compare; `sidecar config check` shows what the file sets)"
+        )
+    return int(ExitCode.OK)
 
 
 def cmd_config_path(args: argparse.Namespace) -> int:

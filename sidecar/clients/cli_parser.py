@@ -442,8 +442,16 @@ def _config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "action",
         choices=("check", "example", "path", "show"),
-        help="check/show: validate and print the effective values and where each came from; "
+        help="check (or show): validate and print the effective values and where each came from; "
         "example: print a documented file; path: print the file commands read (written or not)",
+    )
+    p.add_argument(
+        "--write",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="example: write it to FILE (default: the file `sidecar config path` names) and its "
+        "folder; an existing file is kept, never overwritten",
     )
 
 
