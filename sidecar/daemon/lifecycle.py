@@ -159,6 +159,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
+        self._model_retried = threading.Event()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
@@ -556,9 +557,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _retry_embedder(self) -> None:
         # Also while a fallback answers: the configured model is what the user asked for.
-        if self._model_wanted():
-            log.info("embedder_retry")
-            self._load_embedder()
+        try:
+            if self._model_wanted():
+                log.info("embedder_retry")
+                self._load_embedder()
+        finally:  # a reload waiting for it answers now
+            self._model_retried.set()
 
     def _model_wanted(self) -> bool:
         """The configured model is not the one answering (it failed; or another stands in)."""

@@ -24,6 +24,7 @@ from sidecar.contracts.errors import ConfigError, SidecarError, StorageError
 from sidecar.daemon.compose import Parts, model_gates, model_stem
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.schedule import Schedule
+from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ _IDENTITY = ("home", "socket", "vault.path")
 RELOAD_WAITS = "a configuration reload waits until the index is writable again"
 # How long after a reload a change of the file read brings another reload (a writer still at it).
 _RECHECK_S = 30.0
+# How long the reload op waits for the model it tries again (the CLI waits 30 s for the answer);
+# a longer load (a first conversion, about a minute) is answered "loading".
+MODEL_WAIT_S = 20.0
 
 
 class ConfigReload:
@@ -60,6 +64,8 @@ class ConfigReload:
     _scheduler: Schedule | None
     _read_stamp: tuple[int, int, int] | None
     _recheck: tuple[tuple[int, int, int] | None, float] | None
+    slot: EmbedderSlot
+    _model_retried: threading.Event  # set at the end of every retry of the model
 
     if TYPE_CHECKING:  # the daemon's own (``Daemon``)
 
@@ -80,13 +86,30 @@ class ConfigReload:
             self.cfg = carried(self.cfg, new, _RELOADED)
 
     def _reload_quietly(self) -> None:
-        with contextlib.suppress(SidecarError):  # already logged; the running configuration stays
-            self.reload()
+        """SIGHUP's: the model retry it asks runs in the background, nobody waits for it."""
+        with contextlib.suppress(SidecarError), self._reload_lock:  # logged; the running one stays
+            self._reload()
 
     def reload(self) -> dict[str, Any]:
-        """Re-read the configuration and apply the ranking tunables (SIGHUP or the reload op)."""
+        """Re-read the configuration and apply the ranking tunables (the reload op). A model that
+        had failed to load is tried again now, and the answer says how that went (``model``):
+        it said "nothing changed" while the model the person had just put right loaded."""
         with self._reload_lock:
-            return self._reload()
+            answer = self._reload()
+        if answer.pop("modelRetry", False):  # waited outside the lock: a SIGHUP is not held
+            answer["model"] = self._model_outcome()
+        return answer
+
+    def _model_outcome(self) -> dict[str, Any]:
+        """The retry asked by a reload, waited for ``MODEL_WAIT_S`` at most: ``loaded`` (the
+        model's name), ``loading`` (still at it) or ``failed`` (and why)."""
+        if not self._model_retried.wait(MODEL_WAIT_S):
+            return {"state": "loading", "model": None, "error": None}
+        d = self.slot.describe()
+        if d["state"] == "ok" and d["fallback"] is None:
+            return {"state": "loaded", "model": model_name(d["model"] or ""), "error": None}
+        error = d["fallback"]["error"] if d["fallback"] else d["error"]
+        return {"state": "failed", "model": None, "error": error}
 
     def _loaded(self) -> Config:
         """The configuration file as it is now, once it stopped changing, refused when it is empty
@@ -168,9 +191,12 @@ class ConfigReload:
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)
+        retry = False
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,
             # not at the next embedder.retryMinutes.
+            retry = True
+            self._model_retried.clear()
             self._scheduler.run_soon("model-retry")
         # Everything else is read at start: say what waits for one instead of a silent success.
         restart = [
@@ -200,7 +226,7 @@ class ConfigReload:
                 f"from the index yet ({unremoved}); the sweep queued removes them, and until then "
                 "search may still find them"
             )
-        return {"reloaded": True, "changed": changed, "needsRestart": restart}
+        return {"reloaded": True, "changed": changed, "needsRestart": restart, "modelRetry": retry}
 
     def _reload_index(self, new: Config, changed: list[str]) -> Exception | None:
         """The index's reloadable settings applied (their keys added to ``changed``); the error
