@@ -401,6 +401,19 @@ def test_doctor_names_a_missing_vault(tmp_path: Path) -> None:
     cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": "Wikki"}, env=env)
     vault = next(c for c in run_checks(cfg) if c.name == "vault")
     assert vault.ok and "Wikki/ is not in the vault" in vault.verdict
+    # Named on purpose and not there: a warning; a folder of a near name there (other case, cut
+    # short): the one meant. Both were a plain "ok".
+    assert vault.warning and "fix vault.wikiSubfolder" in vault.todo, vault
+    (tmp_path / "v" / "wiki").mkdir()
+    for named in ("Wiki", "wi", "Wikki"):
+        cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": named}, env=env)
+        vault = next(c for c in run_checks(cfg) if c.name == "vault")
+        assert vault.ok and vault.warning and f"{named}/ is not in the vault" in vault.verdict, vault
+        assert "did you mean wiki/?" in vault.verdict and "vault.wikiSubfolder: wiki" in vault.todo
+    (tmp_path / "v" / "wiki").rmdir()
+    cfg = load_config(flags={"vault.path": str(tmp_path / "v")}, env=env)  # the default name, no wiki
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.ok and not vault.warning and "did you mean" not in vault.verdict, vault
 
 
 def test_doctor_names_a_home_on_a_share_and_a_low_watch_limit(shared: DaemonProcess, tmp_path: Path) -> None:
@@ -920,6 +933,13 @@ def test_status_calls_a_missing_wiki_optional(shared: DaemonProcess) -> None:
     assert "is the name right?" not in text
     roots["vault"]["absent"] = True
     assert "is the name right?" in render_status(h)
+    # A folder of a near name is there (the configuration says Wiki, the folder is wiki/).
+    roots["vault"]["absent"] = False
+    wiki = Path(roots["wiki"]["path"])
+    roots["wiki"]["path"] = str(wiki.parent / wiki.name.upper())
+    text = render_status(h)
+    assert f"did you mean {wiki.name}/? set vault.wikiSubfolder: {wiki.name}" in text, text
+    assert "optional" not in text
 
 
 def test_status_over_a_complete_index_while_the_model_loads(shared: DaemonProcess) -> None:

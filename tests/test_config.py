@@ -410,3 +410,42 @@ def test_config_example_write_keeps_a_file_already_there(
     assert main(["config", "example", "--write", "--config", "other/c.yaml", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["written"] is False
     assert main(["config", "check", "--write"]) == ExitCode.USAGE
+
+
+def test_a_windows_path_is_refused_with_what_to_write(tmp_path: Path) -> None:
+    """`vault.path: C:\\Users\\me\\Obsidian\\Main` (a Windows user's paste) was read as a
+    relative path, joined onto the config file's folder, and accepted; in double quotes, YAML's
+    escape error said nothing of quotes. Every path setting, from the file, the environment and a
+    flag alike."""
+    f = _yaml(tmp_path, "vault:\n  path: C:\\Users\\me\\Obsidian\\Main\n")
+    with pytest.raises(ConfigError, match=r"vault.path = 'C:\\\\Users.*' is a Windows path.*Linux and macOS"):
+        load_config(config_file=str(f), env={})
+    for raw in ("C:/Users/me/Vault", "\\\\nas\\notes"):
+        with pytest.raises(ConfigError, match="is a Windows path"):
+            load_config(env={"SIDECAR_HOME": raw})
+        with pytest.raises(ConfigError, match="is a Windows path"):
+            load_config(flags={"vault.path": raw}, env={})
+    f = _yaml(tmp_path, 'vault:\n  path: "C:\\Users\\me\\Obsidian\\Main"\n')
+    with pytest.raises(ConfigError, match=r"invalid YAML.*escape.*single quotes, or a path with forward"):
+        load_config(config_file=str(f), env={})
+    assert load_config(flags={"vault.path": str(tmp_path / "C:")}, env={}).vault.path == tmp_path / "C:"
+
+
+def test_config_check_warns_of_a_vault_folder_that_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vault.path that does not exist: `configuration OK` (doctor failed it). A warning, not an
+    error: a share not mounted yet is a vault all the same."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    def check(vault: Path) -> str:
+        cfg = load_config(flags={"vault.path": str(vault)}, env={"SIDECAR_HOME": str(tmp_path / "h")})
+        assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+        return capsys.readouterr().out
+
+    out = check(tmp_path / "nothere")
+    assert out.startswith("configuration with 1 warning(s)"), out
+    assert f"warning: vault.path {tmp_path / 'nothere'} does not exist or is not a folder" in out
+    (tmp_path / "vault").mkdir()
+    assert check(tmp_path / "vault").startswith("configuration OK")

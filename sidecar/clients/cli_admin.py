@@ -545,8 +545,31 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _path_warnings(cfg: Config) -> list[str]:
-    """``embedder.path`` set to a folder that holds no model: valid as a value, but the daemon would
-    search by keywords only (doctor failed it while config check said OK). Bounded as doctor's look."""
+    """What the paths name that the file alone cannot tell, bounded as doctor's look: a vault
+    folder that is not there, ``embedder.path`` set to a folder that holds no model (valid values,
+    but the daemon would index nothing or search by keywords only: doctor failed them while
+    config check said OK)."""
+    return [*_vault_warnings(cfg), *_model_path_warnings(cfg)]
+
+
+def _vault_warnings(cfg: Config) -> list[str]:
+    """vault.path not there: a warning, not an error (a share not mounted yet is a vault too)."""
+    from sidecar.vault.timeout import folder_state
+
+    vault = cfg.vault.path
+    if vault is None:
+        return []
+    there, why = folder_state(vault, cfg.watch.probe_timeout_seconds)
+    if there:
+        return []
+    what = f"cannot be read now ({why})" if why else "does not exist or is not a folder"
+    return [
+        f"vault.path {vault} {what}: the daemon waits for it and indexes nothing from it meanwhile; "
+        "fix vault.path, or mount its share"
+    ]
+
+
+def _model_path_warnings(cfg: Config) -> list[str]:
     e = cfg.embedder
     if not e.enabled or e.path is None:
         return []

@@ -40,7 +40,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
-from sidecar.vault.timeout import folder_state, run_with_timeout
+from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
 
 _FOLDER_LIMIT = 200_000  # stop counting vault folders here: the verdict is clear by then
 _WALK_SECONDS = 60.0  # count vault folders at most this long (a slow share that still answers)
@@ -116,13 +116,24 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
     wiki_there, wiki_why = folder_state(wiki, timeout)
     if wiki_there:
         return Check("vault", True, f"{vault}, wiki folder {cfg.vault.wiki_subfolder}/"), True
-    what = f"cannot be read: {wiki_why}" if wiki_why else "is not in the vault"
+    if wiki_why is not None:  # no wiki is a choice; an unreadable one is not
+        verdict = f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ cannot be read: {wiki_why}"
+        todo = "check the folder's permissions"
+        return Check("vault", False, f"{verdict}: no note counts as wiki", todo), True
+    # Named on purpose, or a folder of a near name is there (`Wiki` for wiki/, a cut `wi`): a
+    # warning, with the folder meant. It was an "ok" nobody read as a mistake.
+    near = near_folder(vault, cfg.vault.wiki_subfolder, timeout)
+    named = cfg.origins.get("vault.wikiSubfolder", "default") != "default"
+    meant = f"; did you mean {near}/?" if near else ""
     return (
         Check(
             "vault",
-            wiki_why is None,  # no wiki is a choice; an unreadable one is not
-            f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ {what}: no note counts as wiki",
-            "" if wiki_why is None else "check the folder's permissions",
+            True,
+            f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ is not in the vault: no note counts "
+            f"as wiki{meant}",
+            (f"set vault.wikiSubfolder: {near} (folder names are case-sensitive)" if near else "")
+            or ("make the folder, or fix vault.wikiSubfolder" if named else ""),
+            warning=bool(near) or named,
         ),
         True,
     )
@@ -293,12 +304,19 @@ def served_config(cfg: Config, timeout: float = 2.0) -> tuple[Config, str]:
 
 
 def _other_vault(cfg: Config, health: dict[str, Any]) -> str:
-    """A word when the daemon on this home indexes another vault than this configuration names
-    (it was started with other flags or an older file: a `reload` does not move a vault)."""
+    """A word when the daemon on this home indexes another vault or wiki folder than this
+    configuration names (it was started with other flags or an older file: a `reload` does not
+    move either). It compared the vault only: a wiki changed in the file passed as all well."""
     served = health.get("vault")
-    if cfg.vault.path is None or health.get("home") != str(cfg.home) or served == str(cfg.vault.path):
+    if cfg.vault.path is None or health.get("home") != str(cfg.home):
         return ""
-    return f"; it indexes {served or 'no vault'}, not the vault {cfg.vault.path} named here"
+    if served != str(cfg.vault.path):
+        return f"; it indexes {served or 'no vault'}, not the vault {cfg.vault.path} named here"
+    wiki = str(cfg.vault.path / cfg.vault.wiki_subfolder)
+    served_wiki = next((r.get("path") for r in health.get("roots") or [] if r.get("name") == "wiki"), None)
+    if served_wiki is not None and served_wiki != wiki:
+        return f"; its wiki folder is {served_wiki}, not {wiki} as named here"
+    return ""
 
 
 def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, dict[str, Any] | None]:

@@ -57,6 +57,8 @@ RETIRED = {
 }
 
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
+# A path written as on Windows: a drive letter (C:\\Users, C:/Users) or a UNC share (\\\\server).
+_WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
 _NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV", "SIDECAR_PARENT_PID"})  # last: runtime.orphan
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
 
@@ -105,7 +107,7 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {what}") from exc
+        raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what)}") from exc
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -113,6 +115,16 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     if warnings is not None:
         warnings.extend(twice)
     return _flatten(data, str(path))
+
+
+def _yaml_hint(problem: str) -> str:
+    """What to do about a YAML error whose own words do not say it."""
+    if "escape" in problem:  # "C:\Users\me" in double quotes: \U starts an escape sequence
+        return (
+            " (inside double quotes a backslash starts an escape sequence: write the value in single "
+            "quotes, or a path with forward slashes)"
+        )
+    return ""
 
 
 def default_config_file(env: Mapping[str, str]) -> Path:
@@ -252,6 +264,14 @@ class _Layers:
             value = _coerce(setting, raw, where)
         except ConfigError as exc:
             self.problems.append(str(exc))
+            return
+        if isinstance(value, Path) and isinstance(raw, str) and _WINDOWS_PATH.match(raw):
+            # Read as a relative path, it was joined onto the config file's folder and accepted.
+            self.problems.append(
+                f"{where}: {setting.dotted} = {raw!r} is a Windows path (a drive letter or a \\\\server "
+                "share): sidecar runs on Linux and macOS; write the folder's path on this machine, e.g. "
+                "/home/you/Obsidian/Main or ~/Obsidian/Main (a vault on a Windows share: its mount point)"
+            )
             return
         if isinstance(value, Path) and not value.is_absolute():
             value = base / value
