@@ -140,3 +140,20 @@ def test_the_readme_service_steps_configure_the_daemon(
     unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert start.endswith(f" serve --config {written}"), start
+
+
+def test_the_readme_commands_table_has_a_row_per_command_and_the_help_names_every_file_source() -> None:
+    """`reload` was in `--help` but had no row in README's Commands table, `config show` was
+    nowhere, and `--config FILE`'s help left out $SIDECAR_CONFIG, which README puts first."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| `sidecar ")]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:  # type: ignore[union-attr]
+        assert any(row.startswith((f"| `sidecar {name} ", f"| `sidecar {name}`")) for row in rows), name
+    config = sub.choices["config"]  # type: ignore[index]
+    actions = next(a for a in config._actions if a.dest == "action").choices
+    row = next(r for r in rows if r.startswith("| `sidecar config"))
+    for action in actions:
+        assert f"config {action}" in row, action
+    help_text = next(a for a in config._actions if a.dest == "config").help
+    assert "$SIDECAR_CONFIG" in help_text

@@ -195,8 +195,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="configuration file (default $XDG_CONFIG_HOME/sidecar/config.yaml, else "
-        "~/.config/sidecar/config.yaml; `sidecar config path` names it)",
+        help="configuration file (default $SIDECAR_CONFIG, else $XDG_CONFIG_HOME/sidecar/config.yaml, "
+        "else ~/.config/sidecar/config.yaml; `sidecar config path` names it)",
     )
     p.add_argument(
         "--home", metavar="DIR", help="sidecar home: agents/, index/, models/ (default ~/.sidecar)"
