@@ -172,9 +172,17 @@ def test_a_key_given_twice_is_a_warning(tmp_path: Path) -> None:
     twice = _yaml(tmp_path, "search:\n  limit: 3\n  limit: 2\nindex:\n  exclude: [a/]\n")
     cfg = load_config(config_file=str(twice), env={})
     assert cfg.search.limit == 2
-    assert len(cfg.warnings) == 1 and "'limit' given twice in one section (line 3)" in cfg.warnings[0]
+    assert len(cfg.warnings) == 1 and "'limit' given twice in one section (lines 2 and 3)" in cfg.warnings[0]
     once = _yaml(tmp_path, "search:\n  limit: 3\nrecall:\n  limit: 2\n")  # one per section
     assert not load_config(config_file=str(once), env={}).warnings
+
+
+def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    """`vault:` twice: YAML keeps the second section whole, so vault.path of the first was gone
+    (a warning naming one line, exit 0, and the daemon indexed no vault). An error naming both."""
+    twice = _yaml(tmp_path, "vault:\n  path: /srv/notes\nsearch:\n  limit: 3\nvault:\n  wikiSubfolder: w\n")
+    with pytest.raises(ConfigError, match=r"'vault' given twice \(lines 1 and 5\).*write its keys under one"):
+        load_config(config_file=str(twice), env={})
 
 
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:

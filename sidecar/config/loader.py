@@ -88,16 +88,31 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     import yaml  # only when there is a file: a thin client without one starts faster
 
     twice: list[str] = []
+    sections_twice: list[str] = []
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[Any] = set()
-            for key_node, _value in node.value:
+            seen: dict[Any, tuple[int, bool]] = {}  # key -> its first line, whether a section
+            for key_node, value in node.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                at = key_node.start_mark.line + 1
+                section = isinstance(value, yaml.MappingNode)
                 if key is not None and key in seen:
-                    at = key_node.start_mark.line + 1
-                    twice.append(f"{path}: {key!r} given twice in one section (line {at}): the last is used")
-                seen.add(key)
+                    first, was_section = seen[key]
+                    if section or was_section:
+                        # The last section replaces the first whole: `vault:` twice dropped
+                        # vault.path without a word (a warning, and the daemon ran without it).
+                        sections_twice.append(
+                            f"{path}: {key!r} given twice (lines {first} and {at}): the second would "
+                            "replace the first whole; write its keys under one"
+                        )
+                    else:
+                        twice.append(
+                            f"{path}: {key!r} given twice in one section (lines {first} and {at}): "
+                            "the last is used"
+                        )
+                else:
+                    seen[key] = (at, section)
             return super().construct_mapping(node, deep=deep)
 
     try:
@@ -108,6 +123,8 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what)}") from exc
+    if sections_twice:
+        raise ConfigError("; ".join(sections_twice))
     if data is None:
         return {}
     if not isinstance(data, Mapping):
