@@ -253,8 +253,19 @@ def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
             load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path), "vault.path": str(vault)}, env={})  # vault in the home
-    # A hidden folder is never scanned: a vault of ~ with the default home ~/.sidecar is fine.
-    load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
+    # A hidden folder is never scanned: a vault of ~ with the default home ~/.sidecar runs; but
+    # the index is written into the vault's folder (a synced vault carries it), which README says
+    # never happens: said plainly (config check, serve, doctor), not by the query commands.
+    (vault / "Note.md").parent.mkdir(parents=True)
+    cfg = load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
+    said = [w for w in cfg.warnings if "lies in a hidden folder inside the vault" in w]
+    assert len(said) == 1 and "written into the vault's folder" in said[0], cfg.warnings
+    assert said[0] in cfg.outdated  # not on every prompt of an agent's hook
+    from sidecar.clients.doctor_storage import check_home
+
+    home = check_home(cfg)
+    assert home.ok and home.warning and "inside the vault" in home.verdict, home
+    assert not [w for w in load_config(flags={"vault.path": str(vault)}, env={}).warnings if "hidden" in w]
 
 
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:

@@ -470,16 +470,7 @@ def load_config(
             "must be a relative folder inside the vault"
         )
     vault = dataclasses.replace(vault, wiki_subfolder=wiki)
-    inside = vault.path is not None and home.is_relative_to(vault.path)
-    if inside and vault.path is not None and not _hidden_below(home, vault.path):
-        # sidecar never writes into the vault's notes; a home there would also be indexed as
-        # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
-        # ~/.sidecar) is never scanned, as Obsidian never shows it.
-        raise ConfigError(
-            f"home {home} lies inside the vault {vault.path}: the index "
-            "and every agent's memory would be written into the vault and found as its notes; use a "
-            "folder outside it or a hidden one (default ~/.sidecar)"
-        )
+    _home_in_vault(home, vault.path, layers)
     socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
         raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
@@ -537,6 +528,32 @@ def _default_state_dir(env: Mapping[str, str]) -> Path:
 
 
 _RESOLVE_WAIT_S = 2.0
+
+
+def _home_in_vault(home: Path, vault: Path | None, layers: _Layers) -> None:
+    """A home inside the vault: refused, unless in a hidden folder (then a warning)."""
+    if vault is None or not home.is_relative_to(vault):
+        return
+    if not _hidden_below(home, vault):
+        # sidecar never writes into the vault's notes; a home there would also be indexed as
+        # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
+        # ~/.sidecar) is never scanned, as Obsidian never shows it.
+        raise ConfigError(
+            f"home {home} lies inside the vault {vault}: the index "
+            "and every agent's memory would be written into the vault and found as its notes; use a "
+            "folder outside it"
+        )
+    # Never scanned (hidden, as Obsidian hides it), so search is right; but README promises
+    # no writes into the vault, and whatever syncs the vault (Syncthing, iCloud, git) carries
+    # a live index. A warning, not a refusal: a vault of ~ with the default home ~/.sidecar
+    # is such a setup, and has run for years. Query commands (an agent's hooks) leave it out.
+    layers.outdated.append(
+        f"the home {home} lies in a hidden folder inside the vault {vault}: it is not indexed, "
+        "but the index and every agent's memory are written into the vault's folder, and whatever "
+        "syncs or versions the vault (Syncthing, iCloud, git) carries them; a home outside the "
+        "vault avoids that (home: in the configuration file; move the folder there first)"
+    )
+    layers.warnings.append(layers.outdated[-1])
 
 
 def _where(origins: Mapping[str, str], dotted: str) -> str:
