@@ -269,7 +269,13 @@ def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
 
 
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:
-    """vault.path in the YAML file is relative to the file, not to the working directory."""
+    """vault.path in the YAML file is relative to the file, not to the working directory; the
+    example file and README say so (it was undocumented)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert "A relative path in the file (`vault.path: notes`) counts from the\nfile's own folder" in readme
+    assert "# counts from this file's folder; one in a flag or variable from the working folder." in (
+        render_example()
+    )
     f = _yaml(tmp_path, "vault:\n  path: notes\n")
     assert load_config(config_file=str(f), env={}).vault.path == (tmp_path / "notes").resolve()
 
