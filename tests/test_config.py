@@ -474,3 +474,13 @@ def test_config_check_warns_of_a_vault_folder_that_is_not_there(
     assert f"warning: vault.path {tmp_path / 'nothere'} does not exist or is not a folder" in out
     (tmp_path / "vault").mkdir()
     assert check(tmp_path / "vault").startswith("configuration OK")
+
+
+def test_a_tab_in_the_indentation_says_to_indent_with_spaces(tmp_path: Path) -> None:
+    """YAML's own words ("found character '\\t' that cannot start any token") do not say that a
+    tab indented the line: the error now does, with the line."""
+    f = _yaml(tmp_path, "vault:\n\tpath: /srv/notes\n")
+    with pytest.raises(
+        ConfigError, match=r"at line 2, column 1: .*\(YAML does not allow tabs .*indent with spaces\)"
+    ):
+        load_config(config_file=str(f), env={})

@@ -141,6 +141,8 @@ def _yaml_hint(problem: str) -> str:
             " (inside double quotes a backslash starts an escape sequence: write the value in single "
             "quotes, or a path with forward slashes)"
         )
+    if "'\\t'" in problem:  # "found character '\t' that cannot start any token"
+        return " (YAML does not allow tabs for indentation: indent with spaces)"
     return ""
 
 
