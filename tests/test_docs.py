@@ -157,3 +157,25 @@ def test_the_readme_commands_table_has_a_row_per_command_and_the_help_names_ever
         assert f"config {action}" in row, action
     help_text = next(a for a in config._actions if a.dest == "config").help
     assert "$SIDECAR_CONFIG" in help_text
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_the_test_script_installs_system_packages_only_on_a_ci_runner(tmp_path: Path, ci: bool) -> None:
+    """README's "install and run the tests" (`bash .ci/run`) run as root apt-get installed
+    systemd on a person's machine when systemd-analyze was missing; the test that uses it skips
+    without it. Only a CI runner ($CI set) installs it now. The script's lines before the
+    virtualenv is made run with stubs: root, apt-get recording its calls, no systemd-analyze."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    head = script.split("\nVENV=", 1)[0].replace('cd "$(dirname "$0")/.."', "")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    for name, body in (("id", "echo 0"), ("apt-get", f'echo "$*" >> {calls}')):
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env = {"PATH": str(stubs), **({"CI": "true"} if ci else {})}
+    done = subprocess.run(
+        ["/bin/bash", "-c", head], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert calls.exists() == ci, done.stdout
