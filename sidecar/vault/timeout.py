@@ -6,6 +6,7 @@ left behind and handed back, for the caller to refuse a second one on the same r
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -120,7 +121,7 @@ def near_folder(top: Path, sub: str, timeout: float) -> str | None:
     folder = top
     for part in Path(sub).parts:
         try:
-            names, _stuck = run_with_timeout(lambda f=folder: listing(f), timeout, "near-folder")
+            names, _stuck = run_with_timeout(functools.partial(listing, folder), timeout, "near-folder")
         except OSError:
             return None
         if not names:
