@@ -119,11 +119,15 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--tokens": "800",  # a token budget: 100 at least
         "--since": "2020-01-01",  # a window holding the test vault's notes
         "--until": "today",
+        # `config example --write [FILE]`: never the default file, which every later test reads.
+        "--write": str(config.parent / "example.yaml"),
     }
     out = []
     for i, w in enumerate(words):
         prev = words[i - 1] if i else ""
         out.append(by_option.get(prev, values.get(w, w)) if w.isupper() or prev in by_option else w)
+    if out and out[-1] == "--write":
+        out.append(by_option["--write"])
     return out
 
 
