@@ -103,7 +103,8 @@ class ConfigReload:
     def _model_outcome(self) -> dict[str, Any]:
         """The retry asked by a reload, waited for ``MODEL_WAIT_S`` at most: ``loaded`` (the
         model's name), ``loading`` (still at it) or ``failed`` (and why)."""
-        if not self._model_retried.wait(MODEL_WAIT_S):
+        # Within the request's own bound (server.requestTimeoutSeconds may be set lower).
+        if not self._model_retried.wait(min(MODEL_WAIT_S, self.cfg.server.request_timeout_seconds / 2)):
             return {"state": "loading", "model": None, "error": None}
         d = self.slot.describe()
         if d["state"] == "ok" and d["fallback"] is None:
