@@ -177,12 +177,21 @@ def test_a_key_given_twice_is_a_warning(tmp_path: Path) -> None:
     assert not load_config(config_file=str(once), env={}).warnings
 
 
-def test_a_section_given_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
-    """`vault:` twice: YAML keeps the second section whole, so vault.path of the first was gone
-    (a warning naming one line, exit 0, and the daemon indexed no vault). An error naming both."""
+def test_a_section_given_twice_is_read_as_one_key_by_key(tmp_path: Path) -> None:
+    """`vault:` twice: YAML keeps the second section whole, so vault.path of the first was gone.
+    An error instead stopped a config that ran (the example with README's `vault:` snippet
+    appended): the copies are merged key by key, the later key used, a warning naming the lines."""
     twice = _yaml(tmp_path, "vault:\n  path: /srv/notes\nsearch:\n  limit: 3\nvault:\n  wikiSubfolder: w\n")
-    with pytest.raises(ConfigError, match=r"'vault' given twice \(lines 1 and 5\).*write its keys under one"):
-        load_config(config_file=str(twice), env={})
+    cfg = load_config(config_file=str(twice), env={})
+    assert (cfg.vault.path, cfg.vault.wiki_subfolder, cfg.search.limit) == (Path("/srv/notes"), "w", 3)
+    assert len(cfg.warnings) == 1 and "'vault' given twice (lines 1 and 5): read as one section" in cfg.warnings[0]
+    appended = tmp_path / "appended.yaml"
+    appended.write_text(render_example() + "vault:\n  path: /srv/notes\n")
+    cfg = load_config(config_file=str(appended), env={})
+    assert (cfg.vault.path, cfg.vault.wiki_subfolder) == (Path("/srv/notes"), "wiki")
+    assert any("'path' given twice in one section" in w and "the last is used" in w for w in cfg.warnings)
+    empty_first = _yaml(tmp_path, "vault:\nsearch:\n  limit: 3\nvault:\n  path: /srv/notes\nvault: ~\n")
+    assert load_config(config_file=str(empty_first), env={}).vault.path == Path("/srv/notes")
 
 
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:

@@ -88,31 +88,45 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     import yaml  # only when there is a file: a thin client without one starts faster
 
     twice: list[str] = []
-    sections_twice: list[str] = []
+
+    def section(value: Any) -> bool:  # a mapping, or nothing at all (`vault:` left empty)
+        return isinstance(value, yaml.MappingNode) or (
+            isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null"
+        )
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: dict[Any, tuple[int, bool]] = {}  # key -> its first line, whether a section
+            # A section given twice (`vault:` on two lines) is read as one, key by key: YAML keeps
+            # the second whole, which dropped the first's vault.path; an error instead stopped
+            # configs that ran for years (the example with a `vault:` snippet appended). A key
+            # in both copies is then a key given twice, the later one used, said below.
+            pairs: list[tuple[Any, Any]] = []
+            seen: dict[Any, tuple[int, int]] = {}  # key -> its first line, its place in pairs
             for key_node, value in node.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
                 at = key_node.start_mark.line + 1
-                section = isinstance(value, yaml.MappingNode)
-                if key is not None and key in seen:
-                    first, was_section = seen[key]
-                    if section or was_section:
-                        # The last section replaces the first whole: `vault:` twice dropped
-                        # vault.path without a word (a warning, and the daemon ran without it).
-                        sections_twice.append(
-                            f"{path}: {key!r} given twice (lines {first} and {at}): the second would "
-                            "replace the first whole; write its keys under one"
-                        )
-                    else:
-                        twice.append(
-                            f"{path}: {key!r} given twice in one section (lines {first} and {at}): "
-                            "the last is used"
-                        )
-                else:
-                    seen[key] = (at, section)
+                if key is None or key not in seen:
+                    if key is not None:
+                        seen[key] = (at, len(pairs))
+                    pairs.append((key_node, value))
+                    continue
+                first, place = seen[key]
+                earlier = pairs[place][1]
+                if section(earlier) and section(value) and (
+                    isinstance(earlier, yaml.MappingNode) or isinstance(value, yaml.MappingNode)
+                ):
+                    keys = [n for v in (earlier, value) if isinstance(v, yaml.MappingNode) for n in v.value]
+                    mark = earlier if isinstance(earlier, yaml.MappingNode) else value
+                    merged = yaml.MappingNode(mark.tag, keys, mark.start_mark, mark.end_mark, mark.flow_style)
+                    pairs[place] = (pairs[place][0], merged)
+                    twice.append(
+                        f"{path}: {key!r} given twice (lines {first} and {at}): read as one section; "
+                        "write its keys under one"
+                    )
+                    continue
+                twice.append(f"{path}: {key!r} given twice in one section (lines {first} and {at}): the last is used")
+                pairs[place] = (pairs[place][0], value)
+            node = yaml.MappingNode(node.tag, pairs, node.start_mark, node.end_mark, node.flow_style)
             return super().construct_mapping(node, deep=deep)
 
     try:
@@ -123,8 +137,6 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what)}") from exc
-    if sections_twice:
-        raise ConfigError("; ".join(sections_twice))
     if data is None:
         return {}
     if not isinstance(data, Mapping):
