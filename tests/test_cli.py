@@ -25,7 +25,7 @@ from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.doctor import check_model, render, run_checks
 from sidecar.clients.doctor_checks import Probes
 from sidecar.clients.foreground import Eta, Summary
-from sidecar.config import load_config
+from sidecar.config import load_config, render_example
 from sidecar.contracts.errors import ExitCode
 from sidecar.runtime.logs import JournaldFormatter
 
@@ -418,6 +418,32 @@ def test_doctor_names_a_missing_vault(tmp_path: Path) -> None:
     cfg = load_config(flags={"vault.path": str(tmp_path / "v")}, env=env)  # the default name, no wiki
     vault = next(c for c in run_checks(cfg) if c.name == "vault")
     assert vault.ok and not vault.warning and "did you mean" not in vault.verdict, vault
+
+
+def test_a_vault_without_the_optional_wiki_is_no_warning(tmp_path: Path) -> None:
+    """The default wiki name written in the file (`config example --write` writes every key) is
+    not a name set on purpose; and for that name only another case of it is a near folder:
+    `Wikipedia/` beside no wiki was 'did you mean Wikipedia/?', in doctor and status alike."""
+    from sidecar.clients.cli_render import _no_wiki
+
+    env = {**NO_MODEL, "SIDECAR_HOME": str(tmp_path / "home")}
+    notes = tmp_path / "notes"
+    write(notes / "a.md", "# a\n")
+    (notes / "Wikipedia").mkdir()
+    f = tmp_path / "config.yaml"
+    f.write_text(render_example().replace("  path: null", f"  path: {notes}", 1))
+    cfg = load_config(config_file=str(f), env=env)
+    assert cfg.origins["vault.wikiSubfolder"] != "default"
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.ok and not vault.warning and "did you mean" not in vault.verdict, vault
+    roots = [{"name": "vault", "path": str(notes)}]
+    assert "optional" in _no_wiki(str(notes / "wiki"), roots)
+    # Set on purpose, a prefix still counts; the default name in another case too.
+    assert "did you mean Wikipedia/?" in _no_wiki(str(notes / "Wiki"), roots)
+    (notes / "Wiki").mkdir()
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.warning and "did you mean Wiki/?" in vault.verdict, vault
+    assert "did you mean Wiki/?" in _no_wiki(str(notes / "wiki"), roots)
 
 
 def test_doctor_names_a_home_on_a_share_and_a_low_watch_limit(shared: DaemonProcess, tmp_path: Path) -> None:

@@ -615,13 +615,15 @@ def _no_wiki(path: str, roots: list[dict[str, Any]]) -> str:
     wiki/): then the one meant (asked of the vault with a short deadline)."""
     from pathlib import Path
 
+    from sidecar.config import DEFAULT_WIKI
     from sidecar.vault.timeout import near_folder
 
     vault = next((r["path"] for r in roots if r["name"] == "vault"), None)
     wiki = Path(path)
     near = None
     if vault is not None and wiki.is_relative_to(vault):
-        near = near_folder(Path(vault), wiki.relative_to(vault).as_posix(), 1.0)
+        sub = wiki.relative_to(vault).as_posix()
+        near = near_folder(Path(vault), sub, 1.0, loose=sub != DEFAULT_WIKI)
     if near:
         return f"  (no such folder; did you mean {near}/? set vault.wikiSubfolder: {near}, case-sensitive)"
     return "  (no wiki folder: optional; make it, or name yours with vault.wikiSubfolder)"

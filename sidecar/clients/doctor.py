@@ -36,7 +36,7 @@ from sidecar.clients.service import (
     LABEL,
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
-from sidecar.config import Config
+from sidecar.config import DEFAULT_WIKI, Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
@@ -122,8 +122,10 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
         return Check("vault", False, f"{verdict}: no note counts as wiki", todo), True
     # Named on purpose, or a folder of a near name is there (`Wiki` for wiki/, a cut `wi`): a
     # warning, with the folder meant. It was an "ok" nobody read as a mistake.
-    near = near_folder(vault, cfg.vault.wiki_subfolder, timeout)
-    named = cfg.origins.get("vault.wikiSubfolder", "default") != "default"
+    # Named only when it is not the default: `config example --write` writes the default into
+    # the file, and a vault without the optional wiki is well.
+    named = cfg.vault.wiki_subfolder != DEFAULT_WIKI
+    near = near_folder(vault, cfg.vault.wiki_subfolder, timeout, loose=named)
     meant = f"; did you mean {near}/?" if near else ""
     return (
         Check(

@@ -107,10 +107,11 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     return stat.S_ISDIR(st.st_mode), None
 
 
-def near_folder(top: Path, sub: str, timeout: float) -> str | None:
+def near_folder(top: Path, sub: str, timeout: float, loose: bool = True) -> str | None:
     """A folder below ``top`` that ``sub`` (a relative path that is not there) likely meant: the
-    same name in other case (``Wiki`` for ``wiki/``), one it starts (``wi``), or a close spelling;
-    found part by part, each listing asked with a deadline. None when nothing is near."""
+    same name in other case (``Wiki`` for ``wiki/``), and when ``loose`` one it starts (``wi``) or a
+    close spelling; found part by part, each listing asked with a deadline. None when nothing is
+    near. Not ``loose`` for a name nobody wrote (the default): ``Wikipedia/`` is not a wiki meant."""
     import difflib  # only for a folder that is missing
 
     def listing(folder: Path) -> list[str]:
@@ -133,7 +134,9 @@ def near_folder(top: Path, sub: str, timeout: float) -> str | None:
             starts = sorted(n for n in names if n.casefold().startswith(part.casefold()))
             by_fold = {n.casefold(): n for n in names}
             close = difflib.get_close_matches(part.casefold(), list(by_fold), n=1, cutoff=0.75)
-            pick = folded or (starts[:1] if len(starts) == 1 else []) or [by_fold[c] for c in close]
+            pick = folded or (
+                ((starts[:1] if len(starts) == 1 else []) or [by_fold[c] for c in close]) if loose else []
+            )
             if not pick:
                 return None
             match = pick[0]
