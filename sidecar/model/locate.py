@@ -55,7 +55,9 @@ def install_command(model: str, *, force: bool = False) -> str | None:
         if re.sub(r"[-_.]+", "-", name).lower() == norm:
             wanted = spec.replace(" ", "")
             break
-    again = "--force-reinstall " if force else ""
+    # --no-deps: a damaged file is in this package; a forced reinstall of its dependencies too
+    # would change numpy (unpinned) under onnxruntime and lancedb.
+    again = "--force-reinstall --no-deps " if force else ""
     return f"{shlex.quote(sys.executable)} -m pip install {again}'{wanted}'"
 
 
