@@ -459,7 +459,13 @@ def test_a_windows_path_is_refused_with_what_to_write(tmp_path: Path) -> None:
             load_config(env={"SIDECAR_HOME": raw})
         with pytest.raises(ConfigError, match="is a Windows path"):
             load_config(flags={"vault.path": raw}, env={})
+    # In double quotes: YAML's escape error says it is a Windows path (its hint for other escapes,
+    # single quotes or forward slashes, led a Windows path to the refusal above, a round later).
     f = _yaml(tmp_path, 'vault:\n  path: "C:\\Users\\me\\Obsidian\\Main"\n')
+    with pytest.raises(ConfigError, match=r"invalid YAML.*escape.*a Windows path: .*Linux and macOS") as exc:
+        load_config(config_file=str(f), env={})
+    assert "single quotes" not in str(exc.value)
+    f = _yaml(tmp_path, 'vault:\n  path: "~/notes\\Main"\n')
     with pytest.raises(ConfigError, match=r"invalid YAML.*escape.*single quotes, or a path with forward"):
         load_config(config_file=str(f), env={})
     assert load_config(flags={"vault.path": str(tmp_path / "C:")}, env={}).vault.path == tmp_path / "C:"

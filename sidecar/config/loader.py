@@ -59,6 +59,11 @@ RETIRED = {
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
 # A path written as on Windows: a drive letter (C:\\Users, C:/Users) or a UNC share (\\\\server).
 _WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+_QUOTED_WINDOWS_PATH = re.compile(r"""["'](?:[A-Za-z]:[\\/]|\\\\)""")
+_WINDOWS_TODO = (
+    "sidecar runs on Linux and macOS; write the folder's path on this machine, e.g. "
+    "/home/you/Obsidian/Main or ~/Obsidian/Main (a vault on a Windows share: its mount point)"
+)
 _NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV", "SIDECAR_PARENT_PID"})  # last: runtime.orphan
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
 
@@ -136,7 +141,8 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what)}") from exc
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what, line)}") from exc
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -146,8 +152,11 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     return _flatten(data, str(path))
 
 
-def _yaml_hint(problem: str) -> str:
-    """What to do about a YAML error whose own words do not say it."""
+def _yaml_hint(problem: str, line: str = "") -> str:
+    """What to do about a YAML error whose own words do not say it (``line``: the line it is in)."""
+    if "escape" in problem and _QUOTED_WINDOWS_PATH.search(line):
+        # Quotes or forward slashes would only lead to the Windows-path refusal: say that now.
+        return f" (a Windows path: {_WINDOWS_TODO})"
     if "escape" in problem:  # "C:\Users\me" in double quotes: \U starts an escape sequence
         return (
             " (inside double quotes a backslash starts an escape sequence: write the value in single "
@@ -300,8 +309,7 @@ class _Layers:
             # Read as a relative path, it was joined onto the config file's folder and accepted.
             self.problems.append(
                 f"{where}: {setting.dotted} = {raw!r} is a Windows path (a drive letter or a \\\\server "
-                "share): sidecar runs on Linux and macOS; write the folder's path on this machine, e.g. "
-                "/home/you/Obsidian/Main or ~/Obsidian/Main (a vault on a Windows share: its mount point)"
+                f"share): {_WINDOWS_TODO}"
             )
             return
         if isinstance(value, Path) and not value.is_absolute():
