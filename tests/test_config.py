@@ -489,6 +489,19 @@ def test_config_check_warns_of_a_vault_folder_that_is_not_there(
     assert f"warning: vault.path {tmp_path / 'nothere'} does not exist or is not a folder" in out
     (tmp_path / "vault").mkdir()
     assert check(tmp_path / "vault").startswith("configuration OK")
+    # Written but null: `path: ~` (YAML's null) or the example's `path: null` left as it was said
+    # "configuration OK" and the daemon indexed no vault. Not written at all: no word.
+    for null in ("~", "null", ""):
+        f = _yaml(tmp_path, f"vault:\n  path: {null}\n")
+        cfg = load_config(config_file=str(f), env={"SIDECAR_HOME": str(tmp_path / "h")})
+        assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("configuration with 1 warning(s)"), out
+        assert "warning: vault.path is not set (null): only agents' memory is indexed" in out
+        assert "`~` alone is YAML's null" in out
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "h")})
+    assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+    assert capsys.readouterr().out.startswith("configuration OK")
 
 
 def test_a_tab_in_the_indentation_says_to_indent_with_spaces(tmp_path: Path) -> None:

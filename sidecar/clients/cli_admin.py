@@ -557,6 +557,13 @@ def _vault_warnings(cfg: Config) -> list[str]:
     from sidecar.vault.timeout import folder_state
 
     vault = cfg.vault.path
+    if vault is None and cfg.origins.get("vault.path", "default") != "default":
+        # Written but null (`path: ~`, or the example's `path: null` left as it was): the daemon
+        # indexes no vault; "configuration OK" read as done. Left out, the key is a choice.
+        return [
+            "vault.path is not set (null): only agents' memory is indexed; write the vault's folder "
+            "(`~` alone is YAML's null: write `~/notes`, or quote it)"
+        ]
     if vault is None:
         return []
     there, why = folder_state(vault, cfg.watch.probe_timeout_seconds)
