@@ -444,6 +444,15 @@ def test_config_example_write_keeps_a_file_already_there(
     assert main(["config", "example", "--write", "--config", "other/c.yaml", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["written"] is False
     assert main(["config", "check", "--write"]) == ExitCode.USAGE
+    assert main(["config", "path", "--write"]) == ExitCode.USAGE  # it was ignored without a word
+    # A part of the path is a file, or the path a folder: a clear error (mkdir's "File exists").
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    assert main(["config", "example", "--write", "afile/c.yaml"]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert f"cannot write the example to {tmp_path / 'afile/c.yaml'}" in err and "a part of it a file" in err
+    assert main(["config", "example", "--write", "other"]) == ExitCode.CONFIG
+    assert "it is a folder" in capsys.readouterr().err
 
 
 def test_a_windows_path_is_refused_with_what_to_write(tmp_path: Path) -> None:

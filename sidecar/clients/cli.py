@@ -106,6 +106,8 @@ def _without_configuration(args: argparse.Namespace) -> int | None:
         from sidecar.clients.cli_admin import cmd_completion
 
         return cmd_completion(args)
+    if args.command == "config" and args.action != "example" and args.write is not None:
+        raise UsageError("--write goes with `sidecar config example`")  # path ignored it silently
     if args.command == "config" and args.action == "path":
         from sidecar.clients.cli_admin import cmd_config_path
 
@@ -114,8 +116,6 @@ def _without_configuration(args: argparse.Namespace) -> int | None:
         from sidecar.clients.cli_admin import cmd_config_example
 
         return cmd_config_example(args)
-    if args.command == "config" and args.write is not None:
-        raise UsageError("--write goes with `sidecar config example`")
     return None
 
 

@@ -18,7 +18,13 @@ from sidecar.clients.cli_render import render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
+from sidecar.contracts.errors import (
+    ConfigError,
+    DaemonNotRunningError,
+    DaemonUnreachableError,
+    ExitCode,
+    StorageError,
+)
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.vault.homeguard import forget, record_path
@@ -619,13 +625,23 @@ def cmd_config_example(args: argparse.Namespace) -> int:
     flag = getattr(args, "config", None)
     path = Path(args.write).expanduser() if args.write else config_file_path(flag, os.environ)
     path = path if path.is_absolute() else Path.cwd() / path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a part of it is a file: mkdir's bare "File exists" named no cause
+        raise ConfigError(
+            f"cannot write the example to {path}: its folder {path.parent} cannot be made "
+            f"({exc.strerror or exc}; is a part of it a file?)"
+        ) from exc
+    if path.is_dir():
+        raise ConfigError(f"cannot write the example to {path}: it is a folder; name a file in it")
     try:
         with path.open("x", encoding="utf-8") as out:  # "x": never over a file, even one made just now
             out.write(text)
         written = True
     except FileExistsError:
         written = False
+    except OSError as exc:
+        raise ConfigError(f"cannot write the example to {path}: {exc.strerror or exc}") from exc
     if args.json:
         print(json.dumps({"file": str(path), "written": written}))
     elif written:
