@@ -269,12 +269,35 @@ def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
     cfg = load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
     said = [w for w in cfg.warnings if "lies in a hidden folder inside the vault" in w]
     assert len(said) == 1 and "written into the vault's folder" in said[0], cfg.warnings
-    assert said[0] in cfg.outdated  # not on every prompt of an agent's hook
+    assert said[0] in cfg.setup_notes  # said by config check, serve and doctor only
     from sidecar.clients.doctor_storage import check_home
 
     home = check_home(cfg)
     assert home.ok and home.warning and "inside the vault" in home.verdict, home
     assert not [w for w in load_config(flags={"vault.path": str(vault)}, env={}).warnings if "hidden" in w]
+
+
+
+def test_a_home_in_a_hidden_folder_of_the_vault_is_no_nag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vault of ~ with the default home ~/.sidecar (README calls it normal) was warned of on
+    every status, index and reload, and twice by doctor: said by config check and serve only
+    (doctor's home check says it)."""
+    from sidecar.clients.cli import main
+
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SIDECAR_VAULT_PATH", str(vault))
+    monkeypatch.setenv("SIDECAR_HOME", str(vault / ".sidecar"))
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))  # no configuration file there
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    assert main(["status"]) == ExitCode.NOT_RUNNING
+    assert "hidden folder" not in capsys.readouterr().err
+    assert main(["config", "check"]) == 0
+    assert "warning: the home" in capsys.readouterr().out
 
 
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:

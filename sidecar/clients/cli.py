@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return early
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
-            quiet = cfg.outdated if args.command in QUERY_COMMANDS else ()
+            quiet = (*(cfg.outdated if args.command in QUERY_COMMANDS else ()), *cfg.setup_notes)
+            if args.command == "serve":  # its log is where a setup is looked at; doctor has a check
+                quiet = ()
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)

@@ -298,6 +298,7 @@ class _Layers:
         # Those of keys an older release wrote (renamed or retired): the query commands an agent's
         # hook runs on every prompt leave them to `config check`, doctor, status and the log.
         self.outdated: list[str] = []
+        self.setup_notes: list[str] = []  # said by config check, serve and doctor only
 
     def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
         try:
@@ -526,6 +527,7 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
+        setup_notes=tuple(layers.setup_notes),
         state_dir=_default_state_dir(env),
         default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
@@ -568,14 +570,14 @@ def _home_in_vault(home: Path, vault: Path | None, layers: _Layers) -> None:
     # Never scanned (hidden, as Obsidian hides it), so search is right; but README promises
     # no writes into the vault, and whatever syncs the vault (Syncthing, iCloud, git) carries
     # a live index. A warning, not a refusal: a vault of ~ with the default home ~/.sidecar
-    # is such a setup, and has run for years. Query commands (an agent's hooks) leave it out.
-    layers.outdated.append(
+    # is such a setup, and has run for years. Said where a setup is looked at, not by every command.
+    layers.setup_notes.append(
         f"the home {home} lies in a hidden folder inside the vault {vault}: it is not indexed, "
         "but the index and every agent's memory are written into the vault's folder, and whatever "
         "syncs or versions the vault (Syncthing, iCloud, git) carries them; a home outside the "
         "vault avoids that (home: in the configuration file; move the folder there first)"
     )
-    layers.warnings.append(layers.outdated[-1])
+    layers.warnings.append(layers.setup_notes[-1])
 
 
 def _where(origins: Mapping[str, str], dotted: str) -> str:
