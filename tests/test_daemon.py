@@ -387,6 +387,40 @@ def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: P
     assert d.log.read_text().count("embedder_retry") == 2
 
 
+def test_a_reload_answers_for_a_model_retry_started_after_it_asked(tmp_path: Path) -> None:
+    """Two races of the reload's model answer: a retry already running when the reload asked
+    (its own run_soon skipped: the scheduler runs no job beside itself) ended and the answer was
+    "still cannot be loaded", no retry of the files put right until embedder.retryMinutes; and a
+    later retry at work when the answer was read said `loading` as "failed: None"."""
+    from types import SimpleNamespace
+
+    from sidecar.config import load_config
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.reloading import ConfigReload, ModelRetries
+
+    retries = ModelRetries()
+    asked: list[int] = []
+    seen: list[bool] = []
+
+    def load() -> None:
+        if not asked:  # the reload arrives while this retry (from before the fix) runs
+            asked.append(retries.ask())
+        else:  # the running one ended: not the retry the reload waits for
+            seen.append(retries.ended_after(asked[0], 0))
+
+    daemon: Any = SimpleNamespace(_model_retries=retries, _model_wanted=lambda: True, _load_embedder=load)
+    Daemon._retry_embedder(daemon)
+    assert seen == [False]  # run again by the running job, at once
+    assert retries.ended_after(asked[0], 0)
+    # A later retry at work when the answer is read: "loading", not "failed" with no reason.
+    reload: Any = SimpleNamespace(
+        cfg=load_config(env={"SIDECAR_HOME": str(tmp_path / "home")}),
+        _model_retries=retries,
+        slot=SimpleNamespace(describe=lambda: {"state": "loading", "fallback": None, "error": None}),
+    )
+    assert ConfigReload._model_outcome(reload, asked[0])["state"] == "loading"
+
+
 def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

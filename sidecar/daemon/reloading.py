@@ -49,6 +49,43 @@ _RECHECK_S = 30.0
 MODEL_WAIT_S = 20.0
 
 
+class ModelRetries:
+    """Which retries of the model started and ended, so that a reload waits for one that started
+    after it asked: an event set by any retry's end let a retry already running (from before the
+    files were put right) answer the reload "still cannot be loaded"; and the one asked then was
+    skipped (the scheduler runs no job beside itself), so it is run by the running one's end."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._started = 0
+        self._ended = 0  # the number of the last retry that ended
+        self._asked = False  # a retry asked since the last one started
+
+    def ask(self) -> int:
+        """A retry is wanted; the number to wait past (``ended_after``)."""
+        with self._cond:
+            self._asked = True
+            return self._started
+
+    def begin(self) -> int:
+        with self._cond:
+            self._asked = False
+            self._started += 1
+            return self._started
+
+    def end(self, number: int) -> bool:
+        """This retry ended; whether another was asked while it ran (run it now)."""
+        with self._cond:
+            self._ended = number
+            self._cond.notify_all()
+            return self._asked
+
+    def ended_after(self, asked: int, timeout: float) -> bool:
+        """Whether a retry that started after ``ask`` ended, waiting ``timeout`` at most."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._ended > asked, timeout)
+
+
 class ConfigReload:
     """The reloads of a ``Daemon`` (which sets the state below), one at a time (``_reload_lock``)."""
 
@@ -65,7 +102,7 @@ class ConfigReload:
     _read_stamp: tuple[int, int, int] | None
     _recheck: tuple[tuple[int, int, int] | None, float] | None
     slot: EmbedderSlot
-    _model_retried: threading.Event  # set at the end of every retry of the model
+    _model_retries: ModelRetries  # which retries of the model started and ended
 
     if TYPE_CHECKING:  # the daemon's own (``Daemon``)
 
@@ -96,19 +133,23 @@ class ConfigReload:
         it said "nothing changed" while the model the person had just put right loaded."""
         with self._reload_lock:
             answer = self._reload()
-        if answer.pop("modelRetry", False):  # waited outside the lock: a SIGHUP is not held
-            answer["model"] = self._model_outcome()
+        asked = answer.pop("modelRetry", None)
+        if asked is not None:  # waited outside the lock: a SIGHUP is not held
+            answer["model"] = self._model_outcome(asked)
         return answer
 
-    def _model_outcome(self) -> dict[str, Any]:
-        """The retry asked by a reload, waited for ``MODEL_WAIT_S`` at most: ``loaded`` (the
-        model's name), ``loading`` (still at it) or ``failed`` (and why)."""
+    def _model_outcome(self, asked: int) -> dict[str, Any]:
+        """The retry asked by a reload (one started after ``asked``), waited for ``MODEL_WAIT_S``
+        at most: ``loaded`` (the model's name), ``loading`` (still at it) or ``failed`` (and why)."""
         # Within the request's own bound (server.requestTimeoutSeconds may be set lower).
-        if not self._model_retried.wait(min(MODEL_WAIT_S, self.cfg.server.request_timeout_seconds / 2)):
+        wait = min(MODEL_WAIT_S, self.cfg.server.request_timeout_seconds / 2)
+        if not self._model_retries.ended_after(asked, wait):
             return {"state": "loading", "model": None, "error": None}
         d = self.slot.describe()
         if d["state"] == "ok" and d["fallback"] is None:
             return {"state": "loaded", "model": model_name(d["model"] or ""), "error": None}
+        if d["state"] in ("idle", "loading"):  # a later retry (a SIGHUP, the periodic one) is at it
+            return {"state": "loading", "model": None, "error": None}
         error = d["fallback"]["error"] if d["fallback"] else d["error"]
         return {"state": "failed", "model": None, "error": error}
 
@@ -192,12 +233,11 @@ class ConfigReload:
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)
-        retry = False
+        retry: int | None = None
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,
             # not at the next embedder.retryMinutes.
-            retry = True
-            self._model_retried.clear()
+            retry = self._model_retries.ask()
             self._scheduler.run_soon("model-retry")
         # Everything else is read at start: say what waits for one instead of a silent success.
         restart = [
