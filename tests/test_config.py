@@ -184,7 +184,10 @@ def test_a_section_given_twice_is_read_as_one_key_by_key(tmp_path: Path) -> None
     twice = _yaml(tmp_path, "vault:\n  path: /srv/notes\nsearch:\n  limit: 3\nvault:\n  wikiSubfolder: w\n")
     cfg = load_config(config_file=str(twice), env={})
     assert (cfg.vault.path, cfg.vault.wiki_subfolder, cfg.search.limit) == (Path("/srv/notes"), "w", 3)
-    assert len(cfg.warnings) == 1 and "'vault' given twice (lines 1 and 5): read as one section" in cfg.warnings[0]
+    assert (
+        len(cfg.warnings) == 1
+        and "'vault' given twice (lines 1 and 5): read as one section" in cfg.warnings[0]
+    )
     appended = tmp_path / "appended.yaml"
     appended.write_text(render_example() + "vault:\n  path: /srv/notes\n")
     cfg = load_config(config_file=str(appended), env={})
@@ -275,7 +278,6 @@ def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
     home = check_home(cfg)
     assert home.ok and home.warning and "inside the vault" in home.verdict, home
     assert not [w for w in load_config(flags={"vault.path": str(vault)}, env={}).warnings if "hidden" in w]
-
 
 
 def test_a_home_in_a_hidden_folder_of_the_vault_is_no_nag(

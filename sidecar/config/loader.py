@@ -117,8 +117,10 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
                     continue
                 first, place = seen[key]
                 earlier = pairs[place][1]
-                if section(earlier) and section(value) and (
-                    isinstance(earlier, yaml.MappingNode) or isinstance(value, yaml.MappingNode)
+                if (
+                    section(earlier)
+                    and section(value)
+                    and (isinstance(earlier, yaml.MappingNode) or isinstance(value, yaml.MappingNode))
                 ):
                     keys = [n for v in (earlier, value) if isinstance(v, yaml.MappingNode) for n in v.value]
                     mark = earlier if isinstance(earlier, yaml.MappingNode) else value
@@ -129,7 +131,9 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
                         "write its keys under one"
                     )
                     continue
-                twice.append(f"{path}: {key!r} given twice in one section (lines {first} and {at}): the last is used")
+                twice.append(
+                    f"{path}: {key!r} given twice in one section (lines {first} and {at}): the last is used"
+                )
                 pairs[place] = (pairs[place][0], value)
             node = yaml.MappingNode(node.tag, pairs, node.start_mark, node.end_mark, node.flow_style)
             return super().construct_mapping(node, deep=deep)
