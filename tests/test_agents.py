@@ -986,6 +986,13 @@ def test_a_note_without_text_to_embed_is_not_said_to_be_found_by_meaning(served:
     """An empty note gets no vector: searchableBy says keywords only and why (it claimed meaning)."""
     empty = served.call("write", {"slug": "empty", "content": ""})
     assert empty["searchableBy"] == ["keywords"] and "no text" in empty["warning"]
+    # It holds no text at all: said so (it said "no text to search by meaning", as if some were
+    # there to search by keywords); its name is what a search finds it by.
+    assert empty["warning"] == "the note holds no text: it is found by its name only", empty
+    hits = served.call("search", {"query": "empty", "source": "memory", "minScore": 0})["hits"]
+    assert [h["reference"] for h in hits] == ["memory/empty"], hits
+    blank = served.call("write", {"slug": "blank", "content": "  \n\n"})
+    assert blank["warning"] == "the note holds no text: it is found by its name only", blank
     full = served.call("write", {"slug": "full", "content": "The canoe is red."})
     assert full["searchableBy"] == ["keywords", "meaning"] and "warning" not in full
 

@@ -26,7 +26,7 @@ from sidecar.clients.cli_parser import build_parser
 from sidecar.clients.doctor import check_model, render, run_checks
 from sidecar.clients.doctor_checks import Probes
 from sidecar.clients.foreground import Eta, Summary
-from sidecar.config import load_config
+from sidecar.config import load_config, render_example
 from sidecar.contracts.errors import ExitCode
 from sidecar.runtime.logs import JournaldFormatter
 from sidecar.runtime.release import build_id, this_release
@@ -121,11 +121,15 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--tokens": "800",  # a token budget: 100 at least
         "--since": "2020-01-01",  # a window holding the test vault's notes
         "--until": "today",
+        # `config example --write [FILE]`: never the default file, which every later test reads.
+        "--write": str(config.parent / "example.yaml"),
     }
     out = []
     for i, w in enumerate(words):
         prev = words[i - 1] if i else ""
         out.append(by_option.get(prev, values.get(w, w)) if w.isupper() or prev in by_option else w)
+    if out and out[-1] == "--write":
+        out.append(by_option["--write"])
     return out
 
 
@@ -403,6 +407,45 @@ def test_doctor_names_a_missing_vault(tmp_path: Path) -> None:
     cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": "Wikki"}, env=env)
     vault = next(c for c in run_checks(cfg) if c.name == "vault")
     assert vault.ok and "Wikki/ is not in the vault" in vault.verdict
+    # Named on purpose and not there: a warning; a folder of a near name there (other case, cut
+    # short): the one meant. Both were a plain "ok".
+    assert vault.warning and "fix vault.wikiSubfolder" in vault.todo, vault
+    (tmp_path / "v" / "wiki").mkdir()
+    for named in ("Wiki", "wi", "Wikki"):
+        cfg = load_config(flags={"vault.path": str(tmp_path / "v"), "vault.wikiSubfolder": named}, env=env)
+        vault = next(c for c in run_checks(cfg) if c.name == "vault")
+        assert vault.ok and vault.warning and f"{named}/ is not in the vault" in vault.verdict, vault
+        assert "did you mean wiki/?" in vault.verdict and "vault.wikiSubfolder: wiki" in vault.todo
+    (tmp_path / "v" / "wiki").rmdir()
+    cfg = load_config(flags={"vault.path": str(tmp_path / "v")}, env=env)  # the default name, no wiki
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.ok and not vault.warning and "did you mean" not in vault.verdict, vault
+
+
+def test_a_vault_without_the_optional_wiki_is_no_warning(tmp_path: Path) -> None:
+    """The default wiki name written in the file (`config example --write` writes every key) is
+    not a name set on purpose; and for that name only another case of it is a near folder:
+    `Wikipedia/` beside no wiki was 'did you mean Wikipedia/?', in doctor and status alike."""
+    from sidecar.clients.cli_render import _no_wiki
+
+    env = {**NO_MODEL, "SIDECAR_HOME": str(tmp_path / "home")}
+    notes = tmp_path / "notes"
+    write(notes / "a.md", "# a\n")
+    (notes / "Wikipedia").mkdir()
+    f = tmp_path / "config.yaml"
+    f.write_text(render_example().replace("  path: null", f"  path: {notes}", 1))
+    cfg = load_config(config_file=str(f), env=env)
+    assert cfg.origins["vault.wikiSubfolder"] != "default"
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.ok and not vault.warning and "did you mean" not in vault.verdict, vault
+    roots = [{"name": "vault", "path": str(notes)}]
+    assert "optional" in _no_wiki(str(notes / "wiki"), roots)
+    # Set on purpose, a prefix still counts; the default name in another case too.
+    assert "did you mean Wikipedia/?" in _no_wiki(str(notes / "Wiki"), roots)
+    (notes / "Wiki").mkdir()
+    vault = next(c for c in run_checks(cfg) if c.name == "vault")
+    assert vault.warning and "did you mean Wiki/?" in vault.verdict, vault
+    assert "did you mean Wiki/?" in _no_wiki(str(notes / "wiki"), roots)
 
 
 def test_doctor_names_a_home_on_a_share_and_a_low_watch_limit(shared: DaemonProcess, tmp_path: Path) -> None:
@@ -934,6 +977,13 @@ def test_status_calls_a_missing_wiki_optional(shared: DaemonProcess) -> None:
     assert "is the name right?" not in text
     roots["vault"]["absent"] = True
     assert "is the name right?" in render_status(h)
+    # A folder of a near name is there (the configuration says Wiki, the folder is wiki/).
+    roots["vault"]["absent"] = False
+    wiki = Path(roots["wiki"]["path"])
+    roots["wiki"]["path"] = str(wiki.parent / wiki.name.upper())
+    text = render_status(h)
+    assert f"did you mean {wiki.name}/? set vault.wikiSubfolder: {wiki.name}" in text, text
+    assert "optional" not in text
 
 
 def test_status_over_a_complete_index_while_the_model_loads(shared: DaemonProcess) -> None:

@@ -695,3 +695,24 @@ def test_config_path_names_a_file_that_is_not_utf8_as_it_is(tmp_path: Path) -> N
         timeout=60,
     )
     assert as_json.returncode == ExitCode.USAGE and b"not UTF-8" in as_json.stdout + as_json.stderr
+
+
+def test_the_start_hint_names_the_service_only_when_it_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Daemon down: status suggested `systemctl --user start sidecar` to a person who had never
+    installed the service (doctor said "when the service is installed"). Named only when its
+    unit (or launchd agent) is there."""
+    from sidecar.clients.client import serve_hint
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    assert serve_hint(None) == "`sidecar serve --vault PATH`"
+    write(tmp_path / ".config" / "systemd" / "user" / "sidecar.service", "[Unit]\n")
+    assert serve_hint(None) == "`sidecar serve --vault PATH` (or `systemctl --user start sidecar`)"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # where systemd looks then
+    assert "systemctl" not in serve_hint(None)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    write(tmp_path / "Library" / "LaunchAgents" / "dev.sidecar.plist", "<plist/>\n")
+    assert serve_hint(None).endswith("(or `launchctl kickstart gui/$(id -u)/dev.sidecar`)")

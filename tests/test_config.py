@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.config import load_config, render_example
-from sidecar.contracts.errors import ConfigError
+from sidecar.contracts.errors import ConfigError, ExitCode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -172,9 +172,29 @@ def test_a_key_given_twice_is_a_warning(tmp_path: Path) -> None:
     twice = _yaml(tmp_path, "search:\n  limit: 3\n  limit: 2\nindex:\n  exclude: [a/]\n")
     cfg = load_config(config_file=str(twice), env={})
     assert cfg.search.limit == 2
-    assert len(cfg.warnings) == 1 and "'limit' given twice in one section (line 3)" in cfg.warnings[0]
+    assert len(cfg.warnings) == 1 and "'limit' given twice in one section (lines 2 and 3)" in cfg.warnings[0]
     once = _yaml(tmp_path, "search:\n  limit: 3\nrecall:\n  limit: 2\n")  # one per section
     assert not load_config(config_file=str(once), env={}).warnings
+
+
+def test_a_section_given_twice_is_read_as_one_key_by_key(tmp_path: Path) -> None:
+    """`vault:` twice: YAML keeps the second section whole, so vault.path of the first was gone.
+    An error instead stopped a config that ran (the example with README's `vault:` snippet
+    appended): the copies are merged key by key, the later key used, a warning naming the lines."""
+    twice = _yaml(tmp_path, "vault:\n  path: /srv/notes\nsearch:\n  limit: 3\nvault:\n  wikiSubfolder: w\n")
+    cfg = load_config(config_file=str(twice), env={})
+    assert (cfg.vault.path, cfg.vault.wiki_subfolder, cfg.search.limit) == (Path("/srv/notes"), "w", 3)
+    assert (
+        len(cfg.warnings) == 1
+        and "'vault' given twice (lines 1 and 5): read as one section" in cfg.warnings[0]
+    )
+    appended = tmp_path / "appended.yaml"
+    appended.write_text(render_example() + "vault:\n  path: /srv/notes\n")
+    cfg = load_config(config_file=str(appended), env={})
+    assert (cfg.vault.path, cfg.vault.wiki_subfolder) == (Path("/srv/notes"), "wiki")
+    assert any("'path' given twice in one section" in w and "the last is used" in w for w in cfg.warnings)
+    empty_first = _yaml(tmp_path, "vault:\nsearch:\n  limit: 3\nvault:\n  path: /srv/notes\nvault: ~\n")
+    assert load_config(config_file=str(empty_first), env={}).vault.path == Path("/srv/notes")
 
 
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:
@@ -245,12 +265,51 @@ def test_home_inside_the_vault_is_refused(tmp_path: Path) -> None:
             load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path / "home"), "vault.path": str(vault)}, env={})
     load_config(flags={"home": str(tmp_path), "vault.path": str(vault)}, env={})  # vault in the home
-    # A hidden folder is never scanned: a vault of ~ with the default home ~/.sidecar is fine.
-    load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
+    # A hidden folder is never scanned: a vault of ~ with the default home ~/.sidecar runs; but
+    # the index is written into the vault's folder (a synced vault carries it), which README says
+    # never happens: said plainly (config check, serve, doctor), not by the query commands.
+    (vault / "Note.md").parent.mkdir(parents=True)
+    cfg = load_config(flags={"home": str(vault / ".sidecar"), "vault.path": str(vault)}, env={})
+    said = [w for w in cfg.warnings if "lies in a hidden folder inside the vault" in w]
+    assert len(said) == 1 and "written into the vault's folder" in said[0], cfg.warnings
+    assert said[0] in cfg.setup_notes  # said by config check, serve and doctor only
+    from sidecar.clients.doctor_storage import check_home
+
+    home = check_home(cfg)
+    assert home.ok and home.warning and "inside the vault" in home.verdict, home
+    assert not [w for w in load_config(flags={"vault.path": str(vault)}, env={}).warnings if "hidden" in w]
+
+
+def test_a_home_in_a_hidden_folder_of_the_vault_is_no_nag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vault of ~ with the default home ~/.sidecar (README calls it normal) was warned of on
+    every status, index and reload, and twice by doctor: said by config check and serve only
+    (doctor's home check says it)."""
+    from sidecar.clients.cli import main
+
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SIDECAR_VAULT_PATH", str(vault))
+    monkeypatch.setenv("SIDECAR_HOME", str(vault / ".sidecar"))
+    monkeypatch.setenv("HOME", str(tmp_path / "userhome"))  # no configuration file there
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    assert main(["status"]) == ExitCode.NOT_RUNNING
+    assert "hidden folder" not in capsys.readouterr().err
+    assert main(["config", "check"]) == 0
+    assert "warning: the home" in capsys.readouterr().out
 
 
 def test_relative_paths_in_file_resolve_next_to_it(tmp_path: Path) -> None:
-    """vault.path in the YAML file is relative to the file, not to the working directory."""
+    """vault.path in the YAML file is relative to the file, not to the working directory; the
+    example file and README say so (it was undocumented)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    assert "A relative path in the file (`vault.path: notes`) counts from the\nfile's own folder" in readme
+    assert "# counts from this file's folder; one in a flag or variable from the working folder." in (
+        render_example()
+    )
     f = _yaml(tmp_path, "vault:\n  path: notes\n")
     assert load_config(config_file=str(f), env={}).vault.path == (tmp_path / "notes").resolve()
 
@@ -401,3 +460,111 @@ def test_one_xdg_rule_serves_the_configuration_file_the_state_folder_and_the_uni
     assert xdg_folder({"XDG_CONFIG_HOME": "rel"}, "XDG_CONFIG_HOME") == os.path.realpath(
         Path.home() / ".config"
     )
+
+
+def test_config_example_write_keeps_a_file_already_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`config example --write` writes the example where the commands read their file (folder
+    made), and never over a file already there: the service steps ran `config example >
+    "$config"`, and the file a person had written by the quick start was replaced by the example
+    (no vault) without a word. It reads no configuration, so a broken file does not stop it."""
+    from sidecar.clients.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    default = tmp_path / "home" / ".config" / "sidecar" / "config.yaml"
+    assert main(["config", "example", "--write"]) == 0
+    assert default.read_text(encoding="utf-8") == render_example()
+    assert f"wrote {default}" in capsys.readouterr().out
+    mine = "vault:\n  path: /srv/notes\nsearch:\n  vectorWeight: [\n"  # the person's, broken even
+    default.write_text(mine, encoding="utf-8")
+    assert main(["config", "example", "--write"]) == 0
+    assert default.read_text(encoding="utf-8") == mine
+    assert "exists: kept as it is, not overwritten" in capsys.readouterr().out
+    # An explicit file, and the one --config names, the same way.
+    assert main(["config", "example", "--write", "other/c.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "other/c.yaml"), "written": True}
+    assert main(["config", "example", "--write", "--config", "other/c.yaml", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] is False
+    assert main(["config", "check", "--write"]) == ExitCode.USAGE
+    assert main(["config", "path", "--write"]) == ExitCode.USAGE  # it was ignored without a word
+    # A part of the path is a file, or the path a folder: a clear error (mkdir's "File exists").
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    assert main(["config", "example", "--write", "afile/c.yaml"]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert f"cannot write the example to {tmp_path / 'afile/c.yaml'}" in err and "a part of it a file" in err
+    assert main(["config", "example", "--write", "other"]) == ExitCode.CONFIG
+    assert "it is a folder" in capsys.readouterr().err
+
+
+def test_a_windows_path_is_refused_with_what_to_write(tmp_path: Path) -> None:
+    """`vault.path: C:\\Users\\me\\Obsidian\\Main` (a Windows user's paste) was read as a
+    relative path, joined onto the config file's folder, and accepted; in double quotes, YAML's
+    escape error said nothing of quotes. Every path setting, from the file, the environment and a
+    flag alike."""
+    f = _yaml(tmp_path, "vault:\n  path: C:\\Users\\me\\Obsidian\\Main\n")
+    with pytest.raises(ConfigError, match=r"vault.path = 'C:\\\\Users.*' is a Windows path.*Linux and macOS"):
+        load_config(config_file=str(f), env={})
+    for raw in ("C:/Users/me/Vault", "\\\\nas\\notes"):
+        with pytest.raises(ConfigError, match="is a Windows path"):
+            load_config(env={"SIDECAR_HOME": raw})
+        with pytest.raises(ConfigError, match="is a Windows path"):
+            load_config(flags={"vault.path": raw}, env={})
+    # In double quotes: YAML's escape error says it is a Windows path (its hint for other escapes,
+    # single quotes or forward slashes, led a Windows path to the refusal above, a round later).
+    f = _yaml(tmp_path, 'vault:\n  path: "C:\\Users\\me\\Obsidian\\Main"\n')
+    with pytest.raises(ConfigError, match=r"invalid YAML.*escape.*a Windows path: .*Linux and macOS") as exc:
+        load_config(config_file=str(f), env={})
+    assert "single quotes" not in str(exc.value)
+    f = _yaml(tmp_path, 'vault:\n  path: "~/notes\\Main"\n')
+    with pytest.raises(ConfigError, match=r"invalid YAML.*escape.*single quotes, or a path with forward"):
+        load_config(config_file=str(f), env={})
+    assert load_config(flags={"vault.path": str(tmp_path / "C:")}, env={}).vault.path == tmp_path / "C:"
+
+
+def test_config_check_warns_of_a_vault_folder_that_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A vault.path that does not exist: `configuration OK` (doctor failed it). A warning, not an
+    error: a share not mounted yet is a vault all the same."""
+    from sidecar.clients.cli import command_for
+    from sidecar.clients.cli_parser import build_parser
+
+    def check(vault: Path) -> str:
+        cfg = load_config(flags={"vault.path": str(vault)}, env={"SIDECAR_HOME": str(tmp_path / "h")})
+        assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+        return capsys.readouterr().out
+
+    out = check(tmp_path / "nothere")
+    assert out.startswith("configuration with 1 warning(s)"), out
+    assert f"warning: vault.path {tmp_path / 'nothere'} does not exist or is not a folder" in out
+    (tmp_path / "vault").mkdir()
+    assert check(tmp_path / "vault").startswith("configuration OK")
+    # Written but null: `path: ~` (YAML's null) or the example's `path: null` left as it was said
+    # "configuration OK" and the daemon indexed no vault. Not written at all: no word.
+    for null in ("~", "null", ""):
+        f = _yaml(tmp_path, f"vault:\n  path: {null}\n")
+        cfg = load_config(config_file=str(f), env={"SIDECAR_HOME": str(tmp_path / "h")})
+        assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("configuration with 1 warning(s)"), out
+        assert "warning: vault.path is not set (null): only agents' memory is indexed" in out
+        assert "`~` alone is YAML's null" in out
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "h")})
+    assert command_for("config")(build_parser().parse_args(["config", "check"]), cfg) == 0
+    assert capsys.readouterr().out.startswith("configuration OK")
+
+
+def test_a_tab_in_the_indentation_says_to_indent_with_spaces(tmp_path: Path) -> None:
+    """YAML's own words ("found character '\\t' that cannot start any token") do not say that a
+    tab indented the line: the error now does, with the line."""
+    f = _yaml(tmp_path, "vault:\n\tpath: /srv/notes\n")
+    with pytest.raises(
+        ConfigError, match=r"at line 2, column 1: .*\(YAML does not allow tabs .*indent with spaces\)"
+    ):
+        load_config(config_file=str(f), env={})

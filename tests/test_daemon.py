@@ -358,7 +358,8 @@ def test_a_file_still_being_written_when_reloaded_is_read_again_once_it_changes(
 
 def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A reload is how a user says the model's files are put right: it is tried then, not at the
-    next embedder.retryMinutes (an hour here)."""
+    next embedder.retryMinutes (an hour here), and the answer says how that went: it said
+    "applied: nothing changed" while the model loaded."""
     from sidecar.model.locate import bundled_model_files
 
     folder = tmp_path / "my-model"
@@ -370,17 +371,54 @@ def test_reload_tries_a_failed_model_again_at_once(daemon_factory: Any, vault: P
     }
     d = daemon_factory(vault, env=env).start()
     assert d.health()["embedder"]["state"] == "failed"
+    still = d.call("reload", {}, timeout=60)["model"]  # nothing put right yet
+    assert still["state"] == "failed" and "needs model.onnx and tokenizer.json" in still["error"]
     files = bundled_model_files()
     assert files is not None
     shutil.copy(files.tokenizer, folder / "tokenizer.json")
     shutil.copy(files.onnx, folder / "model.onnx")
-    assert d.call("reload", {})["reloaded"] is True
+    done = d.run_cli("reload", check=True)
+    assert "reloaded; applied: the model my-model, loaded now" in done.stdout, done.stdout
     h = d.wait_for(
         lambda h: h["embedder"]["state"] == "ok" and h["index"]["pending_vectors"] == 0, timeout=120
     )
     assert h["embedder"]["model"].startswith("my-model@")
     assert d.call("search", {"query": "spark plugs"})["hits"][0]["vecScore"] is not None
-    assert d.log.read_text().count("embedder_retry") == 1
+    assert d.log.read_text().count("embedder_retry") == 2
+
+
+def test_a_reload_answers_for_a_model_retry_started_after_it_asked(tmp_path: Path) -> None:
+    """Two races of the reload's model answer: a retry already running when the reload asked
+    (its own run_soon skipped: the scheduler runs no job beside itself) ended and the answer was
+    "still cannot be loaded", no retry of the files put right until embedder.retryMinutes; and a
+    later retry at work when the answer was read said `loading` as "failed: None"."""
+    from types import SimpleNamespace
+
+    from sidecar.config import load_config
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.reloading import ConfigReload, ModelRetries
+
+    retries = ModelRetries()
+    asked: list[int] = []
+    seen: list[bool] = []
+
+    def load() -> None:
+        if not asked:  # the reload arrives while this retry (from before the fix) runs
+            asked.append(retries.ask())
+        else:  # the running one ended: not the retry the reload waits for
+            seen.append(retries.ended_after(asked[0], 0))
+
+    daemon: Any = SimpleNamespace(_model_retries=retries, _model_wanted=lambda: True, _load_embedder=load)
+    Daemon._retry_embedder(daemon)
+    assert seen == [False]  # run again by the running job, at once
+    assert retries.ended_after(asked[0], 0)
+    # A later retry at work when the answer is read: "loading", not "failed" with no reason.
+    reload: Any = SimpleNamespace(
+        cfg=load_config(env={"SIDECAR_HOME": str(tmp_path / "home")}),
+        _model_retries=retries,
+        slot=SimpleNamespace(describe=lambda: {"state": "loading", "fallback": None, "error": None}),
+    )
+    assert ConfigReload._model_outcome(reload, asked[0])["state"] == "loading"
 
 
 def test_a_model_that_fails_after_a_switch_leaves_the_previous_one_answering(

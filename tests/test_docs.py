@@ -84,12 +84,16 @@ def _service_steps() -> list[str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the steps install a systemd unit")
-@pytest.mark.parametrize("xdg", [True, False])
-def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool) -> None:
+@pytest.mark.parametrize(("xdg", "written_before"), [(True, False), (False, False), (False, True)])
+def test_the_readme_service_steps_configure_the_daemon(
+    tmp_path: Path, xdg: bool, written_before: bool
+) -> None:
     """README's service steps, run as written in a new HOME, with XDG_CONFIG_HOME set and not:
     the file they write is the one `config check` reads and the installed unit names. They wrote
     ~/.config/sidecar/config.yaml, which no command read with XDG_CONFIG_HOME set: the check said
-    "no file", and the unit started a daemon without a vault."""
+    "no file", and the unit started a daemon without a vault. A file the quick start and the
+    Configuration section had the reader write first is kept: the steps replaced it by the example
+    (no vault, the person's settings gone) without a word."""
     home = tmp_path / "home"
     program = home / ".local/share/sidecar/venv/bin/sidecar"  # where the steps installed it
     program.parent.mkdir(parents=True)
@@ -111,6 +115,11 @@ def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool
     config_home = tmp_path / "xdg-config" if xdg else home / ".config"
     if xdg:
         env["XDG_CONFIG_HOME"] = str(config_home)
+    written = config_home / "sidecar" / "config.yaml"
+    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: 0.6\n"
+    if written_before:
+        written.parent.mkdir(parents=True)
+        written.write_text(mine)
     script = "set -eu\n" + "\n".join(_service_steps()) + "\n"
     done = subprocess.run(
         ["/bin/sh", "-c", script],
@@ -122,10 +131,51 @@ def test_the_readme_service_steps_configure_the_daemon(tmp_path: Path, xdg: bool
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    written = config_home / "sidecar" / "config.yaml"
     assert f"path: {vault}" in written.read_text()
+    if written_before:
+        assert written.read_text() == mine
+        assert "search.vectorWeight = 0.6  (file" in done.stdout
     assert f"configuration OK ({written})" in done.stdout
     assert f"vault.path = {vault}  (file {written})" in done.stdout
     unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert start.endswith(f" serve --config {written}"), start
+
+
+def test_the_readme_commands_table_has_a_row_per_command_and_the_help_names_every_file_source() -> None:
+    """`reload` was in `--help` but had no row in README's Commands table, `config show` was
+    nowhere, and `--config FILE`'s help left out $SIDECAR_CONFIG, which README puts first."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| `sidecar ")]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:  # type: ignore[union-attr]
+        assert any(row.startswith((f"| `sidecar {name} ", f"| `sidecar {name}`")) for row in rows), name
+    config = sub.choices["config"]  # type: ignore[index]
+    actions = next(a for a in config._actions if a.dest == "action").choices
+    row = next(r for r in rows if r.startswith("| `sidecar config"))
+    for action in actions:
+        assert f"config {action}" in row, action
+    help_text = next(a for a in config._actions if a.dest == "config").help
+    assert "$SIDECAR_CONFIG" in help_text
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_the_test_script_installs_system_packages_only_on_a_ci_runner(tmp_path: Path, ci: bool) -> None:
+    """README's "install and run the tests" (`bash .ci/run`) run as root apt-get installed
+    systemd on a person's machine when systemd-analyze was missing; the test that uses it skips
+    without it. Only a CI runner ($CI set) installs it now. The script's lines before the
+    virtualenv is made run with stubs: root, apt-get recording its calls, no systemd-analyze."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    head = script.split("\nVENV=", 1)[0].replace('cd "$(dirname "$0")/.."', "")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "calls"
+    for name, body in (("id", "echo 0"), ("apt-get", f'echo "$*" >> {calls}')):
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    env = {"PATH": str(stubs), **({"CI": "true"} if ci else {})}
+    done = subprocess.run(
+        ["/bin/bash", "-c", head], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert calls.exists() == ci, done.stdout

@@ -410,6 +410,11 @@ def test_doctor_checks_the_vault_the_running_daemon_was_given(in_process: Any, t
     assert f"it indexes {served.vault.path}, not the vault {tmp_path} named here" in daemon.verdict
     assert "restart it" in daemon.todo
     assert not {c.name: c for c in doctor._Run(served, Probes()).daemon()}["daemon"].warning
+    # The same vault with another wiki folder (it passed: only the vault was compared).
+    wiki = dataclasses.replace(served, vault=dataclasses.replace(served.vault, wiki_subfolder="Other"))
+    daemon = {c.name: c for c in doctor._Run(wiki, Probes()).daemon()}["daemon"]
+    assert daemon.ok and daemon.warning, daemon
+    assert f"its wiki folder is {served.vault.path / served.vault.wiki_subfolder}, not " in daemon.verdict
 
 
 def test_doctor_without_a_daemon_keeps_no_vault(tmp_path: Path) -> None:

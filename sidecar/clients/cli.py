@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from sidecar.clients.cli_parser import (
+    UsageError,
     build_parser,
     check_text_args,
     command_named,
@@ -75,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return early
         cfg = config_of(args)
         if (args.command, getattr(args, "action", None)) != ("config", "check"):  # check lists them
-            quiet = cfg.outdated if args.command in QUERY_COMMANDS else ()
+            quiet = (*(cfg.outdated if args.command in QUERY_COMMANDS else ()), *cfg.setup_notes)
+            if args.command == "serve":  # its log is where a setup is looked at; doctor has a check
+                quiet = ()
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)
@@ -100,15 +103,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _without_configuration(args: argparse.Namespace) -> int | None:
     """The exit code of a command that loads no configuration, None for the others: completion,
-    and `config path` (it names the file even when that file is broken)."""
+    `config path` (it names the file even when that file is broken) and `config example`."""
     if args.command == "completion":
         from sidecar.clients.cli_admin import cmd_completion
 
         return cmd_completion(args)
+    if args.command == "config" and args.action != "example" and args.write is not None:
+        raise UsageError("--write goes with `sidecar config example`")  # path ignored it silently
     if args.command == "config" and args.action == "path":
         from sidecar.clients.cli_admin import cmd_config_path
 
         return cmd_config_path(args)
+    if args.command == "config" and args.action == "example":  # reads no file: one may be broken
+        from sidecar.clients.cli_admin import cmd_config_example
+
+        return cmd_config_example(args)
     return None
 
 

@@ -18,7 +18,13 @@ from sidecar.clients.cli_render import render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonNotRunningError, DaemonUnreachableError, ExitCode, StorageError
+from sidecar.contracts.errors import (
+    ConfigError,
+    DaemonNotRunningError,
+    DaemonUnreachableError,
+    ExitCode,
+    StorageError,
+)
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.vault.homeguard import forget, record_path
@@ -512,19 +518,23 @@ def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
     elif not answer.get("reloaded"):
         print("the daemon has no configuration file to reload")
     else:
-        print(f"reloaded; applied: {', '.join(answer['changed']) or 'nothing changed'}")
+        model = answer.get("model") or {}
+        applied = list(answer["changed"])
+        if model.get("state") == "loaded":  # the model put right: "nothing changed" was false
+            applied.append(f"the model {model['model']}, loaded now")
+        print(f"reloaded; applied: {', '.join(applied) or 'nothing changed'}")
+        if model.get("state") == "loading":
+            print("the model that had failed is being loaded again: `sidecar status` says when it is ready")
+        elif model.get("state") == "failed":
+            print(f"the model still cannot be loaded: {model['error']}")
         if answer.get("needsRestart"):
             print(f"changed, applied at the next start: {', '.join(answer['needsRestart'])}")
     return int(ExitCode.OK)
 
 
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
-    from sidecar.config import render_example, settings
+    from sidecar.config import settings
 
-    if args.action == "example":
-        text = render_example()
-        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
-        return int(ExitCode.OK)
     # What the values name that the file alone cannot tell: a model folder without its model.
     warnings = [*cfg.warnings, *_path_warnings(cfg)]
     values: dict[str, Any] = {}
@@ -559,8 +569,38 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def _path_warnings(cfg: Config) -> list[str]:
-    """``embedder.path`` set to a folder that holds no model: valid as a value, but the daemon would
-    search by keywords only (doctor failed it while config check said OK). Bounded as doctor's look."""
+    """What the paths name that the file alone cannot tell, bounded as doctor's look: a vault
+    folder that is not there, ``embedder.path`` set to a folder that holds no model (valid values,
+    but the daemon would index nothing or search by keywords only: doctor failed them while
+    config check said OK)."""
+    return [*_vault_warnings(cfg), *_model_path_warnings(cfg)]
+
+
+def _vault_warnings(cfg: Config) -> list[str]:
+    """vault.path not there: a warning, not an error (a share not mounted yet is a vault too)."""
+    from sidecar.vault.timeout import folder_state
+
+    vault = cfg.vault.path
+    if vault is None and cfg.origins.get("vault.path", "default") != "default":
+        # Written but null (`path: ~`, or the example's `path: null` left as it was): the daemon
+        # indexes no vault; "configuration OK" read as done. Left out, the key is a choice.
+        return [
+            "vault.path is not set (null): only agents' memory is indexed; write the vault's folder "
+            "(`~` alone is YAML's null: write `~/notes`, or quote it)"
+        ]
+    if vault is None:
+        return []
+    there, why = folder_state(vault, cfg.watch.probe_timeout_seconds)
+    if there:
+        return []
+    what = f"cannot be read now ({why})" if why else "does not exist or is not a folder"
+    return [
+        f"vault.path {vault} {what}: the daemon waits for it and indexes nothing from it meanwhile; "
+        "fix vault.path, or mount its share"
+    ]
+
+
+def _model_path_warnings(cfg: Config) -> list[str]:
     e = cfg.embedder
     if not e.enabled or e.path is None:
         return []
@@ -587,6 +627,49 @@ def _path_warnings(cfg: Config) -> list[str]:
         f"embedder.path {e.path} {what}: the daemon would search by keywords only; {put}, or remove "
         "embedder.path to use the built-in model"
     ]
+
+
+def cmd_config_example(args: argparse.Namespace) -> int:
+    """Print the documented example, or with --write write it where the commands read their file,
+    keeping a file already there: the service steps ran `config example > "$config"` and replaced
+    the file a person had written by the quick start with the example (no vault) without a word."""
+    from sidecar.config import render_example
+    from sidecar.config.loader import config_file_path
+
+    text = render_example()
+    if args.write is None:
+        print(json.dumps({"example": text}) if args.json else text, end="" if not args.json else "\n")
+        return int(ExitCode.OK)
+    flag = getattr(args, "config", None)
+    path = Path(args.write).expanduser() if args.write else config_file_path(flag, os.environ)
+    path = path if path.is_absolute() else Path.cwd() / path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a part of it is a file: mkdir's bare "File exists" named no cause
+        raise ConfigError(
+            f"cannot write the example to {path}: its folder {path.parent} cannot be made "
+            f"({exc.strerror or exc}; is a part of it a file?)"
+        ) from exc
+    if path.is_dir():
+        raise ConfigError(f"cannot write the example to {path}: it is a folder; name a file in it")
+    try:
+        with path.open("x", encoding="utf-8") as out:  # "x": never over a file, even one made just now
+            out.write(text)
+        written = True
+    except FileExistsError:
+        written = False
+    except OSError as exc:
+        raise ConfigError(f"cannot write the example to {path}: {exc.strerror or exc}") from exc
+    if args.json:
+        print(json.dumps({"file": str(path), "written": written}))
+    elif written:
+        print(f"wrote {path}: set vault.path in it, then run `sidecar config check`")
+    else:
+        print(
+            f"{path} exists: kept as it is, not overwritten (`sidecar config example` prints the "
+            "example to compare; `sidecar config check` shows what the file sets)"
+        )
+    return int(ExitCode.OK)
 
 
 def cmd_config_path(args: argparse.Namespace) -> int:

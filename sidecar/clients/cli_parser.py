@@ -197,8 +197,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="configuration file (default $XDG_CONFIG_HOME/sidecar/config.yaml, else "
-        "~/.config/sidecar/config.yaml; `sidecar config path` names it)",
+        help="configuration file (default $SIDECAR_CONFIG, else $XDG_CONFIG_HOME/sidecar/config.yaml, "
+        "else ~/.config/sidecar/config.yaml; `sidecar config path` names it)",
     )
     p.add_argument(
         "--home", metavar="DIR", help="sidecar home: agents/, index/, models/ (default ~/.sidecar)"
@@ -444,8 +444,16 @@ def _config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "action",
         choices=("check", "example", "path", "show"),
-        help="check/show: validate and print the effective values and where each came from; "
+        help="check (or show): validate and print the effective values and where each came from; "
         "example: print a documented file; path: print the file commands read (written or not)",
+    )
+    p.add_argument(
+        "--write",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="example: write it to FILE (default: the file `sidecar config path` names) and its "
+        "folder; an existing file is kept, never overwritten",
     )
 
 

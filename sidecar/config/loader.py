@@ -57,6 +57,13 @@ RETIRED = {
 }
 
 # Variables of the project's own tooling (CI's venv), not configuration keys: never a warning.
+# A path written as on Windows: a drive letter (C:\\Users, C:/Users) or a UNC share (\\\\server).
+_WINDOWS_PATH = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+_QUOTED_WINDOWS_PATH = re.compile(r"""["'](?:[A-Za-z]:[\\/]|\\\\)""")
+_WINDOWS_TODO = (
+    "sidecar runs on Linux and macOS; write the folder's path on this machine, e.g. "
+    "/home/you/Obsidian/Main or ~/Obsidian/Main (a vault on a Windows share: its mount point)"
+)
 _NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV", "SIDECAR_PARENT_PID"})  # last: runtime.orphan
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
 
@@ -87,15 +94,48 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
 
     twice: list[str] = []
 
+    def section(value: Any) -> bool:  # a mapping, or nothing at all (`vault:` left empty)
+        return isinstance(value, yaml.MappingNode) or (
+            isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:null"
+        )
+
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[Any] = set()
-            for key_node, _value in node.value:
+            # A section given twice (`vault:` on two lines) is read as one, key by key: YAML keeps
+            # the second whole, which dropped the first's vault.path; an error instead stopped
+            # configs that ran for years (the example with a `vault:` snippet appended). A key
+            # in both copies is then a key given twice, the later one used, said below.
+            pairs: list[tuple[Any, Any]] = []
+            seen: dict[Any, tuple[int, int]] = {}  # key -> its first line, its place in pairs
+            for key_node, value in node.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-                if key is not None and key in seen:
-                    at = key_node.start_mark.line + 1
-                    twice.append(f"{path}: {key!r} given twice in one section (line {at}): the last is used")
-                seen.add(key)
+                at = key_node.start_mark.line + 1
+                if key is None or key not in seen:
+                    if key is not None:
+                        seen[key] = (at, len(pairs))
+                    pairs.append((key_node, value))
+                    continue
+                first, place = seen[key]
+                earlier = pairs[place][1]
+                if (
+                    section(earlier)
+                    and section(value)
+                    and (isinstance(earlier, yaml.MappingNode) or isinstance(value, yaml.MappingNode))
+                ):
+                    keys = [n for v in (earlier, value) if isinstance(v, yaml.MappingNode) for n in v.value]
+                    mark = earlier if isinstance(earlier, yaml.MappingNode) else value
+                    merged = yaml.MappingNode(mark.tag, keys, mark.start_mark, mark.end_mark, mark.flow_style)
+                    pairs[place] = (pairs[place][0], merged)
+                    twice.append(
+                        f"{path}: {key!r} given twice (lines {first} and {at}): read as one section; "
+                        "write its keys under one"
+                    )
+                    continue
+                twice.append(
+                    f"{path}: {key!r} given twice in one section (lines {first} and {at}): the last is used"
+                )
+                pairs[place] = (pairs[place][0], value)
+            node = yaml.MappingNode(node.tag, pairs, node.start_mark, node.end_mark, node.flow_style)
             return super().construct_mapping(node, deep=deep)
 
     try:
@@ -105,7 +145,8 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {what}") from exc
+        line = text.splitlines()[mark.line] if mark is not None and mark.line < len(text.splitlines()) else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {what}{_yaml_hint(what, line)}") from exc
     if data is None:
         return {}
     if not isinstance(data, Mapping):
@@ -129,6 +170,21 @@ def xdg_base(env: Mapping[str, str], name: str, home: Path | None = None) -> Pat
     if base and Path(base).is_absolute():
         return Path(base)
     return (home if home is not None else Path.home()) / XDG_DEFAULTS[name]
+
+
+def _yaml_hint(problem: str, line: str = "") -> str:
+    """What to do about a YAML error whose own words do not say it (``line``: the line it is in)."""
+    if "escape" in problem and _QUOTED_WINDOWS_PATH.search(line):
+        # Quotes or forward slashes would only lead to the Windows-path refusal: say that now.
+        return f" (a Windows path: {_WINDOWS_TODO})"
+    if "escape" in problem:  # "C:\Users\me" in double quotes: \U starts an escape sequence
+        return (
+            " (inside double quotes a backslash starts an escape sequence: write the value in single "
+            "quotes, or a path with forward slashes)"
+        )
+    if "'\\t'" in problem:  # "found character '\t' that cannot start any token"
+        return " (YAML does not allow tabs for indentation: indent with spaces)"
+    return ""
 
 
 def default_config_file(env: Mapping[str, str]) -> Path:
@@ -259,12 +315,20 @@ class _Layers:
         # Those of keys an older release wrote (renamed or retired): the query commands an agent's
         # hook runs on every prompt leave them to `config check`, doctor, status and the log.
         self.outdated: list[str] = []
+        self.setup_notes: list[str] = []  # said by config check, serve and doctor only
 
     def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
         try:
             value = _coerce(setting, raw, where)
         except ConfigError as exc:
             self.problems.append(str(exc))
+            return
+        if isinstance(value, Path) and isinstance(raw, str) and _WINDOWS_PATH.match(raw):
+            # Read as a relative path, it was joined onto the config file's folder and accepted.
+            self.problems.append(
+                f"{where}: {setting.dotted} = {raw!r} is a Windows path (a drive letter or a \\\\server "
+                f"share): {_WINDOWS_TODO}"
+            )
             return
         if isinstance(value, Path) and not value.is_absolute():
             value = base / value
@@ -446,16 +510,7 @@ def load_config(
             "must be a relative folder inside the vault"
         )
     vault = dataclasses.replace(vault, wiki_subfolder=wiki)
-    inside = vault.path is not None and home.is_relative_to(vault.path)
-    if inside and vault.path is not None and not _hidden_below(home, vault.path):
-        # sidecar never writes into the vault's notes; a home there would also be indexed as
-        # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
-        # ~/.sidecar) is never scanned, as Obsidian never shows it.
-        raise ConfigError(
-            f"home {home} lies inside the vault {vault.path}: the index "
-            "and every agent's memory would be written into the vault and found as its notes; use a "
-            "folder outside it or a hidden one (default ~/.sidecar)"
-        )
+    _home_in_vault(home, vault.path, layers)
     socket = cfg.socket.expanduser() if cfg.socket else _default_socket(home, env, os.getuid())
     if len(os.fsencode(socket)) > _MAX_SOCKET_PATH + 4:
         raise ConfigError(f"socket = {str(socket)!r}: path too long for a Unix socket")
@@ -489,6 +544,7 @@ def load_config(
         watchdog_usec=int(env["WATCHDOG_USEC"]) if env.get("WATCHDOG_USEC", "").isdigit() else None,
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
+        setup_notes=tuple(layers.setup_notes),
         state_dir=_default_state_dir(env),
         default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
@@ -510,6 +566,32 @@ def _default_state_dir(env: Mapping[str, str]) -> Path:
 
 
 _RESOLVE_WAIT_S = 2.0
+
+
+def _home_in_vault(home: Path, vault: Path | None, layers: _Layers) -> None:
+    """A home inside the vault: refused, unless in a hidden folder (then a warning)."""
+    if vault is None or not home.is_relative_to(vault):
+        return
+    if not _hidden_below(home, vault):
+        # sidecar never writes into the vault's notes; a home there would also be indexed as
+        # notes, every agent's memory with it. A hidden folder (a vault of ~ and the home
+        # ~/.sidecar) is never scanned, as Obsidian never shows it.
+        raise ConfigError(
+            f"home {home} lies inside the vault {vault}: the index "
+            "and every agent's memory would be written into the vault and found as its notes; use a "
+            "folder outside it"
+        )
+    # Never scanned (hidden, as Obsidian hides it), so search is right; but README promises
+    # no writes into the vault, and whatever syncs the vault (Syncthing, iCloud, git) carries
+    # a live index. A warning, not a refusal: a vault of ~ with the default home ~/.sidecar
+    # is such a setup, and has run for years. Said where a setup is looked at, not by every command.
+    layers.setup_notes.append(
+        f"the home {home} lies in a hidden folder inside the vault {vault}: it is not indexed, "
+        "but the index and every agent's memory are written into the vault's folder, and whatever "
+        "syncs or versions the vault (Syncthing, iCloud, git) carries them; a home outside the "
+        "vault avoids that (home: in the configuration file; move the folder there first)"
+    )
+    layers.warnings.append(layers.setup_notes[-1])
 
 
 def _where(origins: Mapping[str, str], dotted: str) -> str:

@@ -38,8 +38,12 @@ class Config:
     watchdog_usec: int | None = field(default=None, metadata={"internal": True})
     # Not fatal, shown by `config check` and every command (an unknown SIDECAR_* variable); see outdated.
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
-    # The warnings of keys an older release wrote (renamed, retired): not said by query commands.
+    # Warnings not said by query commands (an agent's hooks run them on every prompt): keys an
+    # older release wrote (renamed, retired).
     outdated: tuple[str, ...] = field(default=(), metadata={"internal": True})
+    # Warnings about a setup that runs as it is (a home in a hidden folder of the vault): said by
+    # `config check`, serve (its log) and doctor (its own check) only, not by every command.
+    setup_notes: tuple[str, ...] = field(default=(), metadata={"internal": True})
     # Where the daemon keeps what must outlive the home (its share unmounted takes index/ along):
     # $XDG_STATE_HOME/sidecar or ~/.local/state/sidecar; None when not loaded from the layers.
     state_dir: Path | None = field(default=None, metadata={"internal": True})

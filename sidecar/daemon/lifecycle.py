@@ -56,7 +56,7 @@ from sidecar.daemon.process import (
 )
 from sidecar.daemon.readonly import Dispatch, ReadOnly, Stopping
 from sidecar.daemon.readonly_start import ReadOnlyStart
-from sidecar.daemon.reloading import ConfigReload
+from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, StopClock, bind_socket, socket_holder
@@ -165,6 +165,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # Reloads one at a time, each reading the file inside: two SIGHUPs close together ran in
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
+        self._model_retries = ModelRetries()
         self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
@@ -563,10 +564,17 @@ class Daemon(ConfigReload, ReadOnlyStart):
         record_counting(cfg, self.slot, parts.indexer)
 
     def _retry_embedder(self) -> None:
-        # Also while a fallback answers: the configured model is what the user asked for.
-        if self._model_wanted():
-            log.info("embedder_retry")
-            self._load_embedder()
+        # Also while a fallback answers: the configured model is what the user asked for. Again
+        # when a reload asked meanwhile: its run_soon was skipped, this job was running.
+        again = True
+        while again:
+            number = self._model_retries.begin()
+            try:
+                if self._model_wanted():
+                    log.info("embedder_retry")
+                    self._load_embedder()
+            finally:  # a reload waiting for a retry started after it asked answers now
+                again = self._model_retries.end(number)
 
     def _model_wanted(self) -> bool:
         """The configured model is not the one answering (it failed; or another stands in)."""

@@ -24,6 +24,7 @@ from sidecar.contracts.errors import ConfigError, SidecarError, StorageError
 from sidecar.daemon.compose import Parts, model_gates, model_stem
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.schedule import Schedule
+from sidecar.model.embedder import EmbedderSlot, model_name
 from sidecar.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,46 @@ _IDENTITY = ("home", "socket", "vault.path")
 RELOAD_WAITS = "a configuration reload waits until the index is writable again"
 # How long after a reload a change of the file read brings another reload (a writer still at it).
 _RECHECK_S = 30.0
+# How long the reload op waits for the model it tries again (the CLI waits 30 s for the answer);
+# a longer load (a first conversion, about a minute) is answered "loading".
+MODEL_WAIT_S = 20.0
+
+
+class ModelRetries:
+    """Which retries of the model started and ended, so that a reload waits for one that started
+    after it asked: an event set by any retry's end let a retry already running (from before the
+    files were put right) answer the reload "still cannot be loaded"; and the one asked then was
+    skipped (the scheduler runs no job beside itself), so it is run by the running one's end."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._started = 0
+        self._ended = 0  # the number of the last retry that ended
+        self._asked = False  # a retry asked since the last one started
+
+    def ask(self) -> int:
+        """A retry is wanted; the number to wait past (``ended_after``)."""
+        with self._cond:
+            self._asked = True
+            return self._started
+
+    def begin(self) -> int:
+        with self._cond:
+            self._asked = False
+            self._started += 1
+            return self._started
+
+    def end(self, number: int) -> bool:
+        """This retry ended; whether another was asked while it ran (run it now)."""
+        with self._cond:
+            self._ended = number
+            self._cond.notify_all()
+            return self._asked
+
+    def ended_after(self, asked: int, timeout: float) -> bool:
+        """Whether a retry that started after ``ask`` ended, waiting ``timeout`` at most."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._ended > asked, timeout)
 
 
 class ConfigReload:
@@ -60,6 +101,8 @@ class ConfigReload:
     _scheduler: Schedule | None
     _read_stamp: tuple[int, int, int] | None
     _recheck: tuple[tuple[int, int, int] | None, float] | None
+    slot: EmbedderSlot
+    _model_retries: ModelRetries  # which retries of the model started and ended
 
     if TYPE_CHECKING:  # the daemon's own (``Daemon``)
 
@@ -80,13 +123,35 @@ class ConfigReload:
             self.cfg = carried(self.cfg, new, _RELOADED)
 
     def _reload_quietly(self) -> None:
-        with contextlib.suppress(SidecarError):  # already logged; the running configuration stays
-            self.reload()
+        """SIGHUP's: the model retry it asks runs in the background, nobody waits for it."""
+        with contextlib.suppress(SidecarError), self._reload_lock:  # logged; the running one stays
+            self._reload()
 
     def reload(self) -> dict[str, Any]:
-        """Re-read the configuration and apply the ranking tunables (SIGHUP or the reload op)."""
+        """Re-read the configuration and apply the ranking tunables (the reload op). A model that
+        had failed to load is tried again now, and the answer says how that went (``model``):
+        it said "nothing changed" while the model the person had just put right loaded."""
         with self._reload_lock:
-            return self._reload()
+            answer = self._reload()
+        asked = answer.pop("modelRetry", None)
+        if asked is not None:  # waited outside the lock: a SIGHUP is not held
+            answer["model"] = self._model_outcome(asked)
+        return answer
+
+    def _model_outcome(self, asked: int) -> dict[str, Any]:
+        """The retry asked by a reload (one started after ``asked``), waited for ``MODEL_WAIT_S``
+        at most: ``loaded`` (the model's name), ``loading`` (still at it) or ``failed`` (and why)."""
+        # Within the request's own bound (server.requestTimeoutSeconds may be set lower).
+        wait = min(MODEL_WAIT_S, self.cfg.server.request_timeout_seconds / 2)
+        if not self._model_retries.ended_after(asked, wait):
+            return {"state": "loading", "model": None, "error": None}
+        d = self.slot.describe()
+        if d["state"] == "ok" and d["fallback"] is None:
+            return {"state": "loaded", "model": model_name(d["model"] or ""), "error": None}
+        if d["state"] in ("idle", "loading"):  # a later retry (a SIGHUP, the periodic one) is at it
+            return {"state": "loading", "model": None, "error": None}
+        error = d["fallback"]["error"] if d["fallback"] else d["error"]
+        return {"state": "failed", "model": None, "error": error}
 
     def _loaded(self) -> Config:
         """The configuration file as it is now, once it stopped changing, refused when it is empty
@@ -168,9 +233,11 @@ class ConfigReload:
         log.info("config_reloaded changed=%s", ",".join(changed) or "nothing")
         for warning in new.warnings:  # at the start the command line said them on stderr
             log.warning("config_warning %s", warning)
+        retry: int | None = None
         if self._model_wanted() and self._scheduler is not None:
             # A reload is how a user says "I fixed it": the model file put right is tried now,
             # not at the next embedder.retryMinutes.
+            retry = self._model_retries.ask()
             self._scheduler.run_soon("model-retry")
         # Everything else is read at start: say what waits for one instead of a silent success.
         restart = [
@@ -200,7 +267,7 @@ class ConfigReload:
                 f"from the index yet ({unremoved}); the sweep queued removes them, and until then "
                 "search may still find them"
             )
-        return {"reloaded": True, "changed": changed, "needsRestart": restart}
+        return {"reloaded": True, "changed": changed, "needsRestart": restart, "modelRetry": retry}
 
     def _reload_index(self, new: Config, changed: list[str]) -> Exception | None:
         """The index's reloadable settings applied (their keys added to ``changed``); the error

@@ -118,7 +118,7 @@ WRITE_OPS = frozenset({"write", "edit", "delete", "index", "reload"})
 # status` and the MCP memory_status gave up after 10 s while the daemon was answering; `index`
 # (a write op all the same) checks the shares before a rebuild, and a share that hangs held the
 # write lane's workers, with every memory write queued behind them.
-OWN_LANE_OPS = {"health": "health", "index": "index"}
+OWN_LANE_OPS = {"health": "health", "index": "index", "reload": "reload"}
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -265,6 +265,9 @@ class Server:
             "write": _Lane("write", write_workers),
             "health": _Lane("health", 2),
             "index": _Lane("index", 2),
+            # A reload waits for the model it tries again (up to 20 s): not in a write worker, with
+            # memory writes queued behind it. Reloads run one at a time anyway (the reload lock).
+            "reload": _Lane("reload", 1),
         }
         self.foreground = foreground
         self.connections = 0

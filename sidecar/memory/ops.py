@@ -197,15 +197,17 @@ class MemoryOps:
         if written.trash_dropped:
             out["trashDropped"] = list(written.trash_dropped)
         if warning is None:
-            searchable, by, warning = self._searchable(key)
+            empty = None if content.strip() else ("its name and front matter" if front_matter else "its name")
+            searchable, by, warning = self._searchable(key, empty)
             out["searchable"], out["searchableBy"] = searchable, by
         warning = "; ".join(w for w in (warning, audit) if w)
         if warning:
             out["warning"] = warning
         return out
 
-    def _searchable(self, key: str) -> tuple[bool, list[str], str | None]:
-        """Whether the note just indexed can be found, by which arm, and why not."""
+    def _searchable(self, key: str, empty: str | None = None) -> tuple[bool, list[str], str | None]:
+        """Whether the note just indexed can be found, by which arm, and why not (``empty``: it
+        was written without text, and what it is found by)."""
         manifest = self.manifest
         state = manifest.file_states(key).get(key)
         if state is None or state.state != "indexed":
@@ -224,8 +226,14 @@ class MemoryOps:
                 "searchable by keywords; search by meaning is turned off in this sidecar's configuration "
                 "(embedder.enabled: false)",
             )
-        if all(f == NO_VECTOR for f in flags):  # an empty note, or data such as base64
-            return True, ["keywords"], "searchable by keywords; it holds no text to search by meaning"
+        if empty or all(f == NO_VECTOR for f in flags):  # no text, or data such as base64
+            # An empty note: "no text to search by meaning" read as if some were there for keywords.
+            why = (
+                f"the note holds no text: it is found by {empty} only"
+                if empty
+                else "searchable by keywords; it holds no text to search by meaning"
+            )
+            return True, ["keywords"], why
         # NEXT_ONLY: left to a model switch's table, no vector serves it until the switch ends.
         if all(f not in (0, NEXT_ONLY) for f in flags):
             past = (

