@@ -1289,6 +1289,41 @@ def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
         h.close()
 
 
+@pytest.mark.parametrize("at", ["start", "reload"])
+def test_an_exclusion_of_the_newest_note_lowers_the_row_mark(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, at: str
+) -> None:
+    """An exclusion deletes notes outside a sweep's batch: the mark stayed above the latest row.
+    At start that read every note again for nothing (taken for rows numbered elsewhere); after a
+    reload stopped before its whole sweep, another release's next write took the mark's number
+    under a clock set back and was never read again."""
+    from sidecar.stores import manifest as manifest_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(vault / "Private/Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()  # a whole sweep: the marks at Zlast's row
+        h.indexer.set_excludes(["Private/**"], obsidian=True)
+        assert h.indexer.remove_excluded() == 1  # no sweep batch
+        if at == "start":
+            with caplog.at_level("INFO"):
+                h.indexer.reread_if_written_elsewhere()
+            assert "notes_renumbered_reread" not in caplog.text
+            assert _marked(h)[0] == 0
+            return
+        with monkeypatch.context() as m:  # the other release, its clock set back
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
+            h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
+        h.indexer.reread_if_written_elsewhere()
+        size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
+        assert size == -1, "the other release's write is not marked to be read again"
+        assert _marked(h)[0] == 1
+    finally:
+        h.close()
+
+
 def test_rows_numbered_below_the_mark_read_every_note_again_once(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -374,8 +374,6 @@ class Indexer:
         self._say_put_back(batch)
         if batch is None:
             self._whole_sweep_written()
-        else:  # two reads of a b-tree's end: a delete of any kind (gone, moved, left out) counts
-            self._row_mark_at_most_latest()
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -959,8 +957,12 @@ class Indexer:
             log.info("notes_hard_linked count=%d into=excluded folder ids=forgotten", len(forgotten))
 
     def delete(self, keys: Sequence[str]) -> None:
-        """Remove notes from every store (intent first, so a crash mid-way is redone)."""
+        """Remove notes from every store (intent first, so a crash mid-way is redone). Every
+        delete passes here (a sweep's, an exclusion's at start or reload, a memory's, a redone
+        one), so the row mark comes down with it: two reads of a b-tree's end."""
         self.writer.delete(keys)
+        if keys:
+            self._row_mark_at_most_latest()
 
     def finish_interrupted(self) -> None:
         """Redo deletions a crash interrupted (interrupted indexing is redone by the next sweep)."""
@@ -1061,7 +1063,8 @@ class Indexer:
         # Both marks: a note's row written since is above the row mark whatever the wall clock
         # said (a whole sweep under a clock set ahead recorded a time in the future, a release run
         # under a clock set back wrote times below the mark). Rows numbered below the row mark
-        # are read above (all of them); the mark comes down with this release's deletes.
+        # are read above (all of them); the mark comes down with this release's deletes
+        # (``delete``), so a latest row below it at start means rows deleted elsewhere.
         notes = self.manifest.reread_written_after(
             since if since is not None else math.inf, int(row) if row is not None else None
         )
