@@ -186,9 +186,9 @@ def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
     other = idx.get("other_build")
     if other and not newer:
         lines.append(
-            f"  the index was last written by build {shown(str(other.get('build')))} of this release "
-            f"before this daemon (build {shown(str(build))}) started: if that was newer code, run it, "
-            "or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+            f"  the index was last written by build {shown(str(other.get('build')))} of this release, "
+            f"later than this daemon's build {shown(str(build))} (a downgrade): run that one, or "
+            "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
         )
     return lines
 

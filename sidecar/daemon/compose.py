@@ -31,9 +31,8 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.release import (
     WRITERS_META,
+    downgraded_from,
     newer_writer,
-    other_build,
-    read_writers,
     record_writer,
     said,
     this_release,
@@ -111,12 +110,12 @@ def _record_writer(manifest: Manifest) -> None:
             said(newer),
             said(this_release()),
         )
-    else:  # nothing orders two builds of one release: another one's write is said
-        other = other_build({"before": read_writers(previous).get("last") or {}}, this_release()["build"])
+    else:  # builds of one release are ordered by their first write: a later one's is said
+        other = downgraded_from(previous, this_release()["build"])
         if other is not None:
             log.warning(
-                "index_written_by_other_build writer=%s this=%s: if that was newer code, run it, or "
-                "rebuild the index",
+                "index_written_by_later_build writer=%s this=%s: this build wrote the index first, "
+                "a later one of this release since: run that one, or rebuild the index",
                 said(other),
                 said(this_release()),
             )

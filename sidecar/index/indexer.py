@@ -1308,7 +1308,8 @@ class Indexer:
 
         # The rows that describe the emptied index are written with its emptying.
         # The notes are read anew by this release alone: a newer one that wrote before is past.
-        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: record_writer(None)}
+        writers = record_writer(self.manifest.get_meta(WRITERS_META), rebuilt=True)
+        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: writers}
         self.writer.clear(meta, emptied)
         self.links.finish()  # every note is read again, by today's reader
         log.info("index_cleared reason=rebuild requested")
