@@ -64,6 +64,7 @@ from sidecar.notes.outline import Page, lead_line, one_line
 from sidecar.notes.outline import render as render_outline
 from sidecar.notes.redact import mask, masked_line
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.notify import under_service_manager
 from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.context import with_note
 from sidecar.search.days import FilterError
@@ -190,6 +191,9 @@ class Handlers:
             "build": build_id(),  # changes with the code: a restart after an upgrade is told by it
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
+            # Run by the service manager (systemd's notify socket, a launchd agent's label), else
+            # a person's `sidecar serve` in a terminal: what a restart is for each differs.
+            "service": under_service_manager(self.cfg.notify_socket),
             "started": self.service.started,
             "uptime_seconds": round(time.time() - self.service.started, 1),
             "clock": self._clock(),
