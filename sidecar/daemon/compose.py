@@ -39,6 +39,7 @@ from sidecar.runtime.release import (
 )
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.bm25 import open_bm25
 from sidecar.stores.lifecycle import open_stores
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.homeguard import clock_path
@@ -127,8 +128,6 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     """The parts over the index as it is on disk, opened for reading only (its disk is full):
     nothing in the index folder is made, moved aside or written. StoreError when a store cannot
     be read that way (``Manifest._open_read_only``, a missing keyword index)."""
-    from sidecar.stores.bm25 import open_bm25
-
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
     manifest = Manifest(cfg.index_dir / "manifest.sqlite", read_only=True)
