@@ -637,55 +637,91 @@ def test_doctor_names_what_the_services_daemon_waits_for(tmp_path: Path, vault: 
         assert "systemctl --user status sidecar" in check.todo
 
 
-def test_another_build_of_this_release_that_wrote_the_index_is_said(
+def _start_of_build(
+    cfg: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, build: str, run: str
+) -> tuple[dict[str, dict[str, str]], str]:
+    """A start of ``build`` (its process's run ``run``) on the index: what the index records of
+    its writers then, and the warnings logged."""
+    from sidecar.runtime import release
+    from sidecar.runtime.release import WRITERS_META, read_writers
+    from tests.conftest import FakeEmbedder, Harness
+
+    monkeypatch.setattr(release, "build_id", lambda: build)
+    monkeypatch.setattr(release, "_RUN", run, raising=False)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        h = Harness(cfg, FakeEmbedder())
+    try:
+        return read_writers(h.stores.manifest.get_meta(WRITERS_META)), caplog.text
+    finally:
+        h.close()
+
+
+def test_an_upgrade_that_keeps_the_version_is_said_nowhere(
     make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The upgrade test's case: OLD and NEW one version, the index last written by NEW, then OLD
-    run on it. Versions order releases only, so nothing said it. doctor with the daemon stopped
-    names the last writer's build; a daemon started on it logs it and keeps it as the build that
-    wrote it before (health index.other_build), which status and doctor say, for that daemon's
-    life (its switches to writable too), not after its build's next start."""
+    """A checkout pulled (the version kept, the build new): the build that wrote the index before
+    was said as a possible downgrade, in the log, status and doctor, for the new daemon's whole
+    life, and by doctor with the daemon stopped after the pull. A build never seen is an upgrade."""
+    from sidecar.clients.doctor import check_index
+
+    cfg = make_cfg(vault)
+    _start_of_build(cfg, monkeypatch, caplog, "01d01d01d01d", "run-1")
+    assert not check_index(cfg).warning  # pulled, the daemon not started yet: installed is new
+    writers, logged = _start_of_build(cfg, monkeypatch, caplog, "0e30e30e30e3", "run-2")
+    assert "index_written_by" not in logged, logged
+    assert "before" not in writers and writers["last"]["build"] == "0e30e30e30e3"
+    assert not check_index(cfg).warning
+
+
+def test_a_build_started_after_a_later_build_of_its_release_is_said(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upgrade test's case: OLD and NEW one version, NEW wrote the index after OLD, then OLD
+    run on it (a downgrade between checkouts). doctor with the daemon stopped names the later
+    build; the OLD daemon logs it and keeps it (health index.other_build), said by status and
+    doctor for that daemon's life (its switches to writable too), not after its next start."""
     from sidecar import __version__
     from sidecar.clients.cli_render import _release_lines
     from sidecar.clients.doctor import _older_code, check_index
     from sidecar.runtime import release
-    from sidecar.runtime.release import WRITERS_META, other_build, read_writers, this_release
-    from tests.conftest import FakeEmbedder, Harness
+    from sidecar.runtime.release import other_build, this_release
 
     cfg = make_cfg(vault)
-    new = {"version": __version__, "build": "0ther0build0"}
-
-    def writers(h: Harness) -> dict[str, dict[str, str]]:
-        return read_writers(h.stores.manifest.get_meta(WRITERS_META))
-
-    h = Harness(cfg, FakeEmbedder())
-    try:
-        assert "before" not in writers(h)
-        h.stores.manifest.set_meta(WRITERS_META, json.dumps({"last": new, "newest": new}))
-    finally:
-        h.close()
-    check = check_index(cfg)  # the daemon stopped
-    assert check.warning and "last written by build 0ther0build0 of this release" in check.verdict, check
-    with caplog.at_level("WARNING"):
-        h = Harness(cfg, FakeEmbedder())  # the other build starts on it
-    h.close()
-    assert "index_written_by_other_build writer=sidecar" in caplog.text
-    h = Harness(cfg, FakeEmbedder())  # opened again in this process (a switch to writable)
-    try:
-        assert writers(h)["before"] == new and writers(h)["last"] == this_release()
-        other = other_build(writers(h), this_release()["build"])
-        assert other == new
-        health = {"version": __version__, "build": this_release()["build"]}
-        said_status = "\n".join(_release_lines(health, {"other_build": other}))
-        assert "the index was last written by build 0ther0build0 of this release" in said_status
-        said_doctor = _older_code(this_release(), None, other)
-        assert said_doctor is not None and "last written by build 0ther0build0" in said_doctor[0]
-    finally:
-        h.close()
+    old, new = "01d01d01d01d", "0e30e30e30e3"
+    _start_of_build(cfg, monkeypatch, caplog, old, "run-1")
+    _start_of_build(cfg, monkeypatch, caplog, new, "run-2")
+    monkeypatch.setattr(release, "build_id", lambda: old)
+    check = check_index(cfg)  # OLD installed again, its daemon not started yet
+    assert check.warning and f"last written by build {new} of this release, later than" in check.verdict
+    writers, logged = _start_of_build(cfg, monkeypatch, caplog, old, "run-3")
+    assert f"index_written_by_later_build writer=sidecar {__version__} (build {new})" in logged
+    assert writers["before"] == {"version": __version__, "build": new}
+    writers, _ = _start_of_build(cfg, monkeypatch, caplog, old, "run-3")  # a switch to writable
+    other = other_build(writers, old)
+    assert other == {"version": __version__, "build": new}
+    said_status = "\n".join(_release_lines({"version": __version__, "build": old}, {"other_build": other}))
+    assert f"the index was last written by build {new} of this release, later than" in said_status
+    said_doctor = _older_code(this_release(), None, other)
+    assert said_doctor is not None and f"last written by build {new}" in said_doctor[0]
     assert not check_index(cfg).warning  # its last writer is this build now
-    monkeypatch.setattr(release.os, "getpid", lambda: 1)  # the next start of this build
-    h = Harness(cfg, FakeEmbedder())
-    try:
-        assert "before" not in writers(h)
-    finally:
-        h.close()
+    writers, logged = _start_of_build(cfg, monkeypatch, caplog, old, "run-4")  # OLD's next start
+    assert "before" not in writers and "index_written_by" not in logged
+    writers, logged = _start_of_build(cfg, monkeypatch, caplog, new, "run-5")  # and NEW again
+    assert "before" not in writers and "index_written_by" not in logged
+
+
+def test_the_build_said_before_is_dropped_at_the_next_start_of_a_process_with_the_same_pid(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that gets the same pid at every start (pid 1 in a container, `sidecar serve` its
+    entrypoint) kept the later build's warning for good: the process is told by a token of its
+    run, not by its pid."""
+    cfg = make_cfg(vault)
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    _start_of_build(cfg, monkeypatch, caplog, "01d01d01d01d", "run-1")
+    _start_of_build(cfg, monkeypatch, caplog, "0e30e30e30e3", "run-2")
+    writers, _ = _start_of_build(cfg, monkeypatch, caplog, "01d01d01d01d", "run-3")
+    assert "before" in writers
+    writers, _ = _start_of_build(cfg, monkeypatch, caplog, "01d01d01d01d", "run-4")  # restarted
+    assert "before" not in writers

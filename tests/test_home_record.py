@@ -130,7 +130,7 @@ def test_accept_home_says_when_the_running_daemon_did_not_take_the_consent(
     )
     assert unread.returncode == 0, unread.stderr
     said = " ".join(unread.stderr.split())
-    assert "still refuses the home" in said and "restart it" in said, said
+    assert "still refuses the home" in said and "restart the daemon" in said, said
     with pytest.raises(RemoteError):
         _write(d, "frank", "m3", "still refused")
     accepted = d.run_cli("index", "--accept-home")

@@ -1289,6 +1289,121 @@ def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
         h.close()
 
 
+@pytest.mark.parametrize("at", ["start", "reload"])
+def test_an_exclusion_of_the_newest_note_lowers_the_row_mark(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, at: str
+) -> None:
+    """An exclusion deletes notes outside a sweep's batch: the mark stayed above the latest row.
+    At start that read every note again for nothing (taken for rows numbered elsewhere); after a
+    reload stopped before its whole sweep, another release's next write took the mark's number
+    under a clock set back and was never read again."""
+    from sidecar.stores import manifest as manifest_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(vault / "Private/Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()  # a whole sweep: the marks at Zlast's row
+        h.indexer.set_excludes(["Private/**"], obsidian=True)
+        assert h.indexer.remove_excluded() == 1  # no sweep batch
+        if at == "start":
+            with caplog.at_level("INFO"):
+                h.indexer.reread_if_written_elsewhere()
+            assert "notes_renumbered_reread" not in caplog.text
+            assert _marked(h)[0] == 0
+            return
+        with monkeypatch.context() as m:  # the other release, its clock set back
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
+            h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
+        h.indexer.reread_if_written_elsewhere()
+        size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
+        assert size == -1, "the other release's write is not marked to be read again"
+        assert _marked(h)[0] == 1
+    finally:
+        h.close()
+
+
+def test_another_releases_rebuild_after_this_ones_numbers_rows_up_to_the_mark_and_is_read_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This release rebuilt (rows 1..N, the row mark N), then the older release rebuilt the same
+    vault under a clock set back (the remedy its warning names): rows 1..N again, none below the
+    mark nor above it, so none of its writes was read again. The row at the mark is recorded
+    with it (key and time): another there reads every note again once."""
+    from sidecar.index import indexer as indexer_mod
+    from sidecar.stores import manifest as manifest_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        h.indexer.clear()  # this release's `sidecar index --rebuild`
+        h.indexer.sweep(retry_all=True)
+        with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            h.indexer.clear()
+            h.indexer.sweep(retry_all=True)
+        h.indexer._rows_checked = False  # this release's next start
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()
+        marked, notes = _marked(h)
+        assert notes > 0 and marked == notes, (marked, notes)
+        assert "notes_renumbered_reread" in caplog.text
+    finally:
+        h.close()
+
+
+def test_rows_numbered_elsewhere_are_found_before_the_starts_own_deletes(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start deletes before it reads the marks (an interrupted delete redone, notes excluded
+    while stopped): moving the mark with those deletes first hid the other release's rows."""
+    from sidecar.index import indexer as indexer_mod
+    from sidecar.stores import manifest as manifest_mod
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        write(vault / "Private/Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()
+        with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
+            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            h.indexer.clear()
+            h.indexer.sweep(retry_all=True)
+        h.indexer._rows_checked = False  # this release's next start, Private excluded meanwhile
+        h.indexer.set_excludes(["Private/**"], obsidian=True)
+        assert h.indexer.remove_excluded() == 1
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()
+        marked, notes = _marked(h)
+        assert notes > 0 and marked == notes, (marked, notes)
+    finally:
+        h.close()
+
+
+def test_a_note_at_the_row_mark_written_anew_reads_nothing_else_again_at_start(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note written last edited again (a file event): its row takes a new number, the one at
+    the mark is gone. The mark comes down to the row below it, so the next start reads that note
+    again (written since the whole sweep), not every note."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(vault / "Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()  # a whole sweep: the marks at Zlast's row
+        write(vault / "Zlast.md", "# Last\n\nedited again.\n")
+        h.indexer.sweep(paths=[str(vault / "Zlast.md")])
+        h.indexer._rows_checked = False  # the next start
+        with caplog.at_level("INFO"):
+            h.indexer.reread_if_written_elsewhere()
+        assert "notes_renumbered_reread" not in caplog.text
+        assert _marked(h)[0] == 1
+    finally:
+        h.close()
+
+
 def test_rows_numbered_below_the_mark_read_every_note_again_once(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1315,6 +1430,7 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
             while h.vectors.embed_pending():
                 pass
         model.embedded.clear()
+        h.indexer._rows_checked = False  # this release's next start
         with caplog.at_level("INFO"):
             h.indexer.reread_if_written_elsewhere()
         marked, notes = _marked(h)

@@ -300,3 +300,24 @@ def test_one_chunk_left_to_a_model_switch_is_said_in_the_singular() -> None:
     assert one.startswith("1 chunk cut again for the model switch is found by keywords only"), one
     two = all_vectors_words({"left_to_switch": 2, "pending_vectors": 2})
     assert two.startswith("2 chunks cut again for the model switch are found"), two
+
+
+def test_the_restart_status_advises_is_the_one_of_what_runs_the_daemon(serve_in_process: Serve) -> None:
+    """A person's `sidecar serve` in a terminal answers while the service's daemon waits for it:
+    "systemctl --user restart sidecar" returned at once and restarted the waiting daemon, not the
+    one with the problem. Health says whether the service manager runs the daemon, and the
+    advice names Ctrl-C and `sidecar serve` for one in a terminal."""
+    from sidecar.index.problems import Problems
+
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    assert health["service"] is False  # no notify socket: run as a person's serve
+    problems = Problems()
+    problems.report("index", "updating the index failed: BM25 commit failed: a file left over")
+    problems.report("stores", "the keyword index cannot be read")
+    health["problems"] = problems.describe()
+    text = " ".join(render_status(health).split())
+    assert "systemctl --user restart sidecar" not in text, text
+    assert text.count("Ctrl-C there, then `sidecar serve` again") == 2, text
+    health["service"] = True
+    text = " ".join(render_status(health).split())
+    assert text.count("`systemctl --user restart sidecar`") == 2 and "Ctrl-C" not in text, text

@@ -1769,3 +1769,36 @@ def test_a_start_reads_again_the_notes_written_after_the_last_whole_sweep(
         daemon.notifier.close()
     assert "notes_written_since_reread notes=1" in caplog.text
     assert seen == [-1]  # marked to be read again by the first sweep
+
+
+def test_a_start_after_an_exclusion_of_the_newest_note_reads_nothing_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note written last (at the row mark) lies in a folder excluded while the daemon was
+    stopped: the start's own removal of it (before the marks are read) was taken for rows
+    numbered anew elsewhere, and every note was read and cut again."""
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.oneshot import index_once
+
+    cfg = make_cfg(vault, **{"embedder.enabled": "false"})
+    index_once(cfg, rebuild=False)
+    write(vault / "Private/Zlast.md", "# Last\n\nwritten last.\n")
+    index_once(cfg, rebuild=False)  # a whole sweep: the marks at Zlast's row
+    excluding = make_cfg(vault, **{"embedder.enabled": "false", "index.exclude": ["Private/**"]})
+    seen: list[int] = []
+
+    def no_loop(_cfg: Any, indexer: Any, *_a: Any, **_kw: Any) -> Any:
+        seen.append(indexer.manifest._query("SELECT sum(size = -1) FROM files")[0][0] or 0)
+        raise RuntimeError("stopped here: the loop would start the first sweep")
+
+    monkeypatch.setattr(lifecycle, "IndexLoop", no_loop)
+    daemon = Daemon(excluding)
+    try:
+        with caplog.at_level("INFO"), pytest.raises(RuntimeError, match="stopped here"):
+            daemon._start_parts()
+    finally:
+        daemon.notifier.close()
+    assert "excluded_notes_removed count=1" in caplog.text
+    assert "notes_renumbered_reread" not in caplog.text
+    assert seen == [0]

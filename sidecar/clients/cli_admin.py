@@ -27,6 +27,7 @@ from sidecar.contracts.errors import (
 )
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
+from sidecar.runtime.notify import restart_words
 from sidecar.vault.homeguard import forget, record_path
 
 # `sidecar index` stops waiting for vectors once the count of chunks waiting for one has not gone
@@ -312,8 +313,8 @@ def _say_if_still_refused(health: dict[str, Any], cfg: Config) -> None:
     if refused:
         print(
             f"note: the running daemon still refuses the home: {shown(refused[0])}. It did not read "
-            f"the consent written to {record_path(cfg)}: restart it (`systemctl --user restart "
-            "sidecar`; a daemon started before this sidecar was installed does not read it); if it "
+            f"the consent written to {record_path(cfg)}: {restart_words(health.get('service'))} (a "
+            "daemon started before this sidecar was installed does not read it); if it "
             "still refuses, it keeps its state in another folder than this command ($XDG_STATE_HOME)",
             file=sys.stderr,
         )

@@ -12,6 +12,7 @@ from sidecar.clients.plainerror import cause_of, plain_error
 from sidecar.contracts.errors import is_io_fault
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import catching_up_note, clock_said, hold_advice
+from sidecar.runtime.notify import restart_words
 from sidecar.runtime.release import build_id, said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS
 
@@ -74,11 +75,12 @@ HOME_TODO = (
 
 # What to do about an index update that fails for a cause other than the disk (a keyword index
 # file left by a commit cut short, a bug): sending the user to free space sent them the wrong way.
-INDEX_TODO = (
-    "the index could not be updated, and not for lack of disk space (the PROBLEM line says why): "
-    "the daemon retries by itself; if the line stays, restart the daemon (e.g. `systemctl --user "
-    "restart sidecar`), and if it comes back, run `sidecar index --rebuild`"
-)
+def index_todo(service: bool | None) -> str:
+    return (
+        "the index could not be updated, and not for lack of disk space (the PROBLEM line says why): "
+        f"the daemon retries by itself; if the line stays, {restart_words(service)}, and if it comes "
+        "back, run `sidecar index --rebuild`"
+    )
 
 
 def _disk_likely(problem: dict[str, Any]) -> bool:
@@ -98,8 +100,9 @@ def _disk_likely(problem: dict[str, Any]) -> bool:
     )
 
 
-def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
-    """What is wrong now (and what was repaired lately), in the words of health's problems."""
+def _problem_lines(problems: dict[str, Any], todo: list[str], service: bool | None = None) -> list[str]:
+    """What is wrong now (and what was repaired lately), in the words of health's problems;
+    ``service``: health's, whether the service manager runs the daemon (how it is restarted)."""
     out = []
     for p in problems["active"]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
@@ -109,11 +112,11 @@ def _problem_lines(problems: dict[str, Any], todo: list[str]) -> list[str]:
     if any(_disk_likely(p) for p in problems["active"]):
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if any(p["area"] == "index" and not _disk_likely(p) for p in problems["active"]):
-        todo.append(INDEX_TODO)
+        todo.append(index_todo(service))
     if "home" in areas:
         todo.append(HOME_TODO)
     if "stores" in areas:
-        todo.append("restart the daemon so it rebuilds its index (e.g. `systemctl --user restart sidecar`)")
+        todo.append(f"{restart_words(service)} so it rebuilds its index")
     for p, recovered in _recoveries(problems)[-3:]:
         area = _PROBLEM_AREAS.get(p["area"], p["area"])
         again = f", recovered {recovered} times" if recovered > 1 else ""
@@ -187,9 +190,9 @@ def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
     other = idx.get("other_build")
     if other and not newer:
         lines.append(
-            f"  the index was last written by build {shown(str(other.get('build')))} of this release "
-            f"before this daemon (build {shown(str(build))}) started: if that was newer code, run it, "
-            "or rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+            f"  the index was last written by build {shown(str(other.get('build')))} of this release, "
+            f"later than this daemon's build {shown(str(build))} (a downgrade): run that one, or "
+            "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
         )
     return lines
 
@@ -265,7 +268,7 @@ def render_status(h: dict[str, Any]) -> str:
             "(found by their text, without their title, tags, aliases and dates): "
             f"{shown(first['reference'])} ({shown(first['reason'])}){more}"
         )
-    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo)
+    lines += _problem_lines(h.get("problems") or {"active": [], "recent": []}, todo, h.get("service"))
     lines += _aside_lines(idx.get("moved_aside") or [], h["home"])
     if h["vault"] is None:
         todo.append("configure a vault (--vault or vault.path) to index notes")

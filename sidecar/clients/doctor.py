@@ -38,7 +38,7 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import DEFAULT_WIKI, Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
-from sidecar.runtime.release import WRITERS_META, newer_writer, read_writers, said, this_release
+from sidecar.runtime.release import WRITERS_META, downgraded_from, newer_writer, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
@@ -435,8 +435,8 @@ def _older_code(
 ) -> tuple[str, str] | None:
     """What to say of a daemon that runs other code than this installation (installed anew and
     not restarted: told by the release, or by the build where both are one release), or older
-    code than the release that last wrote its index, or other code of its release than the
-    build that wrote it before it started (``other``); None when none."""
+    code than the release that last wrote its index, or an earlier build of its release than the
+    one that wrote it last before it started (``other``); None when none."""
     rebuild = "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
     if newer:
         return (f"the index was written by a newer sidecar ({said(newer)})", f"run that one, or {rebuild}")
@@ -449,8 +449,9 @@ def _older_code(
         )
     if other and other.get("build"):
         return (
-            f"the index was last written by build {other['build']} of this release before it started",
-            f"if that was newer code, run it, or {rebuild}",
+            f"the index was last written by build {other['build']} of this release, later than the "
+            "daemon's (a downgrade)",
+            f"run that one, or {rebuild}",
         )
     return None
 
@@ -467,12 +468,9 @@ def _writers(path: Path) -> str | None:
 
 
 def _last_other_build(writers: str | None) -> dict[str, str] | None:
-    """The last writer when it is another build of this installation's release, else None."""
-    last = read_writers(writers).get("last")
-    mine = this_release()
-    if last is None or last["version"] != mine["version"] or last["build"] in ("", mine["build"]):
-        return None
-    return last
+    """The last writer when this installation's build is a downgrade from it (a build of its
+    release that wrote the index first), else None; an installed build never seen is an upgrade."""
+    return downgraded_from(writers, this_release()["build"])
 
 
 def check_index(cfg: Config) -> Check:
@@ -498,14 +496,14 @@ def check_index(cfg: Config) -> Check:
     writers = _writers(cfg.index_dir / "manifest.sqlite")
     writer = newer_writer(writers)
     other = _last_other_build(writers)
-    if writer is None and other is not None:  # nothing orders two builds of one release
+    if writer is None and other is not None:  # a later build of this release wrote it last
         return Check(
             "index",
             True,
-            f"{verdict}; last written by build {other['build']} of this release, this installation "
-            f"is build {this_release()['build']}",
-            "if that was newer code, run it, or rebuild the index with this one (`sidecar index "
-            "--rebuild` with the daemon stopped)",
+            f"{verdict}; last written by build {other['build']} of this release, later than this "
+            f"installation's build {this_release()['build']} (a downgrade)",
+            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
+            "daemon stopped)",
             warning=True,
         )
     if writer is not None:  # the same store versions, but a newer release wrote it (a downgrade)

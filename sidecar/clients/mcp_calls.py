@@ -297,7 +297,8 @@ class ToolCalls:
             if exc.daemon == "not answering":
                 text += (
                     ": it may be stopped, hung or overloaded; ask the user to check `sidecar status` "
-                    "and restart it (`systemctl --user restart sidecar`)"
+                    "and restart it (`systemctl --user restart sidecar`; one run in a terminal: Ctrl-C "
+                    "there, then `sidecar serve` again)"
                 )
             raise ToolError(text, exc.daemon, {"daemon": exc.daemon or "down", "message": text}) from exc
         if not isinstance(health.get("index"), dict) or not isinstance(health.get("embedder"), dict):

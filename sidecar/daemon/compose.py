@@ -31,15 +31,15 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.release import (
     WRITERS_META,
+    downgraded_from,
     newer_writer,
-    other_build,
-    read_writers,
     record_writer,
     said,
     this_release,
 )
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.bm25 import open_bm25
 from sidecar.stores.lifecycle import open_stores
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.homeguard import clock_path
@@ -111,12 +111,12 @@ def _record_writer(manifest: Manifest) -> None:
             said(newer),
             said(this_release()),
         )
-    else:  # nothing orders two builds of one release: another one's write is said
-        other = other_build({"before": read_writers(previous).get("last") or {}}, this_release()["build"])
+    else:  # builds of one release are ordered by their first write: a later one's is said
+        other = downgraded_from(previous, this_release()["build"])
         if other is not None:
             log.warning(
-                "index_written_by_other_build writer=%s this=%s: if that was newer code, run it, or "
-                "rebuild the index",
+                "index_written_by_later_build writer=%s this=%s: this build wrote the index first, "
+                "a later one of this release since: run that one, or rebuild the index",
                 said(other),
                 said(this_release()),
             )
@@ -128,8 +128,6 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     """The parts over the index as it is on disk, opened for reading only (its disk is full):
     nothing in the index folder is made, moved aside or written. StoreError when a store cannot
     be read that way (``Manifest._open_read_only``, a missing keyword index)."""
-    from sidecar.stores.bm25 import open_bm25
-
     clock = clock if clock is not None else SteadyClock(clock_path(cfg))
     problems = Problems()
     manifest = Manifest(cfg.index_dir / "manifest.sqlite", read_only=True)

@@ -25,6 +25,7 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.notes.links import LinkGraph
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.notify import under_service_manager
 from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
@@ -75,6 +76,9 @@ class HealthOp:
             "build": build_id(),  # changes with the code: a restart after an upgrade is told by it
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
+            # Run by the service manager (systemd's notify socket, a launchd agent's label), else
+            # a person's `sidecar serve` in a terminal: what a restart is for each differs.
+            "service": under_service_manager(self.cfg.notify_socket),
             "started": self.service.started,
             "uptime_seconds": round(time.time() - self.service.started, 1),
             "clock": self._clock(),

@@ -250,8 +250,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _socket_free(self) -> None:
         """Refuse the start when another daemon answers on the socket (one serving another home
-        on it): checked right after the lock, before the home is tightened or recorded, so that
-        the refused start changes nothing (``bind_socket`` checks again when it binds)."""
+        on it): checked before the lock is taken and again right after it (``lock_and_tighten``),
+        before the home is tightened or recorded, so that the refused start changes nothing, not
+        even the lock file (``bind_socket`` checks again when it binds)."""
         # No exists() first: on a socket folder another user owns it raises PermissionError, read
         # as "the home cannot be used" (exit 5); ``socket_holder`` says no daemon answers there
         # and ``bind_socket`` then names the folder (exit 3).

@@ -25,6 +25,7 @@ from sidecar.daemon.compose import Parts, model_gates, model_stem
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.schedule import Schedule
 from sidecar.model.embedder import EmbedderSlot, model_name
+from sidecar.runtime.notify import restart_words, under_service_manager
 from sidecar.search.retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -253,7 +254,7 @@ class ConfigReload:
                 problems.report(
                     "restart",
                     f"changed in the configuration, applied at the next start: {', '.join(restart)} "
-                    "(restart the daemon, e.g. systemctl --user restart sidecar)",
+                    f"({restart_words(under_service_manager(self.cfg.notify_socket))})",
                 )
             else:
                 problems.clear("restart")

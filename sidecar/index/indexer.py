@@ -158,6 +158,9 @@ class Indexer:
             swept = "1" if self.manifest.indexed_chunk_count() else ""
             self.manifest.set_meta("swept", swept)
         self._swept = swept == "1"
+        # Whether this process checked the row mark against the rows (``_rows_renumbered``):
+        # done before it moves the mark, or its own deletes at start hid another release's.
+        self._rows_checked = False
         self._read_whole: set[str] = set()  # roots read to the end while not ``_swept``
         self.vectors = vectors
         self.supervisor = supervisor
@@ -323,9 +326,7 @@ class Indexer:
         remove what is gone. ``paths`` (from file events) are looked at one by one, without walking
         their roots. ``confirm_deletions`` names roots whose mass deletion the user confirmed.
         ``retry_all``: notes whose read failed are read now, not at their turn (`sidecar index`)."""
-        if self._gone_left:  # a failed sweep's deletions (disk full): raises again until they go
-            self.delete(self._gone_left)
-            self._gone_left = []
+        self._before_sweep()
         act = self.activity
         act.begin()
         if not act.first_sweep_done:
@@ -376,14 +377,20 @@ class Indexer:
         self._after_sweep(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, wrote, chosen, bool(paths))
 
+    def _before_sweep(self) -> None:
+        self._rows_renumbered()  # before this process writes a row
+        if self._gone_left:  # a failed sweep's deletions (disk full): raises again until they go
+            self.delete(self._gone_left)
+            self._gone_left = []
+
     def _after_sweep(self, batch: Diff | None) -> None:
         """What status says of notes a rebuild put back; after a whole sweep (``batch`` None),
         the latest note row written, recorded."""
         self._say_put_back(batch)
         if batch is None:
             self._whole_sweep_written()
-        else:  # two reads of a b-tree's end: a delete of any kind (gone, moved, left out) counts
-            self._row_mark_at_most_latest()
+        else:  # a note written anew from a file event takes a new row: the mark's may be gone
+            self._row_mark_kept()
 
     def _say_skipped(self) -> None:
         """The files this sweep left out, by reason, for status; a folder whose notes' paths
@@ -1016,8 +1023,13 @@ class Indexer:
             log.info("notes_hard_linked count=%d into=excluded folder ids=forgotten", len(forgotten))
 
     def delete(self, keys: Sequence[str]) -> None:
-        """Remove notes from every store (intent first, so a crash mid-way is redone)."""
+        """Remove notes from every store (intent first, so a crash mid-way is redone). Every
+        delete passes here (a sweep's, an exclusion's at start or reload, a memory's, a redone
+        one), so the row mark comes down with it (a few reads by row number)."""
+        self._rows_renumbered()  # before this process deletes a row: its own is not another's
         self.writer.delete(keys)
+        if keys:
+            self._row_mark_kept()
         if self._read_back(keys):  # a note a rebuild put back, gone now (a memory delete)
             self._say_rebuild()
 
@@ -1104,48 +1116,81 @@ class Indexer:
         writes by the other release's own whole sweep. Notes this reader wrote from file events
         after its last whole sweep are read again too (a restart): cost only, no text is
         embedded again (its vector is found by its text)."""
+        self._rows_renumbered()
         since = _finite(self.manifest.get_meta(_written_until()))
         row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
         if since is None and row is None:  # none yet (this reader's first start), or not a mark
             return
-        if row is not None and self.manifest.last_row() < row:
-            # The rows were numbered anew below the mark (another release's rebuild numbers them
-            # from 1; its deletes of the newest rows gave their numbers to its next writes): no
-            # row tells which it wrote, so every note is read again once (no text is embedded
-            # again: its vector is found by its text), and the mark comes down to the rows there.
-            notes = self.manifest.reread_all()
-            self._row_mark_at_most_latest()
-            log.info("notes_renumbered_reread notes=%d", notes)
-            return
         # Both marks: a note's row written since is above the row mark whatever the wall clock
         # said (a whole sweep under a clock set ahead recorded a time in the future, a release run
-        # under a clock set back wrote times below the mark). Rows numbered below the row mark
-        # are read above (all of them); the mark comes down with this release's deletes.
+        # under a clock set back wrote times below the mark). Rows numbered anew at or below the
+        # row mark were found above (``_rows_renumbered``).
         notes = self.manifest.reread_written_after(
             since if since is not None else math.inf, int(row) if row is not None else None
         )
         if notes:
             log.info("notes_written_since_reread notes=%d", notes)
 
-    def _row_mark_at_most_latest(self) -> None:
-        """The row mark lowered to the latest row when deletes left every row below it: a new
-        row takes the number after the latest, so another release's next write would get a
-        number at or below the mark and never be read again."""
-        key = _written_until(ROW_MARK)
-        row = _finite(self.manifest.get_meta(key))
-        latest = self.manifest.last_row()
-        if row is not None and latest < row:
-            self.manifest.set_meta(key, repr(latest))
+    def _rows_renumbered(self) -> None:
+        """Once per process, before it moves the row mark: rows numbered anew at or below the
+        mark elsewhere (another release's rebuild numbers them from 1; its deletes of the newest
+        rows gave their numbers to its next writes) read every note again once, as no row tells
+        which it wrote (no text is embedded again: its vector is found by its text). A new row
+        takes the number after the latest, so the row at the mark, as recorded with it (its key
+        and time), still there proves no number at or below it was given again; missing or
+        another, or every row below the mark, they were. This release moves the mark down with
+        its own deletes and writes (``_row_mark_kept``), so that means rows written elsewhere."""
+        if self._rows_checked:
+            return
+        self._rows_checked = True
+        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
+        if row is None or row < 1 or self._mark_row_recorded(int(row)):
+            return
+        notes = self.manifest.reread_all()
+        self._set_row_mark(self.manifest.last_row_up_to(int(row)))
+        log.info("notes_renumbered_reread notes=%d", notes)
+
+    def _mark_row_recorded(self, row: int) -> bool:
+        """Whether the row at the mark is the one recorded with it (a mark without a record: by
+        its being there). One read by row number."""
+        note = self.manifest.row_note(row)
+        recorded = self.manifest.get_meta(_written_until(ROW_NOTE))
+        try:
+            return note is not None and (not recorded or json.loads(recorded) == note)
+        except ValueError:  # a hand edit: the row there stands
+            return note is not None
+
+    def _row_mark_kept(self) -> None:
+        """The row mark moved down to the latest row below it when this process removed the row
+        at the mark (a delete, the note written anew from a file event, an exclusion at start or
+        reload): a new row takes the number after the latest, so with every row below the mark
+        another release's next write got a number at or below it and was never read again, and
+        at start a missing row at the mark is taken for rows written elsewhere."""
+        self._rows_renumbered()
+        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
+        if row is not None and row >= 1 and not self._mark_row_recorded(int(row)):
+            self._set_row_mark(self.manifest.last_row_up_to(int(row)))
+
+    def _set_row_mark(self, row: int) -> None:
+        """The row mark and the note row there (key and time), in one transaction."""
+        note = self.manifest.row_note(row)
+        marks = {
+            _written_until(ROW_MARK): repr(row),
+            _written_until(ROW_NOTE): json.dumps(note) if note else "",
+        }
+        with self.manifest.transaction() as db:
+            self.manifest.set_meta_in(db, marks)
 
     def _whole_sweep_written(self) -> None:
         """Recorded after a whole sweep: the latest note row written, by its time and by its
         row (``reread_if_written_elsewhere``)."""
-        for key, latest in (
-            (_written_until(), self.manifest.last_written()),
-            (_written_until(ROW_MARK), self.manifest.last_row()),
-        ):
-            if latest and self.manifest.get_meta(key) != repr(latest):
-                self.manifest.set_meta(key, repr(latest))
+        self._rows_renumbered()
+        written = self.manifest.last_written()
+        if written and self.manifest.get_meta(_written_until()) != repr(written):
+            self.manifest.set_meta(_written_until(), repr(written))
+        latest = self.manifest.last_row()
+        if latest and self.manifest.get_meta(_written_until(ROW_MARK)) != repr(latest):
+            self._set_row_mark(latest)
 
     def reread_property_names_if_read_differently(self) -> None:
         """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
@@ -1352,6 +1397,7 @@ class Indexer:
             # In memory only (nothing here can fail): the copy is put back by this process's
             # next whole sweep, which counts as a first one again.
             self._aside = True
+            self._rows_checked = True  # every row is this release's now: none to check
             self._put_back, self._put_back_unsaved = set(), False  # its row emptied with the index
             self._swept = False
             self._read_whole.clear()
@@ -1363,7 +1409,8 @@ class Indexer:
 
         # The rows that describe the emptied index are written with its emptying.
         # The notes are read anew by this release alone: a newer one that wrote before is past.
-        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: record_writer(None)}
+        writers = record_writer(self.manifest.get_meta(WRITERS_META), rebuilt=True)
+        meta = {_PUT_BACK: "", "swept": "", WRITERS_META: writers}
         self.writer.clear(meta, emptied)
         self.links.finish()  # every note is read again, by today's reader
         log.info("index_cleared reason=rebuild requested")
@@ -1373,6 +1420,7 @@ class Indexer:
         ``written``: the bytes, mtime and ctime just written, indexed as they are (no second read)."""
         rel = path.relative_to(root.path).as_posix()
         key = root.key_of(rel)
+        self._rows_renumbered()  # before this process writes a row
         if written is not None:
             data, mtime_ns, ctime_ns = written
             note = NoteFile(key, root, path, rel, stamp_ns(mtime_ns), len(data), stamp_ns(ctime_ns))
@@ -1381,6 +1429,7 @@ class Indexer:
             st = path.stat()
             note = NoteFile.of(key, root, path, rel, st)
             self.index_files([note])
+        self._row_mark_kept()  # the note's row written anew: the mark's may be gone
         self.vectors.embed_key(note.key)
         if self._read_back({note.key}):  # a note a rebuild put back, read now: not said unread
             self._say_rebuild()
@@ -1448,12 +1497,13 @@ _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
 
 
 ROW_MARK = "row"  # ``_written_until``'s kind of the mark by row
+ROW_NOTE = "row_note"  # ``_written_until``'s kind of the note row at the row mark: [key, indexed_at]
 
 
 def _written_until(kind: str = "") -> str:
     """The meta row of this reader's mark: the latest note row at its last whole sweep (repr of
-    its ``indexed_at``; ``kind`` ROW_MARK: of its rowid), named by every version of how notes
-    are read, so another release keeps its own."""
+    its ``indexed_at``; ``kind`` ROW_MARK: of its rowid, ROW_NOTE: its key and time), named by
+    every version of how notes are read, so another release keeps its own."""
     readers = (CHUNKER_VERSION, CANVAS_READER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION)
     name = "written_until" + (f"_{kind}" if kind else "")
     return f"{name}:" + ".".join(str(v) for v in (*readers, PROPERTY_NAME_READER_VERSION))

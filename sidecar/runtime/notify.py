@@ -10,9 +10,33 @@ not running under systemd. Imports nothing of the project.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 log = logging.getLogger(__name__)
+
+# The launchd agent's label (clients.service.LABEL): launchd names the job in XPC_SERVICE_NAME.
+_LAUNCHD_LABEL = "dev.sidecar"
+
+
+def under_service_manager(notify_socket: str | None) -> bool:
+    """Whether the service manager runs this process (systemd's notify socket, the launchd
+    agent's label), else a person's `sidecar serve` in a terminal (or a script's)."""
+    return bool(notify_socket) or os.environ.get("XPC_SERVICE_NAME") == _LAUNCHD_LABEL
+
+
+def restart_words(service: bool | None) -> str:
+    """How to restart the daemon that answers, by what runs it (health's ``service``; None: not
+    told, a daemon of an earlier release). A service restart while a person's `sidecar serve`
+    answers restarts the service's waiting daemon, not the one meant, and says it succeeded."""
+    if service:
+        return "restart the daemon (`systemctl --user restart sidecar`)"
+    if service is False:
+        return "restart the daemon (it runs in a terminal: Ctrl-C there, then `sidecar serve` again)"
+    return (
+        "restart the daemon (`systemctl --user restart sidecar`; one run in a terminal: Ctrl-C "
+        "there, then `sidecar serve` again)"
+    )
 
 
 class Notifier:

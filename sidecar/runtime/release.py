@@ -5,8 +5,11 @@ The build id is a digest of the package's own source files, read once per proces
 from a checkout (`pip install -e .`) changes it with every edit of the code without git at run
 time, and two installations of one version that run other code (a checkout a few commits apart,
 an upgrade that kept the version) tell apart. The manifest keeps the release that last wrote the
-index and the newest release that ever did (``WRITERS_META``), so a daemon older than that one
-says so (a downgrade, or a daemon still running the code from before an upgrade).
+index, the newest release that ever did, and the builds that wrote it in the order they first did
+(``WRITERS_META``): a daemon older than the newest release says so (a downgrade, or a daemon still
+running the code from before an upgrade), and so does a build of one version first seen before
+the build that wrote the index last (a downgrade between two checkouts); a build never seen is
+an upgrade, said nowhere (no clock orders builds: a clock can be set back).
 """
 
 from __future__ import annotations
@@ -14,16 +17,24 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
 
-# The manifest's meta row: {"last": {"version", "build", "pid"}, "newest": {"version", "build"},
-# "before": {"version", "build"}} (``record_writer``).
+# The manifest's meta row: {"last": {"version", "build", "run"}, "newest": {"version", "build"},
+# "builds": [build, ...], "before": {"version", "build"}} (``record_writer``).
 WRITERS_META = "written_by_release"
+
+# This process's run of its build, in ``last``: ``before`` is kept by the process that wrote it
+# only. A pid is no such mark (a container's entrypoint daemon is pid 1 at every start).
+_RUN = secrets.token_hex(8)
+
+# The builds kept in the order they first wrote the index: a checkout's dozens of builds a year,
+# the oldest dropped first (one dropped is then never seen, so taken for an upgrade: said nowhere).
+_BUILDS_KEPT = 64
 
 
 @functools.cache
@@ -64,12 +75,7 @@ def is_newer(version: str, than: str) -> bool:
 
 def read_writers(value: str | None) -> dict[str, dict[str, str]]:
     """The meta row's value as written by ``record_writer``; {} for none or another form."""
-    try:
-        data: Any = json.loads(value) if value else {}
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    data = _record(value)
     return {
         k: {"version": str(v.get("version", "")), "build": str(v.get("build", ""))}
         for k, v in data.items()
@@ -77,37 +83,71 @@ def read_writers(value: str | None) -> dict[str, dict[str, str]]:
     }
 
 
-def record_writer(value: str | None) -> str:
-    """The meta row's value once this release writes the index: it is the last writer, and the
-    newest unless a newer one wrote it before. ``before``: another build of this version that
-    wrote it last before this process (versions order releases, nothing orders two builds of one:
-    a downgrade between them is said, as a possible one), kept for this process's life (its
-    stores are opened anew by a switch to writable) and dropped at the next start of this build."""
+def _record(value: str | None) -> dict[str, Any]:
+    try:
+        data: Any = json.loads(value) if value else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _builds(value: str | None) -> list[str]:
+    """The builds that wrote the index, in the order they first did (the last writer's alone for
+    a record kept before the order was)."""
+    data = _record(value)
+    builds = data.get("builds")
+    if isinstance(builds, list):
+        return [str(b) for b in builds if b]
+    last = read_writers(value).get("last")
+    return [last["build"]] if last is not None and last["build"] else []
+
+
+def downgraded_from(value: str | None, build: str) -> dict[str, str] | None:
+    """The last writer when ``build`` is a build of its version that first wrote the index before
+    it did (a downgrade between two builds of one version, e.g. a checkout a few commits back),
+    else None: a build never seen is an upgrade (a pull, an install of a newer checkout)."""
+    last = read_writers(value).get("last")
+    if last is None or last["version"] != __version__ or last["build"] in ("", build):
+        return None
+    seen = _builds(value)
+    if build not in seen or last["build"] not in seen:
+        return None
+    return last if seen.index(build) < seen.index(last["build"]) else None
+
+
+def record_writer(value: str | None, rebuilt: bool = False) -> str:
+    """The meta row's value once this release writes the index: it is the last writer, the newest
+    unless a newer one wrote it before (or ``rebuilt``: the notes read anew by this one), and its
+    build is kept in the order builds first wrote it. ``before``: the last writer when this build
+    is a downgrade from it (``downgraded_from``), kept for this process's life (its stores are
+    opened anew by a switch to writable) and dropped by a rebuild and at this build's next start."""
     me = this_release()
     writers = read_writers(value)
     newest = writers.get("newest")
-    if newest is None or not is_newer(newest["version"], me["version"]):
+    if rebuilt or newest is None or not is_newer(newest["version"], me["version"]):
         newest = me
-    record: dict[str, Any] = {"last": {**me, "pid": os.getpid()}, "newest": newest}
+    seen = _builds(value)
+    if me["build"] not in seen:
+        seen = [*seen, me["build"]][-_BUILDS_KEPT:]
+    record: dict[str, Any] = {"last": {**me, "run": _RUN}, "newest": newest, "builds": seen}
     last, before = writers.get("last"), writers.get("before")
-    if last is not None and last["version"] == me["version"] and last["build"] != me["build"]:
-        record["before"] = last
-    elif before is not None and last == me and _last_pid(value) == os.getpid():
+    earlier = None if rebuilt else downgraded_from(value, me["build"])
+    if earlier is not None:
+        record["before"] = earlier
+    elif not rebuilt and before is not None and last == me and _last_run(value) == _RUN:
         record["before"] = before
     return json.dumps(record, sort_keys=True)
 
 
-def _last_pid(value: str | None) -> int | None:
-    try:
-        pid = json.loads(value or "{}")["last"]["pid"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return pid if isinstance(pid, int) else None
+def _last_run(value: str | None) -> str | None:
+    last = _record(value).get("last")
+    run = last.get("run") if isinstance(last, dict) else None
+    return run if isinstance(run, str) else None
 
 
 def other_build(writers: dict[str, dict[str, str]], build: str) -> dict[str, str] | None:
-    """Another build of this version that wrote the index before the daemon of ``build`` (its
-    ``before``), else None."""
+    """The build of this version that wrote the index last before the daemon of ``build``
+    started, when that daemon is a downgrade from it (its ``before``), else None."""
     before = writers.get("before")
     if not before or before.get("version") != __version__ or before.get("build") in (None, "", build):
         return None

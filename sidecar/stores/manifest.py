@@ -522,6 +522,15 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         rowid above every other; 0 in an empty index). Read from the end of the table's b-tree."""
         return int(self._query("SELECT coalesce(max(rowid), 0) FROM files")[0][0])
 
+    def last_row_up_to(self, row: int) -> int:
+        """The latest note row numbered ``row`` or below (0 when none): one b-tree seek."""
+        return int(self._query("SELECT coalesce(max(rowid), 0) FROM files WHERE rowid <= ?", (row,))[0][0])
+
+    def row_note(self, row: int) -> list[Any] | None:
+        """[key, indexed_at] of the note row numbered ``row``; None when no row has it."""
+        rows = self._query("SELECT key, indexed_at FROM files WHERE rowid = ?", (row,))
+        return [str(rows[0][0]), float(rows[0][1])] if rows else None
+
     def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
         """``reread_all`` for these notes only, inside the caller's transaction."""
         db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
