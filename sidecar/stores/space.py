@@ -3,7 +3,9 @@
 SQLite reports a full disk at open as "disk I/O error" (it cannot size its shared-memory file),
 not as "database or disk is full"; taken for damage, the manifest and the keyword index were
 moved aside and everything rebuilt once there was space again. So before anything is moved the
-disk is asked: the space free to this user, then a small write that must reach the disk.
+disk is asked: the space free to this user, then a small write that must reach the disk. SQLite
+says "disk I/O error" for a write the OS refuses for want of permission too (EPERM, EACCES), and
+Tantivy names no path: ``denied_at`` asks the folder before a failure is taken for damage.
 
 Imports only the standard library and the project's errors.
 """
@@ -11,8 +13,11 @@ Imports only the standard library and the project's errors.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from sidecar.contracts.errors import is_disk_full
@@ -81,3 +86,60 @@ def disk_full_at(folder: Path) -> bool:
         with contextlib.suppress(OSError):
             probe.unlink()
     return written < PROBE_BYTES
+
+
+# Files of a store looked at for their permission at most (a vector table holds many).
+_DENIED_CHECKS = 400
+
+
+def denied_at(path: Path) -> str | None:
+    """ "permission denied: <where>" when this process may not write the store at ``path`` (a
+    folder, or a file with its -wal and -shm beside it): a file made in its folder is refused
+    (EACCES, EPERM: a mode, an immutable folder, a privacy control, a share's rights), or one of its
+    files or folders may not be written. None when it may, or when it cannot be asked."""
+    folder = path if path.is_dir() else path.parent
+    probe = folder / f".write-probe-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        return f"permission denied: {folder}" if exc.errno in (errno.EACCES, errno.EPERM) else None
+    with contextlib.suppress(OSError):
+        probe.unlink()
+    for item in _store_files(path):
+        if not os.access(item, os.W_OK):
+            return f"permission denied: {item}"
+    return None
+
+
+def _store_files(path: Path) -> Iterator[Path]:
+    """``path`` and what it holds (at most ``_DENIED_CHECKS``), or a file's -wal and -shm."""
+    if not path.is_dir():
+        yield from (p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+        return
+    yield path
+    seen = 0
+    for top, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            seen += 1
+            if seen > _DENIED_CHECKS:
+                return
+            yield Path(top, name)
+
+
+# SQLite's result codes a write the OS refused can come back as: no permission, read-only, an
+# I/O error (EPERM on a write is "disk I/O error"), a file that cannot be opened.
+_REFUSED_SQLITE = frozenset({3, 8, 10, 14})
+
+
+def fault_words(exc: BaseException, path: Path) -> str:
+    """How a failed write of the store at ``path`` reads in status and a reply: SQLite's "disk
+    I/O error" for a write the OS refused for want of permission read as a dying disk (status said
+    so while the same folder was only immutable); the store is asked then, and says
+    "permission denied: <where>"."""
+    if isinstance(exc, sqlite3.Error) and not is_disk_full(exc):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF in _REFUSED_SQLITE:
+            denied = denied_at(path)
+            if denied is not None:
+                return denied
+    return str(exc)

@@ -1,0 +1,151 @@
+"""A permission denied in the index folder (EPERM, EACCES: an immutable folder, a macOS privacy
+denial, a share's rights) is a fault that passes, like a full disk: said as "permission denied:
+<path>", nothing moved aside, nothing rebuilt, and the index catches up by itself once it may be
+written again."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
+
+_NOTES = {"alpha": {"trip": "# Trip\n\nThe kayak of alpha waits at the lake.\n"}}
+
+
+def _with_agents(make_cfg: Any, vault: Path) -> Any:
+    cfg = make_cfg(vault)
+    for agent, slugs in _NOTES.items():
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True, mode=0o700, exist_ok=True)
+        os.chmod(inbox.parent, 0o700)
+        for slug, text in slugs.items():
+            write(inbox / f"{slug}.md", text)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    return cfg
+
+
+@contextlib.contextmanager
+def _immutable(folder: Path) -> Iterator[None]:
+    """``folder`` and all in it immutable meanwhile (chattr +i: every write and every file made
+    fails with EPERM, for root too, whom a mode does not bind)."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a folder refuse writes with EPERM")
+    done = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a folder immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, check=True)
+
+
+def test_an_agents_keyword_index_that_refuses_writes_is_not_taken_for_damage(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A memory write while the keyword index's folder refuses every write (EPERM): the note is
+    saved, the reply and status say "permission denied: <path>", no search says the index is
+    damaged, the repair moves nothing aside; once the folder may be written again the note is
+    indexed by the next sweep. Was: Tantivy's "Failed to acquire Lockfile: Operation not
+    permitted. None" taken for damage: "the keyword index of memory/alpha is damaged and is
+    being rebuilt", and the index moved aside as broken once writable again."""
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe zeppelin canoe of alpha.\n"}
+        with _immutable(cfg.index_dir / "bm25"):
+            out = ops.write(Request(op="write", params=params, agent="alpha"))
+            assert (cfg.agents_dir / "alpha/memory/canoe.md").is_file()
+            said = str(out.get("warning", ""))
+            assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, out
+            assert "None" not in said
+            for agent in ("alpha", None):
+                search(h, "kayak", agent=agent)
+            assert not h.stores.bm25.failing
+            described = str(h.problems.describe())
+            assert "damaged" not in described and ". None" not in described, described
+            RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        h.sweep()
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert "memory/canoe" in {x["reference"] for x in search(h, "zeppelin", agent="alpha")}
+    finally:
+        h.close()
+
+
+@contextlib.contextmanager
+def _refused(folder: Path, code: int) -> Iterator[None]:
+    """Files made in ``folder`` and writes of what it holds refused with ``code`` meanwhile (as a
+    mode, an immutable folder or a privacy control refuses them), for this process's checks."""
+    real_open, real_access = os.open, os.access
+
+    def inside(p: Any) -> bool:
+        return str(p) == str(folder) or str(p).startswith(str(folder) + os.sep)
+
+    def fake_open(p: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if inside(p) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(code, os.strerror(code), str(p))
+        return real_open(p, flags, *args, **kwargs)
+
+    def fake_access(p: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if inside(p) and mode & os.W_OK:
+            return False
+        return real_access(p, mode, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "open", fake_open)
+        m.setattr(os, "access", fake_access)
+        yield
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_sqlites_disk_io_error_for_a_refused_write_says_permission_denied(tmp_path: Path, code: int) -> None:
+    """SQLite says "disk I/O error" for a write the OS refuses for want of permission: status said
+    so (a dying disk) while the folder was only immutable. The folder is asked and the words are
+    "permission denied: <folder>"; a folder that may be written keeps SQLite's words."""
+    from sidecar.stores.space import fault_words
+
+    db = tmp_path / "manifest.sqlite"
+    sqlite3.connect(db).close()
+    exc = sqlite3.OperationalError("disk I/O error")
+    assert fault_words(exc, db) == "disk I/O error"
+    with _refused(tmp_path, code):
+        assert fault_words(exc, db) == f"permission denied: {tmp_path}"
+        full = sqlite3.OperationalError("database or disk is full")
+        assert fault_words(full, db) == "database or disk is full"
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_a_keyword_index_that_cannot_be_written_is_a_fault_that_passes(tmp_path: Path, code: int) -> None:
+    """Tantivy's failure whose words name no permission (or none at all) on a folder that refuses
+    writes: a PermissionDeniedError (a fault that passes: nothing moved aside) naming the folder.
+    Was: a plain StoreError, taken for damage."""
+    from sidecar.contracts.errors import PassingFaultError, PermissionDeniedError, is_passing_fault
+    from sidecar.stores.bm25_folder import engine
+
+    with pytest.raises(PermissionDeniedError) as err, _refused(tmp_path, code), engine("commit", tmp_path):
+        raise ValueError("An IO error occurred: 'cannot write meta.json'")
+    assert isinstance(err.value, PassingFaultError) and is_passing_fault(err.value)
+    assert str(err.value) == f"BM25 commit failed: permission denied: {tmp_path}"
+    with pytest.raises(PermissionDeniedError) as err, engine("writer"):
+        raise ValueError("Failed to acquire Lockfile: Operation not permitted. None")
+    assert str(err.value) == "BM25 writer failed: Failed to acquire Lockfile: Operation not permitted"
