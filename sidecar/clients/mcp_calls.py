@@ -24,6 +24,7 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     anchor_missing,
     hit_json,
+    links_state_note,
     parse_search,
     resolved_notes,
     state_json,
@@ -216,6 +217,9 @@ class ToolCalls:
         ]
         if missing:  # the note is there, the part the link names is not: it opens at the top
             text += f"\nLinks to a heading or block that is not there: {', '.join(missing)}"
+        if (state := links_state_note(r)) is not None:
+            pending = sorted({shown(link["link"]) for link in r.get("links", []) if link.get("resolving")})
+            text += f"\nnote: {state}" + (f" ({', '.join(pending)})" if pending else "")
         if r.get("masked"):
             text += "\n\n" + masked_note(r["masked"])
         return text, r

@@ -195,6 +195,29 @@ def indexing_note(done: int, total: int) -> str:
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
+def links_state_note(result: dict[str, Any]) -> str | None:
+    """What a client says of a ``get`` answer's links that are not known yet: links written while
+    the index is being built (or re-cut) are resolved once the sweep ends (``"resolving": true``),
+    and backlinks from notes not read yet are missing (``indexing``); None when every link is
+    known. A link shown with no target read as a fact to an agent that follows links."""
+    resolving = sum(1 for link in result.get("links", []) if link.get("resolving"))
+    building = result.get("indexing")
+    if not resolving and not building:
+        return None
+    parts = []
+    if resolving:
+        parts.append(
+            f"{resolving} link(s) of this note are not resolved yet (resolved once the index's sweep "
+            "ends): they may name a note"
+        )
+    if building:
+        parts.append(
+            f"{indexing_note(building['done'], building['total'])}; backlinks from those notes are "
+            "missing meanwhile"
+        )
+    return "; ".join(parts)
+
+
 def catching_up_note(done: int, total: int, recut: int = 0) -> str:
     """What a client says while file changes wait or are being applied (``catchingUp``). Notes
     only cut again (the chunking settings, the model or sidecar's chunker changed) moved nowhere:

@@ -161,7 +161,7 @@ class Writer:
                 names = _alias_names(db, [r.key for r, _ in built])
                 for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
-                    replace_links(db, record.key, p.links)
+                    replace_links(db, record.key, p.links, later=self.defer_links)
                     names |= names_of(record.key, p.parsed.aliases if p.parsed else ())
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
@@ -270,7 +270,7 @@ class Writer:
             for key, (digest, links) in found.items():
                 row = db.execute("SELECT hash, state FROM files WHERE key = ?", (key,)).fetchone()
                 if row is not None and tuple(row) == (digest, "indexed"):
-                    replace_links(db, key, links)
+                    replace_links(db, key, links, later=self.defer_links)
                     written.append(key)
             if later:
                 stores.manifest.reread_keys(later, db)

@@ -79,12 +79,25 @@ def names_of(key: str, aliases: Iterable[str] = ()) -> set[str]:
     return names
 
 
-def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> None:
-    """A note's links, replaced inside the caller's transaction (resolved by ``reresolve``)."""
+# ``candidates`` of a link written while links are resolved later (the first sweep of a start or
+# a rebuild resolves them all at its end) that has no earlier resolution to keep: not resolved
+# yet, which is not "names no note" (``unresolved_paths``, ``LinkGraph.totals`` leave it out).
+NOT_RESOLVED_YET = -1
+
+
+def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link], *, later: bool = False) -> None:
+    """A note's links, replaced inside the caller's transaction (resolved by ``reresolve``).
+    ``later``: resolved only once the sweep ends (``Writer.defer_links``): each link keeps what the
+    note's link to the same target resolved to before (its rows now, or those a rebuild set
+    aside), so that a restart that re-cuts every note or a rebuild does not show the vault's links
+    as naming no note for as long as the sweep takes; one with nothing to keep is marked
+    ``NOT_RESOLVED_YET``."""
+    kept = _resolved_before(db, key) if later else {}
+    pending = (None, NOT_RESOLVED_YET) if later else (None, 0)
     db.execute("DELETE FROM links WHERE src = ?", (key,))
     db.executemany(
         "INSERT INTO links(src, ord, target, name, anchor, display, embed, kind, line, dst, candidates) "
-        "VALUES (?,?,?,?,?,?,?,?,?,NULL,0)",
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         [
             (
                 key,
@@ -96,10 +109,28 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> No
                 int(link.embed),
                 link.kind,
                 link.line,
+                *kept.get(link.target, pending),
             )
             for i, link in enumerate(links)
         ],
     )
+
+
+_ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
+
+
+def _resolved_before(db: sqlite3.Connection, key: str) -> dict[str, tuple[str | None, int]]:
+    """What each link target of the note ``key`` resolved to before: from its rows, else from
+    the copy a rebuild set aside (``aside_links``, as the manifest's ``set_aside`` keeps it)."""
+    rows = db.execute("SELECT target, dst, candidates FROM links WHERE src = ?", (key,)).fetchall()
+    if not rows and db.execute(_ASIDE_LINKS).fetchone():
+        try:
+            rows = db.execute(
+                "SELECT target, dst, candidates FROM aside_links WHERE src = ?", (key,)
+            ).fetchall()
+        except sqlite3.OperationalError:  # an older release's copy, without these columns
+            rows = []
+    return {target: (dst, candidates) for target, dst, candidates in rows}
 
 
 def set_excluded(
@@ -256,6 +287,8 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
             **({"ambiguous": r[6]} if r[6] > 1 else {}),
             # the target exists but a rule leaves it out of the index (the rule that does)
             **({"excluded": r[7]} if len(r) > 7 and r[7] else {}),
+            # written while links are resolved later, with no earlier resolution: not known yet
+            **({"resolving": True} if r[6] == NOT_RESOLVED_YET else {}),
         }
         for r in db_rows
     ]
@@ -267,7 +300,7 @@ def unresolved_paths(links: Sequence[dict[str, Any]]) -> list[str]:
     "[[Nowhere#Setup]]" and "[[nowhere]]" are one missing note, not three."""
     first: dict[str, str] = {}
     for link in links:
-        if link["target"] is None:
+        if link["target"] is None and not link.get("resolving"):
             anchor = link["anchor"]
             path = link["link"].removesuffix("#" + anchor.replace(" › ", "#")) if anchor else link["link"]
             if path:
@@ -328,13 +361,17 @@ class LinkGraph:
         return [
             (r[0], r[1], r[2])
             for r in self._query(
-                f"SELECT src, target, line FROM links WHERE dst IS NULL {where} ORDER BY src, ord", args
+                f"SELECT src, target, line FROM links WHERE dst IS NULL AND candidates >= 0 {where} "
+                "ORDER BY src, ord",
+                args,
             )
         ]
 
     def totals(self) -> dict[str, int]:
         """How many links the notes hold, and how many of them name no note."""
-        n, dangling = self._query("SELECT count(*), coalesce(sum(dst IS NULL), 0) FROM links")[0]
+        n, dangling = self._query(
+            "SELECT count(*), coalesce(sum(dst IS NULL AND candidates >= 0), 0) FROM links"
+        )[0]
         return {"links": int(n), "unresolved": int(dangling)}
 
     def backlink_counts(self) -> dict[str, int]:
