@@ -110,6 +110,7 @@ def test_a_rebuild_keeps_the_links_resolved_and_says_which_are_not_yet(
     assert "line 3: not resolved yet: [[Hub]]" in shown and "unresolved: [[Nowhere]]" in shown
     said = links_state_note(answer) or ""
     assert "1 link(s) of this note are not resolved yet" in said and "3 of 6 notes read" in said
+    assert "this note is not read yet" in (links_state_note({**answer, "links": [], "indexed": False}) or "")
 
 
 def test_a_link_of_a_note_new_during_a_rebuild_is_not_resolved_yet_until_its_end(

@@ -211,9 +211,11 @@ def links_state_note(result: dict[str, Any]) -> str | None:
             "ends): they may name a note"
         )
     if building:
+        read = result.get("indexed", True)
+        unread = "" if read else "this note is not read yet (its links are not known); "
         parts.append(
-            f"{indexing_note(building['done'], building['total'])}; backlinks from those notes are "
-            "missing meanwhile"
+            f"{indexing_note(building['done'], building['total'])}; {unread}backlinks from notes not "
+            "read yet are missing meanwhile"
         )
     return "; ".join(parts)
 
