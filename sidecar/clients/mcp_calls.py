@@ -26,6 +26,7 @@ from sidecar.contracts.wire import (
     hit_json,
     links_state_note,
     parse_search,
+    ranked_up,
     resolved_notes,
     state_json,
     window_json,
@@ -168,6 +169,9 @@ class ToolCalls:
         raw = self.call("search", params)
         result = parse_search(raw)
         hits = [{k: j[k] for k in HIT_KEYS if k in j} for j in map(hit_json, result.hits)]
+        for hit, why in zip(hits, ranked_up(result.hits), strict=True):
+            if why is not None:  # listed above a hit of higher relevance: said why
+                hit["rankedUp"] = why
         masked: dict[str, int] = {}
         for h in result.hits:
             for kind, n in h.masked.items():

@@ -195,6 +195,48 @@ def indexing_note(done: int, total: int) -> str:
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
+# What each boost that lifts a hit means, for a person and an agent (``ranked_up``).
+_BOOST_WORDS = {
+    "name": "the query is its name",
+    "fullName": "its name is in the query",
+    "slug": "words of its name are in the query",
+    "rareTerm": "it holds a rare word of the query",
+    "source": "its source",
+    "support": "more passages of its note match",
+    "linked": "a better hit links to it",
+}
+# Relevance a hit must fall short of a later one's by to be said ranked above it (rounding aside).
+_RANKED_UP_BY = 0.005
+
+
+def ranked_up(hits: Sequence[Hit]) -> list[str | None]:
+    """For each hit listed above a later one of higher relevance, why: hits are ordered by
+    ``score`` (relevance with the boosts: a rare or named word, the source, ...), and relevance
+    is the match alone; a 0.63 above a 0.74 with no word of it read as a wrong order. None for the
+    others."""
+    out: list[str | None] = []
+    best_below = 0.0
+    lower: list[float] = []
+    for h in reversed(hits):
+        lower.append(best_below)
+        best_below = max(best_below, h.relevance)
+    for h, after in zip(hits, reversed(lower), strict=True):
+        if after <= h.relevance + _RANKED_UP_BY:
+            out.append(None)
+            continue
+        lifts = [
+            words
+            for name, factor in h.boosts.items()
+            if (words := _BOOST_WORDS.get(name)) is not None
+            and (factor > 1.0 if name in ("source", "rareTerm", "fullName", "slug", "linked") else factor > 0)
+        ]
+        out.append(
+            "ranked above hits of higher relevance: "
+            + ("; ".join(lifts) if lifts else "its place in the keyword and meaning results")
+        )
+    return out
+
+
 def links_state_note(result: dict[str, Any]) -> str | None:
     """What a client says of a ``get`` answer's links that are not known yet: links written while
     the index is being built (or re-cut) are resolved once the sweep ends (``"resolving": true``),
