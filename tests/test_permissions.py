@@ -149,3 +149,37 @@ def test_a_keyword_index_that_cannot_be_written_is_a_fault_that_passes(tmp_path:
     with pytest.raises(PermissionDeniedError) as err, engine("writer"):
         raise ValueError("Failed to acquire Lockfile: Operation not permitted. None")
     assert str(err.value) == "BM25 writer failed: Failed to acquire Lockfile: Operation not permitted"
+
+
+def test_storing_vectors_refused_for_want_of_permission_is_said_so_and_repairs_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill's manifest write failing with SQLite's "disk I/O error" while the index folder
+    refuses writes: the problem says "permission denied: <folder>" (was: "OperationalError: disk
+    I/O error", as a crash); a vector table that cannot be attached for a permission denied is no
+    damage: raised to be tried again, the repair (which checks and replaces a table) not run."""
+    import threading
+
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.daemon.backfill import Backfill
+
+    h = harness
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+        stop=threading.Event(),
+    )  # fmt: skip
+    backfill.stop.set()  # no wait after the report
+    with _refused(h.cfg.index_dir, errno.EPERM):
+        backfill._embed_failed(sqlite3.OperationalError("disk I/O error"), 0.0)
+    said = str(h.problems.active_in("embedding"))
+    assert f"permission denied: {h.cfg.index_dir}" in said and "OperationalError" not in said, said
+
+    def refused(*_a: Any, **_k: Any) -> None:
+        raise PermissionDeniedError(f"permission denied: {h.cfg.index_dir / 'vectors'}")
+
+    repaired: list[str] = []
+    monkeypatch.setattr("sidecar.daemon.backfill.attach", refused)
+    monkeypatch.setattr(h.repair, "repair_vectors", repaired.append)
+    with pytest.raises(PermissionDeniedError):
+        backfill._attach_once(h.slot.model)  # type: ignore[arg-type]
+    assert repaired == []

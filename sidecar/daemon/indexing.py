@@ -566,7 +566,9 @@ class IndexLoop:
     def _failed(self, job: Job, exc: Exception, delay: float) -> None:
         if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
             why = fault_words(exc, self.indexer.stores.manifest.path)
-            log.error("sweep_failed error=%s retry_in=%.0fs", why, delay)
+            log.error(
+                "sweep_failed error=%s retry_in=%.0fs", why if why == str(exc) else f"{why} ({exc})", delay
+            )
         else:  # unexpected: keep the traceback, once per kind (retried every few seconds, the
             # same 25-line traceback filled the journal at 24,000 lines an hour)
             why = f"{type(exc).__name__}: {exc}"
