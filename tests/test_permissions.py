@@ -183,3 +183,16 @@ def test_storing_vectors_refused_for_want_of_permission_is_said_so_and_repairs_n
     with pytest.raises(PermissionDeniedError):
         backfill._attach_once(h.slot.model)  # type: ignore[arg-type]
     assert repaired == []
+
+
+def test_an_engine_message_loses_its_empty_hint_not_a_sentence() -> None:
+    """Tantivy's lock failure ends in its empty hint (". None"), which status showed as it was; a
+    sentence that goes on with "None" keeps it."""
+    from sidecar.contracts.errors import engine_text
+
+    assert engine_text("Failed to acquire Lockfile: Operation not permitted. None") == (
+        "Failed to acquire Lockfile: Operation not permitted"
+    )
+    assert engine_text("the commit failed. None of the notes were lost") == (
+        "the commit failed. None of the notes were lost"
+    )

@@ -253,7 +253,9 @@ def read_error_class(exc: BaseException) -> type[StoreError]:
 # person: a Rust debug form of the OS error, a generic hint in Some("…"), and the source file and
 # line of the panic inside Rust's own library or a crate.
 _RUST_OS_ERROR = re.compile(r'IoError\(Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}\)')
-_RUST_HINT = re.compile(r'\.?\s*Some\("(?:[^"\\]|\\.)*"\)|\.\s+None\b')
+# A hint, or its empty form (Tantivy's lock failure: "Operation not permitted. None"), only where it
+# ends the message or a part of it, never a sentence going on ("… None of the notes").
+_RUST_HINT = re.compile(r'\.?\s*Some\("(?:[^"\\]|\\.)*"\)|\.\s+None(?=\s*(?:$|[,;)\]\n]))')
 _RUST_SOURCE = re.compile(r",?\s*(?:/rustc/[0-9a-f]+|\S*/\.cargo/registry/src)/\S+?\.rs:\d+:\d+")
 
 
