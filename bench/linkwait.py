@@ -26,22 +26,19 @@ from typing import Any
 
 def fill(manifest: Any, notes: int, per_note: int) -> None:
     """Notes in 50 folders, each linking to ``per_note`` others by name (none resolved yet)."""
+    from sidecar.notes.links import replace_links  # the checkout chosen in main
+    from sidecar.notes.linktext import Link
+
+    keys = [f"vault/f{i % 50}/note {i}" for i in range(notes)]
     with manifest.transaction() as db:
         db.executemany(
             "INSERT INTO files(key, source, agent, rel, mtime_ns, size, hash, state) "
             "VALUES (?, 'vault', '', ?, 0, 0, '', 'indexed')",
-            [(f"vault/f{i % 50}/note {i}", f"f{i % 50}/note {i}.md") for i in range(notes)],
+            [(key, key.removeprefix("vault/") + ".md") for key in keys],
         )
-        db.executemany(
-            "INSERT INTO links(src, ord, target, name, anchor, display, embed, kind, line, dst, candidates) "
-            "VALUES (?, ?, ?, ?, '', '', 0, 'wiki', 1, NULL, 0)",
-            [
-                (f"vault/f{i % 50}/note {i}", j, f"note {t}", f"note {t}")
-                for i in range(notes)
-                for j in range(per_note)
-                if (t := (i * 7 + j * 131) % (notes + notes // 10)) is not None  # a tenth dangle
-            ],
-        )
+        for i, key in enumerate(keys):
+            targets = [(i * 7 + j * 131) % (notes + notes // 10) for j in range(per_note)]  # a tenth dangle
+            replace_links(db, key, [Link(f"note {t}", "", "", False, "wiki", 1) for t in targets])
 
 
 def main() -> None:

@@ -6,10 +6,10 @@ would count them), bag-of-words vectors (reused, so the model does not matter he
     python bench/renamecost.py [--notes 300] [--rounds 3] [--out FILE]
 
 Per round the folder is renamed (back and forth) and the sweep that applies it is timed whole and
-by part: read and parsed (``draft``), cut into chunks (``finish``), written (``Writer.write``), the
-old entries removed (``Writer.retire`` + ``Writer.delete``); then the chunks embedded again (0 when
-every vector is reused). For scale: the first index of the same notes, and a sweep of the same
-events once nothing changed (each note looked at, none read).
+by part: read and parsed (``draft``, and how many notes), cut into chunks (``finish``), written
+(``Writer.write``), the old entries removed (``Writer.retire`` + ``Writer.delete``); then the
+chunks embedded again (0 when every vector is reused). For scale: the first index of the same
+notes, and a sweep of the same events once nothing changed (each note looked at, none read).
 """
 
 from __future__ import annotations
@@ -103,12 +103,15 @@ class Timers:
 
     def __init__(self) -> None:
         self.spent: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
 
     def reset(self) -> None:
         self.spent.clear()
+        self.calls.clear()
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*a: Any, **k: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
             started = time.perf_counter()
             try:
                 return fn(*a, **k)
@@ -172,7 +175,9 @@ def main() -> None:
             old, new = vault / "Projects" / names[r % 2], vault / "Projects" / names[(r + 1) % 2]
             old.rename(new)
             swept, embedding, embedded = run({str(old), str(new)})
-            rows.append({"sweep": swept, "embed": embedding, "embedded": embedded, **t.spent})
+            read = t.calls.get("read", 0)
+            rows.append({"sweep": swept, "embed": embedding, "embedded": embedded, "notes_read": read})
+            rows[-1].update(t.spent)
             moved = sum(
                 1 for k in parts.stores.manifest.file_states("vault/Projects/") if names[(r + 1) % 2] in k
             )
@@ -197,6 +202,7 @@ def main() -> None:
         "rename_retire_delete_seconds": round(med("retire") + med("delete"), 3),
         "rename_embed_after_seconds": round(med("embed"), 3),
         "rename_chunks_embedded_again": [row["embedded"] for row in rows],
+        "rename_notes_read": [row["notes_read"] for row in rows],
         "unchanged_events_sweep_seconds": round(still, 3),
         "rounds": [{k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()} for row in rows],
     }

@@ -4,11 +4,14 @@ steps, a damaged vector table."""
 from __future__ import annotations
 
 import hashlib
+import re
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.wire import hit_json
+from sidecar.notes import links
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
@@ -79,3 +82,35 @@ def harness_over_ann_threshold(make_cfg: Any, tmp_path: Path) -> Harness:
     for i in range(300):
         write(vault / f"n{i:03d}.md", f"# Note {i}\n\nword{i} topic{i % 17} shared text about item {i}\n")
     return Harness(make_cfg(vault, **{"search.annThreshold": 256}), FakeEmbedder())
+
+
+def edit_links(db: sqlite3.Connection, *statements: str) -> None:
+    """Change the link graph as UPDATE or DELETE statements on its ``links`` view (by key) would,
+    written to its tables: a graph as a crash or another version left it."""
+    db.execute("CREATE TEMP TABLE edited_links AS SELECT * FROM links")
+    for sql in statements:
+        db.execute(re.sub(r"\blinks\b", "edited_links", sql, count=1))
+    links.clear(db)
+    links.put_back(db, "edited_links")
+    db.execute("DROP TABLE temp.edited_links")
+
+
+def as_old_links(db: sqlite3.Connection) -> None:
+    """The link graph as manifest schemas 4 and 5 kept it: one table, each row holding its
+    source's and target's keys as text, indexed by both."""
+    db.executescript(
+        """
+        CREATE TABLE old_links (
+          src TEXT NOT NULL, ord INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL,
+          anchor TEXT NOT NULL, display TEXT NOT NULL, embed INTEGER NOT NULL, kind TEXT NOT NULL,
+          line INTEGER NOT NULL, dst TEXT, candidates INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (src, ord)
+        );
+        INSERT INTO old_links SELECT * FROM links;
+        DROP VIEW links;
+        DROP TABLE link_rows;
+        DROP TABLE link_keys;
+        ALTER TABLE old_links RENAME TO links;
+        CREATE INDEX links_by_dst ON links(dst);
+        CREATE INDEX links_by_name ON links(name);
+        """
+    )

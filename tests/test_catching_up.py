@@ -22,6 +22,7 @@ from sidecar.contracts.wire import catching_up_note
 from sidecar.daemon.indexing import CATCHING_UP_MIN, IndexLoop
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer
+from tests.index_helpers import edit_links
 
 
 def _notes(folder: Path, n: int, word: str = "lighthouse") -> list[Path]:
@@ -422,7 +423,7 @@ def test_links_to_notes_a_crash_left_deleting_are_resolved_when_the_deletion_is_
             "VALUES (?, 'vault', '', ?, 0, 0, '', 'deleting')",
             [(k, k[6:] + ".md") for k in old],
         )
-        db.execute("UPDATE links SET dst = 'vault/Deutsch/n0' WHERE src = 'vault/Harbour'")
+        edit_links(db, "UPDATE links SET dst = 'vault/Deutsch/n0' WHERE src = 'vault/Harbour'")
     h.indexer.finish_interrupted()
     links = server.call("get", {"reference": "vault/Harbour"})["links"]
     assert [x["target"] for x in links] == ["vault/de2/n0"]

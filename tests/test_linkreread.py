@@ -15,6 +15,7 @@ from sidecar.clients.cli_render import render_status
 from sidecar.index import linkreread
 from sidecar.notes.linktext import LINKS_VERSION
 from tests.conftest import DaemonProcess, FakeEmbedder, Harness, write
+from tests.index_helpers import edit_links
 
 
 def _vault(tmp_path: Path) -> Path:
@@ -32,8 +33,11 @@ def _vault(tmp_path: Path) -> Path:
 def _as_an_old_version_left_it(db: sqlite3.Connection) -> None:
     """The links the reader before version 2 found: an anchor with the backslash that escapes the
     alias's pipe, no link to a canvas (an attachment then); no version recorded."""
-    db.execute("UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'vault/Tabelle'")
-    db.execute("DELETE FROM links WHERE src = 'vault/Übersicht'")
+    edit_links(
+        db,
+        "UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'vault/Tabelle'",
+        "DELETE FROM links WHERE src = 'vault/Übersicht'",
+    )
     db.execute("DELETE FROM meta WHERE name IN (?, ?)", (linkreread.VERSION_META, linkreread.CURSOR_META))
 
 
@@ -190,7 +194,7 @@ def test_a_root_away_for_good_does_not_hold_the_other_roots(tmp_path: Path, make
     h.close()
     with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
         _as_an_old_version_left_it(db)
-        db.execute("UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'wiki/Karte'")
+        edit_links(db, "UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src = 'wiki/Karte'")
     h = Harness(cfg, model)
     try:
         h.indexer.sweep()
@@ -222,7 +226,7 @@ def _wiki_vault(tmp_path: Path) -> Path:
 def _old_wiki(cfg: Any) -> None:
     with sqlite3.connect(cfg.index_dir / "manifest.sqlite") as db:
         _as_an_old_version_left_it(db)
-        db.execute("UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src LIKE 'wiki/%'")
+        edit_links(db, "UPDATE links SET anchor = 'Dach\\', dst = NULL WHERE src LIKE 'wiki/%'")
 
 
 def test_a_vault_that_hangs_holds_the_wiki_inside_it_without_a_busy_loop(

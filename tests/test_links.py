@@ -16,6 +16,7 @@ from sidecar.notes.linktext import extract_links, pasted_link
 from sidecar.notes.markdown import anchor_lines, note_anchors
 from sidecar.notes.resolver import Resolver, Target
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import edit_links
 
 # A help-vault-like fixture: every way of linking, each page's backlinks counted by hand below.
 PAGES = {
@@ -162,7 +163,7 @@ def test_old_manifest_gets_its_links_on_the_next_sweep(linked: Any) -> None:
     vectors_before = h.stores.manifest.vector_ids()
     h.close()
     db = sqlite3.connect(cfg.index_dir / "manifest.sqlite")
-    db.execute("DROP TABLE links")
+    db.executescript("DROP VIEW links; DROP TABLE link_rows; DROP TABLE link_keys")
     db.execute("PRAGMA user_version=3")
     db.commit()
     db.close()
@@ -490,7 +491,7 @@ def test_a_search_does_not_wait_for_every_link_to_be_resolved(linked: Any, monke
 
     h, _v = linked
     with h.stores.manifest.transaction() as db:
-        db.execute("UPDATE links SET dst = NULL, candidates = 0")  # all to be resolved again
+        edit_links(db, "UPDATE links SET dst = NULL, candidates = 0")  # all to be resolved again
     monkeypatch.setattr(links_mod, "PAGE_LINKS", 5, raising=False)
     retriever = Retriever(h.stores, h.slot, replace(h.cfg.search, link_lift=0.4), h.cfg.recall)
     req = SearchRequest("sync", 20, 0.0, None, None, Filters())
@@ -529,7 +530,7 @@ def test_resolving_every_link_waits_for_searches_a_bounded_time(linked: Any, mon
 
     h, _v = linked
     with h.stores.manifest.transaction() as db:
-        db.execute("UPDATE links SET dst = NULL, candidates = 0")
+        edit_links(db, "UPDATE links SET dst = NULL, candidates = 0")
         links = db.execute("SELECT count(*) FROM links").fetchone()[0]
     monkeypatch.setattr(links_mod, "PAGE_LINKS", 1)  # a page per link: many pages
     waits: list[float] = []
@@ -548,3 +549,184 @@ def test_resolving_every_link_waits_for_searches_a_bounded_time(linked: Any, mon
     assert sum(waits) <= 0.2 + 1e-9
     assert max(waits) <= writes.RERESOLVE_PAGE_YIELD_S
     assert {k: _counts(h).get(k, 0) for k in EXPECTED} == EXPECTED
+
+
+def _graph_answers(h: Harness) -> dict[str, Any]:
+    """Every answer the link graph gives about every note: links, backlinks, related notes, the
+    lift in ranking, status's totals."""
+    from sidecar.notes.links import cited_by
+
+    read = h.stores.manifest.read
+    graph = LinkGraph(read)
+    keys = [r[0] for r in read("SELECT key FROM files ORDER BY key")]
+    return {
+        "links": {k: graph.links_of(k) for k in keys},
+        "backlinks": {k: graph.backlinks(k) for k in keys},
+        "agent": {k: (graph.links_of(k, "codex"), graph.backlinks(k, "codex")) for k in keys},
+        "related": {k: graph.related(k, 10) for k in keys},
+        "unresolved": graph.unresolved(),
+        "totals": graph.totals(),
+        "counts": graph.backlink_counts(),
+        "cited": cited_by(read, keys),
+    }
+
+
+def test_a_link_keeps_no_copy_of_its_notes_paths(tmp_path: Path, make_cfg: Any) -> None:
+    """A link costs about as much however long the paths of its note and its target are: each
+    note's key is kept once, not in every row of its links and again in the index on each (about
+    440 bytes a link at 10,000 notes, most of the link graph's 23.5 MB)."""
+    folder = "/".join(["A rather long folder name, as a vault grows them"] * 3)
+    v = tmp_path / "v"
+    for i in range(20):
+        others = " ".join(f"[[Note {j}]]" for j in range(20) if j != i)
+        write(v / folder / f"Note {i}.md", f"# Note {i}\n\n{others} [[Nowhere {i}]]\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        assert LinkGraph(h.stores.manifest.read).totals() == {"links": 400, "unresolved": 20}
+        stored = h.stores.manifest.read(
+            "SELECT sum(payload) FROM dbstat WHERE name LIKE 'link%' OR name LIKE 'sqlite_autoindex_link%'"
+        )[0][0]
+    finally:
+        h.close()
+    key = len(f"vault/{folder}/Note 10")
+    assert stored / 400 < key / 2
+
+
+def _as_schema_5(path: Path) -> list[tuple[Any, ...]]:
+    """The manifest at ``path`` as schema 5 kept its links (one table, keys as text); its rows."""
+    from tests.index_helpers import as_old_links
+
+    db = sqlite3.connect(path)
+    as_old_links(db)
+    db.execute("PRAGMA user_version=5")
+    db.commit()
+    rows = db.execute("SELECT * FROM links ORDER BY src, ord").fetchall()
+    db.close()
+    return rows
+
+
+def test_a_schema_5_index_moves_its_links_in_place_and_answers_as_before(linked: Any) -> None:
+    """The links of an index of the version before move to the smaller tables at the first start:
+    every answer stays, no note is read or embedded again, and the graph follows changes after."""
+    from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
+
+    h, v = linked
+    before = _graph_answers(h)
+    cfg = h.cfg
+    h.close()
+    path = cfg.index_dir / "manifest.sqlite"
+    assert _as_schema_5(path)
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert manifest_schema(path) == MANIFEST_SCHEMA
+        assert h2.stores.manifest.read("SELECT type FROM sqlite_master WHERE name = 'links'") == [("view",)]
+        assert _graph_answers(h2) == before
+        assert h2.sweep()["changed"] == 0 and h2.vectors.embedded == 0
+        assert _graph_answers(h2) == before
+        write(v / "Missing page.md", "# Missing page\n\nHere now.\n")
+        (v / "Plugins").rename(v / "Extensions")
+        h2.sweep()
+        home = {link["target"] for link in LinkGraph(h2.stores.manifest.read).links_of("vault/Home")}
+        assert "vault/Missing page" in home and "vault/Plugins/Audio recorder" not in home
+        back = LinkGraph(h2.stores.manifest.read).backlinks("vault/Sync")
+        assert "vault/Extensions/Audio recorder" in {b["source"] for b in back}
+    finally:
+        h2.close()
+    h.stores = h2.stores  # the fixture closes these again (a no-op)
+
+
+def test_a_full_disk_serves_a_schema_5_index_read_only_and_the_next_start_upgrades_it(
+    linked: Any,
+) -> None:
+    """A start on a full disk serves the index read-only: a schema-5 index, whose upgrade needs
+    room to move its links, is read as it is (every link answer as before, nothing written to
+    its folder), and the next writable start upgrades it. It was refused: no answers at all."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon.compose import build_read_only
+    from sidecar.model.embedder import EmbedderSlot
+    from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
+    from tests.index_helpers import snapshot
+
+    h, _v = linked
+    before = _graph_answers(h)
+    cfg = h.cfg
+    h.close()
+    path = cfg.index_dir / "manifest.sqlite"
+    assert _as_schema_5(path)
+    files = snapshot(cfg.index_dir)
+    parts = build_read_only(cfg, EmbedderSlot())
+    try:
+        assert _graph_answers(SimpleNamespace(stores=parts.stores)) == before  # type: ignore[arg-type]
+        assert parts.stores.bm25.search("Home", 5)
+    finally:
+        parts.stores.close()
+    assert snapshot(cfg.index_dir) == files
+    assert manifest_schema(path) == 5
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert manifest_schema(path) == MANIFEST_SCHEMA
+        assert _graph_answers(h2) == before
+    finally:
+        h2.close()
+    h.stores = h2.stores
+
+
+def test_an_upgrade_killed_while_it_moves_the_links_leaves_the_index_as_it_was(linked: Any) -> None:
+    """A kill -9 part-way through moving the links leaves the file as the version before wrote it
+    (its table whole, its schema), which that version still opens; the next start moves them."""
+    import subprocess
+    import sys
+
+    from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
+
+    h, _v = linked
+    before = _graph_answers(h)
+    cfg = h.cfg
+    h.close()
+    path = cfg.index_dir / "manifest.sqlite"
+    rows = _as_schema_5(path)
+    killed = (
+        "import os, sys\nfrom pathlib import Path\nfrom sidecar.notes import links\n"
+        "from sidecar.stores.manifest import Manifest\nreal = links.put_back\n"
+        "def dying(*args):\n    real(*args)\n    os._exit(9)\n"
+        "links.put_back = dying\nManifest(Path(sys.argv[1]))\n"
+    )
+    command = [sys.executable, "-c", killed, str(path)]
+    done = subprocess.run(command, check=False, capture_output=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+    assert manifest_schema(path) == 5
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT type FROM sqlite_master WHERE name = 'links'").fetchall() == [("table",)]
+        assert db.execute("SELECT * FROM links ORDER BY src, ord").fetchall() == rows
+    finally:
+        db.close()
+    h2 = Harness(cfg, FakeEmbedder())
+    try:
+        assert manifest_schema(path) == MANIFEST_SCHEMA
+        assert _graph_answers(h2) == before
+    finally:
+        h2.close()
+    h.stores = h2.stores
+
+
+def test_no_key_is_kept_that_no_link_names(linked: Any) -> None:
+    """The keys of notes renamed, deleted or no longer linked leave the graph with their links:
+    a vault renamed for years does not keep every path it ever had."""
+    h, v = linked
+    (v / "Plugins").rename(v / "Extensions")
+    (v / "A" / "Index.md").unlink()
+    write(v / "Callouts.md", "# Callouts\n\nNo links now.\n")  # linked to: kept
+    h.sweep()
+    h.indexer.writer.resolve_all_links()
+    read = h.stores.manifest.read
+    unnamed = read(
+        "SELECT key FROM link_keys k WHERE NOT EXISTS (SELECT 1 FROM link_rows WHERE src = k.id) "
+        "AND NOT EXISTS (SELECT 1 FROM link_rows WHERE dst = k.id)"
+    )
+    assert unnamed == []
+    keys = {r[0] for r in read("SELECT key FROM link_keys")}
+    assert not keys & {"vault/Plugins/Audio recorder", "vault/A/Index"}
+    assert "vault/Extensions/Audio recorder" in keys

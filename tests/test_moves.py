@@ -1290,3 +1290,83 @@ def test_a_case_only_rename_from_a_decomposed_name_is_indexed_once(
         assert _hits(h, "tarball") == ["vault/über"]
     finally:
         h.close()
+
+
+def _as_indexed(h: Harness) -> dict[str, Any]:
+    """What the index holds of every note: its file row (stat aside), its chunks, its links."""
+    read = h.stores.manifest.read
+    return {
+        "files": read(
+            "SELECT key, source, rel, size, hash, state, title, tags, front_matter, chunks, error "
+            "FROM files ORDER BY key"
+        ),
+        "chunks": read(
+            "SELECT chunk_id, key, ord, text, headings, start_line, end_line, embed_text, embed_from, "
+            "tokens, embed_hash FROM chunks ORDER BY chunk_id"
+        ),
+        "links": read("SELECT * FROM links ORDER BY src, ord"),
+        "keyword": sorted((c.chunk_id, c.title, c.aliases, c.text) for c in h.stores.manifest.all_chunks()),
+    }
+
+
+@pytest.mark.parametrize(("how", "fs_type"), [("sweep", "ext4"), ("events", "ext4"), ("sweep", "vfat")])
+def test_a_renamed_folder_is_not_read_again_and_indexes_as_a_read_would(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, fs_type: str
+) -> None:
+    """A folder renamed (on a slow share each note under it was opened and read again, its text
+    unchanged): a note whose file is the one indexed, unwritten since (same inode and ctime, mtime,
+    size, name), is written under its new key from what the index holds, not read; the index then
+    holds what a fresh index of the renamed vault holds. One written meanwhile with its mtime set
+    back (its ctime moved) is read. On FAT (no change time) every note is read, as before."""
+    from sidecar.index import records
+
+    # The vault's filesystem as a mount table names it, not the machine's (tmpfs or overlay, whose
+    # inode numbers do not outlive the mount, are read as before).
+    table = tmp_path / "mountinfo"
+    table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - {fs_type} x rw\n")
+    flags = {"watch.mountTable": str(table)}
+
+    notes = vault / "Notes"
+    body = "\n\n".join(
+        f"## Part {i}\n\n" + f"Storm log {i}, see [[Welcome]] and [[n{i}]]. " * 30 for i in range(6)
+    )
+    for i in range(6):
+        front = f"---\naliases: [Log {i}]\ntags: [sea]\n---\n" if i % 2 else ""
+        write(notes / f"n{i}.md", f"{front}# Note {i}\n\n{body}\n")
+    write(
+        notes / "Plan.canvas", json.dumps({"nodes": [{"id": "a", "type": "text", "text": "Sail to [[n2]]"}]})
+    )
+    h = Harness(make_cfg(vault, **flags), FakeEmbedder())
+    try:
+        h.sweep()
+        h.indexer.writer.resolve_all_links()
+        edited = notes / "n3.md"
+        st = edited.stat()
+        edited.write_text(edited.read_text().replace("Storm log 1,", "Storm gap 1,"))
+        os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))
+        notes.rename(vault / "Logs")
+        reads: list[str] = []
+        real = records.read_note
+
+        def counted(path: Path, *args: Any) -> Any:
+            reads.append(path.name)
+            return real(path, *args)
+
+        monkeypatch.setattr(records, "read_note", counted)
+        _sweep(h, how, {notes, vault / "Logs"})
+        _online(h, "vault")
+        h.indexer.writer.resolve_all_links()
+        every = sorted(p.name for p in (vault / "Logs").iterdir())
+        assert sorted(reads) == (every if fs_type == "vfat" else ["n3.md"])
+        assert set(_hits(h, "Storm gap 1")) == {"vault/Logs/n3"}
+        moved = _as_indexed(h)
+    finally:
+        h.close()
+    monkeypatch.undo()
+    fresh = Harness(make_cfg(vault, home=str(tmp_path / "fresh"), **flags), FakeEmbedder())
+    try:
+        fresh.sweep()
+        fresh.indexer.writer.resolve_all_links()
+        assert _as_indexed(fresh) == moved
+    finally:
+        fresh.close()

@@ -20,7 +20,7 @@ from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
 from sidecar.vault.sources import CANVAS_TWIN_REASON, path_for_key
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
-from tests.index_helpers import search
+from tests.index_helpers import edit_links, search
 
 
 def _keys(h: Harness) -> set[str]:
@@ -757,7 +757,7 @@ def test_links_into_a_drawing_or_a_hidden_note_are_not_checked(tmp_path: Path, s
     server.call("write", {"slug": "log", "content": "See [[boot#Segel]]."}, agent="claude")
     server.call("index", {})
     with server.harness.stores.manifest.transaction() as db:
-        db.execute("UPDATE links SET dst = 'memory/codex/boot' WHERE src = 'memory/claude/log'")
+        edit_links(db, "UPDATE links SET dst = 'memory/codex/boot' WHERE src = 'memory/claude/log'")
     seen = server.call("get", {"reference": "memory/claude/log"})  # the CLI sees every note
     assert seen["links"][0]["target"] == "memory/codex/boot"
     mine = server.call("get", {"reference": "memory/log"}, agent="claude")

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.protocol import parse_request
+from sidecar.stores.versions import MANIFEST_SCHEMA
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import (
+    as_old_links,
     index_and_close,
     search,
     store_counts,
@@ -309,11 +311,11 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
 ) -> None:
     """Opened read-only (its disk full) the manifest makes no -wal, -shm or any other file and
     answers reads; a write-ahead log holding commits (a stop that was not clean) is read through
-    its -shm, and refused without one (making it writes); an older schema is refused."""
+    its -shm, and refused without one (making it writes); a schema older than 5 is refused."""
     import sqlite3
 
     from sidecar.contracts.errors import StoreError
-    from sidecar.stores.manifest import SCHEMA_VERSION, Manifest
+    from sidecar.stores.manifest import Manifest
     from tests.index_helpers import snapshot
 
     cfg = make_cfg(vault)
@@ -354,7 +356,7 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
     finally:
         writer.close()
     writer = sqlite3.connect(path)
-    writer.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1}")
+    writer.execute("PRAGMA user_version=4")  # 5 is read as it is (``links.old_table_views``)
     writer.commit()
     writer.close()
     with pytest.raises(StoreError, match="an upgrade writes"):
@@ -575,6 +577,7 @@ def _as_schema_4(path: Path, *, aside: bool = False) -> None:
     )
     db.execute("DROP INDEX IF EXISTS chunks_whole")
     db.execute("ALTER TABLE chunks DROP COLUMN embed_from")
+    as_old_links(db)
     if aside:
         db.execute("CREATE TABLE aside_files AS SELECT * FROM files WHERE state = 'indexed'")
         db.execute("CREATE TABLE aside_chunks AS SELECT * FROM chunks")
@@ -602,7 +605,7 @@ def test_schema_4_manifest_keeps_model_texts_once_and_every_vector(make_cfg: Any
     size = path.stat().st_size
     m = Manifest(path)
     try:
-        assert manifest_schema(path) == 5
+        assert manifest_schema(path) == MANIFEST_SCHEMA
         # Compacted at the open: the chunk table to under two thirds of its pages (the schema-4
         # copy of the rebuild, ``aside_chunks``, keeps its rows whole).
         assert m._query("SELECT sum(pgsize) FROM dbstat WHERE name = 'chunks'")[0][0] * 3 < chunk_bytes * 2
@@ -688,13 +691,13 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
     with caplog.at_level("INFO", logger="sidecar.stores.manifest"):
         m = Manifest(path)
     try:
-        assert m._query("PRAGMA user_version") == [(5,)]
+        assert m._query("PRAGMA user_version") == [(MANIFEST_SCHEMA,)]
         assert "manifest_embed_heads_paused" in caplog.text and "manifest_shrunk" not in caplog.text
         assert m._query("SELECT count(embed_from) FROM chunks") == [(10,)]
         assert _model_texts(m) == before
     finally:
         m.close()
-    assert manifest_schema(path) == 5  # written into the file at the close
+    assert manifest_schema(path) == MANIFEST_SCHEMA  # written into the file at the close
     monkeypatch.setattr(manifest_file, "split_embed_text", split_embed_text)
     size = path.stat().st_size
     caplog.clear()
@@ -713,7 +716,7 @@ def test_schema_4_upgrade_on_a_disk_short_of_room_starts_and_ends_at_a_later_sta
 def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path, monkeypatch: Any) -> None:
     """A kill between the split rows' commit and the new schema number left split rows in a file
     labelled 4: an older version reads those heads as whole model texts (and embeds them). The
-    file says 5 before any row is split."""
+    file says the new schema before any row is split."""
     import sqlite3
 
     from sidecar.stores import manifest_file
@@ -732,7 +735,7 @@ def test_no_row_is_split_while_the_file_says_schema_4(make_cfg: Any, vault: Path
     monkeypatch.setattr(manifest_file, "split_embed_text", watched)
     m = Manifest(path)
     try:
-        assert seen == {5}
+        assert seen == {MANIFEST_SCHEMA}
         assert _model_texts(m) == before
     finally:
         m.close()

@@ -27,8 +27,9 @@ from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff, kept_by
 from sidecar.index.linkreread import LinkReread
+from sidecar.index.moves import ctime_is_evidence, unchanged_move
 from sidecar.index.problems import Problems
-from sidecar.index.records import Drafted, Prepared, draft, finish, unread
+from sidecar.index.records import Drafted, Prepared, as_held, draft, finish, unread
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.upgrade import upgrade_bm25
@@ -41,6 +42,7 @@ from sidecar.notes.chunking import (
     LINK_ALIAS_READER_VERSION,
     PROPERTY_NAME_READER_VERSION,
 )
+from sidecar.notes.links import written_links
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.stores.manifest import FileState
@@ -190,6 +192,8 @@ class Indexer:
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
         self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder, self.excluded_by)
         self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
+        # The moved notes of the batch being written that are not read again (``_held_moves``).
+        self._held: dict[str, Prepared] = {}
         # Paths saved while a long sweep runs, and where to give back those it cannot take (set
         # by the index loop; see ``_index_hot``).
         self.hot_paths: Callable[[], frozenset[str]] | None = None
@@ -631,10 +635,37 @@ class Indexer:
         }
         self._wrote.keys = wrote
         try:
+            self._held = self._held_moves(part)
             return self.index_files(part)
         finally:
             self.writer.replacing = {}
+            self._held = {}
             self._wrote.keys = None
+
+    def _held_moves(self, notes: Sequence[NoteFile]) -> dict[str, Prepared]:
+        """The moved notes of a batch (``Writer.replacing``) whose file is the one indexed under
+        their old key, unwritten since (``moves.unchanged_move``), as that entry holds them: not
+        read again (a folder renamed on a share read every note under it, each a round trip).
+        None while the links of unchanged notes are read again (that pass goes by key, and a
+        new key before its cursor would keep the old reader's links)."""
+        replacing = self.writer.replacing
+        if not replacing or self.links.due:
+            return {}
+        olds = self.manifest.file_states_of([replacing[n.key] for n in notes if n.key in replacing])
+        out: dict[str, Prepared] = {}
+        for n in notes:
+            old = replacing.get(n.key)
+            st = olds.get(old) if old is not None else None
+            if old is None or st is None or not unchanged_move(old, st, n):
+                continue
+            if not ctime_is_evidence(self.supervisor.status(n.root).fs_type):
+                continue
+            held = self.manifest.held_note(old)
+            if held is not None:
+                out[n.key] = as_held(n, st.hash, held, written_links(self.manifest.read, old))
+        if out:
+            log.info("moved_notes_not_read count=%d", len(out))
+        return out
 
     def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
         """The old keys of the notes of ``part`` that were moved and whose new entry is written."""
@@ -861,7 +892,7 @@ class Indexer:
                 return None  # not read: looked at again once the root answers
             with _timed(spent, str(note.path)):
                 try:
-                    return draft(
+                    return self._held.get(note.key) or draft(
                         note, known(note), (data or {}).get(note.key), self.cfg.index.max_file_bytes, bounded
                     )
                 except RootUnreachable as exc:

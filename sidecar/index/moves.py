@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest import FileState, Manifest
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import NoteFile, Root, stored_id
 from sidecar.vault.supervisor import Supervisor
@@ -59,6 +59,40 @@ def _pair_moves(
                 out[key] = match
                 break
     return out
+
+
+# Shares whose server keeps a file's change time (ctime) itself, to the 100 ns or finer: one equal
+# to the recorded one is that file's, unwritten since, whatever inode numbers the client makes up.
+_SERVER_CTIME_TYPES = frozenset({"nfs", "nfs4", "cifs", "smb", "smb2", "smb3", "smbfs"})
+
+
+def ctime_is_evidence(fs_type: str | None) -> bool:
+    """Whether equal inode and ctime say a moved note's file is the one indexed: a filesystem
+    whose inode numbers last on disk, or a share whose server keeps ctime. Not FAT (no change
+    time: Linux reports the mtime), FUSE, tmpfs, overlay or an unknown type."""
+    return stable_inodes(fs_type) or str(fs_type or "").lower() in _SERVER_CTIME_TYPES
+
+
+def unchanged_move(old_key: str, st: FileState, note: NoteFile) -> bool:
+    """Whether a moved note's file is the very file indexed under ``old_key``, not written since:
+    the same device and inode, and the same status change time, mtime and size as recorded (any
+    write changes the ctime; a folder renamed keeps its files' ctime, a file renamed gets a new
+    one), its birth time too where one is recorded, under the same name in the same root (its
+    title and source are its name's and root's). That is the evidence a note in place is taken as
+    unchanged on (mtime, size, ctime) and the inode's besides. An old entry marked to be read
+    again (mtime 0, hash '', size -1) or written by a version that kept no ctime or inode is no
+    evidence, nor a memory note (read as its inbox reads it)."""
+    return (
+        st.state == "indexed"
+        and bool(st.hash)
+        and note.root.source != "memory"
+        and 0 not in (st.mtime_ns, st.ctime_ns, st.ino)
+        and (st.mtime_ns, st.size, st.ctime_ns, st.dev, st.ino)
+        == (note.mtime_ns, note.size, note.ctime_ns, note.dev, note.ino)
+        and old_key.rpartition("/")[2] == note.key.rpartition("/")[2]
+        and old_key.split("/", 1)[0] == note.key.split("/", 1)[0]
+        and (not st.btime_ns or note.born() == st.btime_ns)
+    )
 
 
 class MoveFinder:

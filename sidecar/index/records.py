@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.notes.chunking import NoteDraft, ParsedNote, cut_note, parse_note
+from sidecar.notes.chunking import Chunk, NoteDraft, ParsedNote, cut_note, parse_note
+from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.embedtext import embed_hash
-from sidecar.stores.manifest import ChunkRecord, FileRecord
+from sidecar.stores.manifest import ChunkRecord, FileRecord, HeldNote
 from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,27 @@ def finish(cfg: Config, drafted: Drafted, count_tokens: Callable[[Sequence[str]]
     if parsed.front_matter_error:
         log.info("front_matter_ignored path=%s reason=%s", note.path, parsed.front_matter_error)
     return Prepared(note, drafted.hash, parsed, links=drafted.links)
+
+
+def as_held(note: NoteFile, digest: str, held: HeldNote, links: Sequence[Link]) -> Prepared:
+    """A moved note as its old entry holds it (``Manifest.held_note``), for its new key: what
+    reading and cutting its file gives when that file is the one indexed there, unwritten since
+    (``moves.unchanged_move``). The chunks' ids are its new key's (``records``)."""
+    front_matter = json.loads(held.front_matter)
+    chunks = tuple(
+        Chunk(o, text, tuple(json.loads(headings)), start, end, embed_text, tokens, bool(hashed))
+        for o, text, headings, start, end, embed_text, tokens, hashed in held.chunks
+    )
+    parsed = ParsedNote(
+        held.title,
+        aliases_of(front_matter),
+        "",  # the description is in the chunks already (it is read when cutting only)
+        tuple(json.loads(held.tags)),
+        front_matter,
+        held.error,
+        chunks,
+    )
+    return Prepared(note, digest, parsed, links=tuple(links))
 
 
 def _unparseable(note: NoteFile, digest: str, exc: BaseException) -> Prepared:

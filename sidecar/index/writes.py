@@ -30,6 +30,7 @@ from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.links import (
     drop_links,
     names_of,
+    pointed_at,
     replace_links,
     reresolve,
     reresolve_pages,
@@ -241,7 +242,7 @@ class Writer:
         names = _names(keys) | _alias_names(db, keys)
         db.executemany("UPDATE files SET state = 'deleting' WHERE key = ?", [(k,) for k in fresh])
         drop_links(db, keys)
-        if fresh or _pointed_at(db, keys):
+        if fresh or pointed_at(db, keys):
             reresolve(db, self.wiki_subfolder, names=names, keys=keys)
 
     def set_excluded(self, found: dict[str, dict[str, str]], sources: Collection[str] | None = None) -> None:
@@ -405,16 +406,6 @@ def _already_indexed(p: Prepared, state: FileState | None) -> bool:
 def _state(db: sqlite3.Connection, key: str) -> str | None:
     row = db.execute("SELECT state FROM files WHERE key = ?", (key,)).fetchone()
     return None if row is None else str(row[0])
-
-
-def _pointed_at(db: sqlite3.Connection, keys: Sequence[str]) -> bool:
-    """Whether a link still resolves to one of these notes."""
-    for start in range(0, len(keys), 500):
-        part = list(keys[start : start + 500])
-        marks = ",".join("?" * len(part))
-        if db.execute(f"SELECT 1 FROM links WHERE dst IN ({marks}) LIMIT 1", part).fetchone():
-            return True
-    return False
 
 
 def _alias_names(db: sqlite3.Connection, keys: Sequence[str]) -> set[str]:

@@ -1,15 +1,18 @@
 """The link graph kept in the manifest: each note's links (read by :mod:`sidecar.notes.linktext`,
-resolved by :mod:`sidecar.notes.resolver`) as rows of its ``links`` table, written in the same
-transaction as the note's chunks and re-resolved whenever a note that a link's name could mean
-appears, vanishes or changes its aliases; and the graph read back (links, backlinks, related
+resolved by :mod:`sidecar.notes.resolver`) as rows of the manifest's ``link_rows`` (notes named
+by number, each key kept once in ``link_keys``; the ``links`` view reads them by key), written in
+the same transaction as the note's chunks and re-resolved whenever a note that a link's name could
+mean appears, vanishes or changes its aliases; and the graph read back (links, backlinks, related
 notes) as an agent may see it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -19,32 +22,157 @@ from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.linktext import Link, link_name, strip_md
 from sidecar.notes.resolver import Resolver, Target, vault_path
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS links (
-  src TEXT NOT NULL, ord INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL,
+log = logging.getLogger(__name__)
+
+# The graph's rows name each note by a number, its key stored once in ``link_keys``: as text,
+# every link repeated its source's and target's paths in the row and again in the index on each
+# (53,005 links of 10,433 notes took 23.5 MB, about 440 bytes a link; 8 MB so). ``links`` reads
+# them back by key as one table did: what the graph's readers ask.
+_KEYS = "CREATE TABLE IF NOT EXISTS link_keys (id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE)"
+_ROWS = """CREATE TABLE IF NOT EXISTS link_rows (
+  src INTEGER NOT NULL, ord INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL,
   anchor TEXT NOT NULL, display TEXT NOT NULL, embed INTEGER NOT NULL, kind TEXT NOT NULL,
-  line INTEGER NOT NULL, dst TEXT, candidates INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (src, ord)
-);
-CREATE INDEX IF NOT EXISTS links_by_dst ON links(dst);
-CREATE INDEX IF NOT EXISTS links_by_name ON links(name);
--- Notes of the vault and the wiki that a rule leaves out of the index (Obsidian's Excluded files,
--- index.exclude), as each full sweep of their root found them: links resolve to them as in
--- Obsidian (which hides excluded files from search and graph, not from links), search never
--- sees them (they have no chunks).
-CREATE TABLE IF NOT EXISTS excluded_notes (
-  key TEXT PRIMARY KEY, source TEXT NOT NULL, rule TEXT NOT NULL
-);
-"""
+  line INTEGER NOT NULL, dst INTEGER, candidates INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (src, ord)
+) WITHOUT ROWID"""
+_COLUMNS = ("ord", "target", "name", "anchor", "display", "embed", "kind", "line", "candidates")
+_VIEW = (
+    "CREATE VIEW IF NOT EXISTS links AS SELECT s.key AS src, "
+    + ", ".join(f"l.{c} AS {c}" for c in _COLUMNS[:-1])
+    + ", d.key AS dst, l.candidates AS candidates "
+    "FROM link_rows l JOIN link_keys s ON s.id = l.src LEFT JOIN link_keys d ON d.id = l.dst"
+)
+_TABLES = (
+    _KEYS,
+    _ROWS,
+    "CREATE INDEX IF NOT EXISTS link_rows_by_dst ON link_rows(dst)",
+    "CREATE INDEX IF NOT EXISTS link_rows_by_name ON link_rows(name)",
+    _VIEW,
+    # Notes of the vault and the wiki that a rule leaves out of the index (Obsidian's Excluded
+    # files, index.exclude), as each full sweep of their root found them: links resolve to them
+    # as in Obsidian (which hides excluded files from search and graph, not from links), search
+    # never sees them (they have no chunks).
+    "CREATE TABLE IF NOT EXISTS excluded_notes "
+    "(key TEXT PRIMARY KEY, source TEXT NOT NULL, rule TEXT NOT NULL)",
+)
+# The table of schema 4 and 5, each row holding its source's and target's keys as text.
+_OLD_TABLE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'links'"
 
 
 # --- storage in the manifest -------------------------------------------------------------------
 
 
 def ensure_schema(db: sqlite3.Connection) -> bool:
-    """Create the links table; True when it is new (the notes must be read again to fill it)."""
-    existed = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'links'").fetchone()
-    db.executescript(_SCHEMA)
+    """Create the link graph's tables; True when it is new (the notes must be read again to fill
+    it). A file with the table of schema 4 and 5 keeps it (``move_rows`` moves its rows in the
+    transaction that labels the file with the new schema)."""
+    if db.execute(_OLD_TABLE).fetchone() is not None:
+        db.execute(_TABLES[-1])
+        return False
+    existed = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'links'").fetchone()
+    for statement in _TABLES:
+        db.execute(statement)
     return existed is None
+
+
+def old_table_views(db: sqlite3.Connection) -> None:
+    """The table of schema 4 and 5 seen through the graph's table names, as temporary views of a
+    read-only connection (a full disk serves such a file before its upgrade): each note's number
+    is its key itself, so every reader's join of ``link_rows`` and ``link_keys`` reads as on the
+    new tables, and ``links`` is the old table, already by key."""
+    columns = ", ".join(("src", *_COLUMNS, "dst"))
+    db.execute(f"CREATE TEMP VIEW link_rows AS SELECT {columns} FROM main.links")
+    db.execute(
+        "CREATE TEMP VIEW link_keys AS SELECT src AS id, src AS key FROM main.links "
+        "UNION SELECT dst, dst FROM main.links WHERE dst IS NOT NULL"
+    )
+
+
+def move_rows(db: sqlite3.Connection) -> bool:
+    """The rows of the table of schema 4 and 5 (keys as text) moved into the graph's tables, the
+    old table dropped, inside the caller's transaction: a kill part-way leaves the old table as it
+    was, under the old schema, for the next start to move again. False when there is none."""
+    if db.execute(_OLD_TABLE).fetchone() is None:
+        return False
+    started = time.monotonic()
+    for statement in _TABLES[:4]:
+        db.execute(statement)
+    db.execute("DELETE FROM link_rows")  # none but from a move that did not commit; to be sure
+    db.execute("DELETE FROM link_keys")
+    # Numbered in key order: the rows keep the order by source key the old table had.
+    for column in ("src", "dst"):
+        db.execute(
+            f"INSERT OR IGNORE INTO link_keys(key) SELECT {column} FROM links "
+            f"WHERE {column} IS NOT NULL ORDER BY {column}"
+        )
+    put_back(db, "links")
+    db.execute("DROP TABLE links")
+    db.execute(_VIEW)
+    log.info(
+        "manifest_links_moved links=%d notes=%d seconds=%.2f",
+        db.execute("SELECT count(*) FROM link_rows").fetchone()[0],
+        db.execute("SELECT count(*) FROM link_keys").fetchone()[0],
+        time.monotonic() - started,
+    )
+    return True
+
+
+def put_back(db: sqlite3.Connection, table: str, where: str = "") -> None:
+    """The rows ``where`` of ``table``, a table of links by key as text (the old table, or a
+    rebuild's copy ``aside_links``), into the graph, keeping a row there already (inside the
+    caller's transaction). A column the copy lacks (one written by another version) takes its
+    default."""
+    have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+    defaults = {"dst": "NULL", "candidates": "0", "embed": "0", "line": "0"}
+    picked = [f"a.{c}" if c in have else defaults.get(c, "''") for c in _COLUMNS]
+    dst = "d.id" if "dst" in have else "NULL"
+    where = f"WHERE {where}" if where else "WHERE 1"
+    for column in ("src", "dst") if "dst" in have else ("src",):
+        db.execute(
+            f"INSERT OR IGNORE INTO link_keys(key) SELECT a.{column} FROM {table} a "
+            f"{where} AND a.{column} IS NOT NULL"
+        )
+    joined = "LEFT JOIN link_keys d ON d.key = a.dst" if "dst" in have else ""
+    db.execute(
+        f"INSERT OR IGNORE INTO link_rows(src, {', '.join(_COLUMNS)}, dst) "
+        f"SELECT s.id, {', '.join(picked)}, {dst} FROM {table} a JOIN link_keys s ON s.key = a.src "
+        f"{joined} {where} ORDER BY s.id, a.ord"
+    )
+
+
+def _ids(db: sqlite3.Connection, keys: Iterable[str], *, add: bool = False) -> dict[str, int]:
+    """The numbers of these notes' keys in the graph (``add``: given one where they have none)."""
+    keys = list(dict.fromkeys(keys))
+    if add:
+        db.executemany("INSERT OR IGNORE INTO link_keys(key) VALUES (?)", [(k,) for k in keys])
+    out: dict[str, int] = {}
+    for start in range(0, len(keys), 500):
+        part = keys[start : start + 500]
+        marks = ",".join("?" * len(part))
+        out.update(db.execute(f"SELECT key, id FROM link_keys WHERE key IN ({marks})", part).fetchall())
+    return out
+
+
+def _forget(db: sqlite3.Connection, ids: Iterable[int]) -> None:
+    """The keys of these numbers that no link names any more dropped (the rest stay)."""
+    db.executemany(
+        "DELETE FROM link_keys WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM link_rows WHERE src = ?1) "
+        "AND NOT EXISTS (SELECT 1 FROM link_rows WHERE dst = ?1)",
+        [(i,) for i in set(ids)],
+    )
+
+
+def forget_unnamed(db: sqlite3.Connection) -> int:
+    """Every key no link names dropped (once per start: what a step missed); how many."""
+    return db.execute(
+        "DELETE FROM link_keys WHERE NOT EXISTS (SELECT 1 FROM link_rows WHERE src = link_keys.id) "
+        "AND NOT EXISTS (SELECT 1 FROM link_rows WHERE dst = link_keys.id)"
+    ).rowcount
+
+
+def clear(db: sqlite3.Connection) -> None:
+    """Every link gone (inside the caller's transaction)."""
+    db.execute("DELETE FROM link_rows")
+    db.execute("DELETE FROM link_keys")
 
 
 # What a link can mean: notes known to the index, and excluded notes (by their path only: their
@@ -93,14 +221,21 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link], *, la
     as naming no note for as long as the sweep takes; one with nothing to keep is marked
     ``NOT_RESOLVED_YET``."""
     kept = _resolved_before(db, key) if later else {}
+    src = _ids(db, [key], add=True)[key]
+    dst_ids = _ids(db, [d for d, _ in kept.values() if d is not None], add=True)
     pending = (None, NOT_RESOLVED_YET) if later else (None, 0)
-    db.execute("DELETE FROM links WHERE src = ?", (key,))
+
+    def resolved(target: str) -> tuple[int | None, int]:
+        dst, candidates = kept.get(target, pending)
+        return (None if dst is None else dst_ids[dst], candidates)
+
+    db.execute("DELETE FROM link_rows WHERE src = ?", (src,))
     db.executemany(
-        "INSERT INTO links(src, ord, target, name, anchor, display, embed, kind, line, dst, candidates) "
+        "INSERT INTO link_rows(src, ord, target, name, anchor, display, embed, kind, line, dst, candidates) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         [
             (
-                key,
+                src,
                 i,
                 link.target,
                 link_name(link.target),
@@ -109,11 +244,13 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link], *, la
                 int(link.embed),
                 link.kind,
                 link.line,
-                *kept.get(link.target, pending),
+                *resolved(link.target),
             )
             for i, link in enumerate(links)
         ],
     )
+    if not links:
+        _forget(db, [src])
 
 
 _ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
@@ -165,7 +302,38 @@ def _scope(scope: str) -> tuple[str, tuple[str, ...]]:
 
 
 def drop_links(db: sqlite3.Connection, keys: Sequence[str]) -> None:
-    db.executemany("DELETE FROM links WHERE src = ?", [(k,) for k in keys])
+    """These notes' links gone, inside the caller's transaction (the links to them stay, to be
+    resolved again)."""
+    ids = _ids(db, keys)
+    db.executemany("DELETE FROM link_rows WHERE src = ?", [(i,) for i in ids.values()])
+    _forget(db, ids.values())
+
+
+def pointed_at(db: sqlite3.Connection, keys: Sequence[str]) -> bool:
+    """Whether a link still resolves to one of these notes."""
+    for start in range(0, len(keys), 500):
+        part = list(keys[start : start + 500])
+        marks = ",".join("?" * len(part))
+        sql = f"SELECT 1 FROM link_keys k JOIN link_rows l ON l.dst = k.id WHERE k.key IN ({marks}) LIMIT 1"
+        if db.execute(sql, part).fetchone():
+            return True
+    return False
+
+
+# A link with its source's and target's keys, by its place (src number, ord): what resolving reads.
+_RESOLVING = (
+    "SELECT l.src, l.ord, s.key, l.target, d.key, l.candidates, l.dst FROM link_rows l "
+    "JOIN link_keys s ON s.id = l.src LEFT JOIN link_keys d ON d.id = l.dst"
+)
+_Change = tuple[str | None, int, int, int]  # (new target's key, candidates, src number, ord)
+
+
+def _write(db: sqlite3.Connection, changed: Sequence[_Change], old: Iterable[int]) -> None:
+    """The resolving's changes written; the keys no link names any more after them (``old``:
+    the targets the changed links had) dropped."""
+    ids = _ids(db, [k for k, *_ in changed if k is not None], add=True)
+    db.executemany(_UPDATE, [(None if k is None else ids[k], n, s, o) for k, n, s, o in changed])
+    _forget(db, old)
 
 
 def reresolve(
@@ -179,42 +347,38 @@ def reresolve(
     """Resolve again the links whose name is one of ``names``, that point at or come from one of
     ``keys`` (or every link); returns how many rows changed."""
     resolver = Resolver(_targets(db.execute(_TARGETS), wiki_subfolder))
-    rows: dict[tuple[str, int], tuple[str, str | None, int]] = {}
+    seen: set[tuple[int, int]] = set()
     if everything:
-        query: list[tuple[str, Sequence[Any]]] = [("SELECT src, ord, target, dst, candidates FROM links", ())]
+        query: list[tuple[str, Sequence[Any]]] = [(_RESOLVING, ())]
     else:
         query = []
         name_list = sorted(set(names) | {""})
         for start in range(0, len(name_list), 500):
             part = name_list[start : start + 500]
             marks = ",".join("?" * len(part))
-            query.append(
-                (f"SELECT src, ord, target, dst, candidates FROM links WHERE name IN ({marks})", part)
-            )
-        for start in range(0, len(keys), 250):
-            part2 = list(keys[start : start + 250])
+            query.append((f"{_RESOLVING} WHERE l.name IN ({marks})", part))
+        ids = list(_ids(db, keys).values())
+        for start in range(0, len(ids), 250):
+            part2 = ids[start : start + 250]
             marks = ",".join("?" * len(part2))
-            query.append(
-                (
-                    "SELECT src, ord, target, dst, candidates FROM links "
-                    f"WHERE dst IN ({marks}) OR src IN ({marks})",
-                    part2 + part2,
-                )
-            )
-    changed: list[tuple[str | None, int, str, int]] = []
+            query.append((f"{_RESOLVING} WHERE l.dst IN ({marks}) OR l.src IN ({marks})", part2 + part2))
+    changed: list[_Change] = []
+    old: list[int] = []
     for sql, args in query:
-        for src, ord_, target, dst, candidates in db.execute(sql, args):
-            if (src, ord_) in rows:
+        for src, ord_, src_key, target, dst, candidates, dst_id in db.execute(sql, args).fetchall():
+            if (src, ord_) in seen:
                 continue
-            new, n = resolver.resolve(target, src)
-            rows[src, ord_] = (target, new, n)
+            seen.add((src, ord_))
+            new, n = resolver.resolve(target, src_key)
             if (new, n) != (dst, candidates):
                 changed.append((new, n, src, ord_))
-    db.executemany(_UPDATE, changed)
+                if dst_id is not None:
+                    old.append(dst_id)
+    _write(db, changed, old)
     return len(changed)
 
 
-_UPDATE = "UPDATE links SET dst = ?, candidates = ? WHERE src = ? AND ord = ?"
+_UPDATE = "UPDATE link_rows SET dst = ?, candidates = ? WHERE src = ? AND ord = ?"
 
 # Links resolved per page of ``reresolve_pages``: a few tens of ms of work each on a slow core.
 PAGE_LINKS = 2000
@@ -238,24 +402,26 @@ def reresolve_pages(
     next start's resolving."""
     resolver = Resolver(_targets(read(_TARGETS, ()), wiki_subfolder))
     page = page or PAGE_LINKS
-    after: Sequence[Any] = ("", -1)
+    after: Sequence[Any] = (-1, -1)
     total = 0
-    while rows := read(
-        "SELECT src, ord, target, dst, candidates FROM links WHERE (src, ord) > (?, ?) "
-        "ORDER BY src, ord LIMIT ?",
-        (*after, page),
-    ):
-        changed: list[tuple[str | None, int, str, int]] = []
-        for src, ord_, target, dst, candidates in rows:
-            new, n = resolver.resolve(target, src)
+    paged = f"{_RESOLVING} WHERE (l.src, l.ord) > (?, ?) ORDER BY l.src, l.ord LIMIT ?"
+    while rows := read(paged, (*after, page)):
+        changed: list[_Change] = []
+        old: list[int] = []
+        for src, ord_, src_key, target, dst, candidates, dst_id in rows:
+            new, n = resolver.resolve(target, src_key)
             if (new, n) != (dst, candidates):
                 changed.append((new, n, src, ord_))
+                if dst_id is not None:
+                    old.append(dst_id)
         if changed:
             with transaction() as db:
-                db.executemany(_UPDATE, changed)
+                _write(db, changed, old)
             total += len(changed)
         after = rows[-1][:2]
         between()
+    with transaction() as db:
+        forget_unnamed(db)
     return total
 
 
@@ -292,6 +458,12 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
         }
         for r in db_rows
     ]
+
+
+def written_links(read: Callable[[str, Sequence[Any]], list[Any]], key: str) -> list[Link]:
+    """A note's links as its rows hold them (what reading it found), in order."""
+    sql = "SELECT target, anchor, display, embed, kind, line FROM links WHERE src = ? ORDER BY ord"
+    return [Link(t, a, d, bool(e), k, n) for t, a, d, e, k, n in read(sql, (key,))]
 
 
 def unresolved_paths(links: Sequence[dict[str, Any]]) -> list[str]:
@@ -357,12 +529,12 @@ class LinkGraph:
 
     def unresolved(self, key: str | None = None) -> list[tuple[str, str, int]]:
         """(source key, link as written, line) of links that resolve to no note."""
-        where, args = ("AND src = ?", (key,)) if key is not None else ("", ())
+        where, args = ("AND s.key = ?", (key,)) if key is not None else ("", ())
         return [
             (r[0], r[1], r[2])
             for r in self._query(
-                f"SELECT src, target, line FROM links WHERE dst IS NULL AND candidates >= 0 {where} "
-                "ORDER BY src, ord",
+                "SELECT s.key, l.target, l.line FROM link_rows l JOIN link_keys s ON s.id = l.src "
+                f"WHERE l.dst IS NULL AND l.candidates >= 0 {where} ORDER BY s.key, l.ord",
                 args,
             )
         ]
@@ -370,7 +542,7 @@ class LinkGraph:
     def totals(self) -> dict[str, int]:
         """How many links the notes hold, and how many of them name no note."""
         n, dangling = self._query(
-            "SELECT count(*), coalesce(sum(dst IS NULL AND candidates >= 0), 0) FROM links"
+            "SELECT count(*), coalesce(sum(dst IS NULL AND candidates >= 0), 0) FROM link_rows"
         )[0]
         return {"links": int(n), "unresolved": int(dangling)}
 

@@ -30,7 +30,7 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
-from sidecar.stores.embedtext import split_embed_text
+from sidecar.stores.embedtext import joined_embed_text, split_embed_text
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_file import (
     _PENDING_INDEX,
@@ -164,6 +164,19 @@ class IndexedNote:
     chunks: dict[str, tuple[str, str]]
 
 
+@dataclass(frozen=True)
+class HeldNote:
+    """An indexed note as its rows hold it: the file's title, tags and front matter (JSON), front
+    matter error, and per chunk (ord, text, heading path JSON, start and end line, model text,
+    tokens, text hash), in order."""
+
+    title: str
+    tags: str
+    front_matter: str
+    error: str | None
+    chunks: list[tuple[int, str, str, int, int, str, int, str]]
+
+
 def _placed(c: ChunkRecord) -> tuple[Any, ...]:
     """The columns of a chunk row that can change while its id stays (as ``commit_file`` reads them)."""
     return (c.ord, c.text, json.dumps(c.headings, ensure_ascii=False), c.start_line, c.end_line)
@@ -258,7 +271,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise _newer(path, version)
-            if version not in (0, 1, 2, 3, 4, SCHEMA_VERSION):
+            if version not in (0, 1, 2, 3, 4, 5, SCHEMA_VERSION):
                 raise StoreError(f"manifest {path} has schema {version}, expected {SCHEMA_VERSION}")
             if version == 1:  # 0.1.0 manifests lack the column of the table being built
                 self._db.execute("ALTER TABLE chunks ADD COLUMN has_next INTEGER NOT NULL DEFAULT 0")
@@ -270,7 +283,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 # Schema 4 adds the link graph, read from the notes themselves: forget their
                 # stat and hash so the next sweep reads each once (chunk ids, and so vectors, stay).
                 self._db.execute("UPDATE files SET mtime_ns = 0, hash = '' WHERE state = 'indexed'")
-            self._add_embed_from(version)
+            self._add_embed_from(version, also=links.move_rows)
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
             self.store_embed_heads()
@@ -680,6 +693,25 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         chunks = self._query("SELECT chunk_id, text, headings FROM chunks WHERE key = ?", (key,))
         return IndexedNote(rows[0][0], rows[0][1], {r[0]: (r[1], r[2]) for r in chunks})
 
+    def held_note(self, key: str) -> HeldNote | None:
+        """What the index holds of a note (None unless it is ``indexed``): what reading and
+        cutting its file gave."""
+        rows = self._query(
+            "SELECT title, tags, front_matter, error FROM files WHERE key = ? AND state = 'indexed'", (key,)
+        )
+        if not rows:
+            return None
+        chunks = [
+            (o, text, headings, start, end, joined_embed_text(head, text, cut), tokens, hashed)
+            for o, text, headings, start, end, head, cut, tokens, hashed in self._query(
+                "SELECT ord, text, headings, start_line, end_line, embed_text, embed_from, tokens, "
+                "embed_hash FROM chunks WHERE key = ? ORDER BY ord",
+                (key,),
+            )
+        ]
+        title, tags, front_matter, error = rows[0]
+        return HeldNote(title, tags, front_matter, error, chunks)
+
     def commit_file(self, record: FileRecord, chunks: Sequence[ChunkRecord], db: sqlite3.Connection) -> None:
         """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep
         vectors, and rows that stay as they are are not written again (a line appended to a long
@@ -748,12 +780,12 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         )
 
     def clear(self, db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM links")
+        links.clear(db)
         db.execute("DELETE FROM chunks")
         db.execute("DELETE FROM files")
 
     def delete_file(self, key: str, db: sqlite3.Connection) -> None:
-        db.execute("DELETE FROM links WHERE src = ?", (key,))
+        links.drop_links(db, [key])
         db.execute("DELETE FROM chunks WHERE key = ?", (key,))
         db.execute("DELETE FROM files WHERE key = ?", (key,))
 

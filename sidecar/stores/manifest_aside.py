@@ -3,8 +3,9 @@ manifest (``aside_files``, ``aside_chunks``, ``aside_links``) while the rebuild 
 then the notes it did not read back are put back from it and the copy is dropped. Its own module
 because this copy's life (room for it, a copy kept from a failed rebuild, one written by another
 version) is read and changed apart from the manifest's everyday reads and writes. Not the copies
-of damaged stores moved aside on disk (``aside``). Imports ``errors`` and the disk's free space
-(``space``); the connection and transactions are the manifest's own.
+of damaged stores moved aside on disk (``aside``). Imports ``errors``, the link graph's rows
+(``notes.links``) and the disk's free space (``space``); the connection and transactions are the
+manifest's own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.contracts.errors import DiskFullError
+from sidecar.notes.links import put_back
 from sidecar.stores.space import PROBE_BYTES, free_bytes
 
 # Whether a rebuild's copy of the notes indexed before it is kept (``Manifest.set_aside``).
@@ -129,10 +131,10 @@ class ManifestAside:
                     f"INSERT OR IGNORE INTO chunks ({chunks}) SELECT {chunks} FROM aside_chunks WHERE {back}"
                 )
                 if db.execute(_ASIDE_LINKS).fetchall():
-                    links = _shared_columns(db, "links")
-                    db.execute(  # their outgoing links, resolved again with every link after
-                        f"INSERT OR IGNORE INTO links ({links}) SELECT {links} FROM aside_links "
-                        "WHERE src IN (SELECT key FROM aside_back) AND src NOT IN (SELECT key FROM files)"
+                    put_back(  # their outgoing links, resolved again with every link after
+                        db,
+                        "aside_links",
+                        "a.src IN (SELECT key FROM aside_back) AND a.src NOT IN (SELECT key FROM files)",
                     )
                 db.execute(f"INSERT INTO files ({files}) SELECT {files} FROM aside_files WHERE {back}")
                 self.reread_keys(keys, db)

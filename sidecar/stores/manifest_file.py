@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.contracts.errors import StoreError, StoreNewerError, is_disk_full
+from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
@@ -152,12 +153,15 @@ class ManifestFile:
         cannot on a full disk) and takes no lock (the index lock keeps every writer away); a
         write-ahead log holding commits not yet in the file (a stop that was not clean) is read
         through its existing -shm instead. Refused (StoreError) where that would not read the index
-        whole: such a log without its -shm, or an older schema (its upgrade is a write)."""
+        whole: such a log without its -shm, or a schema older than 5 (its upgrade is a write). A
+        schema-5 file, whose upgrade only moves the links (it needs room the full disk may not
+        have), is read as it is, its links table seen through the graph's table names
+        (``links.old_table_views``); the next writable start upgrades it."""
         path = self.path
         version = manifest_schema(path)
         if version is None:
             raise StoreError(f"there is no readable manifest {path} (no index yet?)")
-        if version != SCHEMA_VERSION:
+        if version not in (5, SCHEMA_VERSION):
             raise StoreError(
                 f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} "
                 "(an upgrade writes)"
@@ -182,6 +186,10 @@ class ManifestFile:
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            if version != SCHEMA_VERSION:
+                # Temporary views, kept in memory: nothing is written to the file or its disk.
+                self._db.execute("PRAGMA temp_store=MEMORY")
+                links.old_table_views(self._db)
             self._db.execute("PRAGMA query_only=ON")
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
@@ -308,13 +316,15 @@ class ManifestFile:
         )
         self._db.execute("COMMIT")
 
-    def _add_embed_from(self, version: int) -> None:
+    def _add_embed_from(self, version: int, also: Callable[[sqlite3.Connection], object]) -> None:
         """Schema 5: each chunk's model text kept as what it adds to the chunk's text
         (``embedtext``). One transaction adds the column (NULL: the row's model text is whole, as
-        every reader takes it), labels the file schema 5 and, for an older file, records that a
-        rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row is
-        split under an older label, which an older version would read as whole. A rebuild's copy
-        (``aside_chunks``) gets the column too, so the two tables keep one column order."""
+        every reader takes it), labels the file with this schema and, for an older file, records
+        that a rewrite is owed once its rows are split (``store_embed_heads``, ``_shrink``): no row
+        is split under an older label, which an older version would read as whole. A rebuild's copy
+        (``aside_chunks``) gets the column too, so the two tables keep one column order. ``also``:
+        the other steps to this schema, in the same transaction (schema 6: the link graph's rows
+        by note number, ``links.move_rows``); the rewrite gives back the pages they leave."""
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(chunks)").fetchall()}
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -324,6 +334,7 @@ class ManifestFile:
             if aside and "embed_from" not in aside:
                 self._db.execute("ALTER TABLE aside_chunks ADD COLUMN embed_from INTEGER")
             self._db.execute(_WHOLE_INDEX)
+            also(self._db)
             if version not in (0, SCHEMA_VERSION):
                 self._db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, '1')", (_COMPACT_OWED,))
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

@@ -20,7 +20,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = 5
+# The manifest's schema. 5: a chunk's model text kept as what it adds to its text. 6: the link
+# graph's rows name notes by number (``notes.links``).
+MANIFEST_SCHEMA = 6
 # The keyword index's layout: its fields, their analyzers and its folders. A change that an index
 # written before cannot serve raises it (and the analyzers get new names when text is prepared
 # differently). 2: chunks, pages and memory/<agent> folders, analyzers ``sidecar_*_2``. 3: a word
