@@ -196,3 +196,55 @@ def test_an_engine_message_loses_its_empty_hint_not_a_sentence() -> None:
     assert engine_text("the commit failed. None of the notes were lost") == (
         "the commit failed. None of the notes were lost"
     )
+
+
+@contextlib.contextmanager
+def _read_only_files(*paths: Path) -> Iterator[None]:
+    """These files read-only to this process meanwhile (as a mode 0444 makes them for a user; root,
+    running these tests, is not bound by a mode): ``os.access(W_OK)`` says no."""
+    real_access = os.access
+    names = {str(p) for p in paths}
+
+    def fake_access(p: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if str(p) in names and mode & os.W_OK:
+            return False
+        return real_access(p, mode, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "access", fake_access)
+        yield
+
+
+@pytest.mark.parametrize("name", ["meta.json", ".tantivy-meta.lock"])
+def test_a_damaged_keyword_index_with_a_read_only_file_is_damage(tmp_path: Path, name: str) -> None:
+    """Tantivy says "Data corrupted" of an index one of whose files is read-only (a restore from a
+    backup, a copy off read-only media): damage, to be moved aside and refilled. Tantivy never
+    writes its files in place, so a read-only one stops nothing. Was: "permission denied:
+    …/.tantivy-meta.lock", a fault that passes, and the damage kept for ever."""
+    from sidecar.contracts.errors import PassingFaultError, StoreError
+    from sidecar.stores.bm25_folder import Folder
+    from sidecar.stores.bm25_text import build_schema
+
+    index = tmp_path / "bm25"
+    Folder(index, build_schema()).close()
+    (index / "meta.json").write_text("{ not json")
+    with pytest.raises(StoreError) as err, _read_only_files(index / name):
+        Folder(index, build_schema())
+    assert not isinstance(err.value, PassingFaultError), err.value
+    assert "permission denied" not in str(err.value)
+
+
+def test_a_manifest_that_is_no_database_is_damage_though_read_only(tmp_path: Path) -> None:
+    """SQLite's "file is not a database" of a read-only manifest is damage (moved aside, rebuilt):
+    the engine said so before any question of permission. Was: "permission denied: …", never moved
+    aside."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import lifecycle
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "manifest.sqlite"
+    path.write_bytes(os.urandom(8192))
+    with pytest.raises(StoreError) as err:
+        Manifest(path)
+    with _read_only_files(path):
+        lifecycle._unless_disk_full(path, err.value)  # not a fault that passes: raises nothing

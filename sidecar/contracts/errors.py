@@ -206,6 +206,24 @@ def is_permission_denied(exc: BaseException | None) -> bool:
     )
 
 
+# How an engine says plainly that what it read is damaged: Tantivy ("Data corrupted",
+# "corruption"), SQLite ("file is not a database", "database disk image is malformed"), LanceDB,
+# the manifest's own integrity check. Such words are damage before any question of permission: a
+# read-only file of a store (a restore from a backup) does not make its damage a fault that passes.
+_DAMAGE_WORDS = ("corrupt", "file is not a database", "disk image is malformed", "failed its integrity check")
+# SQLite's primary result codes for damage: SQLITE_CORRUPT, SQLITE_NOTADB.
+_SQLITE_DAMAGE = (11, 26)
+
+
+def says_damage(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is an engine saying its files are damaged."""
+    return any(
+        (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF in _SQLITE_DAMAGE
+        or any(words in str(e).lower() for words in _DAMAGE_WORDS)
+        for e in _chain(exc)
+    )
+
+
 def is_out_of_handles(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) says no file handles are left, also as a
     Rust engine's message ("Too many open files (os error 24)")."""

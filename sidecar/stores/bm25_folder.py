@@ -30,6 +30,7 @@ from sidecar.contracts.errors import (
     StoreOutdatedError,
     engine_message,
     read_error_class,
+    says_damage,
     store_error_class,
 )
 from sidecar.stores.bm25_text import all_analyzers
@@ -65,8 +66,9 @@ def engine(what: str, path: Path | None = None) -> Iterator[None]:
         # moved aside and refilled.
         kind = store_error_class(exc)
         # Tantivy names no path and not always the OS's words: the folder is asked before its
-        # failure may be taken for damage.
-        denied = denied_at(path) if path is not None and kind in (StoreError, PermissionDeniedError) else None
+        # failure may be taken for damage, unless Tantivy said plainly it is damage.
+        asked = path is not None and kind in (StoreError, PermissionDeniedError) and not says_damage(exc)
+        denied = denied_at(path) if asked and path is not None else None
         if denied is not None:
             raise PermissionDeniedError(f"BM25 {what} failed: {denied}") from exc
         raise kind(f"BM25 {what} failed: {engine_message(exc)}") from exc
@@ -100,7 +102,7 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
     moved an agent's new index aside, then the whole keyword index, and refilled it on the full
     disk."""
     kind = DiskFullError if low_disk(path) is not None else store_error_class(exc)
-    if kind is StoreError or kind is PermissionDeniedError:
+    if (kind is StoreError or kind is PermissionDeniedError) and not says_damage(exc):
         denied = denied_at(path)
         if denied is not None:
             return PermissionDeniedError(f"BM25 index cannot be opened: {denied}")

@@ -30,6 +30,7 @@ from sidecar.contracts.errors import (
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
+    says_damage,
 )
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index, open_bm25
@@ -134,7 +135,9 @@ def _unless_disk_full(path: Path, exc: StoreError) -> None:
             f"{exc} (the disk of {path.parent} is full: nothing was moved aside; "
             "free some space and the daemon starts again)"
         ) from exc
-    denied = denied_at(path)
+    # An engine that said plainly its files are damaged is believed: a read-only file of a
+    # damaged store (a restore from a backup) would have kept the damage in place for ever.
+    denied = None if says_damage(exc) else denied_at(path)
     if denied is not None:
         raise PermissionDeniedError(
             f"{denied} ({path.name} could not be opened: {exc}; nothing was moved aside: once it "

@@ -17,7 +17,6 @@ import errno
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 from sidecar.contracts.errors import is_disk_full
@@ -88,42 +87,43 @@ def disk_full_at(folder: Path) -> bool:
     return written < PROBE_BYTES
 
 
-# Files of a store looked at for their permission at most (a vector table holds many).
-_DENIED_CHECKS = 400
-
-
 def denied_at(path: Path) -> str | None:
     """ "permission denied: <where>" when this process may not write the store at ``path`` (a
-    folder, or a file with its -wal and -shm beside it): a file made in its folder is refused
-    (EACCES, EPERM: a mode, an immutable folder, a privacy control, a share's rights), or one of its
-    files or folders may not be written. None when it may, or when it cannot be asked."""
+    folder, or a SQLite file with its -wal and -shm beside it): a file cannot be made, renamed and
+    removed in its folder (EACCES, EPERM: a mode, an immutable folder, a privacy control, a share's
+    rights), or a folder of it, or a file SQLite writes in place, may not be written. None when it
+    may, or when it cannot be asked. Not the files of Tantivy or LanceDB: they never write one in
+    place (a new file, or a rename over the old), so a read-only one (a restore from a backup)
+    stops nothing and says nothing of the store's damage."""
     folder = path if path.is_dir() else path.parent
-    probe = folder / f".write-probe-{secrets.token_hex(4)}"
-    try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except OSError as exc:
-        return f"permission denied: {folder}" if exc.errno in (errno.EACCES, errno.EPERM) else None
-    with contextlib.suppress(OSError):
-        probe.unlink()
-    for item in _store_files(path):
+    refused = _probe(folder)
+    if refused is not None:
+        return refused
+    if path.is_dir():
+        written = [Path(top, name) for top, dirs, _ in os.walk(path) for name in dirs]
+    else:
+        written = [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
+    for item in written:
         if not os.access(item, os.W_OK):
             return f"permission denied: {item}"
     return None
 
 
-def _store_files(path: Path) -> Iterator[Path]:
-    """``path`` and what it holds (at most ``_DENIED_CHECKS``), or a file's -wal and -shm."""
-    if not path.is_dir():
-        yield from (p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
-        return
-    yield path
-    seen = 0
-    for top, dirs, files in os.walk(path):
-        for name in (*dirs, *files):
-            seen += 1
-            if seen > _DENIED_CHECKS:
-                return
-            yield Path(top, name)
+def _probe(folder: Path) -> str | None:
+    """ "permission denied: <folder>" when a file cannot be made, renamed or removed in
+    ``folder`` for want of permission (what a store's writes do there); None otherwise."""
+    made = folder / f".write-probe-{secrets.token_hex(4)}"
+    moved = made.with_name(made.name + "-renamed")
+    try:
+        os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.rename(made, moved)
+        os.unlink(moved)
+    except OSError as exc:
+        for left in (made, moved):
+            with contextlib.suppress(OSError):
+                left.unlink()
+        return f"permission denied: {folder}" if exc.errno in (errno.EACCES, errno.EPERM) else None
+    return None
 
 
 # SQLite's result codes a write the OS refused can come back as: no permission, read-only, an
