@@ -133,3 +133,29 @@ def test_a_link_of_a_note_new_during_a_rebuild_is_not_resolved_yet_until_its_end
         assert _targets(after) == {"Boat": "vault/Projects/Boat"}
     finally:
         h.close()
+
+
+def test_a_target_deleted_during_a_rebuild_is_not_shown_as_linked(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note deleted while a rebuild runs: a link to it kept from the rebuild's copy would name
+    a note that is gone until the sweep's end (the sweep never saw it, so nothing resolved it
+    again); it reads "resolving" instead, and unresolved after the end. The other links keep
+    what they resolved to."""
+    from sidecar.notes.links import LinkGraph
+
+    write(vault / "Hub.md", _HUB)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        h.indexer.clear()
+        (vault / "Projects" / "Boat.md").unlink()  # deleted while the rebuild runs
+        links = _links_before_the_end(h, monkeypatch, "vault/Hub")
+        assert _targets(links) == {**_RESOLVED, "Boat": None}
+        assert [link.get("resolving") for link in links if link["link"] == "Boat"] == [True]
+        after = LinkGraph(h.stores.manifest.read).links_of("vault/Hub")
+        assert _targets(after) == {**_RESOLVED, "Boat": None}
+        assert not any(link.get("resolving") for link in after)
+    finally:
+        h.close()

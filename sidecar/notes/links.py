@@ -213,14 +213,22 @@ def names_of(key: str, aliases: Iterable[str] = ()) -> set[str]:
 NOT_RESOLVED_YET = -1
 
 
-def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link], *, later: bool = False) -> None:
+def replace_links(
+    db: sqlite3.Connection,
+    key: str,
+    links: Sequence[Link],
+    *,
+    later: bool = False,
+    exists: Callable[[str, str | None], bool] | None = None,
+) -> None:
     """A note's links, replaced inside the caller's transaction (resolved by ``reresolve``).
     ``later``: resolved only once the sweep ends (``Writer.defer_links``): each link keeps what the
     note's link to the same target resolved to before (its rows now, or those a rebuild set
     aside), so that a restart that re-cuts every note or a rebuild does not show the vault's links
     as naming no note for as long as the sweep takes; one with nothing to keep is marked
-    ``NOT_RESOLVED_YET``."""
-    kept = _resolved_before(db, key) if later else {}
+    ``NOT_RESOLVED_YET``. ``exists(key, file name)``: whether a note's file is still there, asked
+    of a target kept from a rebuild's copy (``_resolved_before``)."""
+    kept = _resolved_before(db, key, exists) if later else {}
     src = _ids(db, [key], add=True)[key]
     dst_ids = _ids(db, [d for d, _ in kept.values() if d is not None], add=True)
     pending = (None, NOT_RESOLVED_YET) if later else (None, 0)
@@ -256,18 +264,39 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link], *, la
 _ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
 
 
-def _resolved_before(db: sqlite3.Connection, key: str) -> dict[str, tuple[str | None, int]]:
+def _resolved_before(
+    db: sqlite3.Connection, key: str, exists: Callable[[str, str | None], bool] | None = None
+) -> dict[str, tuple[str | None, int]]:
     """What each link target of the note ``key`` resolved to before: from its rows, else from
-    the copy a rebuild set aside (``aside_links``, as the manifest's ``set_aside`` keeps it)."""
+    the copy a rebuild set aside (``aside_links``, as the manifest's ``set_aside`` keeps it). A
+    target kept from that copy that the rebuild has not read again is kept only while its file is
+    there (``exists``): a note deleted or renamed since the rebuild began is in no list the
+    sweep's end compares, and was shown as linked until every link was resolved again."""
     rows = db.execute("SELECT target, dst, candidates FROM links WHERE src = ?", (key,)).fetchall()
-    if not rows and db.execute(_ASIDE_LINKS).fetchone():
-        try:
-            rows = db.execute(
-                "SELECT target, dst, candidates FROM aside_links WHERE src = ?", (key,)
-            ).fetchall()
-        except sqlite3.OperationalError:  # an older release's copy, without these columns
-            rows = []
-    return {target: (dst, candidates) for target, dst, candidates in rows}
+    if rows or not db.execute(_ASIDE_LINKS).fetchone():
+        return {target: (dst, candidates) for target, dst, candidates in rows}
+    try:
+        rows = db.execute("SELECT target, dst, candidates FROM aside_links WHERE src = ?", (key,)).fetchall()
+    except sqlite3.OperationalError:  # an older release's copy, without these columns
+        return {}
+    return {
+        target: (dst, candidates)
+        if dst is None or _still_there(db, dst, exists)
+        else (None, NOT_RESOLVED_YET)
+        for target, dst, candidates in rows
+    }
+
+
+def _still_there(db: sqlite3.Connection, key: str, exists: Callable[[str, str | None], bool] | None) -> bool:
+    """Whether the note ``key`` is indexed now, or its file (by the name the rebuild's copy
+    recorded) is still there; True when nothing can be asked."""
+    if db.execute("SELECT 1 FROM files WHERE key = ?", (key,)).fetchone() is not None or exists is None:
+        return True
+    try:
+        row = db.execute("SELECT rel FROM aside_files WHERE key = ?", (key,)).fetchone()
+    except sqlite3.OperationalError:  # no copy of the files beside the links'
+        row = None
+    return exists(key, None if row is None else row[0])
 
 
 def set_excluded(
