@@ -38,18 +38,20 @@ def _with_agents(make_cfg: Any, vault: Path) -> Any:
 
 
 @contextlib.contextmanager
-def _immutable(folder: Path) -> Iterator[None]:
-    """``folder`` and all in it immutable meanwhile (chattr +i: every write and every file made
-    fails with EPERM, for root too, whom a mode does not bind)."""
+def _immutable(folder: Path, *, recursive: bool = True) -> Iterator[None]:
+    """``folder`` and all in it (or, not ``recursive``, the folder alone: no file made, renamed or
+    removed in it) immutable meanwhile (chattr +i: every write and every file made fails with
+    EPERM, for root too, whom a mode does not bind)."""
+    flag = ["-R"] if recursive else []
     if shutil.which("chattr") is None:
         pytest.skip("needs chattr to make a folder refuse writes with EPERM")
-    done = subprocess.run(["chattr", "-R", "+i", str(folder)], capture_output=True, check=False)
+    done = subprocess.run(["chattr", *flag, "+i", str(folder)], capture_output=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"cannot make a folder immutable here: {done.stderr.decode().strip()}")
     try:
         yield
     finally:
-        subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, check=True)
+        subprocess.run(["chattr", *flag, "-i", str(folder)], capture_output=True, check=True)
 
 
 def test_an_agents_keyword_index_that_refuses_writes_is_not_taken_for_damage(
@@ -248,3 +250,52 @@ def test_a_manifest_that_is_no_database_is_damage_though_read_only(tmp_path: Pat
         Manifest(path)
     with _read_only_files(path):
         lifecycle._unless_disk_full(path, err.value)  # not a fault that passes: raises nothing
+
+
+def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose index folder refuses new files (immutable: EPERM) serves search from the index
+    as it is, like a start on a full disk, status saying "permission denied: <path>"; writes are
+    refused; once the folder may be written the switch to writable succeeds. Nothing is moved
+    aside. Was: the daemon exited (5) with no search at all."""
+    import tempfile
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir, recursive=False):  # the manifest's -wal cannot be made
+                d.startup()
+                assert d._read_only_parts is not None and d.parts is None
+                dispatch = d._dispatch
+                assert dispatch is not None
+                hits = dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))[
+                    "hits"
+                ]
+                assert hits
+                said = str(dispatch.dispatch(Request("health", {}, agent="ops")))
+                assert "permission denied: " in said and "until it can be written" in said, said
+                with pytest.raises(SidecarError):
+                    dispatch.dispatch(Request("index", {}, agent="ops"))
+                assert d._switch_to_writable() is False  # still refused: read-only again
+                assert d._read_only_parts is not None
+            assert d._switch_to_writable() is True
+            assert d.parts is not None
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
