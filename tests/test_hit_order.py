@@ -91,3 +91,25 @@ def test_sidecar_search_says_why_a_hit_is_listed_above_one_of_higher_relevance(
     lines = [line for line in capsys.readouterr().out.splitlines() if "relevance" in line]
     assert "ranked above hits of higher relevance: it holds a rare word of the query" in lines[0]
     assert not any("ranked above" in line for line in lines[1:])
+
+
+def test_a_hit_ranked_up_names_only_what_can_have_lifted_it() -> None:
+    """A boost is named only when it closes the gap by itself; a demotion of the hit below is
+    named; the source's weight names the source. Was: "its source" for memory's 1.05 on a 0.40
+    above a 0.74 log page (the log page's demotion did it), and for any boost the hit held."""
+    import dataclasses
+
+    from sidecar.contracts.wire import ranked_up
+
+    demoted = [_hit("wiki/a", 0.40, 0.50, {"source": 1.1}), _hit("wiki/logs/b", 0.74, 0.45, {"log": 0.6})]
+    assert ranked_up(demoted)[0] == (
+        "ranked above hits of higher relevance: the hit below is a log or journal page, demoted"
+    )
+    too_small = [_hit("memory/claude/a", 0.63, 0.9, {"source": 1.05}), _hit("vault/b", 0.74, 0.8, {})]
+    assert ranked_up(too_small)[0] == (
+        "ranked above hits of higher relevance: its place in the keyword and meaning results"
+    )
+    memory = dataclasses.replace(_hit("memory/claude/a", 0.70, 0.9, {"source": 1.1}), source="memory")
+    assert ranked_up([memory, _hit("vault/b", 0.74, 0.8, {})])[0] == (
+        "ranked above hits of higher relevance: memory notes weighted 1.1"
+    )
