@@ -299,3 +299,82 @@ def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+# Run as an unprivileged user (``_unprivileged``): what a mode refuses, for real (root ignores
+# modes). Prints one line per case: the error's class, and whether it is a fault that passes.
+_AS_A_USER = """
+import os, sys
+from pathlib import Path
+from sidecar.contracts.errors import StoreError, is_passing_fault
+from sidecar.stores import lifecycle
+from sidecar.stores.bm25_folder import Folder, engine
+from sidecar.stores.bm25_text import build_schema
+from sidecar.stores.manifest import Manifest
+
+base = Path(sys.argv[1])
+
+def said(case, run):
+    try:
+        run()
+        print(case, "ok", "-")
+    except StoreError as exc:
+        print(case, type(exc).__name__, is_passing_fault(exc))
+
+damaged = base / "damaged"
+Folder(damaged, build_schema()).close()
+(damaged / "meta.json").write_text("{ not json")
+os.chmod(damaged / ".tantivy-meta.lock", 0o444)
+os.chmod(damaged / "meta.json", 0o444)
+said("damaged", lambda: Folder(damaged, build_schema()))
+
+closed = base / "closed"
+Folder(closed, build_schema()).close()
+os.chmod(closed, 0o555)
+def commit():
+    folder = Folder(closed, build_schema())
+    with engine("commit", closed):
+        folder.writer.commit()
+said("closed", commit)
+
+manifest = base / "manifest.sqlite"
+manifest.write_bytes(os.urandom(8192))
+os.chmod(manifest, 0o444)
+try:
+    Manifest(manifest)
+except StoreError as exc:
+    said("manifest", lambda: lifecycle._unless_disk_full(manifest, exc))
+"""
+
+
+def test_as_an_unprivileged_user_a_refused_folder_is_denied_and_damage_stays_damage() -> None:
+    """As a user a mode binds (root ignores modes; run under setpriv as nobody): a keyword index
+    whose folder is 0555 is a permission denied (a fault that passes), while a damaged keyword
+    index or manifest with read-only files (0444: a restore from a backup) is damage, to be moved
+    aside. The other tests of this file refuse writes by a patched os call or chattr; this one
+    meets the OS's own EACCES."""
+    import sys
+    import tempfile
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs setpriv and root, to run as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="sidecar-perm-"))
+    try:
+        os.chmod(base, 0o755)
+        os.chown(base, 65534, 65534)
+        command = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        command += [sys.executable, "-c", _AS_A_USER, str(base)]
+        cwd = Path(__file__).resolve().parent.parent
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+        if done.returncode != 0 and "Permission denied" in done.stderr and "sidecar" not in done.stdout:
+            pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[:3] == [
+            "damaged StoreError False",
+            "closed PermissionDeniedError True",
+            "manifest ok -",
+        ], done.stdout
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
