@@ -577,9 +577,10 @@ def test_status_names_the_largest_of_the_backlog_not_a_note_written_continuously
     assert idx["pending_largest"] == {"reference": "vault/Big", "chunks": big}
 
 
-def test_status_subtracts_the_batch_computed_now_from_the_backlog_only_beyond_a_continuous_notes() -> None:
+def test_status_counts_the_batch_computed_now_in_the_backlog_only_beyond_a_continuous_notes() -> None:
     """The batch the model computes now may hold a note written continuously's chunks, which the
-    backlog leaves out: the Vectors line must not say the backlog is being stored."""
+    backlog leaves out: the Vectors line must not say the backlog is being stored, and says the
+    computed part of the backlog beside the count waiting (the count every answer gives)."""
     health = {
         "version": "x", "started": 0, "pid": 1, "socket": "s", "home": "h", "vault": None,
         "index": {"state": "ready", "phase": "idle", "progress": {"done": 0, "total": 0}, "files": 2,
@@ -591,6 +592,7 @@ def test_status_subtracts_the_batch_computed_now_from_the_backlog_only_beyond_a_
     text = render_status(health)
     assert "Vectors: 20 chunks waiting for vectors" in text and "storing" not in text
     health["vectors"]["computing"] = 50  # beyond the continuous note's 40: 10 of the backlog's
-    assert "Vectors: 10 chunks waiting for vectors" in render_status(health)
+    said = render_status(health)  # the count waiting as answers give it, the computed part said
+    assert "Vectors: 20 chunks waiting for vectors (10 of them computed, stored with the batch" in said
     health["vectors"]["computing"] = 60
     assert "Vectors: storing the last 20 computed" in render_status(health)

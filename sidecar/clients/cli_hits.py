@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import anchor_missing
+from sidecar.contracts.wire import anchor_missing, links_state_note
 
 
 def render_links(r: dict[str, Any]) -> str:
@@ -28,8 +28,13 @@ def render_links(r: dict[str, Any]) -> str:
         kind = "embeds this note" if b.get("embed") else "links here"
         anchor = f" #{shown(b['anchor'])}" if b.get("anchor") else ""
         lines.append(f"  line {b['line']} of {shown(b['reference'])} {kind}{anchor}")
+    for link in r["links"]:
+        if link["target"] is None and link.get("resolving"):
+            lines.append(f"  line {link['line']}: not resolved yet: [[{shown(link['link'])}]]")
     for name in r["unresolved"]:
         lines.append(f"  unresolved: [[{shown(name)}]]")
+    if (note := links_state_note(r)) is not None:
+        lines.append(f"  note: {shown(note)}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from sidecar.contracts.wire import (
     parse_explanation,
     parse_search,
     pending_note,
+    ranked_up,
     refused_note,
     resolved_notes,
     stale_note,
@@ -79,8 +80,11 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         print("no note matches these filters")
     elif not result.hits:
         print("nothing relevant found")
+    lifted = ranked_up(result.hits)
     for i, hit in enumerate(result.hits, 1):
         where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")
+        if lifted[i - 1] is not None:
+            where += f"; {lifted[i - 1]}"
         if hit.modified_ahead:
             where += (
                 f" by its last change seen here (its file's date {hit.modified_ahead} lies in the future)"

@@ -394,11 +394,19 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
     continuous = idx.get("continuous")
     # The chunks each indexing of a note written continuously leaves: said on a line of their own.
     pending = backlog(idx)
-    # Less what the model computed of the batch it runs now: the count moves as the model does,
-    # not once a batch is stored (minutes apart on a slow CPU). That batch may be a continuous
-    # note's chunks, left out of ``pending``: only what it holds beyond those is the backlog's.
+    # Less what the model computed of the batch it runs now (its time left counts those done): the
+    # line says both, so that progress shows as the model works, not once a batch is stored
+    # (minutes apart on a slow CPU), and the count waiting is the one every answer's note and
+    # `status --json` give (the line said fewer than they did, a second apart). That batch may be a
+    # continuous note's chunks, left out of ``pending``: only what it holds beyond those is the
+    # backlog's.
     computing = int((h.get("vectors") or {}).get("computing") or 0)
     waiting = max(min(pending, int(idx["pending_vectors"]) - computing), 0)
+    computed = (
+        f" ({pending - waiting:,} of them computed, stored with the batch running now)"
+        if pending > waiting
+        else ""
+    )
     lines: list[str] = []
     active = (h.get("problems") or {}).get("active", [])
     # While vectors cannot be stored (a full disk) nothing moves: no ETA, say why instead.
@@ -415,7 +423,8 @@ def _vector_lines(h: dict[str, Any], todo: list[str]) -> list[str]:
         if waiting:
             left = eta(waiting, idx.get("embed_rate_chunks_per_second"), idx.get("embed_rate_rough"))
             lines.append(
-                f"Vectors: {waiting:,} chunks waiting for vectors{_largest_words(idx, pending)}{left}; "
+                f"Vectors: {pending:,} chunks waiting for vectors{computed}"
+                f"{_largest_words(idx, pending)}{left}; "
                 "keyword search covers them already"
             )
         elif pending:

@@ -24,7 +24,9 @@ from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     anchor_missing,
     hit_json,
+    links_state_note,
     parse_search,
+    ranked_up,
     resolved_notes,
     state_json,
     window_json,
@@ -167,6 +169,9 @@ class ToolCalls:
         raw = self.call("search", params)
         result = parse_search(raw)
         hits = [{k: j[k] for k in HIT_KEYS if k in j} for j in map(hit_json, result.hits)]
+        for hit, why in zip(hits, ranked_up(result.hits), strict=True):
+            if why is not None:  # listed above a hit of higher relevance: said why
+                hit["rankedUp"] = why
         masked: dict[str, int] = {}
         for h in result.hits:
             for kind, n in h.masked.items():
@@ -216,6 +221,9 @@ class ToolCalls:
         ]
         if missing:  # the note is there, the part the link names is not: it opens at the top
             text += f"\nLinks to a heading or block that is not there: {', '.join(missing)}"
+        if (state := links_state_note(r)) is not None:
+            pending = sorted({shown(link["link"]) for link in r.get("links", []) if link.get("resolving")})
+            text += f"\nnote: {state}" + (f" ({', '.join(pending)})" if pending else "")
         if r.get("masked"):
             text += "\n\n" + masked_note(r["masked"])
         return text, r

@@ -37,6 +37,7 @@ HIT = obj(
         "text": STR,
         "relevance": NUM,
         "score": NUM,
+        "rankedUp": STR,
         "masked": COUNTS,
         "date": STR,
         "datedBy": {"type": "string", "enum": ["name", "property", "modified"]},

@@ -109,6 +109,7 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
         lines.append(
             f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
             f"relevance {h.get('relevance', 0.0):.2f}{_dated(h)}"
+            + (f"; {h['rankedUp']}" if h.get("rankedUp") else "")
             + (f"; {DELETION_HELD_MARK}" if h.get("deletionHeld") else "")
             + ")"
             + (f"\n   section: {head}" if head else "")

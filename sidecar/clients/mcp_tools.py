@@ -74,7 +74,11 @@ TOOLS: list[dict[str, Any]] = [
         "before answering questions about the user's projects, setup, decisions or preferences, and "
         "before writing a memory note (to find one to update instead). Returns the best passages, each "
         "with its source tag, reference, line range and relevance (0-1); pass a reference to memory_get "
-        "for the whole note. " + FILTER_HELP,
+        "for the whole note. Passages are listed best first by their ranking score: relevance (how "
+        "well the passage matches, without boosts; comparable across queries, minScore filters on it) "
+        "with boosts (a rare word of the query, the note's name, its source, more passages of its "
+        "note matching). So a passage may come before one of higher relevance; it then says why "
+        "(rankedUp). " + FILTER_HELP,
         obj(
             {
                 "query": {

@@ -132,6 +132,13 @@ class IoFaultError(PassingFaultError):
     stale NFS handle, a permission a sync tool flipped): its bytes are unknown, not wrong."""
 
 
+class PermissionDeniedError(IoFaultError):
+    """A store's file or folder may not be read or written by this process (EACCES, EPERM: a mode,
+    an immutable file, a privacy control, a share's rights): like a full disk, not damage (nothing
+    is moved aside, nothing rebuilt); tried again until it may be written. Taken for damage, an
+    agent's keyword index was moved aside once the permission came back."""
+
+
 # How a full disk reads in the messages of the engines that do not keep the errno: LanceDB's
 # ("No space left on device (os error 28)"), sqlite's ("database or disk is full"), a quota's.
 _DISK_FULL_WORDS = (
@@ -143,10 +150,13 @@ _DISK_FULL_WORDS = (
 
 
 def store_error_class(exc: BaseException) -> type[StoreError]:
-    """The error a store raises for ``exc``: a full disk or no file handles left is a fault that
-    passes (nothing is damaged, nothing is moved aside), anything else may be damage."""
+    """The error a store raises for ``exc``: a full disk, a permission denied or no file handles
+    left is a fault that passes (nothing is damaged, nothing is moved aside), anything else may be
+    damage."""
     if is_disk_full(exc):
         return DiskFullError
+    if is_permission_denied(exc):
+        return PermissionDeniedError
     return NoHandlesError if is_out_of_handles(exc) else StoreError
 
 
@@ -178,6 +188,40 @@ _OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
 
 
 _NO_HANDLES = (errno.EMFILE, errno.ENFILE)
+_DENIED = (errno.EACCES, errno.EPERM)
+# How a permission denied reads in an engine's message that keeps no errno: Tantivy's lock file
+# ("Failed to acquire Lockfile: Operation not permitted"), the OS's own words.
+_DENIED_WORDS = ("permission denied", "operation not permitted")
+
+
+def is_permission_denied(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says this process may not read or write a
+    file (EACCES, EPERM), also in an engine's message without the errno."""
+    return any(
+        isinstance(e, PermissionDeniedError)
+        or (isinstance(e, OSError) and e.errno in _DENIED)
+        or any(int(code) in _DENIED for code in _OS_ERROR_CODE.findall(str(e)))
+        or any(words in str(e).lower() for words in _DENIED_WORDS)
+        for e in _chain(exc)
+    )
+
+
+# How an engine says plainly that what it read is damaged: Tantivy ("Data corrupted",
+# "corruption"), SQLite ("file is not a database", "database disk image is malformed"), LanceDB,
+# the manifest's own integrity check. Such words are damage before any question of permission: a
+# read-only file of a store (a restore from a backup) does not make its damage a fault that passes.
+_DAMAGE_WORDS = ("corrupt", "file is not a database", "disk image is malformed", "failed its integrity check")
+# SQLite's primary result codes for damage: SQLITE_CORRUPT, SQLITE_NOTADB.
+_SQLITE_DAMAGE = (11, 26)
+
+
+def says_damage(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is an engine saying its files are damaged."""
+    return any(
+        (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF in _SQLITE_DAMAGE
+        or any(words in str(e).lower() for words in _DAMAGE_WORDS)
+        for e in _chain(exc)
+    )
 
 
 def is_out_of_handles(exc: BaseException | None) -> bool:
@@ -194,8 +238,9 @@ def is_out_of_handles(exc: BaseException | None) -> bool:
 
 def is_io_fault(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or an error it was raised from) is a file-system fault (``_IO_FAULTS``),
-    also as a Rust engine's message ("Read-only file system (os error 30)")."""
-    return any(
+    also as a Rust engine's message ("Read-only file system (os error 30)", "Operation not
+    permitted")."""
+    return is_permission_denied(exc) or any(
         (isinstance(e, OSError) and e.errno in _IO_FAULTS)
         or any(int(code) in _IO_FAULTS for code in _OS_ERROR_CODE.findall(str(e)))
         for e in _chain(exc)
@@ -217,7 +262,7 @@ def is_passing_fault(exc: BaseException | None) -> bool:
 def read_error_class(exc: BaseException) -> type[StoreError]:
     """The error for a store's file that could not be read: a fault that passes
     (``is_passing_fault``) is not damage; anything else may be."""
-    if is_io_fault(exc) and not (is_disk_full(exc) or is_out_of_handles(exc)):
+    if is_io_fault(exc) and not (is_disk_full(exc) or is_out_of_handles(exc) or is_permission_denied(exc)):
         return IoFaultError
     return store_error_class(exc)
 
@@ -226,7 +271,9 @@ def read_error_class(exc: BaseException) -> type[StoreError]:
 # person: a Rust debug form of the OS error, a generic hint in Some("…"), and the source file and
 # line of the panic inside Rust's own library or a crate.
 _RUST_OS_ERROR = re.compile(r'IoError\(Os \{ code: \d+, kind: \w+, message: "([^"]*)" \}\)')
-_RUST_HINT = re.compile(r'\.?\s*Some\("(?:[^"\\]|\\.)*"\)')
+# A hint, or its empty form (Tantivy's lock failure: "Operation not permitted. None"), only where it
+# ends the message or a part of it, never a sentence going on ("… None of the notes").
+_RUST_HINT = re.compile(r'\.?\s*Some\("(?:[^"\\]|\\.)*"\)|\.\s+None(?=\s*(?:$|[,;)\]\n]))')
 _RUST_SOURCE = re.compile(r",?\s*(?:/rustc/[0-9a-f]+|\S*/\.cargo/registry/src)/\S+?\.rs:\d+:\d+")
 
 

@@ -199,6 +199,93 @@ def indexing_note(done: int, total: int) -> str:
     return f"the index is still being built ({read}): notes not read yet cannot be found"
 
 
+# What each boost that lifts a hit means, for a person and an agent (``ranked_up``); the
+# source's words name the source and its weight (``_lift_words``).
+_BOOST_WORDS = {
+    "name": "the query is its name",
+    "fullName": "its name is in the query",
+    "slug": "words of its name are in the query",
+    "rareTerm": "it holds a rare word of the query",
+    "support": "more passages of its note match",
+    "linked": "a better hit links to it",
+    "rank": "its place in the keyword and meaning results",
+}
+# Boosts added to the score (the rest multiply it).
+_ADDED = frozenset({"name", "support", "rank"})
+# What a demotion of the hit below means (``ranked_up``).
+_DEMOTION_WORDS = {
+    "log": "the hit below is a log or journal page, demoted",
+    "hub": "the hit below is a note many notes link to, damped",
+}
+# Relevance a hit must fall short of a later one's by to be said ranked above it (rounding aside).
+_RANKED_UP_BY = 0.005
+_GENERIC = "its place in the keyword and meaning results"
+
+
+def _lift_words(hit: Hit, name: str, value: float, reach: float) -> str | None:
+    """The words of the boost ``name`` (``value``) of ``hit`` when it lifts it and is big enough
+    to close the gap to the relevance ``reach`` by itself; None otherwise. A boost too small for
+    that did not cause the order (memory's weight 1.05 on 0.63 does not reach 0.74)."""
+    if name in _ADDED:
+        lifted = value > 0 and hit.relevance + value >= reach - _RANKED_UP_BY
+    else:
+        lifted = value > 1.0 and hit.relevance * value >= reach - _RANKED_UP_BY
+    if not lifted:
+        return None
+    if name == "source":
+        return f"{hit.source} notes weighted {value:g}"
+    return _BOOST_WORDS.get(name)
+
+
+def ranked_up(hits: Sequence[Hit]) -> list[str | None]:
+    """For each hit listed above a later one of higher relevance, why: hits are ordered by
+    ``score`` (relevance with the boosts: a rare or named word, the source, ...), and relevance
+    is the match alone; a 0.63 above a 0.74 with no word of it read as a wrong order. Named: a
+    boost of the hit that closes the gap by itself, and a demotion of the best hit below it;
+    else the general words (the ranking score's own scale, or boosts together). None for the
+    others."""
+    out: list[str | None] = []
+    for i, h in enumerate(hits):
+        below = [x for x in hits[i + 1 :] if x.relevance > h.relevance + _RANKED_UP_BY]
+        if not below:
+            out.append(None)
+            continue
+        best = max(below, key=lambda x: x.relevance)
+        why = [w for name, value in h.boosts.items() if (w := _lift_words(h, name, value, best.relevance))]
+        why += [
+            words
+            for name, value in best.boosts.items()
+            if (words := _DEMOTION_WORDS.get(name)) is not None and value < (1.0 if name == "log" else 0.0)
+        ]
+        out.append("ranked above hits of higher relevance: " + "; ".join(dict.fromkeys(why or [_GENERIC])))
+    return out
+
+
+def links_state_note(result: dict[str, Any]) -> str | None:
+    """What a client says of a ``get`` answer's links that are not known yet: links written while
+    the index is being built (or re-cut) are resolved once the sweep ends (``"resolving": true``),
+    and backlinks from notes not read yet are missing (``indexing``); None when every link is
+    known. A link shown with no target read as a fact to an agent that follows links."""
+    resolving = sum(1 for link in result.get("links", []) if link.get("resolving"))
+    building = result.get("indexing")
+    if not resolving and not building:
+        return None
+    parts = []
+    if resolving:
+        parts.append(
+            f"{resolving} link(s) of this note are not resolved yet (resolved once the index's sweep "
+            "ends): they may name a note"
+        )
+    if building:
+        read = result.get("indexed", True)
+        unread = "" if read else "this note is not read yet (its links are not known); "
+        parts.append(
+            f"{indexing_note(building['done'], building['total'])}; {unread}backlinks from notes not "
+            "read yet are missing meanwhile"
+        )
+    return "; ".join(parts)
+
+
 def catching_up_note(done: int, total: int, recut: int = 0) -> str:
     """What a client says while file changes wait or are being applied (``catchingUp``). Notes
     only cut again (the chunking settings, the model or sidecar's chunker changed) moved nowhere:

@@ -22,6 +22,7 @@ from sidecar.contracts.errors import (
     RetiringModelError,
     StoreError,
     is_disk_full,
+    is_passing_fault,
 )
 from sidecar.index.indexer import Activity
 from sidecar.index.migration import attach
@@ -32,6 +33,7 @@ from sidecar.index.vectortables import tidy_paused
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
+from sidecar.stores.space import fault_words
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +162,10 @@ class Backfill:
         if is_disk_full(exc):
             log.error("embedding_failed reason=disk full error=%s retry_in=%.0fs", exc, delay)
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"
-        elif isinstance(exc, (StoreError, EmbedderError)):
-            log.error("embedding_failed error=%s retry_in=%.0fs", exc, delay)
-            why = str(exc)
+        elif isinstance(exc, (StoreError, EmbedderError, sqlite3.Error)):
+            # SQLite's "disk I/O error" for a write refused for want of permission: said so.
+            why = fault_words(exc, self.cfg.index_dir / "manifest.sqlite")
+            log.error("embedding_failed error=%s retry_in=%.0fs", _with_engine_words(why, exc), delay)
         else:  # unexpected: keep the traceback
             why = f"{type(exc).__name__}: {exc}"
             log.error("embedding_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
@@ -235,7 +238,7 @@ class Backfill:
         try:
             attach(self.cfg, self.vectors, model, self.problems, give_up=self._give_up_retiring())
         except StoreError as exc:
-            if is_disk_full(exc):
+            if is_passing_fault(exc):  # a full disk, a permission denied: no damage to repair
                 raise
             log.error("vectors_unavailable error=%s", exc)
             self.repair.repair_vectors(f"attaching failed: {exc}")
@@ -264,8 +267,8 @@ class Backfill:
             why = f"the disk of {self.cfg.index_dir} is full ({exc})"
             log.error("vectors_unavailable reason=disk full error=%s retry_in=%.0fs", exc, delay)
         elif isinstance(exc, (StoreError, EmbedderError, OSError, sqlite3.Error)):
-            why = str(exc)
-            log.error("vectors_unavailable error=%s retry_in=%.0fs", exc, delay)
+            why = fault_words(exc, self.cfg.index_dir / "manifest.sqlite")
+            log.error("vectors_unavailable error=%s retry_in=%.0fs", _with_engine_words(why, exc), delay)
         else:  # unexpected: keep the traceback
             why = f"{type(exc).__name__}: {exc}"
             log.error("vectors_attach_crashed error=%s retry_in=%.0fs", why, delay, exc_info=exc)
@@ -326,3 +329,8 @@ class Backfill:
     def _ann_retry_ok(self) -> bool:
         """A build that failed is not tried again after every batch of vectors."""
         return time.monotonic() - self._ann_failed > 60
+
+
+def _with_engine_words(why: str, exc: BaseException) -> str:
+    """``why`` for the log, with the engine's own words when ``why`` replaced them."""
+    return why if why == str(exc) else f"{why} ({exc})"

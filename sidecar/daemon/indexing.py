@@ -30,6 +30,7 @@ from sidecar.index.problems import Problems
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
+from sidecar.stores.space import fault_words
 from sidecar.vault.sources import Root, is_note_name, vault_roots
 from sidecar.vault.watcher import obsidian_setting
 
@@ -564,8 +565,10 @@ class IndexLoop:
 
     def _failed(self, job: Job, exc: Exception, delay: float) -> None:
         if isinstance(exc, (StoreError, OSError, sqlite3.Error)):
-            log.error("sweep_failed error=%s retry_in=%.0fs", exc, delay)
-            why = str(exc)
+            why = fault_words(exc, self.indexer.stores.manifest.path)
+            log.error(
+                "sweep_failed error=%s retry_in=%.0fs", why if why == str(exc) else f"{why} ({exc})", delay
+            )
         else:  # unexpected: keep the traceback, once per kind (retried every few seconds, the
             # same 25-line traceback filled the journal at 24,000 lines an hour)
             why = f"{type(exc).__name__}: {exc}"

@@ -31,6 +31,7 @@ from sidecar.contracts.errors import (
     DaemonRunningError,
     DiskFullError,
     ExitCode,
+    PermissionDeniedError,
     StorageError,
     StoreError,
 )
@@ -299,7 +300,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
                     "and the daemon starts again"
                 )
             handlers = self._start_parts()
-        except DiskFullError as exc:
+        except (DiskFullError, PermissionDeniedError) as exc:
+            # The index may not be written (no space, or no permission: nothing was moved aside):
+            # searches answer from it as it is until it may be written again.
             handlers = self._start_read_only(exc)
         self._dispatch = Dispatch(handlers)
         server = build_server(cfg, self._dispatch)

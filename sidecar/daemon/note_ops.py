@@ -77,6 +77,12 @@ class NoteOps:
 
         def _building(self) -> tuple[int, int] | None: ...
 
+    def _indexing(self) -> dict[str, Any]:
+        """An answer's ``indexing`` ({"done", "total"}) while a new or rebuilt index has not read
+        every note, else nothing."""
+        building = self._building()
+        return {} if building is None else {"indexing": {"done": building[0], "total": building[1]}}
+
     def get(self, req: Request) -> dict[str, Any]:
         p = req.params
         check_known(p, ("reference", "startLine", "endLine", "maxChars"))
@@ -156,6 +162,7 @@ class NoteOps:
             "links": links,
             "backlinks": backlinks,
             "unresolved": unresolved_paths(links),
+            **self._indexing(),  # backlinks from notes not read yet are not known yet
         }
         if named.anchor:
             out["anchor"] = {"text": named.anchor, "found": section is not None}
@@ -248,11 +255,8 @@ class NoteOps:
             for kind, keys in item.get("shared", {}).items():
                 if kind != "tags":
                     item["shared"][kind] = [public_reference(k, req.agent) for k in keys]
-        out: dict[str, Any] = {"reference": public_reference(key, req.agent), "related": items}
-        building = self._building()
-        if building is not None:  # links of notes not read yet are not known yet
-            out["indexing"] = {"done": building[0], "total": building[1]}
-        return out
+        # Links of notes not read yet are not known yet.
+        return {"reference": public_reference(key, req.agent), "related": items, **self._indexing()}
 
     def outline(self, req: Request) -> dict[str, Any]:
         """The wiki's (or vault's) folders, pages and one-line descriptions within a token budget."""

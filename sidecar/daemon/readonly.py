@@ -262,6 +262,7 @@ class ReadOnly:
             )
         if self.failed:
             why = f"the index could not be opened for writing ({self.failed}; tried again every few seconds)"
+            waits = waits.replace("until there is space", "until it can be written")
         else:
             why = f"the disk holding the index is full: {free / 1e6:.1f} MB free"
             if self.needs:  # said "full: 1.5 MB free" where the space check saw room

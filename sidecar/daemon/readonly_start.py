@@ -19,7 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DiskFullError, SidecarError, StoreError, StoreNewerError
+from sidecar.contracts.errors import (
+    DiskFullError,
+    PermissionDeniedError,
+    SidecarError,
+    StoreError,
+    StoreNewerError,
+)
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read_only
 from sidecar.daemon.handlers import Handlers, ServiceState
@@ -77,15 +83,17 @@ class ReadOnlyStart:
 
         def _reload_quietly(self) -> None: ...
 
-    def _start_read_only(self, full: DiskFullError) -> Handlers:
-        """The stores cannot be opened for writing because the index's disk is full: serve search,
-        recall and get from the index as it is, opened for reading only, and refuse what writes
-        (``ReadOnly``); a thread watches the disk and starts the daemon's normal work once there
-        is space (``_wait_for_space``). ``full`` is raised again when the index cannot be read
-        that way (the daemon exits 5, as before)."""
+    def _start_read_only(self, full: DiskFullError | PermissionDeniedError) -> Handlers:
+        """The stores cannot be opened for writing because the index's disk is full, or this
+        process may not write its folder (``PermissionDeniedError``: a mode, an immutable file, a
+        share's rights): serve search, recall and get from the index as it is, opened for reading
+        only, and refuse what writes (``ReadOnly``); a thread watches the disk and starts the
+        daemon's normal work once it may be written (``_wait_for_space``). ``full`` is raised
+        again when the index cannot be read that way (the daemon exits 5, as before)."""
         self._read_only = True
+        failed = str(full) if isinstance(full, PermissionDeniedError) else None
         try:
-            handlers = self._read_only_handlers()
+            handlers = self._read_only_handlers(failed)
         except StoreNewerError:
             raise  # a newer version's index: refused (exit 3) whatever the disk's space
         except (StoreError, sqlite3.Error, OSError) as exc:
@@ -102,7 +110,7 @@ class ReadOnlyStart:
         # model's tokenizer (a "failed" slot let its catch-up sweep cut notes by a word estimate).
         slot = EmbedderSlot()
         if cfg.embedder.enabled:
-            slot.set_failed("not loaded while the disk holding the index is full (keyword search meanwhile)")
+            slot.set_failed("not loaded while the index cannot be written (keyword search meanwhile)")
         else:
             slot.set_failed("disabled by configuration (embedder.enabled: false)", state="off")
         kept, self._kept = self._kept, None

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StorageError, UnreadableError
+from sidecar.contracts.errors import SidecarError, StorageError, UnreadableError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff, kept_by
 from sidecar.index.linkreread import LinkReread
@@ -57,6 +57,7 @@ from sidecar.vault.sources import (
     inbox_refusal,
     inbox_root,
     inboxes_in_use,
+    path_for_key,
     stamp_ns,
     vault_roots,
 )
@@ -198,7 +199,7 @@ class Indexer:
         )  # time phrases' weeks (Calendar plugin)
         self.problems = problems
         self.changes = ChangeFinder(cfg, stores.manifest, supervisor, problems, self.excluded_by)
-        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder, self.excluded_by)
+        self.writer = Writer(stores, vectors, cfg.vault.wiki_subfolder, self.excluded_by, self.file_exists)
         self.links = LinkReread(self.manifest, self.writer, cfg.index.max_file_bytes)
         # The moved notes of the batch being written that are not read again (``_held_moves``).
         self._held: dict[str, Prepared] = {}
@@ -291,6 +292,14 @@ class Indexer:
         if keys:
             log.info("excluded_notes_removed count=%d", len(keys))
         return len(keys)
+
+    def file_exists(self, key: str, rel: str | None) -> bool:
+        """Whether the file of the note ``key`` (``rel``: the file name the index recorded) is
+        there, by the rules a get reads it by."""
+        try:
+            return path_for_key(self.cfg, key, rel)[1].is_file()
+        except (SidecarError, ValueError, OSError):
+            return False
 
     def excluded_by(self, key: str) -> str | None:
         """The rule that leaves this note out of the index, or None."""

@@ -63,12 +63,16 @@ class Writer:
         vectors: Vectoring,
         wiki_subfolder: str,
         excluded: Callable[[str], str | None] = lambda _key: None,
+        exists: Callable[[str, str | None], bool] | None = None,
     ) -> None:
         self.stores = stores
         self.vectors = vectors
         self.wiki_subfolder = wiki_subfolder
         # The rule that leaves a note out now (``Indexer.excluded_by``), asked under the lock.
         self.excluded = excluded
+        # Whether a note's file (key, file name) is still there (``Indexer.file_exists``): asked
+        # of a link target kept from a rebuild's copy while links are resolved later.
+        self.exists = exists
         # During the first sweep of a start every link is resolved once at its end
         # (resolve_all_links): resolving after each batch as well would redo the whole vault's
         # names again and again.
@@ -162,7 +166,7 @@ class Writer:
                 names = _alias_names(db, [r.key for r, _ in built])
                 for (record, chunks), p in zip(built, prepared, strict=True):
                     stores.manifest.commit_file(record, chunks, db)
-                    replace_links(db, record.key, p.links)
+                    replace_links(db, record.key, p.links, later=self.defer_links, exists=self.exists)
                     names |= names_of(record.key, p.parsed.aliases if p.parsed else ())
                 # A new or changed note may be what an ambiguous or dangling name now means.
                 if not self.defer_links:
@@ -271,7 +275,7 @@ class Writer:
             for key, (digest, links) in found.items():
                 row = db.execute("SELECT hash, state FROM files WHERE key = ?", (key,)).fetchone()
                 if row is not None and tuple(row) == (digest, "indexed"):
-                    replace_links(db, key, links)
+                    replace_links(db, key, links, later=self.defer_links, exists=self.exists)
                     written.append(key)
             if later:
                 stores.manifest.reread_keys(later, db)

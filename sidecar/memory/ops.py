@@ -50,6 +50,7 @@ from sidecar.stores.bm25_search import SHARED, SearchFault
 from sidecar.stores.embedtext import embed_hash
 from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest import Manifest
+from sidecar.stores.space import fault_words
 from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
@@ -169,10 +170,11 @@ class MemoryOps:
                     )
             except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
                 # The note is safely on disk; the index catches up once it can be written again.
-                log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
-                problems.report("index", f"indexing a memory write failed: {exc}")
+                why = fault_words(exc, self.stores.manifest.path)
+                log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, why)
+                problems.report("index", f"indexing a memory write failed: {why}")
                 key = root.key_of_path(written.path)
-                warning = f"saved, but not searchable yet: the index cannot be written ({exc})"
+                warning = f"saved, but not searchable yet: the index cannot be written ({why})"
         audit = _audit_warning(written.audit_error, agent, problems)
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",

@@ -207,13 +207,40 @@ def names_of(key: str, aliases: Iterable[str] = ()) -> set[str]:
     return names
 
 
-def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> None:
-    """A note's links, replaced inside the caller's transaction (resolved by ``reresolve``)."""
+# ``candidates`` of a link written while links are resolved later (the first sweep of a start or
+# a rebuild resolves them all at its end) that has no earlier resolution to keep: not resolved
+# yet, which is not "names no note" (``unresolved_paths``, ``LinkGraph.totals`` leave it out).
+NOT_RESOLVED_YET = -1
+
+
+def replace_links(
+    db: sqlite3.Connection,
+    key: str,
+    links: Sequence[Link],
+    *,
+    later: bool = False,
+    exists: Callable[[str, str | None], bool] | None = None,
+) -> None:
+    """A note's links, replaced inside the caller's transaction (resolved by ``reresolve``).
+    ``later``: resolved only once the sweep ends (``Writer.defer_links``): each link keeps what the
+    note's link to the same target resolved to before (its rows now, or those a rebuild set
+    aside), so that a restart that re-cuts every note or a rebuild does not show the vault's links
+    as naming no note for as long as the sweep takes; one with nothing to keep is marked
+    ``NOT_RESOLVED_YET``. ``exists(key, file name)``: whether a note's file is still there, asked
+    of a target kept from a rebuild's copy (``_resolved_before``)."""
+    kept = _resolved_before(db, key, exists) if later else {}
     src = _ids(db, [key], add=True)[key]
+    dst_ids = _ids(db, [d for d, _ in kept.values() if d is not None], add=True)
+    pending = (None, NOT_RESOLVED_YET) if later else (None, 0)
+
+    def resolved(target: str) -> tuple[int | None, int]:
+        dst, candidates = kept.get(target, pending)
+        return (None if dst is None else dst_ids[dst], candidates)
+
     db.execute("DELETE FROM link_rows WHERE src = ?", (src,))
     db.executemany(
         "INSERT INTO link_rows(src, ord, target, name, anchor, display, embed, kind, line, dst, candidates) "
-        "VALUES (?,?,?,?,?,?,?,?,?,NULL,0)",
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         [
             (
                 src,
@@ -225,12 +252,51 @@ def replace_links(db: sqlite3.Connection, key: str, links: Sequence[Link]) -> No
                 int(link.embed),
                 link.kind,
                 link.line,
+                *resolved(link.target),
             )
             for i, link in enumerate(links)
         ],
     )
     if not links:
         _forget(db, [src])
+
+
+_ASIDE_LINKS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'aside_links'"
+
+
+def _resolved_before(
+    db: sqlite3.Connection, key: str, exists: Callable[[str, str | None], bool] | None = None
+) -> dict[str, tuple[str | None, int]]:
+    """What each link target of the note ``key`` resolved to before: from its rows, else from
+    the copy a rebuild set aside (``aside_links``, as the manifest's ``set_aside`` keeps it). A
+    target kept from that copy that the rebuild has not read again is kept only while its file is
+    there (``exists``): a note deleted or renamed since the rebuild began is in no list the
+    sweep's end compares, and was shown as linked until every link was resolved again."""
+    rows = db.execute("SELECT target, dst, candidates FROM links WHERE src = ?", (key,)).fetchall()
+    if rows or not db.execute(_ASIDE_LINKS).fetchone():
+        return {target: (dst, candidates) for target, dst, candidates in rows}
+    try:
+        rows = db.execute("SELECT target, dst, candidates FROM aside_links WHERE src = ?", (key,)).fetchall()
+    except sqlite3.OperationalError:  # an older release's copy, without these columns
+        return {}
+    return {
+        target: (dst, candidates)
+        if dst is None or _still_there(db, dst, exists)
+        else (None, NOT_RESOLVED_YET)
+        for target, dst, candidates in rows
+    }
+
+
+def _still_there(db: sqlite3.Connection, key: str, exists: Callable[[str, str | None], bool] | None) -> bool:
+    """Whether the note ``key`` is indexed now, or its file (by the name the rebuild's copy
+    recorded) is still there; True when nothing can be asked."""
+    if db.execute("SELECT 1 FROM files WHERE key = ?", (key,)).fetchone() is not None or exists is None:
+        return True
+    try:
+        row = db.execute("SELECT rel FROM aside_files WHERE key = ?", (key,)).fetchone()
+    except sqlite3.OperationalError:  # no copy of the files beside the links'
+        row = None
+    return exists(key, None if row is None else row[0])
 
 
 def set_excluded(
@@ -416,6 +482,8 @@ def outgoing(db_rows: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
             **({"ambiguous": r[6]} if r[6] > 1 else {}),
             # the target exists but a rule leaves it out of the index (the rule that does)
             **({"excluded": r[7]} if len(r) > 7 and r[7] else {}),
+            # written while links are resolved later, with no earlier resolution: not known yet
+            **({"resolving": True} if r[6] == NOT_RESOLVED_YET else {}),
         }
         for r in db_rows
     ]
@@ -433,7 +501,7 @@ def unresolved_paths(links: Sequence[dict[str, Any]]) -> list[str]:
     "[[Nowhere#Setup]]" and "[[nowhere]]" are one missing note, not three."""
     first: dict[str, str] = {}
     for link in links:
-        if link["target"] is None:
+        if link["target"] is None and not link.get("resolving"):
             anchor = link["anchor"]
             path = link["link"].removesuffix("#" + anchor.replace(" › ", "#")) if anchor else link["link"]
             if path:
@@ -495,14 +563,16 @@ class LinkGraph:
             (r[0], r[1], r[2])
             for r in self._query(
                 "SELECT s.key, l.target, l.line FROM link_rows l JOIN link_keys s ON s.id = l.src "
-                f"WHERE l.dst IS NULL {where} ORDER BY s.key, l.ord",
+                f"WHERE l.dst IS NULL AND l.candidates >= 0 {where} ORDER BY s.key, l.ord",
                 args,
             )
         ]
 
     def totals(self) -> dict[str, int]:
         """How many links the notes hold, and how many of them name no note."""
-        n, dangling = self._query("SELECT count(*), coalesce(sum(dst IS NULL), 0) FROM link_rows")[0]
+        n, dangling = self._query(
+            "SELECT count(*), coalesce(sum(dst IS NULL AND candidates >= 0), 0) FROM link_rows"
+        )[0]
         return {"links": int(n), "unresolved": int(dangling)}
 
     def backlink_counts(self) -> dict[str, int]:

@@ -24,14 +24,17 @@ from sidecar.contracts.errors import (
     DiskFullError,
     IndexNotOpenError,
     PassingFaultError,
+    PermissionDeniedError,
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
     engine_message,
     read_error_class,
+    says_damage,
     store_error_class,
 )
 from sidecar.stores.bm25_text import all_analyzers
+from sidecar.stores.space import denied_at
 from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
 
 log = logging.getLogger(__name__)
@@ -48,8 +51,9 @@ def engine_failure(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def engine(what: str) -> Iterator[None]:
-    """Tantivy's failures (raised or panicking) as a StoreError naming ``what`` was done."""
+def engine(what: str, path: Path | None = None) -> Iterator[None]:
+    """Tantivy's failures (raised or panicking) as a StoreError naming ``what`` was done (on the
+    index in ``path``, when given)."""
     try:
         yield
     except StoreError:
@@ -57,9 +61,17 @@ def engine(what: str) -> Iterator[None]:
     except BaseException as exc:
         if not engine_failure(exc):
             raise
-        # A full disk or no file handles left is a fault that passes (PassingFaultError): taken
-        # for damage, a search that met it had the index moved aside and refilled.
-        raise store_error_class(exc)(f"BM25 {what} failed: {engine_message(exc)}") from exc
+        # A full disk, a permission denied or no file handles left is a fault that passes
+        # (PassingFaultError): taken for damage, a search or a commit that met it had the index
+        # moved aside and refilled.
+        kind = store_error_class(exc)
+        # Tantivy names no path and not always the OS's words: the folder is asked before its
+        # failure may be taken for damage, unless Tantivy said plainly it is damage.
+        asked = path is not None and kind in (StoreError, PermissionDeniedError) and not says_damage(exc)
+        denied = denied_at(path) if asked and path is not None else None
+        if denied is not None:
+            raise PermissionDeniedError(f"BM25 {what} failed: {denied}") from exc
+        raise kind(f"BM25 {what} failed: {engine_message(exc)}") from exc
 
 
 def leftover_met(exc: BaseException) -> bool:
@@ -90,6 +102,10 @@ def _failed_open(path: Path, exc: BaseException) -> StoreError:
     moved an agent's new index aside, then the whole keyword index, and refilled it on the full
     disk."""
     kind = DiskFullError if low_disk(path) is not None else store_error_class(exc)
+    if (kind is StoreError or kind is PermissionDeniedError) and not says_damage(exc):
+        denied = denied_at(path)
+        if denied is not None:
+            return PermissionDeniedError(f"BM25 index cannot be opened: {denied}")
     return kind(f"BM25 index {path} cannot be opened: {engine_message(exc)}")
 
 
@@ -186,7 +202,7 @@ class Folder:
             # search opens hundreds of inboxes), it writes nothing.
             if not cleaned:
                 self._clean()
-            with engine("writer"):
+            with engine("writer", self.path):
                 self._writer = self.index.writer(heap_size=_WRITER_HEAP, num_threads=1)
         return self._writer
 
@@ -195,7 +211,7 @@ class Folder:
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
-                with engine("merge wait"):
+                with engine("merge wait", self.path):
                     writer.wait_merging_threads()
             except StoreError as exc:
                 log.debug("bm25_close %s", exc)
@@ -206,7 +222,7 @@ class Folder:
         every second cost 250 MB a day); a fresh one holds only the live files'. Searches keep
         the searcher they hold; the new one is swapped in whole."""
         try:
-            with engine("reopen"):
+            with engine("reopen", self.path):
                 if self._writer is not None:
                     self._writer.wait_merging_threads()  # ends the writer: releases the index lock
                     self._writer = None
@@ -313,7 +329,7 @@ class Folder:
         if not self.dirty:  # nothing to publish (an inbox no write touched)
             return
         try:
-            with engine("commit"):  # disk full, read-only folder, damaged segments
+            with engine("commit", self.path):  # disk full, read-only folder, damaged segments
                 self.writer.commit()
         except StoreError as exc:
             self.recover_writer()  # its cleanup says whether a leftover could not be removed
@@ -329,7 +345,7 @@ class Folder:
         self.leftover_failures = 0
         if self.lazy:
             self._release()
-        with engine("reload"):
+        with engine("reload", self.path):
             self.index.reload()
             self.searcher = self.index.searcher()
         self._note_files()
@@ -362,7 +378,7 @@ class Folder:
         if self._writer is None:
             return
         try:
-            with engine("close"):
+            with engine("close", self.path):
                 self._writer.wait_merging_threads()
         except StoreError as exc:  # a failed writer: nothing more to flush
             log.debug("bm25_close %s", exc)

@@ -26,16 +26,18 @@ from sidecar.config import Config
 from sidecar.contracts.errors import (
     DiskFullError,
     PassingFaultError,
+    PermissionDeniedError,
     StoreError,
     StoreNewerError,
     StoreOutdatedError,
+    says_damage,
 )
 from sidecar.stores.aside import aside_name, remove_old_moved_aside
 from sidecar.stores.bm25 import Bm25Index, open_bm25
 from sidecar.stores.bm25_folder import check_layout
 from sidecar.stores.bm25_side import settle
 from sidecar.stores.manifest import Manifest
-from sidecar.stores.space import disk_full_at
+from sidecar.stores.space import denied_at, disk_full_at
 from sidecar.stores.vectors import VectorStore, table_name
 
 log = logging.getLogger(__name__)
@@ -126,11 +128,20 @@ def _reset(
 
 def _unless_disk_full(path: Path, exc: StoreError) -> None:
     """Raise DiskFullError (nothing is moved) when ``path``'s disk is full: its open failed for
-    lack of space, whatever the engine's words."""
+    lack of space, whatever the engine's words; PermissionDeniedError when this process may not
+    write it (SQLite says "disk I/O error" then: taken for damage, it was moved aside)."""
     if disk_full_at(path.parent):
         raise DiskFullError(
             f"{exc} (the disk of {path.parent} is full: nothing was moved aside; "
             "free some space and the daemon starts again)"
+        ) from exc
+    # An engine that said plainly its files are damaged is believed: a read-only file of a
+    # damaged store (a restore from a backup) would have kept the damage in place for ever.
+    denied = None if says_damage(exc) else denied_at(path)
+    if denied is not None:
+        raise PermissionDeniedError(
+            f"{denied} ({path.name} could not be opened: {exc}; nothing was moved aside: once it "
+            "may be written again the daemon starts again)"
         ) from exc
 
 

@@ -3,7 +3,9 @@
 SQLite reports a full disk at open as "disk I/O error" (it cannot size its shared-memory file),
 not as "database or disk is full"; taken for damage, the manifest and the keyword index were
 moved aside and everything rebuilt once there was space again. So before anything is moved the
-disk is asked: the space free to this user, then a small write that must reach the disk.
+disk is asked: the space free to this user, then a small write that must reach the disk. SQLite
+says "disk I/O error" for a write the OS refuses for want of permission too (EPERM, EACCES), and
+Tantivy names no path: ``denied_at`` asks the folder before a failure is taken for damage.
 
 Imports only the standard library and the project's errors.
 """
@@ -11,8 +13,10 @@ Imports only the standard library and the project's errors.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
+import sqlite3
 from pathlib import Path
 
 from sidecar.contracts.errors import is_disk_full
@@ -81,3 +85,61 @@ def disk_full_at(folder: Path) -> bool:
         with contextlib.suppress(OSError):
             probe.unlink()
     return written < PROBE_BYTES
+
+
+def denied_at(path: Path) -> str | None:
+    """ "permission denied: <where>" when this process may not write the store at ``path`` (a
+    folder, or a SQLite file with its -wal and -shm beside it): a file cannot be made, renamed and
+    removed in its folder (EACCES, EPERM: a mode, an immutable folder, a privacy control, a share's
+    rights), or a folder of it, or a file SQLite writes in place, may not be written. None when it
+    may, or when it cannot be asked. Not the files of Tantivy or LanceDB: they never write one in
+    place (a new file, or a rename over the old), so a read-only one (a restore from a backup)
+    stops nothing and says nothing of the store's damage."""
+    folder = path if path.is_dir() else path.parent
+    refused = _probe(folder)
+    if refused is not None:
+        return refused
+    if path.is_dir():
+        written = [Path(top, name) for top, dirs, _ in os.walk(path) for name in dirs]
+    else:
+        written = [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
+    for item in written:
+        if not os.access(item, os.W_OK):
+            return f"permission denied: {item}"
+    return None
+
+
+def _probe(folder: Path) -> str | None:
+    """ "permission denied: <folder>" when a file cannot be made, renamed or removed in
+    ``folder`` for want of permission (what a store's writes do there); None otherwise."""
+    made = folder / f".write-probe-{secrets.token_hex(4)}"
+    moved = made.with_name(made.name + "-renamed")
+    try:
+        os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.rename(made, moved)
+        os.unlink(moved)
+    except OSError as exc:
+        for left in (made, moved):
+            with contextlib.suppress(OSError):
+                left.unlink()
+        return f"permission denied: {folder}" if exc.errno in (errno.EACCES, errno.EPERM) else None
+    return None
+
+
+# SQLite's result codes a write the OS refused can come back as: no permission, read-only, an
+# I/O error (EPERM on a write is "disk I/O error"), a file that cannot be opened.
+_REFUSED_SQLITE = frozenset({3, 8, 10, 14})
+
+
+def fault_words(exc: BaseException, path: Path) -> str:
+    """How a failed write of the store at ``path`` reads in status and a reply: SQLite's "disk
+    I/O error" for a write the OS refused for want of permission read as a dying disk (status said
+    so while the same folder was only immutable); the store is asked then, and says
+    "permission denied: <where>"."""
+    if isinstance(exc, sqlite3.Error) and not is_disk_full(exc):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF in _REFUSED_SQLITE:
+            denied = denied_at(path)
+            if denied is not None:
+                return denied
+    return str(exc)

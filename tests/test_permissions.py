@@ -1,0 +1,380 @@
+"""A permission denied in the index folder (EPERM, EACCES: an immutable folder, a macOS privacy
+denial, a share's rights) is a fault that passes, like a full disk: said as "permission denied:
+<path>", nothing moved aside, nothing rebuilt, and the index catches up by itself once it may be
+written again."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import search
+
+_NOTES = {"alpha": {"trip": "# Trip\n\nThe kayak of alpha waits at the lake.\n"}}
+
+
+def _with_agents(make_cfg: Any, vault: Path) -> Any:
+    cfg = make_cfg(vault)
+    for agent, slugs in _NOTES.items():
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True, mode=0o700, exist_ok=True)
+        os.chmod(inbox.parent, 0o700)
+        for slug, text in slugs.items():
+            write(inbox / f"{slug}.md", text)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    return cfg
+
+
+@contextlib.contextmanager
+def _immutable(folder: Path, *, recursive: bool = True) -> Iterator[None]:
+    """``folder`` and all in it (or, not ``recursive``, the folder alone: no file made, renamed or
+    removed in it) immutable meanwhile (chattr +i: every write and every file made fails with
+    EPERM, for root too, whom a mode does not bind)."""
+    flag = ["-R"] if recursive else []
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a folder refuse writes with EPERM")
+    done = subprocess.run(["chattr", *flag, "+i", str(folder)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a folder immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", *flag, "-i", str(folder)], capture_output=True, check=True)
+
+
+def test_an_agents_keyword_index_that_refuses_writes_is_not_taken_for_damage(
+    make_cfg: Any, vault: Path
+) -> None:
+    """A memory write while the keyword index's folder refuses every write (EPERM): the note is
+    saved, the reply and status say "permission denied: <path>", no search says the index is
+    damaged, the repair moves nothing aside; once the folder may be written again the note is
+    indexed by the next sweep. Was: Tantivy's "Failed to acquire Lockfile: Operation not
+    permitted. None" taken for damage: "the keyword index of memory/alpha is damaged and is
+    being rebuilt", and the index moved aside as broken once writable again."""
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.repairs import RepairPolicy
+    from sidecar.memory.inbox import Inboxes
+    from sidecar.memory.ops import MemoryOps
+
+    cfg = _with_agents(make_cfg, vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
+        params = {"slug": "canoe", "content": "# Canoe\n\nThe zeppelin canoe of alpha.\n"}
+        with _immutable(cfg.index_dir / "bm25"):
+            out = ops.write(Request(op="write", params=params, agent="alpha"))
+            assert (cfg.agents_dir / "alpha/memory/canoe.md").is_file()
+            said = str(out.get("warning", ""))
+            assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, out
+            assert "None" not in said
+            for agent in ("alpha", None):
+                search(h, "kayak", agent=agent)
+            assert not h.stores.bm25.failing
+            described = str(h.problems.describe())
+            assert "damaged" not in described and ". None" not in described, described
+            RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        h.sweep()
+        RepairPolicy(h.repair, h.problems, h.stores.manifest, h.slot).tick()
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+        assert "memory/canoe" in {x["reference"] for x in search(h, "zeppelin", agent="alpha")}
+    finally:
+        h.close()
+
+
+@contextlib.contextmanager
+def _refused(folder: Path, code: int) -> Iterator[None]:
+    """Files made in ``folder`` and writes of what it holds refused with ``code`` meanwhile (as a
+    mode, an immutable folder or a privacy control refuses them), for this process's checks."""
+    real_open, real_access = os.open, os.access
+
+    def inside(p: Any) -> bool:
+        return str(p) == str(folder) or str(p).startswith(str(folder) + os.sep)
+
+    def fake_open(p: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if inside(p) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(code, os.strerror(code), str(p))
+        return real_open(p, flags, *args, **kwargs)
+
+    def fake_access(p: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if inside(p) and mode & os.W_OK:
+            return False
+        return real_access(p, mode, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "open", fake_open)
+        m.setattr(os, "access", fake_access)
+        yield
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_sqlites_disk_io_error_for_a_refused_write_says_permission_denied(tmp_path: Path, code: int) -> None:
+    """SQLite says "disk I/O error" for a write the OS refuses for want of permission: status said
+    so (a dying disk) while the folder was only immutable. The folder is asked and the words are
+    "permission denied: <folder>"; a folder that may be written keeps SQLite's words."""
+    from sidecar.stores.space import fault_words
+
+    db = tmp_path / "manifest.sqlite"
+    sqlite3.connect(db).close()
+    exc = sqlite3.OperationalError("disk I/O error")
+    assert fault_words(exc, db) == "disk I/O error"
+    with _refused(tmp_path, code):
+        assert fault_words(exc, db) == f"permission denied: {tmp_path}"
+        full = sqlite3.OperationalError("database or disk is full")
+        assert fault_words(full, db) == "database or disk is full"
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EACCES])
+def test_a_keyword_index_that_cannot_be_written_is_a_fault_that_passes(tmp_path: Path, code: int) -> None:
+    """Tantivy's failure whose words name no permission (or none at all) on a folder that refuses
+    writes: a PermissionDeniedError (a fault that passes: nothing moved aside) naming the folder.
+    Was: a plain StoreError, taken for damage."""
+    from sidecar.contracts.errors import PassingFaultError, PermissionDeniedError, is_passing_fault
+    from sidecar.stores.bm25_folder import engine
+
+    with pytest.raises(PermissionDeniedError) as err, _refused(tmp_path, code), engine("commit", tmp_path):
+        raise ValueError("An IO error occurred: 'cannot write meta.json'")
+    assert isinstance(err.value, PassingFaultError) and is_passing_fault(err.value)
+    assert str(err.value) == f"BM25 commit failed: permission denied: {tmp_path}"
+    with pytest.raises(PermissionDeniedError) as err, engine("writer"):
+        raise ValueError("Failed to acquire Lockfile: Operation not permitted. None")
+    assert str(err.value) == "BM25 writer failed: Failed to acquire Lockfile: Operation not permitted"
+
+
+def test_storing_vectors_refused_for_want_of_permission_is_said_so_and_repairs_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backfill's manifest write failing with SQLite's "disk I/O error" while the index folder
+    refuses writes: the problem says "permission denied: <folder>" (was: "OperationalError: disk
+    I/O error", as a crash); a vector table that cannot be attached for a permission denied is no
+    damage: raised to be tried again, the repair (which checks and replaces a table) not run."""
+    import threading
+
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.daemon.backfill import Backfill
+
+    h = harness
+    backfill = Backfill(
+        h.cfg, h.slot, h.vectors, h.repair, problems=h.problems, activity=h.indexer.activity,
+        stop=threading.Event(),
+    )  # fmt: skip
+    backfill.stop.set()  # no wait after the report
+    with _refused(h.cfg.index_dir, errno.EPERM):
+        backfill._embed_failed(sqlite3.OperationalError("disk I/O error"), 0.0)
+    said = str(h.problems.active_in("embedding"))
+    assert f"permission denied: {h.cfg.index_dir}" in said and "OperationalError" not in said, said
+
+    def refused(*_a: Any, **_k: Any) -> None:
+        raise PermissionDeniedError(f"permission denied: {h.cfg.index_dir / 'vectors'}")
+
+    repaired: list[str] = []
+    monkeypatch.setattr("sidecar.daemon.backfill.attach", refused)
+    monkeypatch.setattr(h.repair, "repair_vectors", repaired.append)
+    with pytest.raises(PermissionDeniedError):
+        backfill._attach_once(h.slot.model)  # type: ignore[arg-type]
+    assert repaired == []
+
+
+def test_an_engine_message_loses_its_empty_hint_not_a_sentence() -> None:
+    """Tantivy's lock failure ends in its empty hint (". None"), which status showed as it was; a
+    sentence that goes on with "None" keeps it."""
+    from sidecar.contracts.errors import engine_text
+
+    assert engine_text("Failed to acquire Lockfile: Operation not permitted. None") == (
+        "Failed to acquire Lockfile: Operation not permitted"
+    )
+    assert engine_text("the commit failed. None of the notes were lost") == (
+        "the commit failed. None of the notes were lost"
+    )
+
+
+@contextlib.contextmanager
+def _read_only_files(*paths: Path) -> Iterator[None]:
+    """These files read-only to this process meanwhile (as a mode 0444 makes them for a user; root,
+    running these tests, is not bound by a mode): ``os.access(W_OK)`` says no."""
+    real_access = os.access
+    names = {str(p) for p in paths}
+
+    def fake_access(p: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if str(p) in names and mode & os.W_OK:
+            return False
+        return real_access(p, mode, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "access", fake_access)
+        yield
+
+
+@pytest.mark.parametrize("name", ["meta.json", ".tantivy-meta.lock"])
+def test_a_damaged_keyword_index_with_a_read_only_file_is_damage(tmp_path: Path, name: str) -> None:
+    """Tantivy says "Data corrupted" of an index one of whose files is read-only (a restore from a
+    backup, a copy off read-only media): damage, to be moved aside and refilled. Tantivy never
+    writes its files in place, so a read-only one stops nothing. Was: "permission denied:
+    …/.tantivy-meta.lock", a fault that passes, and the damage kept for ever."""
+    from sidecar.contracts.errors import PassingFaultError, StoreError
+    from sidecar.stores.bm25_folder import Folder
+    from sidecar.stores.bm25_text import build_schema
+
+    index = tmp_path / "bm25"
+    Folder(index, build_schema()).close()
+    (index / "meta.json").write_text("{ not json")
+    with pytest.raises(StoreError) as err, _read_only_files(index / name):
+        Folder(index, build_schema())
+    assert not isinstance(err.value, PassingFaultError), err.value
+    assert "permission denied" not in str(err.value)
+
+
+def test_a_manifest_that_is_no_database_is_damage_though_read_only(tmp_path: Path) -> None:
+    """SQLite's "file is not a database" of a read-only manifest is damage (moved aside, rebuilt):
+    the engine said so before any question of permission. Was: "permission denied: …", never moved
+    aside."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores import lifecycle
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "manifest.sqlite"
+    path.write_bytes(os.urandom(8192))
+    with pytest.raises(StoreError) as err:
+        Manifest(path)
+    with _read_only_files(path):
+        lifecycle._unless_disk_full(path, err.value)  # not a fault that passes: raises nothing
+
+
+def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose index folder refuses new files (immutable: EPERM) serves search from the index
+    as it is, like a start on a full disk, status saying "permission denied: <path>"; writes are
+    refused; once the folder may be written the switch to writable succeeds. Nothing is moved
+    aside. Was: the daemon exited (5) with no search at all."""
+    import tempfile
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir, recursive=False):  # the manifest's -wal cannot be made
+                d.startup()
+                assert d._read_only_parts is not None and d.parts is None
+                dispatch = d._dispatch
+                assert dispatch is not None
+                hits = dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))[
+                    "hits"
+                ]
+                assert hits
+                said = str(dispatch.dispatch(Request("health", {}, agent="ops")))
+                assert "permission denied: " in said and "until it can be written" in said, said
+                with pytest.raises(SidecarError):
+                    dispatch.dispatch(Request("index", {}, agent="ops"))
+                assert d._switch_to_writable() is False  # still refused: read-only again
+                assert d._read_only_parts is not None
+            assert d._switch_to_writable() is True
+            assert d.parts is not None
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+# Run as an unprivileged user (``_unprivileged``): what a mode refuses, for real (root ignores
+# modes). Prints one line per case: the error's class, and whether it is a fault that passes.
+_AS_A_USER = """
+import os, sys
+from pathlib import Path
+from sidecar.contracts.errors import StoreError, is_passing_fault
+from sidecar.stores import lifecycle
+from sidecar.stores.bm25_folder import Folder, engine
+from sidecar.stores.bm25_text import build_schema
+from sidecar.stores.manifest import Manifest
+
+base = Path(sys.argv[1])
+
+def said(case, run):
+    try:
+        run()
+        print(case, "ok", "-")
+    except StoreError as exc:
+        print(case, type(exc).__name__, is_passing_fault(exc))
+
+damaged = base / "damaged"
+Folder(damaged, build_schema()).close()
+(damaged / "meta.json").write_text("{ not json")
+os.chmod(damaged / ".tantivy-meta.lock", 0o444)
+os.chmod(damaged / "meta.json", 0o444)
+said("damaged", lambda: Folder(damaged, build_schema()))
+
+closed = base / "closed"
+Folder(closed, build_schema()).close()
+os.chmod(closed, 0o555)
+def commit():
+    folder = Folder(closed, build_schema())
+    with engine("commit", closed):
+        folder.writer.commit()
+said("closed", commit)
+
+manifest = base / "manifest.sqlite"
+manifest.write_bytes(os.urandom(8192))
+os.chmod(manifest, 0o444)
+try:
+    Manifest(manifest)
+except StoreError as exc:
+    said("manifest", lambda: lifecycle._unless_disk_full(manifest, exc))
+"""
+
+
+def test_as_an_unprivileged_user_a_refused_folder_is_denied_and_damage_stays_damage() -> None:
+    """As a user a mode binds (root ignores modes; run under setpriv as nobody): a keyword index
+    whose folder is 0555 is a permission denied (a fault that passes), while a damaged keyword
+    index or manifest with read-only files (0444: a restore from a backup) is damage, to be moved
+    aside. The other tests of this file refuse writes by a patched os call or chattr; this one
+    meets the OS's own EACCES."""
+    import sys
+    import tempfile
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs setpriv and root, to run as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="sidecar-perm-"))
+    try:
+        os.chmod(base, 0o755)
+        os.chown(base, 65534, 65534)
+        command = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+        command += [sys.executable, "-c", _AS_A_USER, str(base)]
+        cwd = Path(__file__).resolve().parent.parent
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+        if done.returncode != 0 and "Permission denied" in done.stderr and "sidecar" not in done.stdout:
+            pytest.skip(f"the unprivileged user cannot run this checkout: {done.stderr.strip()[-200:]}")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[:3] == [
+            "damaged StoreError False",
+            "closed PermissionDeniedError True",
+            "manifest ok -",
+        ], done.stdout
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
