@@ -39,7 +39,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.counting import BoundedCounts
-from sidecar.memory.inbox import Inboxes, check_agent, check_slug
+from sidecar.memory.inbox import Inboxes, Written, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.frontmatter import description_of
@@ -183,6 +183,32 @@ class MemoryOps:
             slug,
             written.size,
         )
+        return self._answer(
+            written,
+            key,
+            agent=agent,
+            must_exist=must_exist,
+            duplicates=duplicates,
+            warnings=(warning, audit),
+            has_text=bool(content.strip()),
+            front_matter=front_matter,
+        )
+
+    def _answer(
+        self,
+        written: Written,
+        key: str,
+        *,
+        agent: str,
+        must_exist: bool,
+        duplicates: list[dict[str, Any]] | None,
+        warnings: tuple[str | None, str | None],
+        has_text: bool,
+        front_matter: Any,
+    ) -> dict[str, Any]:
+        """A memory write's reply: what was done, what it replaced, whether and how the note can
+        be found (``warnings``: the index's and the audit log's, if any)."""
+        warning, audit = warnings
         action = "created" if written.created else ("updated" if must_exist else "replaced")
         out: dict[str, Any] = {
             "reference": public_reference(key, agent),
@@ -199,7 +225,7 @@ class MemoryOps:
         if written.trash_dropped:
             out["trashDropped"] = list(written.trash_dropped)
         if warning is None:
-            empty = None if content.strip() else ("its name and front matter" if front_matter else "its name")
+            empty = None if has_text else ("its name and front matter" if front_matter else "its name")
             searchable, by, warning = self._searchable(key, empty)
             out["searchable"], out["searchableBy"] = searchable, by
         warning = "; ".join(w for w in (warning, audit) if w)
