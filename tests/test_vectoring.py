@@ -2221,8 +2221,10 @@ def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
     """A start with a new model configured and the previous table readable by its metadata, but
     not used: its store fails to open though its model loads, or its model is gone. It is moved
     aside (a copy kept 30 days) and the new model fills its own table. ``tidy`` dropped it, every
-    vector of the index, no copy kept."""
+    vector of the index, no copy kept. A gone model's table was shown as a damaged copy, and a
+    store that failed to open was said nowhere but there."""
     from sidecar.index import migration
+    from sidecar.stores.aside import moved_aside
     from sidecar.stores.vectors import VectorStore
 
     vault = tmp_path / "v"
@@ -2255,7 +2257,16 @@ def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
         serving = h.stores.serving
         assert serving is not None and serving.model is other
         assert old_name not in table_names_of(cfg)
-        assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+        copies = [c for c in moved_aside(cfg.index_dir) if (c.path / f"{old_name}.lance").is_dir()]
+        assert len(copies) == 1
+        # A gone model's vectors are a retired model's (listed apart, no damage); a store that
+        # fails to open is damage, and said in problems: every vector is recomputed.
+        assert copies[0].retired is (fault == "model_gone") and not copies[0].newer
+        noted = [p["error"] for p in h.problems.describe()["recent"] if p.get("subject") == "vectors"]
+        if fault == "damage":
+            assert len(noted) == 1 and "could not be opened" in noted[0] and "bad manifest" in noted[0]
+        else:
+            assert noted == []
     finally:
         h.close()
 
