@@ -598,7 +598,6 @@ def test_the_frontmatter_schema_says_a_yes_no_is_refused_as_a_name() -> None:
     """An agent reads the tool's schema before it writes: that JSON true/false under aliases, tags
     or title is refused (send it as text) is said there, not learnt from a failed write."""
     from sidecar.clients.mcp_schemas import FRONTMATTER
-
     from sidecar.notes.frontmatter import is_name_property
 
     said = FRONTMATTER["description"]
