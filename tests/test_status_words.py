@@ -300,3 +300,15 @@ def test_one_chunk_left_to_a_model_switch_is_said_in_the_singular() -> None:
     assert one.startswith("1 chunk cut again for the model switch is found by keywords only"), one
     two = all_vectors_words({"left_to_switch": 2, "pending_vectors": 2})
     assert two.startswith("2 chunks cut again for the model switch are found"), two
+
+
+def test_a_searchs_note_of_chunks_left_to_a_switch_names_both_causes() -> None:
+    """Chunks left to a switch are cut again during it, or their vector was lost from the previous
+    model's table: the note named the first only."""
+    from sidecar.contracts.wire import switch_note
+
+    assert switch_note(1).startswith(
+        "1 chunk waits for the new model's vectors (cut again during the model switch, or whose "
+        "vector was lost): found by words only"
+    ), switch_note(1)
+    assert switch_note(2).startswith("2 chunks wait for the new model's vectors (cut again"), switch_note(2)
