@@ -3192,8 +3192,9 @@ def _switch_cutting_again(served: Served) -> None:
 
 def test_chunks_left_to_a_switch_are_said_to_be_found_by_keywords_only(served: Served) -> None:
     """Chunks cut again during a model switch wait for the new model only: no vector serves them
-    until it ends. Health counts them, a search counts them apart (``leftToSwitch``), and neither `sidecar status` nor memory_status says every chunk has a vector (both said so
-    for the whole switch)."""
+    until it ends. Health counts them, a search counts them apart (``leftToSwitch``), and neither
+    `sidecar status` nor memory_status says every chunk has a vector (both said so for the whole
+    switch)."""
     from sidecar.daemon.watchdog import status_line
     from sidecar.stores.vectorbook import NEXT_ONLY
 
