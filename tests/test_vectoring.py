@@ -2469,3 +2469,35 @@ def test_a_retiring_table_that_cannot_be_opened_for_now_is_tried_again_not_set_a
         assert serving is not None and serving.store.name == old_name and h.stores.building is not None
     finally:
         h.close()
+
+
+def test_rows_removed_after_a_failed_write_are_logged_as_such(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check of the serving table after a write that failed half-way removes the rows that
+    write added for chunks gone since: its log said of them what a start's says (notes edited
+    "while no vector table was open"), though the table was open all along."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        serving = h.stores.serving
+        assert serving is not None
+        fake = FakeEmbedder()
+        serving.store.add([("gone#0", "vault/Gone", "vault", "")], fake.embed_passages(["zebra gone"]))
+        h.vectors._unsure.add("has_vector")  # a write failed half-way: rows added, flags not set
+        p = vault / "Long 1.md"
+        write(p, p.read_text().replace("word1x5 ", "changed "))
+        caplog.set_level(logging.INFO, logger="sidecar")
+        h.sweep()
+        (orphans,) = [
+            r.getMessage()
+            for r in caplog.records
+            if r.getMessage().startswith("reconcile_vectors") and "orphans=" in r.getMessage()
+        ]
+        assert "no vector table was open" not in orphans and "a write that failed half-way" in orphans
+    finally:
+        h.close()
