@@ -320,6 +320,7 @@ class Vectoring:
         hold: bool = False,
         forget: bool = True,
         to_next: bool = False,
+        *,
         cause: str = "start",
     ) -> int:
         """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
