@@ -2501,3 +2501,33 @@ def test_rows_removed_after_a_failed_write_are_logged_as_such(
         assert "no vector table was open" not in orphans and "a write that failed half-way" in orphans
     finally:
         h.close()
+
+
+def test_a_backfill_run_cut_by_a_stop_logs_what_it_embedded(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backfill run cut by a stop (a restart during hours of a first index or a switch) ends
+    with its vectors_embedded line too: only a run that emptied the queue wrote it."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    caplog.set_level(logging.INFO, logger="sidecar")
+    try:
+        h.indexer.sweep()
+        backfill = _backfill(h)
+        model = h.slot.model
+        assert model is not None
+        real = model.embed_passages
+
+        def then_stop(texts: Any) -> Any:
+            backfill.stop.set()  # the stop comes while a batch is embedded
+            return real(texts)
+
+        model.embed_passages = then_stop  # type: ignore[method-assign]
+        backfill.run()  # returns at the stop, right after the batch
+    finally:
+        h.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
+    assert "run=backfill" in line and "texts=0 " not in line
