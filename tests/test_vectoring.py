@@ -2531,3 +2531,38 @@ def test_a_backfill_run_cut_by_a_stop_logs_what_it_embedded(
         h.close()
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
     assert "run=backfill" in line and "texts=0 " not in line
+
+
+def test_a_retiring_table_given_up_on_is_said_to_have_failed_to_open(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A previous table that failed to open for an hour (no file handles left) while its model
+    loaded is given up on: status said "the previous model failed to load", though the model
+    loaded and only its table would not open."""
+    from sidecar.contracts.errors import NoHandlesError
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+
+    def fails(self: Any) -> None:
+        if self.name == old_name:
+            raise NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")
+        check(self)
+
+    monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    try:
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems, give_up="after 12 failed tries")
+        noted = [p["error"] for p in h.problems.describe()["recent"] if p.get("subject") == "vectors"]
+        assert len(noted) == 1 and "table failed to open" in noted[0], noted
+        assert "failed to load" not in noted[0]
+    finally:
+        h.close()

@@ -263,8 +263,10 @@ class Backfill:
                 f"{model.model_id} starts once this works"
             )
         if isinstance(exc, RetiringModelError):
+            # the model loaded and only its table would not open (no file handles left), or not
+            tries = "tries to open its table" if isinstance(exc.__cause__, StoreError) else "failed loads"
             meanwhile += (
-                f"; after {RETIRING_MODEL_TRIES} failed loads over {RETIRING_MODEL_GIVE_UP_S / 3600:.0f} h "
+                f"; after {RETIRING_MODEL_TRIES} {tries} over {RETIRING_MODEL_GIVE_UP_S / 3600:.0f} h "
                 f"it is given up on: its vectors are moved aside (a copy kept 30 days) and "
                 f"{model.model_id} computes them anew"
             )

@@ -74,7 +74,15 @@ def attach(
             return
         carried = carry_over(cfg, vectors, old_name, model, problems)
         if failed is not None:
-            _give_up(cfg, old_name, model, f"{give_up} ({failed.__cause__ or failed})", problems)
+            table = isinstance(failed.__cause__, StoreError)  # the model loaded, its table did not open
+            _give_up(
+                cfg,
+                old_name,
+                model,
+                f"{give_up} ({failed.__cause__ or failed})",
+                problems,
+                table_failed=table,
+            )
         if carried is not None:
             vectors.attach(carried, model)
             tidy(vectors, cfg.index_dir / "vectors")  # the old table goes: nothing refers to it
@@ -118,9 +126,21 @@ def _keep_aside(
         )
 
 
-def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Problems | None) -> None:
+def _give_up(
+    cfg: Config,
+    table: str,
+    model: Embedder,
+    why: str,
+    problems: Problems | None,
+    *,
+    table_failed: bool = False,
+) -> None:
     """The retiring model's table moved aside (kept like a damaged table's copy), never dropped:
-    its model may be mended or put back, and its vectors with it."""
+    its model may be mended or put back, and its vectors with it. ``table_failed``: the model
+    loaded, its table failed to open (not the model to load)."""
+    failed = (
+        "the previous model's table failed to open" if table_failed else "the previous model failed to load"
+    )
     aside = set_aside(cfg.index_dir / "vectors", table)
     where = f"moved to {aside.name} (kept 30 days)" if aside is not None else "not found"
     log.warning(
@@ -130,7 +150,7 @@ def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Probl
     if problems is not None:
         problems.note(
             "stores",
-            f"the previous model failed to load {why}: it was given up on, its vectors ({table}) "
+            f"{failed} {why}: it was given up on, its vectors ({table}) "
             f"{where}; {model.model_id} computes the vectors anew, keyword-only search for notes "
             "without one meanwhile",
             subject="vectors",
