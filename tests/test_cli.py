@@ -830,6 +830,35 @@ def test_status_keeps_recoveries_of_each_agent_and_store_apart(shared: DaemonPro
     assert "bm25.broken-1" in text and "vectors.broken-1" in text
 
 
+def test_status_lists_a_gone_models_vectors_apart_from_damaged_copies() -> None:
+    """A previous model's table that a switch could not use, its model gone (a switch asked
+    for), is no damage: listed apart. It was among the "Damaged index copies"."""
+    from sidecar.clients.cli_render import _aside_lines
+
+    aside = [
+        {
+            "name": "vectors.retired-20260101-000000-1",
+            "store": "vectors",
+            "age_days": 2.0,
+            "newer": False,
+            "retired": True,
+        },
+        {
+            "name": "bm25.broken-20260101-000000-2",
+            "store": "bm25",
+            "age_days": 1.0,
+            "newer": False,
+            "retired": False,
+        },
+    ]
+    lines = _aside_lines(aside, "/h")
+    assert lines[0].startswith("Damaged index copies: 1 moved aside in /h/index (bm25.broken-"), lines
+    assert lines[1].startswith(
+        "Previous model's vectors kept (not damage: its model is gone): 1 moved aside in /h/index "
+        "(vectors.retired-"
+    ), lines
+
+
 def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: DaemonProcess) -> None:
     """A store moved aside as damaged (at this start or any before) is named by status, with its
     age and when it goes: copies of a whole index were kept for good and named nowhere. A newer
@@ -842,7 +871,7 @@ def test_status_names_copies_of_damaged_stores_kept_for_inspection(shared: Daemo
     copy.mkdir()
     try:
         h = shared.health()
-        listed = [{"name": copy.name, "store": "bm25", "age_days": 0.0, "newer": False}]
+        listed = [{"name": copy.name, "store": "bm25", "age_days": 0.0, "newer": False, "retired": False}]
         assert h["index"]["moved_aside"] == listed
         assert (
             f"Damaged index copies: 1 moved aside in {h['home']}/index ({copy.name}; the oldest under a "

@@ -598,6 +598,10 @@ def test_the_frontmatter_schema_says_a_yes_no_is_refused_as_a_name() -> None:
     """An agent reads the tool's schema before it writes: that JSON true/false under aliases, tags
     or title is refused (send it as text) is said there, not learnt from a failed write."""
     from sidecar.clients.mcp_schemas import FRONTMATTER
+    from sidecar.notes.frontmatter import is_name_property
 
     said = FRONTMATTER["description"]
     assert "true or false is refused" in said and "aliases" in said and "as text" in said
+    # every key the refusal covers is named (the singular forms and any case were not)
+    assert all(is_name_property(k) for k in ("alias", "tag", "Tags"))
+    assert "'alias'" in said and "'tag'" in said and "any case" in said

@@ -1436,3 +1436,70 @@ def test_a_renamed_folder_is_not_read_again_and_indexes_as_a_read_would(
         assert _as_indexed(fresh) == moved
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("Notes", "notes"), (_NFD_UE, "\u00fcber")], ids=["case", "case and form"]
+)
+@pytest.mark.parametrize("then", ["new", "old", "none"])
+@pytest.mark.parametrize("depth", ["folder", "parent"])
+def test_a_note_event_under_a_folder_renamed_but_for_case_comes_first(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, old: str, new: str, then: str, depth: str
+) -> None:
+    """A folder renamed only in case or form (or its parent folder), and a note's event under the
+    new spelling comes in a batch before the folder's own events (an edit right after the rename,
+    or events coalesced away): the note and the folder's other notes are indexed once, under the
+    new spelling. The note was indexed anew beside its old key, and the folder's later event of
+    either spelling found nothing to match (its new spelling held an indexed note now): both
+    keys stayed, search answered the note twice, until a full sweep."""
+    top = "Projekte/" if depth == "folder" else ""
+    under = "" if depth == "folder" else "/Inner"
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / f"{top}{old}{under}" / "Tar.md", "# Tar\n\nHow to unpack a tarball with tar xzf.\n")
+        write(vault / f"{top}{old}{under}" / "Zip.md", "# Zip\n\nA zipfile opened with unzip.\n")
+        h.sweep()
+        parent = vault / top if top else vault
+        (parent / old).rename(parent / new)
+        shutil.copytree(parent / new, parent / old)  # what the old spelling opens: the same notes
+        real = os.listdir
+
+        def listdir(path: Any = ".") -> list[str]:
+            names = real(path)
+            return [n for n in names if n != old] if Path(path) == parent else names
+
+        monkeypatch.setattr(os, "listdir", listdir)
+        h.indexer.sweep(only=frozenset(), paths={str(vault / f"{top}{new}{under}" / "Tar.md")})
+        if then != "none":
+            h.indexer.sweep(only=frozenset(), paths={str(parent / (new if then == "new" else old))})
+        indexed = {k for k in h.stores.manifest.file_states("vault/") if k.endswith(("/Tar", "/Zip"))}
+        want = {f"vault/{top}{new}{under}/Tar", f"vault/{top}{new}{under}/Zip"}
+        assert indexed == want, indexed
+        assert _hits(h, "tarball") == [f"vault/{top}{new}{under}/Tar"]
+    finally:
+        h.close()
+
+
+def test_attachment_events_cost_no_folder_lookup(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A photo import's events ("Bilder/x.png") are no folder renamed but for case: each was
+    stat'ed as a folder candidate (on a slow share, one stat per file outside any timeout)."""
+    h = Harness(make_cfg(vault, **{"embedder.enabled": False}), None)
+    try:
+        write(vault / "Bilder" / "Index.md", "# Bilder\n\nPhotos of the trip.\n")
+        h.sweep()
+        for i in range(5):
+            (vault / "Bilder" / f"img{i}.png").write_bytes(b"\x89PNG")
+        asked: list[str] = []
+        real = os.path.isdir
+
+        def isdir(path: Any) -> bool:
+            asked.append(str(path))
+            return real(path)
+
+        monkeypatch.setattr(os.path, "isdir", isdir)
+        h.indexer.sweep(only=frozenset(), paths={str(vault / "Bilder" / f"img{i}.png") for i in range(5)})
+        assert [p for p in asked if p.endswith(".png")] == []
+    finally:
+        h.close()

@@ -1074,6 +1074,7 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     with it) and keeps younger ones; doctor counts what they hold and names them. Each damage or
     downgrade kept a full copy of the index for good."""
     from sidecar.clients.doctor_storage import check_disk
+    from sidecar.stores.aside import aside_name
     from sidecar.stores.lifecycle import move_aside_name
 
     cfg = make_cfg(vault)
@@ -1090,14 +1091,20 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     (young / "t.lance").write_bytes(b"z" * 3_000_000)
     unrelated = index / "notes.broken-by-hand"
     unrelated.write_text("mine")
+    old_retired = index / "vectors.retired-20200103-000000-3"  # a gone model's vectors: alike
+    (old_retired / "t.lance").mkdir(parents=True)
     h2 = Harness(cfg, FakeEmbedder())
     h2.close()
-    assert not old_bm25.exists() and not old_manifest.exists()
+    assert not old_bm25.exists() and not old_manifest.exists() and not old_retired.exists()
     assert not old_manifest.with_name(old_manifest.name + "-wal").exists()
     assert young.exists() and unrelated.exists()
     disk = check_disk(cfg)
     assert disk.ok and "(3 MB of it in 1 copy of damaged data moved aside" in disk.verdict
     assert young.name in disk.verdict and "removed 30 days after the move" in disk.verdict
+    retired = aside_name(index / "vectors", retired=True)  # no damage: told apart
+    retired.mkdir()
+    disk = check_disk(cfg)
+    assert "in 2 copies of damaged data or a previous model's vectors moved aside" in disk.verdict
 
 
 def _lose_manifest(cfg: Any, damage: bool) -> None:

@@ -2227,8 +2227,10 @@ def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
     """A start with a new model configured and the previous table readable by its metadata, but
     not used: its store fails to open though its model loads, or its model is gone. It is moved
     aside (a copy kept 30 days) and the new model fills its own table. ``tidy`` dropped it, every
-    vector of the index, no copy kept."""
+    vector of the index, no copy kept. A gone model's table was shown as a damaged copy, and a
+    store that failed to open was said nowhere but there."""
     from sidecar.index import migration
+    from sidecar.stores.aside import moved_aside
     from sidecar.stores.vectors import VectorStore
 
     vault = tmp_path / "v"
@@ -2261,7 +2263,16 @@ def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
         serving = h.stores.serving
         assert serving is not None and serving.model is other
         assert old_name not in table_names_of(cfg)
-        assert [p for p in _broken(cfg) if (p / f"{old_name}.lance").is_dir()]
+        copies = [c for c in moved_aside(cfg.index_dir) if (c.path / f"{old_name}.lance").is_dir()]
+        assert len(copies) == 1
+        # A gone model's vectors are a retired model's (listed apart, no damage); a store that
+        # fails to open is damage, and said in problems: every vector is recomputed.
+        assert copies[0].retired is (fault == "model_gone") and not copies[0].newer
+        noted = [p["error"] for p in h.problems.describe()["recent"] if p.get("subject") == "vectors"]
+        if fault == "damage":
+            assert len(noted) == 1 and "could not be opened" in noted[0] and "bad manifest" in noted[0]
+        else:
+            assert noted == []
     finally:
         h.close()
 
@@ -2462,5 +2473,102 @@ def test_a_retiring_table_that_cannot_be_opened_for_now_is_tried_again_not_set_a
         migration.attach(cfg, h.vectors, other, h.problems)
         serving = h.stores.serving
         assert serving is not None and serving.store.name == old_name and h.stores.building is not None
+    finally:
+        h.close()
+
+
+def test_rows_removed_after_a_failed_write_are_logged_as_such(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check of the serving table after a write that failed half-way removes the rows that
+    write added for chunks gone since: its log said of them what a start's says (notes edited
+    "while no vector table was open"), though the table was open all along."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        serving = h.stores.serving
+        assert serving is not None
+        fake = FakeEmbedder()
+        serving.store.add([("gone#0", "vault/Gone", "vault", "")], fake.embed_passages(["zebra gone"]))
+        h.vectors._unsure.add("has_vector")  # a write failed half-way: rows added, flags not set
+        p = vault / "Long 1.md"
+        write(p, p.read_text().replace("word1x5 ", "changed "))
+        caplog.set_level(logging.INFO, logger="sidecar")
+        h.sweep()
+        (orphans,) = [
+            r.getMessage()
+            for r in caplog.records
+            if r.getMessage().startswith("reconcile_vectors") and "orphans=" in r.getMessage()
+        ]
+        assert "no vector table was open" not in orphans and "a write that failed half-way" in orphans
+    finally:
+        h.close()
+
+
+def test_a_backfill_run_cut_by_a_stop_logs_what_it_embedded(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backfill run cut by a stop (a restart during hours of a first index or a switch) ends
+    with its vectors_embedded line too: only a run that emptied the queue wrote it."""
+    import logging
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    caplog.set_level(logging.INFO, logger="sidecar")
+    try:
+        h.indexer.sweep()
+        backfill = _backfill(h)
+        model = h.slot.model
+        assert model is not None
+        real = model.embed_passages
+
+        def then_stop(texts: Any) -> Any:
+            backfill.stop.set()  # the stop comes while a batch is embedded
+            return real(texts)
+
+        model.embed_passages = then_stop  # type: ignore[method-assign]
+        backfill.run()  # returns at the stop, right after the batch
+    finally:
+        h.close()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
+    assert "run=backfill" in line and "texts=0 " not in line
+
+
+def test_a_retiring_table_given_up_on_is_said_to_have_failed_to_open(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A previous table that failed to open for an hour (no file handles left) while its model
+    loaded is given up on: status said "the previous model failed to load", though the model
+    loaded and only its table would not open."""
+    from sidecar.contracts.errors import NoHandlesError
+    from sidecar.index import migration
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    check = VectorStore._check_schema
+
+    def fails(self: Any) -> None:
+        if self.name == old_name:
+            raise NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")
+        check(self)
+
+    monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    try:
+        migration.attach(cfg, h.vectors, OtherModel(), h.problems, give_up="after 12 failed tries")
+        noted = [p["error"] for p in h.problems.describe()["recent"] if p.get("subject") == "vectors"]
+        assert len(noted) == 1 and "table failed to open" in noted[0], noted
+        assert "failed to load" not in noted[0]
     finally:
         h.close()

@@ -279,13 +279,15 @@ def render_status(h: dict[str, Any]) -> str:
 
 def _aside_lines(aside: list[dict[str, Any]], home: str) -> list[str]:
     """The copies of stores moved aside: the damaged ones, and apart a newer release's a rebuild
-    replaced after a downgrade (no damage). A daemon before ``newer`` named such copies
-    ``.broken-`` too: they are among the damaged ones here."""
+    replaced after a downgrade and a gone model's vectors (no damage). A daemon before ``newer``
+    named such copies ``.broken-`` too: they are among the damaged ones here."""
     lines = []
     newer = "Index copies made by a newer release (replaced by a rebuild)"
+    retired = "Previous model's vectors kept (not damage: its model is gone)"
     for label, copies in (
-        ("Damaged index copies", [c for c in aside if not c.get("newer")]),
+        ("Damaged index copies", [c for c in aside if not c.get("newer") and not c.get("retired")]),
         (newer, [c for c in aside if c.get("newer")]),
+        (retired, [c for c in aside if c.get("retired")]),
     ):
         if copies:
             oldest = max(c["age_days"] for c in copies)

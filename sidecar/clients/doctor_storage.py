@@ -157,13 +157,18 @@ def check_disk(cfg: Config) -> Check:
     aside = moved_aside(cfg.index_dir) if cfg.index_dir.is_dir() else []
     if aside:
         kept = sum(f.stat().st_size for c in aside for f in _files(c.path))
-        newer = sum(c.newer for c in aside)
-        what = (
-            "damaged data"
-            if not newer
-            else "an index a newer release made"
-            if newer == len(aside)
-            else "damaged data or an index a newer release made"
+        kinds = {
+            "an index a newer release made"
+            if c.newer
+            else "a previous model's vectors"
+            if c.retired
+            else "damaged data"
+            for c in aside
+        }
+        what = " or ".join(
+            k
+            for k in ("damaged data", "an index a newer release made", "a previous model's vectors")
+            if k in kinds
         )
         size += (
             f" ({readable_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of "

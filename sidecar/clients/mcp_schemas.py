@@ -119,9 +119,9 @@ CONTENT = {
 FRONTMATTER = {
     "type": "object",
     "description": 'Optional front matter keys, e.g. {"tags": ["nas"], "description": "one line"}; '
-    "'created' and 'updated' are managed for you. Names ('aliases', 'tags', 'title') are text: a "
-    'number there is written as its text, and true or false is refused (send "true" as text '
-    "for a name spelled so).",
+    "'created' and 'updated' are managed for you. Names ('aliases'/'alias', 'tags'/'tag', 'title', "
+    "any case) are text: a number there is written as its text, and true or false is refused "
+    '(send "true" as text for a name spelled so).',
 }
 READ = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 WRITE = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True, "openWorldHint": False}

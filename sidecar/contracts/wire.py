@@ -143,9 +143,9 @@ class SearchResult:
     # Of those, chunks of notes written continuously (a log appended to all the time): each of
     # their indexings leaves a few waiting; no backlog, so no notice of an answer counts them.
     pending_continuous: int = 0
-    # Chunks cut again during a model switch (or whose vector the retiring table lacked): no
-    # vector serves them and none is computed for them until the switch ends (not in
-    # ``pending_vectors``, which counts what the serving model computes now).
+    # Chunks cut again during a model switch (or whose vector the retiring table lacked): the
+    # new model computes their vectors as the switch goes, but none serves them until it ends
+    # (not in ``pending_vectors``, which counts what the serving model computes now).
     left_to_switch: int = 0
     # recall's preview: the candidates its gates kept out (each with its ``gate``), best first,
     # and the gates' values in force (recall.scoreFloor, recall.minSimilarity).
@@ -468,12 +468,11 @@ def pending_note(n: int) -> str:
 
 def switch_note(n: int) -> str:
     """What a client says of the chunks left to a model switch (found by words only until it ends)."""
-    chunks = (
-        "1 chunk cut again during the model switch waits"
-        if n == 1
-        else (f"{n:,} chunks cut again during the model switch wait")
+    chunks = "1 chunk waits" if n == 1 else f"{n:,} chunks wait"
+    return (
+        f"{chunks} for the new model's vectors (cut again during the model switch, or whose vector "
+        "was lost): found by words only, not by meaning, until the switch ends"
     )
-    return f"{chunks} for the new model's vectors: found by words only, not by meaning, until the switch ends"
 
 
 def window_of(analysis: Analysis) -> Window | None:

@@ -117,46 +117,54 @@ class Backfill:
         since = self.vectors.counts()  # the burst's start: its texts are logged at its end
         failures = 0
         act = self.activity
-        while not self.stop.is_set():
-            model = self.slot.model
-            if model is not None and model is not attached:
-                # The configured model loaded at a retry while a fallback answered: the switch
-                # to it starts (the fallback's table serves until the new one is whole).
-                attached = model
-                self._switch_retry_at, self._switch_failures = None, 0
-                if not self._attach(model):
+        try:
+            while not self.stop.is_set():
+                model = self.slot.model
+                if model is not None and model is not attached:
+                    # The configured model loaded at a retry while a fallback answered: the switch
+                    # to it starts (the fallback's table serves until the new one is whole).
+                    attached = model
+                    self._switch_retry_at, self._switch_failures = None, 0
+                    if not self._attach(model):
+                        return
+                elif self._switch_retry_due() and not self._attach(attached):
                     return
-            elif self._switch_retry_due() and not self._attach(attached):
-                return
-            # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
-            # goes to parsing; memory writes still embed at once on their own path.
-            if act.phase in ("scanning", "indexing") and act.total - act.done > self.cfg.index.batch_files:
-                self.stop.wait(0.2)
-                continue
-            try:
-                stored = self.vectors.embed_pending(stop=self.stop)
-                busy = busy or stored > 0
-                if stored and self._ann_retry_ok() and self.vectors.first_index_due():
-                    # At once, not when the queue is empty: past EXACT_MAX_ROWS there is no copy
-                    # in memory any more and every search would scan the table unindexed until
-                    # then (an hour or more of a long first embedding). Embedding waits for the
-                    # build: about a minute at 20 k rows (IVF_PQ, 62-67 s measured on 2 cores);
-                    # status says meanwhile that new vectors wait.
-                    self._build_ann()
-                failures = 0
-                self.problems.clear("embedding")
-            except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
-                failures += 1
-                self._embed_failed(exc, EMBED_RETRY.delay(failures))
-                continue
-            if stored == 0:
-                if busy:
-                    busy = False
-                    self.vectors.log_embedded(since, "backfill")
-                    heap.trim()  # an embedding burst is over: give its buffers back
-                since = self.vectors.counts()
-                self._upkeep()
-                self.vectors.wait_for_writes(1.0)
+                # Keyword search first: while a large sweep runs (a cold start, a new vault) the CPU
+                # goes to parsing; memory writes still embed at once on their own path.
+                if (
+                    act.phase in ("scanning", "indexing")
+                    and act.total - act.done > self.cfg.index.batch_files
+                ):
+                    self.stop.wait(0.2)
+                    continue
+                try:
+                    stored = self.vectors.embed_pending(stop=self.stop)
+                    busy = busy or stored > 0
+                    if stored and self._ann_retry_ok() and self.vectors.first_index_due():
+                        # At once, not when the queue is empty: past EXACT_MAX_ROWS there is no copy
+                        # in memory any more and every search would scan the table unindexed until
+                        # then (an hour or more of a long first embedding). Embedding waits for the
+                        # build: about a minute at 20 k rows (IVF_PQ, 62-67 s measured on 2 cores);
+                        # status says meanwhile that new vectors wait.
+                        self._build_ann()
+                    failures = 0
+                    self.problems.clear("embedding")
+                except Exception as exc:  # ours, or e.g. sqlite "disk is full" while flagging vectors
+                    failures += 1
+                    self._embed_failed(exc, EMBED_RETRY.delay(failures))
+                    continue
+                if stored == 0:
+                    if busy:
+                        busy = False
+                        self.vectors.log_embedded(since, "backfill")
+                        heap.trim()  # an embedding burst is over: give its buffers back
+                    since = self.vectors.counts()
+                    self._upkeep()
+                    self.vectors.wait_for_writes(1.0)
+        finally:
+            # A run cut by a stop or a restart (hours of a first index or a switch) counts too.
+            if busy:
+                self.vectors.log_embedded(since, "backfill")
 
     def _embed_failed(self, exc: Exception, delay: float) -> None:
         if is_disk_full(exc):
@@ -258,8 +266,10 @@ class Backfill:
                 f"{model.model_id} starts once this works"
             )
         if isinstance(exc, RetiringModelError):
+            # the model loaded and only its table would not open (no file handles left), or not
+            tries = "tries to open its table" if isinstance(exc.__cause__, StoreError) else "failed loads"
             meanwhile += (
-                f"; after {RETIRING_MODEL_TRIES} failed loads over {RETIRING_MODEL_GIVE_UP_S / 3600:.0f} h "
+                f"; after {RETIRING_MODEL_TRIES} {tries} over {RETIRING_MODEL_GIVE_UP_S / 3600:.0f} h "
                 f"it is given up on: its vectors are moved aside (a copy kept 30 days) and "
                 f"{model.model_id} computes them anew"
             )

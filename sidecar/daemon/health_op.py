@@ -171,13 +171,15 @@ class HealthOp:
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
                 # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
-                # a newer release's, replaced by a rebuild asked for after a downgrade.
+                # a newer release's, replaced by a rebuild asked for after a downgrade; ``retired``:
+                # a previous model's vectors no switch used, its model gone.
                 "moved_aside": [
                     {
                         "name": c.path.name,
                         "store": c.store,
                         "age_days": round(c.age_days, 1),
                         "newer": c.newer,
+                        "retired": c.retired,
                     }
                     for c in moved_aside(self.cfg.index_dir)
                 ],

@@ -58,8 +58,9 @@ def attach(
         # earlier try that failed: that table and model go on serving, the old model is not
         # loaded a second time.
         failed: RetiringModelError | None = None
+        unopened: list[str] = []  # why the previous table failed to open though its model loads
         try:
-            previous = _attached(vectors, old_name) or open_previous(cfg, old_name)
+            previous = _attached(vectors, old_name) or open_previous(cfg, old_name, unopened=unopened)
         except RetiringModelError as exc:
             if give_up is None:
                 raise
@@ -73,14 +74,22 @@ def attach(
             return
         carried = carry_over(cfg, vectors, old_name, model, problems)
         if failed is not None:
-            _give_up(cfg, old_name, model, f"{give_up} ({failed.__cause__ or failed})", problems)
+            table = isinstance(failed.__cause__, StoreError)  # the model loaded, its table did not open
+            _give_up(
+                cfg,
+                old_name,
+                model,
+                f"{give_up} ({failed.__cause__ or failed})",
+                problems,
+                table_failed=table,
+            )
         if carried is not None:
             vectors.attach(carried, model)
             tidy(vectors, cfg.index_dir / "vectors")  # the old table goes: nothing refers to it
             return
         # Every vector of the index, neither used nor copied: kept aside, never dropped as unused
         # (its model may come back, its store be mended).
-        _keep_aside(cfg, old_name, model)
+        _keep_aside(cfg, old_name, model, unopened[0] if unopened else None, problems)
         log.warning(
             "vectors_rebuild table=%s reason=the previous model cannot be loaded; vectors are recomputed "
             "and search is keyword-only for chunks without one meanwhile",
@@ -90,21 +99,48 @@ def attach(
     tidy(vectors, cfg.index_dir / "vectors")
 
 
-def _keep_aside(cfg: Config, table: str, model: Embedder) -> None:
+def _keep_aside(
+    cfg: Config, table: str, model: Embedder, damage: str | None, problems: Problems | None
+) -> None:
     """The previous serving table, which neither serves through the switch nor was copied into
-    ``model``'s (its model gone or unknown, its store not opening), moved aside for 30 days."""
-    aside = set_aside(cfg.index_dir / "vectors", table)
-    if aside is not None:
-        log.warning(
-            "vectors_set_aside table=%s moved_to=%s reason=the previous model's vectors, not used "
-            "by %s (kept 30 days, not dropped)",
-            table, aside, model.model_id,
-        )  # fmt: skip
+    ``model``'s, moved aside for 30 days: as a retired model's vectors when its model is gone (a
+    switch asked for: no damage), as a damaged copy when its store failed to open (``damage``)
+    though its model loads; that is a problem too, as every vector is recomputed."""
+    aside = set_aside(cfg.index_dir / "vectors", table, retired=damage is None)
+    if aside is None:
+        return
+    log.warning(
+        "vectors_set_aside table=%s moved_to=%s reason=%s (kept 30 days, not dropped)",
+        table, aside,
+        f"the previous model's vectors, not used by {model.model_id}: its model is gone"
+        if damage is None
+        else f"the previous model's vectors could not be opened ({damage})",
+    )  # fmt: skip
+    if damage is not None and problems is not None:
+        problems.note(
+            "stores",
+            f"the previous model's vectors ({table}) could not be opened ({damage}) though the "
+            f"model loads: moved to {aside.name} (kept 30 days); {model.model_id} computes the "
+            "vectors anew, keyword-only search for notes without one meanwhile",
+            subject="vectors",
+        )
 
 
-def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Problems | None) -> None:
+def _give_up(
+    cfg: Config,
+    table: str,
+    model: Embedder,
+    why: str,
+    problems: Problems | None,
+    *,
+    table_failed: bool = False,
+) -> None:
     """The retiring model's table moved aside (kept like a damaged table's copy), never dropped:
-    its model may be mended or put back, and its vectors with it."""
+    its model may be mended or put back, and its vectors with it. ``table_failed``: the model
+    loaded, its table failed to open (not the model to load)."""
+    failed = (
+        "the previous model's table failed to open" if table_failed else "the previous model failed to load"
+    )
     aside = set_aside(cfg.index_dir / "vectors", table)
     where = f"moved to {aside.name} (kept 30 days)" if aside is not None else "not found"
     log.warning(
@@ -114,7 +150,7 @@ def _give_up(cfg: Config, table: str, model: Embedder, why: str, problems: Probl
     if problems is not None:
         problems.note(
             "stores",
-            f"the previous model failed to load {why}: it was given up on, its vectors ({table}) "
+            f"{failed} {why}: it was given up on, its vectors ({table}) "
             f"{where}; {model.model_id} computes the vectors anew, keyword-only search for notes "
             "without one meanwhile",
             subject="vectors",
@@ -226,15 +262,20 @@ def serving_model(cfg: Config, vectors: Vectoring) -> Embedder | None:
     return previous[1] if previous is not None else None
 
 
-def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | None:
+def open_previous(
+    cfg: Config, table: str, *, unopened: list[str] | None = None
+) -> tuple[VectorStore, Embedder] | None:
     """The serving table of the previous model and that model, if both can still be opened.
     A model whose files are there but fail to load now (memory, a busy disk) raises
     RetiringModelError: it is tried again later, its table kept (given up on after a while).
-    Taken for gone, its table, every vector, was dropped for one failed load."""
+    Taken for gone, its table, every vector, was dropped for one failed load. None when not;
+    ``unopened`` gets why when it is the table that fails (damage), not its model (gone)."""
     old_cfg = None
     try:
         found = table_model(cfg.index_dir / "vectors", table)
-        if found is None:
+        if found is None or not found[0]:  # no model known: damage, not a gone model
+            if unopened is not None:
+                unopened.append("its metadata names no model")
             return None
         model_id, dim, pooling = found
         # The previous model with its own settings (prefixes, languages), not the new one's.
@@ -255,6 +296,8 @@ def open_previous(cfg: Config, table: str) -> tuple[VectorStore, Embedder] | Non
                 f"the previous model {old_cfg.embedder.model} failed to load ({exc}); its vectors "
                 f"({table}) are kept and it is tried again"
             ) from exc
+        if unopened is not None and not isinstance(exc, EmbedderError):
+            unopened.append(str(exc))
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
         return None
 

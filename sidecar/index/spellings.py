@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from sidecar.notes.markdown import is_attachment
 from sidecar.stores.manifest import Manifest, folded
 from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed
 
@@ -54,33 +55,51 @@ class CaseSpellings:
         """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
         not among ``rels``: the other half of a case-only rename whose events came in another
         batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
-        indexed under both until a full sweep). A note indexed as spelled costs no lookup."""
+        indexed under both until a full sweep). A note indexed as spelled costs no lookup.
+        A new note's folders are looked up too (``_indexed_folder_spellings``): its folder may
+        be the one renamed ("Notes" -> "notes"), its own event come before the folder's."""
         manifest = self.manifest
         fresh = [
-            key
+            rel
             for rel in rels
-            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(key := root.key_of(rel)) != rel
+            if rel.lower().endswith(NOTE_SUFFIXES) and manifest.rel_of(root.key_of(rel)) != rel
         ]
         looked = set(rels)
-        out = [r for r in manifest.spelled_otherwise(fresh).values() if r not in looked] if fresh else []
-        return out + [r for r in self._indexed_folder_spellings(root, rels) if r not in looked]
+        found = manifest.spelled_otherwise([root.key_of(r) for r in fresh]) if fresh else {}
+        out = [r for r in found.values() if r not in looked]
+        folders = sorted({rel.rsplit("/", i)[0] for rel in fresh for i in range(1, rel.count("/") + 1)})
+        return out + [
+            r
+            for r in self._indexed_folder_spellings(root, [*rels, *folders], listed=set(folders))
+            if r not in looked
+        ]
 
-    def _indexed_folder_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+    def _indexed_folder_spellings(
+        self, root: Root, rels: Sequence[str], listed: Collection[str] = ()
+    ) -> list[str]:
         """The folders holding indexed notes spelled as a folder of ``rels`` but for case or
-        Unicode form, whose own spelling holds none: the other half of a folder's case-only (or
-        form-only) rename whose events came in another batch ("Notes" then "notes"). Its notes
-        were read again as new ones, the old keys kept until a full sweep. A folder with notes
-        indexed as spelled costs one row's lookup; a note's path none."""
+        Unicode form: the other half of a folder's case-only (or form-only) rename whose events
+        came in another batch ("Notes" then "notes", or a note's event "notes/Tar.md" first).
+        Its notes were read again as new ones, the old keys kept until a full sweep. Each with
+        the spelling of ``rels`` that matched it, when that one is among ``listed`` (a new note's
+        folder, no event's own: the pair is compared by the listing). A note's path, or an
+        attachment's ("Bilder/x.png"), costs no lookup; a folder a few rows' lookup, and a stat
+        only once a spelling is found."""
         base = root.key_of("")  # a folder's key is this and its path
         fresh = [
             base + rel
-            for rel in rels
-            if not rel.lower().endswith(NOTE_SUFFIXES)
-            and not self.manifest.has_files(base + rel + "/")
-            and os.path.isdir(root.path / rel)
+            for rel in dict.fromkeys(rels)
+            if not rel.lower().endswith(NOTE_SUFFIXES) and not is_attachment(rel)
         ]
         found = self.manifest.folders_spelled_otherwise(fresh) if fresh else {}
-        return sorted(key[len(base) :] for key in found)
+        out: set[str] = set()
+        for key, spelled in found.items():
+            rel = spelled[len(base) :]
+            if rel in listed or os.path.isdir(root.path / rel):
+                out.add(key[len(base) :])
+                if rel in listed:
+                    out.add(rel)
+        return sorted(out)
 
 
 def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:

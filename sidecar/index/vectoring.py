@@ -136,6 +136,16 @@ def _source_agent(key: str) -> tuple[str, str]:
     return key.split("/", 1)[0], memory_agent(key) or ""
 
 
+# Why a table's rows of chunks the index no longer has are there, by why the table is checked:
+# at a start (an upgrade's first sweep cut notes anew) a bare count read as damage.
+_ORPHANS_WHY = {
+    "start": "their notes were edited, cut again or removed while no vector table was open",
+    "failed write": "rows a write that failed half-way added for chunks replaced or removed since",
+    "paused switch": "their notes were edited, cut again or removed while the switch to this "
+    "table was paused",
+}
+
+
 class Vectoring:
     """The vector tables of the stores: attach, embed what is pending, delete, keep, switch models."""
 
@@ -290,7 +300,7 @@ class Vectoring:
             if serving is None or serving.store is not old:  # else attached (and reconciled) already
                 # The chunks deleted while no table was open are remembered for the second table too.
                 self._reconcile(old, "has_vector", forget=False, to_next=True)
-            self._reconcile(new, "has_next")
+            self._reconcile(new, "has_next", cause="paused switch" if before == new.name else "start")
             self.stores.serving = VectorSet(old, old_model, "has_vector")
             self.stores.building = VectorSet(new, model, "has_next")
         log.info("vectors_migration_started serving=%s building=%s", old.name, new.name)
@@ -304,7 +314,14 @@ class Vectoring:
             self.manifest.set_meta("vectors_clean", _stamp(serving.store))
 
     def _reconcile(
-        self, store: VectorStore, flag: str, hold: bool = False, forget: bool = True, to_next: bool = False
+        self,
+        store: VectorStore,
+        flag: str,
+        hold: bool = False,
+        forget: bool = True,
+        to_next: bool = False,
+        *,
+        cause: str = "start",
     ) -> int:
         """Table and flags in agreement: doubled rows and rows of unknown chunks deleted (held
         instead with ``hold``, see ``first_sweep_done``), flags set as the table has them. How
@@ -312,7 +329,8 @@ class Vectoring:
         while no table was open are forgotten after (not while another table is attached next).
         ``to_next``: a switch to another model begins next; the chunks whose vector the table
         lacks (a table repaired, rows lost) are left to it, as notes cut again are (the retiring
-        model embedded them all first, for vectors dropped with its table)."""
+        model embedded them all first, for vectors dropped with its table). ``cause``: why the
+        table is checked (a key of ``_ORPHANS_WHY``), said in the log of the rows it removes."""
         manifest = self.manifest
         # The serving table checked while a switch builds (a write that failed half-way, the held
         # rows settled): its lost chunks are the new model's alone, as at the switch's begin.
@@ -340,12 +358,12 @@ class Vectoring:
             # and a bare count read as damage.
             log.info(
                 "reconcile_vectors table=%s orphans=%d (vectors of chunks the index no longer has: "
-                "their notes were edited, cut again or removed while no vector table was open; "
-                "removed from the table, nothing is lost)",
+                "%s; removed from the table, nothing is lost)",
                 store.name,
                 len(orphans),
+                _ORPHANS_WHY[cause],
             )
-            self._keep_orphans(store, orphans)
+            self._keep_orphans(store, orphans, cause)
             store.delete_ids(orphans)
             if forget:
                 self.manifest.forget_kept_later()
@@ -361,7 +379,7 @@ class Vectoring:
                 )
         return len(found)
 
-    def _keep_orphans(self, store: VectorStore, orphans: list[str]) -> None:
+    def _keep_orphans(self, store: VectorStore, orphans: list[str], cause: str = "start") -> None:
         """Keep by text the vectors of the rows about to be deleted whose chunks were deleted
         while no table was open (``_keep``), as of when they were deleted (those deleted longer
         ago than ``keep_seconds`` are not kept)."""
@@ -381,11 +399,11 @@ class Vectoring:
                 self.manifest.keep_vectors(store.name, rows, at)
             self.manifest.prune_kept(now - self.keep_seconds, self.keep_max)
             log.info(
-                "vectors_kept table=%s chunks=%d reason=their chunks were replaced or removed while "
-                "no vector table was open (notes edited, cut again or removed): kept by text, an "
-                "equal text takes its vector instead of the model",
+                "vectors_kept table=%s chunks=%d reason=%s: kept by text, an equal text takes its "
+                "vector instead of the model",
                 store.name,
                 len(vecs),
+                _ORPHANS_WHY[cause],
             )
 
     def settle(self) -> None:
@@ -579,7 +597,7 @@ class Vectoring:
             if vs.flag in self._unsure:
                 # A write failed half-way (disk full: rows added, flags not committed): put table
                 # and flags back in agreement first, or these chunks would get a second vector.
-                self._reconcile(vs.store, vs.flag)
+                self._reconcile(vs.store, vs.flag, cause="failed write")
                 self._unsure.discard(vs.flag)
             try:
                 # Still there and still without a vector: the backfill and a memory write's own

@@ -114,14 +114,14 @@ def _identified(folder: Path, table: str) -> bool:
     return found is not None and bool(found[0])
 
 
-def set_aside(folder: Path, table: str) -> Path | None:
-    """Move ``table`` of ``folder`` into ``<folder>.broken-<time>/``, kept like a damaged table's
-    copy (removed 30 days later); None when it has no files (a create cut short: removed, as
-    there is nothing to keep)."""
+def set_aside(folder: Path, table: str, *, retired: bool = False) -> Path | None:
+    """Move ``table`` of ``folder`` into ``<folder>.broken-<time>/`` (``.retired-<time>/`` for a
+    gone model's table, no damage), kept like a damaged table's copy (removed 30 days later);
+    None when it has no files (a create cut short: removed, as there is nothing to keep)."""
     item = folder / f"{table}.lance"
     if not item.is_dir():
         return None
     if not any(p.is_file() for p in item.rglob("*")):
         shutil.rmtree(item)
         return None
-    return move_aside_into(item, folder)
+    return move_aside_into(item, folder, retired=retired)

@@ -104,7 +104,7 @@ class Arms:
     def pending_vectors(self) -> tuple[int, int, int]:
         """Chunks waiting for a vector in the serving table, how many of those are of notes
         written continuously, and the chunks left to a model switch's table (no vector serves
-        them until it ends; none is being computed for them now), counted at most once a second
+        them until it ends, though the new model computes theirs meanwhile), counted at most once a second
         (a search during a backfill or after a table was replaced says so)."""
         at, n, continuous, left = self._pending
         now = time.monotonic()

@@ -1,5 +1,6 @@
-"""Copies of damaged stores moved aside (``<name>.broken-<time>``), and of stores a newer release
-wrote, replaced by a rebuild asked for after a downgrade (``<name>.newer-<time>``): listed for
+"""Copies of damaged stores moved aside (``<name>.broken-<time>``), of stores a newer release
+wrote, replaced by a rebuild asked for after a downgrade (``<name>.newer-<time>``), and of a
+previous model's vectors no switch could use, its model gone (``<name>.retired-<time>``): listed for
 status and doctor, removed at a start once older than ``KEEP_MOVED_ASIDE_DAYS``. No engine is
 imported: thin clients read this."""
 
@@ -18,13 +19,14 @@ log = logging.getLogger(__name__)
 # to notice and inspect one, and a service running for years does not gather a full copy of its
 # index at every damage or downgrade.
 KEEP_MOVED_ASIDE_DAYS = 30
-_MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.(?P<why>broken|newer)-(?P<when>\d{8}-\d{6})-\d+$")
+_MOVED_ASIDE = re.compile(r"^(?P<store>.+)\.(?P<why>broken|newer|retired)-(?P<when>\d{8}-\d{6})-\d+$")
 
 
-def aside_name(path: Path, *, newer: bool = False) -> Path:
+def aside_name(path: Path, *, newer: bool = False, retired: bool = False) -> Path:
     """Where a damaged store ``path`` is moved: ``<name>.broken-<time>`` beside it;
-    ``<name>.newer-<time>`` for one a newer release wrote (no damage: status told it apart)."""
-    why = "newer" if newer else "broken"
+    ``<name>.newer-<time>`` for one a newer release wrote, ``<name>.retired-<time>`` for a gone
+    model's vectors (no damage either: status tells them apart)."""
+    why = "newer" if newer else "retired" if retired else "broken"
     return path.with_name(f"{path.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6}")
 
 
@@ -34,6 +36,7 @@ class MovedAside:
     store: str  # what it was a copy of: manifest.sqlite, bm25, vectors, bm25-memory-<agent>
     age_days: float
     newer: bool = False  # a newer release's store replaced by a rebuild asked for, not damaged
+    retired: bool = False  # a previous model's vectors, its model gone: not damaged
 
 
 def moved_aside(index_dir: Path, now: float | None = None) -> list[MovedAside]:
@@ -53,7 +56,8 @@ def moved_aside(index_dir: Path, now: float | None = None) -> list[MovedAside]:
             made = time.mktime(time.strptime(m["when"], "%Y%m%d-%H%M%S"))
         except (ValueError, OverflowError):
             continue
-        found.append(MovedAside(entry, m["store"], max(0.0, (now - made) / 86400), m["why"] == "newer"))
+        age = max(0.0, (now - made) / 86400)
+        found.append(MovedAside(entry, m["store"], age, m["why"] == "newer", m["why"] == "retired"))
     return sorted(found, key=lambda c: -c.age_days)
 
 

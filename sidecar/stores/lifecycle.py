@@ -244,9 +244,10 @@ def salvage_vectors(aside: Path, into: VectorStore, pooling: str) -> tuple[int, 
     return kept, walk.lost_rows
 
 
-def move_aside_into(item: Path, store: Path) -> Path:
-    """Move one part of ``store`` (a table of the vectors folder) to ``<store>.broken-<time>/``."""
-    target = move_aside_name(store)
+def move_aside_into(item: Path, store: Path, *, retired: bool = False) -> Path:
+    """Move one part of ``store`` (a table of the vectors folder) to ``<store>.broken-<time>/``
+    (``.retired-<time>/`` for a gone model's table: no damage)."""
+    target = aside_name(store, retired=retired)
     target.mkdir()
     item.rename(target / item.name)
     return target
