@@ -1462,13 +1462,7 @@ def test_a_note_event_under_a_folder_renamed_but_for_case_comes_first(
         parent = vault / top if top else vault
         (parent / old).rename(parent / new)
         shutil.copytree(parent / new, parent / old)  # what the old spelling opens: the same notes
-        real = os.listdir
-
-        def listdir(path: Any = ".") -> list[str]:
-            names = real(path)
-            return [n for n in names if n != old] if Path(path) == parent else names
-
-        monkeypatch.setattr(os, "listdir", listdir)
+        _listing_hides(monkeypatch, parent, old)
         h.indexer.sweep(only=frozenset(), paths={str(vault / f"{top}{new}{under}" / "Tar.md")})
         if then != "none":
             h.indexer.sweep(only=frozenset(), paths={str(parent / (new if then == "new" else old))})
