@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +44,7 @@ from sidecar.search.query import (
     QueryAnalysis,
     a_form_of,
     analyze,
+    split_clauses,
     split_filters,
     word_forms,
 )
@@ -55,6 +56,7 @@ from sidecar.search.querywords import (
     _stopword_stems,
     _with_umlauts,
     bm25_text,
+    joined_part,
     typed_part,
     unread_words,
 )
@@ -119,6 +121,18 @@ class Found:
     pending_continuous: int = 0  # of those, chunks of notes written continuously (``Stores.continuous``)
     # The query's words read with umlauts, by the word as typed (``Retriever.read_spelling``).
     spelled: Mapping[str, str] = field(default_factory=dict)
+    # German verbs split from their particle, joined again (``Retriever.separated``).
+    joined: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Separated:
+    """A German verb split from its particles ("richte ... ein"), as typed, and the joined verb
+    as the notes write it most ("einrichten")."""
+
+    verb: str
+    particles: tuple[str, ...]
+    form: str
 
 
 @dataclass(frozen=True)
@@ -259,22 +273,61 @@ class Retriever:
 
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
-        identifiers. The vector arm is blind to them (a made-up token still has nearest
-        neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
+        identifiers (not a German verb split from its particle, ``separated``). The vector arm is
+        blind to them (a made-up token still has nearest neighbours) while BM25 gives them their
+        full weight, so for such a query keywords lead."""
         if self.cfg.rare_term_notes <= 0:
             return ()
         words, pieces = self._pieces(qa)
         if not words:
             return ()
+        # A German verb split from its particle ("richte" of "Wie richte ich Sync ein?", which
+        # one note happened to write) is an ordinary verb, not a name or code: neither it nor the
+        # particle counts, however few notes hold the form typed.
+        split = {w.lower() for s in self.separated(qa, agent) for w in (s.verb, *s.particles)}
         try:
             limit = self.rare_limit()
             return tuple(
                 w
                 for w, n in zip(words, pieces, strict=True)
-                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
+                if n >= 2
+                and w.lower() not in split
+                and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]:
+        """German verbs split from their particles ("Wie richte ich Sync ein?"), joined again
+        where the notes hold the joined verb in some form (its German stem: "einricht"), each
+        clause's first such word and most particles. The keyword arm searches the joined verb as
+        the notes write it most ("einrichten"); neither part of it is a rare word."""
+        if qa.language != "de":
+            return ()
+        try:
+            return tuple(self._separated(qa, agent))
+        except StoreError:  # a damaged index: the search reports it
+            return ()
+
+    def _separated(self, qa: QueryAnalysis, agent: str | None) -> Iterator[Separated]:
+        bm25 = self.stores.bm25
+        for clause in split_clauses(qa.text):
+            found = next(
+                (
+                    (verb, particles)
+                    for particles in clause.particles
+                    for verb in clause.verbs
+                    if bm25.doc_freq("".join(particles) + verb, pages=True, agent=agent, field="body_de") > 0
+                ),
+                None,
+            )
+            if found is None:
+                continue
+            verb, particles = found
+            joined = ("".join(particles) + verb).lower()
+            counts = {f: bm25.doc_freq(f, pages=True, agent=agent) for f in word_forms(joined, "de")}
+            form = max(counts, key=lambda f: counts[f], default=joined) if any(counts.values()) else joined
+            yield Separated(verb, particles, form)
 
     def keyword_words(self, words: Sequence[str], lang: str | None) -> list[str]:
         """``words`` as the keyword arm should look for them in ``lang``: a word whose stem is a
@@ -359,13 +412,19 @@ class Retriever:
         bm_error: StoreError | None = None
         answered = False
         read = spelled or {}
+        # German verbs split from their particle, joined again: asked only when keywords count.
+        joined = (
+            tuple(s.form for s in self.separated(qa, req.agent))
+            if weight < 1.0 or vectors is not None
+            else ()
+        )
         if weight < 1.0 or vectors is not None:
             faults: list[SearchFault] = []
             seen: set[str] = set()
             try:
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
                 bm = self.stores.bm25.search(
-                    [*words, *typed_part(read)],
+                    [*words, *typed_part(read), *joined_part(joined)],
                     fetch,
                     sources,
                     req.agent,
@@ -395,7 +454,7 @@ class Retriever:
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
-            return Found(bm, vec_lists, note, answered, stem, spelled=read)
+            return Found(bm, vec_lists, note, answered, stem, spelled=read, joined=joined)
 
         def no_arm(vector_why: str) -> StoreError:
             # Neither arm searched: an empty answer would read as "nothing relevant".
@@ -496,7 +555,7 @@ class Retriever:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        searched = [*words, *typed_part(found.spelled)]
+        searched = [*words, *typed_part(found.spelled), *joined_part(found.joined)]
         pages = dict(self._pages_or_nothing(searched, keys, req, stem)) if share > 0 and keys else {}
         # The scale is the words' as read, each once: a query is not worth more for being searched
         # in two spellings (a term scores its better part, not the sum), nor less for a spelling
