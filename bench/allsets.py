@@ -46,6 +46,7 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "short-de": (["questions", "bench/questions-blind-short-de.jsonl", *GERMAN_VAULTS], "de", True),
     "ascii-de": (["questions", "bench/questions-ascii-de.jsonl", *GERMAN_VAULTS], "de", True),
     "compound-de": (["questions", "bench/questions-compound-de.jsonl", *GERMAN_VAULTS], "de", True),
+    "separable-de": (["questions", "bench/questions-separable-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),

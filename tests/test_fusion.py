@@ -14,7 +14,7 @@ from sidecar.search.fusion import (
     minmax,
     rrf,
 )
-from sidecar.search.query import analyze, split_filters
+from sidecar.search.query import analyze, split_clauses, split_filters
 from sidecar.search.querywords import unread_words
 
 
@@ -458,3 +458,18 @@ def test_a_chunk_shares_its_whole_notes_keyword_evidence() -> None:
     assert ranks["dense"].bm25_norm == 1.0 and "vector-only" not in {
         k for k, s in ranks.items() if s.bm25_norm > 0
     }
+
+
+def test_split_clauses_find_a_german_verb_left_apart_from_its_particle() -> None:
+    """A clause ending with a verb particle offers the words of its verb's place; the notes decide
+    which makes a verb with it (Retriever.separated). Two particles are tried together first."""
+    assert [(c.verbs, c.particles) for c in split_clauses("Wie richte ich Obsidian Sync ein?")] == [
+        (("Wie", "richte", "ich"), (("ein",),))
+    ]
+    clauses = split_clauses("Wie stelle ich die Notiz wieder her, und lade sie herunter?")
+    assert [c.particles for c in clauses] == [(("wieder", "her"), ("her",)), (("herunter",),)]
+    assert clauses[1].verbs == ("lade", "sie")
+    # Joined already, no particle at the end, or nothing but the particle: nothing to join.
+    assert split_clauses("Obsidian Sync einrichten") == ()
+    assert split_clauses("Wie geht das?") == ()
+    assert split_clauses("ein") == ()

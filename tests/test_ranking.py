@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.contracts.wire import Analysis, Hit
 from sidecar.model.embedder import load_model
+from sidecar.search.query import analyze
 from sidecar.search.recall import recall
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
@@ -343,5 +344,53 @@ def test_a_word_whose_stem_is_a_stopword_is_looked_for_in_its_forms(make_cfg: An
         assert follow.hits[0].reference == "vault/Dateien sichern", follow.hits
         asked = recall(r, "Wie sichere ich meinen Vault?", [], req, count)
         assert asked.hits[0].reference == "vault/Dateien sichern", asked.hits
+    finally:
+        h.close()
+
+
+def test_a_german_verb_split_from_its_particle_is_no_rare_word(make_cfg: Any, tmp_path: Path) -> None:
+    """A German verb split from its particle is an ordinary verb, not a name or code, however few
+    notes hold the form typed: "richte" of "Wie richte ich Sync ein?" was a rare word (one note
+    says "richte"), and that note won by the rareTerm boost over the page that says how to set
+    Sync up. The keyword arm searches the joined verb as the notes write it ("einrichten"). A code
+    in a German question is still rare."""
+    v = tmp_path / "v"
+    write(
+        v / "Tarife.md",
+        "# Tarife\n\nDie Tarife unterscheiden sich im Speicher. Richte die Zahlung im Konto ein, "
+        "bevor der Speicher voll ist.\n",
+    )
+    write(
+        v / "Sync einrichten.md",
+        "# Sync einrichten\n\nSo kannst du Sync auf einem neuen Gerät einrichten: öffne die "
+        "Einstellungen, melde dich an und wähle den entfernten Tresor.\n",
+    )
+    write(
+        v / "Geräte.md",
+        "# Geräte\n\nEin eingerichtetes Gerät bleibt mit Sync verbunden, bis du es abmeldest.\n",
+    )
+    write(v / "Hosts.md", "# Hosts\n\nDer Server kq7z3 steht im Keller.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        assert r.rare_limit() == 1 and h.stores.bm25.doc_freq("richte", pages=True) == 1
+
+        def search(query: str) -> tuple[tuple[Hit, ...], Analysis]:
+            res = r.search(SearchRequest(query, 10, 0.0))
+            assert res.analysis is not None
+            return res.hits, res.analysis
+
+        hits, analysis = search("Wie richte ich Sync ein?")
+        assert analysis.rare_words == ()
+        assert hits[0].reference == "vault/Sync einrichten" and "rareTerm" not in hits[0].boosts
+        qa = analyze("Wie richte ich Sync ein?")
+        assert [(s.verb, s.particles, s.form) for s in r.separated(qa)] == [
+            ("richte", ("ein",), "einrichten")
+        ]
+        # Not a verb: no note holds "einsync" in any form.
+        assert r.separated(analyze("Wie heißt der Server Sync ein?")) == ()
+        assert search("Wo steht der Server kq7z3?")[1].rare_words == ("kq7z3",)
     finally:
         h.close()

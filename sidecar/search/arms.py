@@ -35,9 +35,12 @@ from sidecar.search.keyword_gaps import (
 )
 from sidecar.search.query import QueryAnalysis
 from sidecar.search.querycache import QueryCache
-from sidecar.search.querywords import BmParts, bm25_text, typed_part
+from sidecar.search.querywords import BmParts, bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest
 from sidecar.stores.bm25_search import SHARED, SearchFault
+
+if TYPE_CHECKING:
+    from sidecar.search.query_plan import Separated
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.search.retrieval")
@@ -76,6 +79,8 @@ class Found:
     left_to_switch: int = 0  # chunks it could not see either: left to a model switch until it ends
     # The query's words read with umlauts, by the word as typed (``Retriever.read_spelling``).
     spelled: Mapping[str, str] = field(default_factory=dict)
+    # German verbs split from their particle, joined again (``Retriever.separated``).
+    joined: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class Arms:
         def stem(self, qa: QueryAnalysis) -> str | None: ...
 
         def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float: ...
+
+        def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]: ...
 
     def pending_vectors(self) -> tuple[int, int, int]:
         """Chunks waiting for a vector in the serving table, how many of those are of notes
@@ -151,13 +158,19 @@ class Arms:
         bm_error: StoreError | None = None
         answered = False
         read = spelled or {}
+        # German verbs split from their particle, joined again: asked only when keywords count.
+        joined = (
+            tuple(s.form for s in self.separated(qa, req.agent))
+            if weight < 1.0 or vectors is not None
+            else ()
+        )
         if weight < 1.0 or vectors is not None:
             faults: list[SearchFault] = []
             seen: set[str] = set()
             try:
                 words = [(bm25_text(qa), 1.0)] if parts is None else parts
                 bm = self.stores.bm25.search(
-                    [*words, *typed_part(read)],
+                    [*words, *typed_part(read), *joined_part(joined)],
                     fetch,
                     sources,
                     req.agent,
@@ -187,7 +200,7 @@ class Arms:
                 bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
-            return Found(bm, vec_lists, note, answered, stem, spelled=read)
+            return Found(bm, vec_lists, note, answered, stem, spelled=read, joined=joined)
 
         def no_arm(vector_why: str) -> StoreError:
             # Neither arm searched: an empty answer would read as "nothing relevant".

@@ -15,7 +15,7 @@ from sidecar.index.repair import ready_inbox
 from sidecar.search.keyword_gaps import note_keyword_scores
 from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
-from sidecar.search.querywords import bm25_text, typed_part
+from sidecar.search.querywords import bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever
@@ -41,7 +41,7 @@ def explain(
     ranking = r.rank(req, qa, found, weight=weight, rare=rare)
     ids = [c.chunk_id for c in chunks]
     stem = found.stem
-    words = [(bm25_text(qa), 1.0), *typed_part(spelled)]
+    words = [(bm25_text(qa), 1.0), *typed_part(spelled), *joined_part(found.joined)]
     # Scored as the asker's search scores it: an agent's own index, a person's of all memory.
     direct_bm, bm_note = note_keyword_scores(r.stores, words, len(ids) + 5, agent, key=key, stem=stem)
     page_bm: dict[str, float] = {}

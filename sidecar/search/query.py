@@ -429,6 +429,44 @@ _FORM_ENDINGS = {
 }
 
 
+# German verb particles a split verb leaves at its clause's end ("Wie richte ich Sync ein?").
+PARTICLES_DE = words_file("separable-particles-de.txt")
+# A clause ends at its punctuation or where a conjunction begins the next one.
+_CLAUSE_END = re.compile(r"[.?!;:,]|\b(?:und|oder|aber|sondern|denn|dann)\b", re.IGNORECASE)
+# A main clause's verb is its first or second part, and a part may be two words ("Wie genau
+# richte ich ... ein?").
+_VERB_PLACES = 3
+
+
+@dataclass(frozen=True)
+class SplitClause:
+    """A German clause that ends with verb particles: the words that may be its verb, and the
+    particles that may belong to it ("wieder her", then "her"), the most first."""
+
+    verbs: tuple[str, ...]
+    particles: tuple[tuple[str, ...], ...]
+
+
+def split_clauses(text: str) -> tuple[SplitClause, ...]:
+    """The clauses of ``text`` that end with a German verb particle: "Wie richte ich Obsidian
+    Sync ein?" -> verbs (Wie, richte, ich), particles (ein,). Which word and particle make a verb
+    ("einrichten") only the notes can say (``Retriever.separated``)."""
+    out = []
+    for clause in _CLAUSE_END.split(text):
+        words = WORD.findall(_CLITIC.sub("", clause))
+        ending = 0
+        while ending < min(2, len(words) - 1) and words[-1 - ending].lower() in PARTICLES_DE:
+            ending += 1
+        if not ending:
+            continue
+        particles = tuple(tuple(words[len(words) - k :]) for k in range(ending, 0, -1))
+        places = words[: min(_VERB_PLACES, len(words) - ending)]
+        verbs = tuple(w for w in places if w.lower() not in PARTICLES_DE)
+        if verbs:
+            out.append(SplitClause(verbs, particles))
+    return tuple(out)
+
+
 def word_forms(word: str, lang: str) -> tuple[str, ...]:
     """Regular inflected forms of ``word`` in ``lang`` ("de" or "en"), the word itself first:
     "sichere" -> sichern, sichert, gesichert, ... Some are no words; none is a stopword. The

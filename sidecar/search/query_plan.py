@@ -8,15 +8,15 @@ on is the ``Retriever``'s own, made in ``Retriever.__init__``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import StoreError
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import model_name
-from sidecar.search.query import QueryAnalysis, a_form_of, analyze, word_forms
+from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
 
@@ -29,6 +29,16 @@ def _own_settings(serving: VectorSet) -> dict[str, Any]:
     """The serving model's own settings (MODEL_DEFAULTS): what counts for the keys left to the
     models, also while a switch migrates and the previous model still answers."""
     return MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
+
+
+@dataclass(frozen=True)
+class Separated:
+    """A German verb split from its particles ("richte ... ein"), as typed, and the joined verb
+    as the notes write it most ("einrichten")."""
+
+    verb: str
+    particles: tuple[str, ...]
+    form: str
 
 
 class QueryPlan:
@@ -122,22 +132,61 @@ class QueryPlan:
 
     def rare_words(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Content words the model splits into word pieces and few notes contain: names, codes,
-        identifiers. The vector arm is blind to them (a made-up token still has nearest
-        neighbours) while BM25 gives them their full weight, so for such a query keywords lead."""
+        identifiers (not a German verb split from its particle, ``separated``). The vector arm is
+        blind to them (a made-up token still has nearest neighbours) while BM25 gives them their
+        full weight, so for such a query keywords lead."""
         if self.cfg.rare_term_notes <= 0:
             return ()
         words, pieces = self._pieces(qa)
         if not words:
             return ()
+        # A German verb split from its particle ("richte" of "Wie richte ich Sync ein?", which
+        # one note happened to write) is an ordinary verb, not a name or code: neither it nor the
+        # particle counts, however few notes hold the form typed.
+        split = {w.lower() for s in self.separated(qa, agent) for w in (s.verb, *s.particles)}
         try:
             limit = self.rare_limit()
             return tuple(
                 w
                 for w, n in zip(words, pieces, strict=True)
-                if n >= 2 and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
+                if n >= 2
+                and w.lower() not in split
+                and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]:
+        """German verbs split from their particles ("Wie richte ich Sync ein?"), joined again
+        where the notes hold the joined verb in some form (its German stem: "einricht"), each
+        clause's first such word and most particles. The keyword arm searches the joined verb as
+        the notes write it most ("einrichten"); neither part of it is a rare word."""
+        if qa.language != "de":
+            return ()
+        try:
+            return tuple(self._separated(qa, agent))
+        except StoreError:  # a damaged index: the search reports it
+            return ()
+
+    def _separated(self, qa: QueryAnalysis, agent: str | None) -> Iterator[Separated]:
+        bm25 = self.stores.bm25
+        for clause in split_clauses(qa.text):
+            found = next(
+                (
+                    (verb, particles)
+                    for particles in clause.particles
+                    for verb in clause.verbs
+                    if bm25.doc_freq("".join(particles) + verb, pages=True, agent=agent, field="body_de") > 0
+                ),
+                None,
+            )
+            if found is None:
+                continue
+            verb, particles = found
+            joined = ("".join(particles) + verb).lower()
+            counts = {f: bm25.doc_freq(f, pages=True, agent=agent) for f in word_forms(joined, "de")}
+            form = max(counts, key=lambda f: counts[f], default=joined) if any(counts.values()) else joined
+            yield Separated(verb, particles, form)
 
     def keyword_words(self, words: Sequence[str], lang: str | None) -> list[str]:
         """``words`` as the keyword arm should look for them in ``lang``: a word whose stem is a

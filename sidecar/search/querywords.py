@@ -31,6 +31,13 @@ def typed_part(spelled: Mapping[str, str]) -> BmParts:
     return [(" ".join(spelled), 1.0)] if spelled else []
 
 
+def joined_part(joined: Sequence[str]) -> BmParts:
+    """German verbs split from their particle, joined again (``Retriever.separated``), a part of
+    their own at a word's weight: the verb as typed in another spelling, outside the query's
+    scale as the words typed beside their umlaut reading are."""
+    return [(" ".join(joined), 1.0)] if joined else []
+
+
 def _with_umlauts(text: str, spelled: Mapping[str, str]) -> str:
     """``text`` with each word of ``spelled`` (by the word lowercased) replaced, its case kept."""
     if not spelled:

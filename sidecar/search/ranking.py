@@ -29,7 +29,7 @@ from sidecar.search.keyword_gaps import (
 )
 from sidecar.search.listing import passes
 from sidecar.search.query import QueryAnalysis
-from sidecar.search.querywords import BmParts, _name_words, bm25_text, typed_part
+from sidecar.search.querywords import BmParts, _name_words, bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest
 from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25_search import SHARED, SearchFault
@@ -78,7 +78,7 @@ class Ranker:
         words = [(bm25_text(qa), 1.0)] if parts is None else parts
         share = self.page_share(weight)
         keys = sorted({v.key for v in views.values()})
-        searched = [*words, *typed_part(found.spelled)]
+        searched = [*words, *typed_part(found.spelled), *joined_part(found.joined)]
         pages = dict(self._pages_or_nothing(searched, keys, req, stem)) if share > 0 and keys else {}
         # The scale is the words' as read, each once: a query is not worth more for being searched
         # in two spellings (a term scores its better part, not the sum), nor less for a spelling
