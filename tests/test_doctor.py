@@ -677,8 +677,8 @@ def test_an_upgrade_that_keeps_the_version_is_said_nowhere(
 def test_a_build_started_after_a_later_build_of_its_release_is_said(
     make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The upgrade test's case: OLD and NEW one version, NEW wrote the index after OLD, then OLD
-    run on it (a downgrade between checkouts). doctor with the daemon stopped names the later
+    """A downgrade between two checkouts of one version: NEW wrote the index after OLD, then OLD
+    runs on it. doctor with the daemon stopped names the later
     build; the OLD daemon logs it and keeps it (health index.other_build), said by status and
     doctor for that daemon's life (its switches to writable too), not after its next start."""
     from sidecar import __version__
