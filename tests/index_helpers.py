@@ -4,6 +4,7 @@ steps, a damaged vector table."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sqlite3
 import threading
@@ -114,3 +115,19 @@ def as_old_links(db: sqlite3.Connection) -> None:
         CREATE INDEX links_by_name ON links(name);
         """
     )
+
+
+def with_agents(make_cfg: Any, vault: Path, notes: dict[str, dict[str, str]]) -> Any:
+    """The vault fixture and agents' inboxes holding ``notes`` (agent -> slug -> text); swept
+    and closed."""
+    cfg = make_cfg(vault)
+    for agent, slugs in notes.items():
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True, mode=0o700, exist_ok=True)
+        os.chmod(inbox.parent, 0o700)
+        for slug, text in slugs.items():
+            write(inbox / f"{slug}.md", text)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    return cfg

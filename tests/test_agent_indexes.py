@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FakeEmbedder, Harness, write
-from tests.index_helpers import search
+from tests.index_helpers import search, with_agents
 
 _FILLER = "notes about the garden and the boat and other things of the week"
 
@@ -96,22 +96,6 @@ def test_a_persons_memory_hits_score_as_the_agents_own_with_one_agent(tmp_path: 
         idx.close()
 
 
-def _with_agents(make_cfg: Any, vault: Path, notes: dict[str, dict[str, str]]) -> Any:
-    """The vault fixture and agents' inboxes holding ``notes`` (agent -> slug -> text); swept
-    and closed."""
-    cfg = make_cfg(vault)
-    for agent, slugs in notes.items():
-        inbox = cfg.agents_dir / agent / "memory"
-        inbox.mkdir(parents=True, mode=0o700, exist_ok=True)
-        os.chmod(inbox.parent, 0o700)
-        for slug, text in slugs.items():
-            write(inbox / f"{slug}.md", text)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    h.close()
-    return cfg
-
-
 _NOTES = {
     "alpha": {
         "trip": "# Trip\n\nThe kayak of alpha waits at the lake.\n",
@@ -158,7 +142,7 @@ def test_an_idle_agents_index_is_removed_and_rebuilt_on_return_with_the_same_sco
     memory stays found by a person's search); the agent's next search rebuilds it from the
     manifest, whole and scored as before. A note the agent writes meanwhile makes no index of
     one note: the rebuild holds it and the others."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         before = _keywords(h, "kayak lake paddle", "alpha")
@@ -201,7 +185,7 @@ def test_an_idle_removal_racing_an_agents_search_leaves_the_search_its_index(
     """A sweep's removal of idle indexes landing between a returning agent's look for its index
     and its search (forced here) left that search without the agent's memory, and nothing said
     so. The use is told first: a removal after it keeps the index, one before it is rebuilt."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         idx = h.stores.bm25
@@ -234,7 +218,7 @@ def test_a_crash_between_the_two_writes_is_repaired_at_start(make_cfg: Any, vaul
     """A memory note is committed to the index of every agent's memory and to its agent's own
     index one after the other: a crash between the two leaves them disagreeing (here each copy
     from before the note, in turn). The check after the first sweep refills the one behind."""
-    cfg = _with_agents(make_cfg, vault, {"alpha": {"trip": _NOTES["alpha"]["trip"]}})
+    cfg = with_agents(make_cfg, vault, {"alpha": {"trip": _NOTES["alpha"]["trip"]}})
     bm25 = cfg.index_dir / "bm25"
     kept = {part: cfg.index_dir / f"kept-{part.replace('/', '-')}" for part in ("memory-all", "memory/alpha")}
     for part, copy in kept.items():
@@ -263,7 +247,7 @@ def test_an_install_without_the_index_of_all_memory_fills_it_at_start(make_cfg: 
     """An index from before the index of every agent's memory (inboxes only): a person's search
     reads the inboxes until it is filled from the manifest at the first sweep, then opens none.
     The keyword layout is not raised: nothing else is rebuilt."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     bm25 = cfg.index_dir / "bm25"
     shutil.rmtree(bm25 / "memory-all")
     vault_meta = (bm25 / "chunks/meta.json").read_bytes()
@@ -287,7 +271,7 @@ def test_a_deleted_memory_note_leaves_both_indexes(make_cfg: Any, vault: Path) -
     """A deleted memory note is gone from its agent's own index and from the index of every
     agent's memory; also when the agent's own index was removed as idle (the rebuild does not
     bring it back)."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         (cfg.agents_dir / "alpha/memory/gear.md").unlink()
@@ -309,7 +293,7 @@ def test_a_deleted_memory_note_leaves_both_indexes(make_cfg: Any, vault: Path) -
 def test_a_damaged_index_of_all_memory_is_moved_aside_and_refilled(make_cfg: Any, vault: Path) -> None:
     """The index of every agent's memory damaged at start is moved aside (next to the index) and
     refilled from the manifest before the first sweep; the vault's index is left alone."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     (cfg.index_dir / "bm25/memory-all/chunks/meta.json").write_text("{not json")
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -352,7 +336,7 @@ def test_why_scores_an_agents_note_as_its_search_does(make_cfg: Any, vault: Path
     from sidecar.search.retrieval import Retriever, SearchRequest
 
     long = "# Log\n\n" + " ".join(f"word{i}" for i in range(300)) + " kayak lake\n"
-    cfg = _with_agents(make_cfg, vault, {**_NOTES, "gamma": {"log": long, "log2": long + "more"}})
+    cfg = with_agents(make_cfg, vault, {**_NOTES, "gamma": {"log": long, "log2": long + "more"}})
     h = Harness(cfg, None)
     try:
         r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
@@ -377,7 +361,7 @@ def test_why_on_a_keyword_index_that_cannot_be_read_answers_and_says_so(
     from sidecar.search.retrieval import Retriever, SearchRequest
     from sidecar.stores.bm25_folder import engine
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
@@ -412,7 +396,7 @@ def test_why_says_a_memory_index_it_could_not_read_for_its_note(
     from sidecar.search.explain import explain
     from sidecar.search.retrieval import Retriever
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
@@ -476,7 +460,7 @@ def test_a_failed_rebuild_of_a_returning_agents_index_is_said_and_tried_again(
     from sidecar.search.retrieval import Retriever, SearchRequest
     from sidecar.stores import bm25_folder as b
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         idx = h.stores.bm25
@@ -539,7 +523,7 @@ def test_memory_written_by_an_older_version_is_refilled_into_the_index_of_all_me
     kept a person's search on the old text and names for good. Simulated: that index put back
     as it was before the edits. A restart with nothing written by another version refills
     nothing."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     bm25 = cfg.index_dir / "bm25"
     shutil.copytree(bm25 / "memory-all", cfg.index_dir / "kept-all")
     inbox = cfg.agents_dir / "alpha/memory"
@@ -569,7 +553,7 @@ def test_memory_written_by_an_older_version_is_refilled_into_the_index_of_all_me
 def _alpha_removed_as_idle(make_cfg: Any, vault: Path, notes: dict[str, dict[str, str]]) -> Any:
     """The agents' ``notes`` indexed, then alpha's own keyword index removed as idle (its notes
     aged 40 days); the stores closed."""
-    cfg = _with_agents(make_cfg, vault, notes)
+    cfg = with_agents(make_cfg, vault, notes)
     h = Harness(cfg, FakeEmbedder())
     try:
         _age(h.cfg, "alpha", 40)
@@ -744,7 +728,7 @@ def test_a_new_vault_index_is_refilled_at_start_whatever_memory_holds(
     agents whose own index was removed as idle), its emptiness was hidden, and a person's search
     found no vault note by its words until the check after the whole sweep."""
     many = {f"n{i}": f"# N{i}\n\nThe kayak of alpha, trip {i} to the lake.\n" for i in range(40)}
-    cfg = _with_agents(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
+    cfg = with_agents(make_cfg, vault, {"alpha": many, "beta": _NOTES["beta"]})
     h = Harness(cfg, FakeEmbedder())
     try:
         vault_chunks = h.stores.bm25.shared_counts()[0]
@@ -802,7 +786,7 @@ def test_the_agents_with_memory_are_read_through_the_primary_key(make_cfg: Any, 
     """The agents with memory (asked on each health call and person's search while the index of
     all memory is not filled) are found through the key's range: by the source alone every
     file was scanned (58 ms at 100,000 files)."""
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         manifest = h.stores.manifest
@@ -929,7 +913,7 @@ def test_a_share_fault_in_a_damage_check_or_a_count_is_no_damage(
     from sidecar.contracts.errors import PassingFaultError
     from sidecar.daemon.repairs import RepairPolicy
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, None)
     try:
         bm25 = h.stores.bm25
@@ -966,7 +950,7 @@ def test_no_file_handles_left_in_a_search_moves_no_index_of_all_memory_aside(
     aside and refilled it."""
     from sidecar.daemon.repairs import RepairPolicy
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, None)
     try:
         bm25 = h.stores.bm25
@@ -1016,7 +1000,7 @@ def test_no_file_handles_left_in_a_count_moves_no_agents_index_aside(make_cfg: A
     and moved aside."""
     from sidecar.contracts.errors import PassingFaultError
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, None)
     try:
         bm25 = h.stores.bm25
@@ -1110,7 +1094,7 @@ def test_a_memory_index_out_of_file_handles_is_said_in_status_and_in_the_answer(
     from sidecar.search.request import SearchRequest
     from sidecar.search.retrieval import Retriever
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
@@ -1155,7 +1139,7 @@ def test_all_memory_out_of_file_handles_read_from_each_agents_index_is_no_fault(
     from sidecar.search.request import SearchRequest
     from sidecar.search.retrieval import Retriever
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
@@ -1191,7 +1175,7 @@ def test_a_failed_inbox_repair_is_no_longer_said_once_nothing_fails(
     from sidecar.contracts.errors import StoreError
     from sidecar.daemon.repairs import REPAIR_SUBJECT, RepairPolicy
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, None)
     try:
         bm25 = h.stores.bm25
@@ -1227,7 +1211,7 @@ def test_no_file_handles_is_said_until_the_index_that_failed_is_read_again(
     from sidecar.search.request import SearchRequest
     from sidecar.search.retrieval import Retriever
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25
@@ -1265,7 +1249,7 @@ def test_a_memory_writes_duplicate_check_out_of_file_handles_is_said_in_status(
     from sidecar.memory.inbox import Inboxes
     from sidecar.memory.ops import MemoryOps
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
@@ -1296,7 +1280,7 @@ def test_a_memory_write_during_a_refill_of_its_agents_index_ends_in_the_new_inde
     from sidecar.memory.inbox import Inboxes
     from sidecar.memory.ops import MemoryOps
 
-    cfg = _with_agents(make_cfg, vault, _NOTES)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         bm25 = h.stores.bm25

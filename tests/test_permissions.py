@@ -18,23 +18,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import FakeEmbedder, Harness, write
-from tests.index_helpers import search
+from tests.index_helpers import search, with_agents
 
 _NOTES = {"alpha": {"trip": "# Trip\n\nThe kayak of alpha waits at the lake.\n"}}
-
-
-def _with_agents(make_cfg: Any, vault: Path) -> Any:
-    cfg = make_cfg(vault)
-    for agent, slugs in _NOTES.items():
-        inbox = cfg.agents_dir / agent / "memory"
-        inbox.mkdir(parents=True, mode=0o700, exist_ok=True)
-        os.chmod(inbox.parent, 0o700)
-        for slug, text in slugs.items():
-            write(inbox / f"{slug}.md", text)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    h.close()
-    return cfg
 
 
 @contextlib.contextmanager
@@ -68,7 +54,7 @@ def test_an_agents_keyword_index_that_refuses_writes_is_not_taken_for_damage(
     from sidecar.memory.inbox import Inboxes
     from sidecar.memory.ops import MemoryOps
 
-    cfg = _with_agents(make_cfg, vault)
+    cfg = with_agents(make_cfg, vault, _NOTES)
     h = Harness(cfg, FakeEmbedder())
     try:
         ops = MemoryOps(cfg, Inboxes(cfg), h.indexer, h.slot, stores=h.stores, problems=h.problems)
