@@ -26,7 +26,7 @@ from sidecar.contracts.errors import (
     StorageError,
 )
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.printable import quoted
+from sidecar.contracts.printable import few_names, quoted
 from sidecar.runtime.notify import restart_words
 from sidecar.vault.homeguard import forget, record_path
 
@@ -365,8 +365,7 @@ def _refused_inboxes_said(refused: list[dict[str, Any]]) -> str:
     out = ""
     for r in refused:
         agents = r["agents"]
-        more = f" and {len(agents) - 3} more" if len(agents) > 3 else ""
-        names = ", ".join(agents[:3]) + more
+        names = few_names(agents)
         whose = "" if len(agents) == 1 else f" (the inboxes of {len(agents)} agents: {names})"
         n = r["notes"]
         gone = f"{n} note{'' if n == 1 else 's'} left the index" if n else "its notes are not indexed"

@@ -59,3 +59,10 @@ def quoted_names(names: Sequence[object], most: int = 5) -> str:
     request of ten thousand unknown keys is answered in one line)."""
     shown = ", ".join(quoted(n) for n in names[:most])
     return shown if len(names) <= most else f"{shown} and {len(names) - most:,} more"
+
+
+def few_names(names: Sequence[str], most: int = 3) -> str:
+    """``names`` joined, at most ``most`` of them, then how many more ("a, b, c and 4 more"): a
+    line that names what a problem touches stays one line however many it touches."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more

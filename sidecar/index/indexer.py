@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import SidecarError, StorageError, UnreadableError
+from sidecar.contracts.printable import few_names
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder, Diff, kept_by
 from sidecar.index.linkreread import LinkReread
@@ -1306,7 +1307,7 @@ class Indexer:
             what.append(f"{', '.join(sorted(gone))} cannot be read now ({said})")
             then.append("mount the share (`sidecar status` shows when it is back)")
         if folders:
-            named = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+            named = few_names(folders)
             what.append(
                 f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
             )
@@ -1490,7 +1491,7 @@ def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], lis
             what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
             then.append("make the agents folder a folder of your own again (no symbolic link)")
             continue
-        named = ", ".join(f"memory/{a}" for a in names[:3]) + (f" and {n - 3} more" if n > 3 else "")
+        named = few_names([f"memory/{a}" for a in names])
         what_is = cause.removeprefix("is ")
         if n == 1:
             what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar.contracts.printable import few_names
 from sidecar.index.problems import Problems
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,7 @@ class _Refused:
 
 def named(agents: list[str]) -> str:
     """At most three agents, "and N more"."""
-    more = f" and {len(agents) - _SHOWN} more" if len(agents) > _SHOWN else ""
-    return ", ".join(agents[:_SHOWN]) + more
+    return few_names(agents, _SHOWN)
 
 
 class RefusedInboxes:

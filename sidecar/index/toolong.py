@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from sidecar.contracts.printable import few_names
 from sidecar.vault.sources import PATH_TOO_LONG, is_note_name
 
 AREA = "path_too_long"
@@ -34,11 +35,10 @@ def too_long_problem(folders: list[str]) -> str | None:
     """One PROBLEM line naming the ``folders`` (None when there are none)."""
     if not folders:
         return None
-    named = ", ".join(_abridged(f) for f in folders[:_SHOWN])
-    more = f" and {len(folders) - _SHOWN} more" if len(folders) > _SHOWN else ""
+    named = few_names([_abridged(f) for f in folders], _SHOWN)
     return (
         f"{len(folders)} folder(s) may hold notes whose paths are longer than the system allows "
-        f"({named}{more}): their notes are not indexed (left out of search) until the folder's "
+        f"({named}): their notes are not indexed (left out of search) until the folder's "
         "name or path is made shorter"
     )
 
