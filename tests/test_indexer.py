@@ -585,7 +585,7 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
     and only those, are read again (they kept the old reading for good). An older release that
     keeps such a mark too ("whole sweep") keeps its own: one shared mark was moved past its
     writes by its own whole sweep."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.notes import frontmatter
     from sidecar.stores import manifest as manifest_mod
 
@@ -595,10 +595,10 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
     try:
         h.indexer.reread_if_written_elsewhere()  # nothing recorded yet: nothing to tell by
         assert h.sweep()["changed"] > 0  # a whole sweep records its latest row
-        assert h.stores.manifest.get_meta(indexer_mod._written_until())
+        assert h.stores.manifest.get_meta(rowmarks_mod._written_until())
         time.sleep(0.01)
         monkeypatch.setattr(frontmatter, "_AS_WRITTEN", frozenset())  # the older release's reading
-        monkeypatch.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)
+        monkeypatch.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)
         write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller, neu.\n")
         if older == "events":
             h.indexer.sweep(paths=[str(vault / "Raum.md")])
@@ -644,7 +644,7 @@ def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_s
     under a clock set back wrote times below the mark; either way its writes were not read again
     (they kept its reading for good). The row each write makes is counted too, which no clock
     moves."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.notes import frontmatter
     from sidecar.stores import manifest as manifest_mod
 
@@ -662,7 +662,7 @@ def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_s
             if wrong.startswith("back"):
                 m.setattr(manifest_mod, "time", _ShiftedTime(-day))
             m.setattr(frontmatter, "_AS_WRITTEN", frozenset())
-            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)
+            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)
             write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller, neu.\n")
             h.indexer.sweep(paths=[str(vault / "Raum.md")])
             while h.vectors.embed_pending():
@@ -682,13 +682,13 @@ def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_s
 def test_a_mark_of_written_notes_that_is_no_time_is_ignored(make_cfg: Any, vault: Path) -> None:
     """A mark another version wrote in another form (or a hand edit) is no reason to refuse a
     start: it is ignored, and the next whole sweep writes it anew."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
         for value in ("not a time", "nan", "inf"):
-            h.stores.manifest.set_meta(indexer_mod._written_until(), value)
+            h.stores.manifest.set_meta(rowmarks_mod._written_until(), value)
             h.indexer.reread_if_written_elsewhere()
             assert h.sweep()["changed"] == 0
     finally:
@@ -1265,7 +1265,7 @@ def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
     """A new row takes the number after the latest: once the newest notes were deleted by file
     events (no whole sweep), another release's write (a clock set back) took a number at or below
     the row mark and was never read again. The mark comes down with the latest row."""
-    from sidecar.index.indexer import ROW_MARK, _written_until
+    from sidecar.index.rowmarks import ROW_MARK, _written_until
     from sidecar.stores import manifest as manifest_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1331,7 +1331,7 @@ def test_another_releases_rebuild_after_this_ones_numbers_rows_up_to_the_mark_an
     vault under a clock set back (the remedy its warning names): rows 1..N again, none below the
     mark nor above it, so none of its writes was read again. The row at the mark is recorded
     with it (key and time): another there reads every note again once."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.stores import manifest as manifest_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1341,7 +1341,7 @@ def test_another_releases_rebuild_after_this_ones_numbers_rows_up_to_the_mark_an
         h.indexer.sweep(retry_all=True)
         with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
             m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
             h.indexer.clear()
             h.indexer.sweep(retry_all=True)
         h.indexer._rows_checked = False  # this release's next start
@@ -1359,7 +1359,7 @@ def test_rows_numbered_elsewhere_are_found_before_the_starts_own_deletes(
 ) -> None:
     """A start deletes before it reads the marks (an interrupted delete redone, notes excluded
     while stopped): moving the mark with those deletes first hid the other release's rows."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.stores import manifest as manifest_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -1368,7 +1368,7 @@ def test_rows_numbered_elsewhere_are_found_before_the_starts_own_deletes(
         h.sweep()
         with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
             m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
             h.indexer.clear()
             h.indexer.sweep(retry_all=True)
         h.indexer._rows_checked = False  # this release's next start, Private excluded meanwhile
@@ -1411,7 +1411,7 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
     from 1, far below a mark that grew with every write: under a clock set back neither mark
     caught its writes, and this release kept its reading of every note for good. A latest row
     below the mark at start reads every note again once, embedding no text again."""
-    from sidecar.index import indexer as indexer_mod
+    from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.stores import manifest as manifest_mod
 
     model = FakeEmbedder()
@@ -1424,7 +1424,7 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
             h.sweep()
         with monkeypatch.context() as m:  # the other release's `sidecar index --rebuild`
             m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(indexer_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
             h.indexer.clear()
             h.indexer.sweep(retry_all=True)
             while h.vectors.embed_pending():

@@ -138,7 +138,7 @@ def test_status_says_the_sweeps_pace_and_time_left() -> None:
 def test_status_says_a_slow_sweeps_pace_in_two_digits() -> None:
     """A sweep of a note every half minute read "0.0 a second"; a rate that small is not rounded
     away in health either (no figure, no time left)."""
-    from sidecar.index.indexer import Activity
+    from sidecar.index.activity import Activity
 
     slow = _health({"done": 120, "total": 17162, "notes_per_second": 0.034, "rough": False})
     assert "(indexing 120/17,162 notes, 0.034 a second, about 139h 13m left)" in render_status(slow)

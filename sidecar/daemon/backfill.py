@@ -24,7 +24,7 @@ from sidecar.contracts.errors import (
     is_disk_full,
     is_passing_fault,
 )
-from sidecar.index.indexer import Activity
+from sidecar.index.activity import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair

@@ -17,7 +17,8 @@ from sidecar import __version__
 from sidecar.config import Config
 from sidecar.contracts.protocol import PROTOCOL_VERSION, Request, check_known
 from sidecar.daemon import limits
-from sidecar.index.indexer import TOKENIZER_WAIT_S, Activity, Indexer
+from sidecar.index.activity import Activity
+from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
 from sidecar.index.repair import memory_gap
 from sidecar.index.vectoring import Vectoring

@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from sidecar.config import Config
 from sidecar.contracts.errors import StorageError, StoreError, UnreadableError
 from sidecar.daemon.hot import HOT_MAX_S, HotNotes
+from sidecar.index.activity import Activity
 from sidecar.index.bursts import Bursts
-from sidecar.index.indexer import Activity, Indexer
+from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import heap

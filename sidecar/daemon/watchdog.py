@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from sidecar.config import Config
-from sidecar.index.indexer import Activity
+from sidecar.index.activity import Activity
 from sidecar.index.vectoring import Vectoring
 from sidecar.runtime.notify import Notifier
 from sidecar.stores.manifest import Manifest

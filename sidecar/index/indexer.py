@@ -5,134 +5,65 @@ file events), deletes what is gone and indexes the rest in batches through the w
 (manifest marks ``indexing``, BM25 commits, then the manifest records ``indexed``); a crash at
 any point is redone by the next start. Memory writes index their note synchronously, vectors
 included. The first sweep of a start checks BM25 against the manifest and resolves every link.
+The write path is cut by what its parts do into mixins of ``Indexer``: ``batches`` (a sweep's
+batches, moves and deletions in order), ``deletes`` (every removal), ``putback`` (the notes a
+rebuild put back), ``rebuild_refusal`` (whether a rebuild may run), ``exclusions`` (the rules and
+Obsidian's settings), ``rowmarks`` (notes another release wrote), ``rereads`` (a reader changed);
+``activity`` holds what it is doing now. Here: the sweep, a batch's reads and writes, memory
+writes' one note, the rebuild's emptying and the index state.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
-import math
-import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import SidecarError, StorageError, UnreadableError
-from sidecar.contracts.printable import few_names
-from sidecar.contracts.wire import memory_agent
-from sidecar.index.diff import ChangeFinder, Diff, kept_by
+from sidecar.contracts.errors import SidecarError
+from sidecar.index.activity import Activity
+from sidecar.index.batches import Batches, _moves_applied
+from sidecar.index.deletes import Deletes
+from sidecar.index.diff import ChangeFinder, Diff
+from sidecar.index.exclusions import _OBSIDIAN_RULES, Exclusions
 from sidecar.index.linkreread import LinkReread
-from sidecar.index.moves import ctime_is_evidence, unchanged_move
 from sidecar.index.problems import Problems
-from sidecar.index.records import Drafted, Prepared, as_held, draft, finish, unread
+from sidecar.index.putback import _PUT_BACK, PutBack
+from sidecar.index.rebuild_refusal import RebuildRefusal
+from sidecar.index.records import Drafted, Prepared, draft, finish, unread
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
+from sidecar.index.rereads import Rereads
+from sidecar.index.rowmarks import RowMarks
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.upgrade import upgrade_bm25
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
-from sidecar.notes.chunking import (
-    CHUNKER_VERSION,
-    DRAWING_READER_VERSION,
-    LINK_ALIAS_READER_VERSION,
-    PROPERTY_NAME_READER_VERSION,
-)
-from sidecar.notes.links import written_links
-from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.pace import SWEEP, Pace
 from sidecar.runtime.release import WRITERS_META, record_writer
 from sidecar.stores.manifest import FileState
-from sidecar.stores.vectors import holds_model, table_prefix
-from sidecar.vault.canvas import CANVAS_READER_VERSION, CANVAS_SUFFIX
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import (
     NoteFile,
     Root,
-    inbox_refusal,
-    inbox_root,
-    inboxes_in_use,
     path_for_key,
     stamp_ns,
-    vault_roots,
 )
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
-from sidecar.vault.timeout import NoAnswer, run_with_timeout
 from sidecar.vault.weekstart import WeekStart
 
 log = logging.getLogger(__name__)
 
-# The manifest's meta row holding Obsidian's Excluded files as last read (``IgnoreRules.kept``).
-_OBSIDIAN_RULES = "obsidian_rules"
-
 # How long chunking waits for the model's tokenizer, once (a first start's conversion publishes it
 # in about a second; a model that is slow to come is not waited for twice).
 TOKENIZER_WAIT_S = 60.0
-# A sweep's pace is taken over this many batches of index.batchFiles notes (a few minutes' worth
-# on a busy host: the pace of a folder of long notes does not stand for the vault).
-SWEEP_PACE_BATCHES = 32
 
 
-@dataclass
-class Activity:
-    """What the indexer is doing now, for health and progress bars."""
-
-    phase: str = "starting"  # starting | scanning | indexing | embedding | idle
-    done: int = 0
-    total: int = 0
-    started: float = field(default_factory=time.time)
-    sweeps: int = 0
-    first_sweep_done: bool = False
-    ready_once: bool = False
-    scan_skipped: dict[str, int] = field(default_factory=dict)
-    excluded: dict[str, int] = field(default_factory=dict)  # rule -> notes it leaves out
-    # Notes this sweep found deleted or moved away, still indexed until its new notes are in, by
-    # source (``vault``, ``wiki``, ``memory``).
-    leaving: dict[str, int] = field(default_factory=dict)
-    # Notes of this sweep read only to be cut again, their files unchanged (``Diff.recut``).
-    recut: int = 0
-    # Notes of this sweep's batches not read: their root went offline (a hung share) or their
-    # read failed. Counted in ``done`` (their batch is), not in ``notes_read``.
-    not_read: int = 0
-    # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
-    # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
-    tokenizer_wait_since: float | None = None
-    # Notes written per second over the sweep's last batches: status' estimate of its time left.
-    pace: Pace = field(default_factory=lambda: Pace(SWEEP_PACE_BATCHES, SWEEP))
-    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the pace's; tests pin it
-    _step_at: float = 0.0  # when the last batch was counted
-
-    def begin(self) -> None:
-        """A sweep begins: counts and pace from nothing."""
-        self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
-        self.leaving, self.recut, self.not_read = {}, 0, 0
-        self.pace.clear()
-
-    def indexing(self, total: int) -> None:
-        """Its changes found: ``total`` to write, the pace counted from now."""
-        self.phase, self.total = "indexing", total
-        self._step_at = self.clock()
-
-    def notes_read(self) -> int:
-        """This sweep's notes done and read (``done`` without ``not_read``): a search's "N of M
-        notes read so far" on a first index (it said "926 of 926" with 319 behind a hung note)."""
-        return max(self.done - self.not_read, 0)
-
-    def written(self, notes: int) -> None:
-        """A batch of ``notes`` written: counted, with its time into the pace."""
-        now = self.clock()
-        self.done += notes
-        self.pace.add(notes, now - self._step_at)
-        self._step_at = now
-
-
-class Indexer:
+class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, Rereads):
     """Owns the write path. One thread calls sweep/index/delete; another may embed pending vectors."""
 
     def __init__(
@@ -228,72 +159,6 @@ class Indexer:
         self._waited_for_tokenizer = False
         self._tokenizer_wait = 0.0  # seconds the one wait for the model's tokenizer took
 
-    def set_excludes(self, patterns: Sequence[str], obsidian: bool, templates: bool = True) -> str | None:
-        """New exclusion rules (config reload): the keys that changed ("index.exclude",
-        "index.obsidianExcludes", "index.obsidianTemplates", or Obsidian's "Excluded files", read
-        again now: an edit there waited for a full sweep), comma-separated, else None."""
-        was = (self.ignore.patterns, self.ignore.obsidian, self.ignore.templates)
-        now = (tuple(patterns), obsidian, templates)
-        if now == was:
-            before = self.ignore.rules()
-            self._refresh_ignore()  # with the probe timeout, as a sweep reads them: a share may hang
-            return "Obsidian excluded files" if self.ignore.rules() != before else None
-        rules = IgnoreRules(patterns, self.cfg.vault.path, obsidian, self.ignore.clock, templates)
-        rules.carry_over(self.ignore)
-        self.ignore = rules
-        self.problems.clear("obsidian_settings")  # said again by the read below if still true
-        # Obsidian's settings read anew now, not at the next sweep: rules turned on by the reload
-        # (or an app.json edited with it) are in force when the removal that follows asks them.
-        self._refresh_ignore()
-        keys = ("index.exclude", "index.obsidianExcludes", "index.obsidianTemplates")
-        return ",".join(k for k, a, b in zip(keys, was, now, strict=True) if a != b)
-
-    def remove_excluded_at_start(self) -> int:
-        """At a start: Obsidian's settings read (an edit made while the daemon was stopped: the
-        rules a run before kept are in force until then), and the notes every rule leaves out
-        removed before the first sweep writes. How many notes."""
-        self._refresh_ignore()  # with the probe timeout: a share may hang
-        return self.remove_excluded()
-
-    def reread_obsidian_rules(self) -> int:
-        """Obsidian's settings changed (a file event): read them now and remove the notes they
-        newly leave out, as a reload does. Read only when a sweep started, a folder excluded in
-        Obsidian during a long sweep was written by it and searchable for up to two sweeps. How
-        many notes left."""
-        rules = self.ignore
-        if self.set_excludes(rules.patterns, rules.obsidian, rules.templates) is None:
-            return 0
-        return self.remove_excluded()
-
-    def remove_excluded(self) -> int:
-        """Remove from every store the notes the rules leave out now (a reload changed them), at
-        once: left to the sweep the reload asks for, a private folder excluded during a long sweep
-        stayed searchable until that sweep had ended and the next one ran. Every batch asks the
-        rules while it holds the write lock (``Writer``): once the lock was free after the change,
-        a batch that asked before is committed (and listed here), any later one leaves the notes
-        out. How many notes."""
-        with self.stores.write_lock:
-            pass  # not held while every key is matched (seconds in a large vault)
-        keys = [
-            k
-            for prefix in ("vault/", "wiki/")
-            for k in self.manifest.file_states(prefix)
-            if self.excluded_by(k) is not None
-        ]
-        try:
-            self.delete(keys)
-        except Exception as exc:  # said in status until a full sweep (or a removal) takes them out
-            self.problems.report(
-                "exclusions",
-                f"{len(keys)} notes the rules now leave out could not be removed from the index yet "
-                f"({exc}); the next sweep removes them, until then search may still find them",
-            )
-            raise
-        self.problems.clear("exclusions")
-        if keys:
-            log.info("excluded_notes_removed count=%d", len(keys))
-        return len(keys)
-
     def file_exists(self, key: str, rel: str | None) -> bool:
         """Whether the file of the note ``key`` (``rel``: the file name the index recorded) is
         there, by the rules a get reads it by."""
@@ -301,10 +166,6 @@ class Indexer:
             return path_for_key(self.cfg, key, rel)[1].is_file()
         except (SidecarError, ValueError, OSError):
             return False
-
-    def excluded_by(self, key: str) -> str | None:
-        """The rule that leaves this note out of the index, or None."""
-        return self.ignore.match_key(key, self.cfg.vault.wiki_subfolder)
 
     def _count_tokens(self, texts: Sequence[str]) -> list[int]:
         count = self.slot.counter()
@@ -408,153 +269,6 @@ class Indexer:
         self.activity.scan_skipped = self.changes.skip_counts()
         self.changes.say_too_long()
 
-    def _restore_aside(self) -> None:
-        """After a rebuild's full sweep (or the first of a start after one was cut short): the
-        notes indexed before it that it could not judge (``_to_put_back``) are put back as they
-        were and read again by the next sweeps (was: left out of the index for as long as their
-        share was away, while status said its notes were kept as last indexed). Said in status
-        until they are read; a rebuild that put nothing back clears what an earlier one said."""
-        if not self._aside:
-            return
-        try:
-            wanted = self._to_put_back(self.manifest.aside_candidates())
-            back = self.writer.restore_aside(wanted, kept_as=_PUT_BACK)  # their keys kept with them
-        except sqlite3.Error as exc:
-            if _passing(exc):
-                # A full disk, an I/O error, a lock: the copy stays and the next whole sweep
-                # puts it back (was: dropped, and with it every note the rebuild could not read).
-                raise
-            # A copy that cannot be put back (one written by another version): dropped, else
-            # every later sweep tried it again; the rebuild's own reads stand.
-            log.exception("rebuild_aside_dropped error=%s", exc)
-            self.manifest.drop_aside()
-            back = []
-            self._keep_put_back(set())
-        self._aside = False
-        self._give_back_aside()
-        with self._put_back_lock:  # their row written with them (``kept_as``)
-            self._put_back, self._put_back_unsaved = set(back), False
-        if back:
-            log.warning("rebuild_kept_unread count=%d first=%s", len(back), back[0])
-            self.changes.put_back(back)
-        if not back:
-            self.problems.clear("rebuild")
-
-    def _give_back_aside(self) -> None:
-        """The pages the rebuild's copy took, back to the disk now it is dropped (was: the manifest
-        kept about twice its size until the next start or the daily housekeeping). A step at a
-        time (``Manifest.give_back``), searches in flight served between steps; under its rule,
-        so a small copy (under 8 MB) stays as free pages to reuse. A failure costs nothing but
-        the space, given back later."""
-        try:
-            self.manifest.give_back(between=lambda: FOREGROUND.yield_to(_GIVE_BACK_YIELD_S))
-        except sqlite3.Error as exc:  # a full disk, a busy file: the next start or day tries again
-            log.warning("manifest_give_back_failed error=%s", exc)
-
-    def _keep_put_back(self, keys: set[str], *, save: bool = True) -> None:
-        """The notes a rebuild put back and not read since, here and in the manifest. ``save``
-        False (a batch of file events, a memory write): kept here only, the row written at the
-        next whole sweep or once none is left. It is one JSON row of every key, rewritten whole:
-        20,000 keys are about 1 MB and 30 ms of writing at each note read back. A row left behind
-        by a kill names notes read since: the start's whole sweep looks each up (``_say_put_back``)."""
-        with self._put_back_lock:
-            self._put_back_unsaved = self._put_back_unsaved or keys != self._put_back
-            self._put_back = keys
-            if self._put_back_unsaved and (save or not keys):
-                self.manifest.set_meta(_PUT_BACK, json.dumps(sorted(keys)) if keys else "")
-                self._put_back_unsaved = False
-
-    def _read_back(self, read: Collection[str], *, save: bool = False) -> bool:
-        """These notes were read (or left the index) since a rebuild put them back: no longer
-        kept as unread. Whether any of them was."""
-        with self._put_back_lock:
-            before = self._put_back
-            self._keep_put_back(before.difference(read), save=save)
-            return len(self._put_back) < len(before)
-
-    def _to_put_back(self, candidates: Sequence[tuple[str, str, bool]]) -> list[str]:
-        """Of the notes a rebuild did not read back, those it could not judge: their read failed,
-        they lie under a folder its listing could not read, or their root fails now what makes a
-        rebuild refuse (offline, the vault missing, empty or not the mount it was). A note whose
-        file is gone from a root that passes was deleted or moved: it stays out, as a sweep
-        removes it. Never put back: a note a rule leaves out now, one of a root no longer set."""
-        if not candidates:
-            return []
-        configured = {r.name: r for r in vault_roots(self.cfg)}
-        unjudged = self._unjudged_roots()
-        unread_keys = self.changes.unreadable_keys()
-        refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
-        out: list[str] = []
-        for key, rel, failed in candidates:
-            name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
-            memory = name.startswith("memory/")
-            root = inbox_root(self.cfg, name.split("/", 1)[1]) if memory else configured.get(name)
-            if root is None or self.excluded_by(key) is not None:
-                continue
-            held = name in unjudged or (memory and "memory" in unjudged)
-            if memory and not held:
-                # Not put back: a refused inbox is neither read nor served (a sweep drops its
-                # notes); put back, its notes were served and said "not read back" until the next
-                # sweep removed them. Said in the log; status names the inbox as skipped.
-                if name not in refused:
-                    refused[name] = inbox_refusal(root)
-                    if refused[name] is not None:
-                        log.warning("rebuild_inbox_refused inbox=%s why=%s", name, refused[name])
-                if refused[name] is not None:
-                    continue
-            if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
-                out.append(key)
-        return out
-
-    def _unjudged_roots(self) -> set[str]:
-        """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while
-        the home is held): those offline or hanging, the vault and its wiki when the vault is
-        missing, empty, unmounted or another device (asked with the probe timeout)."""
-        out = {st.name for st in list(self.supervisor.roots.values()) if st.offline or st.hanging is not None}
-        if self.cfg.vault.path is not None and "vault" not in out and self._vault_away():
-            out.add("vault")
-        if "vault" in out:
-            out.add("wiki")
-        if self.supervisor.home.problem() is not None:
-            out.add("memory")
-        return out
-
-    def _say_put_back(self, batch: Diff | None) -> None:
-        """What status says of the notes a rebuild put back, until each is read. Only the notes
-        of ``batch`` (an event sweep's) are looked up: every put-back note was, at each sweep, a
-        second per sweep with tens of thousands of them. None: a whole sweep's (the start's, a
-        rescan's), which looks at all of them (its listing costs as much), also those read or
-        removed outside a sweep (a memory write)."""
-        if not self._put_back:
-            return
-        if batch is None:
-            asked = self._put_back
-        else:
-            touched = {n.key for n in batch.work} | set(batch.gone) | set(batch.moves)
-            asked = touched & self._put_back
-        read: set[str] = set()
-        if asked:
-            states = self.manifest.file_states_of(sorted(asked))
-            read = {k for k in asked if k not in states or states[k].size != -1}
-        self._read_back(read, save=batch is None)
-        self._say_rebuild()
-
-    def _say_rebuild(self) -> None:
-        """What status says of the notes a rebuild put back that are not read yet."""
-        put_back = self._put_back
-        if not put_back:
-            self.problems.clear("rebuild")
-            return
-        roots = sorted({k.split("/", 1)[0] for k in put_back})
-        self.problems.report(
-            "rebuild",
-            f"the rebuild could not read {len(put_back)} note(s) of {', '.join(roots)} "
-            f"(e.g. {min(put_back)}): its share went away during it, they vanished, or "
-            "their read failed. "
-            "They are kept as indexed before the rebuild and read again once they can be; the "
-            "rebuild finishes then",
-        )
-
     def _sweep_done(
         self, diff: Diff, changed: int, wrote: Sequence[str], chosen: list[Root], paths: bool
     ) -> dict[str, int]:
@@ -591,153 +305,6 @@ class Indexer:
             if n.root in listed and not self.supervisor.status(n.root).network
         ]
 
-    def _apply(
-        self,
-        diff: Diff,
-        moves: dict[str, str],
-        every: Sequence[Root] | None,
-        progress: Callable[[Activity], None] | None,
-        stop: threading.Event | None,
-    ) -> tuple[int, list[str]]:
-        """Write a sweep's changes batch by batch (``every``: the roots, when notes saved meanwhile
-        are taken between batches), then its deletions; how many notes were written, and their
-        keys. ``moves``: new
-        key -> old key of the notes moved (``_moves_applied``): each old entry leaves as soon as its
-        new one is written."""
-        act = self.activity
-        self.leftover = None
-        changed = 0
-        wrote: list[str] = []
-        batch = self.cfg.index.batch_files
-        gone = list(diff.gone)
-        # Moved notes whose new key an earlier sweep wrote already: nothing to wait for.
-        waiting = [k for k in gone if k in diff.moves and diff.moves[k] not in moves]
-        if waiting:
-            indexed = self.manifest.file_states_of([diff.moves[k] for k in waiting])
-            before = [k for k in waiting if (st := indexed.get(diff.moves[k])) and st.state == "indexed"]
-            self._delete_moved(before, gone)
-            act.done += len(before)
-        for start in range(0, len(diff.work), batch):
-            if stop is not None and stop.is_set():
-                break
-            part = diff.work[start : start + batch]
-            try:
-                changed += self._write_batch(part, moves, wrote)
-                # Deletions after the new notes (deleted first, 6,668 moved notes were missing for
-                # up to 28 s), but a moved note's old entry with its new one, not at the end.
-                self._delete_moved(self._moved_written(part, moves), gone)
-            except BaseException:
-                # Scanned, not written (disk full ...): a retry needs only these paths, not a walk.
-                left = {str(n.path) for n in diff.work[start:]}
-                # Moved notes whose new entry is not written keep their old one (removed, they were
-                # found under neither path until the retry): the retry looks at both paths again.
-                unwritten = set(moves.values()) & set(gone)
-                roots = every or self.changes.roots()
-                if unwritten:
-                    left |= self._paths_of(sorted(unwritten), roots)
-                try:  # gone notes leave now if they can
-                    self.delete([k for k in self._still_gone(gone) if k not in unwritten])
-                except Exception:
-                    # ... else first thing in the retry (a deletion needs disk too: left to the
-                    # next full sweep, a deleted or newly excluded note was found for up to
-                    # index.rescanMinutes), whose look at their paths reads a note back meanwhile.
-                    self._gone_left = [k for k in self._still_gone(gone) if k not in unwritten]
-                    left |= self._paths_of(gone, roots)
-                self.leftover = frozenset(left)
-                raise
-            act.written(len(part))
-            if progress is not None:
-                progress(act)
-            if every is not None:
-                self._index_hot(stop)
-        # The rest of the deletions after the new notes: a note deleted, and a move whose new
-        # note was not written (unreadable, a share that hangs) leaves with the sweep as before;
-        # not when the sweep was stopped before its batch: that note would be found under neither
-        # path until the next sweep (which finds the move again).
-        if gone:
-            doomed = self._still_gone(gone)
-            if stop is not None and stop.is_set():
-                unwritten = set(moves.values())
-                doomed = [k for k in doomed if k not in unwritten]
-            self.delete(doomed)
-            act.done = min(act.total, act.done + len(gone))
-        act.leaving = {}
-        if self._deferred and self.hot_back is not None:
-            self.hot_back(set(self._deferred))  # looked at again after this sweep, with their roots
-        self._deferred.clear()
-        self._hot_written.clear()
-        act.scan_skipped = self.changes.skip_counts()  # with the notes whose read failed now
-        return changed, wrote
-
-    def _write_batch(
-        self, part: Sequence[NoteFile], moves: dict[str, str], wrote: list[str] | None = None
-    ) -> int:
-        """``index_files`` of a sweep's batch: each moved note's old entry leaves every answer in
-        the transaction that records its new one (status counted both, answers found both, until
-        its removal), not one a note saved again meanwhile wrote back (a move undone between
-        batches). ``wrote`` gets the keys of the notes written."""
-        self.writer.replacing = {
-            n.key: moves[n.key] for n in part if n.key in moves and moves[n.key] not in self._hot_written
-        }
-        self._wrote.keys = wrote
-        try:
-            self._held = self._held_moves(part)
-            return self.index_files(part)
-        finally:
-            self.writer.replacing = {}
-            self._held = {}
-            self._wrote.keys = None
-
-    def _held_moves(self, notes: Sequence[NoteFile]) -> dict[str, Prepared]:
-        """The moved notes of a batch (``Writer.replacing``) whose file is the one indexed under
-        their old key, unwritten since (``moves.unchanged_move``), as that entry holds them: not
-        read again (a folder renamed on a share read every note under it, each a round trip).
-        None while the links of unchanged notes are read again (that pass goes by key, and a
-        new key before its cursor would keep the old reader's links)."""
-        replacing = self.writer.replacing
-        if not replacing or self.links.due:
-            return {}
-        olds = self.manifest.file_states_of([replacing[n.key] for n in notes if n.key in replacing])
-        out: dict[str, Prepared] = {}
-        for n in notes:
-            old = replacing.get(n.key)
-            st = olds.get(old) if old is not None else None
-            if old is None or st is None or not unchanged_move(old, st, n):
-                continue
-            if not ctime_is_evidence(self.supervisor.status(n.root).fs_type):
-                continue
-            held = self.manifest.held_note(old)
-            if held is not None:
-                out[n.key] = as_held(n, st.hash, held, written_links(self.manifest.read, old))
-        if out:
-            log.info("moved_notes_not_read count=%d", len(out))
-        return out
-
-    def _moved_written(self, part: Sequence[NoteFile], moves: dict[str, str]) -> list[str]:
-        """The old keys of the notes of ``part`` that were moved and whose new entry is written."""
-        new = [n.key for n in part if n.key in moves]
-        if not new:
-            return []
-        states = self.manifest.file_states_of(new)
-        return [moves[k] for k in new if k in states and states[k].state == "indexed"]
-
-    def _delete_moved(self, old: list[str], gone: list[str]) -> None:
-        """Remove moved notes' old entries now (their new ones are indexed), out of ``gone``.
-        From the deletion's first step no answer shows them (``deleting``) and ``files`` no longer
-        counts them; ``leaving`` says how many are being removed."""
-        pending = set(gone)
-        old = [k for k in self._still_gone(old) if k in pending]
-        if not old:
-            return
-        self.activity.leaving = dict(Counter(k.split("/", 1)[0] for k in old))
-        try:
-            self.writer.retire(old)  # no answer shows them from now on
-            self.delete(old)
-        finally:
-            self.activity.leaving = {}
-        left = set(old)
-        gone[:] = [k for k in gone if k not in left]
-
     def _count_read_whole(
         self, listed: Sequence[Root], names: set[str], stop: threading.Event | None
     ) -> None:
@@ -751,168 +318,6 @@ class Indexer:
         if names <= self._read_whole:
             self.manifest.set_meta("swept", "1")
             self._swept = True
-
-    def _retire_emptied(self, gone: Sequence[str], names: set[str]) -> None:
-        """Inboxes whose last entries this sweep deleted and that hold no note are no roots any
-        more: their status goes now, not with the next sweep."""
-        agents = sorted({a for k in gone if (a := memory_agent(k)) is not None})
-        empty = [a for a in agents if not self.manifest.file_states(f"memory/{a}/")]
-        kept = set(inboxes_in_use(self.cfg, empty))
-        retired = {f"memory/{a}" for a in empty if a not in kept}
-        if retired:
-            self.supervisor.keep_memory_roots(names - retired)
-            self.changes.keep_roots(names - retired)
-
-    def _paths_of(self, keys: Sequence[str], roots: Sequence[Root]) -> set[str]:
-        """Where the notes of ``keys`` lay (their roots' paths and the file names the index
-        recorded): a retry of these paths finds them gone and deletes them."""
-        by_name = {r.name: r for r in roots}
-        out: set[str] = set()
-        for key in keys:
-            rel = self.manifest.rel_of(key)
-            source, rest = key.split("/", 1)
-            name = f"memory/{rest.split('/', 1)[0]}" if source == "memory" else source
-            root = by_name.get(name)
-            if root is not None and rel is not None:
-                out.add(str(root.path / rel))
-        return out
-
-    def _still_gone(self, gone: Sequence[str]) -> list[str]:
-        """The sweep's deletions but the notes a file event brought back meanwhile (indexed
-        between its batches: deleting them now would lose them until the next full sweep)."""
-        return [k for k in gone if k not in self._hot_written]
-
-    def _index_hot(self, stop: threading.Event | None = None) -> None:
-        """Between the batches of a full sweep: the notes saved since it began, so each is
-        searchable within a batch's time, not at the end of a sweep of minutes. Paths whose root
-        needs a full sweep of its own are given back as they came."""
-        if self.hot_paths is None:
-            return
-        hot = self.hot_paths()
-        if not hot:
-            return
-        diff = Diff()
-        try:
-            # The roots as they are now: an agent's inbox that was empty when the sweep began (no
-            # root then) may hold the note just saved; matched against ``every``, it was dropped.
-            if self.changes.diff_paths(hot, self.changes.roots(), diff):
-                self._deferred |= hot  # a root needs a full look: given back when this sweep ends
-            self._write_hot(diff, stop)
-            self._record_excluded(diff, None)
-        except BaseException:
-            if self.hot_back is not None:  # taken off the queue: not to be lost with the sweep
-                self.hot_back(set(hot) | self._deferred)
-                self._deferred.clear()
-            raise
-        log.debug("hot_paths paths=%d indexed=%d deleted=%d", len(hot), len(diff.work), len(diff.gone))
-
-    def _write_hot(self, diff: Diff, stop: threading.Event | None = None) -> None:
-        """The file events' changes taken between a sweep's batches, written in batches as a sweep
-        writes them: a folder renamed mid-sweep (moves of any count) keeps each note's old entry
-        until its new one is written (its old entries deleted first and all read in one call, the
-        notes were found under neither path for the whole read); the other deletions after.
-        ``stop`` set (the daemon stops) ends it between two batches (a stop waited for every
-        batch of a folder of thousands renamed): the rest is given back, and the next start's
-        sweep finds it anyway."""
-        moves = _moves_applied(diff)
-        gone = list(diff.gone)
-        batch = self.cfg.index.batch_files
-        for start in range(0, len(diff.work), batch):
-            if stop is not None and stop.is_set():
-                left = diff.work[start:]
-                # Nothing more is deleted either: a moved note whose new entry is not written keeps
-                # its old one (found under neither path until the next start, else).
-                self._deferred |= {str(n.path) for n in left} | self._paths_of(gone, self.changes.roots())
-                log.info(
-                    "hot_paths_stopped written=%d of=%d (the rest is looked at again)", start, len(diff.work)
-                )
-                return
-            part = diff.work[start : start + batch]
-            self._write_batch(part, moves)
-            self._hot_written.update(n.key for n in part)
-            self._delete_moved(self._moved_written(part, moves), gone)
-        if gone:  # newer than the sweep's listing: deleted even if an earlier event wrote them
-            self.delete(gone)
-
-    def _record_excluded(self, diff: Diff, every: Sequence[Root] | None, whole: int | None = None) -> None:
-        """The excluded notes a sweep found, as link targets (notes.links.set_excluded); ``every``:
-        the roots of a sweep, None for the file events taken between its batches, whose findings
-        are applied again after the sweep's own (newer than its listing). ``whole``: the problems'
-        mark at the start of a full sweep, which removed every excluded note it found."""
-        if whole is not None:
-            self.problems.clear("exclusions", since=whole)
-            for rules in self.writer.left_out.values():  # listed before a reload excluded them
-                for rule in rules.values():
-                    self.activity.excluded[rule] = self.activity.excluded.get(rule, 0) + 1
-        if every is None:
-            _after(self._hot_excluded, diff.excluded)
-        else:
-            _after(self._hot_excluded, self.writer.left_out)
-            _after(diff.excluded, self._hot_excluded)
-            self._hot_excluded = {}
-        if diff.excluded:
-            roots = self.changes.roots() if every is None else every
-            self.writer.set_excluded(diff.excluded, {r.source for r in roots if r.source != "memory"})
-
-    def _refresh_ignore(self) -> None:
-        """Re-read Obsidian's settings (``_read_obsidian_settings``); what was read kept in the
-        manifest and its trouble said in status."""
-        if self._read_obsidian_settings():
-            self._keep_rules()
-
-    def _read_obsidian_settings(self) -> bool:
-        """Re-read Obsidian's settings, a file of the vault, with the probe timeout: on a share
-        that hangs the rules in force stay (the vault's own listing then reports the share), and
-        no second read is started while the first still hangs. Whether the read ended."""
-        if self._ignore_stuck is not None and self._ignore_stuck.is_alive():
-            return False
-        vault = self.cfg.vault.path
-        status = self.supervisor.roots.get("vault")
-        if vault is None or (status is not None and status.hanging is not None):
-            return False  # the vault's own call still hangs: its rules in force stay
-        timeout, beat = self.cfg.watch.probe_timeout_seconds, self.supervisor.beat
-        formats, self._ignore_stuck = run_with_timeout(self._read_settings, timeout, "settings", beat)
-        if self._ignore_stuck is not None:
-            # Said, not only waited out: a new Excluded files rule went unapplied without a word.
-            # Cleared by the first read that ends (``_keep_rules``).
-            log.error("obsidian_settings_hung path=%s timeout=%.0fs", vault / ".obsidian", timeout)
-            self.problems.report(
-                "obsidian_settings",
-                f"reading Obsidian's settings in {vault / '.obsidian'} did not answer within {timeout:.0f} s "
-                "(hung share?); the rules read before stay until it answers",
-            )
-        if formats is None:
-            return False  # past the timeout: the rules in force stay
-        # Dates are read from the names when a search asks (nothing stored to redo): a format
-        # set or changed in Obsidian dates the notes indexed before at once.
-        self.manifest.day_formats = formats
-        return True
-
-    def _keep_rules(self) -> None:
-        """Obsidian's rules as read, into the manifest when they changed; their trouble to status."""
-        kept = self.ignore.kept() or {"vault": str(self.cfg.vault.path)}
-        kept["daily_notes"] = self.daily_formats.kept()
-        text = json.dumps(kept, ensure_ascii=False)
-        if text != self._rules_kept:
-            self.manifest.set_meta(_OBSIDIAN_RULES, text)
-            self._rules_kept = text
-        # Excluded files and the daily-note settings are one area: both are Obsidian's settings.
-        trouble = "; ".join(t for t in (self.ignore.trouble, self.daily_formats.trouble) if t) or None
-        if trouble is not None:
-            self.problems.report("obsidian_settings", trouble)
-        else:
-            self.problems.clear("obsidian_settings")
-
-    def _read_settings(self) -> tuple[tuple[str, str], ...] | None:
-        """Obsidian's settings this index follows: Excluded files, the daily-note formats and the
-        week start searches read weeks by; None (the settings in force stay) while the vault is not
-        there: a bare mount point has no .obsidian, and reading it as "no settings" forgot the
-        daily-note format for the whole outage (the notes stay searchable, their dates went)."""
-        if self.supervisor.vault_not_there():
-            return None
-        self.ignore.refresh()
-        self.week_start.refresh()
-        return self.daily_formats.refresh()
 
     def index_files(self, notes: Sequence[NoteFile], data: dict[str, bytes] | None = None) -> int:
         """Read (or take from ``data``, by key), chunk and write a batch of notes; returns how many
@@ -1025,214 +430,11 @@ class Indexer:
             # read once the note can be read.
             self.manifest.touch(note.key, note.mtime_ns, note.size, note.ctime_ns, note.ids())
 
-    def _forget_linked(self, ids: set[tuple[int, int]]) -> None:
-        """A hard-linked backup of notes in an excluded folder: once the notes are deleted it has
-        one link and their ids, and would pass for them moved there. Their ids are forgotten."""
-        forgotten = self.manifest.forget_ids(ids) if ids else []
-        if forgotten:
-            log.info("notes_hard_linked count=%d into=excluded folder ids=forgotten", len(forgotten))
-
-    def delete(self, keys: Sequence[str]) -> None:
-        """Remove notes from every store (intent first, so a crash mid-way is redone). Every
-        delete passes here (a sweep's, an exclusion's at start or reload, a memory's, a redone
-        one), so the row mark comes down with it (a few reads by row number)."""
-        self._rows_renumbered()  # before this process deletes a row: its own is not another's
-        self.writer.delete(keys)
-        if keys:
-            self._row_mark_kept()
-        if self._read_back(keys):  # a note a rebuild put back, gone now (a memory delete)
-            self._say_rebuild()
-
-    def finish_interrupted(self) -> None:
-        """Redo deletions a crash interrupted (interrupted indexing is redone by the next sweep)."""
-        pending = self.manifest.keys_in_state("deleting")
-        if pending:
-            log.info("reconcile_deletions count=%d", len(pending))
-            self.delete(pending)
-
     @property
     def reading_first_time(self) -> bool:
         """Whether notes are being read into an index that never held them all (a new or rebuilt
         index): searches then miss the notes not read yet."""
         return not self._swept
-
-    def reparse_if_chunking_changed(self) -> None:
-        """Notes cut by another chunker version, other chunking settings or another model's
-        tokenizer are read and cut again by the next sweep (chunks whose embed text stays the same
-        keep their vectors; the rest are embedded again in the background), so the index
-        converges on today's chunking."""
-        # Chunk sizes are counted in the model's own tokens (words when no model runs): a model
-        # switch re-cuts too, or chunks cut to e5's 200 tokens ran past MiniLM's 256 and their
-        # tails were never embedded (the re-cut chunks go to the new model's table only:
-        # ``Writer._recut_for_switch``).
-        counted = self.cfg.embedder.model if self.cfg.embedder.enabled else "words"
-        want = self._chunking(counted)
-        have = self.manifest.get_meta("chunker")
-        # A switch to this model follows once it loads (``Writer.switch_due``): cut for another
-        # model, or a switch under way before the stop.
-        self.writer.switch_due = self._switch_due(have, counted)
-        if have == want:
-            return
-        notes = self.manifest.reread_all()  # none in a new index
-        if notes:
-            log.info("index_rechunk notes=%d old=%s new=%s", notes, have or "unrecorded", want)
-        self.manifest.set_meta("chunker", want)
-
-    def _switch_due(self, have: str | None, counted: str) -> bool:
-        """Whether a switch to the configured model follows once it loads: the notes were cut
-        for another model's tokens, the serving table is another model's, or a switch was under
-        way when the daemon stopped."""
-        table = self.manifest.get_meta("vector_table")
-        if not self.cfg.embedder.enabled or not table:
-            return False
-        cut_for_another = have is not None and have != "" and have.rpartition(":")[2] != counted
-        # The table another model's (a stop or a kill after a start's re-cut recorded the new
-        # chunker, before the switch began: the chunker then says nothing of it).
-        if cut_for_another or self.manifest.get_meta("vector_table_next"):
-            return True
-        # The model the table's own metadata names, exactly: by the name's prefix, e5's was taken
-        # for e5-small's (a table that cannot be read here is judged by its name, as before).
-        same = holds_model(self.cfg.index_dir / "vectors", table, counted)
-        return not (table.startswith(table_prefix(counted)) if same is None else same)
-
-    def reread_canvases_if_read_differently(self) -> None:
-        """Canvases indexed by another Canvas reader are read again by the next sweep (their
-        bytes are as they were, so no sweep would): a first card opening with "---" stayed the
-        canvas's front matter until it was edited. Vectors of chunks whose text stays are kept."""
-        reread = functools.partial(self.manifest.reread_suffix, CANVAS_SUFFIX)
-        self._reread_once("canvas_reader", CANVAS_READER_VERSION, reread, "canvas_reread")
-
-    def reread_drawings_if_read_differently(self) -> None:
-        """Excalidraw drawings indexed by another drawing reader are read again by the next sweep
-        (their bytes are as they were): the elements' ids were words of the drawing. Only they
-        are read again, not every note as a chunker change does (a whole vault on a share)."""
-        reread = self.manifest.reread_drawings
-        self._reread_once("drawing_reader", DRAWING_READER_VERSION, reread, "drawing_reread")
-
-    def reread_link_aliases_if_read_differently(self) -> None:
-        """Notes whose aliases hold a wiki-link written unquoted (``aliases: [[Bar]]``, a list in a
-        list as YAML reads it) are read again by the next sweep when the way such aliases are read
-        changes (their bytes are as they were): the alias was none, and their first chunks did not
-        name it. Only they are read again, not every note as a chunker change does."""
-        reread = self.manifest.reread_link_aliases
-        self._reread_once("link_alias_reader", LINK_ALIAS_READER_VERSION, reread, "link_alias_reread")
-
-    def reread_if_written_elsewhere(self) -> None:
-        """Notes written into the index after this reader's last whole sweep are read again by
-        the next sweep: a release reading notes otherwise, run on the index meanwhile (a
-        downgrade and back), wrote them its own way (``aliases: [010]`` as 8) and knows none of
-        the rows that say a one-time re-read was done, so they kept its reading for good. Each
-        reader keeps its own mark (``_written_until``): one shared mark was moved past those
-        writes by the other release's own whole sweep. Notes this reader wrote from file events
-        after its last whole sweep are read again too (a restart): cost only, no text is
-        embedded again (its vector is found by its text)."""
-        self._rows_renumbered()
-        since = _finite(self.manifest.get_meta(_written_until()))
-        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
-        if since is None and row is None:  # none yet (this reader's first start), or not a mark
-            return
-        # Both marks: a note's row written since is above the row mark whatever the wall clock
-        # said (a whole sweep under a clock set ahead recorded a time in the future, a release run
-        # under a clock set back wrote times below the mark). Rows numbered anew at or below the
-        # row mark were found above (``_rows_renumbered``).
-        notes = self.manifest.reread_written_after(
-            since if since is not None else math.inf, int(row) if row is not None else None
-        )
-        if notes:
-            log.info("notes_written_since_reread notes=%d", notes)
-
-    def _rows_renumbered(self) -> None:
-        """Once per process, before it moves the row mark: rows numbered anew at or below the
-        mark elsewhere (another release's rebuild numbers them from 1; its deletes of the newest
-        rows gave their numbers to its next writes) read every note again once, as no row tells
-        which it wrote (no text is embedded again: its vector is found by its text). A new row
-        takes the number after the latest, so the row at the mark, as recorded with it (its key
-        and time), still there proves no number at or below it was given again; missing or
-        another, or every row below the mark, they were. This release moves the mark down with
-        its own deletes and writes (``_row_mark_kept``), so that means rows written elsewhere."""
-        if self._rows_checked:
-            return
-        self._rows_checked = True
-        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
-        if row is None or row < 1 or self._mark_row_recorded(int(row)):
-            return
-        notes = self.manifest.reread_all()
-        self._set_row_mark(self.manifest.last_row_up_to(int(row)))
-        log.info("notes_renumbered_reread notes=%d", notes)
-
-    def _mark_row_recorded(self, row: int) -> bool:
-        """Whether the row at the mark is the one recorded with it (a mark without a record: by
-        its being there). One read by row number."""
-        note = self.manifest.row_note(row)
-        recorded = self.manifest.get_meta(_written_until(ROW_NOTE))
-        try:
-            return note is not None and (not recorded or json.loads(recorded) == note)
-        except ValueError:  # a hand edit: the row there stands
-            return note is not None
-
-    def _row_mark_kept(self) -> None:
-        """The row mark moved down to the latest row below it when this process removed the row
-        at the mark (a delete, the note written anew from a file event, an exclusion at start or
-        reload): a new row takes the number after the latest, so with every row below the mark
-        another release's next write got a number at or below it and was never read again, and
-        at start a missing row at the mark is taken for rows written elsewhere."""
-        self._rows_renumbered()
-        row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
-        if row is not None and row >= 1 and not self._mark_row_recorded(int(row)):
-            self._set_row_mark(self.manifest.last_row_up_to(int(row)))
-
-    def _set_row_mark(self, row: int) -> None:
-        """The row mark and the note row there (key and time), in one transaction."""
-        note = self.manifest.row_note(row)
-        marks = {
-            _written_until(ROW_MARK): repr(row),
-            _written_until(ROW_NOTE): json.dumps(note) if note else "",
-        }
-        with self.manifest.transaction() as db:
-            self.manifest.set_meta_in(db, marks)
-
-    def _whole_sweep_written(self) -> None:
-        """Recorded after a whole sweep: the latest note row written, by its time and by its
-        row (``reread_if_written_elsewhere``)."""
-        self._rows_renumbered()
-        written = self.manifest.last_written()
-        if written and self.manifest.get_meta(_written_until()) != repr(written):
-            self.manifest.set_meta(_written_until(), repr(written))
-        latest = self.manifest.last_row()
-        if latest and self.manifest.get_meta(_written_until(ROW_MARK)) != repr(latest):
-            self._set_row_mark(latest)
-
-    def reread_property_names_if_read_differently(self) -> None:
-        """Notes whose aliases, tags or title YAML read as a number, a yes/no or a time
-        (``aliases: [010]`` named the note "8") are read again by the next sweep when the way
-        such names are read changes (their bytes are as they were). Only they are read again."""
-        version, reread = PROPERTY_NAME_READER_VERSION, self.manifest.reread_typed_names
-        self._reread_once("property_name_reader", version, reread, "property_name_reread")
-
-    def _reread_once(self, row: str, version: int, reread: Callable[[], int], event: str) -> None:
-        """Mark the notes ``reread`` picks to be read again by the next sweep once the meta
-        ``row`` is not ``version`` (a reader that changed); marked before the row is written: a
-        crash between the two redoes it. ``event``: the log line's name."""
-        want = str(version)
-        have = self.manifest.get_meta(row)
-        if have == want:
-            return
-        notes = reread()
-        if notes:
-            log.info("%s notes=%d old=%s new=%s", event, notes, have or "1", want)
-        self.manifest.set_meta(row, want)
-
-    def _chunking(self, counted: str) -> str:
-        chunking = self.cfg.chunking
-        return f"{CHUNKER_VERSION}:{chunking.max_tokens}:{chunking.overlap}:{counted}"
-
-    def counted_with(self, counted: str) -> None:
-        """The tokenizer that cuts notes is not the configured model's (it failed to load: another
-        model answers in its place, or words are counted): recorded as such, so the next start
-        with the configured model cuts the notes again."""
-        if self.manifest.get_meta("chunker") != self._chunking(counted):
-            self.manifest.set_meta("chunker", self._chunking(counted))
-            log.info("index_chunking_recorded counted=%s", counted)
 
     def links_due(self) -> bool:
         """Whether the link pass has a batch to run now: not while every root with notes left is
@@ -1255,148 +457,6 @@ class Indexer:
             self._away,
             lambda note, fn: supervisor.read(note.root, note.rel, fn),
         )
-
-    def _vault_away(self) -> bool:
-        """The vault's folder is missing, empty, not the mount it was on, or does not answer
-        within the probe timeout. One probe at a time (``Supervisor.probes``): a caller beside one
-        under way reads its answer; while one still hangs (the supervisor may not know it: it is
-        none of a scan's calls) the vault is away at once, with no other thread left behind."""
-        try:
-            return self.supervisor.ask_vault_not_there()
-        except (NoAnswer, OSError):
-            return True
-
-    def unreachable_roots(self) -> dict[str, str]:
-        """Roots with notes indexed that a sweep cannot read now, with why (an offline root with
-        none has nothing a rebuild could lose): those offline (a mass deletion held is not:
-        its folder is there) and the vault when its folder is missing, empty or not the mount it
-        was on (a share unmounted since the last sweep), asked with the probe timeout."""
-        out = {
-            st.name: st.error or "offline"
-            for st in list(self.supervisor.roots.values())
-            if st.offline and st.hold_kind != "mass" and self.manifest.has_notes(f"{st.name}/")
-        }
-        if self.cfg.vault.path is not None and "vault" not in out and self.manifest.has_notes("vault/"):
-            vault = self.supervisor.roots.get("vault")
-            # A call on the vault still hanging: not asked again (one more stuck thread each time).
-            if (vault is not None and vault.hanging is not None) or self._vault_away():
-                out["vault"] = f"{self.cfg.vault.path} is missing, empty, unmounted or does not answer"
-        return out
-
-    def refuse_rebuild(self, confirmed: Collection[str] = (), *, recorded: bool = False) -> None:
-        """Raise UnreadableError when a root that has notes indexed cannot be read now, or a
-        folder (or note) with notes indexed is recorded unreadable (no permission, an I/O error):
-        a rebuild forgets every note first and reads them again, so it emptied an unmounted vault
-        (and its wiki) from the index for the whole outage, and dropped the notes of a folder of
-        mode 000 while status said they stay, where a sweep keeps them as indexed. ``recorded``:
-        the notes kept unreadable are taken as the last sweep recorded them, none opened (the
-        check after each whole sweep of a refusal at the rebuild's turn)."""
-        short = self.manifest.aside_room()
-        if short is not None:  # nothing changed: a request's error (exit 7), no broken index
-            raise StorageError(short)
-        gone = self.unreachable_roots()
-        folders = self.changes.unreadable_indexed(gone, reopen=not recorded)
-        refused = self.refused_inboxes()
-        if not gone and not folders and not refused:
-            self.refuse_held(confirmed)
-            return
-        what: list[str] = []
-        then: list[str] = []
-        if gone:
-            said = "; ".join(f"{name}: {why}" for name, why in sorted(gone.items()))
-            what.append(f"{', '.join(sorted(gone))} cannot be read now ({said})")
-            then.append("mount the share (`sidecar status` shows when it is back)")
-        if folders:
-            named = few_names(folders)
-            what.append(
-                f"{named} cannot be read now (unreadable, with notes indexed: no permission or an I/O error)"
-            )
-            then.append(
-                "make them readable to the user sidecar runs as (e.g. `chmod u+r` a note, `chmod u+rx` "
-                "a folder; `sidecar status` shows while they are not)"
-            )
-        if refused:
-            inboxes, told = _refused_said(self.cfg.agents_dir, refused)
-            what += inboxes
-            then += told
-        then[0] = then[0][:1].upper() + then[0][1:]
-        kept = " and keeps those notes as indexed" if gone or folders else ""
-        message = (
-            f"not rebuilt: {'; '.join(what)}. A rebuild reads every note again, and notes that cannot "
-            "be read would be gone from the index until they can. Nothing was changed. "
-            f"{' and '.join(then)} and run `sidecar index --rebuild` again; `sidecar index` updates "
-            f"the rest now{kept}."
-        )
-        if refused:
-            # No sweep reads a refused inbox: its notes leave the index with the next one anyway.
-            message += (
-                " A refused inbox is neither read nor served: `sidecar index` removes its notes from "
-                "the index (read again once it is your folder again), and the rebuild runs after that."
-            )
-        if folders:
-            # The way past the refusal when those notes are to leave the index.
-            message += (
-                " To rebuild without them, move them out of the vault (or delete them) and run "
-                "`sidecar index` first: their notes leave the index, and the rebuild runs."
-            )
-        if gone:
-            message = (
-                message[:-1]
-                + ". If you emptied it on purpose, "
-                + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name in sorted(gone))
-                + " removes its notes from the index; a rebuild runs after that"
-            )
-        raise UnreadableError(message)
-
-    def refused_inboxes(self) -> dict[str, str]:
-        """Agents with notes indexed whose inbox is refused now (a symbolic link, not a folder,
-        another user's), with why: a rebuild would drop their notes, not read back (a sweep drops
-        them too, its skipped files say why). None while the home is held (its inboxes are offline)."""
-        if self.supervisor.home.problem() is not None:
-            return {}
-        found = {a: inbox_refusal(inbox_root(self.cfg, a)) for a in self.manifest.memory_agents()}
-        return {agent: why for agent, why in found.items() if why is not None}
-
-    def refuse_held(self, confirmed: Collection[str]) -> None:
-        """Raise UnreadableError while a root's mass deletion is held (unless the same request
-        confirms it): the rebuild forgets every note and puts back only those it could not judge,
-        so the notes the hold keeps (vanished at once, waiting for the clock or a confirmation)
-        left the index unconfirmed. Asked at the request and again at the rebuild's turn (a sweep
-        it waited behind may begin a hold)."""
-        held = self._held_roots(confirmed)
-        if not held:
-            return
-        said = ", ".join(f"{n} notes of {name}" if n else f"the notes of {name}" for name, n in held)
-        raise UnreadableError(
-            f"not rebuilt: the removal of {said} is held (they vanished at once). A rebuild "
-            "would drop them without the confirmation the hold waits for. Nothing was changed. Bring "
-            "them back, wait for the hold to end (`sidecar status` shows when), or confirm it with "
-            + " and ".join(f"`sidecar index --confirm-deletions {name}`" for name, _ in held)
-            + "; then run `sidecar index --rebuild` again"
-            + (
-                f" (`sidecar index --rebuild --confirm-deletions {held[0][0]}` does both)."
-                if len(held) == 1
-                else "."
-            )
-        )
-
-    def _held_roots(self, confirmed: Collection[str]) -> list[tuple[str, int | None]]:
-        """The roots whose mass deletion is held, with how many notes (None: not known here). A
-        root not judged by this process yet (a restart's first sweep to come, `sidecar index`
-        without a daemon) by the hold saved with its state (was: the hold of a running daemon
-        only, and a rebuild then dropped the held notes unconfirmed)."""
-        roots = dict(self.supervisor.roots)
-        configured = {r.name for r in vault_roots(self.cfg)}  # an agent's inbox is never held
-        saved = {row[len("root:") :] for row in self.manifest.meta_names("root:")} & configured
-        held: list[tuple[str, int | None]] = []
-        for name in sorted((set(roots) | saved) - set(confirmed)):
-            st = roots.get(name)
-            if st is not None and st.last_sweep is not None:  # judged here: what it said holds
-                if st.hold_kind == "mass" and st.held_deletions:
-                    held.append((name, st.held_deletions))
-            elif _saved_hold(self.manifest.get_meta(f"root:{name}")) == "mass":
-                held.append((name, None))
-        return held
 
     def clear(self, begun: Callable[[], None] | None = None) -> None:
         """Forget everything indexed (for a rebuild); the next sweep reads every note again.
@@ -1470,118 +530,6 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
-
-
-def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], list[str]]:
-    """What a rebuild's refusal says of refused inboxes, and what to do: grouped by cause, at
-    most 3 agents named each ("and N more"; hundreds of agents made tens of KB of one cause
-    repeated), the agents folder named as such when it is the cause (a symbolic link itself)."""
-    groups: dict[tuple[bool, str], list[str]] = {}
-    for agent, why in sorted(refused.items()):
-        label, sep, tail = why.partition(") ")
-        part = label.removeprefix("inbox (") if sep and label.startswith("inbox (") else ""
-        cause = (tail if sep else why).removesuffix("; refused")
-        groups.setdefault((part == agents.name, cause), []).append(agent)
-    what: list[str] = []
-    then: list[str] = []
-    for (whole, cause), names in groups.items():
-        n = len(names)
-        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
-        if whole:
-            what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
-            then.append("make the agents folder a folder of your own again (no symbolic link)")
-            continue
-        named = few_names([f"memory/{a}" for a in names])
-        what_is = cause.removeprefix("is ")
-        if n == 1:
-            what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")
-        else:
-            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {what_is})")
-        then.append(
-            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
-        )
-    return what, list(dict.fromkeys(then))
-
-
-_PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON
-
-
-ROW_MARK = "row"  # ``_written_until``'s kind of the mark by row
-ROW_NOTE = "row_note"  # ``_written_until``'s kind of the note row at the row mark: [key, indexed_at]
-
-
-def _written_until(kind: str = "") -> str:
-    """The meta row of this reader's mark: the latest note row at its last whole sweep (repr of
-    its ``indexed_at``; ``kind`` ROW_MARK: of its rowid, ROW_NOTE: its key and time), named by
-    every version of how notes are read, so another release keeps its own."""
-    readers = (CHUNKER_VERSION, CANVAS_READER_VERSION, DRAWING_READER_VERSION, LINK_ALIAS_READER_VERSION)
-    name = "written_until" + (f"_{kind}" if kind else "")
-    return f"{name}:" + ".".join(str(v) for v in (*readers, PROPERTY_NAME_READER_VERSION))
-
-
-def _finite(value: str | None) -> float | None:
-    """A mark's number; None when there is none or it is no finite number (another version's
-    form, a hand edit: ignored, and the next whole sweep writes it anew)."""
-    try:
-        number = float(value) if value else math.nan
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-# A step of giving back the rebuild copy's pages waits at most this long for searches in flight.
-_GIVE_BACK_YIELD_S = 0.5
-
-
-# SQLite's result codes of a fault that passes: busy, locked, out of memory, read-only,
-# interrupted, an I/O error, the disk full, a file that cannot be opened now.
-_PASSING_SQLITE = frozenset({5, 6, 7, 8, 9, 10, 13, 14})
-
-
-def _passing(exc: sqlite3.Error) -> bool:
-    """Whether a database error is a fault that passes, not the form of what was read."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in _PASSING_SQLITE
-    text = str(exc)
-    return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
-
-
-def _saved_hold(raw: str | None) -> str | None:
-    """The kind of hold a root's saved state names (``Supervisor``'s meta row), else None."""
-    try:
-        memo = json.loads(raw) if raw else {}
-    except ValueError:
-        return None
-    hold = memo.get("hold") if isinstance(memo, dict) else None
-    kind = hold.get("kind") if isinstance(hold, dict) else None
-    return kind if isinstance(kind, str) else None
-
-
-def _gone(path: Path) -> bool:
-    """Whether a note's file is gone (an error other than its absence says nothing)."""
-    try:
-        path.lstat()
-    except (FileNotFoundError, NotADirectoryError):
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def _moves_applied(diff: Diff) -> dict[str, str]:
-    """New key -> old key of the moves whose old key this sweep deletes and whose new note it
-    reads (``Diff.moves``)."""
-    gone = set(diff.gone)
-    work = {n.key for n in diff.work}
-    return {new: old for old, new in diff.moves.items() if old in gone and new in work}
-
-
-def _after(scopes: dict[str, dict[str, str]], later: dict[str, dict[str, str]]) -> None:
-    """``later``'s scopes of ``Diff.excluded`` into ``scopes``, after theirs (applied in order)."""
-    for scope, found in later.items():
-        scopes.pop(scope, None)
-        scopes[scope] = found
 
 
 @contextlib.contextmanager
