@@ -3157,13 +3157,13 @@ def test_a_rebuild_with_no_daemon_still_refuses_a_note_that_still_fails(
 ) -> None:
     """What still cannot be read still refuses the rebuild (its probe finds it)."""
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.index import diff as diff_mod
+    from sidecar.index import unreadable as unreadable_mod
 
     cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
     n1 = vault / "Notes" / "n1.md"
-    real = diff_mod.read_refusal
+    real = unreadable_mod.read_refusal
     monkeypatch.setattr(
-        diff_mod, "read_refusal", lambda p: "unreadable (Input/output error)" if p == n1 else real(p)
+        unreadable_mod, "read_refusal", lambda p: "unreadable (Input/output error)" if p == n1 else real(p)
     )
     h = Harness(cfg, FakeEmbedder())
     try:
@@ -3199,7 +3199,7 @@ def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
     """A note kept unreadable that reads again while it waits its turn (an I/O error healed, no
     change of its stat) no longer refuses a rebuild; one that still fails does."""
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.index import diff as diff_mod
+    from sidecar.index import unreadable as unreadable_mod
 
     _notes(vault, 3)
     h = Harness(make_cfg(vault), FakeEmbedder())
@@ -3209,9 +3209,9 @@ def test_a_running_daemon_rechecks_an_unreadable_note_before_refusing_a_rebuild(
         failing = _failing_reads(monkeypatch, n1)
         write(n1, "# Note 1\n\nedited, then unreadable\n")
         h.sweep()
-        real = diff_mod.read_refusal
+        real = unreadable_mod.read_refusal
         monkeypatch.setattr(
-            diff_mod,
+            unreadable_mod,
             "read_refusal",
             lambda p: "unreadable (Input/output error)" if failing[0] and p == n1 else real(p),
         )
@@ -3418,7 +3418,7 @@ def test_a_read_retry_loaded_waits_no_longer_than_the_cap(
     clock a year ahead was taken as it was, 52,561 full sweeps away)."""
     import json
 
-    from sidecar.index.diff import RETRY_MOST_HOURS
+    from sidecar.index.retries import RETRY_MOST_HOURS
 
     cfg, _failing = _unreadable_then_restart(make_cfg, vault, monkeypatch)
     h = Harness(cfg, FakeEmbedder())
@@ -3623,10 +3623,10 @@ def _kept_unreadable(h: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch) -
 def _hung_opens(monkeypatch: pytest.MonkeyPatch, n1: Path) -> tuple[threading.Event, list[Path]]:
     """Opening n1 for the rebuild's check hangs (a hung share) until the event is set; every
     path opened is listed."""
-    from sidecar.index import diff as diff_mod
+    from sidecar.index import unreadable as unreadable_mod
 
     release, opened = threading.Event(), []
-    real = diff_mod.read_refusal
+    real = unreadable_mod.read_refusal
 
     def hung(p: Path) -> str | None:
         opened.append(p)
@@ -3634,7 +3634,7 @@ def _hung_opens(monkeypatch: pytest.MonkeyPatch, n1: Path) -> tuple[threading.Ev
             release.wait(30)
         return real(p)
 
-    monkeypatch.setattr(diff_mod, "read_refusal", hung)
+    monkeypatch.setattr(unreadable_mod, "read_refusal", hung)
     return release, opened
 
 
@@ -3650,7 +3650,7 @@ def test_the_recheck_before_a_refusal_waits_the_probe_timeout_and_starts_one_thr
     is started: the note is named as recorded (was: the scan timeout, 600 s, for each request, a
     new stuck thread each time)."""
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.index import diff as diff_mod
+    from sidecar.index import unreadable as unreadable_mod
 
     cfg = make_cfg(vault, **{"watch.scanTimeoutSeconds": 2.0, "watch.probeTimeoutSeconds": 0.2})
     h = Harness(cfg, FakeEmbedder())
@@ -3659,13 +3659,13 @@ def test_the_recheck_before_a_refusal_waits_the_probe_timeout_and_starts_one_thr
         before = _reopen_threads()
         release, _opened = _hung_opens(monkeypatch, n1)
         bounds: list[float] = []
-        real = diff_mod.run_with_timeout
+        real = unreadable_mod.run_with_timeout
 
         def spy(fn: Any, timeout: float, name: str, *a: Any, **k: Any) -> Any:
             bounds.append(timeout)
             return real(fn, timeout, name, *a, **k)
 
-        monkeypatch.setattr(diff_mod, "run_with_timeout", spy)
+        monkeypatch.setattr(unreadable_mod, "run_with_timeout", spy)
         try:
             for _ in range(2):
                 with pytest.raises(UnreadableError, match=r"n1\.md cannot be read now"):
@@ -3745,19 +3745,19 @@ def test_a_refusal_at_the_turn_is_checked_on_what_sweeps_recorded_and_for_a_boun
     sweeps have checked it, it is checked no more: under Recovered, saying the rebuild was not run."""
     from sidecar.daemon import indexing as indexing_mod
     from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
-    from sidecar.index import diff as diff_mod
+    from sidecar.index import unreadable as unreadable_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         n1 = _kept_unreadable(h, vault, monkeypatch)
-        real = diff_mod.read_refusal
+        real = unreadable_mod.read_refusal
         opened: list[Path] = []
 
         def counting(p: Path) -> str | None:
             opened.append(p)
             return "unreadable (Input/output error)" if p == n1 else real(p)
 
-        monkeypatch.setattr(diff_mod, "read_refusal", counting)
+        monkeypatch.setattr(unreadable_mod, "read_refusal", counting)
         # 3 whole sweeps of index.rescanMinutes (10)
         monkeypatch.setattr(indexing_mod, "REFUSAL_CHECK_HOURS", 0.5, raising=False)
         loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)

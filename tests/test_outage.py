@@ -470,7 +470,7 @@ def test_a_rebuild_without_a_daemon_is_not_refused_for_a_slow_note_check(
     ("cannot be read now … hung share?"). It stops when half the timeout is spent (here the first
     open takes all of it), says so in the log, and the rebuild runs; a note it did not reach is
     not taken as unreadable."""
-    import sidecar.index.diff as diff_mod
+    import sidecar.index.unreadable as unreadable_mod
     from sidecar.daemon.oneshot import index_once
 
     v = tmp_path / "v"
@@ -487,8 +487,8 @@ def test_a_rebuild_without_a_daemon_is_not_refused_for_a_slow_note_check(
         now[0] += cfg.watch.scan_timeout_seconds
         return "unreadable (Permission denied)" if len(asked) > 1 else None
 
-    monkeypatch.setattr(diff_mod, "_clock", lambda: now[0], raising=False)
-    monkeypatch.setattr(diff_mod, "read_refusal", slow_refusal)
+    monkeypatch.setattr(unreadable_mod, "_clock", lambda: now[0], raising=False)
+    monkeypatch.setattr(unreadable_mod, "read_refusal", slow_refusal)
     with caplog.at_level("WARNING", logger="sidecar.index.diff"):
         assert index_once(cfg, rebuild=True)["files"] == 3
     assert len(asked) == 1
@@ -503,7 +503,7 @@ def test_a_rebuild_without_a_daemon_runs_when_one_notes_open_does_not_return(
     up on the rest, says so in the log, and the rebuild runs."""
     import threading
 
-    import sidecar.index.diff as diff_mod
+    import sidecar.index.unreadable as unreadable_mod
     from sidecar.daemon.oneshot import index_once
 
     v = tmp_path / "v"
@@ -518,7 +518,7 @@ def test_a_rebuild_without_a_daemon_runs_when_one_notes_open_does_not_return(
         release.wait(30)
         return None
 
-    monkeypatch.setattr(diff_mod, "read_refusal", hung_refusal)
+    monkeypatch.setattr(unreadable_mod, "read_refusal", hung_refusal)
     try:
         with caplog.at_level("WARNING", logger="sidecar.index.diff"):
             assert index_once(cfg, rebuild=True)["files"] == 2

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.config import Config
-from sidecar.index.diff import ChangeFinder, Diff, kept_by
+from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
+from sidecar.index.unreadable import kept_by
 from sidecar.index.writes import Writer
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import Manifest
