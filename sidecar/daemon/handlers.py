@@ -8,7 +8,6 @@ why), ``note_ops`` (get, related, outline); here the dispatch and the admin ops 
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -33,8 +32,6 @@ from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
