@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -562,6 +563,50 @@ def _restart_with(cfg: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
 
 def _broken(cfg: Any) -> list[Path]:
     return [p for p in cfg.index_dir.iterdir() if ".broken-" in p.name]
+
+
+def _old_table_failing(
+    make_cfg: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Callable[[str], Exception] | None,
+    *,
+    once: bool = False,
+) -> tuple[Any, Harness, str]:
+    """The scene of the switch tests below: a first index of FakeEmbedder's vectors, a restart
+    (``_restart_with``), and the old table's ``_check_schema`` failing with ``error`` (made from
+    the table's name; None: it opens) at every open, or ``once``. The config, the restarted
+    harness and the old table's name."""
+    from sidecar.stores.vectors import VectorStore
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    old_name = first.stores.manifest.get_meta("vector_table")
+    first.close()
+    h = _restart_with(cfg, monkeypatch)
+    if error is None:
+        return cfg, h, old_name
+    check = VectorStore._check_schema
+    failed = [0]
+
+    def fails(self: Any) -> None:
+        if self.name == old_name and not (once and failed[0]):
+            failed[0] += 1
+            raise error(old_name)
+        check(self)
+
+    monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    return cfg, h, old_name
+
+
+def _no_handles(_name: str) -> Exception:
+    """The old table's open failing for a cause that passes (no file handles left)."""
+    from sidecar.contracts.errors import NoHandlesError
+
+    return NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")
 
 
 def test_a_full_disk_at_a_switch_keeps_the_old_table_serving(
@@ -2231,26 +2276,14 @@ def test_a_retiring_table_not_used_by_the_switch_is_moved_aside_not_dropped(
     store that failed to open was said nowhere but there."""
     from sidecar.index import migration
     from sidecar.stores.aside import moved_aside
-    from sidecar.stores.vectors import VectorStore
 
-    vault = tmp_path / "v"
-    _long_notes(vault)
-    cfg = make_cfg(vault)
-    first = Harness(cfg, FakeEmbedder())
-    first.sweep()
-    old_name = first.stores.manifest.get_meta("vector_table")
-    first.close()
-    h = _restart_with(cfg, monkeypatch)
-    check = VectorStore._check_schema
+    def damage(name: str) -> Exception:
+        return StoreError(f"vector table {name} cannot be opened: lance error: bad manifest")
 
-    def fails(self: Any) -> None:
-        if self.name == old_name:
-            raise StoreError(f"vector table {old_name} cannot be opened: lance error: bad manifest")
-        check(self)
-
-    if fault == "damage":
-        monkeypatch.setattr(VectorStore, "_check_schema", fails)
-    else:
+    cfg, h, old_name = _old_table_failing(
+        make_cfg, tmp_path, monkeypatch, damage if fault == "damage" else None
+    )
+    if fault != "damage":
 
         def gone(_cfg: Any) -> Any:
             raise EmbedderError("the model's files are gone")
@@ -2444,27 +2477,10 @@ def test_a_retiring_table_that_cannot_be_opened_for_now_is_tried_again_not_set_a
     """The previous table fails to open for a cause that passes (no file handles left) as a
     switch begins: it is kept in place and tried again, as a retiring model's failed load is,
     and the switch begins once it opens; not moved aside for the new model to embed everything."""
-    from sidecar.contracts.errors import NoHandlesError, RetiringModelError
+    from sidecar.contracts.errors import RetiringModelError
     from sidecar.index import migration
-    from sidecar.stores.vectors import VectorStore
 
-    vault = tmp_path / "v"
-    _long_notes(vault)
-    cfg = make_cfg(vault)
-    first = Harness(cfg, FakeEmbedder())
-    first.sweep()
-    old_name = first.stores.manifest.get_meta("vector_table")
-    first.close()
-    h = _restart_with(cfg, monkeypatch)
-    check = VectorStore._check_schema
-    handles = [NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")]
-
-    def fails_once(self: Any) -> None:
-        if self.name == old_name and handles:
-            raise handles.pop()
-        check(self)
-
-    monkeypatch.setattr(VectorStore, "_check_schema", fails_once)
+    cfg, h, old_name = _old_table_failing(make_cfg, tmp_path, monkeypatch, _no_handles, once=True)
     try:
         other = OtherModel()
         with pytest.raises(RetiringModelError, match="tried again"):
@@ -2545,26 +2561,9 @@ def test_a_retiring_table_given_up_on_is_said_to_have_failed_to_open(
     """A previous table that failed to open for an hour (no file handles left) while its model
     loaded is given up on: status said "the previous model failed to load", though the model
     loaded and only its table would not open."""
-    from sidecar.contracts.errors import NoHandlesError
     from sidecar.index import migration
-    from sidecar.stores.vectors import VectorStore
 
-    vault = tmp_path / "v"
-    _long_notes(vault)
-    cfg = make_cfg(vault)
-    first = Harness(cfg, FakeEmbedder())
-    first.sweep()
-    old_name = first.stores.manifest.get_meta("vector_table")
-    first.close()
-    h = _restart_with(cfg, monkeypatch)
-    check = VectorStore._check_schema
-
-    def fails(self: Any) -> None:
-        if self.name == old_name:
-            raise NoHandlesError("vector table cannot be opened: Too many open files (os error 24)")
-        check(self)
-
-    monkeypatch.setattr(VectorStore, "_check_schema", fails)
+    cfg, h, _old = _old_table_failing(make_cfg, tmp_path, monkeypatch, _no_handles)
     try:
         migration.attach(cfg, h.vectors, OtherModel(), h.problems, give_up="after 12 failed tries")
         noted = [p["error"] for p in h.problems.describe()["recent"] if p.get("subject") == "vectors"]
