@@ -1259,6 +1259,36 @@ def _marked(h: Harness) -> tuple[int, int]:
     return int(rows[0] or 0), int(rows[1])
 
 
+def _other_release_rebuilds(h: Harness, monkeypatch: pytest.MonkeyPatch, *, embed: bool = False) -> None:
+    """The other release's `sidecar index --rebuild` on this index, its clock set back a day and
+    its own marks (rows numbered from 1 again); ``embed``: its vectors computed too."""
+    from sidecar.index import rowmarks as rowmarks_mod
+    from sidecar.stores import manifest as manifest_mod
+
+    with monkeypatch.context() as m:
+        m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+        m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
+        h.indexer.clear()
+        h.indexer.sweep(retry_all=True)
+        while embed and h.vectors.embed_pending():
+            pass
+
+
+def _other_release_write_is_read_again(h: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other release writes Projects/Boat.md (a file event) under a clock set back a day;
+    this release's next look at the marks marks that note, and it alone, to be read again."""
+    from sidecar.stores import manifest as manifest_mod
+
+    with monkeypatch.context() as m:  # the other release, its clock set back
+        m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
+        write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
+        h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
+    h.indexer.reread_if_written_elsewhere()
+    size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
+    assert size == -1, "the other release's write is not marked to be read again"
+    assert _marked(h)[0] == 1  # that note alone
+
+
 def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1266,7 +1296,6 @@ def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
     events (no whole sweep), another release's write (a clock set back) took a number at or below
     the row mark and was never read again. The mark comes down with the latest row."""
     from sidecar.index.rowmarks import ROW_MARK, _written_until
-    from sidecar.stores import manifest as manifest_mod
 
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
@@ -1277,14 +1306,7 @@ def test_the_row_mark_comes_down_when_the_newest_rows_are_deleted(
         (vault / "Zlast.md").unlink()
         h.indexer.sweep(paths=[str(vault / "Zlast.md")])  # a file event: its row deleted
         assert h.stores.manifest.last_row() < mark
-        with monkeypatch.context() as m:  # the other release, its clock set back
-            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
-            h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
-        h.indexer.reread_if_written_elsewhere()
-        size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
-        assert size == -1, "the other release's write is not marked to be read again"
-        assert _marked(h)[0] == 1  # that note alone
+        _other_release_write_is_read_again(h, vault, monkeypatch)
     finally:
         h.close()
 
@@ -1297,8 +1319,6 @@ def test_an_exclusion_of_the_newest_note_lowers_the_row_mark(
     At start that read every note again for nothing (taken for rows numbered elsewhere); after a
     reload stopped before its whole sweep, another release's next write took the mark's number
     under a clock set back and was never read again."""
-    from sidecar.stores import manifest as manifest_mod
-
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
@@ -1312,14 +1332,7 @@ def test_an_exclusion_of_the_newest_note_lowers_the_row_mark(
             assert "notes_renumbered_reread" not in caplog.text
             assert _marked(h)[0] == 0
             return
-        with monkeypatch.context() as m:  # the other release, its clock set back
-            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            write(vault / "Projects/Boat.md", "# Boat\n\nchanged by the older release\n")
-            h.indexer.sweep(paths=[str(vault / "Projects/Boat.md")])
-        h.indexer.reread_if_written_elsewhere()
-        size = h.stores.manifest._query("SELECT size FROM files WHERE rel = 'Projects/Boat.md'")[0][0]
-        assert size == -1, "the other release's write is not marked to be read again"
-        assert _marked(h)[0] == 1
+        _other_release_write_is_read_again(h, vault, monkeypatch)
     finally:
         h.close()
 
@@ -1331,19 +1344,12 @@ def test_another_releases_rebuild_after_this_ones_numbers_rows_up_to_the_mark_an
     vault under a clock set back (the remedy its warning names): rows 1..N again, none below the
     mark nor above it, so none of its writes was read again. The row at the mark is recorded
     with it (key and time): another there reads every note again once."""
-    from sidecar.index import rowmarks as rowmarks_mod
-    from sidecar.stores import manifest as manifest_mod
-
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
         h.indexer.clear()  # this release's `sidecar index --rebuild`
         h.indexer.sweep(retry_all=True)
-        with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
-            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
-            h.indexer.clear()
-            h.indexer.sweep(retry_all=True)
+        _other_release_rebuilds(h, monkeypatch)
         h.indexer._rows_checked = False  # this release's next start
         with caplog.at_level("INFO"):
             h.indexer.reread_if_written_elsewhere()
@@ -1359,18 +1365,11 @@ def test_rows_numbered_elsewhere_are_found_before_the_starts_own_deletes(
 ) -> None:
     """A start deletes before it reads the marks (an interrupted delete redone, notes excluded
     while stopped): moving the mark with those deletes first hid the other release's rows."""
-    from sidecar.index import rowmarks as rowmarks_mod
-    from sidecar.stores import manifest as manifest_mod
-
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         write(vault / "Private/Zlast.md", "# Last\n\nwritten last.\n")
         h.sweep()
-        with monkeypatch.context() as m:  # the other release's rebuild, its clock set back
-            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
-            h.indexer.clear()
-            h.indexer.sweep(retry_all=True)
+        _other_release_rebuilds(h, monkeypatch)
         h.indexer._rows_checked = False  # this release's next start, Private excluded meanwhile
         h.indexer.set_excludes(["Private/**"], obsidian=True)
         assert h.indexer.remove_excluded() == 1
@@ -1411,9 +1410,6 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
     from 1, far below a mark that grew with every write: under a clock set back neither mark
     caught its writes, and this release kept its reading of every note for good. A latest row
     below the mark at start reads every note again once, embedding no text again."""
-    from sidecar.index import rowmarks as rowmarks_mod
-    from sidecar.stores import manifest as manifest_mod
-
     model = FakeEmbedder()
     h = Harness(make_cfg(vault), model)
     try:
@@ -1422,13 +1418,7 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
                 if ".obsidian" not in p.parts and ".trash" not in p.parts:
                     p.write_text(p.read_text() + "\nmore\n")
             h.sweep()
-        with monkeypatch.context() as m:  # the other release's `sidecar index --rebuild`
-            m.setattr(manifest_mod, "time", _ShiftedTime(-86_400.0))
-            m.setattr(rowmarks_mod, "PROPERTY_NAME_READER_VERSION", 1)  # its own marks
-            h.indexer.clear()
-            h.indexer.sweep(retry_all=True)
-            while h.vectors.embed_pending():
-                pass
+        _other_release_rebuilds(h, monkeypatch, embed=True)
         model.embedded.clear()
         h.indexer._rows_checked = False  # this release's next start
         with caplog.at_level("INFO"):
