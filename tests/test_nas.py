@@ -10,6 +10,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -766,27 +767,46 @@ def test_a_note_whose_read_hangs_takes_its_root_offline_not_the_indexer(
         h.close()
 
 
+def _offline_index(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hang: Callable[[Path, threading.Event], None],
+    **env: str,
+) -> tuple[int, float]:
+    """`sidecar index` with no daemon (no model, a probe timeout of 2.5 s) over a vault whose
+    share ``hang`` makes hang (given the vault and the event that releases it, set once the
+    command ends); ``env``: more settings. Its exit code and the seconds it took."""
+    from sidecar.clients.cli import main
+
+    vault = make_vault(tmp_path / "vault")
+    release = threading.Event()
+    hang(vault, release)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
+    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    started = time.monotonic()
+    try:
+        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
+    finally:
+        release.set()
+    return code, time.monotonic() - started
+
+
 def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`sidecar index` with no daemon, on a share that hangs on the read of one note: it says
     which note it waits for, ends after the read's deadline and names the root left offline
     (it printed nothing, and waited as long as the share hung)."""
-    from sidecar.clients.cli import main
 
-    vault = make_vault(tmp_path / "vault")
-    write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
-    release = threading.Event()
-    _hang_reads_of(monkeypatch, "Hang.md", release)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
-    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
-    started = time.monotonic()
-    try:
-        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
-    finally:
-        release.set()
-    assert code == 0 and time.monotonic() - started < 15
+    def hang(vault: Path, release: threading.Event) -> None:
+        write(vault / "Hang.md", "# Hang\n\nThe quagmire note.\n")
+        _hang_reads_of(monkeypatch, "Hang.md", release)
+
+    code, seconds = _offline_index(tmp_path, monkeypatch, hang)
+    assert code == 0 and seconds < 15
     err = capsys.readouterr().err
     assert "waiting for vault to answer the read of Hang.md (hung share?)" in err
     assert "vault offline, kept as indexed: reading Hang.md" in err
@@ -923,19 +943,11 @@ def test_offline_index_says_which_listing_it_waits_for(
     for, then that it waits on to learn whether the share is only slow (up to
     scanTimeoutSeconds), and names it in the root left offline (it printed nothing for
     scanTimeoutSeconds)."""
-    from sidecar.clients.cli import main
 
-    vault = make_vault(tmp_path / "vault")
-    release = threading.Event()
-    _hang_listing_of(monkeypatch, vault / "Projects", release)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("SIDECAR_EMBEDDER_ENABLED", "false")
-    monkeypatch.setenv("SIDECAR_WATCH_PROBE_TIMEOUT_SECONDS", "2.5")
-    monkeypatch.setenv("SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS", "4")
-    try:
-        code = main(["index", "--home", str(tmp_path / "h"), "--vault", str(vault)])
-    finally:
-        release.set()
+    def hang(vault: Path, release: threading.Event) -> None:
+        _hang_listing_of(monkeypatch, vault / "Projects", release)
+
+    code, _seconds = _offline_index(tmp_path, monkeypatch, hang, SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS="4")
     assert code == 0
     err = capsys.readouterr().err
     assert "waiting for vault to answer the listing of Projects (hung share?)" in err
@@ -1789,33 +1801,48 @@ def test_a_rebuild_is_refused_for_a_saved_hold_after_a_restart_and_without_a_dae
         h.close()
 
 
+def _refused_at_its_turn(h: Harness, breaks: Callable[[], None]) -> tuple[Any, str]:
+    """A rebuild asked while nothing refuses it (the request's check passes), ``breaks`` run
+    before its turn, then its turn: refused, nothing set aside, the request answered, and said as
+    the refusal `index --rebuild` exits 7 with. The index loop and the refusal's words."""
+    from sidecar.clients.cli_admin import _rebuild_unfinished
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+    h.indexer.refuse_rebuild()  # at the request: nothing refuses it yet
+    ticket = loop.request_sweep(rebuild=True)
+    breaks()
+    job = loop._next()
+    assert job is not None and job.rebuild
+    loop._run(job)
+    assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+    problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
+    assert problem is not None
+    assert _rebuild_unfinished(problem["error"]) == 7
+    return loop, str(problem["error"])
+
+
 def test_a_rebuild_is_refused_at_its_turn_when_the_sweep_before_it_began_a_hold(
     make_cfg: Any, vault: Path
 ) -> None:
     """A rebuild queued behind a sweep that holds a mass deletion: refused when its turn comes,
     nothing emptied, said as "not rebuilt" (was: checked only at the request, and the rebuild
     dropped the held notes with no confirmation)."""
-    from sidecar.clients.cli_admin import _rebuild_unfinished
-    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
+    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED
 
     _notes(vault, 10)
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
-        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-        h.indexer.refuse_rebuild()  # at the request: nothing held yet
-        ticket = loop.request_sweep(rebuild=True)
-        (vault / "Notes").rename(vault.parent / "glitch")
-        h.sweep()  # the sweep under way when the request came holds the removal
-        assert h.supervisor.roots["vault"].hold_kind == "mass"
-        job = loop._next()
-        assert job is not None and job.rebuild
-        loop._run(job)
+
+        def held() -> None:
+            (vault / "Notes").rename(vault.parent / "glitch")
+            h.sweep()  # the sweep under way when the request came holds the removal
+            assert h.supervisor.roots["vault"].hold_kind == "mass"
+
+        loop, said = _refused_at_its_turn(h, held)
         assert len(h.stores.manifest.file_states("vault/Notes/")) == 10
-        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
-        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
-        assert problem is not None and "removal of 10 notes of vault is held" in problem["error"]
-        assert _rebuild_unfinished(problem["error"]) == 7
+        assert "removal of 10 notes of vault is held" in said
         loop.request_sweep(rebuild=True, confirm=frozenset({"vault"}))  # confirmed: it runs
         job = loop._next()
         assert job is not None
@@ -1832,29 +1859,24 @@ def test_a_rebuild_is_refused_at_its_turn_when_the_vault_went_offline_since_the_
     """The vault's share goes away between the request and the rebuild's turn: refused at the turn
     with the request's own message (exit 7), nothing emptied (was: only a mass deletion held was
     checked again, and the rebuild ran against the missing share)."""
-    from sidecar.clients.cli_admin import _rebuild_unfinished
     from sidecar.contracts.errors import UnreadableError
-    from sidecar.daemon.indexing import REBUILD_AREA, REFUSED, IndexLoop
 
     _notes(vault, 5)
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         h.sweep()
         keys = set(h.stores.manifest.file_states("vault/"))
-        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-        h.indexer.refuse_rebuild()  # at the request: the share is there
-        ticket = loop.request_sweep(rebuild=True)
-        vault.rename(vault.parent / "unmounted")  # the share goes away before the turn
-        with pytest.raises(UnreadableError) as asked:
-            h.indexer.refuse_rebuild()  # what the request would say now
-        job = loop._next()
-        assert job is not None and job.rebuild
-        loop._run(job)
-        assert not h.stores.manifest.has_aside() and loop.asked_done == ticket
+        asked: list[str] = []
+
+        def away() -> None:
+            vault.rename(vault.parent / "unmounted")  # the share goes away before the turn
+            with pytest.raises(UnreadableError) as refused:
+                h.indexer.refuse_rebuild()  # what the request would say now
+            asked.append(str(refused.value))
+
+        _loop, said = _refused_at_its_turn(h, away)
         assert set(h.stores.manifest.file_states("vault/")) == keys
-        problem = h.problems.active_in(REBUILD_AREA, subject=REFUSED)
-        assert problem is not None and problem["error"] == str(asked.value)
-        assert _rebuild_unfinished(problem["error"]) == 7
+        assert said == asked[0]
     finally:
         h.close()
 
