@@ -303,14 +303,15 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
     inbox = _inbox(inboxes)
     os.link(first.path, inbox / ".n.0badf00d.tmp")  # the note itself (a new note's write killed)
     (inbox / ".n.0000beef.tmp").write_bytes(first.path.read_bytes())  # a copy of its text
-    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, removed once settled
+    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, waits in .trash
     restarted = Inboxes(inboxes.cfg)
     _an_hour_later(monkeypatch)
     assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
-    kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+    kept = _kept_texts(inboxes)
     assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8")} <= set(kept)
     assert len(kept) == 3 and "" not in kept  # and the copy of v1 the killed write had kept
+    assert [p.read_bytes() for p in (inbox / ".trash").glob(".n--*.held")] == [b""]
     assert restarted.clean_temp() == 0
 
 
@@ -739,4 +740,63 @@ def test_an_empty_note_replaced_or_an_empty_leftover_is_no_kept_text(
     (_inbox(inboxes) / ".n.0000f00d.tmp").write_bytes(b"")  # killed before its first byte
     Inboxes(inboxes.cfg).clean_temp()
     assert sorted(trash.glob("n--*.md")) == kept
+    assert len(list(trash.glob(".n--*.held"))) == 2  # waiting for an editor's late write
+    _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert sorted(trash.glob("n--*.md")) == kept
     assert sorted(p.name for p in _inbox(inboxes).rglob(".n*")) == []
+
+
+def _days_later(monkeypatch: pytest.MonkeyPatch, days: int) -> None:
+    """The folder's clock ``days`` on (and a second)."""
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(
+        inbox_mod, "reference_ns", lambda fd, name: real(fd, name) + (days * 86_400 + 1) * 10**9
+    )
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_an_empty_file_replaced_waits_past_restarts_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An empty note replaced waits in .trash; a start more than 2 s later removed it, so an
+    editor writing into its file after that start lost the save. Now it waits as long as a kept
+    text stays (memory.trashDays), and the start after the editor's write keeps the text."""
+    _without(monkeypatch, path)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        assert Inboxes(inboxes.cfg).clean_temp() == 0  # a restart: the empty file waits
+        editor.write("PERSON LATE WRITE\n")
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
+    assert "PERSON LATE WRITE\n" in _kept_texts(inboxes)
+
+
+def test_an_empty_file_written_into_while_it_is_removed_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty file past memory.trashDays is removed; a write landing between the look and
+    the removal is read back through the descriptor still open and kept as a text."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        real = os.unlink
+
+        def unlink(name: Any, *args: Any, **kw: Any) -> None:
+            if str(name).endswith(".held"):
+                editor.write("PERSON DURING REMOVAL\n")
+                editor.flush()
+            real(name, *args, **kw)
+
+        _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+        monkeypatch.setattr(os, "unlink", unlink)
+        assert Inboxes(inboxes.cfg).clean_temp() == 1
+    monkeypatch.setattr(os, "unlink", real)
+    assert "PERSON DURING REMOVAL\n" in _kept_texts(inboxes)
+    assert not list((_inbox(inboxes) / ".trash").glob(".n--*.held"))
