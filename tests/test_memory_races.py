@@ -670,7 +670,7 @@ def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
         assert w.previous is None
         dropped += w.trash_dropped
     trash = _inbox(inboxes) / ".trash"
-    kept = sorted(p.name for p in trash.iterdir())
+    kept = sorted(p.name for p in trash.glob("*.md"))
     assert dropped == [] and [n.split("--")[0] for n in kept] == ["precious", "status"]
     assert inboxes.usage("claude")["trash_files"] == 2
     # A copy an editor wrote into since is a kept text like any other: the next one is added.
@@ -679,6 +679,24 @@ def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
         editor.write("PERSON LATE WRITE\n")
     inboxes.write("claude", "status", "all quiet", None, must_exist=False)
     assert status.exists() and len(list(trash.glob("status--*.md"))) == 2
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_stamp_only_rewrites_keep_one_copy_across_restarts(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Which copy was a note's stamp-only copy was known in memory only: each restart left one
+    more in .trash. Now .trash itself says so, and the daily prune drops what names a copy gone."""
+    _without(monkeypatch, path)
+    for _ in range(4):
+        inboxes = Inboxes(inboxes.cfg)  # a restart between each
+        inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    trash = _inbox(inboxes) / ".trash"
+    assert len(list(trash.glob("status--*.md"))) == 1
+    for copy in trash.glob("status--*.md"):
+        copy.unlink()  # removed by the user (or aged out)
+    assert inboxes.prune_trash() == 0
+    assert list(trash.iterdir()) == []
 
 
 def test_without_links_the_file_replaced_is_kept_for_an_editor_writing_into_it(
@@ -773,6 +791,24 @@ def test_an_empty_file_replaced_waits_past_restarts_for_an_editor_writing_into_i
         editor.write("PERSON LATE WRITE\n")
     assert Inboxes(inboxes.cfg).clean_temp() == 1
     assert "PERSON LATE WRITE\n" in _kept_texts(inboxes)
+
+
+def test_the_daily_prune_removes_an_empty_file_waiting_past_trash_days(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon never restarted gathered the empty files replaced for good: the daily prune
+    removes them too once unchanged for memory.trashDays, and not before."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    held = _inbox(inboxes) / ".trash"
+    inboxes.prune_trash()
+    assert len(list(held.glob(".n--*.held"))) == 1
+    _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+    inboxes.prune_trash()
+    assert not list(held.glob(".n--*.held"))
 
 
 def test_an_empty_file_written_into_while_it_is_removed_is_kept(

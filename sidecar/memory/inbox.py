@@ -38,7 +38,7 @@ from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
 from sidecar.memory import replace
 from sidecar.memory.retention import Retention
-from sidecar.memory.trash import HELD, KEPT, Fd, Trash, over, trash_dir
+from sidecar.memory.trash import HELD, KEPT, Fd, Trash, drop_stamp, over, read_stamp, trash_dir, write_stamp
 from sidecar.notes.frontmatter import (
     dump_front_matter,
     front_matter_problem,
@@ -193,9 +193,6 @@ class Inboxes(Retention):
         # The state each note was left in by this daemon's last write of it (the most recent
         # ones): a note found so is no other program's save under way, and needs no wait.
         self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
-        # Per note: the copy in .trash of the file its last stamp-only rewrite replaced, and that
-        # copy's state right after the move (see ``_one_stamp_copy``).
-        self._stamp_copies: OrderedDict[tuple[str, str], tuple[str, _State]] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -339,8 +336,6 @@ class Inboxes(Retention):
             # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
             if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
-                with self._guard:  # a copy of an older text: an ordinary kept text from now on
-                    self._stamp_copies.pop((agent, slug), None)
             swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
                 st = self._replace(
@@ -481,7 +476,7 @@ class Inboxes(Retention):
                 if previous is None:
                     swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
                     ledger.busy.add(swapped[-1])
-                    self._one_stamp_copy(ledger, trash_fd, (agent, slug), swapped[-1])
+                    self._one_stamp_copy(ledger, trash_fd, slug, swapped[-1])
                     return
                 kept = previous.name
                 ledger.change(
@@ -527,18 +522,21 @@ class Inboxes(Retention):
                 "written (their text is the note): read it again and retry"
             ) from None
 
-    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, key: tuple[str, str], kept: str) -> None:
+    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, slug: str, kept: str) -> None:
         """At most one copy per note of a file a rewrite replaced with no text to lose (only
         'updated' changed): ``kept`` takes the place of the one before it when that one is still
         as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
         since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
-        note's only copy) out past the caps. Under the ledger's lock, held by the caller."""
-        with self._guard:
-            before = self._stamp_copies.pop(key, None)
-            self._stamp_copies[key] = (kept, _state(trash_fd, kept))
-            if len(self._stamp_copies) > _REMEMBERED:
-                self._stamp_copies.popitem(last=False)
-        if before is None or before[1] is None or _state(trash_fd, before[0]) != before[1]:
+        note's only copy) out past the caps. Which copy that is lies in .trash itself (its
+        ``.<slug>.stamp``), so it holds across restarts. Under the ledger's lock, held by the
+        caller."""
+        before = read_stamp(trash_fd, slug)
+        state = _state(trash_fd, kept)
+        if state is None:
+            drop_stamp(trash_fd, slug)
+        else:
+            write_stamp(trash_fd, slug, kept, state)
+        if before is None or before[0] == kept or _state(trash_fd, before[0]) != before[1]:
             return  # none, or written into since: a kept text like any other
         name = before[0]
         with contextlib.suppress(FileNotFoundError):
@@ -561,6 +559,7 @@ class Inboxes(Retention):
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
+            drop_stamp(trash.fd, slug)  # its stamp-only copy holds an older text: kept as any other
         return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
@@ -847,6 +846,27 @@ class Inboxes(Retention):
             os.close(fd)
         log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
         return True
+
+    def _settle_held(self, agent: str, trash_fd: int) -> None:
+        """The prune's part (once a day, under the ledger's lock): the empty files waiting in
+        .trash past ``memory.trashDays`` go, as at a start, so a daemon never restarted does not
+        gather them for good. One with text waits for the next start (a write under way may be
+        using it)."""
+        for name in os.listdir(trash_fd):
+            if (m := HELD.match(name)) is None:
+                continue
+            try:
+                fd = open_regular(name, dir_fd=trash_fd, follow=False)
+            except (FileNotFoundError, NotRegularError):
+                continue
+            try:
+                st = os.fstat(fd)
+                if st.st_size == 0:
+                    ledger = self._trash_of(agent)
+                    where = (trash_fd, trash_fd, False)
+                    self._settle_empty(agent, ledger, fds=where, name=name, slug=m.group(1), opened=(fd, st))
+            finally:
+                os.close(fd)
 
     def _settle_empty(
         self,
