@@ -829,7 +829,7 @@ class Inboxes(Retention):
                     return self._settle_empty(
                         agent,
                         ledger,
-                        fds=(dir_fd, trash.fd, dir_fd == inbox_fd),
+                        fds=(inbox_fd, dir_fd, trash.fd),
                         name=name,
                         slug=slug,
                         opened=(fd, st),
@@ -847,7 +847,7 @@ class Inboxes(Retention):
         log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
         return True
 
-    def _settle_held(self, agent: str, trash_fd: int) -> None:
+    def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
         """The prune's part (once a day, under the ledger's lock): the empty files waiting in
         .trash past ``memory.trashDays`` go, as at a start, so a daemon never restarted does not
         gather them for good. One with text waits for the next start (a write under way may be
@@ -863,7 +863,7 @@ class Inboxes(Retention):
                 st = os.fstat(fd)
                 if st.st_size == 0:
                     ledger = self._trash_of(agent)
-                    where = (trash_fd, trash_fd, False)
+                    where = (inbox_fd, trash_fd, trash_fd)
                     self._settle_empty(agent, ledger, fds=where, name=name, slug=m.group(1), opened=(fd, st))
             finally:
                 os.close(fd)
@@ -873,7 +873,7 @@ class Inboxes(Retention):
         agent: str,
         ledger: Trash,
         *,
-        fds: tuple[int, int, bool],
+        fds: tuple[int, int, int],
         name: str,
         slug: str,
         opened: tuple[int, os.stat_result],
@@ -886,15 +886,15 @@ class Inboxes(Retention):
         into it meanwhile makes it a kept text at the next start; one landing during the removal
         is read back through the descriptor still open and kept so. Under the ledger's lock;
         False when it waits on."""
-        dir_fd, trash_fd, in_inbox = fds
+        inbox_fd, dir_fd, trash_fd = fds
         fd, st = opened
-        if in_inbox:  # a temp file in the inbox: it waits in .trash, out of the notes' way
+        if dir_fd == inbox_fd:  # a temp file in the inbox: it waits in .trash, out of the notes' way
             hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
             os.rename(name, hidden, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
             log.info("inbox_temp_held agent=%s file=%s held=.trash/%s", agent, name, hidden)
             return True
         days = self.cfg.memory.trash_days
-        if days <= 0 or reference_ns(trash_fd, f"{slug}.md") - st.st_ctime_ns < days * _DAY_NS:
+        if days <= 0 or reference_ns(inbox_fd, f"{slug}.md") - st.st_ctime_ns < days * _DAY_NS:
             return False
         if _state(dir_fd, name) != (st.st_ino, 0, st.st_mtime_ns, st.st_ctime_ns):
             return False  # written into or replaced since it was read: judged again at the next start

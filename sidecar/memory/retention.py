@@ -70,7 +70,7 @@ class Retention:
     def _agent_names(self) -> list[str]:
         raise NotImplementedError
 
-    def _settle_held(self, agent: str, trash_fd: int) -> None:
+    def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
         raise NotImplementedError
 
     def prune_trash(self, now: float | None = None) -> int:
@@ -169,7 +169,7 @@ class Retention:
                             with contextlib.suppress(OSError):
                                 os.unlink(name, dir_fd=trash)
                     _drop_stale_stamps(trash)
-                    self._settle_held(agent, trash)
+                    self._settle_held(agent, inbox_fd, trash)
                     ledger.seen = None  # counted again, with what is left
                     if caps != (0, 0):  # else when asked (a stat of each kept text)
                         ledger.counted(trash)
