@@ -836,3 +836,15 @@ def test_an_empty_file_written_into_while_it_is_removed_is_kept(
     monkeypatch.setattr(os, "unlink", real)
     assert "PERSON DURING REMOVAL\n" in _kept_texts(inboxes)
     assert not list((_inbox(inboxes) / ".trash").glob(".n--*.held"))
+
+
+def test_a_stamp_marker_that_cannot_be_written_fails_no_write(inboxes: Inboxes) -> None:
+    """The marker naming a note's stamp-only copy is housekeeping: one that cannot be written
+    (a folder in its place) leaves one more kept text, and the write is made."""
+    inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    (_inbox(inboxes) / ".trash").mkdir(exist_ok=True)
+    (_inbox(inboxes) / ".trash" / ".status.stamp").mkdir()
+    for _ in range(2):
+        done = inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+        assert "all quiet" in done.path.read_text(encoding="utf-8")
+    assert len(list((_inbox(inboxes) / ".trash").glob("status--*.md"))) == 2

@@ -857,7 +857,7 @@ class Inboxes(Retention):
                 continue
             try:
                 fd = open_regular(name, dir_fd=trash_fd, follow=False)
-            except (FileNotFoundError, NotRegularError):
+            except OSError:  # NotRegularError too
                 continue
             try:
                 st = os.fstat(fd)
@@ -865,6 +865,8 @@ class Inboxes(Retention):
                     ledger = self._trash_of(agent)
                     where = (inbox_fd, trash_fd, trash_fd)
                     self._settle_empty(agent, ledger, fds=where, name=name, slug=m.group(1), opened=(fd, st))
+            except OSError as exc:  # the prune's other work goes on (the caps)
+                log.warning("inbox_held_not_settled agent=%s file=.trash/%s error=%s", agent, name, exc)
             finally:
                 os.close(fd)
 

@@ -16,7 +16,7 @@ import stat
 import threading
 from typing import Any
 
-from sidecar.vault.confine import NotRegularError, open_private_dir, open_regular, read_fd
+from sidecar.vault.confine import open_private_dir, open_regular, read_fd
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def read_stamp(trash_fd: int, slug: str) -> tuple[str, State] | None:
     marker, or one a crash cut: that copy stays as a kept text like any other)."""
     try:
         fd = open_regular(f".{slug}.stamp", dir_fd=trash_fd, follow=False)
-    except (FileNotFoundError, NotRegularError):
+    except OSError:  # NotRegularError too
         return None
     try:
         name, *state = json.loads(read_fd(fd, _STAMP_MAX))
@@ -53,18 +53,22 @@ def read_stamp(trash_fd: int, slug: str) -> tuple[str, State] | None:
 
 
 def write_stamp(trash_fd: int, slug: str, name: str, state: State) -> None:
-    """Name ``name`` as the stamp-only copy of ``slug`` (not synced: a marker lost to a crash
-    only leaves one more kept text)."""
+    """Name ``name`` as the stamp-only copy of ``slug`` (not synced: a marker lost to a crash,
+    or not written for an error, only leaves one more kept text; the write it serves goes on)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(f".{slug}.stamp", flags, 0o600, dir_fd=trash_fd)
     try:
-        os.write(fd, json.dumps([name, *state]).encode())
-    finally:
-        os.close(fd)
+        fd = os.open(f".{slug}.stamp", flags, 0o600, dir_fd=trash_fd)
+        try:
+            os.write(fd, json.dumps([name, *state]).encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("memory_stamp_marker_failed slug=%s error=%s", slug, exc)
+        drop_stamp(trash_fd, slug)
 
 
 def drop_stamp(trash_fd: int, slug: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
         os.unlink(f".{slug}.stamp", dir_fd=trash_fd)
 
 
