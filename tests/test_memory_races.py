@@ -303,14 +303,15 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
     inbox = _inbox(inboxes)
     os.link(first.path, inbox / ".n.0badf00d.tmp")  # the note itself (a new note's write killed)
     (inbox / ".n.0000beef.tmp").write_bytes(first.path.read_bytes())  # a copy of its text
-    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, removed once settled
+    (inbox / ".n.0000f00d.tmp").write_bytes(b"")  # empty: no text, waits in .trash
     restarted = Inboxes(inboxes.cfg)
     _an_hour_later(monkeypatch)
     assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
-    kept = [p.read_text(encoding="utf-8") for p in (inbox / ".trash").iterdir()]
+    kept = _kept_texts(inboxes)
     assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8")} <= set(kept)
     assert len(kept) == 3 and "" not in kept  # and the copy of v1 the killed write had kept
+    assert [p.read_bytes() for p in (inbox / ".trash").glob(".n--*.held")] == [b""]
     assert restarted.clean_temp() == 0
 
 
@@ -669,7 +670,7 @@ def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
         assert w.previous is None
         dropped += w.trash_dropped
     trash = _inbox(inboxes) / ".trash"
-    kept = sorted(p.name for p in trash.iterdir())
+    kept = sorted(p.name for p in trash.glob("*.md"))
     assert dropped == [] and [n.split("--")[0] for n in kept] == ["precious", "status"]
     assert inboxes.usage("claude")["trash_files"] == 2
     # A copy an editor wrote into since is a kept text like any other: the next one is added.
@@ -678,6 +679,24 @@ def test_stamp_only_rewrites_keep_one_copy_and_push_no_kept_text_out(
         editor.write("PERSON LATE WRITE\n")
     inboxes.write("claude", "status", "all quiet", None, must_exist=False)
     assert status.exists() and len(list(trash.glob("status--*.md"))) == 2
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback"])
+def test_stamp_only_rewrites_keep_one_copy_across_restarts(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Which copy was a note's stamp-only copy was known in memory only: each restart left one
+    more in .trash. Now .trash itself says so, and the daily prune drops what names a copy gone."""
+    _without(monkeypatch, path)
+    for _ in range(4):
+        inboxes = Inboxes(inboxes.cfg)  # a restart between each
+        inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    trash = _inbox(inboxes) / ".trash"
+    assert len(list(trash.glob("status--*.md"))) == 1
+    for copy in trash.glob("status--*.md"):
+        copy.unlink()  # removed by the user (or aged out)
+    assert inboxes.prune_trash() == 0
+    assert list(trash.iterdir()) == []
 
 
 def test_without_links_the_file_replaced_is_kept_for_an_editor_writing_into_it(
@@ -739,4 +758,93 @@ def test_an_empty_note_replaced_or_an_empty_leftover_is_no_kept_text(
     (_inbox(inboxes) / ".n.0000f00d.tmp").write_bytes(b"")  # killed before its first byte
     Inboxes(inboxes.cfg).clean_temp()
     assert sorted(trash.glob("n--*.md")) == kept
+    assert len(list(trash.glob(".n--*.held"))) == 2  # waiting for an editor's late write
+    _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+    Inboxes(inboxes.cfg).clean_temp()
+    assert sorted(trash.glob("n--*.md")) == kept
     assert sorted(p.name for p in _inbox(inboxes).rglob(".n*")) == []
+
+
+def _days_later(monkeypatch: pytest.MonkeyPatch, days: int) -> None:
+    """The folder's clock ``days`` on (and a second)."""
+    real = inbox_mod.reference_ns
+    monkeypatch.setattr(
+        inbox_mod, "reference_ns", lambda fd, name: real(fd, name) + (days * 86_400 + 1) * 10**9
+    )
+
+
+@pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
+def test_an_empty_file_replaced_waits_past_restarts_for_an_editor_writing_into_it(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An empty note replaced waits in .trash; a start more than 2 s later removed it, so an
+    editor writing into its file after that start lost the save. Now it waits as long as a kept
+    text stays (memory.trashDays), and the start after the editor's write keeps the text."""
+    _without(monkeypatch, path)
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        assert Inboxes(inboxes.cfg).clean_temp() == 0  # a restart: the empty file waits
+        editor.write("PERSON LATE WRITE\n")
+    assert Inboxes(inboxes.cfg).clean_temp() == 1
+    assert "PERSON LATE WRITE\n" in _kept_texts(inboxes)
+
+
+def test_the_daily_prune_removes_an_empty_file_waiting_past_trash_days(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon never restarted gathered the empty files replaced for good: the daily prune
+    removes them too once unchanged for memory.trashDays, and not before."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "n", "agent update", None, must_exist=False)
+    held = _inbox(inboxes) / ".trash"
+    inboxes.prune_trash()
+    assert len(list(held.glob(".n--*.held"))) == 1
+    _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+    inboxes.prune_trash()
+    assert not list(held.glob(".n--*.held"))
+
+
+def test_an_empty_file_written_into_while_it_is_removed_is_kept(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty file past memory.trashDays is removed; a write landing between the look and
+    the removal is read back through the descriptor still open and kept as a text."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    with open(first.path, "r+", encoding="utf-8") as editor:
+        inboxes.write("claude", "n", "agent update", None, must_exist=False)
+        real = os.unlink
+
+        def unlink(name: Any, *args: Any, **kw: Any) -> None:
+            if str(name).endswith(".held"):
+                editor.write("PERSON DURING REMOVAL\n")
+                editor.flush()
+            real(name, *args, **kw)
+
+        _days_later(monkeypatch, inboxes.cfg.memory.trash_days)
+        monkeypatch.setattr(os, "unlink", unlink)
+        assert Inboxes(inboxes.cfg).clean_temp() == 1
+    monkeypatch.setattr(os, "unlink", real)
+    assert "PERSON DURING REMOVAL\n" in _kept_texts(inboxes)
+    assert not list((_inbox(inboxes) / ".trash").glob(".n--*.held"))
+
+
+def test_a_stamp_marker_that_cannot_be_written_fails_no_write(inboxes: Inboxes) -> None:
+    """The marker naming a note's stamp-only copy is housekeeping: one that cannot be written
+    (a folder in its place) leaves one more kept text, and the write is made."""
+    inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    (_inbox(inboxes) / ".trash").mkdir(exist_ok=True)
+    (_inbox(inboxes) / ".trash" / ".status.stamp").mkdir()
+    for _ in range(2):
+        done = inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+        assert "all quiet" in done.path.read_text(encoding="utf-8")
+    assert len(list((_inbox(inboxes) / ".trash").glob("status--*.md"))) == 2

@@ -2571,3 +2571,126 @@ def test_a_retiring_table_given_up_on_is_said_to_have_failed_to_open(
         assert "failed to load" not in noted[0]
     finally:
         h.close()
+
+
+def _embedded_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("vectors_embedded")]
+
+
+def test_vectors_embedded_is_said_per_table_and_for_memory_writes_too(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """During a switch one vectors_embedded line gave both models' texts as one sum under one
+    table's name, and a memory write's own embedding was in no line. Now each table has its own
+    line, and the writes' embedding is counted apart from the backfill's."""
+    import logging
+
+    from sidecar.index.vectoring import WRITE_RUN
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        old = h.stores.serving
+        assert old is not None
+        other = OtherModel()
+        new_table = open_vectors(h.cfg, other.model_id, other.dim, other.pooling)
+        h.vectors.begin_migration(old.store, old.model, new_table, other)
+        since, writes = h.vectors.counts(), h.vectors.counts(WRITE_RUN)
+        p = vault / "Long 1.md"
+        write(p, p.read_text().replace("word1x5 ", "changed "))
+        root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(root, p)  # embeds its note itself, in both tables
+        caplog.set_level(logging.INFO, logger="sidecar")
+        while h.vectors.embed_pending(batch=8):
+            pass
+        h.vectors.log_embedded(since, "backfill")
+        h.vectors.log_embedded(writes, "memory writes", WRITE_RUN)
+    finally:
+        h.close()
+    lines = _embedded_lines(caplog)
+    backfill = [m for m in lines if "run=backfill" in m]
+    assert len(backfill) == 1 and f"table={new_table.name} " in backfill[0]  # the old one had none left
+    written = [m for m in lines if "run=memory writes" in m]
+    assert sorted(m.split("table=")[1].split()[0] for m in written) == sorted(
+        [old.store.name, new_table.name]
+    )
+    assert all("texts=0 " not in m for m in lines)
+
+
+def test_sidecar_index_cut_by_ctrl_c_logs_what_it_embedded(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`sidecar index` cut by Ctrl-C during its embedding wrote no vectors_embedded line (it
+    came after the loop); now it is written on the way out."""
+    import logging
+    from types import SimpleNamespace
+
+    from sidecar.daemon import oneshot
+
+    vault = tmp_path / "v"
+    _long_notes(vault, n=20)  # two slices of the model
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    caplog.set_level(logging.INFO, logger="sidecar")
+    try:
+        h.indexer.sweep()
+        model = h.slot.model
+        assert model is not None
+        real, calls = model.embed_passages, []
+
+        def then_ctrl_c(texts: Any) -> Any:
+            calls.append(len(texts))
+            if len(calls) > 1:
+                raise KeyboardInterrupt
+            return real(texts)
+
+        model.embed_passages = then_ctrl_c  # type: ignore[method-assign]
+        parts = SimpleNamespace(indexer=h.indexer, stores=h.stores, vectors=h.vectors)
+        with pytest.raises(KeyboardInterrupt):
+            oneshot._finish(parts, None)  # type: ignore[arg-type]
+    finally:
+        h.close()
+    (line,) = _embedded_lines(caplog)
+    assert "run=index" in line and f"texts={calls[0]} " in line
+
+
+def test_the_backfill_logs_the_memory_writes_embedding(
+    make_cfg: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write's own embedding while the backfill is idle was in no line (the idle loop
+    took it into the next burst's start): the backfill says it, at most once a minute."""
+    import logging
+
+    from sidecar.daemon import backfill as backfill_mod
+
+    monkeypatch.setattr(backfill_mod, "WRITES_LOGGED_EVERY_S", 3600.0)
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    caplog.set_level(logging.INFO, logger="sidecar")
+    backfill = _backfill(h)
+    thread = threading.Thread(target=backfill.run, daemon=True)
+    try:
+        h.indexer.sweep()
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not [m for m in _embedded_lines(caplog) if "run=backfill" in m]:  # its loop runs
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        p = vault / "Long 1.md"
+        write(p, p.read_text().replace("word1x5 ", "changed "))
+        root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        with h.vectors.expect("vault/Long 1"):  # as a memory write: the backfill leaves it alone
+            h.indexer.index_now(root, p)
+        monkeypatch.setattr(backfill_mod, "WRITES_LOGGED_EVERY_S", 0.0)  # its minute is over
+        deadline = time.monotonic() + 60
+        while not [m for m in _embedded_lines(caplog) if "run=memory writes" in m]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        backfill.stop.set()
+        thread.join(10)
+        h.close()
+    (line,) = [m for m in _embedded_lines(caplog) if "run=memory writes" in m]
+    assert "texts=0 " not in line

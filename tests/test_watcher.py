@@ -671,3 +671,24 @@ def test_roots_are_polled_and_the_problem_said_while_the_watch_covers_part_of_th
         assert not loop.polled() and h.problems.active_in(LOST_AREA, subject=WATCH_LIMIT) is None
     finally:
         h.close()
+
+
+def test_the_probe_of_the_folders_clock_is_no_event(tmp_path: Path) -> None:
+    """The empty file a memory write makes in the inbox to read the share's clock (and removes
+    at once) is the daemon's own: its making and removal are no change of a note."""
+    from sidecar.memory.inbox import _clock_there
+
+    inbox = tmp_path / "agents" / "claude" / "memory"
+    inbox.mkdir(parents=True)
+    batches = Batches()
+    with watching(tmp_path / "agents", batches):
+        fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _clock_there(fd, "n.md")
+        finally:
+            os.close(fd)
+        (inbox / "sentinel.md").write_text("# after the probe\n")
+        batches.wait_for(inbox / "sentinel.md")
+    with batches.lock:
+        assert batches.paths == {str(inbox / "sentinel.md")} and not batches.gone
+    assert sorted(p.name for p in inbox.iterdir()) == ["sentinel.md"]

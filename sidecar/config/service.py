@@ -29,7 +29,8 @@ class MemoryConfig:
     trash_days: int = _opt(
         90,
         "Replaced and deleted memory texts are kept in <inbox>/.trash this many days (0: for ever); "
-        "older ones are removed at start and once a day.",
+        "older ones are removed at start and once a day. An empty file a write replaced waits there "
+        "as long (a program may still write into it) once unchanged.",
         min=0,
     )
     max_inbox_bytes: int = _opt(

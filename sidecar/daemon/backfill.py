@@ -28,7 +28,7 @@ from sidecar.index.activity import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
-from sidecar.index.vectoring import Vectoring
+from sidecar.index.vectoring import WRITE_RUN, Vectoring
 from sidecar.index.vectortables import tidy_paused
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 # Compact the vector table a minute after the last write: after a burst of memory writes the
 # table held ~900 versions and ~500 fragments until the hourly optimize (bench/soak.py).
 COMPACT_AFTER_QUIET_S = 60.0
+# How often at most the embedding memory writes did themselves is logged (``vectors_embedded``).
+WRITES_LOGGED_EVERY_S = 60.0
 # A failed batch of vectors is tried again after 5 s, 10 s, ... up to a minute (its vectors are
 # kept for the retry, see Vectoring._stash).
 EMBED_RETRY = Backoff(base=5.0, cap=60.0)
@@ -115,10 +117,16 @@ class Backfill:
         self._ann_checked = 0.0
         busy = False
         since = self.vectors.counts()  # the burst's start: its texts are logged at its end
+        # The memory writes' own embedding, logged at most once a minute (a line per write would
+        # flood the log of an agent that writes in a loop) and at the end.
+        writes, writes_at = self.vectors.counts(WRITE_RUN), time.monotonic()
         failures = 0
         act = self.activity
         try:
             while not self.stop.is_set():
+                if time.monotonic() - writes_at >= WRITES_LOGGED_EVERY_S:
+                    self.vectors.log_embedded(writes, "memory writes", WRITE_RUN)
+                    writes, writes_at = self.vectors.counts(WRITE_RUN), time.monotonic()
                 model = self.slot.model
                 if model is not None and model is not attached:
                     # The configured model loaded at a retry while a fallback answered: the switch
@@ -165,6 +173,7 @@ class Backfill:
             # A run cut by a stop or a restart (hours of a first index or a switch) counts too.
             if busy:
                 self.vectors.log_embedded(since, "backfill")
+            self.vectors.log_embedded(writes, "memory writes", WRITE_RUN)
 
     def _embed_failed(self, exc: Exception, delay: float) -> None:
         if is_disk_full(exc):

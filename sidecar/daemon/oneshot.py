@@ -109,7 +109,9 @@ def _finish(parts: Parts, progress: Callable[[str, int, int], None] | None) -> N
             break
     total = manifest.chunk_count()
     since = vectors.counts()
-    while vectors.embed_pending() > 0:
-        if progress:
-            progress("embedding", total - manifest.pending_count(), total)
-    vectors.log_embedded(since, "index")
+    try:
+        while vectors.embed_pending() > 0:
+            if progress:
+                progress("embedding", total - manifest.pending_count(), total)
+    finally:  # cut by Ctrl-C or a failure: what was embedded until then is said too
+        vectors.log_embedded(since, "index")

@@ -69,6 +69,11 @@ PAUSED_SINCE = "vector_table_next_paused"
 # whole budget (index.keepDeletedVectorsMax). A note rewritten every minute for hours filled it
 # in an afternoon, and a folder moved the day before was embedded again in full.
 EDITS_KEPT_PER_NOTE = 3
+# The kinds of run ``vectors_embedded`` is written for: the backfill's batches (in the daemon and
+# in ``sidecar index``), and the embedding a memory write does of its own note.
+BACKFILL_RUN = "backfill"
+WRITE_RUN = "memory write"
+Counts = dict[str, tuple[int, int, float]]  # table -> (texts embedded, vectors stored, seconds)
 
 
 @dataclass
@@ -168,6 +173,11 @@ class Vectoring:
         self.keep_max = keep_max
         self.embed_seconds = 0.0  # time spent storing ``stored`` vectors
         self.stored = 0  # vectors stored, computed or reused
+        # The same per kind of run (``BACKFILL_RUN``, ``WRITE_RUN``) and table: [texts the model
+        # embedded, vectors stored, seconds], for the ``vectors_embedded`` lines. One sum gave
+        # both models of a switch as one, and a memory write's own embedding went in no line.
+        self._tally: dict[tuple[str, str], list[Any]] = {}
+        self._tally_lock = Lock()
         # The backfill's last batches per table, (stored, seconds): the rate of status' ETA. Per
         # table (a switch's old model catching up ran at a third of the new one's speed) and
         # recent only (the lifetime average was 3x off).
@@ -198,29 +208,40 @@ class Vectoring:
         self._held: tuple[VectorStore, set[str]] | None = None
         self.adopted = 0  # held vectors taken for chunks the rebuilt manifest named again
 
-    def counts(self) -> tuple[int, int, float]:
-        """(texts the model embedded, vectors stored, seconds storing them) so far: a run's own
-        are the difference of two readings (``log_embedded``)."""
-        return self.embedded, self.stored, self.embed_seconds
+    def counts(self, kind: str = BACKFILL_RUN) -> Counts:
+        """Per table, (texts the model embedded, vectors stored, seconds storing them) so far by
+        runs of ``kind``: a run's own are the difference of two readings (``log_embedded``)."""
+        with self._tally_lock:
+            return {t: (c[0], c[1], c[2]) for (k, t), c in self._tally.items() if k == kind}
 
-    def log_embedded(self, since: tuple[int, int, float], why: str) -> None:
-        """One line for the vectors stored since ``since`` (``counts``): how many texts the model
-        embedded, how many vectors were copied from equal texts instead. No line said it: a
-        sweep or a backfill that cut every note again told nothing of its cost."""
-        embedded, stored, seconds = (now - then for now, then in zip(self.counts(), since, strict=True))
-        if stored <= 0 and embedded <= 0:
-            return
-        serving = self.stores.building or self.stores.serving
-        log.info(
-            "vectors_embedded texts=%d stored=%d reused=%d seconds=%.1f table=%s run=%s "
-            "(texts: run through the model; reused: copied from an equal text's vector)",
-            embedded,
-            stored,
-            max(stored - embedded, 0),
-            seconds,
-            serving.store.name if serving is not None else "-",
-            why,
-        )
+    def _count(self, kind: str, table: str, embedded: int = 0, stored: int = 0, seconds: float = 0.0) -> None:
+        with self._tally_lock:
+            c = self._tally.setdefault((kind, table), [0, 0, 0.0])
+            c[0] += embedded
+            c[1] += stored
+            c[2] += seconds
+
+    def log_embedded(self, since: Counts, why: str, kind: str = BACKFILL_RUN) -> None:
+        """One line per table (a switch fills two, each with its model) for the vectors stored
+        by runs of ``kind`` since ``since`` (``counts``): how many texts the model embedded, how
+        many vectors were copied from equal texts instead. No line said it: a sweep or a backfill
+        that cut every note again told nothing of its cost."""
+        for table, now in sorted(self.counts(kind).items()):
+            embedded, stored, seconds = (
+                a - b for a, b in zip(now, since.get(table, (0, 0, 0.0)), strict=True)
+            )
+            if stored <= 0 and embedded <= 0:
+                continue
+            log.info(
+                "vectors_embedded texts=%d stored=%d reused=%d seconds=%.1f table=%s run=%s "
+                "(texts: run through the model; reused: copied from an equal text's vector)",
+                embedded,
+                stored,
+                max(stored - embedded, 0),
+                seconds,
+                table,
+                why,
+            )
 
     def notify_written(self) -> None:
         """Chunks were written: the backfill looks for pending vectors now, not at its next poll."""
@@ -543,6 +564,7 @@ class Vectoring:
         self._failed_seconds = 0.0
         self.embed_seconds += seconds
         self.stored += stored
+        self._count(BACKFILL_RUN if timed else WRITE_RUN, vs.store.name, stored=stored, seconds=seconds)
         if timed and computed:
             # The model's pace: a batch of vectors copied from equal texts took a second for 256
             # and made the ETA "0s left" with hundreds of chunks still to compute.
@@ -697,6 +719,7 @@ class Vectoring:
                 self.reused += stored
                 self.kept_reused += stored
                 self.stored += stored
+                self._count(BACKFILL_RUN, vs.store.name, stored=stored)
                 done += stored
         return done
 
@@ -726,6 +749,7 @@ class Vectoring:
             vecs = vs.model.embed_passages([rows[i][2] for i in part])
             out.update(zip(part, vecs, strict=True))
             self.embedded += len(part)
+            self._count(BACKFILL_RUN if counted else WRITE_RUN, vs.store.name, embedded=len(part))
             if counted:  # the backfill's batch (one at a time): status counts these done
                 self.computing += len(part)
         return out

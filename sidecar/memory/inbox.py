@@ -38,7 +38,7 @@ from sidecar.contracts.errors import NotFoundError, SourceError, StorageError
 from sidecar.contracts.printable import quoted
 from sidecar.memory import replace
 from sidecar.memory.retention import Retention
-from sidecar.memory.trash import HELD, KEPT, Fd, Trash, over, trash_dir
+from sidecar.memory.trash import HELD, KEPT, Fd, Trash, drop_stamp, over, read_stamp, trash_dir, write_stamp
 from sidecar.notes.frontmatter import (
     dump_front_matter,
     front_matter_problem,
@@ -193,9 +193,6 @@ class Inboxes(Retention):
         # The state each note was left in by this daemon's last write of it (the most recent
         # ones): a note found so is no other program's save under way, and needs no wait.
         self._left: OrderedDict[tuple[str, str], _State] = OrderedDict()
-        # Per note: the copy in .trash of the file its last stamp-only rewrite replaced, and that
-        # copy's state right after the move (see ``_one_stamp_copy``).
-        self._stamp_copies: OrderedDict[tuple[str, str], tuple[str, _State]] = OrderedDict()
 
     def _trash_of(self, agent: str) -> Trash:
         with self._guard:
@@ -339,8 +336,6 @@ class Inboxes(Retention):
             # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
             if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
                 previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
-                with self._guard:  # a copy of an older text: an ordinary kept text from now on
-                    self._stamp_copies.pop((agent, slug), None)
             swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
             try:
                 st = self._replace(
@@ -471,8 +466,9 @@ class Inboxes(Retention):
             with _trash_fd(inbox_fd) as trash_fd, ledger.lock:
                 if previous is None and _empty(src_fd, src):
                     # No text, and an empty file is no kept text to restore: it waits under a
-                    # hidden name (no cap counts or removes it) for the next start, which keeps it
-                    # if a program wrote into it meanwhile and removes it otherwise.
+                    # hidden name (no cap counts or removes it); a start keeps it as a text once a
+                    # program wrote into it, and removes it only once it stayed empty and
+                    # unchanged for ``memory.trashDays`` (see ``_settle_empty``).
                     if src_fd != trash_fd or not HELD.match(src):
                         hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
                         os.rename(src, hidden, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
@@ -480,7 +476,7 @@ class Inboxes(Retention):
                 if previous is None:
                     swapped.append(_move_kept(ledger, src_fd, src, trash_fd, slug))
                     ledger.busy.add(swapped[-1])
-                    self._one_stamp_copy(ledger, trash_fd, (agent, slug), swapped[-1])
+                    self._one_stamp_copy(ledger, trash_fd, slug, swapped[-1])
                     return
                 kept = previous.name
                 ledger.change(
@@ -526,18 +522,21 @@ class Inboxes(Retention):
                 "written (their text is the note): read it again and retry"
             ) from None
 
-    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, key: tuple[str, str], kept: str) -> None:
+    def _one_stamp_copy(self, ledger: Trash, trash_fd: int, slug: str, kept: str) -> None:
         """At most one copy per note of a file a rewrite replaced with no text to lose (only
         'updated' changed): ``kept`` takes the place of the one before it when that one is still
         as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
         since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
-        note's only copy) out past the caps. Under the ledger's lock, held by the caller."""
-        with self._guard:
-            before = self._stamp_copies.pop(key, None)
-            self._stamp_copies[key] = (kept, _state(trash_fd, kept))
-            if len(self._stamp_copies) > _REMEMBERED:
-                self._stamp_copies.popitem(last=False)
-        if before is None or before[1] is None or _state(trash_fd, before[0]) != before[1]:
+        note's only copy) out past the caps. Which copy that is lies in .trash itself (its
+        ``.<slug>.stamp``), so it holds across restarts. Under the ledger's lock, held by the
+        caller."""
+        before = read_stamp(trash_fd, slug)
+        state = _state(trash_fd, kept)
+        if state is None:
+            drop_stamp(trash_fd, slug)
+        else:
+            write_stamp(trash_fd, slug, kept, state)
+        if before is None or before[0] == kept or _state(trash_fd, before[0]) != before[1]:
             return  # none, or written into since: a kept text like any other
         name = before[0]
         with contextlib.suppress(FileNotFoundError):
@@ -560,6 +559,7 @@ class Inboxes(Retention):
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
+            drop_stamp(trash.fd, slug)  # its stamp-only copy holds an older text: kept as any other
         return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
@@ -790,8 +790,9 @@ class Inboxes(Retention):
                                 os.unlink(name, dir_fd=inbox_fd)
                             cleared += 1
                         elif _TEMP.match(name):
-                            self._clear(agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0])
-                            cleared += 1
+                            cleared += self._clear(
+                                agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0]
+                            )
                     try:
                         trash_fd = trash_dir(inbox_fd, create=False)
                     except FileNotFoundError:
@@ -799,45 +800,116 @@ class Inboxes(Retention):
                     with contextlib.closing(Fd(trash_fd)):
                         for name in os.listdir(trash_fd):
                             if (m := HELD.match(name)) is not None:
-                                self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
-                                cleared += 1
+                                cleared += self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
             except (OSError, SourceError):
                 continue  # no inbox, or not a private one (never written to either)
         return cleared
 
-    def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> None:
+    def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> bool:
         """One leftover of a killed write, or an empty file a write replaced. Only a second name
-        of the note itself, or an empty file unchanged for the settle time, is removed: any other
-        may be a file a write replaced, which a program can still be writing into. One
-        holding the newest text kept of its note takes that copy's place; any other is kept."""
+        of the note itself is removed at once: any other may be a file a write replaced, which a
+        program can still be writing into. An empty one waits (see ``_settle_empty``); one
+        holding the newest text kept of its note takes that copy's place; any other is kept.
+        False when it was left as it was."""
         try:
             fd = open_regular(name, dir_fd=dir_fd, follow=False)
         except NotRegularError:
-            return  # not a file a write makes: left alone
-        st = os.fstat(fd)
-        data = read_fd(fd, _MAX_EXISTING + 1)
-        ledger = self._trash_of(agent)
-        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
-            note = _state(inbox_fd, f"{slug}.md")
-            # An empty one holds no text, and as a kept text it became the note's newest, empty:
-            # it goes once unchanged past the settle time (a write killed before its first byte,
-            # an empty note replaced), else it waits for the next start.
-            empty = not data and not _recent(st.st_ctime_ns, reference_ns(inbox_fd, f"{slug}.md"))
-            if empty or (note is not None and note[0] == st.st_ino):
-                os.unlink(name, dir_fd=dir_fd)
-                log.info("inbox_temp_removed agent=%s file=%s", agent, name)
-                return
-            if not data:
-                return
-            newest = _newest_kept(trash.fd, slug)
-            if newest is not None and newest[1] == data:
-                target = newest[0]
-                move = lambda: os.replace(name, target, src_dir_fd=dir_fd, dst_dir_fd=trash.fd)  # noqa: E731
-                ledger.change(trash.fd, target, 0, move)
-                log.info("inbox_temp_removed agent=%s file=%s kept=.trash/%s", agent, name, target)
-                return
-            target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
+            return False  # not a file a write makes: left alone
+        try:
+            st = os.fstat(fd)
+            data = read_fd(os.dup(fd), _MAX_EXISTING + 1)
+            ledger = self._trash_of(agent)
+            with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+                note = _state(inbox_fd, f"{slug}.md")
+                if note is not None and note[0] == st.st_ino:
+                    os.unlink(name, dir_fd=dir_fd)
+                    log.info("inbox_temp_removed agent=%s file=%s", agent, name)
+                    return True
+                if not data:
+                    return self._settle_empty(
+                        agent,
+                        ledger,
+                        fds=(inbox_fd, dir_fd, trash.fd),
+                        name=name,
+                        slug=slug,
+                        opened=(fd, st),
+                    )
+                newest = _newest_kept(trash.fd, slug)
+                if newest is not None and newest[1] == data:
+                    target = newest[0]
+                    move = lambda: os.replace(name, target, src_dir_fd=dir_fd, dst_dir_fd=trash.fd)  # noqa: E731
+                    ledger.change(trash.fd, target, 0, move)
+                    log.info("inbox_temp_removed agent=%s file=%s kept=.trash/%s", agent, name, target)
+                    return True
+                target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
+        finally:
+            os.close(fd)
         log.warning("inbox_temp_kept agent=%s file=%s kept=.trash/%s", agent, name, target)
+        return True
+
+    def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
+        """The prune's part (once a day, under the ledger's lock): the empty files waiting in
+        .trash past ``memory.trashDays`` go, as at a start, so a daemon never restarted does not
+        gather them for good. One with text waits for the next start (a write under way may be
+        using it)."""
+        for name in os.listdir(trash_fd):
+            if (m := HELD.match(name)) is None:
+                continue
+            try:
+                fd = open_regular(name, dir_fd=trash_fd, follow=False)
+            except OSError:  # NotRegularError too
+                continue
+            try:
+                st = os.fstat(fd)
+                if st.st_size == 0:
+                    ledger = self._trash_of(agent)
+                    where = (inbox_fd, trash_fd, trash_fd)
+                    self._settle_empty(agent, ledger, fds=where, name=name, slug=m.group(1), opened=(fd, st))
+            except OSError as exc:  # the prune's other work goes on (the caps)
+                log.warning("inbox_held_not_settled agent=%s file=.trash/%s error=%s", agent, name, exc)
+            finally:
+                os.close(fd)
+
+    def _settle_empty(
+        self,
+        agent: str,
+        ledger: Trash,
+        *,
+        fds: tuple[int, int, int],
+        name: str,
+        slug: str,
+        opened: tuple[int, os.stat_result],
+    ) -> bool:
+        """An empty leftover holds no text, but a program may still hold it open and write into
+        it later (an editor's in-place save that went into the file a write replaced): it waits
+        in .trash under a hidden ``.held`` name (no kept text of 0 bytes, no cap counts it) for
+        as long as a kept text stays, ``memory.trashDays`` since its last change by the folder's
+        clock (for ever with 0), and is removed only then, still empty and unchanged. A write
+        into it meanwhile makes it a kept text at the next start; one landing during the removal
+        is read back through the descriptor still open and kept so. Under the ledger's lock;
+        False when it waits on."""
+        inbox_fd, dir_fd, trash_fd = fds
+        fd, st = opened
+        if dir_fd == inbox_fd:  # a temp file in the inbox: it waits in .trash, out of the notes' way
+            hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
+            os.rename(name, hidden, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
+            log.info("inbox_temp_held agent=%s file=%s held=.trash/%s", agent, name, hidden)
+            return True
+        days = self.cfg.memory.trash_days
+        if days <= 0 or reference_ns(inbox_fd, f"{slug}.md") - st.st_ctime_ns < days * _DAY_NS:
+            return False
+        if _state(dir_fd, name) != (st.st_ino, 0, st.st_mtime_ns, st.st_ctime_ns):
+            return False  # written into or replaced since it was read: judged again at the next start
+        os.unlink(name, dir_fd=dir_fd)
+        os.lseek(fd, 0, os.SEEK_SET)
+        late = read_fd(os.dup(fd), _MAX_EXISTING + 1)
+        if not late:
+            log.info("inbox_temp_removed agent=%s file=.trash/%s", agent, name)
+            return True
+        target = f"{slug}--{_stamp()}.md"
+        ledger.change(trash_fd, target, +1, lambda: write_in(trash_fd, target, late))
+        log.warning("inbox_temp_kept agent=%s file=.trash/%s kept=.trash/%s", agent, name, target)
+        return True
 
 
 def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
@@ -876,6 +948,7 @@ _RECENT_NS = 2_000_000_000
 _SETTLE_S = 0.1
 pause = time.sleep  # a module function: tests stand in for the other program during the pause
 now_ns = time.time_ns  # this machine's clock: the reference only where no file can be made
+_DAY_NS = 86_400 * 10**9
 _REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
 _AUDIT_ROTATE_BYTES = 8 << 20  # about 50,000 changes per generation
 _MAX_EXISTING = 1 << 26  # the largest note an edit or a replacement reads (and keeps in .trash)

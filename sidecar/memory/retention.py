@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import SourceError
-from sidecar.memory.trash import KEPT, TRASH_TEMP, Fd, Trash, is_time, over, trash_dir
+from sidecar.memory.trash import KEPT, STAMP, TRASH_TEMP, Fd, Trash, is_time, over, read_stamp, trash_dir
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import NotPrivateError, open_private_dir, open_regular, private_dirs
 from sidecar.vault.homeguard import HomeGuard
@@ -27,6 +27,21 @@ log = logging.getLogger(__name__)
 
 RETIRED_DIR = ".retired"  # in agents/: the audit logs of agents whose folders were retired
 _AUDIT_LOGS = ("audit.log.1", "audit.log")  # an agent folder's generations, oldest first
+
+
+def _drop_stale_stamps(trash_fd: int) -> None:
+    """Remove the stamp-only markers whose copy is gone (aged out, capped, removed by the user):
+    one per note ever re-saved unchanged would stay for good, and keep an empty agent's folders."""
+    for name in os.listdir(trash_fd):
+        if (m := STAMP.match(name)) is None:
+            continue
+        known = read_stamp(trash_fd, m.group(1))
+        if known is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.stat(known[0], dir_fd=trash_fd, follow_symlinks=False)
+                continue
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=trash_fd)
 
 
 class Retention:
@@ -53,6 +68,9 @@ class Retention:
         raise NotImplementedError
 
     def _agent_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
         raise NotImplementedError
 
     def prune_trash(self, now: float | None = None) -> int:
@@ -150,6 +168,8 @@ class Retention:
                             # Left by a keep that was killed (a keep runs under the lock held).
                             with contextlib.suppress(OSError):
                                 os.unlink(name, dir_fd=trash)
+                    _drop_stale_stamps(trash)
+                    self._settle_held(agent, inbox_fd, trash)
                     ledger.seen = None  # counted again, with what is left
                     if caps != (0, 0):  # else when asked (a stat of each kept text)
                         ledger.counted(trash)

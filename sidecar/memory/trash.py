@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ import stat
 import threading
 from typing import Any
 
-from sidecar.vault.confine import open_private_dir
+from sidecar.vault.confine import open_private_dir, open_regular, read_fd
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,51 @@ TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp
 # A write's hard link to the note it replaces (the fallback without an exchange): made and used
 # outside the ledger's lock, so never pruned; one a killed write left is kept at the next start.
 HELD = re.compile(r"^\.([a-z0-9][a-z0-9_-]*)--\d{8}T\d{12}\.[0-9a-f]{8}\.held$")
+# Which kept text of a note is the copy its last stamp-only rewrite made (one per note), and that
+# copy's state right after the move: ``[name, inode, size, mtime_ns, ctime_ns]`` as JSON. Kept in
+# the folder itself, so a restart still knows it (held in memory, every restart left one more).
+STAMP = re.compile(r"^\.([a-z0-9][a-z0-9_-]*)\.stamp$")
+_STAMP_MAX = 4096
+
+State = tuple[int, int, int, int]  # inode, size, mtime and ctime in ns
+
+
+def read_stamp(trash_fd: int, slug: str) -> tuple[str, State] | None:
+    """The stamp-only copy of ``slug`` and its state when moved, None when none is known (no
+    marker, or one a crash cut: that copy stays as a kept text like any other)."""
+    try:
+        fd = open_regular(f".{slug}.stamp", dir_fd=trash_fd, follow=False)
+    except OSError:  # NotRegularError too
+        return None
+    try:
+        name, *state = json.loads(read_fd(fd, _STAMP_MAX))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(name, str) or KEPT.match(name) is None or len(state) != 4:
+        return None
+    if not all(isinstance(v, int) for v in state):
+        return None
+    return name, (state[0], state[1], state[2], state[3])
+
+
+def write_stamp(trash_fd: int, slug: str, name: str, state: State) -> None:
+    """Name ``name`` as the stamp-only copy of ``slug`` (not synced: a marker lost to a crash,
+    or not written for an error, only leaves one more kept text; the write it serves goes on)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(f".{slug}.stamp", flags, 0o600, dir_fd=trash_fd)
+        try:
+            os.write(fd, json.dumps([name, *state]).encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("memory_stamp_marker_failed slug=%s error=%s", slug, exc)
+        drop_stamp(trash_fd, slug)
+
+
+def drop_stamp(trash_fd: int, slug: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(f".{slug}.stamp", dir_fd=trash_fd)
 
 
 def trash_dir(inbox_fd: int, *, create: bool = True) -> int:
