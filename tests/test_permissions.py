@@ -374,3 +374,61 @@ def test_as_an_unprivileged_user_a_refused_folder_is_denied_and_damage_stays_dam
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_memory_write_while_the_index_may_not_be_written_is_saved_in_its_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose index folder refuses new files (immutable) while the agents' inboxes, on the
+    same disk, may be written: a memory write is saved in its inbox (``searchable: false``, saying
+    it is found once the index can be written), an edit and a delete too; indexing stays refused;
+    the catch-up sweep after the switch to writable indexes the note. Was: refused as on a full
+    disk ("memory writes ... wait"), since the inboxes shared the index's disk."""
+    import tempfile
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    base = with_agents(make_cfg, vault, _NOTES)
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        assert cfg.agents_dir == base.agents_dir
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir, recursive=False):
+                d.startup()
+                assert d._read_only_parts is not None
+                dispatch = d._dispatch
+                assert dispatch is not None
+
+                def ask(op: str, **params: Any) -> dict[str, Any]:
+                    return dispatch.dispatch(Request(op, params, agent="alpha"))
+
+                saved = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha.\n")
+                assert saved["searchable"] is False, saved
+                assert "saved" in saved["warning"] and "once the index can be written" in saved["warning"]
+                ask("write", slug="gone", content="# Gone\n\nA note to delete.\n")
+                assert ask("delete", slug="gone")["deleted"] is True
+                ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha, patched.\n")
+                inbox = cfg.agents_dir / "alpha" / "memory"
+                assert "patched" in (inbox / "canoe.md").read_text() and not (inbox / "gone.md").exists()
+                with pytest.raises(SidecarError) as err:
+                    ask("index")
+                assert "memory writes are saved in the inboxes" in str(err.value), err.value
+                said = str(ask("health")["problems"])
+                assert "permission denied: " in said and "memory writes are saved" in said, said
+            assert d._switch_to_writable() is True
+            deadline = time.monotonic() + 60
+            while not ask("search", query="zeppelin canoe")["hits"]:
+                assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
+                time.sleep(0.1)
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
