@@ -432,3 +432,156 @@ def test_a_memory_write_while_the_index_may_not_be_written_is_saved_in_its_inbox
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """``chattr -R +i`` of a running daemon's index folder (a backup tool, an admin): the kernel
+    answers SQLite's next write into the manifest's mapped ``-shm`` with SIGBUS, which killed the
+    daemon without a word. It lives: requests that need the manifest are refused saying
+    "permission denied: …-shm is immutable", and once the flag is gone a memory write made
+    meanwhile is found. A real daemon process, so a SIGBUS kills only it."""
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the lighthouse.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: the next write into them faults
+        said = []
+        for op, params in (
+            ("write", {"slug": "canoe", "content": "# Canoe\n\nThe zeppelin canoe.\n"}),
+            ("search", {"query": "lighthouse keeper"}),
+            ("index", {}),
+        ):
+            try:
+                said.append(str(d.call(op, params, agent="ops")))
+            except SidecarError as exc:
+                said.append(str(exc))
+        assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
+        assert any("immutable" in s or "permission denied" in s for s in said), said
+        assert (d.cfg.agents_dir / "ops" / "memory" / "canoe.md").is_file()
+    said_write = said[0]
+    assert "saved, but not searchable yet" in said_write and "permission denied: " in said_write, said
+    assert "is immutable" in said[1], said  # the search
+    d.call("index", {}, agent="ops")  # the sweep that catches up
+    deadline = time.monotonic() + 60
+
+    def found() -> set[str]:
+        return {h["reference"] for h in d.call("search", {"query": "zeppelin"}, agent="ops")["hits"]}
+
+    while "memory/canoe" not in found():
+        assert time.monotonic() < deadline, d.log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert d.proc.poll() is None
+    assert not list(index.glob("*.broken-*"))
+
+
+# Run in a process of its own (``test_a_manifest_whose_files_turn_immutable_...``), so that a SIGBUS
+# kills only it: the manifest written (commits left in its -wal), its folder made immutable, then
+# read and written; prints what each did, then the same once the flag is gone.
+_FROZEN_MANIFEST = """
+import subprocess, sys
+from pathlib import Path
+from sidecar.contracts.errors import SidecarError
+from sidecar.stores.manifest import Manifest
+
+folder = Path(sys.argv[1])
+m = Manifest(folder / "manifest.sqlite")
+for i in range(100):
+    m.set_meta(f"probe{i}", "1")
+subprocess.run(["chattr", "-R", "+i", str(folder)], check=True)
+try:
+    read, written = lambda: m._query("SELECT count(*) FROM meta"), lambda: m.set_meta("probe", "2")
+    for what, run in (("read", read), ("write", written)):
+        try:
+            run()
+            print(what, "done", flush=True)
+        except SidecarError as exc:
+            print(what, "refused", exc, flush=True)
+finally:
+    subprocess.run(["chattr", "-R", "-i", str(folder)], check=True)
+m.set_meta("probe", "3")
+print("after", m.get_meta("probe"), flush=True)
+"""
+
+
+def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(tmp_path: Path) -> None:
+    """The manifest's folder made immutable while it is open (``chattr -R +i``: a backup tool, an
+    admin) with commits in its write-ahead log: SQLite's next read wrote into the mapped ``-shm``
+    and the kernel killed the process with SIGBUS (exit -7, no word said). Each read and write is
+    refused as a permission denied naming the immutable ``-shm``, and works again once the flag
+    is gone."""
+    import sys
+
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr")
+    probe = tmp_path / "probe"
+    probe.touch()
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot make a file immutable here")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    folder = tmp_path / "index"
+    folder.mkdir()
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FROZEN_MANIFEST, str(folder)],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, check=False)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    lines = done.stdout.splitlines()
+    shm = folder / "manifest.sqlite-shm"
+    assert lines[0].startswith(f"read refused permission denied: {shm} is immutable"), lines
+    assert lines[1].startswith("write refused ") and "permission denied" in lines[1], lines
+    assert lines[2] == "after 3", lines
+
+
+def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> None:
+    """An index folder made immutable whole (``chattr -R +i``): the lock file cannot be opened
+    for writing, and the start exited 5 ("the home cannot be used") before it could serve the
+    index read-only. The lock is taken on the file opened for reading; a second holder is refused."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "index"
+    first = IndexLock(index)
+    first.acquire()
+    first.release()
+    with _immutable(index):
+        lock = IndexLock(index)
+        lock.acquire()
+        try:
+            with pytest.raises(DaemonRunningError):
+                IndexLock(index).acquire()
+        finally:
+            lock.release()
+
+
+def test_a_manifest_whose_commits_are_all_in_its_log_is_read_read_only(tmp_path: Path) -> None:
+    """A manifest killed before its first checkpoint holds every commit in its -wal, its file's
+    header saying schema 0: the read-only start (a full disk, an immutable folder) refused it as
+    "schema 0 … an upgrade writes" and exited 5. Its schema is asked through the log."""
+    import sys
+
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "manifest.sqlite"
+    killed = (
+        "import os, sys\nfrom pathlib import Path\nfrom sidecar.stores.manifest import Manifest\n"
+        "m = Manifest(Path(sys.argv[1]))\nm.set_meta('probe', 'kept')\nos._exit(0)\n"
+    )
+    cwd = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", killed, str(path)], check=True, cwd=cwd, timeout=120)
+    assert Path(f"{path}-wal").stat().st_size > 0
+    m = Manifest(path, read_only=True)
+    try:
+        assert m.get_meta("probe") == "kept"
+    finally:
+        m.close()
