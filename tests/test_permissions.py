@@ -585,3 +585,51 @@ def test_a_manifest_whose_commits_are_all_in_its_log_is_read_read_only(tmp_path:
         assert m.get_meta("probe") == "kept"
     finally:
         m.close()
+
+
+def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_itself(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose keyword index cannot be opened at all for want of permission (immutable:
+    Tantivy writes its lock file even to read): the daemon exited 5, status had nothing to say.
+    It serves: every request is answered "the index cannot be read: permission denied: <path>"
+    with what to do, and once the folder may be written the switch to writable succeeds, no
+    restart. Nothing is moved aside."""
+    import tempfile
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir / "bm25"):
+                d.startup()
+                dispatch = d._dispatch
+                assert dispatch is not None
+                for op in ("health", "search"):
+                    with pytest.raises(SidecarError) as err:
+                        dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
+                    said = str(err.value)
+                    assert said.startswith("the index cannot be read: "), said
+                    assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
+                    assert "chattr -R -i" in said and "resumes by itself" in said, said
+                assert d._switch_to_writable() is False  # still refused: refusing again
+            assert d._switch_to_writable() is True
+            hits = d._dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))
+            assert hits["hits"]
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import BusyError, StorageError, stopping_message
+from sidecar.contracts.errors import BusyError, StorageError, engine_text, stopping_message
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher
@@ -33,6 +33,16 @@ class Refusing:
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         raise StorageError(self.why)
+
+
+def unreadable_words(exc: BaseException) -> str:
+    """What every request is answered while the index cannot even be read for want of
+    permission (``Refusing``): the denied path and what to do."""
+    return (
+        f"the index cannot be read: {engine_text(str(exc))}; give the user the daemon runs as read "
+        "and write access to the index folder and all in it (chown -R, chmod -R u+rwX, chattr -R -i); "
+        "the daemon tries again every few seconds and resumes by itself, no restart needed"
+    )
 
 
 class Stopping:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -20,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.contracts.errors import StoreError, StoreNewerError, is_disk_full
+from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.frozen import frozen, guarded_connect
@@ -167,6 +168,8 @@ class ManifestFile:
         path = self.path
         version = manifest_schema(path)
         if version is None:
+            if path.exists() and not os.access(path, os.R_OK):  # a mode, a privacy control
+                raise PermissionDeniedError(f"manifest {path} cannot be read: permission denied: {path}")
             raise StoreError(f"there is no readable manifest {path} (no index yet?)")
         wal = path.with_name(path.name + "-wal")
         shm = path.with_name(path.name + "-shm")
