@@ -633,3 +633,26 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_restart(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor of a daemon that answers every request refusing, its index unreadable: it said
+    "restart the daemon" (which changes nothing) and took the daemon for another one holding the
+    index. It shows the daemon's words, which say what to do, and no second daemon."""
+    from sidecar.clients.doctor import check_daemon
+    from sidecar.daemon import compose
+    from sidecar.daemon.readonly import Refusing, unreadable_words
+    from tests import in_process
+
+    denied = PermissionError(errno.EACCES, "Permission denied", "/x/index/bm25")
+    real = compose.build_server
+    monkeypatch.setattr(
+        in_process, "build_server", lambda cfg, _h: real(cfg, Refusing(unreadable_words(denied)))
+    )
+    server = serve_in_process()
+    socket, other, health = check_daemon(server.cfg)
+    assert health is None and not socket.ok
+    assert "refusing: the index cannot be read: " in socket.verdict and "chattr -R -i" in socket.verdict
+    assert socket.todo == "" and other.ok, (socket, other)
