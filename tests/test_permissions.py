@@ -438,10 +438,11 @@ def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
     daemon_factory: Any, vault: Path
 ) -> None:
     """``chattr -R +i`` of a running daemon's index folder (a backup tool, an admin): the kernel
-    answers SQLite's next write into the manifest's mapped ``-shm`` with SIGBUS, which killed the
-    daemon without a word. It lives: requests that need the manifest are refused saying
-    "permission denied: …-shm is immutable", and once the flag is gone a memory write made
-    meanwhile is found. A real daemon process, so a SIGBUS kills only it."""
+    answers a write into the manifest's mapped ``-shm`` with SIGBUS, which can kill the daemon
+    without a word (whether this sequence reaches such a write depends on SQLite's state: the
+    manifest test below forces one). It lives: requests that need the manifest are refused saying
+    "permission denied: …-shm is immutable", a memory write is saved unindexed, and once the flag
+    is gone it is found. A real daemon process, so a SIGBUS kills only it."""
     import time
 
     from sidecar.contracts.errors import SidecarError
