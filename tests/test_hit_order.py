@@ -113,3 +113,22 @@ def test_a_hit_ranked_up_names_only_what_can_have_lifted_it() -> None:
     assert ranked_up([memory, _hit("vault/b", 0.74, 0.8, {})])[0] == (
         "ranked above hits of higher relevance: memory notes weighted 1.1"
     )
+
+
+def test_a_hit_ranked_up_names_boosts_that_lift_it_together_and_a_source_demotion_below() -> None:
+    """Where the cause is known the general words are not given: two boosts that close the gap
+    only together are named ("…, together"), and the hit below weighted down by its source's
+    weight under 1 is said so. Was: "its place in the keyword and meaning results" for both."""
+    import dataclasses
+
+    from sidecar.contracts.wire import ranked_up
+
+    together = [_hit("vault/a", 0.50, 0.9, {"rareTerm": 1.15, "slug": 1.15}), _hit("vault/b", 0.62, 0.8, {})]
+    assert ranked_up(together)[0] == (
+        "ranked above hits of higher relevance: it holds a rare word of the query and words of its "
+        "name are in the query, together"
+    )
+    weighted = dataclasses.replace(_hit("wiki/b", 0.74, 0.5, {"source": 0.8}), source="wiki")
+    assert ranked_up([_hit("vault/a", 0.70, 0.6, {}), weighted])[0] == (
+        "ranked above hits of higher relevance: the hit below is of wiki notes, weighted 0.8"
+    )

@@ -374,3 +374,286 @@ def test_as_an_unprivileged_user_a_refused_folder_is_denied_and_damage_stays_dam
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_memory_write_while_the_index_may_not_be_written_is_saved_in_its_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose index folder refuses new files (immutable) while the agents' inboxes, on the
+    same disk, may be written: a memory write is saved in its inbox (``searchable: false``, saying
+    it is found once the index can be written), an edit and a delete too; indexing stays refused;
+    the catch-up sweep after the switch to writable indexes the note. Was: refused as on a full
+    disk ("memory writes ... wait"), since the inboxes shared the index's disk."""
+    import tempfile
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    base = with_agents(make_cfg, vault, _NOTES)
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        assert cfg.agents_dir == base.agents_dir
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir, recursive=False):
+                d.startup()
+                assert d._read_only_parts is not None
+                dispatch = d._dispatch
+                assert dispatch is not None
+
+                def ask(op: str, **params: Any) -> dict[str, Any]:
+                    return dispatch.dispatch(Request(op, params, agent="alpha"))
+
+                saved = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha.\n")
+                assert saved["searchable"] is False, saved
+                assert "saved" in saved["warning"] and "once the index can be written" in saved["warning"]
+                ask("write", slug="gone", content="# Gone\n\nA note to delete.\n")
+                assert ask("delete", slug="gone")["deleted"] is True
+                ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha, patched.\n")
+                inbox = cfg.agents_dir / "alpha" / "memory"
+                assert "patched" in (inbox / "canoe.md").read_text() and not (inbox / "gone.md").exists()
+                with pytest.raises(SidecarError) as err:
+                    ask("index")
+                assert "memory writes are saved in the inboxes" in str(err.value), err.value
+                said = str(ask("health")["problems"])
+                assert "permission denied: " in said and "memory writes are saved" in said, said
+            assert d._switch_to_writable() is True
+            deadline = time.monotonic() + 60
+            while not ask("search", query="zeppelin canoe")["hits"]:
+                assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
+                time.sleep(0.1)
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """``chattr -R +i`` of a running daemon's index folder (a backup tool, an admin): the kernel
+    answers a write into the manifest's mapped ``-shm`` with SIGBUS, which can kill the daemon
+    without a word (whether this sequence reaches such a write depends on SQLite's state: the
+    manifest test below forces one). It lives: requests that need the manifest are refused saying
+    "permission denied: …-shm is immutable", a memory write is saved unindexed, and once the flag
+    is gone it is found. A real daemon process, so a SIGBUS kills only it."""
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the lighthouse.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: the next write into them faults
+        said = []
+        for op, params in (
+            ("write", {"slug": "canoe", "content": "# Canoe\n\nThe zeppelin canoe.\n"}),
+            ("search", {"query": "lighthouse keeper"}),
+            ("index", {}),
+        ):
+            try:
+                said.append(str(d.call(op, params, agent="ops")))
+            except SidecarError as exc:
+                said.append(str(exc))
+        assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
+        assert any("immutable" in s or "permission denied" in s for s in said), said
+        assert (d.cfg.agents_dir / "ops" / "memory" / "canoe.md").is_file()
+    said_write = said[0]
+    assert "saved, but not searchable yet" in said_write and "permission denied: " in said_write, said
+    assert "is immutable" in said[1], said  # the search
+    d.call("index", {}, agent="ops")  # the sweep that catches up
+    deadline = time.monotonic() + 60
+
+    def found() -> set[str]:
+        return {h["reference"] for h in d.call("search", {"query": "zeppelin"}, agent="ops")["hits"]}
+
+    while "memory/canoe" not in found():
+        assert time.monotonic() < deadline, d.log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert d.proc.poll() is None
+    assert not list(index.glob("*.broken-*"))
+
+
+# Run in a process of its own (``test_a_manifest_whose_files_turn_immutable_...``), so that a SIGBUS
+# kills only it: the manifest written (commits left in its -wal), its folder made immutable, then
+# read and written; prints what each did, then the same once the flag is gone.
+_FROZEN_MANIFEST = """
+import subprocess, sys
+from pathlib import Path
+from sidecar.contracts.errors import SidecarError
+from sidecar.stores.manifest import Manifest
+
+folder = Path(sys.argv[1])
+m = Manifest(folder / "manifest.sqlite")
+for i in range(100):
+    m.set_meta(f"probe{i}", "1")
+subprocess.run(["chattr", "-R", "+i", str(folder)], check=True)
+try:
+    read, written = lambda: m._query("SELECT count(*) FROM meta"), lambda: m.set_meta("probe", "2")
+    for what, run in (("read", read), ("write", written)):
+        try:
+            run()
+            print(what, "done", flush=True)
+        except SidecarError as exc:
+            print(what, "refused", exc, flush=True)
+finally:
+    subprocess.run(["chattr", "-R", "-i", str(folder)], check=True)
+m.set_meta("probe", "3")
+print("after", m.get_meta("probe"), flush=True)
+"""
+
+
+def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(tmp_path: Path) -> None:
+    """The manifest's folder made immutable while it is open (``chattr -R +i``: a backup tool, an
+    admin) with commits in its write-ahead log: SQLite's next read wrote into the mapped ``-shm``
+    and the kernel killed the process with SIGBUS (exit -7, no word said). Each read and write is
+    refused as a permission denied naming the immutable ``-shm``, and works again once the flag
+    is gone."""
+    import sys
+
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr")
+    probe = tmp_path / "probe"
+    probe.touch()
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot make a file immutable here")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    folder = tmp_path / "index"
+    folder.mkdir()
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FROZEN_MANIFEST, str(folder)],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, check=False)
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    lines = done.stdout.splitlines()
+    shm = folder / "manifest.sqlite-shm"
+    assert lines[0].startswith(f"read refused permission denied: {shm} is immutable"), lines
+    assert lines[1].startswith("write refused ") and "permission denied" in lines[1], lines
+    assert lines[2] == "after 3", lines
+
+
+def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> None:
+    """An index folder made immutable whole (``chattr -R +i``): the lock file cannot be opened
+    for writing, and the start exited 5 ("the home cannot be used") before it could serve the
+    index read-only. The lock is taken on the file opened for reading; a second holder is refused."""
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "index"
+    first = IndexLock(index)
+    first.acquire()
+    first.release()
+    with _immutable(index):
+        lock = IndexLock(index)
+        lock.acquire()
+        try:
+            with pytest.raises(DaemonRunningError):
+                IndexLock(index).acquire()
+        finally:
+            lock.release()
+
+
+def test_a_manifest_whose_commits_are_all_in_its_log_is_read_read_only(tmp_path: Path) -> None:
+    """A manifest killed before its first checkpoint holds every commit in its -wal, its file's
+    header saying schema 0: the read-only start (a full disk, an immutable folder) refused it as
+    "schema 0 … an upgrade writes" and exited 5. Its schema is asked through the log."""
+    import sys
+
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "manifest.sqlite"
+    killed = (
+        "import os, sys\nfrom pathlib import Path\nfrom sidecar.stores.manifest import Manifest\n"
+        "m = Manifest(Path(sys.argv[1]))\nm.set_meta('probe', 'kept')\nos._exit(0)\n"
+    )
+    cwd = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", killed, str(path)], check=True, cwd=cwd, timeout=120)
+    assert Path(f"{path}-wal").stat().st_size > 0
+    m = Manifest(path, read_only=True)
+    try:
+        assert m.get_meta("probe") == "kept"
+    finally:
+        m.close()
+
+
+def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_itself(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose keyword index cannot be opened at all for want of permission (immutable:
+    Tantivy writes its lock file even to read): the daemon exited 5, status had nothing to say.
+    It serves: every request is answered "the index cannot be read: permission denied: <path>"
+    with what to do, and once the folder may be written the switch to writable succeeds, no
+    restart. Nothing is moved aside."""
+    import tempfile
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            with _immutable(cfg.index_dir / "bm25"):
+                d.startup()
+                dispatch = d._dispatch
+                assert dispatch is not None
+                for op in ("health", "search"):
+                    with pytest.raises(SidecarError) as err:
+                        dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
+                    said = str(err.value)
+                    assert said.startswith("the index cannot be read: "), said
+                    assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
+                    assert "chattr -R -i" in said and "resumes by itself" in said, said
+                assert d._switch_to_writable() is False  # still refused: refusing again
+            assert d._switch_to_writable() is True
+            hits = d._dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))
+            assert hits["hits"]
+            assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_restart(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor of a daemon that answers every request refusing, its index unreadable: it said
+    "restart the daemon" (which changes nothing) and took the daemon for another one holding the
+    index. It shows the daemon's words, which say what to do, and no second daemon."""
+    from sidecar.clients.doctor import check_daemon
+    from sidecar.daemon import compose
+    from sidecar.daemon.readonly import Refusing, unreadable_words
+    from tests import in_process
+
+    denied = PermissionError(errno.EACCES, "Permission denied", "/x/index/bm25")
+    real = compose.build_server
+    monkeypatch.setattr(
+        in_process, "build_server", lambda cfg, _h: real(cfg, Refusing(unreadable_words(denied)))
+    )
+    server = serve_in_process()
+    socket, other, health = check_daemon(server.cfg)
+    assert health is None and not socket.ok
+    assert "refusing: the index cannot be read: " in socket.verdict and "chattr -R -i" in socket.verdict
+    assert socket.todo == "" and other.ok, (socket, other)

@@ -2694,3 +2694,36 @@ def test_the_backfill_logs_the_memory_writes_embedding(
         h.close()
     (line,) = [m for m in _embedded_lines(caplog) if "run=memory writes" in m]
     assert "texts=0 " not in line
+
+
+def test_a_previous_model_whose_settings_fail_leaves_its_table_undamaged(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch whose previous model's settings raise a ValueError (not its table): the table was
+    counted as damaged ("could not be opened ... though the model loads") and moved aside as a
+    damaged copy. The model is unusable, not the table: nothing is said of damage, no damaged copy
+    is made (the table is kept aside as a retired model's vectors)."""
+    from sidecar.index import migration
+
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        old_name = h.stores.manifest.get_meta("vector_table")
+        h.stores.serving = None  # not attached: the switch opens the previous table itself
+        h.vectors.stores.serving = None
+
+        def bad_settings(*_a: Any, **_k: Any) -> Any:
+            raise ValueError("embedder.queryPrefix must be a string")
+
+        monkeypatch.setattr(migration, "model_settings", bad_settings)
+        unopened: list[str] = []
+        assert migration.open_previous(cfg, old_name, unopened=unopened) is None
+        assert unopened == []
+        migration.attach(cfg, h.vectors, OtherModel(), problems=h.problems)
+        assert _broken(cfg) == [], _broken(cfg)
+        assert "could not be opened" not in str(h.problems.describe())
+    finally:
+        h.close()

@@ -37,7 +37,7 @@ from sidecar.clients.service import (
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import DEFAULT_WIKI, Config
-from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
+from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, RemoteError, SidecarError
 from sidecar.runtime.release import WRITERS_META, downgraded_from, newer_writer, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
@@ -334,7 +334,13 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         todo = "see `one daemon per home` below" if holder is not None else start_hint(cfg)
         socket = Check("daemon", False, f"no daemon answers on {cfg.socket_path}", todo)
     except SidecarError as exc:
-        socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
+        if isinstance(exc, RemoteError) and exc.code == "storage":
+            # It answers, refusing for its index (one it cannot read): its words say what to do,
+            # a restart changes nothing; it holds the index (its lock file may not say so).
+            socket = Check("daemon", False, f"answers on {cfg.socket_path}, refusing: {exc}", "")
+            holder = None
+        else:
+            socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
     else:
         other_vault = _other_vault(cfg, health)
         theirs = {"version": str(health.get("version")), "build": str(health.get("build") or "")}

@@ -222,27 +222,58 @@ _RANKED_UP_BY = 0.005
 _GENERIC = "its place in the keyword and meaning results"
 
 
-def _lift_words(hit: Hit, name: str, value: float, reach: float) -> str | None:
-    """The words of the boost ``name`` (``value``) of ``hit`` when it lifts it and is big enough
-    to close the gap to the relevance ``reach`` by itself; None otherwise. A boost too small for
-    that did not cause the order (memory's weight 1.05 on 0.63 does not reach 0.74)."""
-    if name in _ADDED:
-        lifted = value > 0 and hit.relevance + value >= reach - _RANKED_UP_BY
-    else:
-        lifted = value > 1.0 and hit.relevance * value >= reach - _RANKED_UP_BY
-    if not lifted:
-        return None
+def _lifts(name: str, value: float) -> bool:
+    """Whether the boost ``name`` (``value``) raises a hit's score at all."""
+    return value > 0 if name in _ADDED else value > 1.0
+
+
+def _boost_words(hit: Hit, name: str, value: float) -> str | None:
     if name == "source":
         return f"{hit.source} notes weighted {value:g}"
     return _BOOST_WORDS.get(name)
 
 
+def _reaches(hit: Hit, boosts: Sequence[tuple[str, float]], reach: float) -> bool:
+    """Whether ``boosts`` of ``hit`` together lift its relevance to ``reach`` (rounding aside)."""
+    lifted = hit.relevance
+    for name, value in boosts:
+        lifted = lifted + value if name in _ADDED else lifted * value
+    return lifted >= reach - _RANKED_UP_BY
+
+
+def _lift_words(hit: Hit, reach: float) -> list[str]:
+    """The boosts of ``hit`` that lift it to the relevance ``reach``, in words: each that closes
+    the gap by itself; else, when none does, those that do together ("…, together": said as the
+    ranking score's own scale before). Boosts that do not close the gap are not named (memory's
+    weight 1.05 on 0.63 does not reach 0.74)."""
+    lifting = [(n, v) for n, v in hit.boosts.items() if _lifts(n, v) and _boost_words(hit, n, v)]
+    alone = [w for n, v in lifting if _reaches(hit, [(n, v)], reach) and (w := _boost_words(hit, n, v))]
+    if alone or not lifting:
+        return alone
+    if len(lifting) < 2 or not _reaches(hit, lifting, reach):
+        return []
+    words = dict.fromkeys(w for n, v in lifting if (w := _boost_words(hit, n, v)))
+    return [" and ".join(words) + ", together"]
+
+
+def _demotion_words(hit: Hit) -> list[str]:
+    """The demotions of ``hit`` (the best hit listed below), in words."""
+    out = []
+    for name, value in hit.boosts.items():
+        if name == "source" and value < 1.0:
+            out.append(f"the hit below is of {hit.source} notes, weighted {value:g}")
+        elif (words := _DEMOTION_WORDS.get(name)) is not None and value < (1.0 if name == "log" else 0.0):
+            out.append(words)
+    return out
+
+
 def ranked_up(hits: Sequence[Hit]) -> list[str | None]:
     """For each hit listed above a later one of higher relevance, why: hits are ordered by
     ``score`` (relevance with the boosts: a rare or named word, the source, ...), and relevance
-    is the match alone; a 0.63 above a 0.74 with no word of it read as a wrong order. Named: a
-    boost of the hit that closes the gap by itself, and a demotion of the best hit below it;
-    else the general words (the ranking score's own scale, or boosts together). None for the
+    is the match alone; a 0.63 above a 0.74 with no word of it read as a wrong order. Named: the
+    boosts of the hit that close the gap (``_lift_words``), and the demotions of the best hit
+    below it (a log page, hub damping, its source's weight under 1); the general words (the
+    ranking score's own scale) only where no boost or demotion is there to name. None for the
     others."""
     out: list[str | None] = []
     for i, h in enumerate(hits):
@@ -251,12 +282,7 @@ def ranked_up(hits: Sequence[Hit]) -> list[str | None]:
             out.append(None)
             continue
         best = max(below, key=lambda x: x.relevance)
-        why = [w for name, value in h.boosts.items() if (w := _lift_words(h, name, value, best.relevance))]
-        why += [
-            words
-            for name, value in best.boosts.items()
-            if (words := _DEMOTION_WORDS.get(name)) is not None and value < (1.0 if name == "log" else 0.0)
-        ]
+        why = _lift_words(h, best.relevance) + _demotion_words(best)
         out.append("ranked above hits of higher relevance: " + "; ".join(dict.fromkeys(why or [_GENERIC])))
     return out
 

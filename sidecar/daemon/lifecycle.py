@@ -37,6 +37,7 @@ from sidecar.contracts.errors import (
 )
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
+    Dispatcher,
     Parts,
     build,
     build_handlers,
@@ -156,6 +157,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # seconds: each try logged both again); None once writable.
         self._said_read_only: str | None = None
         self._said_still: str | None = None
+        self._said_refused: str | None = None  # the last index_read_only_refused logged at ERROR
         self._dispatch: Dispatch | None = None
         self._inboxes: Inboxes | None = None
         # health's inbox counts: one per daemon, not per handler build (a failed switch rebuilds
@@ -292,6 +294,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
                     cfg.vault.path,
                     f" ({why})" if why else "",
                 )
+        handlers: Dispatcher
         try:
             if disk_full_at(cfg.index_dir) and (cfg.index_dir / "manifest.sqlite").exists():
                 # Asked first: a writable open that fails for want of space leaves a -wal and -shm

@@ -51,7 +51,12 @@ class IndexLock:
         self._folder: tuple[int, int] | None = None  # the index folder's (device, inode) when locked
 
     def acquire(self) -> None:
-        fh = self.path.open("a+")
+        try:
+            fh = self.path.open("a+")
+        except PermissionError:
+            # An immutable or read-only index folder (chattr +i, a backup's flag): flock holds on
+            # a file opened for reading too, and the read-only start serves the index as it is.
+            fh = self.path.open("r")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -68,10 +73,11 @@ class IndexLock:
                 f"another sidecar daemon is already serving {self.path.parent.parent} "
                 f"(its index {self.path.parent} is in use by {holder})"
             ) from exc
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{self.by} (pid {os.getpid()})" if self.by else f"pid {os.getpid()}")
-        fh.flush()
+        if fh.writable():  # the holder's name, for the one refused (none in a read-only file)
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{self.by} (pid {os.getpid()})" if self.by else f"pid {os.getpid()}")
+            fh.flush()
         self._fh = fh
         if self._folder is None:
             st = os.stat(self.path.parent)

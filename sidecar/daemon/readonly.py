@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import BusyError, StorageError, stopping_message
+from sidecar.contracts.errors import BusyError, StorageError, engine_text, stopping_message
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher
@@ -33,6 +33,16 @@ class Refusing:
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         raise StorageError(self.why)
+
+
+def unreadable_words(exc: BaseException) -> str:
+    """What every request is answered while the index cannot even be read for want of
+    permission (``Refusing``): the denied path and what to do."""
+    return (
+        f"the index cannot be read: {engine_text(str(exc))}; give the user the daemon runs as read "
+        "and write access to the index folder and all in it (chown -R, chmod -R u+rwX, chattr -R -i); "
+        "the daemon tries again every few seconds and resumes by itself, no restart needed"
+    )
 
 
 class Stopping:
@@ -201,7 +211,7 @@ class ReadOnly:
     WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
     MEMORY = frozenset({"write", "edit", "delete"})
 
-    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path | None = None) -> None:
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path) -> None:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
         self.failed: str | None = None  # why the last switch to writable failed, if not for space
@@ -216,21 +226,25 @@ class ReadOnly:
         except OSError:
             self.since = time.time()
 
-    def inboxes_elsewhere(self) -> bool:
-        """Whether the agents' inboxes are on another file system than the index, with room (asked at each
-        write: a share can be mounted or unmounted meanwhile). Then a memory write is saved in its
-        inbox, which is what it promises, and indexed by the catch-up sweep once the index can be
-        written (the write's answer says `searchable: false`); on the index's own full disk it is
-        refused, nothing written."""
-        if self.agents_dir is None or self.kept:
+    def inboxes_writable(self, agent: str | None = None) -> bool:
+        """Whether a memory write (of ``agent``, or any) can be saved in its inbox now, asked at
+        each write (a share can be mounted or unmounted meanwhile, a mode or an immutable flag
+        changed). Then it is saved, which is what it promises, and indexed by the catch-up sweep
+        once the index can be written (the write's answer says `searchable: false`): the index
+        folder alone refusing writes (a permission denied) stops no inbox on the same disk. On a
+        full disk holding the inboxes it is refused with the read-only message, nothing written."""
+        if self.kept:  # the kept writable stores' indexer would write onto the full disk
             return False
+        folder = self.agents_dir if agent is None else self.agents_dir / agent / "memory"
         try:
-            if os.stat(self.agents_dir).st_dev == os.stat(self.index_dir).st_dev:
+            # The disk's room, not its device number: another device is not always another disk
+            # with room (a btrfs subvolume of the same full disk, an agents disk full too).
+            if shutil.disk_usage(self.agents_dir).free < LOW_BYTES:
                 return False
-            # Another device number is not always another disk with room (a btrfs subvolume of
-            # the same full disk, an agents disk full too): the message said writes were saved
-            # beside the write's own "not written".
-            return shutil.disk_usage(self.agents_dir).free >= LOW_BYTES
+            while not folder.exists() and folder != self.agents_dir:  # made by the write
+                folder = folder.parent
+            # access(2) answers for an immutable folder and a read-only mount, root's too.
+            return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
         except OSError:  # the agents folder gone: refused with the read-only message
             return False
 
@@ -249,8 +263,8 @@ class ReadOnly:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
         waits = (
             "indexing and rebuilds wait until there is space (memory writes are saved in the "
-            "inboxes, on another disk, and found by search then)"
-            if self.inboxes_elsewhere()
+            "inboxes and found by search then)"
+            if self.inboxes_writable()
             else "indexing, memory writes and rebuilds wait until there is space"
         )
         # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
@@ -282,7 +296,7 @@ class ReadOnly:
         def dispatch(req: Request) -> dict[str, Any]:
             if req.op not in self.WRITES:
                 return real(req)
-            if req.op not in self.MEMORY or not self.inboxes_elsewhere():
+            if req.op not in self.MEMORY or not self.inboxes_writable(req.agent):
                 message = self.message()
                 problems.report("index", message, since=self.since)  # health says what this answer says
                 raise StorageError(message)

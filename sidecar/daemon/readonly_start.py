@@ -25,11 +25,13 @@ from sidecar.contracts.errors import (
     SidecarError,
     StoreError,
     StoreNewerError,
+    is_permission_denied,
+    says_damage,
 )
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read_only
 from sidecar.daemon.handlers import Handlers, ServiceState
-from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth
+from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth, unreadable_words
 from sidecar.daemon.reloading import RELOAD_WAITS
 from sidecar.daemon.watchdog import Watchdog
 from sidecar.memory.counting import BoundedCounts
@@ -70,6 +72,7 @@ class ReadOnlyStart:
     _said_stuck: bool
     _said_read_only: str | None
     _said_still: str | None
+    _said_refused: str | None
 
     if TYPE_CHECKING:  # the daemon's own (``Daemon``, ``ConfigReload``)
 
@@ -83,22 +86,29 @@ class ReadOnlyStart:
 
         def _reload_quietly(self) -> None: ...
 
-    def _start_read_only(self, full: DiskFullError | PermissionDeniedError) -> Handlers:
+    def _start_read_only(self, full: DiskFullError | PermissionDeniedError) -> Dispatcher:
         """The stores cannot be opened for writing because the index's disk is full, or this
         process may not write its folder (``PermissionDeniedError``: a mode, an immutable file, a
         share's rights): serve search, recall and get from the index as it is, opened for reading
         only, and refuse what writes (``ReadOnly``); a thread watches the disk and starts the
         daemon's normal work once it may be written (``_wait_for_space``). ``full`` is raised
-        again when the index cannot be read that way (the daemon exits 5, as before)."""
+        again when the index cannot be read that way (the daemon exits 5, as before), unless
+        that too is for want of permission (a folder or a file of the index this user may not
+        read, an immutable keyword index Tantivy cannot lock): the daemon then serves, refusing
+        every request with that permission denied and what to do, and starts by itself once the
+        index may be written (a restart would change nothing; exiting 5 left no word in status)."""
         self._read_only = True
         failed = str(full) if isinstance(full, PermissionDeniedError) else None
+        handlers: Dispatcher
         try:
             handlers = self._read_only_handlers(failed)
         except StoreNewerError:
             raise  # a newer version's index: refused (exit 3) whatever the disk's space
         except (StoreError, sqlite3.Error, OSError) as exc:
             log.error("index_read_only_refused error=%s", exc)
-            raise full from exc
+            if says_damage(exc) or not (is_permission_denied(exc) or is_permission_denied(full)):
+                raise full from exc
+            handlers = Refusing(unreadable_words(exc))
         self._start_thread("space-watch", self._wait_for_space)
         return handlers
 
@@ -272,7 +282,7 @@ class ReadOnlyStart:
                     dispatch.release(again)
                 return False
             dispatch.release(handlers)  # a no-op once the daemon stops: it refuses from then on
-            self._said_read_only = self._said_still = None
+            self._said_read_only = self._said_still = self._said_refused = None
             return True
 
     def _still_closing(self) -> bool:
@@ -355,7 +365,12 @@ class ReadOnlyStart:
         except Exception as exc:  # any kind: one outside these ended the space check (retried)
             if not isinstance(exc, (StoreError, sqlite3.Error, OSError)):
                 log.exception("index_read_only_failed")
-            log.error("index_read_only_refused error=%s (requests are refused until the next try)", exc)
+            # At ERROR once per error, not at each try (every few seconds while it lasts).
+            level = logging.ERROR if str(exc) != self._said_refused else logging.DEBUG
+            self._said_refused = str(exc)
+            log.log(level, "index_read_only_refused error=%s (requests are refused until the next try)", exc)
+            if is_permission_denied(exc) and not says_damage(exc):
+                return Refusing(unreadable_words(exc))
             return Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
 
     def _close_read_only(self) -> None:

@@ -22,6 +22,8 @@ from sidecar.contracts.errors import (
     RetiringModelError,
     StoreError,
     is_disk_full,
+    says_damage,
+    store_error_class,
 )
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Vectoring
@@ -269,25 +271,28 @@ def open_previous(
     A model whose files are there but fail to load now (memory, a busy disk) raises
     RetiringModelError: it is tried again later, its table kept (given up on after a while).
     Taken for gone, its table, every vector, was dropped for one failed load. None when not;
-    ``unopened`` gets why when it is the table that fails (damage), not its model (gone)."""
-    old_cfg = None
+    ``unopened`` gets why when it is the table that fails (damage), not its model (gone): a
+    failure of the model's settings or load never counts against its table (a ValueError of the
+    settings moved a sound table aside as damaged)."""
     try:
         found = table_model(cfg.index_dir / "vectors", table)
-        if found is None or not found[0]:  # no model known: damage, not a gone model
-            if unopened is not None:
-                unopened.append("its metadata names no model")
-            return None
-        model_id, dim, pooling = found
+    except (StoreError, OSError, ValueError, RuntimeError) as exc:
+        _table_failed(table, exc, unopened)
+        return None
+    if found is None or not found[0]:  # no model known: damage, not a gone model
+        if unopened is not None:
+            unopened.append("its metadata names no model")
+        return None
+    model_id, dim, pooling = found
+    old_cfg = None
+    try:
         # The previous model with its own settings (prefixes, languages), not the new one's.
         old_ecfg = replace(model_settings(cfg.embedder, model_name(model_id)), path=None, pooling=pooling)
         old_cfg = replace(cfg, embedder=old_ecfg)
         old_model = load_model(old_cfg)
-        if old_model.model_id != model_id:
-            return None
-        return _open_retiring(cfg, table, model_id, dim, pooling), old_model
     except RetiringModelError:
         raise
-    except (EmbedderError, StoreError, OSError, ValueError) as exc:
+    except (EmbedderError, OSError, ValueError) as exc:
         if is_disk_full(exc):  # not gone, only not loadable now: its vectors must not be given up
             raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
         if isinstance(exc, EmbedderError) and old_cfg is not None and _files_present(old_cfg):
@@ -296,10 +301,36 @@ def open_previous(
                 f"the previous model {old_cfg.embedder.model} failed to load ({exc}); its vectors "
                 f"({table}) are kept and it is tried again"
             ) from exc
-        if unopened is not None and not isinstance(exc, EmbedderError):
-            unopened.append(str(exc))
         log.info("previous_model_unavailable table=%s error=%s", table, exc)
+        return None  # the model's, not the table's: never said to be its damage
+    if old_model.model_id != model_id:
         return None
+    try:
+        return _open_retiring(cfg, table, model_id, dim, pooling), old_model
+    except (StoreError, OSError, ValueError) as exc:
+        _table_failed(table, exc, unopened)
+        return None
+
+
+def _table_failed(table: str, exc: BaseException, unopened: list[str] | None) -> None:
+    """The previous table itself failed to open: a full disk is raised (tried again), as is any
+    fault that passes the engine does not call damage (a permission denied, no file handles left:
+    RetiringModelError, its table kept); anything else is the table's damage (``unopened`` gets
+    why)."""
+    if is_disk_full(exc):
+        raise DiskFullError(f"the previous model's table {table} cannot be opened: {exc}") from exc
+    kind = store_error_class(exc)
+    if not says_damage(exc) and issubclass(kind, PassingFaultError):
+        log.warning("previous_table_failed table=%s error=%s (it is kept)", table, exc)
+        # A StoreError as the cause: a give-up says the table failed, not the model.
+        cause = exc if isinstance(exc, StoreError) else kind(f"vector table {table} cannot be opened: {exc}")
+        raise RetiringModelError(
+            f"the previous model's table {table} cannot be opened now ({exc}); its vectors are "
+            "kept and it is tried again"
+        ) from cause
+    if unopened is not None:
+        unopened.append(str(exc))
+    log.info("previous_model_unavailable table=%s error=%s", table, exc)
 
 
 def _open_retiring(cfg: Config, table: str, model_id: str, dim: int, pooling: str) -> VectorStore:

@@ -174,7 +174,10 @@ class MemoryOps:
                 log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, why)
                 problems.report("index", f"indexing a memory write failed: {why}")
                 key = root.key_of_path(written.path)
-                warning = f"saved, but not searchable yet: the index cannot be written ({why})"
+                warning = (
+                    f"saved, but not searchable yet: the index cannot be written ({why}); it is "
+                    "indexed once the index can be written again"
+                )
         audit = _audit_warning(written.audit_error, agent, problems)
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",

@@ -31,6 +31,7 @@ from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.stores.embedtext import joined_embed_text, split_embed_text
+from sidecar.stores.frozen import guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_file import (
     _PENDING_INDEX,
@@ -262,7 +263,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             self._open_read_only()
             return
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db = guarded_connect(path, path, check_same_thread=False, isolation_level=None)
             # A new file gives free pages back a step at a time (``give_back``); only settable
             # before its first page is written (switching WAL on writes one). An older file is
             # switched by ``_shrink``'s rewrite.
@@ -380,7 +381,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             if self.path.stat().st_ino != self.inode:
                 return None
             uri = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
-            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            db = guarded_connect(uri, self.path, uri=True, check_same_thread=False, isolation_level=None)
             db.execute("PRAGMA query_only=ON")
             db.execute("PRAGMA cache_size=-1024")  # 1 MB a reader (the writer keeps the default)
         except (OSError, sqlite3.Error):

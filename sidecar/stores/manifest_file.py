@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -20,9 +21,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.contracts.errors import StoreError, StoreNewerError, is_disk_full
+from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
+from sidecar.stores.frozen import frozen, guarded_connect
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -130,6 +132,12 @@ _open_writers: Counter[Path] = Counter()
 _writers_lock = threading.Lock()
 
 
+def _older(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} (an upgrade writes)"
+    )
+
+
 class ManifestFile:
     """The manifest's file: made or upgraded at open (``Manifest.__init__`` calls the steps),
     opened read-only, compacted, closed; the state it works on is the manifest's own."""
@@ -160,15 +168,16 @@ class ManifestFile:
         path = self.path
         version = manifest_schema(path)
         if version is None:
+            if path.exists() and not os.access(path, os.R_OK):  # a mode, a privacy control
+                raise PermissionDeniedError(f"manifest {path} cannot be read: permission denied: {path}")
             raise StoreError(f"there is no readable manifest {path} (no index yet?)")
-        if version not in (5, SCHEMA_VERSION):
-            raise StoreError(
-                f"manifest {path} has schema {version}, this version reads {SCHEMA_VERSION} "
-                "(an upgrade writes)"
-            )
         wal = path.with_name(path.name + "-wal")
         shm = path.with_name(path.name + "-shm")
         pending = wal.exists() and wal.stat().st_size > 0
+        # A file whose every commit is still in its log (a kill before the first checkpoint)
+        # says schema 0 in its header: its schema is asked through the log once open.
+        if version not in (5, SCHEMA_VERSION) and not (pending and version == 0):
+            raise _older(path, version)
         if pending and not shm.exists():
             raise StoreError(
                 f"manifest {path} has changes in its write-ahead log {wal.name} not yet written into "
@@ -185,7 +194,16 @@ class ManifestFile:
         mode = "mode=ro" if pending or _open_writers[path] > 0 else "mode=ro&immutable=1"
         uri = "file:" + urllib.parse.quote(str(path)) + "?" + mode
         try:
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            # A -shm immutable already is mapped read-only by SQLite (never written: no guard);
+            # one that may be written now is guarded against turning immutable (``frozen``).
+            if frozen(shm):
+                self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            else:
+                self._db = guarded_connect(uri, path, uri=True, check_same_thread=False, isolation_level=None)
+            if version == 0:
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version not in (5, SCHEMA_VERSION):
+                    raise _older(path, version)
             if version != SCHEMA_VERSION:
                 # Temporary views, kept in memory: nothing is written to the file or its disk.
                 self._db.execute("PRAGMA temp_store=MEMORY")
