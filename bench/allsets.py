@@ -47,11 +47,13 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "ascii-de": (["questions", "bench/questions-ascii-de.jsonl", *GERMAN_VAULTS], "de", True),
     "compound-de": (["questions", "bench/questions-compound-de.jsonl", *GERMAN_VAULTS], "de", True),
     "separable-de": (["questions", "bench/questions-separable-de.jsonl", *GERMAN_VAULTS], "de", True),
+    "inflected-de": (["questions", "bench/questions-inflected-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),
     "short-help": (["questions", "bench/questions-blind-short-help.jsonl", *HELP_VAULT], "help", True),
     "aliases": (["questions", "bench/questions-aliases.jsonl", *HELP_VAULT], "help", True),
+    "inflected-en": (["questions", "bench/questions-inflected-en.jsonl", *HELP_VAULT], "help", True),
     "lang": (["questions", "bench/questions-lang.jsonl", *TEAMS_34], "lang", True),
     "scifact": (["beir", str(EVAL / "scifact")], "scifact", False),
     "xqde": (["beir", str(EVAL / "xquad-de")], "xqde", False),
@@ -66,7 +68,7 @@ def run_set(name: str, work: Path, model: str, out: Path, extra: list[str]) -> d
     result = out / f"{name}.json"
     cmd = [sys.executable, str(ROOT / "bench" / "eval.py"), *command]
     cmd += ["--work", str(work / f"{corpus}-{model}"), *MODELS[model], "--arms", "hybrid"]
-    cmd += ["--out", str(result), *extra]
+    cmd += ["--out", str(result), "--misses", str(out / f"{name}.misses.jsonl"), *extra]
     with (out / f"{name}.log").open("w") as log:
         subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
     return json.loads(result.read_text())

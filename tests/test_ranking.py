@@ -394,3 +394,29 @@ def test_a_german_verb_split_from_its_particle_is_no_rare_word(make_cfg: Any, tm
         assert search("Wo steht der Server kq7z3?")[1].rare_words == ("kq7z3",)
     finally:
         h.close()
+
+
+def test_a_past_tense_verb_split_from_its_particle_is_not_joined_to_a_noun(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A strong past form joined with its particle is often the German stem of a noun: "nahm ...
+    auf" made "aufnahm", the stem of "Aufnahme", and the keyword arm searched the noun. Only a
+    present-tense form ("nehme", "richte", "lädt") is joined to the verb the notes write."""
+    v = tmp_path / "v"
+    write(
+        v / "Audio.md",
+        "# Audio\n\nDie Aufnahme startet mit einem Klick. So kannst du eine Sprachnotiz aufnehmen "
+        "und die Angabe der Dauer lesen.\n",
+    )
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        assert h.stores.bm25.doc_freq("aufnahm", pages=True, field="body_de") == 1
+        for question in ("Wer nahm den Ball im Spiel auf?", "Wer gab die Dauer der Sprachnotiz an?"):
+            qa = analyze(question)
+            assert qa.language == "de" and r.separated(qa) == (), question
+        qa = analyze("Wie nehme ich eine Sprachnotiz auf?")
+        assert [(s.verb, s.particles, s.form) for s in r.separated(qa)] == [("nehme", ("auf",), "aufnehmen")]
+    finally:
+        h.close()

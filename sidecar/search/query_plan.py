@@ -31,6 +31,12 @@ def _own_settings(serving: VectorSet) -> dict[str, Any]:
     return MODEL_DEFAULTS.get(model_name(serving.model.model_id), {})
 
 
+# Endings of a German verb's present-tense forms ("richte", "lädt", "stellst", "laden"). A strong
+# verb's past form ends otherwise ("nahm", "gab") and, joined with its particle, is often the stem
+# of a noun ("aufnahm" of "Aufnahme", "angab" of "Angabe"), not a form of the verb.
+_PRESENT_ENDINGS = ("e", "st", "t", "en", "n")
+
+
 @dataclass(frozen=True)
 class Separated:
     """A German verb split from its particles ("richte ... ein"), as typed, and the joined verb
@@ -159,8 +165,10 @@ class QueryPlan:
     def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]:
         """German verbs split from their particles ("Wie richte ich Sync ein?"), joined again
         where the notes hold the joined verb in some form (its German stem: "einricht"), each
-        clause's first such word and most particles. The keyword arm searches the joined verb as
-        the notes write it most ("einrichten"); neither part of it is a rare word."""
+        clause's first such word in a present-tense form ("nahm ... auf" is not joined: its
+        "aufnahm" is the stem of the noun "Aufnahme") and most particles. The keyword arm searches
+        the joined verb as the notes write it most ("einrichten"); neither part of it is a rare
+        word."""
         if qa.language != "de":
             return ()
         try:
@@ -176,7 +184,8 @@ class QueryPlan:
                     (verb, particles)
                     for particles in clause.particles
                     for verb in clause.verbs
-                    if bm25.doc_freq("".join(particles) + verb, pages=True, agent=agent, field="body_de") > 0
+                    if verb.lower().endswith(_PRESENT_ENDINGS)
+                    and bm25.doc_freq("".join(particles) + verb, pages=True, agent=agent, field="body_de") > 0
                 ),
                 None,
             )
