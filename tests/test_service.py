@@ -715,6 +715,65 @@ def test_a_wait_for_another_homes_daemon_on_the_socket_leaves_the_lock_alone(
     assert not any(s.startswith("pid ") for s in seen) and not refused, (seen, refused)
 
 
+def test_a_service_daemon_refuses_another_homes_daemon_on_its_socket_after_a_bound(
+    daemon_factory: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two configurations naming one socket: the service's daemon of the second home waited for
+    the first home's daemon for good (its status saying `waiting`). After a bounded wait it ends
+    with exit 4 (not restarted) naming that daemon's home and configuration file and the setting
+    to change, and doctor says the same."""
+    from sidecar.clients.doctor import check_daemon
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.process import SHARED_SOCKET_WAIT_S
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "s.sock"
+    conf_a = write(tmp_path / "a.yaml", f"socket: {sock}\n")
+    conf_b = write(tmp_path / "b.yaml", f"socket: {sock}\n")
+    first: DaemonProcess = daemon_factory(vault, name="a", keyword_only=True, extra=["--config", str(conf_a)])
+    first.cfg = load_config(config_file=str(conf_a), flags={"home": str(first.home)}, env={})
+    first.start()
+    cfg = load_config(
+        config_file=str(conf_b), flags={"home": str(tmp_path / "b"), "vault.path": str(vault)}, env={}
+    )
+    monkeypatch.setattr(signal, "signal", lambda *_a: None)  # the test process keeps its handlers
+    daemon = lifecycle.Daemon(cfg)
+    sent: list[tuple[str, ...]] = []
+
+    class Told:
+        enabled = True
+
+        def send(self, *lines: str) -> None:
+            sent.append(lines)
+
+        def close(self) -> None:
+            pass
+
+    now = [0.0]
+
+    def nap(seconds: float) -> None:
+        if now[0] > 10 * SHARED_SOCKET_WAIT_S:
+            raise AssertionError("the other home's daemon was waited for for good")
+        now[0] += seconds
+
+    daemon.notifier = Told()  # type: ignore[assignment]
+    daemon._sleep, daemon._clock = nap, lambda: now[0]
+    with pytest.raises(SharedSocketError) as refused:
+        daemon.run()
+    said = str(refused.value)
+    assert refused.value.exit_code == ExitCode.SOCKET_IN_USE == 4  # RestartPreventExitStatus
+    assert SHARED_SOCKET_WAIT_S <= now[0] <= SHARED_SOCKET_WAIT_S + 4, now
+    assert f"serves the home {first.home} (configuration {conf_a})" in said, said
+    assert f"not {cfg.home} (configuration {conf_b})" in said and "the `socket` setting" in said, said
+    assert any(line.startswith("STATUS=waiting") for lines in sent for line in lines), sent
+    assert not (cfg.home / "agents").exists()  # refused before anything was made in the home
+    _socket, other, _health = check_daemon(cfg, probe_lock=False)
+    assert not other.ok and other.verdict in said and other.todo in said, other
+    assert first.health()["index"]["state"] == "ready"  # the one serving is left alone
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

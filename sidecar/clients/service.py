@@ -409,9 +409,10 @@ ExecReload=/bin/kill -HUP $MAINPID
 RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
 # serves this home or socket: a daemon this unit starts waits for it, and for a `sidecar index`
-# run, instead): a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
-# index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
-# mounted yet is waited for) or the watchdog restarts it.
+# run, instead; for one of another home on its socket 30 s at most, then it exits naming the
+# `socket` setting to change): a restart cannot help; start it once fixed. A crash, exit code 1,
+# exit code 5 (the home or index cannot be used: a full disk, if it passes within the loop's ~4
+# minutes; a home not mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
 # Exit code 9: a stop that gave up on a write still running (the next start catches up).
 SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}
