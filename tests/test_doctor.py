@@ -711,6 +711,40 @@ def test_a_build_started_after_a_later_build_of_its_release_is_said(
     assert "before" not in writers and "index_written_by" not in logged
 
 
+def test_a_build_seen_long_ago_is_neither_new_nor_makes_the_latest_a_downgrade(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """70 builds of one release wrote an index in turn (a checkout over years): the first ones fell
+    out of the 64 kept and counted as never seen, so the first build run again was taken for an
+    upgrade and recorded as the latest, and the real latest run after it was called a downgrade.
+    The record stays bounded."""
+    from sidecar import __version__
+    from sidecar.runtime import release
+    from sidecar.runtime.release import downgraded_from, record_writer
+
+    def start(build: str, value: str | None) -> str:
+        monkeypatch.setattr(release, "build_id", lambda: build)
+        return record_writer(value)
+
+    builds = [f"{i:012x}" for i in range(1, 71)]
+    value: str | None = None
+    for build in builds:
+        value = start(build, value)
+    first, latest = builds[0], builds[-1]
+    assert downgraded_from(value, first) == {"version": __version__, "build": latest}
+    assert downgraded_from(value, builds[10]) == {"version": __version__, "build": latest}  # kept
+    assert downgraded_from(value, "abcabcabcabc") is None  # never seen: an upgrade
+    value = start(first, value)  # the first build writes the index again
+    assert downgraded_from(value, latest) is None, "the latest build called a downgrade"
+    assert downgraded_from(value, builds[10]) is None
+    value = start(latest, value)
+    assert downgraded_from(value, first) == {"version": __version__, "build": latest}
+    for build in (f"{i:012x}" for i in range(100, 400)):  # 300 more: the record does not grow
+        value = start(build, value)
+    assert len(value) < 3000, len(value)
+    assert downgraded_from(value, latest) == {"version": __version__, "build": f"{399:012x}"}
+
+
 def test_the_build_said_before_is_dropped_at_the_next_start_of_a_process_with_the_same_pid(
     make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
