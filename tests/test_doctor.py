@@ -596,6 +596,48 @@ def test_the_index_records_which_release_wrote_it_and_a_downgrade_is_said(
     assert not check_index(cfg).warning
 
 
+def test_an_index_a_release_before_the_record_wrote_is_said_so(make_cfg: Any, vault: Path) -> None:
+    """An index with notes and no record of its writers (0.2 wrote it: it records none) was
+    recorded as this release's alone, and a downgrade to 0.2 meanwhile was said by nothing: the
+    first write records that an unrecorded release wrote it too, doctor says so at every look, and
+    a rebuild (every note read anew) drops it. A new index has none."""
+    from sidecar.clients.doctor import check_index
+    from sidecar.runtime.release import WRITERS_META
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        h.stores.manifest.delete_meta([WRITERS_META])  # as 0.2 left it
+    finally:
+        h.close()
+    assert "before 0.3" not in check_index(cfg).verdict
+    for _ in range(2):  # the first write records it, later ones keep it
+        h = Harness(cfg, FakeEmbedder())
+        h.close()
+        check = check_index(cfg)
+        assert check.ok and not check.warning, check
+        assert "written by a release before 0.3 too, which records no writer" in check.verdict, check
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.clear()
+    finally:
+        h.close()
+    assert "before 0.3" not in check_index(cfg).verdict
+
+
+def test_a_new_index_is_not_said_to_be_written_before_the_record(make_cfg: Any, vault: Path) -> None:
+    """A new index (no notes yet at the first write) is this release's alone."""
+    from sidecar.clients.doctor import check_index
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    Harness(cfg, FakeEmbedder()).close()
+    Harness(cfg, FakeEmbedder()).close()
+    assert "before 0.3" not in check_index(cfg).verdict
+
+
 def test_one_version_in_one_place() -> None:
     """The release is written once (sidecar/__init__.py; pyproject.toml reads it): no other file
     of the package or its tests spells it, so a bump edits one line (this test named it too)."""

@@ -38,7 +38,15 @@ from sidecar.clients.service import (
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import DEFAULT_WIKI, Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError, shared_socket
-from sidecar.runtime.release import WRITERS_META, downgraded_from, newer_writer, said, this_release
+from sidecar.runtime.release import (
+    FIRST_RECORDING,
+    WRITERS_META,
+    downgraded_from,
+    newer_writer,
+    said,
+    this_release,
+    written_unrecorded,
+)
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
@@ -492,6 +500,11 @@ def check_index(cfg: Config) -> Check:
         )
     verdict = f"manifest schema {schema}{later}, {keywords}: this version reads them"
     writers = _writers(cfg.index_dir / "manifest.sqlite")
+    if written_unrecorded(writers):
+        verdict += (
+            f"; written by a release before {FIRST_RECORDING} too, which records no writer (a "
+            "downgrade to one is not said)"
+        )
     writer = newer_writer(writers)
     other = _last_other_build(writers)
     if writer is None and other is not None:  # a later build of this release wrote it last

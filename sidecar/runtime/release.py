@@ -29,8 +29,12 @@ from sidecar import __version__
 
 # The manifest's meta row: {"last": {"version", "build", "run"}, "newest": {"version", "build"},
 # "builds": [build, ...], "dropped": base64 of the set of builds dropped from "builds",
-# "before": {"version", "build"}} (``record_writer``).
+# "before": {"version", "build"}, "unrecorded": true} (``record_writer``).
 WRITERS_META = "written_by_release"
+
+# The first release that records its writers: an index holding notes without a record was
+# written by an earlier one (spelled short: the release itself is spelled in one place only).
+FIRST_RECORDING = "0.3"
 
 # This process's run of its build, in ``last``: ``before`` is kept by the process that wrote it
 # only. A pid is no such mark (a container's entrypoint daemon is pid 1 at every start).
@@ -159,12 +163,14 @@ def downgraded_from(value: str | None, build: str) -> dict[str, str] | None:
     return last if mine < theirs else None
 
 
-def record_writer(value: str | None, rebuilt: bool = False) -> str:
+def record_writer(value: str | None, rebuilt: bool = False, unrecorded: bool = False) -> str:
     """The meta row's value once this release writes the index: it is the last writer, the newest
     unless a newer one wrote it before (or ``rebuilt``: the notes read anew by this one), and its
     build is kept in the order builds first wrote it. ``before``: the last writer when this build
     is a downgrade from it (``downgraded_from``), kept for this process's life (its stores are
-    opened anew by a switch to writable) and dropped by a rebuild and at this build's next start."""
+    opened anew by a switch to writable) and dropped by a rebuild and at this build's next start.
+    ``unrecorded``: the index holds notes and no record (``value`` None): a release before
+    FIRST_RECORDING wrote it; kept (``"unrecorded"``) until a rebuild reads every note anew."""
     me = this_release()
     writers = read_writers(value)
     newest = writers.get("newest")
@@ -178,6 +184,8 @@ def record_writer(value: str | None, rebuilt: bool = False) -> str:
             _drop(dropped, old)
         seen = seen[-_BUILDS_KEPT:]
     record: dict[str, Any] = {"last": {**me, "run": _RUN}, "newest": newest, "builds": seen}
+    if not rebuilt and ((unrecorded and value is None) or written_unrecorded(value)):
+        record["unrecorded"] = True
     if any(dropped):
         record["dropped"] = base64.b64encode(bytes(dropped)).decode()
     last, before = writers.get("last"), writers.get("before")
@@ -187,6 +195,12 @@ def record_writer(value: str | None, rebuilt: bool = False) -> str:
     elif not rebuilt and before is not None and last == me and _last_run(value) == _RUN:
         record["before"] = before
     return json.dumps(record, sort_keys=True)
+
+
+def written_unrecorded(value: str | None) -> bool:
+    """Whether a release before FIRST_RECORDING (which records no writer) wrote the index too: a
+    downgrade to one is said by nothing, then or later."""
+    return _record(value).get("unrecorded") is True
 
 
 def _last_run(value: str | None) -> str | None:
