@@ -801,6 +801,30 @@ def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     service.wait_for(lambda h: h["pid"] == service.pid and h["index"]["state"] == "ready", 60)
 
 
+def test_a_launchd_agent_waits_for_a_foreground_serve_as_under_systemd(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """launchd sets no notify socket, only XPC_SERVICE_NAME (the agent's label): its daemon exited
+    4 while a person's `sidecar serve` held the home, started again every 30 s with a line each
+    time. It waits as systemd's does (log daemon_running_wait), serves once that one stopped, and
+    tells it runs as a service (health ``service``)."""
+    plist = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
+    launchd = {"XPC_SERVICE_NAME": plist["Label"]}
+    person: DaemonProcess = daemon_factory(vault, keyword_only=True, env={"XPC_SERVICE_NAME": ""}).start()
+    assert person.health()["service"] is False
+    agent: DaemonProcess = daemon_factory(vault, keyword_only=True, env=launchd)
+    agent.start(wait=None)
+    deadline = time.monotonic() + 60
+    while "daemon_running_wait" not in agent.log.read_text() and time.monotonic() < deadline:
+        assert agent.proc is not None and agent.proc.poll() is None, agent.log.read_text()  # not exited 4
+        time.sleep(0.1)
+    assert f"another sidecar daemon is already serving {person.socket}" in agent.log.read_text()
+    assert agent.proc is not None and agent.proc.poll() is None
+    assert person.stop() == 0
+    health = agent.wait_for(lambda h: h["pid"] == agent.pid and h["index"]["state"] == "ready", 60)
+    assert health["service"] is True
+
+
 @pytest.mark.model
 def test_sd_notify_ready_status_watchdog_stopping(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """With NOTIFY_SOCKET set the daemon sends READY=1, STATUS= lines, WATCHDOG=1 and STOPPING=1."""

@@ -464,8 +464,9 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
         # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes;
-        # another daemon or a `sidecar index` run holding the home: exit 4 until it is gone).
+        # is booted out, as exit code 5 is (a full disk freed: it passes). Another daemon or a
+        # `sidecar index` run holding the home, and a home not mounted yet, are waited for in the
+        # daemon (it knows launchd by XPC_SERVICE_NAME), as under systemd.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which

@@ -70,7 +70,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.notify import Notifier
+from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
@@ -188,6 +188,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._defer_hangups()
         make_private(self.cfg)
         send = self.notifier.send if self.notifier.enabled else None
+        if send is None and under_service_manager(None):
+            # A launchd agent has no notify socket: it waits as under systemd, said in its log
+            # only (exiting 4, it was started again every 30 s, a line each time, for days).
+            send = _unheard
         said = False
         waited_from = self._clock()
         while True:
@@ -721,6 +725,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+def _unheard(*_lines: str) -> None:
+    """The notices of a service manager that takes none (launchd)."""
 
 
 def exit_now(code: int) -> None:

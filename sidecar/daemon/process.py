@@ -178,7 +178,8 @@ def lock_waiting_for_index_run(
     check: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> IndexLock:
-    """``lock_and_tighten``; under systemd (``send``: its notifier) whoever holds the index or
+    """``lock_and_tighten``; under a service manager (``send``: systemd's notifier, launchd's
+    that takes nothing) whoever holds the index or
     the socket is waited for, a `sidecar index` run or another daemon (a person's `sidecar serve`
     in a terminal), trying every LOCK_POLL_S, bounded by nothing but a stop signal (SIGTERM ends
     the process: nothing is held or changed yet). Exit 4 is not restarted there: refused, the
