@@ -217,6 +217,36 @@ def test_a_section_and_a_key_in_both_copies_are_one_warning(tmp_path: Path) -> N
     assert "where 'path' (lines 2, 4 and 6) given more than once" in cfg.warnings[0], cfg.warnings
 
 
+def test_keys_the_example_wrote_at_their_default_read_as_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`config example --write` writes every key: `config check` then said every one came from
+    the file, and which ones a person set could not be told. A key the file gives at its default
+    reads as the default, also written in the file; one changed, or a model's own, as before."""
+    from sidecar.clients.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    written = tmp_path / "conf" / "config.yaml"
+    assert main(["config", "example", "--write", str(written)]) == 0
+    written.write_text(written.read_text().replace("batchFiles: 128", "batchFiles: 64"))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(written)]) == 0
+    out = capsys.readouterr().out
+    assert f"index.rescanMinutes = 10.0  (default; also written in {written})" in out, out
+    assert f"home = {tmp_path / 'home' / '.sidecar'}  (default; also written in {written})" in out, out
+    assert f"index.batchFiles = 64  (file {written})" in out, out
+    assert "recall.minSimilarity = 0.35  (model multilingual-e5-small)" in out, out
+    assert main(["config", "check", "--json", "--config", str(written)]) == 0
+    values = json.loads(capsys.readouterr().out)["values"]
+    assert values["index.rescanMinutes"] == {"value": 10.0, "from": "default", "inFile": True}
+    assert values["index.batchFiles"] == {"value": 64, "from": f"file {written}"}
+    cfg = load_config(config_file=str(written), env={}, flags={"index.rescanMinutes": "10"})
+    assert "index.rescanMinutes" not in cfg.file_defaults  # a flag's value is the flag's
+    assert cfg.origins["index.rescanMinutes"] == "flag"
+
+
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:
     """An unknown key beside renamed ones showed only the error; the renames came to light once
     it was mended, a round of editing later. The error carries them."""

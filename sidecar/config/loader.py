@@ -345,6 +345,7 @@ class _Layers:
         # hook runs on every prompt leave them to `config check`, doctor, status and the log.
         self.outdated: list[str] = []
         self.setup_notes: list[str] = []  # said by config check, serve and doctor only
+        self.file_defaults: set[str] = set()  # keys the file gives at their default value
 
     def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
         try:
@@ -390,6 +391,8 @@ class _Layers:
                 self.problems.append(_unknown_key(path, dotted, raw, self.known))
             else:
                 self.put(setting, raw, str(path), f"file {source_file}", source_file.parent)
+                if _is_default(setting, raw):
+                    self.file_defaults.add(dotted)
 
     def read_env(self, env: Mapping[str, str], cwd: Path) -> None:
         by_env = {env_name(s.dotted): s for s in self.known.values()}
@@ -574,11 +577,25 @@ def load_config(
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
         setup_notes=tuple(layers.setup_notes),
+        file_defaults=frozenset(k for k in layers.file_defaults if origins[k].startswith("file ")),
         state_dir=_default_state_dir(env),
         default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
         time_zone=env.get("TZ") or None,
     )
+
+
+def _is_default(setting: Setting, raw: Any) -> bool:
+    """Whether a file's value is the key's default as the example file writes it (not a key a
+    model sets: its default is the model's, which a value written pins)."""
+    if any(setting.dotted in own for own in MODEL_DEFAULTS.values()):
+        return False
+    default = setting.default
+    shown = str(default) if isinstance(default, Path) else default  # as the example writes it
+    shown = list(shown) if isinstance(shown, tuple) else shown
+    if isinstance(raw, bool) != isinstance(shown, bool) or isinstance(raw, str) != isinstance(shown, str):
+        return False  # `true` is not 1, "10" is not 10
+    return bool(raw == shown)
 
 
 def _default_system_locale(env: Mapping[str, str]) -> str | None:
