@@ -86,7 +86,13 @@ def readme_forms() -> list[str]:
 
 def _expand(form: str) -> list[list[str]]:
     """A documented form -> concrete command lines: alternatives (``a\\|b``) each, optional
-    ``[...]`` parts included, placeholders replaced by values of the test vault."""
+    ``[...]`` parts included, an optional argument of one (``[--write [FILE]]``) given and left
+    out, placeholders replaced by values of the test vault."""
+    nested = re.search(r"\[(-[^\[\]]*?)\s*\[([^\[\]]+)\]\]", form)
+    if nested:  # it was passed as the word "[FILE]", and the form without it never ran
+        head, tail = form[: nested.start()], form[nested.end() :]
+        with_it = f"{head}{nested.group(1)} {nested.group(2)}{tail}"
+        return _expand(with_it) + _expand(f"{head}{nested.group(1)}{tail}")
     # Optional parts start with a dash ("[--agent A]"); a wiki-link ("[[Backups]]") is a value.
     form = re.sub(r"\[(-[^\]]*)\]", r"\1", form).replace("…", "DIR")
     form = form.replace("vault/<path>", "vault/Audio")
@@ -111,6 +117,7 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "SLUG": "readme-note",
         "ROOT": "vault",
         "SECONDS": "30",
+        "FOLDER": "Plugins",  # a folder of the test vault, not the word
     }
     by_option = {
         "--vault": str(d.vault),
@@ -121,15 +128,13 @@ def _concrete(words: list[str], d: DaemonProcess, history: Path, config: Path) -
         "--tokens": "800",  # a token budget: 100 at least
         "--since": "2020-01-01",  # a window holding the test vault's notes
         "--until": "today",
-        # `config example --write [FILE]`: never the default file, which every later test reads.
+        # `config example --write FILE`: never the default file, which every later test reads.
         "--write": str(config.parent / "example.yaml"),
     }
     out = []
     for i, w in enumerate(words):
         prev = words[i - 1] if i else ""
         out.append(by_option.get(prev, values.get(w, w)) if w.isupper() or prev in by_option else w)
-    if out and out[-1] == "--write":
-        out.append(by_option["--write"])
     return out
 
 
@@ -155,9 +160,14 @@ def test_every_readme_command_form_works(shared: DaemonProcess, tmp_path: Path) 
             if argv[0] in _PARSE_ONLY:
                 parser.parse_args(argv)  # SystemExit here fails the test
                 continue
-            r = _run(shared, *argv, stdin="A note from the README test.\n")
+            # `config example --write` alone writes the file `config path` names: one in tmp here.
+            named = tmp_path / "named" / "config.yaml"
+            env = {"SIDECAR_CONFIG": str(named)} if argv[-1] == "--write" else None
+            r = _run(shared, *argv, stdin="A note from the README test.\n", env=env)
             assert r.returncode == 0, f"sidecar {shlex.join(argv)} (from `sidecar {form}`): {r.stderr}"
             assert "Traceback" not in r.stderr
+            if "--write" in argv:
+                assert Path(named if argv[-1] == "--write" else argv[argv.index("--write") + 1]).is_file()
             ran += 1
     assert ran >= 30
 

@@ -192,9 +192,59 @@ def test_a_section_given_twice_is_read_as_one_key_by_key(tmp_path: Path) -> None
     appended.write_text(render_example() + "vault:\n  path: /srv/notes\n")
     cfg = load_config(config_file=str(appended), env={})
     assert (cfg.vault.path, cfg.vault.wiki_subfolder) == (Path("/srv/notes"), "wiki")
-    assert any("'path' given twice in one section" in w and "the last is used" in w for w in cfg.warnings)
+    said = [w for w in cfg.warnings if "'path'" in w]
+    assert len(said) == 1 and "'vault' given twice" in said[0] and "the last is used" in said[0], said
     empty_first = _yaml(tmp_path, "vault:\nsearch:\n  limit: 3\nvault:\n  path: /srv/notes\nvault: ~\n")
     assert load_config(config_file=str(empty_first), env={}).vault.path == Path("/srv/notes")
+
+
+def test_a_section_and_a_key_in_both_copies_are_one_warning(tmp_path: Path) -> None:
+    """`vault:` twice, `path` in both copies: two warnings (the section, then the key as if given
+    twice in one section) said one mistake twice; one line names both, the last value used."""
+    twice = _yaml(
+        tmp_path, "vault:\n  path: /srv/a\nsearch:\n  limit: 3\nvault:\n  path: /srv/b\n  wikiSubfolder: w\n"
+    )
+    cfg = load_config(config_file=str(twice), env={})
+    assert (cfg.vault.path, cfg.vault.wiki_subfolder) == (Path("/srv/b"), "w")
+    assert cfg.warnings == (
+        f"{twice}: 'vault' given twice (lines 1 and 5): read as one section, where 'path' (lines 2 "
+        "and 6) given more than once: the last is used; write its keys under one",
+    ), cfg.warnings
+    thrice = _yaml(tmp_path, "vault:\n  path: /a\nvault:\n  path: /b\nvault:\n  path: /c\n")
+    cfg = load_config(config_file=str(thrice), env={})
+    assert cfg.vault.path == Path("/c") and len(cfg.warnings) == 1, cfg.warnings
+    assert "'vault' given 3 times (lines 1, 3 and 5)" in cfg.warnings[0], cfg.warnings
+    assert "where 'path' (lines 2, 4 and 6) given more than once" in cfg.warnings[0], cfg.warnings
+
+
+def test_keys_the_example_wrote_at_their_default_read_as_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`config example --write` writes every key: `config check` then said every one came from
+    the file, and which ones a person set could not be told. A key the file gives at its default
+    reads as the default, also written in the file; one changed, or a model's own, as before."""
+    from sidecar.clients.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in [n for n in os.environ if n.startswith("SIDECAR_")]:
+        monkeypatch.delenv(name)
+    written = tmp_path / "conf" / "config.yaml"
+    assert main(["config", "example", "--write", str(written)]) == 0
+    written.write_text(written.read_text().replace("batchFiles: 128", "batchFiles: 64"))
+    capsys.readouterr()
+    assert main(["config", "check", "--config", str(written)]) == 0
+    out = capsys.readouterr().out
+    assert f"index.rescanMinutes = 10.0  (default; also written in {written})" in out, out
+    assert f"home = {tmp_path / 'home' / '.sidecar'}  (default; also written in {written})" in out, out
+    assert f"index.batchFiles = 64  (file {written})" in out, out
+    assert "recall.minSimilarity = 0.35  (model multilingual-e5-small)" in out, out
+    assert main(["config", "check", "--json", "--config", str(written)]) == 0
+    values = json.loads(capsys.readouterr().out)["values"]
+    assert values["index.rescanMinutes"] == {"value": 10.0, "from": "default", "inFile": True}
+    assert values["index.batchFiles"] == {"value": 64, "from": f"file {written}"}
+    cfg = load_config(config_file=str(written), env={}, flags={"index.rescanMinutes": "10"})
+    assert "index.rescanMinutes" not in cfg.file_defaults  # a flag's value is the flag's
+    assert cfg.origins["index.rescanMinutes"] == "flag"
 
 
 def test_an_error_names_the_warnings_beside_it(tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def test_the_readme_service_steps_configure_the_daemon(
     if xdg:
         env["XDG_CONFIG_HOME"] = str(config_home)
     written = config_home / "sidecar" / "config.yaml"
-    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: 0.6\n"
+    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: 0.7\n"
     if written_before:
         written.parent.mkdir(parents=True)
         written.write_text(mine)
@@ -134,7 +134,7 @@ def test_the_readme_service_steps_configure_the_daemon(
     assert f"path: {vault}" in written.read_text()
     if written_before:
         assert written.read_text() == mine
-        assert "search.vectorWeight = 0.6  (file" in done.stdout
+        assert "search.vectorWeight = 0.7  (file" in done.stdout
     assert f"configuration OK ({written})" in done.stdout
     assert f"vault.path = {vault}  (file {written})" in done.stdout
     unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()

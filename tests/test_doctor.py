@@ -596,6 +596,48 @@ def test_the_index_records_which_release_wrote_it_and_a_downgrade_is_said(
     assert not check_index(cfg).warning
 
 
+def test_an_index_a_release_before_the_record_wrote_is_said_so(make_cfg: Any, vault: Path) -> None:
+    """An index with notes and no record of its writers (0.2 wrote it: it records none) was
+    recorded as this release's alone, and a downgrade to 0.2 meanwhile was said by nothing: the
+    first write records that an unrecorded release wrote it too, doctor says so at every look, and
+    a rebuild (every note read anew) drops it. A new index has none."""
+    from sidecar.clients.doctor import check_index
+    from sidecar.runtime.release import WRITERS_META
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        h.stores.manifest.delete_meta([WRITERS_META])  # as 0.2 left it
+    finally:
+        h.close()
+    assert "before 0.3" not in check_index(cfg).verdict
+    for _ in range(2):  # the first write records it, later ones keep it
+        h = Harness(cfg, FakeEmbedder())
+        h.close()
+        check = check_index(cfg)
+        assert check.ok and not check.warning, check
+        assert "written by a release before 0.3 too, which records no writer" in check.verdict, check
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.indexer.clear()
+    finally:
+        h.close()
+    assert "before 0.3" not in check_index(cfg).verdict
+
+
+def test_a_new_index_is_not_said_to_be_written_before_the_record(make_cfg: Any, vault: Path) -> None:
+    """A new index (no notes yet at the first write) is this release's alone."""
+    from sidecar.clients.doctor import check_index
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    Harness(cfg, FakeEmbedder()).close()
+    Harness(cfg, FakeEmbedder()).close()
+    assert "before 0.3" not in check_index(cfg).verdict
+
+
 def test_one_version_in_one_place() -> None:
     """The release is written once (sidecar/__init__.py; pyproject.toml reads it): no other file
     of the package or its tests spells it, so a bump edits one line (this test named it too)."""
@@ -709,6 +751,40 @@ def test_a_build_started_after_a_later_build_of_its_release_is_said(
     assert "before" not in writers and "index_written_by" not in logged
     writers, logged = _start_of_build(cfg, monkeypatch, caplog, new, "run-5")  # and NEW again
     assert "before" not in writers and "index_written_by" not in logged
+
+
+def test_a_build_seen_long_ago_is_neither_new_nor_makes_the_latest_a_downgrade(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """70 builds of one release wrote an index in turn (a checkout over years): the first ones fell
+    out of the 64 kept and counted as never seen, so the first build run again was taken for an
+    upgrade and recorded as the latest, and the real latest run after it was called a downgrade.
+    The record stays bounded."""
+    from sidecar import __version__
+    from sidecar.runtime import release
+    from sidecar.runtime.release import downgraded_from, record_writer
+
+    def start(build: str, value: str | None) -> str:
+        monkeypatch.setattr(release, "build_id", lambda: build)
+        return record_writer(value)
+
+    builds = [f"{i:012x}" for i in range(1, 71)]
+    value: str | None = None
+    for build in builds:
+        value = start(build, value)
+    first, latest = builds[0], builds[-1]
+    assert downgraded_from(value, first) == {"version": __version__, "build": latest}
+    assert downgraded_from(value, builds[10]) == {"version": __version__, "build": latest}  # kept
+    assert downgraded_from(value, "abcabcabcabc") is None  # never seen: an upgrade
+    value = start(first, value)  # the first build writes the index again
+    assert downgraded_from(value, latest) is None, "the latest build called a downgrade"
+    assert downgraded_from(value, builds[10]) is None
+    value = start(latest, value)
+    assert downgraded_from(value, first) == {"version": __version__, "build": latest}
+    for build in (f"{i:012x}" for i in range(100, 400)):  # 300 more: the record does not grow
+        value = start(build, value)
+    assert len(value) < 3000, len(value)
+    assert downgraded_from(value, latest) == {"version": __version__, "build": f"{399:012x}"}
 
 
 def test_the_build_said_before_is_dropped_at_the_next_start_of_a_process_with_the_same_pid(

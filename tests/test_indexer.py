@@ -1403,6 +1403,41 @@ def test_a_note_at_the_row_mark_written_anew_reads_nothing_else_again_at_start(
         h.close()
 
 
+def test_a_kill_before_the_batch_ends_reads_only_the_notes_at_the_row_mark_again(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note at the row mark written anew (or deleted) and the process killed before its batch
+    ended, where the mark came down: the next start found the row at the mark gone, took it for
+    rows numbered elsewhere and read every note again. The mark comes down in the transaction that
+    writes the row, so only that note is read again."""
+    from sidecar.index.indexer import Indexer
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        write(vault / "Zlast.md", "# Last\n\nwritten last.\n")
+        h.sweep()  # a whole sweep: the marks at Zlast's row
+        for change in ("edited", "deleted"):
+            if change == "edited":
+                write(vault / "Zlast.md", "# Last\n\nedited again.\n")
+            else:
+                write(vault / "Ylast.md", "# Y\n\nwritten.\n")
+                h.sweep()  # the marks at Ylast's row
+                (vault / "Ylast.md").unlink()
+            with monkeypatch.context() as m:
+                m.setattr(Indexer, "_row_mark_kept", lambda _self: None)  # killed before the batch's end
+                h.indexer.sweep(paths=[str(vault / ("Zlast.md" if change == "edited" else "Ylast.md"))])
+            h.indexer._rows_checked = False  # the next start
+            caplog.clear()
+            with caplog.at_level("INFO"):
+                h.indexer.reread_if_written_elsewhere()
+            assert "notes_renumbered_reread" not in caplog.text, change
+            assert _marked(h)[0] == (1 if change == "edited" else 0), change
+            h.sweep()
+    finally:
+        h.close()
+
+
 def test_rows_numbered_below_the_mark_read_every_note_again_once(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -715,6 +715,65 @@ def test_a_wait_for_another_homes_daemon_on_the_socket_leaves_the_lock_alone(
     assert not any(s.startswith("pid ") for s in seen) and not refused, (seen, refused)
 
 
+def test_a_service_daemon_refuses_another_homes_daemon_on_its_socket_after_a_bound(
+    daemon_factory: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two configurations naming one socket: the service's daemon of the second home waited for
+    the first home's daemon for good (its status saying `waiting`). After a bounded wait it ends
+    with exit 4 (not restarted) naming that daemon's home and configuration file and the setting
+    to change, and doctor says the same."""
+    from sidecar.clients.doctor import check_daemon
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.process import SHARED_SOCKET_WAIT_S
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "s.sock"
+    conf_a = write(tmp_path / "a.yaml", f"socket: {sock}\n")
+    conf_b = write(tmp_path / "b.yaml", f"socket: {sock}\n")
+    first: DaemonProcess = daemon_factory(vault, name="a", keyword_only=True, extra=["--config", str(conf_a)])
+    first.cfg = load_config(config_file=str(conf_a), flags={"home": str(first.home)}, env={})
+    first.start()
+    cfg = load_config(
+        config_file=str(conf_b), flags={"home": str(tmp_path / "b"), "vault.path": str(vault)}, env={}
+    )
+    monkeypatch.setattr(signal, "signal", lambda *_a: None)  # the test process keeps its handlers
+    daemon = lifecycle.Daemon(cfg)
+    sent: list[tuple[str, ...]] = []
+
+    class Told:
+        enabled = True
+
+        def send(self, *lines: str) -> None:
+            sent.append(lines)
+
+        def close(self) -> None:
+            pass
+
+    now = [0.0]
+
+    def nap(seconds: float) -> None:
+        if now[0] > 10 * SHARED_SOCKET_WAIT_S:
+            raise AssertionError("the other home's daemon was waited for for good")
+        now[0] += seconds
+
+    daemon.notifier = Told()  # type: ignore[assignment]
+    daemon._sleep, daemon._clock = nap, lambda: now[0]
+    with pytest.raises(SharedSocketError) as refused:
+        daemon.run()
+    said = str(refused.value)
+    assert refused.value.exit_code == ExitCode.SOCKET_IN_USE == 4  # RestartPreventExitStatus
+    assert SHARED_SOCKET_WAIT_S <= now[0] <= SHARED_SOCKET_WAIT_S + 4, now
+    assert f"serves the home {first.home} (configuration {conf_a})" in said, said
+    assert f"not {cfg.home} (configuration {conf_b})" in said and "the `socket` setting" in said, said
+    assert any(line.startswith("STATUS=waiting") for lines in sent for line in lines), sent
+    assert not (cfg.home / "agents").exists()  # refused before anything was made in the home
+    _socket, other, _health = check_daemon(cfg, probe_lock=False)
+    assert not other.ok and other.verdict in said and other.todo in said, other
+    assert first.health()["index"]["state"] == "ready"  # the one serving is left alone
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:
@@ -740,6 +799,30 @@ def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     sink.close()
     assert "READY=1" in ready and "STATUS=starting" in ready, ready
     service.wait_for(lambda h: h["pid"] == service.pid and h["index"]["state"] == "ready", 60)
+
+
+def test_a_launchd_agent_waits_for_a_foreground_serve_as_under_systemd(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """launchd sets no notify socket, only XPC_SERVICE_NAME (the agent's label): its daemon exited
+    4 while a person's `sidecar serve` held the home, started again every 30 s with a line each
+    time. It waits as systemd's does (log daemon_running_wait), serves once that one stopped, and
+    tells it runs as a service (health ``service``)."""
+    plist = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
+    launchd = {"XPC_SERVICE_NAME": plist["Label"]}
+    person: DaemonProcess = daemon_factory(vault, keyword_only=True, env={"XPC_SERVICE_NAME": ""}).start()
+    assert person.health()["service"] is False
+    agent: DaemonProcess = daemon_factory(vault, keyword_only=True, env=launchd)
+    agent.start(wait=None)
+    deadline = time.monotonic() + 60
+    while "daemon_running_wait" not in agent.log.read_text() and time.monotonic() < deadline:
+        assert agent.proc is not None and agent.proc.poll() is None, agent.log.read_text()  # not exited 4
+        time.sleep(0.1)
+    assert f"another sidecar daemon is already serving {person.socket}" in agent.log.read_text()
+    assert agent.proc is not None and agent.proc.poll() is None
+    assert person.stop() == 0
+    health = agent.wait_for(lambda h: h["pid"] == agent.pid and h["index"]["state"] == "ready", 60)
+    assert health["service"] is True
 
 
 @pytest.mark.model

@@ -532,6 +532,17 @@ def cmd_reload(args: argparse.Namespace, cfg: Config) -> int:
     return int(ExitCode.OK)
 
 
+def _origin(cfg: Config, dotted: str) -> dict[str, Any]:
+    """Where a value came from; a key the file gives at its default value (`config example
+    --write` writes every key) is the default, also written in the file (``inFile``): it
+    follows the default no more, a changed default leaves the file's value in force, then said
+    as the file's."""
+    origin = cfg.origins.get(dotted, "default")
+    if dotted in cfg.file_defaults:
+        return {"from": "default", "inFile": True}
+    return {"from": origin}
+
+
 def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     from sidecar.config import settings
 
@@ -549,9 +560,7 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
                 {
                     "file": str(cfg.source_file) if cfg.source_file else None,
                     "warnings": warnings,
-                    "values": {
-                        k: {"value": v, "from": cfg.origins.get(k, "default")} for k, v in values.items()
-                    },
+                    "values": {k: {"value": v, **_origin(cfg, k)} for k, v in values.items()},
                     "socket": str(cfg.socket_path),
                 },
                 default=str,
@@ -563,7 +572,9 @@ def cmd_config(args: argparse.Namespace, cfg: Config) -> int:
     for warning in warnings:
         print(f"warning: {warning}")
     for dotted, value in values.items():
-        print(f"{dotted} = {value}  ({cfg.origins.get(dotted, 'default')})")
+        origin = _origin(cfg, dotted)
+        also = f"; also written in {cfg.source_file}" if origin.get("inFile") else ""
+        print(f"{dotted} = {value}  ({origin['from']}{also})")
     print(f"socket (effective) = {cfg.socket_path}")
     return int(ExitCode.OK)
 

@@ -37,8 +37,22 @@ from sidecar.clients.service import (
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import DEFAULT_WIKI, Config
-from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, RemoteError, SidecarError
-from sidecar.runtime.release import WRITERS_META, downgraded_from, newer_writer, said, this_release
+from sidecar.contracts.errors import (
+    DaemonNotRunningError,
+    EmbedderError,
+    RemoteError,
+    SidecarError,
+    shared_socket,
+)
+from sidecar.runtime.release import (
+    FIRST_RECORDING,
+    WRITERS_META,
+    downgraded_from,
+    newer_writer,
+    said,
+    this_release,
+    written_unrecorded,
+)
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
@@ -359,12 +373,10 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         if older and not other_vault:
             socket = Check("daemon", True, f"{runs}; {older[0]}", older[1], warning=True)
     if health is not None and health.get("home") != str(cfg.home):
-        other = Check(
-            "one daemon per home",
-            False,
-            f"the daemon on {cfg.socket_path} serves the home {health.get('home')}, not {cfg.home}",
-            "use the same --home / SIDECAR_HOME as that daemon, or give this home its own --socket",
-        )
+        # In the words a daemon of this home started then is refused with (exit 4).
+        file = str(cfg.source_file) if cfg.source_file else None
+        what, todo = shared_socket(str(cfg.socket_path), health, str(cfg.home), file)
+        other = Check("one daemon per home", False, what, todo)
     elif holder is not None and (health is None or holder != f"pid {health['pid']}"):
         sockets = listening_on(holder)
         where = f" and listens on {', '.join(sockets)}" if sockets else ""
@@ -500,6 +512,11 @@ def check_index(cfg: Config) -> Check:
         )
     verdict = f"manifest schema {schema}{later}, {keywords}: this version reads them"
     writers = _writers(cfg.index_dir / "manifest.sqlite")
+    if written_unrecorded(writers):
+        verdict += (
+            f"; written by a release before {FIRST_RECORDING} too, which records no writer (a "
+            "downgrade to one is not said)"
+        )
     writer = newer_writer(writers)
     other = _last_other_build(writers)
     if writer is None and other is not None:  # a later build of this release wrote it last

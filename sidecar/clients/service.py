@@ -409,9 +409,10 @@ ExecReload=/bin/kill -HUP $MAINPID
 RestartSec=10
 # Not restarted: exit codes 2 and 3 (a bad command line or configuration), 4 (another daemon
 # serves this home or socket: a daemon this unit starts waits for it, and for a `sidecar index`
-# run, instead): a restart cannot help; start it once fixed. A crash, exit code 1, exit code 5 (the home or
-# index cannot be used: a full disk, if it passes within the loop's ~4 minutes; a home not
-# mounted yet is waited for) or the watchdog restarts it.
+# run, instead; for one of another home on its socket 30 s at most, then it exits naming the
+# `socket` setting to change): a restart cannot help; start it once fixed. A crash, exit code 1,
+# exit code 5 (the home or index cannot be used: a full disk, if it passes within the loop's ~4
+# minutes; a home not mounted yet is waited for) or the watchdog restarts it.
 RestartPreventExitStatus={" ".join(str(int(c)) for c in NO_RESTART)}
 # Exit code 9: a stop that gave up on a write still running (the next start catches up).
 SuccessExitStatus={int(ExitCode.STOP_ABANDONED)}
@@ -463,8 +464,9 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
         # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out, as exit code 5 is (a share mounted late, a full disk freed: it passes;
-        # another daemon or a `sidecar index` run holding the home: exit 4 until it is gone).
+        # is booted out, as exit code 5 is (a full disk freed: it passes). Another daemon or a
+        # `sidecar index` run holding the home, and a home not mounted yet, are waited for in the
+        # daemon (it knows launchd by XPC_SERVICE_NAME), as under systemd.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},
         "ThrottleInterval": 30,
         # Above the stop's one bound (20 s, see the systemd unit's TimeoutStopSec), below which

@@ -92,7 +92,8 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
         raise ConfigError(f"{path}: the configuration file is not UTF-8") from exc
     import yaml  # only when there is a file: a thin client without one starts faster
 
-    twice: list[str] = []
+    twice: list[str | _Merged] = []
+    merged_at: dict[int, tuple[_Merged, Any]] = {}  # id of a merged section -> its record, node
 
     def section(value: Any) -> bool:  # a mapping, or nothing at all (`vault:` left empty)
         return isinstance(value, yaml.MappingNode) or (
@@ -126,14 +127,19 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
                     mark = earlier if isinstance(earlier, yaml.MappingNode) else value
                     merged = yaml.MappingNode(mark.tag, keys, mark.start_mark, mark.end_mark, mark.flow_style)
                     pairs[place] = (pairs[place][0], merged)
-                    twice.append(
-                        f"{path}: {key!r} given twice (lines {first} and {at}): read as one section; "
-                        "write its keys under one"
-                    )
+                    record = merged_at[id(earlier)][0] if id(earlier) in merged_at else None
+                    if record is None:
+                        record = _Merged(key, [first])
+                        twice.append(record)
+                    record.lines.append(at)
+                    merged_at[id(merged)] = (record, merged)  # the node kept: its id stays its own
                     continue
-                twice.append(
-                    f"{path}: {key!r} given twice in one section (lines {first} and {at}): the last is used"
-                )
+                inside = merged_at.get(id(node))
+                if inside is not None:  # a key in two copies of a section: said in the section's line
+                    inside[0].keys.setdefault(key, [first]).append(at)
+                else:
+                    lines = f"lines {first} and {at}"
+                    twice.append(f"{path}: {key!r} given twice in one section ({lines}): the last is used")
                 pairs[place] = (pairs[place][0], value)
             node = yaml.MappingNode(node.tag, pairs, node.start_mark, node.end_mark, node.flow_style)
             return super().construct_mapping(node, deep=deep)
@@ -152,8 +158,31 @@ def _read_yaml(path: Path, warnings: list[str] | None = None) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping of keys")
     if warnings is not None:
-        warnings.extend(twice)
+        warnings.extend(w if isinstance(w, str) else w.said(path) for w in twice)
     return _flatten(data, str(path))
+
+
+@dataclasses.dataclass
+class _Merged:
+    """A section given more than once in a file (read as one), and its keys given in more than one
+    copy: one warning for all of it, not one for the section and one per key."""
+
+    key: Any
+    lines: list[int]
+    keys: dict[Any, list[int]] = dataclasses.field(default_factory=dict)  # key -> its lines
+
+    def said(self, path: Path) -> str:
+        times = "twice" if len(self.lines) == 2 else f"{len(self.lines)} times"
+        text = f"{path}: {self.key!r} given {times} (lines {_and(self.lines)}): read as one section"
+        if self.keys:
+            keys = ", ".join(f"{k!r} (lines {_and(lines)})" for k, lines in self.keys.items())
+            text += f", where {keys} given more than once: the last is used"
+        return text + "; write its keys under one"
+
+
+def _and(lines: list[int]) -> str:
+    """``1, 3 and 5``."""
+    return ", ".join(str(n) for n in sorted(set(lines))[:-1]) + f" and {max(lines)}"
 
 
 # Each XDG folder sidecar uses and its default below the user's home (XDG Base Directory
@@ -316,6 +345,7 @@ class _Layers:
         # hook runs on every prompt leave them to `config check`, doctor, status and the log.
         self.outdated: list[str] = []
         self.setup_notes: list[str] = []  # said by config check, serve and doctor only
+        self.file_defaults: set[str] = set()  # keys the file gives at their default value
 
     def put(self, setting: Setting, raw: Any, where: str, origin: str, base: Path) -> None:
         try:
@@ -361,6 +391,8 @@ class _Layers:
                 self.problems.append(_unknown_key(path, dotted, raw, self.known))
             else:
                 self.put(setting, raw, str(path), f"file {source_file}", source_file.parent)
+                if _is_default(setting, raw):
+                    self.file_defaults.add(dotted)
 
     def read_env(self, env: Mapping[str, str], cwd: Path) -> None:
         by_env = {env_name(s.dotted): s for s in self.known.values()}
@@ -545,11 +577,25 @@ def load_config(
         warnings=tuple(warnings),
         outdated=tuple(layers.outdated),
         setup_notes=tuple(layers.setup_notes),
+        file_defaults=frozenset(k for k in layers.file_defaults if origins[k].startswith("file ")),
         state_dir=_default_state_dir(env),
         default_file=default_config_file(env),
         system_locale=_default_system_locale(env),
         time_zone=env.get("TZ") or None,
     )
+
+
+def _is_default(setting: Setting, raw: Any) -> bool:
+    """Whether a file's value is the key's default as the example file writes it (not a key a
+    model sets: its default is the model's, which a value written pins)."""
+    if any(setting.dotted in own for own in MODEL_DEFAULTS.values()):
+        return False
+    default = setting.default
+    shown = str(default) if isinstance(default, Path) else default  # as the example writes it
+    shown = list(shown) if isinstance(shown, tuple) else shown
+    if isinstance(raw, bool) != isinstance(shown, bool) or isinstance(raw, str) != isinstance(shown, str):
+        return False  # `true` is not 1, "10" is not 10
+    return bool(raw == shown)
 
 
 def _default_system_locale(env: Mapping[str, str]) -> str | None:

@@ -33,6 +33,9 @@ class Config:
     # Not settable: where the file came from and where each value came from.
     source_file: Path | None = field(default=None, metadata={"internal": True})
     origins: Mapping[str, str] = field(default_factory=dict, metadata={"internal": True})
+    # Keys the file gives at their default value (`config example --write` writes every one):
+    # `config check` says them as defaults, also written in the file.
+    file_defaults: frozenset[str] = field(default=frozenset(), metadata={"internal": True})
     journald: bool = field(default=False, metadata={"internal": True})  # stderr goes to journald
     notify_socket: str | None = field(default=None, metadata={"internal": True})  # systemd Type=notify
     watchdog_usec: int | None = field(default=None, metadata={"internal": True})

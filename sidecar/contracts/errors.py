@@ -350,6 +350,29 @@ class DaemonRunningError(SidecarError):
     exit_code = ExitCode.SOCKET_IN_USE
 
 
+class SharedSocketError(DaemonRunningError):
+    """The daemon answering on this socket serves another home (two configurations name one
+    socket): waiting for it helps nothing, each home needs its own socket."""
+
+
+def shared_socket(socket: str, theirs: dict[str, object], home: str, config: str | None) -> tuple[str, str]:
+    """What is wrong and what to change when the daemon on ``socket`` serves another home than
+    ``home`` (``theirs``: that daemon's health, ``home`` and ``config_file``), in the words both the
+    refused daemon and `doctor` use."""
+    their_file = theirs.get("config_file")
+    what = (
+        f"the daemon on {socket} (pid {theirs.get('pid')}) serves the home {theirs.get('home')} "
+        f"(configuration {their_file or 'none, defaults'}), not {home} (configuration "
+        f"{config or 'none, defaults'}): two homes cannot share one socket"
+    )
+    todo = (
+        "give one of them its own socket: the `socket` setting in its configuration file (or "
+        "SIDECAR_SOCKET, --socket; removed, each home gets a socket of its own), then restart it; "
+        "or use that daemon's home (`home`, SIDECAR_HOME, --home)"
+    )
+    return what, todo
+
+
 class IndexRunError(DaemonRunningError):
     """A `sidecar index` run without the daemon holds the index: it ends by itself (a daemon the
     service starts waits for it)."""

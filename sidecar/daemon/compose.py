@@ -121,7 +121,9 @@ def _record_writer(manifest: Manifest) -> None:
                 said(this_release()),
             )
     with contextlib.suppress(sqlite3.Error):  # a full disk: said at the next start that writes
-        manifest.set_meta(WRITERS_META, record_writer(previous))
+        # Notes and no record: written by a release that recorded none (kept, for doctor).
+        unrecorded = previous is None and manifest.has_notes("")
+        manifest.set_meta(WRITERS_META, record_writer(previous, unrecorded=unrecorded))
 
 
 def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None = None) -> Parts:

@@ -192,6 +192,9 @@ class HealthOp:
             "foreground": FOREGROUND.describe(),
             "socket": str(self.cfg.socket_path),
             "home": str(self.cfg.home),
+            # The configuration file it read (None: none, defaults): named to a daemon of another
+            # home refused on this socket, and by doctor.
+            "config_file": str(self.cfg.source_file) if self.cfg.source_file else None,
             "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
             # The daily-note formats in force and the settings file each came from: what dates a
             # note by its name (an unreadable file is a problem of obsidian_settings); those of a

@@ -32,8 +32,10 @@ from sidecar.contracts.errors import (
     DiskFullError,
     ExitCode,
     PermissionDeniedError,
+    SharedSocketError,
     StorageError,
     StoreError,
+    shared_socket,
 )
 from sidecar.daemon.backfill import Backfill
 from sidecar.daemon.compose import (
@@ -61,7 +63,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, socket_holder
+from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health, socket_holder
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -69,7 +71,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.notify import Notifier
+from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
@@ -90,6 +92,9 @@ HOME_POLL_S = 2.0
 # reaches the start limit). One round: `systemctl start` (a notify unit's start waits for READY)
 # returns after it, not hung for good on a permission mistake.
 HOME_WAIT_MOST_S = 600.0
+# How often the home of a daemon answering on the socket is asked again where the platform names
+# no pid (the holder may have changed unseen).
+HOLDER_ASK_S = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +182,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
         self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
         self._clock: Callable[[], float] = time.monotonic
+        self._asked_holder: tuple[str, float, dict[str, Any] | None] | None = None
 
     def run(self) -> None:
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
@@ -184,6 +190,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._defer_hangups()
         make_private(self.cfg)
         send = self.notifier.send if self.notifier.enabled else None
+        if send is None and under_service_manager(None):
+            # A launchd agent has no notify socket: it waits as under systemd, said in its log
+            # only (exiting 4, it was started again every 30 s, a line each time, for days).
+            send = _unheard
         said = False
         waited_from = self._clock()
         while True:
@@ -191,7 +201,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
                 # index` run or another daemon holding the index or socket is waited for (exit 4
                 # is not restarted there).
-                self._lock = lock_waiting_for_index_run(self.cfg, send, check=self._socket_free)
+                self._lock = lock_waiting_for_index_run(
+                    self.cfg, send, self._sleep, check=self._socket_free, clock=self._clock
+                )
                 self._make_agents_folder()  # the lock first: a second daemon records nothing
                 break
             except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
@@ -261,8 +273,25 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
         holder = socket_holder(path)
-        if holder is not None:  # who, for a wait's STATUS= and the person reading it
-            raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
+        if holder is None:
+            return
+        theirs = self._holder_health(holder)
+        if theirs is not None and theirs.get("home") not in (None, str(self.cfg.home)):
+            file = str(self.cfg.source_file) if self.cfg.source_file else None
+            what, todo = shared_socket(str(path), theirs, str(self.cfg.home), file)
+            raise SharedSocketError(f"{what}; {todo}")
+        # who, for a wait's STATUS= and the person reading it
+        raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
+
+    def _holder_health(self, holder: str) -> dict[str, Any] | None:
+        """The health of the daemon answering on the socket, asked once per holder (a wait for a
+        person's `sidecar serve` of this home lasts days: health every 2 s cost it work), again
+        after HOLDER_ASK_S where the platform names no pid."""
+        now = self._clock()
+        asked = self._asked_holder
+        if asked is None or asked[0] != holder or (holder == "a process" and now - asked[1] >= HOLDER_ASK_S):
+            asked = self._asked_holder = (holder, now, holder_health(self.cfg.socket_path))
+        return asked[2]
 
     def _make_agents_folder(self) -> None:
         """Make ``agents/`` unless the recorded home is not there (its share unmounted: the
@@ -699,6 +728,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+def _unheard(*_lines: str) -> None:
+    """The notices of a service manager that takes none (launchd)."""
 
 
 def exit_now(code: int) -> None:

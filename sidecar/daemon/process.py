@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonRunningError, EmbedderError, IndexRunError
+from sidecar.contracts.errors import DaemonRunningError, EmbedderError, IndexRunError, SharedSocketError
 from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.memory.retention import RETIRED_DIR
@@ -172,6 +172,9 @@ def lock_and_tighten(
 LOCK_POLL_S = 2.0
 WAIT_EXTEND_USEC = 60_000_000
 START_USEC = 90_000_000
+# How long a daemon of another home answering on the socket is waited for (one stopping as this
+# starts) before the start is refused.
+SHARED_SOCKET_WAIT_S = 30.0
 
 
 def lock_waiting_for_index_run(
@@ -179,8 +182,10 @@ def lock_waiting_for_index_run(
     send: Callable[..., None] | None,
     sleep: Callable[[float], None] = time.sleep,
     check: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> IndexLock:
-    """``lock_and_tighten``; under systemd (``send``: its notifier) whoever holds the index or
+    """``lock_and_tighten``; under a service manager (``send``: systemd's notifier, launchd's
+    that takes nothing) whoever holds the index or
     the socket is waited for, a `sidecar index` run or another daemon (a person's `sidecar serve`
     in a terminal), trying every LOCK_POLL_S, bounded by nothing but a stop signal (SIGTERM ends
     the process: nothing is held or changed yet). Exit 4 is not restarted there: refused, the
@@ -190,15 +195,27 @@ def lock_waiting_for_index_run(
     A run ends by itself, so the start waits for it (``systemctl start`` returns once it did, and
     "active" then means serving). Another daemon may serve for days: the start is reported done
     (READY=1, its STATUS= saying this one only waits, the watchdog kept), or `systemctl start`
-    and `enable --now` hung until that daemon stopped."""
+    and `enable --now` hung until that daemon stopped. A daemon of another home answering on
+    the socket (``SharedSocketError``: two configurations name one socket) is waited for
+    SHARED_SOCKET_WAIT_S at most, then refused: it would never stop for this one."""
     said: set[type] = set()
     ready = False
+    shared_since: float | None = None
     while True:
         try:
             lock = lock_and_tighten(cfg, check=check)
         except DaemonRunningError as exc:
             if send is None:
                 raise
+            if isinstance(exc, SharedSocketError):
+                # Another home's daemon on this socket: a moment is waited (it may be stopping),
+                # then the start ends (exit 4, not restarted): waited for, it hid the mistake.
+                shared_since = clock() if shared_since is None else shared_since
+                if clock() - shared_since >= SHARED_SOCKET_WAIT_S:
+                    log.error("socket_shared_with_other_home %s", exc)
+                    raise
+            else:
+                shared_since = None
             if type(exc) not in said:  # once per kind of holder: a run, then a daemon, is said twice
                 event = "index_lock_wait" if isinstance(exc, IndexRunError) else "daemon_running_wait"
                 log.warning("%s %s", event, exc)

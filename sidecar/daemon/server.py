@@ -36,7 +36,15 @@ from typing import Any
 
 from sidecar.contracts.errors import ConfigError, DaemonRunningError, SidecarError, stopping_message
 from sidecar.contracts.printable import quoted
-from sidecar.contracts.protocol import Request, error_frame, ok_frame, parse_request, request_id_of
+from sidecar.contracts.protocol import (
+    Request,
+    error_frame,
+    ok_frame,
+    parse_request,
+    parse_response,
+    request_frame,
+    request_id_of,
+)
 from sidecar.runtime.foreground import FOREGROUND, Foreground
 from sidecar.runtime.peer import peer_pid, peer_uid
 
@@ -158,6 +166,32 @@ def socket_holder(path: Path) -> str | None:
     finally:
         probe.close()
     return f"pid {pid}" if pid else "a process"
+
+
+def holder_health(path: Path, timeout: float = 3.0) -> dict[str, Any] | None:
+    """The health of the daemon of this user answering on the socket (its home and configuration
+    file tell whether it serves this home); None when nothing of this user answers a health
+    request in time (another user's process is sent nothing)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    data = b""
+    try:
+        probe.connect(str(path))
+        if peer_uid(probe) not in (None, os.getuid()):
+            return None
+        probe.sendall(request_frame(Request("health", {}, "holder")))
+        while not data.endswith(b"\n") and (chunk := probe.recv(1 << 16)):
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    try:
+        answer = parse_response(data)
+    except SidecarError:
+        return None
+    result = answer.get("result")
+    return result if answer.get("ok") and isinstance(result, dict) else None
 
 
 def bind_socket(path: Path) -> socket.socket:

@@ -66,6 +66,11 @@ class RowMarks:
         if self._rows_checked:
             return
         self._rows_checked = True
+        self._check_rows()
+        # Checked: this process's own writes move the mark with them from now on.
+        self.manifest.row_mark = lambda: (_written_until(ROW_MARK), _written_until(ROW_NOTE))
+
+    def _check_rows(self) -> None:
         row = _finite(self.manifest.get_meta(_written_until(ROW_MARK)))
         if row is None or row < 1 or self._mark_row_recorded(int(row)):
             return

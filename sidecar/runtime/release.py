@@ -9,11 +9,14 @@ index, the newest release that ever did, and the builds that wrote it in the ord
 (``WRITERS_META``): a daemon older than the newest release says so (a downgrade, or a daemon still
 running the code from before an upgrade), and so does a build of one version first seen before
 the build that wrote the index last (a downgrade between two checkouts); a build never seen is
-an upgrade, said nowhere (no clock orders builds: a clock can be set back).
+an upgrade, said nowhere (no clock orders builds: a clock can be set back). The order keeps the
+last 64 builds; the older ones are kept as a set of builds seen before all of them.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
 import json
@@ -25,16 +28,27 @@ from typing import Any
 from sidecar import __version__
 
 # The manifest's meta row: {"last": {"version", "build", "run"}, "newest": {"version", "build"},
-# "builds": [build, ...], "before": {"version", "build"}} (``record_writer``).
+# "builds": [build, ...], "dropped": base64 of the set of builds dropped from "builds",
+# "before": {"version", "build"}, "unrecorded": true} (``record_writer``).
 WRITERS_META = "written_by_release"
+
+# The first release that records its writers: an index holding notes without a record was
+# written by an earlier one (spelled short: the release itself is spelled in one place only).
+FIRST_RECORDING = "0.3"
 
 # This process's run of its build, in ``last``: ``before`` is kept by the process that wrote it
 # only. A pid is no such mark (a container's entrypoint daemon is pid 1 at every start).
 _RUN = secrets.token_hex(8)
 
 # The builds kept in the order they first wrote the index: a checkout's dozens of builds a year,
-# the oldest dropped first (one dropped is then never seen, so taken for an upgrade: said nowhere).
+# the oldest dropped first. A dropped one is remembered as seen before every build kept, in a
+# fixed-size set (a Bloom filter, ``"dropped"``): taken for never seen, one run again was called
+# an upgrade and recorded as the latest, and the real latest run after it was called a downgrade.
 _BUILDS_KEPT = 64
+# 8192 bits, 6 probes each: a build never seen is taken for one dropped about once in 1,000 with
+# 500 dropped, once in 50 with 1,000 (twenty years of a checkout's builds).
+_DROPPED_BITS = 8192
+_DROPPED_PROBES = 6
 
 
 @functools.cache
@@ -102,34 +116,78 @@ def _builds(value: str | None) -> list[str]:
     return [last["build"]] if last is not None and last["build"] else []
 
 
+def _probes(build: str) -> list[int]:
+    digest = hashlib.sha256(build.encode()).digest()
+    return [int.from_bytes(digest[2 * i : 2 * i + 2], "big") % _DROPPED_BITS for i in range(_DROPPED_PROBES)]
+
+
+def _dropped(value: str | None) -> bytearray:
+    """The set of builds dropped from the kept order (all bits clear for none, or another form)."""
+    raw = _record(value).get("dropped")
+    try:
+        bits = base64.b64decode(raw, validate=True) if isinstance(raw, str) else b""
+    except (binascii.Error, ValueError):
+        bits = b""
+    return bytearray(bits) if len(bits) == _DROPPED_BITS // 8 else bytearray(_DROPPED_BITS // 8)
+
+
+def _was_dropped(bits: bytearray, build: str) -> bool:
+    return all(bits[p // 8] & (1 << (p % 8)) for p in _probes(build))
+
+
+def _drop(bits: bytearray, build: str) -> None:
+    for p in _probes(build):
+        bits[p // 8] |= 1 << (p % 8)
+
+
+def _place(value: str | None, build: str) -> int | None:
+    """Where ``build`` first wrote the index among its writers: its place in the kept order, -1
+    when it was dropped from it (before every build kept), None when never seen."""
+    seen = _builds(value)
+    if build in seen:
+        return seen.index(build)
+    return -1 if _was_dropped(_dropped(value), build) else None
+
+
 def downgraded_from(value: str | None, build: str) -> dict[str, str] | None:
     """The last writer when ``build`` is a build of its version that first wrote the index before
-    it did (a downgrade between two builds of one version, e.g. a checkout a few commits back),
-    else None: a build never seen is an upgrade (a pull, an install of a newer checkout)."""
+    it did (a downgrade between two builds of one version, e.g. a checkout a few commits back, or
+    many), else None: a build never seen is an upgrade (a pull, an install of a newer checkout),
+    and of two builds dropped from the kept order neither is known to be the older."""
     last = read_writers(value).get("last")
     if last is None or last["version"] != __version__ or last["build"] in ("", build):
         return None
-    seen = _builds(value)
-    if build not in seen or last["build"] not in seen:
+    mine, theirs = _place(value, build), _place(value, last["build"])
+    if mine is None or theirs is None:
         return None
-    return last if seen.index(build) < seen.index(last["build"]) else None
+    return last if mine < theirs else None
 
 
-def record_writer(value: str | None, rebuilt: bool = False) -> str:
+def record_writer(value: str | None, rebuilt: bool = False, unrecorded: bool = False) -> str:
     """The meta row's value once this release writes the index: it is the last writer, the newest
     unless a newer one wrote it before (or ``rebuilt``: the notes read anew by this one), and its
     build is kept in the order builds first wrote it. ``before``: the last writer when this build
     is a downgrade from it (``downgraded_from``), kept for this process's life (its stores are
-    opened anew by a switch to writable) and dropped by a rebuild and at this build's next start."""
+    opened anew by a switch to writable) and dropped by a rebuild and at this build's next start.
+    ``unrecorded``: the index holds notes and no record (``value`` None): a release before
+    FIRST_RECORDING wrote it; kept (``"unrecorded"``) until a rebuild reads every note anew."""
     me = this_release()
     writers = read_writers(value)
     newest = writers.get("newest")
     if rebuilt or newest is None or not is_newer(newest["version"], me["version"]):
         newest = me
-    seen = _builds(value)
-    if me["build"] not in seen:
-        seen = [*seen, me["build"]][-_BUILDS_KEPT:]
+    seen, dropped = _builds(value), _dropped(value)
+    # A build dropped from the order stays before every build kept (appended, it became the latest).
+    if me["build"] not in seen and not _was_dropped(dropped, me["build"]):
+        seen = [*seen, me["build"]]
+        for old in seen[:-_BUILDS_KEPT]:
+            _drop(dropped, old)
+        seen = seen[-_BUILDS_KEPT:]
     record: dict[str, Any] = {"last": {**me, "run": _RUN}, "newest": newest, "builds": seen}
+    if not rebuilt and ((unrecorded and value is None) or written_unrecorded(value)):
+        record["unrecorded"] = True
+    if any(dropped):
+        record["dropped"] = base64.b64encode(bytes(dropped)).decode()
     last, before = writers.get("last"), writers.get("before")
     earlier = None if rebuilt else downgraded_from(value, me["build"])
     if earlier is not None:
@@ -137,6 +195,12 @@ def record_writer(value: str | None, rebuilt: bool = False) -> str:
     elif not rebuilt and before is not None and last == me and _last_run(value) == _RUN:
         record["before"] = before
     return json.dumps(record, sort_keys=True)
+
+
+def written_unrecorded(value: str | None) -> bool:
+    """Whether a release before FIRST_RECORDING (which records no writer) wrote the index too: a
+    downgrade to one is said by nothing, then or later."""
+    return _record(value).get("unrecorded") is True
 
 
 def _last_run(value: str | None) -> str | None:

@@ -19,7 +19,7 @@ import threading
 import time
 import unicodedata
 import urllib.parse
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,6 +258,11 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         self._readers: list[sqlite3.Connection] = []
         self._write_back_waits = False  # ``written_back`` said it waits for room (said once)
         self._counted = False  # in ``_open_writers``
+        # The meta names of the indexer's row mark and the note row there, once it checked them:
+        # a note's row written anew or deleted at the mark moves the mark down in the same
+        # transaction (moved at the batch's end, a kill before it left the mark on a missing row,
+        # taken at the next start for rows numbered elsewhere: every note read again).
+        self.row_mark: Callable[[], tuple[str, str]] | None = None
         _refuse_newer(path)  # before anything writes to it (journal_mode=WAL rewrites the header)
         if read_only:
             self._open_read_only()
@@ -768,6 +773,30 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         title, tags, front_matter, error = rows[0]
         return HeldNote(title, tags, front_matter, error, chunks)
 
+    def _mark_leaving(self, key: str, db: sqlite3.Connection) -> int | None:
+        """The row mark when ``key``'s row is the one at it (about to be written anew or deleted)."""
+        if self.row_mark is None:
+            return None
+        got = db.execute("SELECT value FROM meta WHERE name = ?", (self.row_mark()[0],)).fetchone()
+        try:
+            mark = int(float(got[0])) if got and got[0] else 0
+        except (ValueError, OverflowError):  # another form: the indexer's check says so
+            return None
+        row = db.execute("SELECT rowid FROM files WHERE key = ?", (key,)).fetchone() if mark >= 1 else None
+        return mark if row is not None and row[0] == mark else None
+
+    def _mark_down(self, mark: int | None, db: sqlite3.Connection) -> None:
+        """The row mark moved to the latest row below ``mark`` (its row just left), with its note."""
+        if mark is None or self.row_mark is None:
+            return
+        below = db.execute("SELECT coalesce(max(rowid), 0) FROM files WHERE rowid <= ?", (mark,))
+        row = int(below.fetchone()[0])
+        note = db.execute("SELECT key, indexed_at FROM files WHERE rowid = ?", (row,)).fetchone()
+        names = self.row_mark()
+        self.set_meta_in(
+            db, {names[0]: repr(row), names[1]: json.dumps([str(note[0]), float(note[1])]) if note else ""}
+        )
+
     def commit_file(self, record: FileRecord, chunks: Sequence[ChunkRecord], db: sqlite3.Connection) -> None:
         """Replace a file's row and chunks inside an open transaction; unchanged chunk ids keep
         vectors, and rows that stay as they are are not written again (a line appended to a long
@@ -809,6 +838,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 for c in changed
             ],
         )
+        leaving = self._mark_leaving(record.key, db)
         db.execute(
             "INSERT OR REPLACE INTO files(key, source, agent, rel, mtime_ns, size, hash, state, title, tags, "
             "front_matter, chunks, error, indexed_at, ctime_ns, dev, ino, btime_ns) "
@@ -834,6 +864,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 record.btime_ns,
             ),
         )
+        self._mark_down(leaving, db)
 
     def clear(self, db: sqlite3.Connection) -> None:
         links.clear(db)
@@ -843,7 +874,9 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
     def delete_file(self, key: str, db: sqlite3.Connection) -> None:
         links.drop_links(db, [key])
         db.execute("DELETE FROM chunks WHERE key = ?", (key,))
+        leaving = self._mark_leaving(key, db)
         db.execute("DELETE FROM files WHERE key = ?", (key,))
+        self._mark_down(leaving, db)
 
     # --- chunks and vectors ----------------------------------------------------------------
 
