@@ -21,6 +21,7 @@ from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
 from tests.conftest import FakeEmbedder, Harness, make_vault, write
+from tests.index_helpers import search
 
 
 def _counts(h: Harness) -> tuple[int, int, int]:
@@ -2365,6 +2366,44 @@ def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
         h.close()
 
 
+@pytest.mark.parametrize("event", ["delete", "add", "change", "rename"])
+def test_a_file_event_in_an_inbox_made_a_link_drops_its_notes_at_once(
+    make_cfg: Any, vault: Path, tmp_path: Path, event: str
+) -> None:
+    """An inbox with notes indexed made a symbolic link, then a note behind the link deleted,
+    added, changed or renamed: its file event drops every note of the inbox at once and says the
+    problem, as the full sweep does (was: the deleted note alone left, the others stayed
+    searchable until the full sweep, and an added one was read through the link)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        outside = tmp_path / "outside"
+        inbox.rename(outside)
+        inbox.symlink_to(outside)
+        if event == "delete":
+            (outside / "plan.md").unlink()
+            paths = [inbox / "plan.md"]
+        elif event == "add":
+            write(outside / "new.md", "# New\n\nwritten behind the link\n")
+            paths = [inbox / "new.md"]
+        elif event == "change":
+            write(outside / "plan.md", "# Plan\n\nRotate the tapes.\n")
+            paths = [inbox / "plan.md"]
+        else:
+            (outside / "plan.md").rename(outside / "rota.md")
+            paths = [inbox / "plan.md", inbox / "rota.md"]
+        h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], h.problems.active()
+        assert not [x for x in search(h, "spare key neighbour") if x["reference"].startswith("memory/")]
+    finally:
+        h.close()
+
+
 def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
     """The problem of a refused inbox whose notes left the index goes once the inbox is removed
     (the agent retired): nothing of it is left to read."""
@@ -3117,9 +3156,10 @@ def test_a_too_long_folder_in_an_excluded_folder_is_no_problem(make_cfg: Any, va
 
 
 def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any, vault: Path) -> None:
-    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki is
-    refused ("cannot be resolved"), as a sweep refuses it. Its real path was asked before the
-    refusal was looked at: Path.resolve raised RuntimeError on the loop and the sweep crashed."""
+    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki's whole
+    sweep runs at once and finds what a full sweep finds (offline, the loop named, its notes
+    kept). Its real path was asked before the refusal was looked at: Path.resolve raised
+    RuntimeError on the loop and the sweep crashed."""
     import shutil
 
     cfg = make_cfg(vault)
@@ -3132,7 +3172,8 @@ def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any
         shutil.rmtree(wiki)
         wiki.symlink_to(wiki)
         h.indexer.sweep(only=frozenset(), paths=[str(wiki / "W.md")])
-        assert h.indexer.activity.scan_skipped == {"folder cannot be resolved (broken symlink or loop)": 1}
+        st = h.supervisor.roots["wiki"]
+        assert st.offline and "Too many levels of symbolic links" in (st.error or "")
         assert "wiki/W" in h.stores.manifest.file_states("wiki/")  # kept: a sweep decides
     finally:
         h.close()

@@ -671,3 +671,29 @@ def test_roots_are_polled_and_the_problem_said_while_the_watch_covers_part_of_th
         assert not loop.polled() and h.problems.active_in(LOST_AREA, subject=WATCH_LIMIT) is None
     finally:
         h.close()
+
+
+def test_a_note_deleted_in_an_agents_folder_made_a_link_drops_the_inbox_at_its_event(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The agents folder made a symbolic link (its inboxes are refused) and watched through it, a
+    memory note deleted behind the link: its real event drops every note of that inbox at once
+    (was: the deleted note alone, the others searchable until the next full sweep)."""
+    v = tmp_path / "v"
+    write(v / "Start.md", "# Start\n\nfirst note\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for slug in ("plan", "keys", "boat"):
+            write(agents / "ops" / "memory" / f"{slug}.md", f"# {slug}\n\nthe {slug} of the week\n")
+        h.sweep()
+        assert len(_keys(h, "memory/")) == 3
+        elsewhere = tmp_path / "agents-elsewhere"
+        agents.rename(elsewhere)
+        agents.symlink_to(elsewhere)
+        with watching(agents, _sweeps(h)):
+            (elsewhere / "ops" / "memory" / "plan.md").unlink()
+            _until(lambda: not _keys(h, "memory/"))
+        assert any(p["area"] == "inbox" for p in h.problems.active())
+    finally:
+        h.close()
