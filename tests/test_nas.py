@@ -3338,8 +3338,8 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
 ) -> None:
     """A vault whose listing hangs (the supervisor has not flagged it): whether an event's
     deletions may go ahead (``deletable``) and whether the wiki lies in a vault that is there
-    (``_inside_vault``) are each one probe, asked again at once as "no" while it hangs (was: a
-    new thread per call, each left hanging)."""
+    (``_inside_vault``) are one probe: the first marks the vault hanging, and both are "no" at
+    once while it hangs (was: a new thread per call, each left hanging)."""
     from sidecar.vault import supervisor as supervisor_mod
     from sidecar.vault.sources import Root
     from sidecar.vault.supervisor import Supervisor
@@ -3362,11 +3362,58 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
             assert sup.deletable(root) is False
             assert sup._inside_vault(wiki) is False
         alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
-        assert len([t for t in alive if t.is_alive()]) == 2, alive
+        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the wiki's: the vault hangs
         release.set()
         assert _wait_for(lambda: not any(t.is_alive() for t in alive))
         monkeypatch.undo()
         assert sup.deletable(root) is True and sup._inside_vault(wiki) is True  # asked afresh
+    finally:
+        release.set()
+
+
+def test_a_deletable_probe_that_hangs_marks_the_root_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look whether an event's deletions may go ahead times out on the vault's listing: the
+    vault is marked hanging as a scan's hung call marks it, so its other probes and calls are
+    not waited for (told at once) and health says it hangs; once the call answers, the share is
+    learnt slow and the vault is asked again (was: nothing marked, each other probe of the
+    vault waited its own timeout, and status said "events")."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import RootUnreachable, Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}))
+    root = Root("vault", vault, exclude="wiki")
+    release = threading.Event()
+    asked: list[Path] = []
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            asked.append(Path(path))
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    try:
+        assert sup.deletable(root) is False
+        assert sup.roots["vault"].hanging is not None
+        (said,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+        assert said["mode"] == "offline" and "still hangs" in said["error"], said
+        with pytest.raises(supervisor_mod.NoAnswer):
+            sup.ask_vault_not_there()
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.bounded(root, lambda _asking: None)
+        assert len(asked) == 1
+        release.set()
+        assert _wait_for(lambda: sup.roots["vault"].hanging is None)
+        (said,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+        assert said["mode"] == "events", said
+        monkeypatch.undo()
+        assert sup.deletable(root) is True
+        sup.bounded(root, lambda _asking: None)
+        assert sup.roots["vault"].slow  # it answered after its timeout: a slow share
     finally:
         release.set()
 

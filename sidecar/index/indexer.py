@@ -1259,8 +1259,8 @@ class Indexer:
     def _vault_away(self) -> bool:
         """The vault's folder is missing, empty, not the mount it was on, or does not answer
         within the probe timeout. One probe at a time (``Supervisor.probes``): a caller beside one
-        under way reads its answer; while one still hangs (the supervisor may not know it: it is
-        none of a scan's calls) the vault is away at once, with no other thread left behind."""
+        under way reads its answer; one that times out marks the vault hanging, and while it
+        hangs the vault is away at once, with no other thread left behind."""
         try:
             return self.supervisor.ask_vault_not_there()
         except (NoAnswer, OSError):

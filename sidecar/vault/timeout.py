@@ -58,7 +58,12 @@ def run_with_timeout(
 
 
 class NoAnswer(Exception):  # noqa: N818 - a state of the share, not a bug
-    """A file-system call did not answer within its deadline, or an earlier one still hangs."""
+    """A file-system call did not answer within its deadline, or an earlier one still hangs;
+    ``stuck``: the thread still in that call (for the caller to mark what it asked as hanging)."""
+
+    def __init__(self, message: str, stuck: threading.Thread | None = None) -> None:
+        super().__init__(message)
+        self.stuck = stuck
 
 
 K = TypeVar("K")
@@ -72,12 +77,12 @@ def bounded_call(
     stuck thread, not one per question. Raises what ``fn`` raises."""
     earlier = hanging.get(key)
     if earlier is not None and earlier.is_alive():
-        raise NoAnswer("an earlier call on it still hangs (hung share?)")
+        raise NoAnswer("an earlier call on it still hangs (hung share?)", earlier)
     hanging.pop(key, None)
     value, stuck = run_with_timeout(fn, timeout, name)
     if stuck is not None:
         hanging[key] = stuck
-        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)", stuck)
     return value  # type: ignore[return-value]  # fn's own result (None only when fn returns it)
 
 
@@ -89,6 +94,7 @@ class _Flight:
         self.deadline = deadline
         self.value: Any = None
         self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
 
 
 class SharedProbes:
@@ -114,12 +120,12 @@ class SharedProbes:
         with self._lock:
             flight = self._flights.get(key)
             if flight is not None and not flight.done.is_set() and time.monotonic() >= flight.deadline:
-                raise NoAnswer("an earlier call on it still hangs (hung share?)")
+                raise NoAnswer("an earlier call on it still hangs (hung share?)", flight.thread)
             if flight is None or flight.done.is_set():
                 flight = self._flights[key] = self._start(fn, timeout, name)
         while not flight.done.wait(max(min(1.0, flight.deadline - time.monotonic()), 0.0)):
             if time.monotonic() >= flight.deadline:
-                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)", flight.thread)
             if beat is not None:
                 beat()
         if flight.error is not None:
@@ -138,7 +144,8 @@ class SharedProbes:
             finally:
                 flight.done.set()
 
-        threading.Thread(target=target, name=f"probe-{name}", daemon=True).start()
+        flight.thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
+        flight.thread.start()
         return flight
 
 
