@@ -2940,15 +2940,15 @@ def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
         h.close()
 
 
-@pytest.mark.parametrize("where", ["folder", "spelling", "twin"])
+@pytest.mark.parametrize("where", ["folder", "spelling", "twin", "folder spelling"])
 def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """A file event's look on a share that hangs at one of its own look-ups (whether a folder on
     the event's path is a link, the listing that tells a case-only rename, whether a deleted
-    note's other spelling exists): given up on after probeTimeoutSeconds naming it, the root
-    offline. They lay outside the per-call clock: the event batch waited up to
-    scanTimeoutSeconds."""
+    note's other spelling exists, whether a folder's indexed other spelling is a folder): given
+    up on after probeTimeoutSeconds naming it, the root offline. They lay outside the per-call
+    clock: the event batch waited up to scanTimeoutSeconds (the last one for good)."""
     h = Harness(
         make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
     )
@@ -2957,8 +2957,9 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
         "folder": (vault / "Recipes", [vault / "Recipes" / "Bread.md"], "looking up Recipes"),
         "spelling": (vault, [vault / "Garden.md", vault / "garden.md"], "listing ."),
         "twin": (vault / "Garden.mD", [vault / "Garden.md"], "looking up Garden.mD"),
+        "folder spelling": (vault / "recipes", [vault / "recipes"], "looking up recipes"),
     }[where]
-    real_lstat, real_scandir = os.lstat, os.scandir
+    real_lstat, real_scandir, real_stat = os.lstat, os.scandir, os.stat
 
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if Path(path) == hung:
@@ -2970,13 +2971,21 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
             release.wait(10)
         return real_scandir(path)
 
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_stat(path, *args, **kwargs)
+
     try:
         h.indexer.sweep()
         if where == "twin":
             (vault / "Garden.md").unlink()
-        monkeypatch.setattr(
-            os, "scandir" if where == "spelling" else "lstat", scandir if where == "spelling" else lstat
+        if where == "folder spelling":  # renamed but for case: the new spelling is stat'ed (isdir)
+            (vault / "Recipes").rename(vault / "recipes")
+        name, fake = {"spelling": ("scandir", scandir), "folder spelling": ("stat", stat)}.get(
+            where, ("lstat", lstat)
         )
+        monkeypatch.setattr(os, name, fake)
         h.indexer.sweep(only=frozenset(), paths=[str(p) for p in paths])
         st = h.supervisor.roots["vault"]
         # Given up on at the look-up (the full sweep it escalates to finds the call still hanging).
