@@ -2404,6 +2404,45 @@ def test_a_file_event_in_an_inbox_made_a_link_drops_its_notes_at_once(
         h.close()
 
 
+def test_the_notes_a_refused_inbox_lost_are_still_said_after_a_restart(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An inbox refused after its notes were indexed: after a restart its problem and `sidecar
+    index`'s summary still say how many notes left the index (kept in the manifest; was: "its
+    notes are not indexed", 0, as the count lived in memory); once it is mended and read, a
+    restart says nothing of it."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        inbox.unlink()
+        (tmp_path / "outside").rename(inbox)
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.indexer.changes.refused.summary() == []
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+
+
 def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
     """The problem of a refused inbox whose notes left the index goes once the inbox is removed
     (the agent retired): nothing of it is left to read."""
@@ -2510,7 +2549,7 @@ def test_sidecar_index_without_a_daemon_names_a_refused_inbox(
             "folder": "agents/ops/memory",
             "why": "is a symbolic link or not a folder",
             "agents": ["ops"],
-            "notes": 0,
+            "notes": 1,
         }
     ]
 

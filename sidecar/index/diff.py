@@ -186,7 +186,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport):
         self._retry_all = False  # the sweep under way reads the notes waiting their turn too
         # Agents' inboxes refused now (a symlink, another user's folder) and the notes of each that
         # left the index since it was refused: said in a problem while it stays refused.
-        self.refused = RefusedInboxes(cfg.agents_dir, problems)
+        self.refused = RefusedInboxes(cfg.agents_dir, problems, self.manifest)
 
     def _load_retries(self) -> dict[_Where, int]:
         """``_retry``'s failures in a row as the last process saved them, for the notes of roots

@@ -4,16 +4,20 @@ A refused inbox is neither read nor served, so the notes of it indexed before le
 a loss of recall said plainly, one problem per refused folder. The folder is the inbox itself,
 its agent's folder (subject the agent) or the whole agents folder (one entry for every agent,
 subject empty): an agents folder behind a link made one line per agent, each naming the inbox
-as the folder to mend. Imports nothing from sidecar but the problems.
+as the folder to mend. How many notes of each left the index is kept in the manifest's meta
+table (``REFUSED_META``): a restart would find them gone and say 0. Imports nothing from sidecar
+but the problems and the printing of names.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sidecar.contracts.printable import few_names
 from sidecar.index.problems import Problems
@@ -21,6 +25,13 @@ from sidecar.index.problems import Problems
 log = logging.getLogger(__name__)
 
 _SHOWN = 3  # agents named in a line; the count says how many more
+# The meta row keeping each refused inbox's folder, cause and notes that left the index.
+REFUSED_META = "refused_inboxes"
+
+
+class _Meta(Protocol):
+    def get_meta(self, name: str) -> str | None: ...
+    def set_meta(self, name: str, value: str) -> None: ...
 
 
 @dataclass
@@ -28,7 +39,7 @@ class _Refused:
     agent: str
     folder: str  # the refused folder below the home: agents, agents/<agent> or agents/<agent>/memory
     cause: str  # "is a symbolic link or not a folder", "belongs to another user"
-    left: int = 0  # its notes that left the index since it was refused (this process)
+    left: int = 0  # its notes that left the index since it was refused (kept across restarts)
     new: int = 0  # of those, left at the sweep under way (logged once, when it ends)
 
 
@@ -38,11 +49,46 @@ def named(agents: list[str]) -> str:
 
 
 class RefusedInboxes:
-    def __init__(self, agents_dir: Path, problems: Problems) -> None:
+    def __init__(self, agents_dir: Path, problems: Problems, meta: _Meta | None = None) -> None:
         self._agents_dir = agents_dir
         self._problems = problems
+        self._meta = meta
         self._by_root: dict[str, _Refused] = {}  # "memory/<agent>" -> why it is refused
         self._said: set[str] = set()  # subjects with a problem reported
+        # As the last process kept them: a refusal found again (same folder and cause) goes on
+        # counting from there; one its first sweep finds read or gone is forgotten with it.
+        self._kept: dict[str, _Refused] = self._load()
+        self._saved = self._rows()
+
+    def _load(self) -> dict[str, _Refused]:
+        """The refusals the meta row keeps (a row of another shape is dropped)."""
+        try:
+            raw = self._meta.get_meta(REFUSED_META) if self._meta is not None else None
+            rows = json.loads(raw) if raw else []
+            return {
+                str(name): _Refused(str(agent), str(folder), str(cause), int(left))
+                for name, agent, folder, cause, left in rows
+            }
+        except (ValueError, TypeError, sqlite3.Error) as exc:
+            log.warning("refused_inboxes_not_read error=%s", exc)
+            return {}
+
+    def _rows(self) -> list[list[Any]]:
+        every = {**self._kept, **self._by_root}
+        return [[n, r.agent, r.folder, r.cause, r.left] for n, r in sorted(every.items()) if r.left]
+
+    def _save(self) -> None:
+        """The counts kept in the meta row when they changed; a failed write (a full disk, an
+        index served read-only) keeps them for the next sweep."""
+        rows = self._rows()
+        if self._meta is None or rows == self._saved:
+            return
+        try:
+            self._meta.set_meta(REFUSED_META, json.dumps(rows) if rows else "")
+        except sqlite3.Error as exc:
+            log.warning("refused_inboxes_not_saved error=%s", exc)
+            return
+        self._saved = rows
 
     def _parse(self, agent: str, why: str) -> _Refused:
         """The folder a refusal names ("inbox (agents/ops) is a symbolic link ...; refused")."""
@@ -56,11 +102,12 @@ class RefusedInboxes:
 
     def listed(self, name: str, agent: str, why: str | None, missing: int) -> None:
         """An inbox's scan: refused (``why``) with ``missing`` notes leaving the index, or read."""
+        kept = self._kept.pop(name, None)
         if why is None:
             self._by_root.pop(name, None)
             return
         now = self._parse(agent, why)
-        was = self._by_root.get(name)
+        was = self._by_root.get(name, kept)
         if was is not None and (was.folder, was.cause) == (now.folder, now.cause):
             now.left, now.new = was.left, was.new
         now.left += missing
@@ -71,6 +118,7 @@ class RefusedInboxes:
         """The refused inboxes no longer among the roots ``names`` (removed) are no longer said."""
         for name in [n for n in self._by_root if n not in names]:
             del self._by_root[name]
+        self._kept = {n: r for n, r in self._kept.items() if n in names}
 
     def tell(self) -> None:
         """Report each refused folder once (what left at this sweep logged once), clear the rest."""
@@ -91,6 +139,7 @@ class RefusedInboxes:
             for r in new:
                 r.new = 0
             self._problems.report("inbox", self._text(subject, members), subject=subject)
+        self._save()
 
     def _text(self, subject: str, members: list[_Refused]) -> str:
         first = members[0]
