@@ -2820,9 +2820,33 @@ def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
             h.sweep()
         assert h.stores.manifest.file_states("memory/") == {}
         assert not h.stores.manifest.has_aside() and not h.indexer._put_back
-        assert "rebuild_inbox_refused inbox=memory/ops" in caplog.text
+        assert caplog.text.count("rebuild_inbox_refused folder=agents/ops/memory inboxes=1 why=") == 1
         assert h.problems.active_in("rebuild") is None
         assert any("refused" in why for why in h.indexer.activity.scan_skipped)
+    finally:
+        h.close()
+
+
+def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
+    make_cfg: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agents folder made a symbolic link while a rebuild runs: the inboxes not put back are
+    logged once for the refused folder, as a sweep's inbox_refused_dropped (was: one
+    rebuild_inbox_refused line per inbox, grouped apart from the sweep's problem)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(5):
+            write(agents / f"agent{i}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        h.indexer.clear()
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index"):
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        assert caplog.text.count("rebuild_inbox_refused") == 1, caplog.text
+        assert "rebuild_inbox_refused folder=agents inboxes=5 why=" in caplog.text
     finally:
         h.close()
 

@@ -31,6 +31,7 @@ from sidecar.index.linkreread import LinkReread
 from sidecar.index.moves import ctime_is_evidence, unchanged_move
 from sidecar.index.problems import Problems
 from sidecar.index.records import Drafted, Prepared, as_held, draft, finish, unread
+from sidecar.index.refused import log_refused, rebuild_said
 from sidecar.index.repair import check_bm25, refill_new_bm25, remove_idle_inboxes
 from sidecar.index.summary import ActivitySummary
 from sidecar.index.upgrade import upgrade_bm25
@@ -495,15 +496,16 @@ class Indexer:
             if memory and not held:
                 # Not put back: a refused inbox is neither read nor served (a sweep drops its
                 # notes); put back, its notes were served and said "not read back" until the next
-                # sweep removed them. Said in the log; status names the inbox as skipped.
+                # sweep removed them. Said in the log (one line per refused folder, as a sweep's
+                # inbox_refused_dropped); status names the inbox as skipped.
                 if name not in refused:
                     refused[name] = inbox_refusal(root)
-                    if refused[name] is not None:
-                        log.warning("rebuild_inbox_refused inbox=%s why=%s", name, refused[name])
                 if refused[name] is not None:
                     continue
             if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
+        said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
+        log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
         return out
 
     def _unjudged_roots(self) -> set[str]:
@@ -1316,7 +1318,7 @@ class Indexer:
                 "a folder; `sidecar status` shows while they are not)"
             )
         if refused:
-            inboxes, told = _refused_said(self.cfg.agents_dir, refused)
+            inboxes, told = rebuild_said(self.cfg.agents_dir, refused)
             what += inboxes
             then += told
         then[0] = then[0][:1].upper() + then[0][1:]
@@ -1470,37 +1472,6 @@ class Indexer:
         if act.first_sweep_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
-
-
-def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], list[str]]:
-    """What a rebuild's refusal says of refused inboxes, and what to do: grouped by cause, at
-    most 3 agents named each ("and N more"; hundreds of agents made tens of KB of one cause
-    repeated), the agents folder named as such when it is the cause (a symbolic link itself)."""
-    groups: dict[tuple[bool, str], list[str]] = {}
-    for agent, why in sorted(refused.items()):
-        label, sep, tail = why.partition(") ")
-        part = label.removeprefix("inbox (") if sep and label.startswith("inbox (") else ""
-        cause = (tail if sep else why).removesuffix("; refused")
-        groups.setdefault((part == agents.name, cause), []).append(agent)
-    what: list[str] = []
-    then: list[str] = []
-    for (whole, cause), names in groups.items():
-        n = len(names)
-        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
-        if whole:
-            what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
-            then.append("make the agents folder a folder of your own again (no symbolic link)")
-            continue
-        named = few_names([f"memory/{a}" for a in names])
-        what_is = cause.removeprefix("is ")
-        if n == 1:
-            what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")
-        else:
-            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {what_is})")
-        then.append(
-            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
-        )
-    return what, list(dict.fromkeys(then))
 
 
 _PUT_BACK = "rebuild_put_back"  # meta: the keys ``_put_back`` holds, as JSON

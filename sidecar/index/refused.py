@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +46,65 @@ class _Refused:
 def named(agents: list[str]) -> str:
     """At most three agents, "and N more"."""
     return few_names(agents, _SHOWN)
+
+
+def parsed(agents_dir: Path, agent: str, why: str) -> _Refused:
+    """The folder a refusal names ("inbox (agents/ops) is a symbolic link ...; refused")."""
+    label, sep, tail = why.partition(") ")
+    if sep and label.startswith("inbox ("):
+        return _Refused(agent, label.removeprefix("inbox ("), tail.removesuffix("; refused"))
+    return _Refused(agent, f"{agents_dir.name}/{agent}/memory", why.removesuffix("; refused"))
+
+
+def grouped(agents_dir: Path, refusals: Iterable[_Refused]) -> dict[str, list[_Refused]]:
+    """The refusals one group per refused folder, keyed by its subject: "" for the agents folder
+    (every agent behind it), else the agent (its inbox or its agent folder)."""
+    groups: dict[str, list[_Refused]] = {}
+    for r in sorted(refusals, key=lambda r: r.agent):
+        groups.setdefault("" if r.folder == agents_dir.name else r.agent, []).append(r)
+    return groups
+
+
+def log_refused(event: str, agents_dir: Path, refused: Mapping[str, str]) -> None:
+    """One warning ``event`` per refused folder (agent -> why), as ``inbox_refused_dropped``."""
+    for members in grouped(agents_dir, [parsed(agents_dir, a, w) for a, w in refused.items()]).values():
+        log.warning(
+            "%s folder=%s inboxes=%d why=%s", event, members[0].folder, len(members), members[0].cause
+        )
+
+
+def rebuild_said(agents_dir: Path, refused: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """What a rebuild's refusal says of refused inboxes (agent -> why), and what to do: the agents
+    folder named as such when it is the refused folder; the other folders (an inbox, an agent's
+    folder) one line per cause, at most 3 named ("and N more"; hundreds of agents made tens of
+    KB of one cause repeated)."""
+    what: list[str] = []
+    then: list[str] = []
+    by_cause: dict[str, list[str]] = {}
+    for subject, members in grouped(
+        agents_dir, [parsed(agents_dir, a, w) for a, w in refused.items()]
+    ).items():
+        if subject:
+            by_cause.setdefault(members[0].cause, []).append(subject)
+            continue
+        n = len(members)
+        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
+        what.append(
+            f"the agents folder {agents_dir} {members[0].cause}: {inboxes} not read (with notes indexed)"
+        )
+        then.append("make the agents folder a folder of your own again (no symbolic link)")
+    for cause, names in by_cause.items():
+        n = len(names)
+        shown = few_names([f"memory/{a}" for a in names])
+        what_is = cause.removeprefix("is ")
+        if n == 1:
+            what.append(f"a memory inbox with notes indexed is not read ({shown}: {what_is})")
+        else:
+            what.append(f"{n} memory inboxes with notes indexed are not read ({shown}: {what_is})")
+        then.append(
+            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
+        )
+    return what, list(dict.fromkeys(then))
 
 
 class RefusedInboxes:
@@ -90,23 +149,13 @@ class RefusedInboxes:
             return
         self._saved = rows
 
-    def _parse(self, agent: str, why: str) -> _Refused:
-        """The folder a refusal names ("inbox (agents/ops) is a symbolic link ...; refused")."""
-        label, sep, tail = why.partition(") ")
-        if sep and label.startswith("inbox ("):
-            return _Refused(agent, label.removeprefix("inbox ("), tail.removesuffix("; refused"))
-        return _Refused(agent, f"{self._agents_dir.name}/{agent}/memory", why.removesuffix("; refused"))
-
-    def _subject(self, r: _Refused) -> str:
-        return "" if r.folder == self._agents_dir.name else r.agent
-
     def listed(self, name: str, agent: str, why: str | None, missing: int) -> None:
         """An inbox's scan: refused (``why``) with ``missing`` notes leaving the index, or read."""
         kept = self._kept.pop(name, None)
         if why is None:
             self._by_root.pop(name, None)
             return
-        now = self._parse(agent, why)
+        now = parsed(self._agents_dir, agent, why)
         was = self._by_root.get(name, kept)
         if was is not None and (was.folder, was.cause) == (now.folder, now.cause):
             now.left, now.new = was.left, was.new
@@ -122,9 +171,7 @@ class RefusedInboxes:
 
     def tell(self) -> None:
         """Report each refused folder once (what left at this sweep logged once), clear the rest."""
-        groups: dict[str, list[_Refused]] = {}
-        for r in sorted(self._by_root.values(), key=lambda r: r.agent):
-            groups.setdefault(self._subject(r), []).append(r)
+        groups = grouped(self._agents_dir, self._by_root.values())
         for subject in self._said - set(groups):
             self._problems.clear("inbox", subject=subject)
         self._said = set(groups)
@@ -165,9 +212,7 @@ class RefusedInboxes:
 
     def summary(self) -> list[dict[str, Any]]:
         """The refused folders now: folder, why, the agents (named) and notes that left the index."""
-        groups: dict[str, list[_Refused]] = {}
-        for r in sorted(self._by_root.values(), key=lambda r: r.agent):
-            groups.setdefault(self._subject(r), []).append(r)
+        groups = grouped(self._agents_dir, self._by_root.values())
         return [
             {
                 "folder": m[0].folder,
