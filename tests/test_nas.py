@@ -22,6 +22,7 @@ from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
 from tests.conftest import FakeEmbedder, Harness, make_vault, write
+from tests.index_helpers import search
 
 
 def _counts(h: Harness) -> tuple[int, int, int]:
@@ -2387,6 +2388,83 @@ def test_an_inbox_refused_after_its_notes_were_indexed_is_said_as_a_problem(
         h.close()
 
 
+@pytest.mark.parametrize("event", ["delete", "add", "change", "rename"])
+def test_a_file_event_in_an_inbox_made_a_link_drops_its_notes_at_once(
+    make_cfg: Any, vault: Path, tmp_path: Path, event: str
+) -> None:
+    """An inbox with notes indexed made a symbolic link, then a note behind the link deleted,
+    added, changed or renamed: its file event drops every note of the inbox at once and says the
+    problem, as the full sweep does (was: the deleted note alone left, the others stayed
+    searchable until the full sweep, and an added one was read through the link)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        outside = tmp_path / "outside"
+        inbox.rename(outside)
+        inbox.symlink_to(outside)
+        if event == "delete":
+            (outside / "plan.md").unlink()
+            paths = [inbox / "plan.md"]
+        elif event == "add":
+            write(outside / "new.md", "# New\n\nwritten behind the link\n")
+            paths = [inbox / "new.md"]
+        elif event == "change":
+            write(outside / "plan.md", "# Plan\n\nRotate the tapes.\n")
+            paths = [inbox / "plan.md"]
+        else:
+            (outside / "plan.md").rename(outside / "rota.md")
+            paths = [inbox / "plan.md", inbox / "rota.md"]
+        h.indexer.sweep(only=frozenset(), paths={str(p) for p in paths})
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], h.problems.active()
+        assert not [x for x in search(h, "spare key neighbour") if x["reference"].startswith("memory/")]
+    finally:
+        h.close()
+
+
+def test_the_notes_a_refused_inbox_lost_are_still_said_after_a_restart(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An inbox refused after its notes were indexed: after a restart its problem and `sidecar
+    index`'s summary still say how many notes left the index (kept in the manifest; was: "its
+    notes are not indexed", 0, as the count lived in memory); once it is mended and read, a
+    restart says nothing of it."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        inbox.unlink()
+        (tmp_path / "outside").rename(inbox)
+        h.sweep()
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        assert h.indexer.changes.refused.summary() == []
+        assert h.problems.active_in("inbox", subject="ops") is None
+    finally:
+        h.close()
+
+
 def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
     """The problem of a refused inbox whose notes left the index goes once the inbox is removed
     (the agent retired): nothing of it is left to read."""
@@ -2493,7 +2571,7 @@ def test_sidecar_index_without_a_daemon_names_a_refused_inbox(
             "folder": "agents/ops/memory",
             "why": "is a symbolic link or not a folder",
             "agents": ["ops"],
-            "notes": 0,
+            "notes": 1,
         }
     ]
 
@@ -2764,9 +2842,33 @@ def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
             h.sweep()
         assert h.stores.manifest.file_states("memory/") == {}
         assert not h.stores.manifest.has_aside() and not h.indexer._put_back
-        assert "rebuild_inbox_refused inbox=memory/ops" in caplog.text
+        assert caplog.text.count("rebuild_inbox_refused folder=agents/ops/memory inboxes=1 why=") == 1
         assert h.problems.active_in("rebuild") is None
         assert any("refused" in why for why in h.indexer.activity.scan_skipped)
+    finally:
+        h.close()
+
+
+def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
+    make_cfg: Any, vault: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agents folder made a symbolic link while a rebuild runs: the inboxes not put back are
+    logged once for the refused folder, as a sweep's inbox_refused_dropped (was: one
+    rebuild_inbox_refused line per inbox, grouped apart from the sweep's problem)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for i in range(5):
+            write(agents / f"agent{i}" / "memory" / "plan.md", f"# Plan {i}\n\nRotate disk {i}.\n")
+        h.sweep()
+        h.indexer.clear()
+        agents.rename(tmp_path / "agents-elsewhere")
+        agents.symlink_to(tmp_path / "agents-elsewhere")
+        with caplog.at_level(logging.WARNING, logger="sidecar.index"):
+            h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        assert caplog.text.count("rebuild_inbox_refused") == 1, caplog.text
+        assert "rebuild_inbox_refused folder=agents inboxes=5 why=" in caplog.text
     finally:
         h.close()
 
@@ -2923,15 +3025,15 @@ def test_a_resolve_that_hangs_is_given_up_on_as_a_stat(
         h.close()
 
 
-@pytest.mark.parametrize("where", ["folder", "spelling", "twin"])
+@pytest.mark.parametrize("where", ["folder", "spelling", "twin", "folder spelling"])
 def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """A file event's look on a share that hangs at one of its own look-ups (whether a folder on
     the event's path is a link, the listing that tells a case-only rename, whether a deleted
-    note's other spelling exists): given up on after probeTimeoutSeconds naming it, the root
-    offline. They lay outside the per-call clock: the event batch waited up to
-    scanTimeoutSeconds."""
+    note's other spelling exists, whether a folder's indexed other spelling is a folder): given
+    up on after probeTimeoutSeconds naming it, the root offline. They lay outside the per-call
+    clock: the event batch waited up to scanTimeoutSeconds (the last one for good)."""
     h = Harness(
         make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5, "watch.scanTimeoutSeconds": 60}), FakeEmbedder()
     )
@@ -2940,8 +3042,9 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
         "folder": (vault / "Recipes", [vault / "Recipes" / "Bread.md"], "looking up Recipes"),
         "spelling": (vault, [vault / "Garden.md", vault / "garden.md"], "listing ."),
         "twin": (vault / "Garden.mD", [vault / "Garden.md"], "looking up Garden.mD"),
+        "folder spelling": (vault / "recipes", [vault / "recipes"], "looking up recipes"),
     }[where]
-    real_lstat, real_scandir = os.lstat, os.scandir
+    real_lstat, real_scandir, real_stat = os.lstat, os.scandir, os.stat
 
     def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if Path(path) == hung:
@@ -2953,13 +3056,21 @@ def test_a_file_events_look_ups_on_a_hung_share_are_given_up_on(
             release.wait(10)
         return real_scandir(path)
 
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path) == hung:
+            release.wait(10)
+        return real_stat(path, *args, **kwargs)
+
     try:
         h.indexer.sweep()
         if where == "twin":
             (vault / "Garden.md").unlink()
-        monkeypatch.setattr(
-            os, "scandir" if where == "spelling" else "lstat", scandir if where == "spelling" else lstat
+        if where == "folder spelling":  # renamed but for case: the new spelling is stat'ed (isdir)
+            (vault / "Recipes").rename(vault / "recipes")
+        name, fake = {"spelling": ("scandir", scandir), "folder spelling": ("stat", stat)}.get(
+            where, ("lstat", lstat)
         )
+        monkeypatch.setattr(os, name, fake)
         h.indexer.sweep(only=frozenset(), paths=[str(p) for p in paths])
         st = h.supervisor.roots["vault"]
         # Given up on at the look-up (the full sweep it escalates to finds the call still hanging).
@@ -3139,9 +3250,10 @@ def test_a_too_long_folder_in_an_excluded_folder_is_no_problem(make_cfg: Any, va
 
 
 def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any, vault: Path) -> None:
-    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki is
-    refused ("cannot be resolved"), as a sweep refuses it. Its real path was asked before the
-    refusal was looked at: Path.resolve raised RuntimeError on the loop and the sweep crashed."""
+    """The wiki folder replaced by a symlink to itself, then a file event in it: the wiki's whole
+    sweep runs at once and finds what a full sweep finds (offline, the loop named, its notes
+    kept). Its real path was asked before the refusal was looked at: Path.resolve raised
+    RuntimeError on the loop and the sweep crashed."""
     import shutil
 
     cfg = make_cfg(vault)
@@ -3154,7 +3266,8 @@ def test_an_event_in_a_wiki_replaced_by_a_symlink_loop_is_no_crash(make_cfg: Any
         shutil.rmtree(wiki)
         wiki.symlink_to(wiki)
         h.indexer.sweep(only=frozenset(), paths=[str(wiki / "W.md")])
-        assert h.indexer.activity.scan_skipped == {"folder cannot be resolved (broken symlink or loop)": 1}
+        st = h.supervisor.roots["wiki"]
+        assert st.offline and "Too many levels of symbolic links" in (st.error or "")
         assert "wiki/W" in h.stores.manifest.file_states("wiki/")  # kept: a sweep decides
     finally:
         h.close()
@@ -3319,8 +3432,8 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
 ) -> None:
     """A vault whose listing hangs (the supervisor has not flagged it): whether an event's
     deletions may go ahead (``deletable``) and whether the wiki lies in a vault that is there
-    (``_inside_vault``) are each one probe, asked again at once as "no" while it hangs (was: a
-    new thread per call, each left hanging)."""
+    (``_inside_vault``) are one probe: the first marks the vault hanging, and both are "no" at
+    once while it hangs (was: a new thread per call, each left hanging)."""
     from sidecar.vault import supervisor as supervisor_mod
     from sidecar.vault.sources import Root
     from sidecar.vault.supervisor import Supervisor
@@ -3343,11 +3456,58 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
             assert sup.deletable(root) is False
             assert sup._inside_vault(wiki) is False
         alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
-        assert len([t for t in alive if t.is_alive()]) == 2, alive
+        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the wiki's: the vault hangs
         release.set()
         assert _wait_for(lambda: not any(t.is_alive() for t in alive))
         monkeypatch.undo()
         assert sup.deletable(root) is True and sup._inside_vault(wiki) is True  # asked afresh
+    finally:
+        release.set()
+
+
+def test_a_deletable_probe_that_hangs_marks_the_root_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look whether an event's deletions may go ahead times out on the vault's listing: the
+    vault is marked hanging as a scan's hung call marks it, so its other probes and calls are
+    not waited for (told at once) and health says it hangs; once the call answers, the share is
+    learnt slow and the vault is asked again (was: nothing marked, each other probe of the
+    vault waited its own timeout, and status said "events")."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import RootUnreachable, Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}))
+    root = Root("vault", vault, exclude="wiki")
+    release = threading.Event()
+    asked: list[Path] = []
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            asked.append(Path(path))
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    try:
+        assert sup.deletable(root) is False
+        assert sup.roots["vault"].hanging is not None
+        (said,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+        assert said["mode"] == "offline" and "still hangs" in said["error"], said
+        with pytest.raises(supervisor_mod.NoAnswer):
+            sup.ask_vault_not_there()
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.bounded(root, lambda _asking: None)
+        assert len(asked) == 1
+        release.set()
+        assert _wait_for(lambda: sup.roots["vault"].hanging is None)
+        (said,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "vault"]
+        assert said["mode"] == "events", said
+        monkeypatch.undo()
+        assert sup.deletable(root) is True
+        sup.bounded(root, lambda _asking: None)
+        assert sup.roots["vault"].slow  # it answered after its timeout: a slow share
     finally:
         release.set()
 

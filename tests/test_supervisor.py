@@ -488,3 +488,27 @@ def test_classify_waits_the_whole_scan_bound_on_a_slow_share_and_drops_a_hung_on
         assert not st.slow and "slow:vault" not in meta and "share_hung root=vault" in caplog.text
     finally:
         release.set()
+
+
+def test_one_stuck_thread_per_key_serves_unshared_calls_and_shared_probes() -> None:
+    """One mechanism for both kinds of call with a deadline: unshared calls under one key
+    (``bounded_call``: reads of different notes of one root) each get their own answer (a shared
+    probe's callers read one answer: test_nas), and while a call under a key hangs past its
+    deadline the next under that key is told NoAnswer at once, with the stuck thread."""
+    from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
+
+    probes = SharedProbes()
+    assert bounded_call(lambda: "a", 5, probes, "vault", "t") == "a"
+    assert bounded_call(lambda: "b", 5, probes, "vault", "t") == "b"  # its own, not a's
+    release = threading.Event()
+    with pytest.raises(NoAnswer) as hung:
+        bounded_call(lambda: release.wait(20), 0.1, probes, "vault", "t")
+    stuck = hung.value.stuck
+    assert stuck is not None and stuck.is_alive()
+    with pytest.raises(NoAnswer, match="still hangs") as again:
+        bounded_call(lambda: "c", 5, probes, "vault", "t")
+    assert again.value.stuck is stuck
+    assert bounded_call(lambda: "d", 5, probes, "wiki", "t") == "d"  # another key goes on
+    release.set()
+    stuck.join(10)
+    assert bounded_call(lambda: "e", 5, probes, "vault", "t") == "e"

@@ -692,3 +692,29 @@ def test_the_probe_of_the_folders_clock_is_no_event(tmp_path: Path) -> None:
     with batches.lock:
         assert batches.paths == {str(inbox / "sentinel.md")} and not batches.gone
     assert sorted(p.name for p in inbox.iterdir()) == ["sentinel.md"]
+
+
+def test_a_note_deleted_in_an_agents_folder_made_a_link_drops_the_inbox_at_its_event(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The agents folder made a symbolic link (its inboxes are refused) and watched through it, a
+    memory note deleted behind the link: its real event drops every note of that inbox at once
+    (was: the deleted note alone, the others searchable until the next full sweep)."""
+    v = tmp_path / "v"
+    write(v / "Start.md", "# Start\n\nfirst note\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        for slug in ("plan", "keys", "boat"):
+            write(agents / "ops" / "memory" / f"{slug}.md", f"# {slug}\n\nthe {slug} of the week\n")
+        h.sweep()
+        assert len(_keys(h, "memory/")) == 3
+        elsewhere = tmp_path / "agents-elsewhere"
+        agents.rename(elsewhere)
+        agents.symlink_to(elsewhere)
+        with watching(agents, _sweeps(h)):
+            (elsewhere / "ops" / "memory" / "plan.md").unlink()
+            _until(lambda: not _keys(h, "memory/"))
+        assert any(p["area"] == "inbox" for p in h.problems.active())
+    finally:
+        h.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,7 @@ from sidecar.notes.markdown import note_anchors
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.ignore import OWN_RULES
-from sidecar.vault.timeout import NoAnswer, bounded_call
+from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 
 # ``get`` tells whether a link's heading or block is in its note (``anchor_found``) by reading
 # the linked notes, within bounds: at most this many notes, this many bytes read and parsed in all
@@ -43,7 +42,7 @@ def look_up_anchors(
     reader: Callable[[str, str, int], tuple[Path, str]],
     excluded_by: Callable[[str], str | None],
     manifest: Manifest,
-    hanging: dict[str, threading.Thread],
+    hanging: SharedProbes,
     clock: Callable[[], float],
 ) -> None:
     """``anchor_found`` of each link to a heading or block of a note (``links``: targets by

@@ -8,7 +8,6 @@ why), ``note_ops`` (get, related, outline); here the dispatch and the admin ops 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.timeout import SharedProbes
 
 
 @dataclass
@@ -82,10 +82,10 @@ class Handlers(HealthOp, SearchOps, NoteOps):
         # The index limits' figures of health, each kept a second (a scan of the queue each).
         self.limits = limits.Limits(manifest)
         # A call on a note's file that still hangs, per root (see _on_disk).
-        self._hanging: dict[str, threading.Thread] = {}
+        self._hanging = SharedProbes()
         # The same for the reads of linked notes ``get`` makes for their anchors, kept apart: one
         # slow there (a note on a slow share) leaves the share's own reads alone.
-        self._anchors_hanging: dict[str, threading.Thread] = {}
+        self._anchors_hanging = SharedProbes()
         self.anchor_clock: Callable[[], float] = time.monotonic  # tests move it on
         self._ops: dict[str, Callable[[Request], dict[str, Any]]] = {
             "health": self.health,

@@ -8,7 +8,6 @@ because these ops read notes, not rankings; the state they work on is the handle
 from __future__ import annotations
 
 import contextlib
-import threading
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +50,7 @@ from sidecar.vault.sources import (
     read_note,
 )
 from sidecar.vault.supervisor import Supervisor
-from sidecar.vault.timeout import NoAnswer, bounded_call
+from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 
 MAX_LINE = 10_000_000  # beyond any note's line count (notes are at most index.maxFileBytes)
 # Held roots whose folder is not the share: get does not read what lies there now.
@@ -69,8 +68,8 @@ class NoteOps:
     supervisor: Supervisor
     retriever: Retriever
     slot: EmbedderSlot
-    _hanging: dict[str, threading.Thread]
-    _anchors_hanging: dict[str, threading.Thread]
+    _hanging: SharedProbes
+    _anchors_hanging: SharedProbes
     anchor_clock: Callable[[], float]
 
     if TYPE_CHECKING:  # the handlers' own (``SearchOps``)

@@ -149,7 +149,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
         self._retry_all = False  # the sweep under way reads the notes waiting their turn too
         # Agents' inboxes refused now (a symlink, another user's folder) and the notes of each that
         # left the index since it was refused: said in a problem while it stays refused.
-        self.refused = RefusedInboxes(cfg.agents_dir, problems)
+        self.refused = RefusedInboxes(cfg.agents_dir, problems, self.manifest)
 
     def skip_counts(self) -> dict[str, int]:
         """Files left out now, by reason (what `status` lists as skipped)."""

@@ -38,7 +38,7 @@ from sidecar.vault.sources import (
     link_refusal,
     name_refusal,
     real_path,
-    root_refusal,
+    refusal_of,
     scan,
     twin_reason,
     unreadable_skip,
@@ -145,8 +145,12 @@ class EventPaths:
             )
         except StopCut:  # the daemon stops: nothing applied, the next start's sweep looks
             return True
-        except RootUnreachable:
-            return False  # the full sweep marks it offline with the reason
+        except (RootUnreachable, _RootRefused):
+            # The full sweep marks it offline with the reason; a refused root (an inbox made a
+            # link or another user's, a wiki linked out) is swept whole now too, as a plain
+            # root's events are applied now: a refused inbox's notes leave the index at once, not
+            # at the next full sweep, and none is read through the link.
+            return False
         notes = [f for f in found if isinstance(f, NoteFile)]
         manifest = self.manifest
         missing: set[str] = set()
@@ -295,8 +299,8 @@ class EventPaths:
         walked: list[str] = []
         max_bytes = self.cfg.index.max_file_bytes
         refusal, base = _resolved(root, asking)
-        if refusal is not None:  # the wiki folder became a link out of the vault: a sweep decides
-            return [Skipped(root.path, refusal)], [], []
+        if refusal is not None:  # an inbox made a link, a wiki linked out: its sweep decides
+            raise _RootRefused(refusal)
         folders: dict[Path, bool] = {}  # folder -> a link (or no answer): each asked once a batch
         gone, todo = self._other_spellings(root, rels, asking)
         looked = set(todo) | set(rels)
@@ -384,6 +388,10 @@ class EventPaths:
 _KEPT_WHEN_SKIPPED = frozenset({"unreadable", "unreadable folder", TWIN_REASON, CANVAS_TWIN_REASON})
 
 
+class _RootRefused(Exception):  # noqa: N818 - a reason to sweep the root whole, not a failure
+    """A file event's root is refused as a whole (``refusal_of``)."""
+
+
 def _file(  # noqa: PLR0911 - one return per kind of file
     root: Root, path: Path, rel: str, st: os.stat_result, *, base: Path, max_bytes: int
 ) -> NoteFile | Skipped | None:
@@ -416,10 +424,10 @@ def _file(  # noqa: PLR0911 - one return per kind of file
 
 
 def _resolved(root: Root, asking: Asking) -> tuple[str | None, Path]:
-    """Why the root may not be read (``root_refusal``) and its real path: look-ups on the share,
+    """Why the root may not be read (``refusal_of``) and its real path: look-ups on the share,
     ``asking`` told of them as of a stat of the root."""
     with asked(asking, "stat", "."):
-        refusal = root_refusal(root)
+        refusal = refusal_of(root)
         return refusal, real_path(root.path) if refusal is None else root.path  # refused: not resolved
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from sidecar.config import Config
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
+from sidecar.index.refused import log_refused
 from sidecar.index.unreadable import kept_by
 from sidecar.index.writes import Writer
 from sidecar.runtime.foreground import FOREGROUND
@@ -140,15 +141,16 @@ class PutBack:
             if memory and not held:
                 # Not put back: a refused inbox is neither read nor served (a sweep drops its
                 # notes); put back, its notes were served and said "not read back" until the next
-                # sweep removed them. Said in the log; status names the inbox as skipped.
+                # sweep removed them. Said in the log (one line per refused folder, as a sweep's
+                # inbox_refused_dropped); status names the inbox as skipped.
                 if name not in refused:
                     refused[name] = inbox_refusal(root)
-                    if refused[name] is not None:
-                        log.warning("rebuild_inbox_refused inbox=%s why=%s", name, refused[name])
                 if refused[name] is not None:
                     continue
             if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
+        said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
+        log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
         return out
 
     def _unjudged_roots(self) -> set[str]:

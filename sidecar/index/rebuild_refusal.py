@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StorageError, UnreadableError
 from sidecar.contracts.printable import few_names
 from sidecar.index.diff import ChangeFinder
+from sidecar.index.refused import rebuild_said
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import (
     inbox_refusal,
@@ -37,8 +37,8 @@ class RebuildRefusal:
     def _vault_away(self) -> bool:
         """The vault's folder is missing, empty, not the mount it was on, or does not answer
         within the probe timeout. One probe at a time (``Supervisor.probes``): a caller beside one
-        under way reads its answer; while one still hangs (the supervisor may not know it: it is
-        none of a scan's calls) the vault is away at once, with no other thread left behind."""
+        under way reads its answer; one that times out marks the vault hanging, and while it
+        hangs the vault is away at once, with no other thread left behind."""
         try:
             return self.supervisor.ask_vault_not_there()
         except (NoAnswer, OSError):
@@ -94,7 +94,7 @@ class RebuildRefusal:
                 "a folder; `sidecar status` shows while they are not)"
             )
         if refused:
-            inboxes, told = _refused_said(self.cfg.agents_dir, refused)
+            inboxes, told = rebuild_said(self.cfg.agents_dir, refused)
             what += inboxes
             then += told
         then[0] = then[0][:1].upper() + then[0][1:]
@@ -175,37 +175,6 @@ class RebuildRefusal:
             elif _saved_hold(self.manifest.get_meta(f"root:{name}")) == "mass":
                 held.append((name, None))
         return held
-
-
-def _refused_said(agents: Path, refused: dict[str, str]) -> tuple[list[str], list[str]]:
-    """What a rebuild's refusal says of refused inboxes, and what to do: grouped by cause, at
-    most 3 agents named each ("and N more"; hundreds of agents made tens of KB of one cause
-    repeated), the agents folder named as such when it is the cause (a symbolic link itself)."""
-    groups: dict[tuple[bool, str], list[str]] = {}
-    for agent, why in sorted(refused.items()):
-        label, sep, tail = why.partition(") ")
-        part = label.removeprefix("inbox (") if sep and label.startswith("inbox (") else ""
-        cause = (tail if sep else why).removesuffix("; refused")
-        groups.setdefault((part == agents.name, cause), []).append(agent)
-    what: list[str] = []
-    then: list[str] = []
-    for (whole, cause), names in groups.items():
-        n = len(names)
-        inboxes = "the memory inbox of 1 agent is" if n == 1 else f"the memory inboxes of {n} agents are"
-        if whole:
-            what.append(f"the agents folder {agents} {cause}: {inboxes} not read (with notes indexed)")
-            then.append("make the agents folder a folder of your own again (no symbolic link)")
-            continue
-        named = few_names([f"memory/{a}" for a in names])
-        what_is = cause.removeprefix("is ")
-        if n == 1:
-            what.append(f"a memory inbox with notes indexed is not read ({named}: {what_is})")
-        else:
-            what.append(f"{n} memory inboxes with notes indexed are not read ({named}: {what_is})")
-        then.append(
-            f"make {'it a folder' if n == 1 else 'them folders'} of your own again (no symbolic link)"
-        )
-    return what, list(dict.fromkeys(then))
 
 
 def _saved_hold(raw: str | None) -> str | None:

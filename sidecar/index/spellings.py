@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sidecar.notes.markdown import is_attachment
 from sidecar.stores.manifest import Manifest, folded
-from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed
+from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed, asked
 
 
 class _Sibling:
@@ -47,11 +47,11 @@ class CaseSpellings:
         spelling's (the indexed one). An indexed spelling still listed is looked at: the event
         named another spelling of the same file (a tool writing through it), whose edit was lost
         until a full sweep. ``asking`` is told of each listing (a hung share is given up on)."""
-        indexed = self._indexed_spellings(root, rels)
+        indexed = self._indexed_spellings(root, rels, asking)
         gone = sorted(_case_aliases(root.path, [*rels, *indexed], asking))
         return gone, [r for r in [*rels, *indexed] if r not in gone]
 
-    def _indexed_spellings(self, root: Root, rels: Sequence[str]) -> list[str]:
+    def _indexed_spellings(self, root: Root, rels: Sequence[str], asking: Asking) -> list[str]:
         """The files of indexed notes spelled as a new note of ``rels`` but for case, which are
         not among ``rels``: the other half of a case-only rename whose events came in another
         batch ("Tar.md" then "tar.md" on a case-insensitive disk: both open, and the note was
@@ -70,12 +70,12 @@ class CaseSpellings:
         folders = sorted({rel.rsplit("/", i)[0] for rel in fresh for i in range(1, rel.count("/") + 1)})
         return out + [
             r
-            for r in self._indexed_folder_spellings(root, [*rels, *folders], listed=set(folders))
+            for r in self._indexed_folder_spellings(root, [*rels, *folders], asking, listed=set(folders))
             if r not in looked
         ]
 
     def _indexed_folder_spellings(
-        self, root: Root, rels: Sequence[str], listed: Collection[str] = ()
+        self, root: Root, rels: Sequence[str], asking: Asking, listed: Collection[str] = ()
     ) -> list[str]:
         """The folders holding indexed notes spelled as a folder of ``rels`` but for case or
         Unicode form: the other half of a folder's case-only (or form-only) rename whose events
@@ -84,7 +84,8 @@ class CaseSpellings:
         the spelling of ``rels`` that matched it, when that one is among ``listed`` (a new note's
         folder, no event's own: the pair is compared by the listing). A note's path, or an
         attachment's ("Bilder/x.png"), costs no lookup; a folder a few rows' lookup, and a stat
-        only once a spelling is found."""
+        only once a spelling is found, asked of ``asking`` as every look-up of the events' look
+        (a hung share is given up on there, not waited for by the batch)."""
         base = root.key_of("")  # a folder's key is this and its path
         fresh = [
             base + rel
@@ -95,11 +96,17 @@ class CaseSpellings:
         out: set[str] = set()
         for key, spelled in found.items():
             rel = spelled[len(base) :]
-            if rel in listed or os.path.isdir(root.path / rel):
+            if rel in listed or _is_folder(root.path / rel, rel, asking):
                 out.add(key[len(base) :])
                 if rel in listed:
                     out.add(rel)
         return sorted(out)
+
+
+def _is_folder(path: Path, rel: str, asking: Asking) -> bool:
+    """Whether ``path`` is a folder, the look-up told to ``asking`` (a stat of ``rel``)."""
+    with asked(asking, "stat", rel):
+        return os.path.isdir(path)
 
 
 def _case_aliases(top: Path, rels: Sequence[str], asking: Asking) -> set[str]:

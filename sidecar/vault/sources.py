@@ -519,8 +519,7 @@ def scan(
     asking = asking if asking is not None else Asking()  # told of each stat whoever asks
     # Resolving the root asks the share as a stat does (one look-up per folder on the way).
     with asked(asking, "stat", "."):
-        refusal = inbox_refusal(root) if root.source == "memory" else None
-        refusal = refusal or root_refusal(root)
+        refusal = refusal_of(root)
         base = real_path(root.path) if refusal is None else root.path  # refused: not resolved
     if refusal is not None:
         yield Skipped(root.path, refusal)
@@ -693,6 +692,13 @@ def root_refusal(root: Root) -> str | None:
     if linked and any(p.startswith(".") for p in real.relative_to(outer).parts):
         return f"folder is a symlink leading into a hidden folder of {root.within}"
     return None
+
+
+def refusal_of(root: Root) -> str | None:
+    """Why a root may not be read at all: an agent's inbox that is not private
+    (``inbox_refusal``), a wiki folder behind a link out of the vault (``root_refusal``). One
+    rule for a sweep's scan and a file event's look (the look read a linked inbox's notes)."""
+    return inbox_refusal(root) if root.source == "memory" else root_refusal(root)
 
 
 def inbox_refusal(root: Root) -> str | None:

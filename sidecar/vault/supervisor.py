@@ -316,10 +316,7 @@ class Supervisor:
             except OSError:
                 continue  # list_root says why
             if stuck is not None:
-                # A look-up of the root, as the probe's: learnt from as one (``_gave_up``).
-                st._stuck, st.hung_on = stuck, "looking up ."
-                st._asking, st._given_up = None, ("stat", ".", since)
-                self._gave_up(st, slow=st.slow)
+                self.hangs(root, stuck, since)
                 continue
             st.fs_type = found
             st.network = is_network(st.fs_type)
@@ -357,7 +354,7 @@ class Supervisor:
         _not_waited_for(root, self.stopping)  # a stop: no new call, and no hang said
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(_still_hangs(root, st))
+            raise RootUnreachable(_still_hangs(st))
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
@@ -378,6 +375,40 @@ class Supervisor:
         """How long one call on the root is waited for: a slow share's as long as a whole scan."""
         watch = self.cfg.watch
         return watch.scan_timeout_seconds if st.slow else watch.probe_timeout_seconds
+
+    def hangs(self, root: Root, stuck: threading.Thread, since: float) -> None:
+        """A look-up of the root's folder outside its scans (its type, whether it is there or
+        empty) given up on after its deadline: the root hangs, the one rule for every such probe.
+        No call on it is asked while that one is in (each would wait its timeout and leave a
+        thread), status says so while it does (``describe``: offline, "still hangs"), and should
+        it answer, the share is learnt slow as from a scan's call (``_gave_up``)."""
+        st = self.status(root)
+        if st.hanging is not None:
+            return  # already said, with the call that hangs
+        st._stuck, st.hung_on = stuck, "looking up ."
+        st._asking, st._given_up = None, ("stat", ".", since)
+        self._gave_up(st, slow=st.slow)
+        log.error(
+            "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
+            root.name,
+            self.cfg.watch.probe_timeout_seconds,
+        )
+
+    def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
+        """``fn``, a look-up of ``root``'s folder, with the probe timeout: one at a time per
+        question, its answer shared (``SharedProbes``); NoAnswer at once while a call on the root
+        still hangs, and one that times out marks the root hanging (``hangs``)."""
+        if (st := self.status(root)).hanging is not None:
+            raise NoAnswer(_still_hangs(st), st.hanging)
+        since = time.monotonic()
+        try:
+            return self.probes.ask(
+                (question, root.name), fn, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
+            )
+        except NoAnswer as exc:
+            if exc.stuck is not None and exc.stuck.is_alive():
+                self.hangs(root, exc.stuck, since)
+            raise
 
     def _gave_up(self, st: RootStatus, *, slow: bool) -> None:
         """A call on the root was given up on (``st._given_up``). Under probeTimeoutSeconds it
@@ -469,7 +500,7 @@ class Supervisor:
         _not_waited_for(root, self.stopping)  # a stop: not the wiki offline for the vault's cut read
         st = self.status(root)
         if st.hanging is not None:
-            raise RootUnreachable(_still_hangs(root, st))
+            raise RootUnreachable(_still_hangs(st))
         outer = self.stuck_within(root)
         if outer is not None:
             raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
@@ -761,16 +792,19 @@ class Supervisor:
         if outer is not None and (outer.hanging is not None or (outer.offline and outer.hold_kind != "mass")):
             return False
         try:
-            return self.ask_vault_not_there(self.beat) is False
+            return self.ask_vault_not_there() is False
         except (NoAnswer, OSError):
             return False
 
-    def ask_vault_not_there(self, beat: Callable[[], None] | None = None) -> bool:
+    def ask_vault_not_there(self) -> bool:
         """``vault_not_there`` asked with the probe timeout, one probe at a time (its answer
-        shared by those asking meanwhile). Raises NoAnswer."""
-        return self.probes.ask(
-            "vault-not-there", self.vault_not_there, self.cfg.watch.probe_timeout_seconds, "vault", beat
-        )
+        shared by those asking meanwhile); one that times out marks the vault hanging. Raises
+        NoAnswer."""
+        vault = self.cfg.vault.path
+        if vault is None:
+            return True
+        root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
+        return self._probe(root, "not-there", self.vault_not_there)
 
     def applies_at(self, st: RootStatus) -> float | None:
         """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
@@ -796,9 +830,7 @@ class Supervisor:
                 return ident, next(it, None) is None
 
         try:
-            ident, empty = self.probes.ask(
-                ("deletable", root.name), look, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
-            )
+            ident, empty = self._probe(root, "deletable", look)
         except (NoAnswer, OSError):
             return False
         memo = self._remembered(root)
@@ -892,10 +924,13 @@ class Supervisor:
         with self._lock:
             statuses = list(self.roots.values())
         for st in statuses:
+            # A call on the root that still hangs (a probe's too, before any sweep marked the
+            # root offline) is said as it is now: the root is not read until it answers.
+            hangs = not st.offline and st.hanging is not None
             mode = (
                 # A mass deletion held: the folder is there and followed, only deletions wait.
                 ("held" if st.hold_kind == "mass" else "offline")
-                if st.offline
+                if st.offline or hangs
                 else ("polling" if st.network or not watched(st.path) else "events")
             )
             out.append(
@@ -903,7 +938,7 @@ class Supervisor:
                     "name": st.name,
                     "path": st.path,
                     "mode": mode,
-                    "error": st.error,
+                    "error": _still_hangs(st) if hangs else st.error,
                     "fs_type": st.fs_type,
                     "next_retry_seconds": None
                     if st.next_retry is None
@@ -956,11 +991,11 @@ def _not_waited_for(root: Root, stopping: threading.Event) -> None:
         raise StopCut(f"{root.path}: not waited for, the daemon stops")
 
 
-def _still_hangs(root: Root, st: RootStatus) -> str:
+def _still_hangs(st: RootStatus) -> str:
     """Why a root is not asked again: a call on it still hangs (and what it was: reading a note,
     listing a folder)."""
     on = f" ({st.hung_on})" if st.hung_on else ""
-    return f"an earlier call on {root.path}{on} still hangs (hung share?)"
+    return f"an earlier call on {st.path}{on} still hangs (hung share?)"
 
 
 def _duration(seconds: float) -> str:

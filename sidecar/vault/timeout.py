@@ -58,27 +58,20 @@ def run_with_timeout(
 
 
 class NoAnswer(Exception):  # noqa: N818 - a state of the share, not a bug
-    """A file-system call did not answer within its deadline, or an earlier one still hangs."""
+    """A file-system call did not answer within its deadline, or an earlier one still hangs;
+    ``stuck``: the thread still in that call (for the caller to mark what it asked as hanging)."""
+
+    def __init__(self, message: str, stuck: threading.Thread | None = None) -> None:
+        super().__init__(message)
+        self.stuck = stuck
 
 
-K = TypeVar("K")
-
-
-def bounded_call(
-    fn: Callable[[], T], timeout: float, hanging: dict[K, threading.Thread], key: K, name: str
-) -> T:
+def bounded_call(fn: Callable[[], T], timeout: float, hanging: SharedProbes, key: Any, name: str) -> T:
     """``fn()`` with a deadline: NoAnswer when it hangs, and at once while an earlier call under
     the same ``key`` (kept in ``hanging``) still does, so a hung share costs one timeout and one
-    stuck thread, not one per question. Raises what ``fn`` raises."""
-    earlier = hanging.get(key)
-    if earlier is not None and earlier.is_alive():
-        raise NoAnswer("an earlier call on it still hangs (hung share?)")
-    hanging.pop(key, None)
-    value, stuck = run_with_timeout(fn, timeout, name)
-    if stuck is not None:
-        hanging[key] = stuck
-        raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
-    return value  # type: ignore[return-value]  # fn's own result (None only when fn returns it)
+    stuck thread, not one per question. Each call asks its own question (reads of different
+    notes of one root): its answer is not shared. Raises what ``fn`` raises."""
+    return hanging.ask(key, fn, timeout, name, shared=False)
 
 
 class _Flight:
@@ -89,13 +82,16 @@ class _Flight:
         self.deadline = deadline
         self.value: Any = None
         self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
 
 
 class SharedProbes:
-    """One probe at a time per key, its answer shared: a caller beside one under way waits for
-    that one and reads its answer (a second probe took as long again, and its caller could be
-    told "no answer" a hair before the first answered), and while one is past its deadline and
-    still hangs, the next is told NoAnswer at once (one stuck thread per key, not one per call).
+    """One stuck thread per key, for every call with a deadline on a share that may hang: while
+    a call under a key is past its deadline and still in, the next is told NoAnswer at once (one
+    stuck thread per key, not one per call). A ``shared`` question (is the vault there?) is also
+    asked once at a time: a caller beside one under way waits for that one and reads its answer
+    (a second probe took as long again, and its caller could be told "no answer" a hair before
+    the first answered); an unshared one (``bounded_call``: a read of one note) runs its own.
     A probe that ended is not reused: the next caller asks afresh."""
 
     def __init__(self) -> None:
@@ -109,17 +105,24 @@ class SharedProbes:
         timeout: float,
         name: str,
         beat: Callable[[], None] | None = None,
+        *,
+        shared: bool = True,
     ) -> T:
-        """``fn()``'s answer (or error), the running probe's under ``key`` if there is one."""
+        """``fn()``'s answer (or error), the running probe's under ``key`` if ``shared``."""
         with self._lock:
             flight = self._flights.get(key)
             if flight is not None and not flight.done.is_set() and time.monotonic() >= flight.deadline:
-                raise NoAnswer("an earlier call on it still hangs (hung share?)")
-            if flight is None or flight.done.is_set():
-                flight = self._flights[key] = self._start(fn, timeout, name)
+                raise NoAnswer("an earlier call on it still hangs (hung share?)", flight.thread)
+            if not shared or flight is None or flight.done.is_set():
+                flight = self._start(fn, timeout, name)
+                if shared:
+                    self._flights[key] = flight
         while not flight.done.wait(max(min(1.0, flight.deadline - time.monotonic()), 0.0)):
             if time.monotonic() >= flight.deadline:
-                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)")
+                if not shared:
+                    with self._lock:  # the stuck one is what the next call under the key meets
+                        self._flights[key] = flight
+                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)", flight.thread)
             if beat is not None:
                 beat()
         if flight.error is not None:
@@ -138,19 +141,18 @@ class SharedProbes:
             finally:
                 flight.done.set()
 
-        threading.Thread(target=target, name=f"probe-{name}", daemon=True).start()
+        flight.thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
+        flight.thread.start()
         return flight
 
 
-def bounded_stat(
-    path: Path, timeout: float, hanging: dict[Path, threading.Thread], name: str
-) -> os.stat_result:
+def bounded_stat(path: Path, timeout: float, hanging: SharedProbes, name: str) -> os.stat_result:
     """``os.stat(path)`` with a deadline (``bounded_call``). Raises OSError as os.stat does."""
     return bounded_call(lambda: os.stat(path), timeout, hanging, path, name)
 
 
 # Folders whose stat hangs, by path (a start checks the vault twice).
-_HANGING: dict[Path, threading.Thread] = {}
+_HANGING = SharedProbes()
 
 
 def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:

@@ -41,7 +41,7 @@ import watchfiles
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
 from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
-from sidecar.vault.timeout import NoAnswer, bounded_call, bounded_stat
+from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat
 
 log = logging.getLogger(__name__)
 
@@ -257,14 +257,14 @@ class Watcher:
         self.linked = False  # watching folder by folder (the tree holds a folder symlink)
         self.retry = RETRY
         self.probe_timeout = probe_timeout
-        self._stuck: dict[Path, threading.Thread] = {}  # a stat of this folder still hangs
+        self._stuck = SharedProbes()  # a stat of a watched folder that still hangs
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
         # A sweep of every root asked for once the next watch runs (what changed before it was
         # set up had no event).
         self._catch_up = False
-        self._stuck_looks: dict[str, threading.Thread] = {}  # a look at a batch's paths still hangs
+        self._stuck_looks = SharedProbes()  # a look at a batch's paths that still hangs
         # Why file events were lost (``events_lost``): the watch is built again at its next turn.
         self._lost: str | None = None
         # Why the watch covers only part of the folders (the inotify limit used up), or None; told
