@@ -848,3 +848,69 @@ def test_a_stamp_marker_that_cannot_be_written_fails_no_write(inboxes: Inboxes) 
         done = inboxes.write("claude", "status", "all quiet", None, must_exist=False)
         assert "all quiet" in done.path.read_text(encoding="utf-8")
     assert len(list((_inbox(inboxes) / ".trash").glob("status--*.md"))) == 2
+
+
+def test_a_stamp_only_copy_of_another_text_is_never_replaced(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note saved twice unchanged (its stamp-only copy holds A), then edited by a person to B
+    after a restart, then saved unchanged again: the new stamp-only copy holds B, and the one of
+    A (its only copy) stays."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "status", "TEXT A", None, must_exist=False)
+    inboxes.write("claude", "status", "TEXT A", None, must_exist=False)  # stamp-only: copy of A
+    assert any("TEXT A" in t for t in _kept_texts(inboxes))
+    inboxes = Inboxes(inboxes.cfg)  # a restart
+    p = first.path
+    p.write_text(p.read_text(encoding="utf-8").replace("TEXT A", "TEXT B"), encoding="utf-8")
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "status", "TEXT B", None, must_exist=False)
+    texts = _kept_texts(inboxes)
+    assert any("TEXT A" in t for t in texts), texts
+    assert any("TEXT B" in t for t in texts), texts
+
+
+def test_stamp_only_markers_cost_no_listing_of_trash(inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing and removing a note's stamp-only marker is this daemon's own change: the writes
+    that follow (edits and stamp-only saves in turn) do not list and stat the whole .trash."""
+    from sidecar.memory import trash as trash_mod
+
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    for i in range(5):
+        inboxes.write("claude", f"other{i}", f"x{i}", None, must_exist=False)
+        inboxes.write("claude", f"other{i}", f"y{i}", None, must_exist=False)
+    real, scans = trash_mod._scan, []
+    monkeypatch.setattr(trash_mod, "_scan", lambda fd: scans.append(1) or real(fd))
+    for i in range(6):
+        inboxes.write("claude", "status", f"text {i // 2}", None, must_exist=False)
+    assert len(scans) <= 1, len(scans)
+
+
+def test_a_fifo_at_the_stamp_markers_name_never_blocks_a_write(inboxes: Inboxes) -> None:
+    """A fifo placed at a note's stamp-only marker name: the stamp-only save goes on (the marker
+    is dropped, logged), and never waits for a reader while it holds the agent's ledger lock."""
+    import threading
+
+    inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+    trash = _inbox(inboxes) / ".trash"
+    trash.mkdir(exist_ok=True)
+    os.mkfifo(trash / ".status.stamp")
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            inboxes.write("claude", "status", "all quiet", None, must_exist=False)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=save, daemon=True)
+    t.start()
+    t.join(30)
+    hung = t.is_alive()
+    if hung:  # unblock it
+        fd = os.open(trash / ".status.stamp", os.O_RDONLY | os.O_NONBLOCK)
+        t.join(5)
+        os.close(fd)
+    assert not hung
+    assert errors == []
+    assert not (trash / ".status.stamp").exists()

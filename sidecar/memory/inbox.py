@@ -526,19 +526,26 @@ class Inboxes(Retention):
         """At most one copy per note of a file a rewrite replaced with no text to lose (only
         'updated' changed): ``kept`` takes the place of the one before it when that one is still
         as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
-        since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
+        since) and holds the same text apart from the stamp. Else an agent re-saving an unchanged note pushed older kept texts (a deleted
         note's only copy) out past the caps. Which copy that is lies in .trash itself (its
         ``.<slug>.stamp``), so it holds across restarts. Under the ledger's lock, held by the
         caller."""
         before = read_stamp(trash_fd, slug)
         state = _state(trash_fd, kept)
+        # The marker is no kept text: the figures stay valid (no listing of .trash at the next write)
         if state is None:
-            drop_stamp(trash_fd, slug)
+            ledger.aside(trash_fd, lambda: drop_stamp(trash_fd, slug))
         else:
-            write_stamp(trash_fd, slug, kept, state)
+            ledger.aside(trash_fd, lambda: write_stamp(trash_fd, slug, kept, state))
         if before is None or before[0] == kept or _state(trash_fd, before[0]) != before[1]:
             return  # none, or written into since: a kept text like any other
         name = before[0]
+        # The same text apart from the stamp, or it goes on as a kept text: the note may have been
+        # edited to another text between the two stamp-only saves (across a restart too), and
+        # that copy is then the only one of the text it holds.
+        earlier = _kept_text(trash_fd, name)
+        if earlier is None or earlier != _kept_text(trash_fd, kept):
+            return
         with contextlib.suppress(FileNotFoundError):
             ledger.change(trash_fd, name, -1, lambda: os.unlink(name, dir_fd=trash_fd))
             log.info("memory_stamp_copy_replaced removed=.trash/%s kept=.trash/%s", name, kept)
@@ -559,7 +566,8 @@ class Inboxes(Retention):
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
-            drop_stamp(trash.fd, slug)  # its stamp-only copy holds an older text: kept as any other
+            # its stamp-only copy holds an older text: kept as any other
+            ledger.aside(trash.fd, lambda: drop_stamp(trash.fd, slug))
         return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
@@ -1109,6 +1117,15 @@ def write_in(
         os.close(fd)
     os.fsync(dir_fd)
     return st
+
+
+def _kept_text(trash_fd: int, name: str) -> tuple[dict[str, Any], str] | None:
+    """A kept text apart from its ``updated`` stamp; None when it cannot be read."""
+    try:
+        data = read_fd(open_regular(name, dir_fd=trash_fd, follow=False), _MAX_EXISTING + 1)
+    except OSError:  # NotRegularError too
+        return None
+    return _unstamped(data.decode("utf-8", errors="replace"))
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:

@@ -54,11 +54,17 @@ def read_stamp(trash_fd: int, slug: str) -> tuple[str, State] | None:
 
 def write_stamp(trash_fd: int, slug: str, name: str, state: State) -> None:
     """Name ``name`` as the stamp-only copy of ``slug`` (not synced: a marker lost to a crash,
-    or not written for an error, only leaves one more kept text; the write it serves goes on)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    or not written for an error, only leaves one more kept text; the write it serves goes on).
+    Never blocks: a fifo or device at the marker's name (the caller holds the ledger's lock,
+    which the agent's other writes wait on) is refused and removed, as is any other file that
+    is not a regular one."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(f".{slug}.stamp", flags, 0o600, dir_fd=trash_fd)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(0, "not a regular file")
+            os.ftruncate(fd, 0)
             os.write(fd, json.dumps([name, *state]).encode())
         finally:
             os.close(fd)
@@ -151,6 +157,15 @@ class Trash:
         ident = _ident(trash_fd)
         if ident != self.seen:
             self._count(_scan(trash_fd), ident)
+
+    def aside(self, trash_fd: int, act: Any) -> None:
+        """Do ``act``, our own change of a file the caps do not count (a stamp-only marker), and
+        keep the figures valid if they were: else it moved the folder's times like a change
+        behind our back, and the next write listed and counted the whole folder again."""
+        valid = self.seen is not None and _ident(trash_fd) == self.seen
+        act()
+        if valid:
+            self.seen = _ident(trash_fd)
 
     def _count(self, kept: list[_Kept], ident: _Ident | None) -> None:
         self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
