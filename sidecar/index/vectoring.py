@@ -221,6 +221,13 @@ class Vectoring:
             c[1] += stored
             c[2] += seconds
 
+    def embedded_for_write(self, table: str, texts: int) -> None:
+        """Count texts the model embedded for a memory write outside this class (its duplicate
+        check, whose vectors its indexing then takes from ``expect``): they were counted as
+        reused, and a write's line said ``texts=0``."""
+        self.embedded += texts
+        self._count(WRITE_RUN, table, embedded=texts)
+
     def log_embedded(self, since: Counts, why: str, kind: str = BACKFILL_RUN) -> None:
         """One line per table (a switch fills two, each with its model) for the vectors stored
         by runs of ``kind`` since ``since`` (``counts``): how many texts the model embedded, how
