@@ -22,8 +22,11 @@ log = logging.getLogger(__name__)
 
 KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
-# A write's hard link to the note it replaces (the fallback without an exchange): made and used
-# outside the ledger's lock, so never pruned; one a killed write left is kept at the next start.
+# A write's hard link to the note it replaces (the fallback without an exchange), or a file a write
+# replaced that held no text (waiting in case a program still writes into it): made and used
+# outside the ledger's lock, under the note's, so no cap and no removal by age touch it; a start,
+# and the daily prune for a note no write is using, judge each (kept as a text, or removed when a
+# second name of the note or empty and unchanged for memory.trashDays).
 HELD = re.compile(r"^\.([a-z0-9][a-z0-9_-]*)--\d{8}T\d{12}\.[0-9a-f]{8}\.held$")
 # Which kept text of a note is the copy its last stamp-only rewrite made (one per note), and that
 # copy's state right after the move: ``[name, inode, size, mtime_ns, ctime_ns]`` as JSON. Kept in
