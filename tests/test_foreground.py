@@ -320,3 +320,24 @@ def test_a_search_reads_views_without_waiting_for_a_transaction_and_sees_each_co
     finally:
         ready.release()
         t.join(5)
+
+
+def test_a_memory_writes_own_embedding_is_counted_as_texts_embedded(mem: Any) -> None:
+    """The model runs once for a memory write (its duplicate check, whose vector the indexing
+    takes): the write's tally counts that text as embedded by the model, not as reused."""
+    from sidecar.index.vectoring import WRITE_RUN
+
+    server, model = mem
+    vectors = server.harness.vectors
+    before = vectors.counts(WRITE_RUN)
+    embedded_before = vectors.embedded
+    model.embedded.clear()
+    with server.client(agent="bot") as c:
+        c.call("write", {"slug": "kayak", "content": "# Kayak\n\nThe red kayak leaks at the bow seam.\n"})
+    ran = len([t for t in model.embedded if "kayak leaks" in t])
+    after = vectors.counts(WRITE_RUN)
+    texts = sum(v[0] for v in after.values()) - sum(v[0] for v in before.values())
+    stored = sum(v[1] for v in after.values()) - sum(v[1] for v in before.values())
+    assert (ran, stored) == (1, 1)
+    assert texts == ran, (texts, stored)
+    assert vectors.embedded - embedded_before == ran

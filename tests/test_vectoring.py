@@ -2727,3 +2727,33 @@ def test_a_previous_model_whose_settings_fail_leaves_its_table_undamaged(
         assert "could not be opened" not in str(h.problems.describe())
     finally:
         h.close()
+
+
+def test_status_says_what_each_model_embedded_during_a_switch(make_cfg: Any, tmp_path: Path) -> None:
+    """During a model switch status' ``vectors.embedded`` is one sum for both models: its
+    ``embedded_by_table`` gives each table (each model) its own count."""
+    vault = tmp_path / "v"
+    _long_notes(vault)
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        old = h.stores.serving
+        assert old is not None
+        first = h.vectors.describe()["embedded_by_table"]
+        assert first == {old.store.name: h.vectors.embedded} and h.vectors.embedded > 0
+        other = OtherModel()
+        new_table = open_vectors(h.cfg, other.model_id, other.dim, other.pooling)
+        h.vectors.begin_migration(old.store, old.model, new_table, other)
+        p = vault / "Long 1.md"
+        write(p, p.read_text().replace("word1x5 ", "changed "))
+        root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
+        h.indexer.index_now(root, p)  # embeds its note itself, in both tables
+        while h.vectors.embed_pending(batch=8):
+            pass
+        status = h.vectors.describe()
+    finally:
+        h.close()
+    by_table = status["embedded_by_table"]
+    assert set(by_table) == {old.store.name, new_table.name}
+    assert by_table[old.store.name] > first[old.store.name] and by_table[new_table.name] > 0
+    assert sum(by_table.values()) == status["embedded"]

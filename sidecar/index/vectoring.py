@@ -221,6 +221,21 @@ class Vectoring:
             c[1] += stored
             c[2] += seconds
 
+    def _embedded_by_table(self) -> dict[str, int]:
+        """``embedded`` per vector table, every kind of run: during a switch each model's own."""
+        out: dict[str, int] = {}
+        with self._tally_lock:
+            for (_kind, table), c in self._tally.items():
+                out[table] = out.get(table, 0) + c[0]
+        return out
+
+    def embedded_for_write(self, table: str, texts: int) -> None:
+        """Count texts the model embedded for a memory write outside this class (its duplicate
+        check, whose vectors its indexing then takes from ``expect``): they were counted as
+        reused, and a write's line said ``texts=0``."""
+        self.embedded += texts
+        self._count(WRITE_RUN, table, embedded=texts)
+
     def log_embedded(self, since: Counts, why: str, kind: str = BACKFILL_RUN) -> None:
         """One line per table (a switch fills two, each with its model) for the vectors stored
         by runs of ``kind`` since ``since`` (``counts``): how many texts the model embedded, how
@@ -1013,6 +1028,7 @@ class Vectoring:
             "last_optimize": self.last_optimize,
             "index_build": self._index_build(s.store if s else None),
             "embedded": self.embedded,
+            "embedded_by_table": self._embedded_by_table(),
             "reused": self.reused,
             "reused_after_deletion": self.kept_reused,
             "reused_from_duplicate_check": self.expected_used,

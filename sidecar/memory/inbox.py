@@ -446,7 +446,7 @@ class Inboxes(Retention):
             if old is None:
                 replace.install_new(inbox_fd, tmp, name)
                 return
-            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"  # trash.HELD: never pruned
+            hold = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"  # trash.HELD: no cap removes it
             replace.install_over(
                 inbox_fd,
                 tmp,
@@ -526,19 +526,27 @@ class Inboxes(Retention):
         """At most one copy per note of a file a rewrite replaced with no text to lose (only
         'updated' changed): ``kept`` takes the place of the one before it when that one is still
         as it was moved into .trash (same inode, size, mtime and ctime: no program wrote into it
-        since). Else an agent re-saving an unchanged note pushed older kept texts (a deleted
-        note's only copy) out past the caps. Which copy that is lies in .trash itself (its
-        ``.<slug>.stamp``), so it holds across restarts. Under the ledger's lock, held by the
-        caller."""
+        since) and holds the same text apart from the stamp (the note may have been edited in
+        between: that copy is then its text's only one). Else an agent re-saving an unchanged
+        note pushed older kept texts (a deleted note's only copy) out past the caps. Which copy
+        that is lies in .trash itself (its ``.<slug>.stamp``), so it holds across restarts.
+        Under the ledger's lock, held by the caller."""
         before = read_stamp(trash_fd, slug)
         state = _state(trash_fd, kept)
+        # The marker is no kept text: the figures stay valid (no listing of .trash at the next write)
         if state is None:
-            drop_stamp(trash_fd, slug)
+            ledger.aside(trash_fd, lambda: drop_stamp(trash_fd, slug))
         else:
-            write_stamp(trash_fd, slug, kept, state)
+            ledger.aside(trash_fd, lambda: write_stamp(trash_fd, slug, kept, state))
         if before is None or before[0] == kept or _state(trash_fd, before[0]) != before[1]:
             return  # none, or written into since: a kept text like any other
         name = before[0]
+        # The same text apart from the stamp, or it goes on as a kept text: the note may have been
+        # edited to another text between the two stamp-only saves (across a restart too), and
+        # that copy is then the only one of the text it holds.
+        earlier = _kept_text(trash_fd, name)
+        if earlier is None or earlier != _kept_text(trash_fd, kept):
+            return
         with contextlib.suppress(FileNotFoundError):
             ledger.change(trash_fd, name, -1, lambda: os.unlink(name, dir_fd=trash_fd))
             log.info("memory_stamp_copy_replaced removed=.trash/%s kept=.trash/%s", name, kept)
@@ -559,7 +567,8 @@ class Inboxes(Retention):
         with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
             ledger.change(trash.fd, target, +1, lambda: write_in(trash.fd, target, old))
             ledger.busy.add(target)
-            drop_stamp(trash.fd, slug)  # its stamp-only copy holds an older text: kept as any other
+            # its stamp-only copy holds an older text: kept as any other
+            ledger.aside(trash.fd, lambda: drop_stamp(trash.fd, slug))
         return target
 
     def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
@@ -848,27 +857,26 @@ class Inboxes(Retention):
         return True
 
     def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
-        """The prune's part (once a day, under the ledger's lock): the empty files waiting in
-        .trash past ``memory.trashDays`` go, as at a start, so a daemon never restarted does not
-        gather them for good. One with text waits for the next start (a write under way may be
-        using it)."""
+        """The prune's part (once a day): each file waiting in .trash under a hidden ``.held``
+        name is judged as at a start (``_clear``): one an editor wrote into late becomes a kept
+        text (counted by the caps, shown as a kept text) without waiting for a restart, which a
+        daemon never restarted never had; an empty one goes once past ``memory.trashDays``. Under
+        the note's lock, which every write that makes or uses such a file holds: none is in use
+        then (one whose note a write holds or waits for is left to the next prune). Not under
+        the ledger's lock (taken after the note's, as writes do)."""
         for name in os.listdir(trash_fd):
             if (m := HELD.match(name)) is None:
                 continue
+            with self._guard:
+                if (agent, m.group(1)) in self._locks:  # a write of the note runs: the next prune
+                    continue
             try:
-                fd = open_regular(name, dir_fd=trash_fd, follow=False)
-            except OSError:  # NotRegularError too
+                with self.locked(agent, m.group(1)):
+                    self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
+            except FileNotFoundError:  # settled by a write meanwhile
                 continue
-            try:
-                st = os.fstat(fd)
-                if st.st_size == 0:
-                    ledger = self._trash_of(agent)
-                    where = (inbox_fd, trash_fd, trash_fd)
-                    self._settle_empty(agent, ledger, fds=where, name=name, slug=m.group(1), opened=(fd, st))
-            except OSError as exc:  # the prune's other work goes on (the caps)
+            except (OSError, SourceError) as exc:  # the prune's other work goes on (the caps)
                 log.warning("inbox_held_not_settled agent=%s file=.trash/%s error=%s", agent, name, exc)
-            finally:
-                os.close(fd)
 
     def _settle_empty(
         self,
@@ -885,9 +893,9 @@ class Inboxes(Retention):
         in .trash under a hidden ``.held`` name (no kept text of 0 bytes, no cap counts it) for
         as long as a kept text stays, ``memory.trashDays`` since its last change by the folder's
         clock (for ever with 0), and is removed only then, still empty and unchanged. A write
-        into it meanwhile makes it a kept text at the next start; one landing during the removal
-        is read back through the descriptor still open and kept so. Under the ledger's lock;
-        False when it waits on."""
+        into it meanwhile makes it a kept text at the next start or daily prune; one landing
+        during the removal is read back through the descriptor still open and kept so. Under
+        the ledger's lock; False when it waits on."""
         inbox_fd, dir_fd, trash_fd = fds
         fd, st = opened
         if dir_fd == inbox_fd:  # a temp file in the inbox: it waits in .trash, out of the notes' way
@@ -899,7 +907,7 @@ class Inboxes(Retention):
         if days <= 0 or reference_ns(inbox_fd, f"{slug}.md") - st.st_ctime_ns < days * _DAY_NS:
             return False
         if _state(dir_fd, name) != (st.st_ino, 0, st.st_mtime_ns, st.st_ctime_ns):
-            return False  # written into or replaced since it was read: judged again at the next start
+            return False  # written into or replaced since it was read: judged again at the next prune
         os.unlink(name, dir_fd=dir_fd)
         os.lseek(fd, 0, os.SEEK_SET)
         late = read_fd(os.dup(fd), _MAX_EXISTING + 1)
@@ -1109,6 +1117,15 @@ def write_in(
         os.close(fd)
     os.fsync(dir_fd)
     return st
+
+
+def _kept_text(trash_fd: int, name: str) -> tuple[dict[str, Any], str] | None:
+    """A kept text apart from its ``updated`` stamp; None when it cannot be read."""
+    try:
+        data = read_fd(open_regular(name, dir_fd=trash_fd, follow=False), _MAX_EXISTING + 1)
+    except OSError:  # NotRegularError too
+        return None
+    return _unstamped(data.decode("utf-8", errors="replace"))
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:

@@ -313,6 +313,8 @@ class MemoryOps:
         try:
             FOREGROUND.yield_to(WRITE_YIELD_S)
             vecs = model.embed_passages([c.embed_text for c in chunks])
+            # The write's own embedding (its indexing takes these vectors instead of the model's run)
+            self.indexer.vectors.embedded_for_write(vectors.name, len(chunks))
             fresh = {embed_hash(c.embed_text): v for c, v in zip(chunks, vecs, strict=True)}
             for i, vec in enumerate(vecs):
                 hits = vectors.search(vec, 10, DUPLICATE_SOURCES, agent)

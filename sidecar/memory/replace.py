@@ -210,8 +210,8 @@ def _rescued(rescue: Callable[[str], str], tmp: str, note: str) -> str:
 
 def _kept(keep: Callable[[int, str], None], dir_fd: int, name: str, note: str) -> None:
     """``keep(dir_fd, name)``. When .trash cannot take the file replaced, it stays where it lies
-    (never removed: a program may still write into it), under a name no prune removes and the
-    indexer skips; the next start keeps it in .trash."""
+    (never removed: a program may still write into it), under a name no cap or age removes and the
+    indexer skips; the next start (for a ``.held`` name in .trash, the daily prune too) keeps it."""
     try:
         keep(dir_fd, name)
     except (OSError, SourceError) as exc:
@@ -273,8 +273,8 @@ def _install_moved(
     which an editor may still be writing into, stays there: a rename over the note removed it),
     checked to be the text read, and ``tmp`` renamed into its place once that is still free (a
     window of microseconds, as the check before a rename over it left). A save found meanwhile
-    goes back to the note's place, or stays at ``hold`` (never pruned; kept at the next start)
-    when another file took that place."""
+    goes back to the note's place, or stays at ``hold`` (no cap or age removes it; kept as a text
+    at the next start or daily prune) when another file took that place."""
     try:
         os.rename(name, hold, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
     except FileNotFoundError as exc:

@@ -157,24 +157,27 @@ class Retention:
                 except FileNotFoundError:
                     return 0, 0
                 ledger = self._trash_of(agent)
-                with contextlib.closing(Fd(trash)), ledger.lock:
-                    for name in os.listdir(trash):
-                        m = KEPT.match(name)
-                        if m is not None and m.group(1) < cutoff and is_time(m.group(1)):
-                            with contextlib.suppress(OSError):  # gone, or a folder so named
-                                os.unlink(name, dir_fd=trash)
-                                aged += 1
-                        elif m is None and TRASH_TEMP.match(name):
-                            # Left by a keep that was killed (a keep runs under the lock held).
-                            with contextlib.suppress(OSError):
-                                os.unlink(name, dir_fd=trash)
-                    _drop_stale_stamps(trash)
+                with contextlib.closing(Fd(trash)):
+                    # First, and outside the ledger's lock (it takes the notes' locks, which come
+                    # first): the caps then count the texts it keeps.
                     self._settle_held(agent, inbox_fd, trash)
-                    ledger.seen = None  # counted again, with what is left
-                    if caps != (0, 0):  # else when asked (a stat of each kept text)
-                        ledger.counted(trash)
-                        if over(ledger.used, ledger.files, caps):
-                            capped = len(ledger.shed(trash, caps, keep=set()))
+                    with ledger.lock:
+                        for name in os.listdir(trash):
+                            m = KEPT.match(name)
+                            if m is not None and m.group(1) < cutoff and is_time(m.group(1)):
+                                with contextlib.suppress(OSError):  # gone, or a folder so named
+                                    os.unlink(name, dir_fd=trash)
+                                    aged += 1
+                            elif m is None and TRASH_TEMP.match(name):
+                                # Left by a keep that was killed (a keep runs under the lock held).
+                                with contextlib.suppress(OSError):
+                                    os.unlink(name, dir_fd=trash)
+                        _drop_stale_stamps(trash)
+                        ledger.seen = None  # counted again, with what is left
+                        if caps != (0, 0):  # else when asked (a stat of each kept text)
+                            ledger.counted(trash)
+                            if over(ledger.used, ledger.files, caps):
+                                capped = len(ledger.shed(trash, caps, keep=set()))
         except (OSError, SourceError):
             pass  # no inbox, or not a private one; what was removed is still counted
         return aged, capped

@@ -22,8 +22,11 @@ log = logging.getLogger(__name__)
 
 KEPT = re.compile(r"^[a-z0-9][a-z0-9_-]*--(\d{8}T\d{12})\.md$")  # <slug>--<time>.md in .trash
 TRASH_TEMP = re.compile(r"^\.[a-z0-9][a-z0-9_-]*--\d{8}T\d{12}\.[0-9a-f]{8}\.tmp$")  # _keep's, in .trash
-# A write's hard link to the note it replaces (the fallback without an exchange): made and used
-# outside the ledger's lock, so never pruned; one a killed write left is kept at the next start.
+# A write's hard link to the note it replaces (the fallback without an exchange), or a file a write
+# replaced that held no text (waiting in case a program still writes into it): made and used
+# outside the ledger's lock, under the note's, so no cap and no removal by age touch it; a start,
+# and the daily prune for a note no write is using, judge each (kept as a text, or removed when a
+# second name of the note or empty and unchanged for memory.trashDays).
 HELD = re.compile(r"^\.([a-z0-9][a-z0-9_-]*)--\d{8}T\d{12}\.[0-9a-f]{8}\.held$")
 # Which kept text of a note is the copy its last stamp-only rewrite made (one per note), and that
 # copy's state right after the move: ``[name, inode, size, mtime_ns, ctime_ns]`` as JSON. Kept in
@@ -54,11 +57,17 @@ def read_stamp(trash_fd: int, slug: str) -> tuple[str, State] | None:
 
 def write_stamp(trash_fd: int, slug: str, name: str, state: State) -> None:
     """Name ``name`` as the stamp-only copy of ``slug`` (not synced: a marker lost to a crash,
-    or not written for an error, only leaves one more kept text; the write it serves goes on)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    or not written for an error, only leaves one more kept text; the write it serves goes on).
+    Never blocks: a fifo or device at the marker's name (the caller holds the ledger's lock,
+    which the agent's other writes wait on) is refused and removed, as is any other file that
+    is not a regular one."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(f".{slug}.stamp", flags, 0o600, dir_fd=trash_fd)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(0, "not a regular file")
+            os.ftruncate(fd, 0)
             os.write(fd, json.dumps([name, *state]).encode())
         finally:
             os.close(fd)
@@ -151,6 +160,15 @@ class Trash:
         ident = _ident(trash_fd)
         if ident != self.seen:
             self._count(_scan(trash_fd), ident)
+
+    def aside(self, trash_fd: int, act: Any) -> None:
+        """Do ``act``, our own change of a file the caps do not count (a stamp-only marker), and
+        keep the figures valid if they were: else it moved the folder's times like a change
+        behind our back, and the next write listed and counted the whole folder again."""
+        valid = self.seen is not None and _ident(trash_fd) == self.seen
+        act()
+        if valid:
+            self.seen = _ident(trash_fd)
 
     def _count(self, kept: list[_Kept], ident: _Ident | None) -> None:
         self.files, self.used, self.seen = len(kept), sum(k[2] for k in kept), ident
