@@ -72,6 +72,7 @@ PERIODS = [
     ("over the weekend", "2026-11-28", "2026-11-29"),
     ("in November", "2026-11-01", "2026-11-30"),
     ("im Mai 2025", "2025-05-01", "2025-05-31"),
+    ("März 2025", "2025-03-01", "2025-03-31"),
     ("on December 1", "2026-12-01", "2026-12-01"),
     ("on 1st December 2025", "2025-12-01", "2025-12-01"),
     ("am 1. Dezember", "2026-12-01", "2026-12-01"),
@@ -431,6 +432,84 @@ def test_since_a_beginning_a_named_month_or_day_and_ab(said: str, since: str, un
 def test_days_and_months_that_name_no_past_day_stay_words(said: str) -> None:
     rest, f = split_filters(said, TODAY)
     assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # a month with its year, whatever is said before it, or nothing
+        ("März 2025", "2025-03-01", "2025-03-31", "März 2025"),
+        ("notes from March 2025", "2025-03-01", "2025-03-31", "from March 2025"),
+        ("Notizen von März 2025", "2025-03-01", "2025-03-31", "von März 2025"),
+        ("Notizen vom März 2025", "2025-03-01", "2025-03-31", "vom März 2025"),
+        ("aus dem März 2025", "2025-03-01", "2025-03-31", "dem März 2025"),
+        ("March 2025 meeting notes", "2025-03-01", "2025-03-31", "March 2025"),
+        ("Urlaub Mai 2025", "2025-05-01", "2025-05-31", "Mai 2025"),
+        ("August 2025", "2025-08-01", "2025-08-31", "August 2025"),
+        ("budget March, 2025", "2025-03-01", "2025-03-31", "March, 2025"),
+        ("März letzten Jahres", "2025-03-01", "2025-03-31", "März letzten Jahres"),
+        ("March last year", "2025-03-01", "2025-03-31", "March last year"),
+        # since it, German "ab" too (with its year it is no month to come)
+        ("ab März 2025", "2025-03-01", _TODAY, "ab März 2025"),
+        ("ab dem März 2025", "2025-03-01", _TODAY, "ab dem März 2025"),
+        ("seit März 2025", "2025-03-01", _TODAY, "seit März 2025"),
+        ("from March 2025 on", "2025-03-01", _TODAY, "from March 2025 on"),
+        # notes from a month without its year: the last one, however long ago
+        ("notes from March", "2026-03-01", "2026-03-31", "from March"),
+        ("Notizen aus dem März", "2026-03-01", "2026-03-31", "aus dem März"),
+        ("Notizen von Mai", "2026-05-01", "2026-05-31", "von Mai"),
+        ("notes from may", "2026-05-01", "2026-05-31", "from may"),  # no verb after "notes from"
+        ("Notizen vom Dezember", "2026-12-01", _TODAY, "vom Dezember"),
+    ],
+)
+def test_a_month_with_its_year_or_notes_from_it_is_its_window(
+    said: str, since: str, until: str, phrase: str
+) -> None:
+    """A month named with its year is that month whatever the preposition, or none ('März 2025',
+    'notes from March 2025', 'aus dem März 2025' were words: only 'in'/'im' read it); notes from
+    a month without its year are of the last one gone by."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+def test_notes_from_a_month_are_of_the_last_one_however_long_ago() -> None:
+    """'notes from March' asked in January is last March ('im März' then is the March to come)."""
+    january = dt.date(2027, 1, 3)
+    assert split_filters("notes from March", january)[1].since == "2026-03-01"
+    assert split_filters("Notizen aus dem März", january)[1].since == "2026-03-01"
+    assert split_filters("im März", january)[1].since is None
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a month's name alone is words: a name, a verb, a topic
+        "März",
+        "Mai",
+        "August",
+        "Notes for August",
+        "may I see the garden notes",
+        "you may",
+        "may 2026 be a good year",  # lowercase "may" the verb, even before a year
+        "we march on",
+        "March Madness",
+        "notes from March Madness",
+        "the invoice from March",  # a paper "from" a month: its date, as "from December 1"
+        # a day's month: a paper's date (see the days after on/am/vom)
+        "Rechnung vom 3. März 2025",
+        "the 3rd of March 2025",
+        "December 3, 2025",
+        # ranges and months to come
+        "from March 2025 to May 2025",
+        "between March 2025 and May 2025",
+        "März bis Mai 2025",
+        "März 2027",
+        "my March 2025 notes",  # a possessive, as "my last year"
+    ],
+)
+def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:

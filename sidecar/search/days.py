@@ -215,10 +215,12 @@ _MONTH_NUMBERS = {fold(name): number for number, names in enumerate(_MONTH_NAMES
 _MONTH = "(" + "|".join(sorted((n for names in _MONTH_NAMES for n in names), key=len, reverse=True)) + ")"
 # A year after a month or day: "2025", "of 2025", "'25", "last year", "letzten Jahres". Atomic
 # ("(?>…)"): "in May 2025 to June" must not fall back to "in May" of this year.
-_YEAR_OF = (
-    r"(?>(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
-    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))?)"
+_YEAR_FORMS = (
+    r"(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
+    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))"
 )
+_YEAR_OF = "(?>" + _YEAR_FORMS + "?)"
+_YEAR_SAID = "(?>" + _YEAR_FORMS + ")"  # the same, said
 # What makes a day or month no window of its own: a range ("from December 3 to 5", "vom 1.10. bis
 # 31.10.": its first day alone would hide the rest) or "of" something ("in March of the Penguins").
 _NO_RANGE = r"(?!\s*(?:-|–|bis\b|to\b|until\b|till\b|through\b|and\b|und\b|of\b))"
@@ -248,19 +250,26 @@ def _year_of(today: dt.date, year: str | None, previous: str | None) -> int | No
 
 
 def _named_month(
-    today: dt.date, name: str, year: str | None, previous: str | None = None, *, ahead: bool = False
+    today: dt.date,
+    name: str,
+    year: str | None,
+    previous: str | None = None,
+    *,
+    ahead: bool = False,
+    gone: bool = False,
 ) -> Window:
     """A month by its name: of the year said; else this year's once begun, or last year's when it
     ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
     Urlaub" asked in January is the May to come). Asked ``ahead`` (the agenda), this year's
     unless it ended more than two months ago, else next year's ("was habe ich im März vor?"
-    asked in December; "im Dezember" asked in January stays the one just over)."""
-    number = _month_number(name)
+    asked in December; "im Dezember" asked in January stays the one just over). A month ``gone``
+    by (notes "from" it) is the last one however long ago, and "may" there no verb."""
+    number = _MONTH_NUMBERS[fold(name)] if gone else _month_number(name)
     said = _year_of(today, year, previous)
     first = dt.date(said or today.year, number, 1)
     if said is None and first > today:  # last year's, if it ended within two months
         first = first.replace(year=today.year - 1)
-        if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+        if not gone and (today - _month_end(first)).days > _MONTH_BACK_DAYS:
             if not ahead:
                 raise FilterError("a month to come")
             first = first.replace(year=today.year)  # the agenda: the coming one
@@ -448,6 +457,24 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
 
+# A month with its year is a date whatever is said before it ("März 2025", "notes from March
+# 2025", "aus dem März 2025", "March 2025 meeting notes"); an article before it goes with it ("aus
+# dem März 2025" is no month of something else). Not a day's month ("Rechnung vom 3. März 2025",
+# "the 3rd of March 2025": a paper's date, see _DAY_FORMS) nor the end of a range ("from March
+# 2025 to May 2025": its last month alone would hide the rest).
+_MONTH_DATED = r"(?:(?:the|de[mns])\s+)?" + _MONTH + _YEAR_SAID + _NO_RANGE
+_DAY_OR_RANGE_BEFORE = re.compile(
+    r"(?:\d\.?|\d(?:st|nd|rd|th)?\s+of|[-–]|\b(?:bis|to|until|till|through|thru|and|und))\s*$", re.IGNORECASE
+)
+
+
+def _month_dated(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """A month with its year (see _MONTH_DATED)."""
+    if _DAY_OR_RANGE_BEFORE.search(m.string, max(0, m.start() - _LOOKBEHIND), m.start()):
+        raise FilterError("a day's month or the end of a range")
+    return _named_month(t, m[1], m[2], m[3])
+
+
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
 _PERIODS: tuple[Phrase, ...] = (
@@ -551,6 +578,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         _month_in,
     ),
+    (_MONTH_DATED, _month_dated),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
@@ -596,7 +624,21 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 _A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
+# A month notes are "from", "vom", "von" or "aus dem" ("notes from March", "Notizen aus dem
+# März"): the last one however long ago, as a day notes are from (a note was written then); alone,
+# a month's name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
+_NOTES_OF_MONTH = (
+    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))from\s+", _NO_TITLE),
+    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(?:vom|von|aus\s+dem)\s+", ""),
+)
+
+
+def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    return _named_month(t, m[1], m[2], m[3], gone=True)
+
+
 _DAYS: tuple[Phrase, ...] = (
+    *((lead + _MONTH + _YEAR_OF + tail + _NO_RANGE, _month_gone) for lead, tail in _NOTES_OF_MONTH),
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
     (
