@@ -1384,3 +1384,41 @@ def test_a_state_needs_clear_words_and_a_month_to_come_its_own_clause(
     assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
     if window is None:
         assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # a German statement of a noun subject, whatever its verb: words
+        ("Die Waschmaschine quietscht seit Montag laut, was tun?", None),
+        ("Die Kinder husten seit Montag stark", None),
+        ("Mein Rücken tut schon seit Montag weh", None),
+        ("die heizung ist seit montag kaputt, was tun?", None),
+        ("der server läuft seit 2 wochen", None),
+        # the phrase first, then the verb and its subject (German puts the verb second)
+        ("Seit Montag ist die Heizung kaputt, was tun?", None),
+        ("seit montag tut mein rücken weh", None),
+        ("Seit März wächst der Knoblauch", None),
+        ("Seit Montag hat Anna Fieber", None),
+        # keywords keep their window: no verb after the phrase, a noun or an adjective there
+        ("Seit März offene Rechnungen", ("2026-03-01", _TODAY)),
+        ("seit März in Berlin", ("2026-03-01", _TODAY)),
+        ("Seit Montag Kosten Strom", _SINCE_MONDAY),
+        ("Die Kosten insgesamt seit Januar", ("2026-01-01", _TODAY)),
+        ("Die Rechnungen offen seit März", ("2026-03-01", _TODAY)),
+        # a verb not in the list where the phrase ends the clause: as keywords are
+        ("Die Waschmaschine quietscht seit Montag", _SINCE_MONDAY),
+    ],
+)
+def test_a_german_statement_is_read_by_its_verb_place_not_a_list_of_verbs(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """A German noun subject stated a state only with a verb of a list right before the phrase
+    ('Die Waschmaschine quietscht seit Montag laut', 'Seit Montag ist die Heizung kaputt', 'die
+    heizung ist seit montag kaputt' and 'Mein Rücken tut schon seit Montag weh' were windows): the
+    verb's place says it, the second in its clause, before the phrase with the clause going on after
+    it, or right after a phrase that opens the clause."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
