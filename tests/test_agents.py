@@ -2274,6 +2274,36 @@ def test_a_message_naming_a_period_injects_none_of_its_notes_unasked(
 
 
 @pytest.mark.parametrize(
+    ("message", "pain", "helps"),
+    [
+        ("My back hurts since Monday, what helps?", "Back hurts.", "vault/Health/Back"),
+        ("Rücken weh seit Montag, was hilft?", "Rücken weh.", "vault/Health/Rücken"),
+    ],
+)
+def test_a_period_named_but_not_asked_about_ranks_the_recall_it_does_not_restrict(
+    served: Served, agent_vault: Path, message: str, pain: str, helps: str
+) -> None:
+    """A statement with a period ('My back hurts since Monday, what helps?') asks about the back,
+    not about the notes since Monday: recall gave the window's hits alone (the daily note of the
+    pain) and never the older note on what helps. The period's hits come first, then the others."""
+    write(agent_vault / "Daily/2026-12-01.md", f"# Tuesday\n\n{pain}\n")
+    write(
+        agent_vault / "Health/Back.md",
+        "---\ndate: 2025-04-10\n---\n# Back hurts\n\nWhat helps when my back hurts: heat.\n",
+    )
+    write(
+        agent_vault / "Health/Rücken.md",
+        "---\ndate: 2025-04-10\n---\n# Rücken tut weh\n\nWas hilft, wenn mein Rücken weh tut: Wärme.\n",
+    )
+    served.h.sweep()
+    r = served.call("recall", {"message": message})
+    found = [h["reference"] for h in r["hits"]]
+    assert found[:1] == ["vault/Daily/2026-12-01"] and helps in found, (message, found)
+    assert r["context"].count("Daily/2026-12-01") == 1 and "Health/" in r["context"], r["context"]
+    assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == []  # nothing listed unasked
+
+
+@pytest.mark.parametrize(
     "message",
     [
         "Ich bin seit Montag krank. Zeig mir meine Notizen.",

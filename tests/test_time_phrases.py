@@ -72,6 +72,7 @@ PERIODS = [
     ("over the weekend", "2026-11-28", "2026-11-29"),
     ("in November", "2026-11-01", "2026-11-30"),
     ("im Mai 2025", "2025-05-01", "2025-05-31"),
+    ("März 2025", "2025-03-01", "2025-03-31"),
     ("on December 1", "2026-12-01", "2026-12-01"),
     ("on 1st December 2025", "2025-12-01", "2025-12-01"),
     ("am 1. Dezember", "2026-12-01", "2026-12-01"),
@@ -431,6 +432,84 @@ def test_since_a_beginning_a_named_month_or_day_and_ab(said: str, since: str, un
 def test_days_and_months_that_name_no_past_day_stay_words(said: str) -> None:
     rest, f = split_filters(said, TODAY)
     assert (f.since, f.phrase, rest) == (None, None, said)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # a month with its year, whatever is said before it, or nothing
+        ("März 2025", "2025-03-01", "2025-03-31", "März 2025"),
+        ("notes from March 2025", "2025-03-01", "2025-03-31", "from March 2025"),
+        ("Notizen von März 2025", "2025-03-01", "2025-03-31", "von März 2025"),
+        ("Notizen vom März 2025", "2025-03-01", "2025-03-31", "vom März 2025"),
+        ("aus dem März 2025", "2025-03-01", "2025-03-31", "dem März 2025"),
+        ("March 2025 meeting notes", "2025-03-01", "2025-03-31", "March 2025"),
+        ("Urlaub Mai 2025", "2025-05-01", "2025-05-31", "Mai 2025"),
+        ("August 2025", "2025-08-01", "2025-08-31", "August 2025"),
+        ("budget March, 2025", "2025-03-01", "2025-03-31", "March, 2025"),
+        ("März letzten Jahres", "2025-03-01", "2025-03-31", "März letzten Jahres"),
+        ("March last year", "2025-03-01", "2025-03-31", "March last year"),
+        # since it, German "ab" too (with its year it is no month to come)
+        ("ab März 2025", "2025-03-01", _TODAY, "ab März 2025"),
+        ("ab dem März 2025", "2025-03-01", _TODAY, "ab dem März 2025"),
+        ("seit März 2025", "2025-03-01", _TODAY, "seit März 2025"),
+        ("from March 2025 on", "2025-03-01", _TODAY, "from March 2025 on"),
+        # notes from a month without its year: the last one, however long ago
+        ("notes from March", "2026-03-01", "2026-03-31", "from March"),
+        ("Notizen aus dem März", "2026-03-01", "2026-03-31", "aus dem März"),
+        ("Notizen von Mai", "2026-05-01", "2026-05-31", "von Mai"),
+        ("notes from may", "2026-05-01", "2026-05-31", "from may"),  # no verb after "notes from"
+        ("Notizen vom Dezember", "2026-12-01", _TODAY, "vom Dezember"),
+    ],
+)
+def test_a_month_with_its_year_or_notes_from_it_is_its_window(
+    said: str, since: str, until: str, phrase: str
+) -> None:
+    """A month named with its year is that month whatever the preposition, or none ('März 2025',
+    'notes from March 2025', 'aus dem März 2025' were words: only 'in'/'im' read it); notes from
+    a month without its year are of the last one gone by."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+def test_notes_from_a_month_are_of_the_last_one_however_long_ago() -> None:
+    """'notes from March' asked in January is last March ('im März' then is the March to come)."""
+    january = dt.date(2027, 1, 3)
+    assert split_filters("notes from March", january)[1].since == "2026-03-01"
+    assert split_filters("Notizen aus dem März", january)[1].since == "2026-03-01"
+    assert split_filters("im März", january)[1].since is None
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a month's name alone is words: a name, a verb, a topic
+        "März",
+        "Mai",
+        "August",
+        "Notes for August",
+        "may I see the garden notes",
+        "you may",
+        "may 2026 be a good year",  # lowercase "may" the verb, even before a year
+        "we march on",
+        "March Madness",
+        "notes from March Madness",
+        "the invoice from March",  # a paper "from" a month: its date, as "from December 1"
+        # a day's month: a paper's date (see the days after on/am/vom)
+        "Rechnung vom 3. März 2025",
+        "the 3rd of March 2025",
+        "December 3, 2025",
+        # ranges and months to come
+        "from March 2025 to May 2025",
+        "between March 2025 and May 2025",
+        "März bis Mai 2025",
+        "März 2027",
+        "my March 2025 notes",  # a possessive, as "my last year"
+    ],
+)
+def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:
@@ -1301,6 +1380,45 @@ def test_a_state_needs_clear_words_and_a_month_to_come_its_own_clause(
     gelesen habe') and German keywords ('Mein Gewicht morgens seit Januar') had lost their
     window; 'What will happen in March?' listed the March gone by; 'Photos from Lyon in January,
     what am I doing with them?' lost its January."""
+    rest, f = split_filters(said, TODAY)
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+    if window is None:
+        assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "window"),
+    [
+        # a German statement of a noun subject, whatever its verb: words
+        ("Die Waschmaschine quietscht seit Montag laut, was tun?", None),
+        ("Die Kinder husten seit Montag stark", None),
+        ("Mein Rücken tut schon seit Montag weh", None),
+        ("die heizung ist seit montag kaputt, was tun?", None),
+        ("der server läuft seit 2 wochen", None),
+        # the phrase first, then the verb and its subject (German puts the verb second)
+        ("Seit Montag ist die Heizung kaputt, was tun?", None),
+        ("seit montag tut mein rücken weh", None),
+        ("Seit März wächst der Knoblauch", None),
+        ("Seit Montag hat Anna Fieber", None),
+        # keywords keep their window: no verb after the phrase, a noun or an adjective there
+        ("Seit März offene Rechnungen", ("2026-03-01", _TODAY)),
+        ("seit März in Berlin", ("2026-03-01", _TODAY)),
+        ("Seit Montag Kosten Strom", _SINCE_MONDAY),
+        ("Die Kosten insgesamt seit Januar", ("2026-01-01", _TODAY)),
+        ("Die Rechnungen offen seit März", ("2026-03-01", _TODAY)),
+        ("garden since March when Tom planted it", ("2026-03-01", _TODAY)),  # English: no German verb
+        # a verb not in the list where the phrase ends the clause: as keywords are
+        ("Die Waschmaschine quietscht seit Montag", _SINCE_MONDAY),
+    ],
+)
+def test_a_german_statement_is_read_by_its_verb_place_not_a_list_of_verbs(
+    said: str, window: tuple[str, str] | None
+) -> None:
+    """A German noun subject stated a state only with a verb of a list right before the phrase
+    ('Die Waschmaschine quietscht seit Montag laut', 'Seit Montag ist die Heizung kaputt', 'die
+    heizung ist seit montag kaputt' and 'Mein Rücken tut schon seit Montag weh' were windows): the
+    verb's place says it, the second in its clause, before the phrase with the clause going on after
+    it, or right after a phrase that opens the clause."""
     rest, f = split_filters(said, TODAY)
     assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
     if window is None:

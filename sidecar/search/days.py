@@ -215,10 +215,12 @@ _MONTH_NUMBERS = {fold(name): number for number, names in enumerate(_MONTH_NAMES
 _MONTH = "(" + "|".join(sorted((n for names in _MONTH_NAMES for n in names), key=len, reverse=True)) + ")"
 # A year after a month or day: "2025", "of 2025", "'25", "last year", "letzten Jahres". Atomic
 # ("(?>…)"): "in May 2025 to June" must not fall back to "in May" of this year.
-_YEAR_OF = (
-    r"(?>(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
-    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))?)"
+_YEAR_FORMS = (
+    r"(?:,?\s+(?:of\s+)?((?:19|20)\d\d|'\d\d)"
+    r"|\s+(?:of\s+)?((?:last|previous)\s+year|(?:des\s+)?(?:letzte|vorige|vergangene)[ns]?\s+jahr(?:es)?))"
 )
+_YEAR_OF = "(?>" + _YEAR_FORMS + "?)"
+_YEAR_SAID = "(?>" + _YEAR_FORMS + ")"  # the same, said
 # What makes a day or month no window of its own: a range ("from December 3 to 5", "vom 1.10. bis
 # 31.10.": its first day alone would hide the rest) or "of" something ("in March of the Penguins").
 _NO_RANGE = r"(?!\s*(?:-|–|bis\b|to\b|until\b|till\b|through\b|and\b|und\b|of\b))"
@@ -248,19 +250,26 @@ def _year_of(today: dt.date, year: str | None, previous: str | None) -> int | No
 
 
 def _named_month(
-    today: dt.date, name: str, year: str | None, previous: str | None = None, *, ahead: bool = False
+    today: dt.date,
+    name: str,
+    year: str | None,
+    previous: str | None = None,
+    *,
+    ahead: bool = False,
+    gone: bool = False,
 ) -> Window:
     """A month by its name: of the year said; else this year's once begun, or last year's when it
     ended within two months ("im Dezember" asked in January); else no window ("im Mai bin ich im
     Urlaub" asked in January is the May to come). Asked ``ahead`` (the agenda), this year's
     unless it ended more than two months ago, else next year's ("was habe ich im März vor?"
-    asked in December; "im Dezember" asked in January stays the one just over)."""
-    number = _month_number(name)
+    asked in December; "im Dezember" asked in January stays the one just over). A month ``gone``
+    by (notes "from" it) is the last one however long ago, and "may" there no verb."""
+    number = _MONTH_NUMBERS[fold(name)] if gone else _month_number(name)
     said = _year_of(today, year, previous)
     first = dt.date(said or today.year, number, 1)
     if said is None and first > today:  # last year's, if it ended within two months
         first = first.replace(year=today.year - 1)
-        if (today - _month_end(first)).days > _MONTH_BACK_DAYS:
+        if not gone and (today - _month_end(first)).days > _MONTH_BACK_DAYS:
             if not ahead:
                 raise FilterError("a month to come")
             first = first.replace(year=today.year)  # the agenda: the coming one
@@ -448,6 +457,24 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
 
+# A month with its year is a date whatever is said before it ("März 2025", "notes from March
+# 2025", "aus dem März 2025", "March 2025 meeting notes"); an article before it goes with it ("aus
+# dem März 2025" is no month of something else). Not a day's month ("Rechnung vom 3. März 2025",
+# "the 3rd of March 2025": a paper's date, see _DAY_FORMS) nor the end of a range ("from March
+# 2025 to May 2025": its last month alone would hide the rest).
+_MONTH_DATED = r"(?:(?:the|de[mns])\s+)?" + _MONTH + _YEAR_SAID + _NO_RANGE
+_DAY_OR_RANGE_BEFORE = re.compile(
+    r"(?:\d\.?|\d(?:st|nd|rd|th)?\s+of|[-–]|\b(?:bis|to|until|till|through|thru|and|und))\s*$", re.IGNORECASE
+)
+
+
+def _month_dated(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """A month with its year (see _MONTH_DATED)."""
+    if _DAY_OR_RANGE_BEFORE.search(m.string, max(0, m.start() - _LOOKBEHIND), m.start()):
+        raise FilterError("a day's month or the end of a range")
+    return _named_month(t, m[1], m[2], m[3])
+
+
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
 # dem"/"from … on" before any of them runs from the period's first day up to today (_SINCE_FORMS).
 _PERIODS: tuple[Phrase, ...] = (
@@ -551,6 +578,7 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         _month_in,
     ),
+    (_MONTH_DATED, _month_dated),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
@@ -596,7 +624,21 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 _A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
+# A month notes are "from", "vom", "von" or "aus dem" ("notes from March", "Notizen aus dem
+# März"): the last one however long ago, as a day notes are from (a note was written then); alone,
+# a month's name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
+_NOTES_OF_MONTH = (
+    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))from\s+", _NO_TITLE),
+    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(?:vom|von|aus\s+dem)\s+", ""),
+)
+
+
+def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    return _named_month(t, m[1], m[2], m[3], gone=True)
+
+
 _DAYS: tuple[Phrase, ...] = (
+    *((lead + _MONTH + _YEAR_OF + tail + _NO_RANGE, _month_gone) for lead, tail in _NOTES_OF_MONTH),
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
     (
@@ -697,23 +739,70 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 # A German subject and its finite verb right before the phrase: "Knoblauch wächst seit März",
-# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut". Only these verbs, in
-# lower case (German nouns have a capital): keywords ("Mein Gewicht morgens seit Januar", "Die
-# Rechnungen offen seit März") ask for the notes.
-_NOUN_AND_VERB = re.compile(
-    r"\s*(?:(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)\s+)?"
-    r"(?-i:[A-ZÄÖÜ])[\w-]*\s+(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
+# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut", "Mein Rücken tut schon
+# seit Montag weh"; typed in lower case after its article ("die heizung ist seit montag kaputt").
+# Only these verbs, in lower case (German nouns have a capital), where the phrase ends its clause:
+# keywords ("Mein Gewicht morgens seit Januar", "Die Rechnungen offen seit März", "Die Kosten
+# insgesamt seit Januar") ask for the notes. Where the clause goes on after the phrase, any finite
+# verb (see _FINITE_DE): "Die Waschmaschine quietscht seit Montag laut".
+_DET_DE = r"(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)"
+_SUBJECT_DE = r"(?:" + _DET_DE + r"\s+[\w-]+|(?-i:[A-ZÄÖÜ])[\w-]*)"
+# Particles between the verb and the phrase: "tut schon seit Montag weh".
+_PARTICLES_DE = (
+    r"(?:(?:schon|bereits|erst|nicht|nun|jetzt|wieder|immer|noch|auch|halt|eben|ja|wohl|leider"
+    r"|irgendwie|ständig|dauernd|so)\s+)*"
+)
+_STATE_VERBS_DE = (
+    r"(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
     r"|liegen|wohnt|wohnen|lebt|leben|geht|gehen|hängt|hängen|blüht|blühen|funktioniert"
     r"|funktionieren|klappt|schläft|schlafen|arbeitet|arbeiten|dauert|fehlt|fehlen|hakt|streikt"
     r"|tropft|leckt|brennt|regnet|schneit|tut|tun|bleibt|bleiben|wackelt|juckt|schmerzt|schmerzen"
-    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)\s*",
+    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)"
+)
+_NOUN_AND_VERB = re.compile(
+    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _STATE_VERBS_DE + r"\s+" + _PARTICLES_DE,
     re.IGNORECASE,
+)
+# A finite verb of the third person by its shape: lower case, ending in -t ("quietscht", "ist")
+# or -n ("husten", "sind" aside); not a declined adjective ("offene", "neuer") nor a word of the
+# few that look like one before a noun ("in", "an", "den", "nicht" …), English ones too ("since
+# Monday when Anna called").
+_FINITE_DE = (
+    r"(?!(?:in|an|von|den|dem|ein|einen|mein|dein|sein|ihn|ihnen|wenn|dann|denn|nun|schon|noch"
+    r"|nicht|nur|erst|jetzt|bereits|ganz|sehr|oft|meist|insgesamt"
+    r"|on|when|then|than|even|often|own|been|seen|gone|done|not|at|but|just|most|first|last|next)\b)"
+    r"(?-i:[a-zäöüß]+(?:t|n)|sind)"
+)
+_ANY_VERB = re.compile(
+    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE, re.IGNORECASE
+)
+# German puts the finite verb second: after a phrase that opens its clause come the verb and its
+# subject, whatever the verb ("Seit Montag ist die Heizung kaputt", "seit montag tut mein rücken
+# weh", "Seit März wächst der Knoblauch").
+_VERB_THEN_SUBJECT = re.compile(
+    r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE + _SUBJECT_DE + r"\b", re.IGNORECASE
 )
 
 
 def _noun_and_verb(text: str, begin: int, end: int) -> bool:
     """Whether ``text[begin:end]`` is a German subject and its verb (see _NOUN_AND_VERB)."""
     return _NOUN_AND_VERB.fullmatch(text, begin, end) is not None
+
+
+def _german_statement(m: re.Match[str], begin: int) -> bool:
+    """Whether the phrase's clause, opening at ``begin``, is a German statement of a noun subject:
+    its verb from the list right before the phrase (see _NOUN_AND_VERB), any finite verb there
+    with the clause going on after the phrase (see _ANY_VERB), or the phrase opening the clause
+    and the verb and subject after it (see _VERB_THEN_SUBJECT)."""
+    text = m.string
+    if _noun_and_verb(text, begin, m.start()):
+        return True
+    after = _CLAUSE_END.search(text, m.end())
+    end = after.start() if after else len(text)
+    if _ANY_VERB.fullmatch(text, begin, m.start()) and text[m.end() : end].strip():
+        return True
+    opens = re.fullmatch(r"\s*(?:(?:und|aber)\s+)?", text[begin : m.start()], re.IGNORECASE) is not None
+    return opens and _VERB_THEN_SUBJECT.match(text, m.end(), end) is not None
 
 
 _PRONOUN = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they)\b", re.IGNORECASE)
@@ -734,8 +823,9 @@ def _asks_doings(text: str) -> bool:
 def _states(m: re.Match[str]) -> bool:
     """Whether the phrase's own clause states a state rather than asking for notes: a subject
     pronoun in it ("Ich bin seit gestern krank, was hilft?", "I have been sick since Monday, what
-    helps?", "Mir ist seit gestern schlecht") or a German noun and its verb right before the phrase
-    ("Die Heizung ist seit Montag kaputt, was tun?", see _NOUN_AND_VERB); and nothing asks for the
+    helps?", "Mir ist seit gestern schlecht") or a German noun subject and its verb ("Die Heizung
+    ist seit Montag kaputt, was tun?", "Seit Montag ist die Heizung kaputt", see
+    _german_statement); and nothing asks for the
     notes: no request in the message (see _ASKS_FOR), no question about one's doings in it ("…, how
     did it go?", "… Was habe ich gegessen?", see _asks_doings), no question, past form or relative
     clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
@@ -747,7 +837,7 @@ def _states(m: re.Match[str]) -> bool:
     clause = _clause(m)
     if says_done(clause) or _RELATIVE.search(clause):
         return False
-    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
+    return _STATED_BY.search(clause) is not None or _german_statement(m, begin)
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:

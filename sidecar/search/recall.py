@@ -113,17 +113,28 @@ def recall(
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(listed.hits, budget, count_tokens, own=req.agent is not None)
         return replace(listed, context=block)
-    if result.hits or alone:
+    if alone or (asked and result.hits):
         return result
-    # Nothing in the period: the words are recalled from any day (see Retriever.search), the time
-    # phrase still not among them. In a message a person typed it names when, not what: searched
-    # as a word, "today" found today's daily note by its title ("have a nice day today").
-    # Why, truly: a period asked about whose window holds no dated note, or a message that did
-    # not ask about its notes (the window may well hold some: they were not listed unasked).
+    # The words are recalled from any day (see Retriever.search), the time phrase still not among
+    # them. In a message a person typed it names when, not what: searched as a word, "today"
+    # found today's daily note by its title ("have a nice day today").
     phrase = inline.phrase
     _, inline = split_filters(message, r.today_of(req), phrases=False)
-    result = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
-    return phrase_ignored(result, phrase, "noNote" if asked else "notAsked", windowed.filters)
+    anyday = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
+    if result.hits:
+        # A period named but not asked about ranks, it does not restrict: its hits first, then
+        # the words' hits of other days. "My back hurts since Monday, what helps?" recalled the
+        # daily note of Tuesday's back pain alone, never the note on what helps a back.
+        seen = {(h.reference, h.lines) for h in result.hits}
+        more = tuple(h for h in anyday.hits if (h.reference, h.lines) not in seen)
+        hits = (result.hits + more)[: windowed.limit]
+        budget = windowed.token_budget or r.recall_settings().token_budget
+        block = render_block(hits, budget, count_tokens, own=req.agent is not None)
+        return replace(result, hits=hits, context=block)
+    # Nothing in the period. Why, truly: a period asked about whose window holds no dated note,
+    # or a message that did not ask about its notes (the window may well hold some: they were
+    # not listed unasked).
+    return phrase_ignored(anyday, phrase, "noNote" if asked else "notAsked", windowed.filters)
 
 
 def _recall(
