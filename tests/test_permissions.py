@@ -544,6 +544,64 @@ def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(
     assert lines[2] == "after 3", lines
 
 
+# Run in a process of its own (``test_the_immutable_check_keeps_sqlites_locks_...``), so that a
+# SIGBUS kills only it: a guarded writer commits in a loop while another process opens the file
+# read-only again and again (``sidecar doctor``, a user's sqlite3, a backup reader); prints the
+# loops run, the rows it read wrong, and the rows found against those written.
+_SHARED_WITH_A_READER = """
+import sqlite3, subprocess, sys
+from pathlib import Path
+from sidecar.stores.frozen import guarded_connect
+
+path = Path(sys.argv[1])
+g = guarded_connect(path, path, isolation_level=None)
+g.execute("PRAGMA journal_mode=WAL")
+g.execute("PRAGMA wal_autocheckpoint=0")
+g.execute("CREATE TABLE t(x)")
+for i in range(2000):
+    g.execute("INSERT INTO t VALUES(?)", (i,))
+reader = (
+    "import sqlite3, sys\\nfor _ in range(200):\\n"
+    " db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True, timeout=5)\\n"
+    " db.execute('SELECT count(*) FROM t').fetchone()\\n db.close()\\n"
+)
+other = subprocess.Popen([sys.executable, "-c", reader, str(path)])
+loops = wrong = 0
+rows = 2000
+while other.poll() is None or loops == 0:
+    g.execute("BEGIN IMMEDIATE")
+    g.execute("INSERT INTO t VALUES(?)", (rows,))
+    g.execute("COMMIT")
+    rows += 1
+    wrong += g.execute("SELECT count(*) FROM t").fetchone()[0] != rows
+    loops += 1
+g.close()
+found = sqlite3.connect(path).execute("SELECT count(*) FROM t").fetchone()[0]
+print(loops, wrong, other.returncode, found, rows, flush=True)
+"""
+
+
+def test_the_immutable_check_keeps_sqlites_locks_against_another_process(tmp_path: Path) -> None:
+    """The check for an immutable ``-shm`` opened and closed that file before each statement, and
+    closing any descriptor of a file drops every POSIX lock the process holds on it: SQLite's
+    cross-process locks on the ``-shm`` were gone, and another process's read-only open (doctor
+    while the daemon runs) rebuilt the shared memory under the writer's mapping: the writer died
+    of SIGBUS or read "database disk image is malformed" (a damage word), in each of 6 runs.
+    Asked by path now: the writer and the reader both run to their end, every row there."""
+    import sys
+
+    path = tmp_path / "m.sqlite"
+    cwd = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARED_WITH_A_READER, str(path)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=cwd,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    loops, wrong, reader, found, rows = map(int, done.stdout.split())
+    assert loops > 0 and wrong == 0 and reader == 0, done.stdout
+    assert found == rows, done.stdout
+
+
 def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> None:
     """An index folder made immutable whole (``chattr -R +i``): the lock file cannot be opened
     for writing, and the start exited 5 ("the home cannot be used") before it could serve the
