@@ -717,6 +717,70 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
             d.notifier.close()
 
 
+def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same start (the keyword index immutable: nothing can be read) refused memory writes
+    too, "the index cannot be read", although the agent's inbox could be written: an agent lost
+    them. Written, edited and deleted in the inbox (``searchable: false``, saying why), indexed
+    once the index can be read; other requests are still refused."""
+    import tempfile
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            d._make_agents_folder()  # as the daemon's run does before its start
+            with _immutable(cfg.index_dir / "bm25"):
+                d.startup()
+                dispatch = d._dispatch
+                assert dispatch is not None
+
+                def ask(op: str, **params: Any) -> dict[str, Any]:
+                    return dispatch.dispatch(Request(op, params, agent="ops"))
+
+                made = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe.\n")
+                assert made["created"] and made["searchable"] is False, made
+                assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
+                edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
+                assert edited["action"] == "updated" and edited["searchable"] is False, edited
+                ask("write", slug="old", content="# Old\n\nGone soon.\n")
+                gone = ask("delete", slug="old")
+                assert gone["deleted"] and "still found by search" in gone["warning"], gone
+                with pytest.raises(SidecarError, match="the index cannot be read: "):
+                    ask("search", query="zeppelin")
+            inbox = cfg.agents_dir / "ops" / "memory"
+            assert "painted" in (inbox / "canoe.md").read_text()
+            assert not (inbox / "old.md").exists()
+            assert d._switch_to_writable() is True
+            deadline = time.monotonic() + 60  # the catch-up sweep, in its thread
+
+            def found() -> set[str]:
+                hits = d._dispatch.dispatch(Request("search", {"query": "zeppelin painted"}, agent="ops"))
+                return {hit["reference"] for hit in hits["hits"]}
+
+            while "memory/canoe" not in found():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
 def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_restart(
     serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
