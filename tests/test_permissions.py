@@ -646,6 +646,18 @@ def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> No
             lock.release()
 
 
+def test_an_immutable_index_folder_without_a_lock_file_says_permission_denied(tmp_path: Path) -> None:
+    """The same folder with no lock file in it (a cleaner removed it, a first start): the start
+    said "….lock: No such file or directory", the wrong cause. The denial is said."""
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "index"
+    index.mkdir()
+    with _immutable(index), pytest.raises(PermissionError) as err:
+        IndexLock(index).acquire()
+    assert err.value.filename == str(index / ".lock")
+
+
 def test_a_manifest_whose_commits_are_all_in_its_log_is_read_read_only(tmp_path: Path) -> None:
     """A manifest killed before its first checkpoint holds every commit in its -wal, its file's
     header saying schema 0: the read-only start (a full disk, an immutable folder) refused it as
