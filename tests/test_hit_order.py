@@ -132,3 +132,21 @@ def test_a_hit_ranked_up_names_boosts_that_lift_it_together_and_a_source_demotio
     assert ranked_up([_hit("vault/a", 0.70, 0.6, {}), weighted])[0] == (
         "ranked above hits of higher relevance: the hit below is of wiki notes, weighted 0.8"
     )
+
+
+def test_a_hit_ranked_up_by_its_rank_or_by_most_of_the_gap_says_so() -> None:
+    """The "rank" boost's words were the general words themselves ("its place in the keyword and
+    meaning results"): a hit lifted by it and one lifted by nothing known read alike. And a boost
+    closing most of the gap, the rest the ranking score's own scale, was not named."""
+    from sidecar.contracts.wire import ranked_up
+
+    by_rank = ranked_up([_hit("a", 0.5, 0.9, {"rank": 0.12}), _hit("b", 0.6, 0.8, {})])
+    assert (
+        by_rank[0]
+        == "ranked above hits of higher relevance: it is among the first of the keyword or meaning results"
+    )
+    most = ranked_up([_hit("vault/a", 0.50, 0.9, {"rareTerm": 1.15}), _hit("vault/b", 0.62, 0.8, {})])
+    assert most[0] == (
+        "ranked above hits of higher relevance: it holds a rare word of the query, most of the gap "
+        "(the rest: its place in the keyword and meaning results)"
+    )

@@ -482,6 +482,29 @@ def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
     assert not list(index.glob("*.broken-*"))
 
 
+def test_a_daemon_stopped_while_its_index_is_immutable_exits_cleanly(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """A daemon stopped while its index folder is still immutable (``chattr -R +i``): the
+    manifest's close, the last connection's, checkpoints and writes into the mapped ``-shm``, and
+    the kernel killed the daemon with SIGBUS (exit 135 from a shell, -7 here, no word). The
+    connection is kept open instead ("manifest_close_skipped"), the stop exits 0, and the next
+    start, the flag gone, finds the memory written before."""
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the zeppelin.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: the next write into them faults
+        code = d.stop()
+    assert code == 0, (code, d.log.read_text()[-3000:])
+    assert "manifest_close_skipped" in d.log.read_text()
+    again = daemon_factory(vault, keyword_only=True).start()
+    hits = again.call("search", {"query": "zeppelin"}, agent="ops")["hits"]
+    assert "memory/plan" in {h["reference"] for h in hits}
+    assert not list(index.glob("*.broken-*"))
+
+
 # Run in a process of its own (``test_a_manifest_whose_files_turn_immutable_...``), so that a SIGBUS
 # kills only it: the manifest written (commits left in its -wal), its folder made immutable, then
 # read and written; prints what each did, then the same once the flag is gone.
@@ -544,6 +567,64 @@ def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(
     assert lines[2] == "after 3", lines
 
 
+# Run in a process of its own (``test_the_immutable_check_keeps_sqlites_locks_...``), so that a
+# SIGBUS kills only it: a guarded writer commits in a loop while another process opens the file
+# read-only again and again (``sidecar doctor``, a user's sqlite3, a backup reader); prints the
+# loops run, the rows it read wrong, and the rows found against those written.
+_SHARED_WITH_A_READER = """
+import sqlite3, subprocess, sys
+from pathlib import Path
+from sidecar.stores.frozen import guarded_connect
+
+path = Path(sys.argv[1])
+g = guarded_connect(path, path, isolation_level=None)
+g.execute("PRAGMA journal_mode=WAL")
+g.execute("PRAGMA wal_autocheckpoint=0")
+g.execute("CREATE TABLE t(x)")
+for i in range(2000):
+    g.execute("INSERT INTO t VALUES(?)", (i,))
+reader = (
+    "import sqlite3, sys\\nfor _ in range(200):\\n"
+    " db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True, timeout=5)\\n"
+    " db.execute('SELECT count(*) FROM t').fetchone()\\n db.close()\\n"
+)
+other = subprocess.Popen([sys.executable, "-c", reader, str(path)])
+loops = wrong = 0
+rows = 2000
+while other.poll() is None or loops == 0:
+    g.execute("BEGIN IMMEDIATE")
+    g.execute("INSERT INTO t VALUES(?)", (rows,))
+    g.execute("COMMIT")
+    rows += 1
+    wrong += g.execute("SELECT count(*) FROM t").fetchone()[0] != rows
+    loops += 1
+g.close()
+found = sqlite3.connect(path).execute("SELECT count(*) FROM t").fetchone()[0]
+print(loops, wrong, other.returncode, found, rows, flush=True)
+"""
+
+
+def test_the_immutable_check_keeps_sqlites_locks_against_another_process(tmp_path: Path) -> None:
+    """The check for an immutable ``-shm`` opened and closed that file before each statement, and
+    closing any descriptor of a file drops every POSIX lock the process holds on it: SQLite's
+    cross-process locks on the ``-shm`` were gone, and another process's read-only open (doctor
+    while the daemon runs) rebuilt the shared memory under the writer's mapping: the writer died
+    of SIGBUS or read "database disk image is malformed" (a damage word), in each of 6 runs.
+    Asked by path now: the writer and the reader both run to their end, every row there."""
+    import sys
+
+    path = tmp_path / "m.sqlite"
+    cwd = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARED_WITH_A_READER, str(path)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=cwd,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    loops, wrong, reader, found, rows = map(int, done.stdout.split())
+    assert loops > 0 and wrong == 0 and reader == 0, done.stdout
+    assert found == rows, done.stdout
+
+
 def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> None:
     """An index folder made immutable whole (``chattr -R +i``): the lock file cannot be opened
     for writing, and the start exited 5 ("the home cannot be used") before it could serve the
@@ -563,6 +644,18 @@ def test_the_index_lock_holds_in_an_immutable_index_folder(tmp_path: Path) -> No
                 IndexLock(index).acquire()
         finally:
             lock.release()
+
+
+def test_an_immutable_index_folder_without_a_lock_file_says_permission_denied(tmp_path: Path) -> None:
+    """The same folder with no lock file in it (a cleaner removed it, a first start): the start
+    said "….lock: No such file or directory", the wrong cause. The denial is said."""
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "index"
+    index.mkdir()
+    with _immutable(index), pytest.raises(PermissionError) as err:
+        IndexLock(index).acquire()
+    assert err.value.filename == str(index / ".lock")
 
 
 def test_a_manifest_whose_commits_are_all_in_its_log_is_read_read_only(tmp_path: Path) -> None:
@@ -631,6 +724,70 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
             hits = d._dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))
             assert hits["hits"]
             assert not list(cfg.index_dir.glob("*.broken-*"))
+        finally:
+            d.shutdown()
+            d.notifier.close()
+
+
+def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same start (the keyword index immutable: nothing can be read) refused memory writes
+    too, "the index cannot be read", although the agent's inbox could be written: an agent lost
+    them. Written, edited and deleted in the inbox (``searchable: false``, saying why), indexed
+    once the index can be read; other requests are still refused."""
+    import tempfile
+    import time
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    h.sweep()
+    h.close()
+    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        try:
+            d._make_agents_folder()  # as the daemon's run does before its start
+            with _immutable(cfg.index_dir / "bm25"):
+                d.startup()
+                dispatch = d._dispatch
+                assert dispatch is not None
+
+                def ask(op: str, **params: Any) -> dict[str, Any]:
+                    return dispatch.dispatch(Request(op, params, agent="ops"))
+
+                made = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe.\n")
+                assert made["created"] and made["searchable"] is False, made
+                assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
+                edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
+                assert edited["action"] == "updated" and edited["searchable"] is False, edited
+                ask("write", slug="old", content="# Old\n\nGone soon.\n")
+                gone = ask("delete", slug="old")
+                assert gone["deleted"] and "still found by search" in gone["warning"], gone
+                with pytest.raises(SidecarError, match="the index cannot be read: "):
+                    ask("search", query="zeppelin")
+            inbox = cfg.agents_dir / "ops" / "memory"
+            assert "painted" in (inbox / "canoe.md").read_text()
+            assert not (inbox / "old.md").exists()
+            assert d._switch_to_writable() is True
+            deadline = time.monotonic() + 60  # the catch-up sweep, in its thread
+
+            def found() -> set[str]:
+                hits = d._dispatch.dispatch(Request("search", {"query": "zeppelin painted"}, agent="ops"))
+                return {hit["reference"] for hit in hits["hits"]}
+
+            while "memory/canoe" not in found():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
         finally:
             d.shutdown()
             d.notifier.close()

@@ -2702,8 +2702,12 @@ def test_a_previous_model_whose_settings_fail_leaves_its_table_undamaged(
     """A switch whose previous model's settings raise a ValueError (not its table): the table was
     counted as damaged ("could not be opened ... though the model loads") and moved aside as a
     damaged copy. The model is unusable, not the table: nothing is said of damage, no damaged copy
-    is made (the table is kept aside as a retired model's vectors)."""
+    is made. Nor is it retired (moved aside, deleted after 30 days: a typo fixed a day later found
+    the vectors gone): kept and tried again, as a model that fails to load with its files there,
+    its setting named."""
+    from sidecar.contracts.errors import RetiringModelError
     from sidecar.index import migration
+    from sidecar.stores.aside import moved_aside
 
     vault = tmp_path / "v"
     _long_notes(vault)
@@ -2720,10 +2724,15 @@ def test_a_previous_model_whose_settings_fail_leaves_its_table_undamaged(
 
         monkeypatch.setattr(migration, "model_settings", bad_settings)
         unopened: list[str] = []
-        assert migration.open_previous(cfg, old_name, unopened=unopened) is None
+        with pytest.raises(
+            RetiringModelError, match=r"queryPrefix must be a string.*kept and it is tried again"
+        ):
+            migration.open_previous(cfg, old_name, unopened=unopened)
         assert unopened == []
-        migration.attach(cfg, h.vectors, OtherModel(), problems=h.problems)
-        assert _broken(cfg) == [], _broken(cfg)
+        with pytest.raises(RetiringModelError):
+            migration.attach(cfg, h.vectors, OtherModel(), problems=h.problems)
+        assert old_name in table_names_of(cfg)
+        assert moved_aside(cfg.index_dir) == [], moved_aside(cfg.index_dir)
         assert "could not be opened" not in str(h.problems.describe())
     finally:
         h.close()

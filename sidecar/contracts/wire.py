@@ -208,7 +208,7 @@ _BOOST_WORDS = {
     "rareTerm": "it holds a rare word of the query",
     "support": "more passages of its note match",
     "linked": "a better hit links to it",
-    "rank": "its place in the keyword and meaning results",
+    "rank": "it is among the first of the keyword or meaning results",
 }
 # Boosts added to the score (the rest multiply it).
 _ADDED = frozenset({"name", "support", "rank"})
@@ -233,27 +233,36 @@ def _boost_words(hit: Hit, name: str, value: float) -> str | None:
     return _BOOST_WORDS.get(name)
 
 
-def _reaches(hit: Hit, boosts: Sequence[tuple[str, float]], reach: float) -> bool:
-    """Whether ``boosts`` of ``hit`` together lift its relevance to ``reach`` (rounding aside)."""
+def _lifted(hit: Hit, boosts: Sequence[tuple[str, float]]) -> float:
+    """``hit``'s relevance lifted by ``boosts`` together."""
     lifted = hit.relevance
     for name, value in boosts:
         lifted = lifted + value if name in _ADDED else lifted * value
-    return lifted >= reach - _RANKED_UP_BY
+    return lifted
+
+
+def _reaches(hit: Hit, boosts: Sequence[tuple[str, float]], reach: float) -> bool:
+    """Whether ``boosts`` of ``hit`` together lift its relevance to ``reach`` (rounding aside)."""
+    return _lifted(hit, boosts) >= reach - _RANKED_UP_BY
 
 
 def _lift_words(hit: Hit, reach: float) -> list[str]:
     """The boosts of ``hit`` that lift it to the relevance ``reach``, in words: each that closes
     the gap by itself; else, when none does, those that do together ("…, together": said as the
-    ranking score's own scale before). Boosts that do not close the gap are not named (memory's
-    weight 1.05 on 0.63 does not reach 0.74)."""
+    ranking score's own scale before), or that close most of it ("…, most of the gap"). Boosts
+    that close less than half of the gap are not named (memory's weight 1.05 on 0.63 does not
+    reach 0.74)."""
     lifting = [(n, v) for n, v in hit.boosts.items() if _lifts(n, v) and _boost_words(hit, n, v)]
     alone = [w for n, v in lifting if _reaches(hit, [(n, v)], reach) and (w := _boost_words(hit, n, v))]
     if alone or not lifting:
         return alone
-    if len(lifting) < 2 or not _reaches(hit, lifting, reach):
-        return []
-    words = dict.fromkeys(w for n, v in lifting if (w := _boost_words(hit, n, v)))
-    return [" and ".join(words) + ", together"]
+    words = " and ".join(dict.fromkeys(w for n, v in lifting if (w := _boost_words(hit, n, v))))
+    if len(lifting) >= 2 and _reaches(hit, lifting, reach):
+        return [words + ", together"]
+    if _lifted(hit, lifting) - hit.relevance >= (reach - hit.relevance) / 2:
+        # Most of the gap, the rest the ranking score's own scale: the boost is the known cause.
+        return [f"{words}, most of the gap (the rest: {_GENERIC})"]
+    return []
 
 
 def _demotion_words(hit: Hit) -> list[str]:

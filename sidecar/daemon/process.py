@@ -53,10 +53,13 @@ class IndexLock:
     def acquire(self) -> None:
         try:
             fh = self.path.open("a+")
-        except PermissionError:
+        except PermissionError as denied:
             # An immutable or read-only index folder (chattr +i, a backup's flag): flock holds on
             # a file opened for reading too, and the read-only start serves the index as it is.
-            fh = self.path.open("r")
+            try:
+                fh = self.path.open("r")
+            except FileNotFoundError:  # none to lock (a cleaner removed it): the denial is the cause
+                raise denied from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:

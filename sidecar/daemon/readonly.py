@@ -6,6 +6,7 @@ the socket."""
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import shutil
 import threading
@@ -15,24 +16,92 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sidecar.config import Config
 from sidecar.contracts.errors import BusyError, StorageError, engine_text, stopping_message
 from sidecar.contracts.printable import quoted
-from sidecar.contracts.protocol import Request
+from sidecar.contracts.protocol import Request, check_known, param_str
 from sidecar.daemon.compose import Dispatcher
 from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
+from sidecar.memory.inbox import Inboxes, check_agent, check_slug
 from sidecar.stores.space import LOW_BYTES
+from sidecar.vault.sources import Root, agent_inbox, public_reference
+
+log = logging.getLogger(__name__)
 
 
 class Refusing:
-    """Handlers that refuse every request (code ``storage``) with why."""
+    """Handlers that refuse every request (code ``storage``) with why; but memory writes, edits
+    and deletes, saved in the agent's inbox when it may be written (``inbox``: no index is open to
+    update, the catch-up sweep indexes them once the index can be read), as the read-only state
+    saves them: an agent's memory is not lost because the index folder alone refuses."""
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, inbox: InboxOnly | None = None) -> None:
         self.why = why
+        self.inbox = inbox
 
     def dispatch(self, req: Request) -> dict[str, Any]:
+        if self.inbox is not None and req.op in ReadOnly.MEMORY and self.inbox.writable(req.agent):
+            return self.inbox.dispatch(req, self.why)
         raise StorageError(self.why)
+
+
+class InboxOnly:
+    """Memory writes, edits and deletes in the inboxes alone, no index open (``Refusing``)."""
+
+    def __init__(self, cfg: Config, writable: Callable[[str | None], bool]) -> None:
+        self.cfg = cfg
+        self.inboxes = Inboxes(cfg)
+        self.writable = writable  # ``ReadOnly.inboxes_writable``: asked at each request
+
+    def dispatch(self, req: Request, why: str) -> dict[str, Any]:
+        p = req.params
+        agent = check_agent(req.agent)
+        slug = check_slug(p.get("slug"))
+        later = f"{why.split(';', maxsplit=1)[0]}; it is indexed once the index can be read again"
+        if req.op == "delete":
+            check_known(p, ("slug",))
+            with self.inboxes.locked(agent, slug):
+                try:
+                    moved = self.inboxes.delete(agent, slug)
+                except OSError as exc:
+                    raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
+            if moved is None:
+                return {
+                    "deleted": False,
+                    "reference": f"memory/{slug}",
+                    "message": "no such note (nothing to do)",
+                }
+            log.info("memory_delete agent=%s slug=%s index=unreadable", agent, slug)
+            out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}"}
+            if moved.trash is not None:
+                out["trash"] = str(moved.trash)
+            out["warning"] = f"deleted, but still found by search until the index can be read: {later}"
+            return out
+        check_known(p, ("slug", "content", "frontmatter"))
+        content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)
+        front_matter = p.get("frontmatter")
+        must_exist = req.op == "edit"
+        self.inboxes.precheck(agent, slug, content, front_matter)
+        with self.inboxes.locked(agent, slug):
+            try:
+                written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+            except OSError as exc:
+                raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
+        log.info("memory_%s agent=%s slug=%s bytes=%d index=unreadable", req.op, agent, slug, written.size)
+        key = Root("memory", agent_inbox(self.cfg, agent), agent=agent).key_of_path(written.path)
+        return {
+            "reference": public_reference(key, agent),
+            "action": "created" if written.created else ("updated" if must_exist else "replaced"),
+            "created": written.created,
+            "bytes": written.size,
+            "redacted": written.redacted,
+            "duplicates": [],
+            "duplicatesChecked": False,
+            "searchable": False,
+            "warning": f"saved, but not searchable yet: {later}",
+        }
 
 
 def unreadable_words(exc: BaseException) -> str:

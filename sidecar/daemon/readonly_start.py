@@ -31,7 +31,7 @@ from sidecar.contracts.errors import (
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read_only
 from sidecar.daemon.handlers import Handlers, ServiceState
-from sidecar.daemon.readonly import Dispatch, ReadOnly, Refusing, SwitchingHealth, unreadable_words
+from sidecar.daemon.readonly import Dispatch, InboxOnly, ReadOnly, Refusing, SwitchingHealth, unreadable_words
 from sidecar.daemon.reloading import RELOAD_WAITS
 from sidecar.daemon.watchdog import Watchdog
 from sidecar.memory.counting import BoundedCounts
@@ -108,9 +108,16 @@ class ReadOnlyStart:
             log.error("index_read_only_refused error=%s", exc)
             if says_damage(exc) or not (is_permission_denied(exc) or is_permission_denied(full)):
                 raise full from exc
-            handlers = Refusing(unreadable_words(exc))
+            handlers = self._refusing(unreadable_words(exc))
         self._start_thread("space-watch", self._wait_for_space)
         return handlers
+
+    def _refusing(self, why: str) -> Refusing:
+        """Every request refused with ``why``, but memory writes saved where the inbox may be
+        written (``Refusing``)."""
+        cfg = self.cfg
+        rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir)
+        return Refusing(why, InboxOnly(cfg, rule.inboxes_writable))
 
     def _read_only_handlers(self, failed: str | None = None) -> Handlers:
         """The handlers over the index opened read-only, refusing what writes; ``failed``: why the
@@ -275,7 +282,7 @@ class ReadOnlyStart:
                 )
                 self._said_still = said
                 failed = None if isinstance(exc, DiskFullError) else str(exc)
-                again: Dispatcher = Refusing("the index cannot be read now; the daemon tries again")
+                again: Dispatcher = self._refusing("the index cannot be read now; the daemon tries again")
                 try:
                     again = self._read_only_again(failed)
                 finally:  # never left held: every request waited and was refused, for good
@@ -370,8 +377,8 @@ class ReadOnlyStart:
             self._said_refused = str(exc)
             log.log(level, "index_read_only_refused error=%s (requests are refused until the next try)", exc)
             if is_permission_denied(exc) and not says_damage(exc):
-                return Refusing(unreadable_words(exc))
-            return Refusing(f"the index cannot be read now ({exc}); the daemon tries again")
+                return self._refusing(unreadable_words(exc))
+            return self._refusing(f"the index cannot be read now ({exc}); the daemon tries again")
 
     def _close_read_only(self) -> None:
         """Close the read-only stores before the writable open; kept writable ones (``_let_go``)

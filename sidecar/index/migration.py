@@ -284,10 +284,18 @@ def open_previous(
             unopened.append("its metadata names no model")
         return None
     model_id, dim, pooling = found
-    old_cfg = None
     try:
         # The previous model with its own settings (prefixes, languages), not the new one's.
         old_ecfg = replace(model_settings(cfg.embedder, model_name(model_id)), path=None, pooling=pooling)
+    except ValueError as exc:
+        # A setting of the configuration (a typo fixed a day later), neither the model's files nor
+        # its table: kept and tried again, as a model that fails to load with its files there.
+        raise RetiringModelError(
+            f"the previous model {model_name(model_id)}'s settings cannot be used ({exc}); its "
+            f"vectors ({table}) are kept and it is tried again"
+        ) from exc
+    old_cfg = None
+    try:
         old_cfg = replace(cfg, embedder=old_ecfg)
         old_model = load_model(old_cfg)
     except RetiringModelError:

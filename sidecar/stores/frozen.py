@@ -1,4 +1,4 @@
-"""A SQLite connection that runs no statement while its database's shared-memory file (``-shm``)
+"""A SQLite connection that starts no transaction while its database's shared-memory file (``-shm``)
 is immutable (``chattr +i``, a backup tool's or an admin's flag; macOS's ``uchg``): SQLite maps
 that file and writes into the mapping, and the kernel answers a write into an immutable file's
 mapping with SIGBUS, which kills the whole daemon without a word. Refused instead, as SQLite's
@@ -8,6 +8,7 @@ mapped read-only by SQLite and never written. Imports the errors only."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sqlite3
 import sys
@@ -16,36 +17,67 @@ from typing import Any
 
 from sidecar.contracts.errors import PermissionDeniedError
 
-# Linux's inode flags (<linux/fs.h>): FS_IOC_GETFLAGS, and the immutable and append-only flags,
-# either of which refuses the writes into the mapping.
-_GETFLAGS = 0x80086601
-_FROZEN_LINUX = 0x10 | 0x20
+# statx(2)'s attributes (<linux/stat.h>): immutable and append-only, either of which refuses the
+# writes into the mapping; the offsets of ``stx_attributes`` and ``stx_attributes_mask`` in its
+# 256-byte ``struct statx``.
+_STATX_FROZEN = 0x10 | 0x20
+_AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
 # BSD and macOS flags in st_flags: UF_IMMUTABLE, UF_APPEND, SF_IMMUTABLE, SF_APPEND.
 _FROZEN_BSD = 0x2 | 0x4 | 0x20000 | 0x40000
 
 
+def _libc_statx() -> Any:
+    """glibc's (or musl's) ``statx``, None where the C library has none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.statx
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    call.restype = ctypes.c_int
+    return call
+
+
+_statx = _libc_statx() if sys.platform.startswith("linux") else None
+
+
 def frozen(path: Path) -> bool:
     """Whether the file at ``path`` is immutable or append-only (False when it is not there or
-    its flags cannot be asked: a file system without them)."""
-    if sys.platform.startswith("linux"):
-        import fcntl
+    its flags cannot be asked: a file system or C library without them).
 
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+    Asked by path alone, never through a descriptor of the file: closing any descriptor of a file
+    drops every POSIX lock the process holds on it, and SQLite keeps its cross-process WAL locks
+    on the ``-shm`` (an open and close per statement let another process's open rebuild the
+    shared memory under the daemon's mapping: SIGBUS, or "database disk image is malformed")."""
+    if _statx is not None:
+        buf = ctypes.create_string_buffer(256)
+        if _statx(_AT_FDCWD, os.fsencode(path), _AT_SYMLINK_NOFOLLOW, 0, buf) != 0:
             return False
-        try:
-            flags = bytearray(8)
-            fcntl.ioctl(fd, _GETFLAGS, flags)
-        except OSError:  # ENOTTY and the like: no flags on this file system
-            return False
-        finally:
-            os.close(fd)
-        return bool(int.from_bytes(flags[:4], sys.byteorder) & _FROZEN_LINUX)
+        attributes = int.from_bytes(buf.raw[8:16], sys.byteorder)
+        supported = int.from_bytes(buf.raw[56:64], sys.byteorder)
+        return bool(attributes & supported & _STATX_FROZEN)
+    if sys.platform.startswith("linux"):
+        return False  # no statx in this C library: no check
     try:
         return bool(getattr(os.lstat(path), "st_flags", 0) & _FROZEN_BSD)
     except OSError:
         return False
+
+
+# Connections never closed (``keep_open``), held for the life of the process.
+_kept: list[sqlite3.Connection] = []
+
+
+def keep_open(connections: list[sqlite3.Connection]) -> None:
+    """Never close ``connections`` (their ``-shm`` is immutable): SQLite's close of a database's
+    last connection checkpoints and writes that file's mapping, SIGBUS. Each is referenced for the
+    life of the process, one reference more than any holder gives back, so neither a collection nor
+    the interpreter's exit closes it; the process's exit unmaps it, and the next open replays the
+    write-ahead log (nothing lost)."""
+    for db in connections:
+        _kept.append(db)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
 
 
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
@@ -55,13 +87,16 @@ class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
 
 
 class GuardedConnection(sqlite3.Connection):
-    """``sqlite3.connect(..., factory=GuardedConnection)``: each statement is run only while the
-    database's ``-shm`` may be written (``shm``: that file, set by ``guarded_connect``)."""
+    """``sqlite3.connect(..., factory=GuardedConnection)``: each transaction (its ``BEGIN``, or an
+    autocommit statement) is started only while the database's ``-shm`` may be written (``shm``:
+    that file, set by ``guarded_connect``). The statements inside a transaction are not asked
+    again: a bulk batch's inserts cost one question, and a flag set mid-transaction is the same
+    race as one set between the question and the statement."""
 
     shm: Path | None = None
 
     def _check(self) -> None:
-        if self.shm is not None and frozen(self.shm):
+        if self.shm is not None and not self.in_transaction and frozen(self.shm):
             raise FrozenShmError(
                 f"permission denied: {self.shm} is immutable (chattr -i or chflags nouchg it): "
                 "SQLite writes into that file's mapping, which an immutable file refuses"
