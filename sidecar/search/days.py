@@ -765,13 +765,10 @@ _NOUN_AND_VERB = re.compile(
 )
 # A finite verb of the third person by its shape: lower case, ending in -t ("quietscht", "ist")
 # or -n ("husten", "sind" aside); not a declined adjective ("offene", "neuer") nor a word of the
-# few that look like one before a noun ("in", "an", "den", "nicht" …), English ones too ("since
-# Monday when Anna called").
+# few that look like one before a noun ("in", "an", "den", "nicht" …).
 _FINITE_DE = (
     r"(?!(?:in|an|von|den|dem|ein|einen|mein|dein|sein|ihn|ihnen|wenn|dann|denn|nun|schon|noch"
-    r"|nicht|nur|erst|jetzt|bereits|ganz|sehr|oft|meist|insgesamt"
-    r"|on|when|then|than|even|often|own|been|seen|gone|done|not|at|but|just|most|first|last|next)\b)"
-    r"(?-i:[a-zäöüß]+(?:t|n)|sind)"
+    r"|nicht|nur|erst|jetzt|bereits|ganz|sehr|oft|meist|insgesamt)\b)(?-i:[a-zäöüß]+(?:t|n)|sind)"
 )
 _ANY_VERB = re.compile(
     r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE, re.IGNORECASE
