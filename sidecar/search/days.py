@@ -739,67 +739,23 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 # A German subject and its finite verb right before the phrase: "Knoblauch wächst seit März",
-# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut", "Mein Rücken tut schon
-# seit Montag weh"; typed in lower case after its article ("die heizung ist seit montag kaputt").
-# Only these verbs, in lower case (German nouns have a capital), where the phrase ends its clause:
-# keywords ("Mein Gewicht morgens seit Januar", "Die Rechnungen offen seit März", "Die Kosten
-# insgesamt seit Januar") ask for the notes. Where the clause goes on after the phrase, any finite
-# verb (see _FINITE_DE): "Die Waschmaschine quietscht seit Montag laut".
-_DET_DE = r"(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)"
-_SUBJECT_DE = r"(?:" + _DET_DE + r"\s+[\w-]+|(?-i:[A-ZÄÖÜ])[\w-]*)"
-# Particles between the verb and the phrase: "tut schon seit Montag weh".
-_PARTICLES_DE = (
-    r"(?:(?:schon|bereits|erst|nicht|nun|jetzt|wieder|immer|noch|auch|halt|eben|ja|wohl|leider"
-    r"|irgendwie|ständig|dauernd|so)\s+)*"
-)
-_STATE_VERBS_DE = (
-    r"(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
+# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut". Only these verbs, in
+# lower case (German nouns have a capital): keywords ("Mein Gewicht morgens seit Januar", "Die
+# Rechnungen offen seit März") ask for the notes.
+_NOUN_AND_VERB = re.compile(
+    r"\s*(?:(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)\s+)?"
+    r"(?-i:[A-ZÄÖÜ])[\w-]*\s+(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
     r"|liegen|wohnt|wohnen|lebt|leben|geht|gehen|hängt|hängen|blüht|blühen|funktioniert"
     r"|funktionieren|klappt|schläft|schlafen|arbeitet|arbeiten|dauert|fehlt|fehlen|hakt|streikt"
     r"|tropft|leckt|brennt|regnet|schneit|tut|tun|bleibt|bleiben|wackelt|juckt|schmerzt|schmerzen"
-    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)"
-)
-_NOUN_AND_VERB = re.compile(
-    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _STATE_VERBS_DE + r"\s+" + _PARTICLES_DE,
+    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)\s*",
     re.IGNORECASE,
-)
-# A finite verb of the third person by its shape: lower case, ending in -t ("quietscht", "ist")
-# or -n ("husten", "sind" aside); not a declined adjective ("offene", "neuer") nor a word of the
-# few that look like one before a noun ("in", "an", "den", "nicht" …).
-_FINITE_DE = (
-    r"(?!(?:in|an|von|den|dem|ein|einen|mein|dein|sein|ihn|ihnen|wenn|dann|denn|nun|schon|noch"
-    r"|nicht|nur|erst|jetzt|bereits|ganz|sehr|oft|meist|insgesamt)\b)(?-i:[a-zäöüß]+(?:t|n)|sind)"
-)
-_ANY_VERB = re.compile(
-    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE, re.IGNORECASE
-)
-# German puts the finite verb second: after a phrase that opens its clause come the verb and its
-# subject, whatever the verb ("Seit Montag ist die Heizung kaputt", "seit montag tut mein rücken
-# weh", "Seit März wächst der Knoblauch").
-_VERB_THEN_SUBJECT = re.compile(
-    r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE + _SUBJECT_DE + r"\b", re.IGNORECASE
 )
 
 
 def _noun_and_verb(text: str, begin: int, end: int) -> bool:
     """Whether ``text[begin:end]`` is a German subject and its verb (see _NOUN_AND_VERB)."""
     return _NOUN_AND_VERB.fullmatch(text, begin, end) is not None
-
-
-def _german_statement(m: re.Match[str], begin: int) -> bool:
-    """Whether the phrase's clause, opening at ``begin``, is a German statement of a noun subject:
-    its verb from the list right before the phrase (see _NOUN_AND_VERB), any finite verb there
-    with the clause going on after the phrase (see _ANY_VERB), or the phrase opening the clause
-    and the verb and subject after it (see _VERB_THEN_SUBJECT)."""
-    text = m.string
-    if _noun_and_verb(text, begin, m.start()):
-        return True
-    after = _CLAUSE_END.search(text, m.end())
-    end = after.start() if after else len(text)
-    if _ANY_VERB.fullmatch(text, begin, m.start()) and text[m.end() : end].strip():
-        return True
-    opens = re.fullmatch(r"\s*(?:(?:und|aber)\s+)?", text[begin : m.start()], re.IGNORECASE) is not None
-    return opens and _VERB_THEN_SUBJECT.match(text, m.end(), end) is not None
 
 
 _PRONOUN = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they)\b", re.IGNORECASE)
@@ -820,9 +776,8 @@ def _asks_doings(text: str) -> bool:
 def _states(m: re.Match[str]) -> bool:
     """Whether the phrase's own clause states a state rather than asking for notes: a subject
     pronoun in it ("Ich bin seit gestern krank, was hilft?", "I have been sick since Monday, what
-    helps?", "Mir ist seit gestern schlecht") or a German noun subject and its verb ("Die Heizung
-    ist seit Montag kaputt, was tun?", "Seit Montag ist die Heizung kaputt", see
-    _german_statement); and nothing asks for the
+    helps?", "Mir ist seit gestern schlecht") or a German noun and its verb right before the phrase
+    ("Die Heizung ist seit Montag kaputt, was tun?", see _NOUN_AND_VERB); and nothing asks for the
     notes: no request in the message (see _ASKS_FOR), no question about one's doings in it ("…, how
     did it go?", "… Was habe ich gegessen?", see _asks_doings), no question, past form or relative
     clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
@@ -834,7 +789,7 @@ def _states(m: re.Match[str]) -> bool:
     clause = _clause(m)
     if says_done(clause) or _RELATIVE.search(clause):
         return False
-    return _STATED_BY.search(clause) is not None or _german_statement(m, begin)
+    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
