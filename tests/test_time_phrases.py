@@ -1384,3 +1384,38 @@ def test_a_state_needs_clear_words_and_a_month_to_come_its_own_clause(
     assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
     if window is None:
         assert rest == said
+
+
+@pytest.mark.parametrize(
+    ("said", "since"),
+    [
+        ("Seit Januar erledigten Aufgaben", "2026-01-01"),
+        ("Seit Januar bezahlten Rechnungen", "2026-01-01"),
+        ("seit März offenen Tickets", "2026-03-01"),
+        ("Die Ausgaben gesamt seit Januar pro Monat", "2026-01-01"),
+        ("Der Umsatz getrennt seit Januar nach Kunde", "2026-01-01"),
+        ("Ausgaben zusammen seit Januar für Lebensmittel", "2026-01-01"),
+        ("Stromverbrauch gemessen seit März im Keller", "2026-03-01"),
+        ("Gewicht gemessen seit Januar täglich", "2026-01-01"),
+        ("Die Kosten gestiegen seit Januar um 10 Prozent", "2026-01-01"),
+        ("seit Montag offen Bugs", "2026-11-30"),
+        ("Seit Januar mit Anna", "2026-01-01"),
+        ("seit März mit der Bahn zur Arbeit", "2026-03-01"),
+        ("seit Januar gegen die Grippe", "2026-01-01"),
+        ("seit Januar zwischen Anna und Tom", "2026-01-01"),
+        ("seit März dort die Tomaten", "2026-03-01"),
+        ("Seit Montag wegen der Heizung", "2026-11-30"),
+        ("since January about Kubernetes", "2026-01-01"),
+        ("since January about Project Alpha", "2026-01-01"),
+        ("since March without Anna", "2026-03-01"),
+        ("since Monday between Anna and Tom", "2026-11-30"),
+    ],
+)
+def test_keywords_with_a_participle_an_adjective_or_a_preposition_keep_their_window(
+    said: str, since: str
+) -> None:
+    """Keyword searches whose phrase is followed by a participle, an adjective or a preposition
+    ending as a German finite verb ('erledigten', 'gemessen', 'mit', 'about') ask for the period's
+    notes: reading any word ending in -t or -n as a verb took their window away."""
+    _, f = split_filters(said, dt.date(2026, 12, 6))
+    assert (f.since, f.until) == (since, "2026-12-06"), (said, f)
