@@ -2303,6 +2303,25 @@ def test_a_period_named_but_not_asked_about_ranks_the_recall_it_does_not_restric
     assert [h["reference"] for h in r["hits"] if h["relevance"] == 0] == []  # nothing listed unasked
 
 
+@pytest.mark.parametrize("query", ["Stromrechnung März 2025", "Monatsbericht Stromrechnung März 2025"])
+def test_a_month_with_its_year_as_a_label_is_searched_as_words(
+    served: Served, agent_vault: Path, query: str
+) -> None:
+    """A month with its year and no preposition names a bill or a report, written after the
+    month: read as the month's window, the search hid the bill and listed the month's daily note."""
+    write(
+        agent_vault / "Finance/Stromrechnung März 2025.md",
+        "---\ndate: 2025-04-05\n---\n# Stromrechnung März 2025\n\nStromrechnung März 2025: 84 Euro, bezahlt.\n",
+    )
+    write(
+        agent_vault / "Daily/2025-03-15.md", "---\ndate: 2025-03-15\n---\n# Samstag\n\nGarten umgegraben.\n"
+    )
+    served.h.sweep()
+    r = served.call("search", {"query": query})
+    assert r.get("window") is None, r.get("window")
+    assert [h["reference"] for h in r["hits"]][:1] == ["vault/Finance/Stromrechnung März 2025"], r["hits"]
+
+
 @pytest.mark.parametrize(
     "message",
     [

@@ -72,7 +72,6 @@ PERIODS = [
     ("over the weekend", "2026-11-28", "2026-11-29"),
     ("in November", "2026-11-01", "2026-11-30"),
     ("im Mai 2025", "2025-05-01", "2025-05-31"),
-    ("März 2025", "2025-03-01", "2025-03-31"),
     ("on December 1", "2026-12-01", "2026-12-01"),
     ("on 1st December 2025", "2025-12-01", "2025-12-01"),
     ("am 1. Dezember", "2026-12-01", "2026-12-01"),
@@ -437,18 +436,11 @@ def test_days_and_months_that_name_no_past_day_stay_words(said: str) -> None:
 @pytest.mark.parametrize(
     ("said", "since", "until", "phrase"),
     [
-        # a month with its year, whatever is said before it, or nothing
-        ("März 2025", "2025-03-01", "2025-03-31", "März 2025"),
+        # a month with its year that notes are from
         ("notes from March 2025", "2025-03-01", "2025-03-31", "from March 2025"),
         ("Notizen von März 2025", "2025-03-01", "2025-03-31", "von März 2025"),
         ("Notizen vom März 2025", "2025-03-01", "2025-03-31", "vom März 2025"),
-        ("aus dem März 2025", "2025-03-01", "2025-03-31", "dem März 2025"),
-        ("March 2025 meeting notes", "2025-03-01", "2025-03-31", "March 2025"),
-        ("Urlaub Mai 2025", "2025-05-01", "2025-05-31", "Mai 2025"),
-        ("August 2025", "2025-08-01", "2025-08-31", "August 2025"),
-        ("budget March, 2025", "2025-03-01", "2025-03-31", "March, 2025"),
-        ("März letzten Jahres", "2025-03-01", "2025-03-31", "März letzten Jahres"),
-        ("March last year", "2025-03-01", "2025-03-31", "March last year"),
+        ("Notizen aus dem März 2025", "2025-03-01", "2025-03-31", "aus dem März 2025"),
         # since it, German "ab" too (with its year it is no month to come)
         ("ab März 2025", "2025-03-01", _TODAY, "ab März 2025"),
         ("ab dem März 2025", "2025-03-01", _TODAY, "ab dem März 2025"),
@@ -465,9 +457,9 @@ def test_days_and_months_that_name_no_past_day_stay_words(said: str) -> None:
 def test_a_month_with_its_year_or_notes_from_it_is_its_window(
     said: str, since: str, until: str, phrase: str
 ) -> None:
-    """A month named with its year is that month whatever the preposition, or none ('März 2025',
-    'notes from March 2025', 'aus dem März 2025' were words: only 'in'/'im' read it); notes from
-    a month without its year are of the last one gone by."""
+    """Notes from a month, with its year or without ('notes from March 2025', 'Notizen aus dem
+    März 2025' were words: only 'in'/'im' read it), are of that month, without its year of the
+    last one gone by; 'ab' a month with its year runs from it."""
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.until, f.phrase) == (since, until, phrase), said
 
@@ -505,11 +497,72 @@ def test_notes_from_a_month_are_of_the_last_one_however_long_ago() -> None:
         "März bis Mai 2025",
         "März 2027",
         "my March 2025 notes",  # a possessive, as "my last year"
+        # a month with its year and no preposition: mostly a label, its paper written after it
+        "März 2025",
+        "Stromrechnung März 2025",
+        "Monatsbericht Stromrechnung März 2025",
+        "March 2025 meeting notes",
+        "Urlaub Mai 2025",
+        "August 2025",
+        "budget March, 2025",
+        "aus dem März 2025",
+        "from March 2025",
+        "3rd March 2025",
+        "Anna's March 2025 trip",
+        "the March 2025 release of Obsidian",
+        # two months in one clause compare or list them
+        "März 2025 vs April 2025",
+        "Stromrechnung März 2025 vs April 2025",
+        "Compare March 2025 with April 2025",
+        "März 2025 oder April 2025",
+        "Januar/Februar 2025",
+        "März, April 2025",
+        "Unterschied März 2024 zu März 2025",
+        "Q1: Januar 2025 Februar 2025 März 2025",
+        "notes from March 2025 vs April 2025",
+        "notes from March 2025 and from April 2025",
+        "Notizen aus dem März 2025 oder April 2025",
+        "ab Januar/Februar 2025",
+        "ab März 2025 gilt der neue Stromtarif",  # a rule from then on, its note written before
     ],
 )
 def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        (
+            "Zur Stromrechnung März 2025: was habe ich letzte Woche dazu notiert?",
+            "2026-11-23",
+            "2026-11-29",
+            "letzte Woche",
+        ),
+        (
+            "Re the March 2025 invoice, what did I write about it yesterday?",
+            "2026-12-01",
+            "2026-12-01",
+            "yesterday",
+        ),
+        (
+            "Zu den Notizen aus dem März 2025: was habe ich gestern notiert?",
+            "2026-12-01",
+            "2026-12-01",
+            "gestern",
+        ),
+        ("Notes from March 2025: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
+        ("Ab März 2025 Stromrechnungen, was davon gestern?", "2026-12-01", "2026-12-01", "gestern"),
+    ],
+)
+def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
+    said: str, since: str, until: str, phrase: str
+) -> None:
+    """A month that notes are from, or a label month with its year, gives way to the period asked
+    about elsewhere in the message: it took the scope as the message's first time phrase."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:

@@ -457,22 +457,24 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
 
-# A month with its year is a date whatever is said before it ("März 2025", "notes from March
-# 2025", "aus dem März 2025", "March 2025 meeting notes"); an article before it goes with it ("aus
-# dem März 2025" is no month of something else). Not a day's month ("Rechnung vom 3. März 2025",
-# "the 3rd of March 2025": a paper's date, see _DAY_FORMS) nor the end of a range ("from March
-# 2025 to May 2025": its last month alone would hide the rest).
-_MONTH_DATED = r"(?:(?:the|de[mns])\s+)?" + _MONTH + _YEAR_SAID + _NO_RANGE
-_DAY_OR_RANGE_BEFORE = re.compile(
-    r"(?:\d\.?|\d(?:st|nd|rd|th)?\s+of|[-–]|\b(?:bis|to|until|till|through|thru|and|und))\s*$", re.IGNORECASE
-)
+# A month named by its year alone ("Stromrechnung März 2025", "March 2025 meeting notes") is
+# words: mostly a label, and the bill or report of a month is written after it. Only "in"/"im", a
+# since form, "ab" or notes "from" it read it (_month_in, _SINCE_ONLY, _DAYS).
+_ANY_NAMED_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[.;:!?\n]")
 
 
-def _month_dated(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    """A month with its year (see _MONTH_DATED)."""
-    if _DAY_OR_RANGE_BEFORE.search(m.string, max(0, m.start() - _LOOKBEHIND), m.start()):
-        raise FilterError("a day's month or the end of a range")
-    return _named_month(t, m[1], m[2], m[3])
+def _one_month_in_its_clause(m: re.Match[str]) -> None:
+    """Two months in one clause ("notes from March 2025 vs April 2025", "ab Januar/Februar
+    2025") compare or list them: no window, as a range of them is none (_NO_RANGE). Capitalised
+    names only: "may" and "march" are mostly verbs."""
+    text = m.string
+    ends = [e.start() for e in _CLAUSE_END.finditer(text)]
+    start = max((e + 1 for e in ends if e < m.start()), default=0)
+    end = min((e for e in ends if e >= m.end()), default=len(text))
+    names = [n for n in _ANY_NAMED_MONTH.finditer(text, start, end) if n.group(0)[0].isupper()]
+    if len(names) > 1:
+        raise FilterError("two months in one clause")
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
@@ -578,7 +580,6 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         _month_in,
     ),
-    (_MONTH_DATED, _month_dated),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
@@ -634,6 +635,7 @@ _NOTES_OF_MONTH = (
 
 
 def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    _one_month_in_its_clause(m)
     return _named_month(t, m[1], m[2], m[3], gone=True)
 
 
@@ -869,6 +871,23 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
 )
 
 
+def _month_from(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "ab März 2025": from that month on ("ab März" without its year is mostly the one to come).
+    A lower-case word after it is mostly a verb, a rule's start: "ab März 2025 gilt der neue
+    Tarif" is words, as on a note written before it."""
+    _one_month_in_its_clause(m)
+    if _LOWER_NEXT.match(m.string, m.end()):
+        raise FilterError("a rule from a month on")
+    return _named_month(t, m[1], m[2], m[3])[0], t
+
+
+_LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
+_AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
+# A month read only by a preposition before it gives way to any other time phrase in the message
+# ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
+_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1]))
+
+
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
 # position, the longest at that position: "since last week" before "last week"); see time_window.
 def _need(pat: str) -> str | None:
@@ -886,6 +905,7 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
             for pat, fn in _PERIODS
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
+        _AB_MONTH,
         *_PERIODS,
         *_DAYS,
     )
@@ -960,7 +980,7 @@ def time_window(
     ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
     of a question about plans)."""
     reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
-    found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
+    found: list[tuple[tuple[int, int], re.Match[str], Window, bool]] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
@@ -986,16 +1006,20 @@ def time_window(
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
-            found.append(((m.start(), m.start() - m.end()), m, days))
+            found.append(((m.start(), m.start() - m.end()), m, days, window in _GIVING_WAY))
             break  # this pattern's first phrase in the text is the one to compare
     kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
     best = min(kept, key=lambda f: f[0]) if kept else None
+    if best is not None and best[3]:  # a month read by its preposition: another phrase outside it first
+        a, b = best[1].span()
+        others = [f for f in kept if not f[3] and (f[1].end() <= a or f[1].start() >= b)]
+        best = min(others, key=lambda f: f[0]) if others else best
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:
-            best = ((0, 0), *alone)
+            best = ((0, 0), *alone, False)
     if best is None:
         return text, None, None
-    _, m, days = best
+    _, m, days, _ = best
     rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
     return rest, days, m.group(0)
