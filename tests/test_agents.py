@@ -2331,7 +2331,8 @@ def test_a_month_with_its_year_as_a_label_is_searched_as_words(
     month: read as the month's window, the search hid the bill and listed the month's daily note."""
     write(
         agent_vault / "Finance/Stromrechnung März 2025.md",
-        "---\ndate: 2025-04-05\n---\n# Stromrechnung März 2025\n\nStromrechnung März 2025: 84 Euro, bezahlt.\n",
+        "---\ndate: 2025-04-05\n---\n# Stromrechnung März 2025\n\n"
+        "Stromrechnung März 2025: 84 Euro, bezahlt.\n",
     )
     write(
         agent_vault / "Daily/2025-03-15.md", "---\ndate: 2025-03-15\n---\n# Samstag\n\nGarten umgegraben.\n"
