@@ -457,22 +457,24 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
 
-# A month with its year is a date whatever is said before it ("März 2025", "notes from March
-# 2025", "aus dem März 2025", "March 2025 meeting notes"); an article before it goes with it ("aus
-# dem März 2025" is no month of something else). Not a day's month ("Rechnung vom 3. März 2025",
-# "the 3rd of March 2025": a paper's date, see _DAY_FORMS) nor the end of a range ("from March
-# 2025 to May 2025": its last month alone would hide the rest).
-_MONTH_DATED = r"(?:(?:the|de[mns])\s+)?" + _MONTH + _YEAR_SAID + _NO_RANGE
-_DAY_OR_RANGE_BEFORE = re.compile(
-    r"(?:\d\.?|\d(?:st|nd|rd|th)?\s+of|[-–]|\b(?:bis|to|until|till|through|thru|and|und))\s*$", re.IGNORECASE
-)
+# A month named by its year alone ("Stromrechnung März 2025", "March 2025 meeting notes") is
+# words: mostly a label, and the bill or report of a month is written after it. Only "in"/"im", a
+# since form, "ab" or notes "from" it read it (_month_in, _SINCE_ONLY, _DAYS).
+_ANY_NAMED_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[.;:!?\n]")
 
 
-def _month_dated(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-    """A month with its year (see _MONTH_DATED)."""
-    if _DAY_OR_RANGE_BEFORE.search(m.string, max(0, m.start() - _LOOKBEHIND), m.start()):
-        raise FilterError("a day's month or the end of a range")
-    return _named_month(t, m[1], m[2], m[3])
+def _one_month_in_its_clause(m: re.Match[str]) -> None:
+    """Two months in one clause ("notes from March 2025 vs April 2025", "ab Januar/Februar
+    2025") compare or list them: no window, as a range of them is none (_NO_RANGE). Capitalised
+    names only: "may" and "march" are mostly verbs."""
+    text = m.string
+    ends = [e.start() for e in _CLAUSE_END.finditer(text)]
+    start = max((e + 1 for e in ends if e < m.start()), default=0)
+    end = min((e for e in ends if e >= m.end()), default=len(text))
+    names = [n for n in _ANY_NAMED_MONTH.finditer(text, start, end) if n.group(0)[0].isupper()]
+    if len(names) > 1:
+        raise FilterError("two months in one clause")
 
 
 # Phrases that name a period (pattern, window from today and the match). "since"/"seit"/"seit
@@ -578,7 +580,6 @@ _PERIODS: tuple[Phrase, ...] = (
         + _NO_RANGE,
         _month_in,
     ),
-    (_MONTH_DATED, _month_dated),
     # a day after "on" or "am" (see _DAY_FORMS)
     *((r"(?:on|am)\s+" + pat, fn) for pat, fn in _DAY_FORMS),
     (r"am\s+" + _NUMERIC_DAY, _numeric_day),
@@ -634,6 +635,7 @@ _NOTES_OF_MONTH = (
 
 
 def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    _one_month_in_its_clause(m)
     return _named_month(t, m[1], m[2], m[3], gone=True)
 
 
@@ -739,70 +741,23 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 # A German subject and its finite verb right before the phrase: "Knoblauch wächst seit März",
-# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut", "Mein Rücken tut schon
-# seit Montag weh"; typed in lower case after its article ("die heizung ist seit montag kaputt").
-# Only these verbs, in lower case (German nouns have a capital), where the phrase ends its clause:
-# keywords ("Mein Gewicht morgens seit Januar", "Die Rechnungen offen seit März", "Die Kosten
-# insgesamt seit Januar") ask for the notes. Where the clause goes on after the phrase, any finite
-# verb (see _FINITE_DE): "Die Waschmaschine quietscht seit Montag laut".
-_DET_DE = r"(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)"
-_SUBJECT_DE = r"(?:" + _DET_DE + r"\s+[\w-]+|(?-i:[A-ZÄÖÜ])[\w-]*)"
-# Particles between the verb and the phrase: "tut schon seit Montag weh".
-_PARTICLES_DE = (
-    r"(?:(?:schon|bereits|erst|nicht|nun|jetzt|wieder|immer|noch|auch|halt|eben|ja|wohl|leider"
-    r"|irgendwie|ständig|dauernd|so)\s+)*"
-)
-_STATE_VERBS_DE = (
-    r"(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
+# "Die Heizung ist seit Montag kaputt", "Das Projekt läuft seit März gut". Only these verbs, in
+# lower case (German nouns have a capital): keywords ("Mein Gewicht morgens seit Januar", "Die
+# Rechnungen offen seit März") ask for the notes.
+_NOUN_AND_VERB = re.compile(
+    r"\s*(?:(?:der|die|das|ein|eine|mein|meine|unser|unsere|dein|deine|sein|seine|ihr|ihre)\s+)?"
+    r"(?-i:[A-ZÄÖÜ])[\w-]*\s+(?-i:ist|sind|hat|haben|wächst|wachsen|läuft|laufen|steht|stehen|liegt"
     r"|liegen|wohnt|wohnen|lebt|leben|geht|gehen|hängt|hängen|blüht|blühen|funktioniert"
     r"|funktionieren|klappt|schläft|schlafen|arbeitet|arbeiten|dauert|fehlt|fehlen|hakt|streikt"
     r"|tropft|leckt|brennt|regnet|schneit|tut|tun|bleibt|bleiben|wackelt|juckt|schmerzt|schmerzen"
-    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)"
-)
-_NOUN_AND_VERB = re.compile(
-    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _STATE_VERBS_DE + r"\s+" + _PARTICLES_DE,
+    r"|hustet|wartet|warten|reift|keimt|kränkelt|stockt|ruht|gilt|steigt|sinkt|fällt|wirkt)\s*",
     re.IGNORECASE,
-)
-# A finite verb of the third person by its shape: lower case, ending in -t ("quietscht", "ist")
-# or -n ("husten", "sind" aside); not a declined adjective ("offene", "neuer") nor a word of the
-# few that look like one before a noun ("in", "an", "den", "nicht" …), English ones too ("since
-# Monday when Anna called").
-_FINITE_DE = (
-    r"(?!(?:in|an|von|den|dem|ein|einen|mein|dein|sein|ihn|ihnen|wenn|dann|denn|nun|schon|noch"
-    r"|nicht|nur|erst|jetzt|bereits|ganz|sehr|oft|meist|insgesamt"
-    r"|on|when|then|than|even|often|own|been|seen|gone|done|not|at|but|just|most|first|last|next)\b)"
-    r"(?-i:[a-zäöüß]+(?:t|n)|sind)"
-)
-_ANY_VERB = re.compile(
-    r"\s*(?:(?:und|aber)\s+)?" + _SUBJECT_DE + r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE, re.IGNORECASE
-)
-# German puts the finite verb second: after a phrase that opens its clause come the verb and its
-# subject, whatever the verb ("Seit Montag ist die Heizung kaputt", "seit montag tut mein rücken
-# weh", "Seit März wächst der Knoblauch").
-_VERB_THEN_SUBJECT = re.compile(
-    r"\s+" + _FINITE_DE + r"\s+" + _PARTICLES_DE + _SUBJECT_DE + r"\b", re.IGNORECASE
 )
 
 
 def _noun_and_verb(text: str, begin: int, end: int) -> bool:
     """Whether ``text[begin:end]`` is a German subject and its verb (see _NOUN_AND_VERB)."""
     return _NOUN_AND_VERB.fullmatch(text, begin, end) is not None
-
-
-def _german_statement(m: re.Match[str], begin: int) -> bool:
-    """Whether the phrase's clause, opening at ``begin``, is a German statement of a noun subject:
-    its verb from the list right before the phrase (see _NOUN_AND_VERB), any finite verb there
-    with the clause going on after the phrase (see _ANY_VERB), or the phrase opening the clause
-    and the verb and subject after it (see _VERB_THEN_SUBJECT)."""
-    text = m.string
-    if _noun_and_verb(text, begin, m.start()):
-        return True
-    after = _CLAUSE_END.search(text, m.end())
-    end = after.start() if after else len(text)
-    if _ANY_VERB.fullmatch(text, begin, m.start()) and text[m.end() : end].strip():
-        return True
-    opens = re.fullmatch(r"\s*(?:(?:und|aber)\s+)?", text[begin : m.start()], re.IGNORECASE) is not None
-    return opens and _VERB_THEN_SUBJECT.match(text, m.end(), end) is not None
 
 
 _PRONOUN = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they)\b", re.IGNORECASE)
@@ -823,9 +778,8 @@ def _asks_doings(text: str) -> bool:
 def _states(m: re.Match[str]) -> bool:
     """Whether the phrase's own clause states a state rather than asking for notes: a subject
     pronoun in it ("Ich bin seit gestern krank, was hilft?", "I have been sick since Monday, what
-    helps?", "Mir ist seit gestern schlecht") or a German noun subject and its verb ("Die Heizung
-    ist seit Montag kaputt, was tun?", "Seit Montag ist die Heizung kaputt", see
-    _german_statement); and nothing asks for the
+    helps?", "Mir ist seit gestern schlecht") or a German noun and its verb right before the phrase
+    ("Die Heizung ist seit Montag kaputt, was tun?", see _NOUN_AND_VERB); and nothing asks for the
     notes: no request in the message (see _ASKS_FOR), no question about one's doings in it ("…, how
     did it go?", "… Was habe ich gegessen?", see _asks_doings), no question, past form or relative
     clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
@@ -837,7 +791,7 @@ def _states(m: re.Match[str]) -> bool:
     clause = _clause(m)
     if says_done(clause) or _RELATIVE.search(clause):
         return False
-    return _STATED_BY.search(clause) is not None or _german_statement(m, begin)
+    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
@@ -917,6 +871,23 @@ _SINCE_ONLY: tuple[Phrase, ...] = (
 )
 
 
+def _month_from(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "ab März 2025": from that month on ("ab März" without its year is mostly the one to come).
+    A lower-case word after it is mostly a verb, a rule's start: "ab März 2025 gilt der neue
+    Tarif" is words, as on a note written before it."""
+    _one_month_in_its_clause(m)
+    if _LOWER_NEXT.match(m.string, m.end()):
+        raise FilterError("a rule from a month on")
+    return _named_month(t, m[1], m[2], m[3])[0], t
+
+
+_LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
+_AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
+# A month read only by a preposition before it gives way to any other time phrase in the message
+# ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
+_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1]))
+
+
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
 # position, the longest at that position: "since last week" before "last week"); see time_window.
 def _need(pat: str) -> str | None:
@@ -934,6 +905,7 @@ _PHRASES: tuple[tuple[re.Pattern[str], PhraseWindow, str | None], ...] = tuple(
             for pat, fn in _PERIODS
             for lead, tail in (*_SINCE_FORMS, (_AB, ""))
         ),
+        _AB_MONTH,
         *_PERIODS,
         *_DAYS,
     )
@@ -1008,7 +980,7 @@ def time_window(
     ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
     of a question about plans)."""
     reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
-    found: list[tuple[tuple[int, int], re.Match[str], Window]] = []
+    found: list[tuple[tuple[int, int], re.Match[str], Window, bool]] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
@@ -1034,16 +1006,20 @@ def time_window(
             # phrases ("the last week" again and again) took time by the square of its length
             if _DETERMINED.search(text, max(0, m.start() - _LOOKBEHIND), m.start()):
                 continue  # "the last week of the project", "my last year at school": no period
-            found.append(((m.start(), m.start() - m.end()), m, days))
+            found.append(((m.start(), m.start() - m.end()), m, days, window in _GIVING_WAY))
             break  # this pattern's first phrase in the text is the one to compare
     kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
     best = min(kept, key=lambda f: f[0]) if kept else None
+    if best is not None and best[3]:  # a month read by its preposition: another phrase outside it first
+        a, b = best[1].span()
+        others = [f for f in kept if not f[3] and (f[1].end() <= a or f[1].start() >= b)]
+        best = min(others, key=lambda f: f[0]) if others else best
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:
-            best = ((0, 0), *alone)
+            best = ((0, 0), *alone, False)
     if best is None:
         return text, None, None
-    _, m, days = best
+    _, m, days, _ = best
     rest = " ".join((text[: m.start()] + " " + text[m.end() :]).split())
     return rest, days, m.group(0)

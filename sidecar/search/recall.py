@@ -122,12 +122,17 @@ def recall(
     _, inline = split_filters(message, r.today_of(req), phrases=False)
     anyday = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
     if result.hits:
-        # A period named but not asked about ranks, it does not restrict: its hits first, then
-        # the words' hits of other days. "My back hurts since Monday, what helps?" recalled the
-        # daily note of Tuesday's back pain alone, never the note on what helps a back.
+        # A period named but not asked about does not restrict: "My back hurts since Monday,
+        # what helps?" recalled the daily notes of the pain alone, never the note on what helps a
+        # back. Half the slots (rounded up) go to the words' hits of other days, as many as there
+        # are, the rest to the period's; all in order of relevance (a week of daily notes filled
+        # every slot when the period's hits came first).
         seen = {(h.reference, h.lines) for h in result.hits}
         more = tuple(h for h in anyday.hits if (h.reference, h.lines) not in seen)
-        hits = (result.hits + more)[: windowed.limit]
+        limit = windowed.limit
+        period = result.hits[: limit - min(len(more), (limit + 1) // 2)]
+        merged = period + more[: limit - len(period)]
+        hits = tuple(sorted(merged, key=lambda h: h.relevance, reverse=True))
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(hits, budget, count_tokens, own=req.agent is not None)
         return replace(result, hits=hits, context=block)
