@@ -774,6 +774,61 @@ def test_a_service_daemon_refuses_another_homes_daemon_on_its_socket_after_a_bou
     assert first.health()["index"]["state"] == "ready"  # the one serving is left alone
 
 
+def test_a_daemon_not_answering_health_yet_is_asked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another home's daemon binds its socket at once and answers only once its stores are open
+    (a boot starting both services): a health ask in between got no answer, and that was kept for
+    the holder for good, so this daemon waited for it for good as "another daemon". A failed ask is
+    asked again at the next check; the answer, once there, names the other home."""
+    import threading
+
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.contracts.protocol import ok_frame
+    from sidecar.daemon import lifecycle
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "s.sock"
+    cfg = load_config(config_file=None, flags={"home": str(tmp_path / "b"), "socket": str(sock)}, env={})
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(8)  # bound, not answering yet: the other daemon opening its stores
+    real = lifecycle.holder_health
+    monkeypatch.setattr(lifecycle, "holder_health", lambda path: real(path, timeout=0.2))
+    daemon = lifecycle.Daemon(cfg)
+    now = [0.0]
+    daemon._clock = lambda: now[0]
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                line = conn.makefile("rb").readline()
+                if line:
+                    answer = {"home": "/other/home", "pid": os.getpid(), "config_file": None}
+                    conn.sendall(ok_frame(json.loads(line).get("id"), answer))
+
+    answering = threading.Thread(target=serve, daemon=True)
+    try:
+        with pytest.raises(Exception) as first:
+            daemon._socket_free()
+        assert not isinstance(first.value, SharedSocketError), first.value
+        answering.start()  # its stores open: it answers health now
+        now[0] += 2.0  # the next check of the wait
+        with pytest.raises(SharedSocketError) as refused:
+            daemon._socket_free()
+        assert "serves the home /other/home" in str(refused.value), refused.value
+    finally:
+        stop.set()
+        if answering.is_alive():
+            answering.join()
+        listener.close()
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

@@ -284,10 +284,17 @@ class Daemon(ConfigReload, ReadOnlyStart):
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a
         person's `sidecar serve` of this home lasts days: health every 2 s cost it work), again
-        after HOLDER_ASK_S where the platform names no pid."""
+        after HOLDER_ASK_S where the platform names no pid. No answer is asked again at the next
+        check: a daemon binds its socket before its stores are open and answers only then (kept,
+        another home's daemon starting with this one at boot was waited for for good)."""
         now = self._clock()
         asked = self._asked_holder
-        if asked is None or asked[0] != holder or (holder == "a process" and now - asked[1] >= HOLDER_ASK_S):
+        if (
+            asked is None
+            or asked[0] != holder
+            or asked[2] is None
+            or (holder == "a process" and now - asked[1] >= HOLDER_ASK_S)
+        ):
             asked = self._asked_holder = (holder, now, holder_health(self.cfg.socket_path))
         return asked[2]
 
