@@ -829,6 +829,47 @@ def test_a_daemon_not_answering_health_yet_is_asked_again(tmp_path: Path, monkey
         listener.close()
 
 
+def test_another_users_process_on_the_socket_is_refused_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two users' configurations naming one socket path (e.g. /tmp/sidecar.sock): another user's
+    process holds it. It can never serve this user's home, and its health is not asked, so the
+    service's daemon waited for it for good as "another daemon". Refused as a shared socket (the
+    bounded wait, then exit 4) naming it as another user's process and the setting to change."""
+    import tempfile
+
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon import lifecycle, server
+
+    run = Path(tempfile.mkdtemp(prefix="sidecar-other-user-"))
+    sock = run / "s.sock"
+    other_uid = 65534 if os.getuid() == 0 else None
+    code = (
+        "import os,socket,sys;"
+        + (f"os.setgid({other_uid});os.setuid({other_uid});" if other_uid is not None else "")
+        + f"s=socket.socket(socket.AF_UNIX);s.bind({str(sock)!r});s.listen(8);print('up',flush=True);"
+        "sys.stdin.read()"
+    )
+    run.chmod(0o777)
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "up\n", other.poll()
+        if other_uid is None:  # not root: the process is this user's; its peer is said to be another's
+            other_uid = os.getuid() + 1
+            monkeypatch.setattr(server, "peer_uid", lambda _s: other_uid)
+        cfg = load_config(config_file=None, flags={"home": str(tmp_path / "b"), "socket": str(sock)}, env={})
+        daemon = lifecycle.Daemon(cfg)
+        with pytest.raises(SharedSocketError) as refused:
+            daemon._socket_free()
+        said = str(refused.value)
+        assert f"held by another user's process (pid {other.pid}, uid {other_uid})" in said, said
+        assert "the `socket` setting" in said, said
+    finally:
+        other.kill()
+        other.communicate()  # closes its pipes
+        shutil.rmtree(run, ignore_errors=True)
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

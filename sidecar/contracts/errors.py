@@ -373,6 +373,20 @@ def shared_socket(socket: str, theirs: dict[str, object], home: str, config: str
     return what, todo
 
 
+def foreign_socket(socket: str, holder: str, uid: int, config: str | None) -> tuple[str, str]:
+    """What is wrong and what to change when another user's process answers on ``socket`` (two
+    users' configurations name one path): its daemon can never serve this user's home."""
+    what = (
+        f"{socket} is held by another user's process ({holder}, uid {uid}); this user's daemon "
+        f"(configuration {config or 'none, defaults'}) cannot share it"
+    )
+    todo = (
+        "give this daemon a socket of its own: the `socket` setting in its configuration file (or "
+        "SIDECAR_SOCKET, --socket; removed, it gets a socket in this user's runtime folder)"
+    )
+    return what, todo
+
+
 class IndexRunError(DaemonRunningError):
     """A `sidecar index` run without the daemon holds the index: it ends by itself (a daemon the
     service starts waits for it)."""

@@ -35,6 +35,7 @@ from sidecar.contracts.errors import (
     SharedSocketError,
     StorageError,
     StoreError,
+    foreign_socket,
     shared_socket,
 )
 from sidecar.daemon.backfill import Backfill
@@ -62,7 +63,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health, socket_holder
+from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health, socket_peer
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -270,12 +271,18 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # as "the home cannot be used" (exit 5); ``socket_holder`` says no daemon answers there
         # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        holder = socket_holder(path)
-        if holder is None:
+        peer = socket_peer(path)
+        if peer is None:
             return
+        holder, uid = peer
+        file = str(self.cfg.source_file) if self.cfg.source_file else None
+        if uid is not None and uid != os.getuid():
+            # Another user's process (one path in two users' configurations) never serves this
+            # user's home: refused as a shared socket, not waited for as a daemon of this home.
+            what, todo = foreign_socket(str(path), holder, uid, file)
+            raise SharedSocketError(f"{what}; {todo}")
         theirs = self._holder_health(holder)
         if theirs is not None and theirs.get("home") not in (None, str(self.cfg.home)):
-            file = str(self.cfg.source_file) if self.cfg.source_file else None
             what, todo = shared_socket(str(path), theirs, str(self.cfg.home), file)
             raise SharedSocketError(f"{what}; {todo}")
         # who, for a wait's STATUS= and the person reading it

@@ -156,16 +156,22 @@ def socket_is_live(path: Path) -> bool:
 def socket_holder(path: Path) -> str | None:
     """Who answers on the socket: ``pid N`` (or ``a process`` where the platform does not say);
     None when nothing does."""
+    peer = socket_peer(path)
+    return None if peer is None else peer[0]
+
+
+def socket_peer(path: Path) -> tuple[str, int | None] | None:
+    """``socket_holder`` and the user id of its process (None where the platform does not say)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
         probe.connect(str(path))
-        pid = peer_pid(probe)
+        pid, uid = peer_pid(probe), peer_uid(probe)
     except OSError:
         return None
     finally:
         probe.close()
-    return f"pid {pid}" if pid else "a process"
+    return (f"pid {pid}" if pid else "a process"), uid
 
 
 def holder_health(path: Path, timeout: float = 3.0) -> dict[str, Any] | None:
