@@ -870,6 +870,33 @@ def test_another_users_process_on_the_socket_is_refused_as_such(
         shutil.rmtree(run, ignore_errors=True)
 
 
+def test_a_start_refused_for_another_homes_daemon_is_not_reported_started(tmp_path: Path) -> None:
+    """While the service's daemon waits the bounded time for another home's daemon on its socket,
+    it said READY=1 (as for a daemon of its own home): `systemctl --user start` returned success
+    and the unit failed 30 s later unseen. It sends its STATUS= and pushes the start timeout out,
+    never READY, so the start itself fails with the refusal."""
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon.process import SHARED_SOCKET_WAIT_S, lock_waiting_for_index_run
+
+    cfg = load_config(config_file=None, flags={"home": str(tmp_path / "home")}, env={})
+    sent: list[tuple[str, ...]] = []
+    now = [0.0]
+
+    def check() -> None:
+        raise SharedSocketError("the daemon on s.sock serves the home /other, not this one")
+
+    def nap(seconds: float) -> None:
+        now[0] += seconds
+
+    with pytest.raises(SharedSocketError):
+        lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), nap, check=check, clock=lambda: now[0])
+    assert now[0] >= SHARED_SOCKET_WAIT_S and sent, (now, sent)
+    lines = [line for each in sent for line in each]
+    assert "READY=1" not in lines, sent
+    assert all(any(line.startswith("EXTEND_TIMEOUT_USEC=") for line in each) for each in sent), sent
+    assert any(line.startswith("STATUS=waiting: the daemon on s.sock serves") for line in lines), sent
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:
