@@ -949,6 +949,37 @@ def test_a_launchd_agent_waits_for_a_foreground_serve_as_under_systemd(
 
 
 @pytest.mark.model
+def test_a_launchd_agent_ends_an_exit_a_restart_cannot_help_with_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """launchd restarts every failed exit of the agent (KeepAlive SuccessfulExit false) and cannot
+    skip one by its code: a refusal a restart cannot help (exit 2, 3 or 4, the codes the systemd
+    unit's RestartPreventExitStatus names) was started again every 30 s for good. Under launchd
+    (XPC_SERVICE_NAME = the plist's label) the daemon logs the refusal and exits 0; elsewhere the
+    code is kept."""
+    from sidecar.clients.cli import main
+    from sidecar.clients.service import NO_RESTART
+
+    plist = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
+    unit = (Path(__file__).parent.parent / "systemd" / "sidecar.service").read_text()
+    assert f"RestartPreventExitStatus={' '.join(str(int(c)) for c in NO_RESTART)}" in unit
+    assert plist["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+    broken = write(tmp_path / "broken.yaml", "search: [\n")
+    bad_config = ["serve", "--config", str(broken), "--home", str(tmp_path / "home")]
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.delenv("XPC_SERVICE_NAME", raising=False)
+    assert main(bad_config) == ExitCode.CONFIG  # a person's `sidecar serve`: the code
+    capsys.readouterr()
+    monkeypatch.setenv("XPC_SERVICE_NAME", plist["Label"])
+    assert main(bad_config) == 0
+    err = capsys.readouterr().err
+    assert str(broken) in err and "not_restarted exit=3" in err, err
+    assert f"launchctl kickstart gui/$(id -u)/{plist['Label']}" in err, err
+    assert main(["serve", "--no-such-flag"]) == 0  # a bad command line in the agent's file
+    assert "not_restarted exit=2" in capsys.readouterr().err
+    assert main(["status", "--config", str(broken)]) != 0  # a client keeps its code
+
+
 def test_sd_notify_ready_status_watchdog_stopping(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """With NOTIFY_SOCKET set the daemon sends READY=1, STATUS= lines, WATCHDOG=1 and STOPPING=1."""
     path = tmp_path / "notify.sock"

@@ -27,6 +27,17 @@ class ExitCode(IntEnum):
     STOP_ABANDONED = 9  # the stop gave up on a write (or a second Ctrl-C): the index was left open
 
 
+# Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
+# another daemon serving this home or socket (under systemd a daemon waits for it, or for a
+# `sidecar index` run holding the index, instead of exiting 4: left for a start that loses a
+# race). Each needs a person to change something first.
+# Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
+# themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
+# ends a loop of it that does not pass. launchd cannot skip a restart by code: there a daemon
+# exits 0 for these (``clients.cli``), or its agent restarted it every 30 s for good.
+NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE)
+
+
 class SidecarError(Exception):
     """Base of every error sidecar raises on purpose."""
 
