@@ -774,14 +774,16 @@ def test_a_service_daemon_refuses_another_homes_daemon_on_its_socket_after_a_bou
     assert first.health()["index"]["state"] == "ready"  # the one serving is left alone
 
 
-def test_a_daemon_not_answering_health_yet_is_asked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_daemon_not_answering_health_yet_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another home's daemon binds its socket at once and answers only once its stores are open
     (a boot starting both services): a health ask in between got no answer, and that was kept for
     the holder for good, so this daemon waited for it for good as "another daemon". A failed ask is
     asked again at the next check; the answer, once there, names the other home."""
     import threading
 
-    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.contracts.errors import DaemonRunningError, SharedSocketError
     from sidecar.contracts.protocol import ok_frame
     from sidecar.daemon import lifecycle
 
@@ -814,7 +816,7 @@ def test_a_daemon_not_answering_health_yet_is_asked_again(tmp_path: Path, monkey
 
     answering = threading.Thread(target=serve, daemon=True)
     try:
-        with pytest.raises(Exception) as first:
+        with pytest.raises(DaemonRunningError) as first:  # waited for as a daemon of this home
             daemon._socket_free()
         assert not isinstance(first.value, SharedSocketError), first.value
         answering.start()  # its stores open: it answers health now
@@ -851,7 +853,9 @@ def test_another_users_process_on_the_socket_is_refused_as_such(
         "sys.stdin.read()"
     )
     run.chmod(0o777)
-    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert other.stdout is not None and other.stdout.readline() == "up\n", other.poll()
         if other_uid is None:  # not root: the process is this user's; its peer is said to be another's
@@ -889,7 +893,9 @@ def test_a_start_refused_for_another_homes_daemon_is_not_reported_started(tmp_pa
         now[0] += seconds
 
     with pytest.raises(SharedSocketError):
-        lock_waiting_for_index_run(cfg, lambda *lines: sent.append(lines), nap, check=check, clock=lambda: now[0])
+        lock_waiting_for_index_run(
+            cfg, lambda *lines: sent.append(lines), nap, check=check, clock=lambda: now[0]
+        )
     assert now[0] >= SHARED_SOCKET_WAIT_S and sent, (now, sent)
     lines = [line for each in sent for line in each]
     assert "READY=1" not in lines, sent

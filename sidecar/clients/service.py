@@ -348,8 +348,6 @@ def _comment(path: Path) -> str:
     return str(path).replace("\n", "\\n")
 
 
-
-
 def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
     sandbox = user_namespaces() if sandbox is None else sandbox
     if sandbox:
