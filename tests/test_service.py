@@ -841,7 +841,8 @@ def test_another_users_process_on_the_socket_is_refused_as_such(
     import tempfile
 
     from sidecar.contracts.errors import SharedSocketError
-    from sidecar.daemon import lifecycle, server
+    from sidecar.daemon import lifecycle
+    from sidecar.runtime import peer
 
     run = Path(tempfile.mkdtemp(prefix="sidecar-other-user-"))
     sock = run / "s.sock"
@@ -860,7 +861,7 @@ def test_another_users_process_on_the_socket_is_refused_as_such(
         assert other.stdout is not None and other.stdout.readline() == "up\n", other.poll()
         if other_uid is None:  # not root: the process is this user's; its peer is said to be another's
             other_uid = os.getuid() + 1
-            monkeypatch.setattr(server, "peer_uid", lambda _s: other_uid)
+            monkeypatch.setattr(peer, "peer_uid", lambda _s: other_uid)
         cfg = load_config(config_file=None, flags={"home": str(tmp_path / "b"), "socket": str(sock)}, env={})
         daemon = lifecycle.Daemon(cfg)
         with pytest.raises(SharedSocketError) as refused:
@@ -868,6 +869,11 @@ def test_another_users_process_on_the_socket_is_refused_as_such(
         said = str(refused.value)
         assert f"held by another user's process (pid {other.pid}, uid {other_uid})" in said, said
         assert "the `socket` setting" in said, said
+        if os.getuid() == 0:  # the process is really another user's: doctor says the same
+            from sidecar.clients.doctor import check_daemon
+
+            _socket, holder, _health = check_daemon(cfg, probe_lock=False)
+            assert not holder.ok and holder.verdict in said and holder.todo in said, holder
     finally:
         other.kill()
         other.communicate()  # closes its pipes

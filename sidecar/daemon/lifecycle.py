@@ -63,7 +63,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health, socket_peer
+from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -72,6 +72,7 @@ from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import Notifier, under_service_manager
+from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
