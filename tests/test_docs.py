@@ -84,16 +84,20 @@ def _service_steps() -> list[str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the steps install a systemd unit")
-@pytest.mark.parametrize(("xdg", "written_before"), [(True, False), (False, False), (False, True)])
+@pytest.mark.parametrize(
+    ("xdg", "written_before", "weight"),
+    [(True, False, "0.7"), (False, False, "0.7"), (False, True, "0.7"), (False, True, "0.6")],
+)
 def test_the_readme_service_steps_configure_the_daemon(
-    tmp_path: Path, xdg: bool, written_before: bool
+    tmp_path: Path, xdg: bool, written_before: bool, weight: str
 ) -> None:
     """README's service steps, run as written in a new HOME, with XDG_CONFIG_HOME set and not:
     the file they write is the one `config check` reads and the installed unit names. They wrote
     ~/.config/sidecar/config.yaml, which no command read with XDG_CONFIG_HOME set: the check said
     "no file", and the unit started a daemon without a vault. A file the quick start and the
     Configuration section had the reader write first is kept: the steps replaced it by the example
-    (no vault, the person's settings gone) without a word."""
+    (no vault, the person's settings gone) without a word. Its value at the default (0.6) reads as
+    the default, also written in the file: it stays as written if a release changes the default."""
     home = tmp_path / "home"
     program = home / ".local/share/sidecar/venv/bin/sidecar"  # where the steps installed it
     program.parent.mkdir(parents=True)
@@ -116,7 +120,7 @@ def test_the_readme_service_steps_configure_the_daemon(
     if xdg:
         env["XDG_CONFIG_HOME"] = str(config_home)
     written = config_home / "sidecar" / "config.yaml"
-    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: 0.7\n"
+    mine = f"vault:\n  path: {vault}\nsearch:\n  vectorWeight: {weight}\n"
     if written_before:
         written.parent.mkdir(parents=True)
         written.write_text(mine)
@@ -134,7 +138,8 @@ def test_the_readme_service_steps_configure_the_daemon(
     assert f"path: {vault}" in written.read_text()
     if written_before:
         assert written.read_text() == mine
-        assert "search.vectorWeight = 0.7  (file" in done.stdout
+        origin = f"default; also written in {written}" if weight == "0.6" else f"file {written}"
+        assert f"search.vectorWeight = {weight}  ({origin})" in done.stdout, done.stdout
     assert f"configuration OK ({written})" in done.stdout
     assert f"vault.path = {vault}  (file {written})" in done.stdout
     unit = (config_home / "systemd" / "user" / "sidecar.service").read_text()

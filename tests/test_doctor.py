@@ -781,10 +781,40 @@ def test_a_build_seen_long_ago_is_neither_new_nor_makes_the_latest_a_downgrade(
     assert downgraded_from(value, builds[10]) is None
     value = start(latest, value)
     assert downgraded_from(value, first) == {"version": __version__, "build": latest}
+    monkeypatch.setattr(release, "_DROPPED_KEPT", 200)  # 4096 kept: the same with fewer builds
     for build in (f"{i:012x}" for i in range(100, 400)):  # 300 more: the record does not grow
         value = start(build, value)
-    assert len(value) < 3000, len(value)
-    assert downgraded_from(value, latest) == {"version": __version__, "build": f"{399:012x}"}
+    assert len(release._dropped(value)) == 200 and len(value) < 4000, len(value)
+    assert downgraded_from(value, f"{200:012x}") == {"version": __version__, "build": f"{399:012x}"}
+    assert downgraded_from(value, latest) is None  # out of the capped list too: taken for new
+
+
+def test_new_builds_after_thousands_of_builds_are_not_called_downgrades(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkout over years makes a build of each edit: with thousands of builds dropped from the
+    kept order, a build never seen must still be new (an upgrade, said nowhere), and one dropped
+    long ago still a downgrade. A set of fixed size took about one new build in four for a dropped
+    one after 2,000 builds: called a downgrade, and not kept in the order."""
+    from sidecar import __version__
+    from sidecar.runtime import release
+    from sidecar.runtime.release import downgraded_from, record_writer
+
+    current = [""]
+    monkeypatch.setattr(release, "build_id", lambda: current[0])
+    value: str | None = None
+    for i in range(2000):
+        current[0] = f"build-{i:05d}"
+        value = record_writer(value)
+    latest = {"version": __version__, "build": "build-01999"}
+    called = [f"fresh-{j:05d}" for j in range(200) if downgraded_from(value, f"fresh-{j:05d}") is not None]
+    assert not called, f"{len(called)} of 200 new builds called a downgrade"
+    assert downgraded_from(value, "build-00000") == latest  # dropped 1,936 builds ago: still older
+    assert downgraded_from(value, "build-01000") == latest
+    current[0] = "fresh-00000"
+    value = record_writer(value)
+    assert release._builds(value)[-1] == "fresh-00000"  # a new build is the latest
+    assert downgraded_from(value, "build-01999") == {"version": __version__, "build": "fresh-00000"}
 
 
 def test_the_build_said_before_is_dropped_at_the_next_start_of_a_process_with_the_same_pid(

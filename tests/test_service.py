@@ -774,6 +774,141 @@ def test_a_service_daemon_refuses_another_homes_daemon_on_its_socket_after_a_bou
     assert first.health()["index"]["state"] == "ready"  # the one serving is left alone
 
 
+def test_a_daemon_not_answering_health_yet_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another home's daemon binds its socket at once and answers only once its stores are open
+    (a boot starting both services): a health ask in between got no answer, and that was kept for
+    the holder for good, so this daemon waited for it for good as "another daemon". A failed ask is
+    asked again at the next check; the answer, once there, names the other home."""
+    import threading
+
+    from sidecar.contracts.errors import DaemonRunningError, SharedSocketError
+    from sidecar.contracts.protocol import ok_frame
+    from sidecar.daemon import lifecycle
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "s.sock"
+    cfg = load_config(config_file=None, flags={"home": str(tmp_path / "b"), "socket": str(sock)}, env={})
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock))
+    listener.listen(8)  # bound, not answering yet: the other daemon opening its stores
+    real = lifecycle.holder_health
+    monkeypatch.setattr(lifecycle, "holder_health", lambda path: real(path, timeout=0.2))
+    daemon = lifecycle.Daemon(cfg)
+    now = [0.0]
+    daemon._clock = lambda: now[0]
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                line = conn.makefile("rb").readline()
+                if line:
+                    answer = {"home": "/other/home", "pid": os.getpid(), "config_file": None}
+                    conn.sendall(ok_frame(json.loads(line).get("id"), answer))
+
+    answering = threading.Thread(target=serve, daemon=True)
+    try:
+        with pytest.raises(DaemonRunningError) as first:  # waited for as a daemon of this home
+            daemon._socket_free()
+        assert not isinstance(first.value, SharedSocketError), first.value
+        answering.start()  # its stores open: it answers health now
+        now[0] += 2.0  # the next check of the wait
+        with pytest.raises(SharedSocketError) as refused:
+            daemon._socket_free()
+        assert "serves the home /other/home" in str(refused.value), refused.value
+    finally:
+        stop.set()
+        if answering.is_alive():
+            answering.join()
+        listener.close()
+
+
+def test_another_users_process_on_the_socket_is_refused_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two users' configurations naming one socket path (e.g. /tmp/sidecar.sock): another user's
+    process holds it. It can never serve this user's home, and its health is not asked, so the
+    service's daemon waited for it for good as "another daemon". Refused as a shared socket (the
+    bounded wait, then exit 4) naming it as another user's process and the setting to change."""
+    import tempfile
+
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon import lifecycle
+    from sidecar.runtime import peer
+
+    run = Path(tempfile.mkdtemp(prefix="sidecar-other-user-"))
+    sock = run / "s.sock"
+    other_uid = 65534 if os.getuid() == 0 else None
+    code = (
+        "import os,socket,sys;"
+        + (f"os.setgid({other_uid});os.setuid({other_uid});" if other_uid is not None else "")
+        + f"s=socket.socket(socket.AF_UNIX);s.bind({str(sock)!r});s.listen(8);print('up',flush=True);"
+        "sys.stdin.read()"
+    )
+    run.chmod(0o777)
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "up\n", other.poll()
+        if other_uid is None:  # not root: the process is this user's; its peer is said to be another's
+            other_uid = os.getuid() + 1
+            monkeypatch.setattr(peer, "peer_uid", lambda _s: other_uid)
+        cfg = load_config(config_file=None, flags={"home": str(tmp_path / "b"), "socket": str(sock)}, env={})
+        daemon = lifecycle.Daemon(cfg)
+        with pytest.raises(SharedSocketError) as refused:
+            daemon._socket_free()
+        said = str(refused.value)
+        assert f"held by another user's process (pid {other.pid}, uid {other_uid})" in said, said
+        assert "the `socket` setting" in said, said
+        if os.getuid() == 0:  # the process is really another user's: doctor says the same
+            from sidecar.clients.doctor import check_daemon
+
+            _socket, holder, _health = check_daemon(cfg, probe_lock=False)
+            assert not holder.ok and holder.verdict in said and holder.todo in said, holder
+    finally:
+        other.kill()
+        other.communicate()  # closes its pipes
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def test_a_start_refused_for_another_homes_daemon_is_not_reported_started(tmp_path: Path) -> None:
+    """While the service's daemon waits the bounded time for another home's daemon on its socket,
+    it said READY=1 (as for a daemon of its own home): `systemctl --user start` returned success
+    and the unit failed 30 s later unseen. It sends its STATUS= and pushes the start timeout out,
+    never READY, so the start itself fails with the refusal."""
+    from sidecar.contracts.errors import SharedSocketError
+    from sidecar.daemon.process import SHARED_SOCKET_WAIT_S, lock_waiting_for_index_run
+
+    cfg = load_config(config_file=None, flags={"home": str(tmp_path / "home")}, env={})
+    sent: list[tuple[str, ...]] = []
+    now = [0.0]
+
+    def check() -> None:
+        raise SharedSocketError("the daemon on s.sock serves the home /other, not this one")
+
+    def nap(seconds: float) -> None:
+        now[0] += seconds
+
+    with pytest.raises(SharedSocketError):
+        lock_waiting_for_index_run(
+            cfg, lambda *lines: sent.append(lines), nap, check=check, clock=lambda: now[0]
+        )
+    assert now[0] >= SHARED_SOCKET_WAIT_S and sent, (now, sent)
+    lines = [line for each in sent for line in each]
+    assert "READY=1" not in lines, sent
+    assert all(any(line.startswith("EXTEND_TIMEOUT_USEC=") for line in each) for each in sent), sent
+    assert any(line.startswith("STATUS=waiting: the daemon on s.sock serves") for line in lines), sent
+
+
 def test_a_service_daemon_waits_for_a_foreground_serve_then_takes_over(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:
@@ -826,6 +961,37 @@ def test_a_launchd_agent_waits_for_a_foreground_serve_as_under_systemd(
 
 
 @pytest.mark.model
+def test_a_launchd_agent_ends_an_exit_a_restart_cannot_help_with_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """launchd restarts every failed exit of the agent (KeepAlive SuccessfulExit false) and cannot
+    skip one by its code: a refusal a restart cannot help (exit 2, 3 or 4, the codes the systemd
+    unit's RestartPreventExitStatus names) was started again every 30 s for good. Under launchd
+    (XPC_SERVICE_NAME = the plist's label) the daemon logs the refusal and exits 0; elsewhere the
+    code is kept."""
+    from sidecar.clients.cli import main
+    from sidecar.clients.service import NO_RESTART
+
+    plist = plistlib.loads((Path(__file__).parent.parent / "launchd" / "dev.sidecar.plist").read_bytes())
+    unit = (Path(__file__).parent.parent / "systemd" / "sidecar.service").read_text()
+    assert f"RestartPreventExitStatus={' '.join(str(int(c)) for c in NO_RESTART)}" in unit
+    assert plist["KeepAlive"] == {"SuccessfulExit": False, "Crashed": True}
+    broken = write(tmp_path / "broken.yaml", "search: [\n")
+    bad_config = ["serve", "--config", str(broken), "--home", str(tmp_path / "home")]
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.delenv("XPC_SERVICE_NAME", raising=False)
+    assert main(bad_config) == ExitCode.CONFIG  # a person's `sidecar serve`: the code
+    capsys.readouterr()
+    monkeypatch.setenv("XPC_SERVICE_NAME", plist["Label"])
+    assert main(bad_config) == 0
+    err = capsys.readouterr().err
+    assert str(broken) in err and "not_restarted exit=3" in err, err
+    assert f"launchctl kickstart gui/$(id -u)/{plist['Label']}" in err, err
+    assert main(["serve", "--no-such-flag"]) == 0  # a bad command line in the agent's file
+    assert "not_restarted exit=2" in capsys.readouterr().err
+    assert main(["status", "--config", str(broken)]) != 0  # a client keeps its code
+
+
 def test_sd_notify_ready_status_watchdog_stopping(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """With NOTIFY_SOCKET set the daemon sends READY=1, STATUS= lines, WATCHDOG=1 and STOPPING=1."""
     path = tmp_path / "notify.sock"

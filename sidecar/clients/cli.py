@@ -24,7 +24,8 @@ from sidecar.clients.cli_parser import (
     set_json_errors,
 )
 from sidecar.config import Config
-from sidecar.contracts.errors import ExitCode, NoAnswerError, RemoteError, SidecarError
+from sidecar.contracts.errors import NO_RESTART, ExitCode, NoAnswerError, RemoteError, SidecarError
+from sidecar.runtime.notify import LAUNCHD_LABEL, under_launchd
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -64,6 +65,31 @@ def command_for(name: str) -> Command:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        code = _main(argv)
+    except SystemExit as exc:  # the parser's usage error
+        if not isinstance(exc.code, int) or not _not_restarted_by_launchd(argv, exc.code):
+            raise
+        return int(ExitCode.OK)
+    return int(ExitCode.OK) if _not_restarted_by_launchd(argv, code) else code
+
+
+def _not_restarted_by_launchd(argv: list[str], code: int) -> bool:
+    """Whether the launchd agent's daemon ended with an exit a restart cannot help (NO_RESTART),
+    said in its log: it then exits 0. launchd restarts every failed exit (KeepAlive
+    SuccessfulExit false) and cannot skip one by its code: a daemon refused for a shared socket
+    or a configuration error was started again every 30 s for good, lines in a log never rotated."""
+    if code not in NO_RESTART or command_named(argv) != "serve" or not under_launchd():
+        return False
+    print(
+        f"sidecar: not_restarted exit={code}: launchd does not start this daemon again (a restart "
+        f"cannot help); fix what the line above says, then: launchctl kickstart gui/$(id -u)/{LAUNCHD_LABEL}",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _main(argv: list[str]) -> int:
     _usable_std_streams()
     # The MCP shim's stdout belongs to the protocol: its errors stay on stderr even with --json.
     json_errors = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]

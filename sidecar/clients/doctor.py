@@ -42,8 +42,10 @@ from sidecar.contracts.errors import (
     EmbedderError,
     RemoteError,
     SidecarError,
+    foreign_socket,
     shared_socket,
 )
+from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import (
     FIRST_RECORDING,
     WRITERS_META,
@@ -372,10 +374,14 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         older = _older_code(theirs, idx.get("newer_writer"), idx.get("other_build"))
         if older and not other_vault:
             socket = Check("daemon", True, f"{runs}; {older[0]}", older[1], warning=True)
+    file = str(cfg.source_file) if cfg.source_file else None
+    peer = socket_peer(cfg.socket_path) if health is None else None
     if health is not None and health.get("home") != str(cfg.home):
         # In the words a daemon of this home started then is refused with (exit 4).
-        file = str(cfg.source_file) if cfg.source_file else None
         what, todo = shared_socket(str(cfg.socket_path), health, str(cfg.home), file)
+        other = Check("one daemon per home", False, what, todo)
+    elif peer is not None and peer[1] is not None and peer[1] != os.getuid():
+        what, todo = foreign_socket(str(cfg.socket_path), peer[0], peer[1], file)  # as refused
         other = Check("one daemon per home", False, what, todo)
     elif holder is not None and (health is None or holder != f"pid {health['pid']}"):
         sockets = listening_on(holder)

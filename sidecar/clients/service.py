@@ -35,7 +35,7 @@ from typing import Any
 
 from sidecar.config import Config, env_name, settings
 from sidecar.config.loader import xdg_base
-from sidecar.contracts.errors import ConfigError, ExitCode, StorageError
+from sidecar.contracts.errors import NO_RESTART, ConfigError, ExitCode, StorageError
 
 LABEL = "dev.sidecar"
 UNIT = "sidecar.service"
@@ -348,16 +348,6 @@ def _comment(path: Path) -> str:
     return str(path).replace("\n", "\\n")
 
 
-# Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
-# another daemon serving this home or socket (under systemd a daemon waits for it, or for a
-# `sidecar index` run holding the index, instead of exiting 4: left for a start that loses a
-# race). Each needs a person to change something first.
-# Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
-# themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
-# ends a loop of it that does not pass.
-NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE)
-
-
 def systemd_unit(cfg: Config, run: Launcher, config: Path | None, sandbox: bool | None = None) -> str:
     sandbox = user_namespaces() if sandbox is None else sandbox
     if sandbox:
@@ -463,8 +453,9 @@ def launchd_plist(cfg: Config, run: Launcher, config: Path | None, logs: Path) -
         "RunAtLoad": True,
         # Restarted after a crash or a failed exit, not after a clean stop. launchd cannot skip
         # a restart by exit code, nor stop a loop after some starts (launchd.plist(5)): the
-        # exits of NO_RESTART are retried every ThrottleInterval seconds until fixed or the agent
-        # is booted out, as exit code 5 is (a full disk freed: it passes). Another daemon or a
+        # daemon exits 0 for NO_RESTART under launchd (``clients.cli``), so those are not
+        # restarted; exit code 5 is retried every ThrottleInterval seconds (a full disk freed:
+        # it passes). Another daemon or a
         # `sidecar index` run holding the home, and a home not mounted yet, are waited for in the
         # daemon (it knows launchd by XPC_SERVICE_NAME), as under systemd.
         "KeepAlive": {"SuccessfulExit": False, "Crashed": True},

@@ -27,6 +27,17 @@ class ExitCode(IntEnum):
     STOP_ABANDONED = 9  # the stop gave up on a write (or a second Ctrl-C): the index was left open
 
 
+# Exit codes a restart cannot help (README's table): a bad command line, a configuration error,
+# another daemon serving this home or socket (under systemd a daemon waits for it, or for a
+# `sidecar index` run holding the index, instead of exiting 4: left for a start that loses a
+# race). Each needs a person to change something first.
+# Exit code 5 (the home or index cannot be used) is restarted: most of its causes pass by
+# themselves (a share not mounted yet at login, a stale NFS handle, a full disk); the start limit
+# ends a loop of it that does not pass. launchd cannot skip a restart by code: there a daemon
+# exits 0 for these (``clients.cli``), or its agent restarted it every 30 s for good.
+NO_RESTART = (ExitCode.USAGE, ExitCode.CONFIG, ExitCode.SOCKET_IN_USE)
+
+
 class SidecarError(Exception):
     """Base of every error sidecar raises on purpose."""
 
@@ -369,6 +380,20 @@ def shared_socket(socket: str, theirs: dict[str, object], home: str, config: str
         "give one of them its own socket: the `socket` setting in its configuration file (or "
         "SIDECAR_SOCKET, --socket; removed, each home gets a socket of its own), then restart it; "
         "or use that daemon's home (`home`, SIDECAR_HOME, --home)"
+    )
+    return what, todo
+
+
+def foreign_socket(socket: str, holder: str, uid: int, config: str | None) -> tuple[str, str]:
+    """What is wrong and what to change when another user's process answers on ``socket`` (two
+    users' configurations name one path): its daemon can never serve this user's home."""
+    what = (
+        f"{socket} is held by another user's process ({holder}, uid {uid}); this user's daemon "
+        f"(configuration {config or 'none, defaults'}) cannot share it"
+    )
+    todo = (
+        "give this daemon a socket of its own: the `socket` setting in its configuration file (or "
+        "SIDECAR_SOCKET, --socket; removed, it gets a socket in this user's runtime folder)"
     )
     return what, todo
 

@@ -35,6 +35,7 @@ from sidecar.contracts.errors import (
     SharedSocketError,
     StorageError,
     StoreError,
+    foreign_socket,
     shared_socket,
 )
 from sidecar.daemon.backfill import Backfill
@@ -63,7 +64,7 @@ from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.daemon.schedule import Schedule, build_scheduler
-from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health, socket_holder
+from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
 from sidecar.memory.counting import BoundedCounts
@@ -72,6 +73,7 @@ from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import Notifier, under_service_manager
+from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.space import disk_full_at
@@ -272,12 +274,18 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # as "the home cannot be used" (exit 5); ``socket_holder`` says no daemon answers there
         # and ``bind_socket`` then names the folder (exit 3).
         path = self.cfg.socket_path
-        holder = socket_holder(path)
-        if holder is None:
+        peer = socket_peer(path)
+        if peer is None:
             return
+        holder, uid = peer
+        file = str(self.cfg.source_file) if self.cfg.source_file else None
+        if uid is not None and uid != os.getuid():
+            # Another user's process (one path in two users' configurations) never serves this
+            # user's home: refused as a shared socket, not waited for as a daemon of this home.
+            what, todo = foreign_socket(str(path), holder, uid, file)
+            raise SharedSocketError(f"{what}; {todo}")
         theirs = self._holder_health(holder)
         if theirs is not None and theirs.get("home") not in (None, str(self.cfg.home)):
-            file = str(self.cfg.source_file) if self.cfg.source_file else None
             what, todo = shared_socket(str(path), theirs, str(self.cfg.home), file)
             raise SharedSocketError(f"{what}; {todo}")
         # who, for a wait's STATUS= and the person reading it
@@ -286,10 +294,17 @@ class Daemon(ConfigReload, ReadOnlyStart):
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a
         person's `sidecar serve` of this home lasts days: health every 2 s cost it work), again
-        after HOLDER_ASK_S where the platform names no pid."""
+        after HOLDER_ASK_S where the platform names no pid. No answer is asked again at the next
+        check: a daemon binds its socket before its stores are open and answers only then (kept,
+        another home's daemon starting with this one at boot was waited for for good)."""
         now = self._clock()
         asked = self._asked_holder
-        if asked is None or asked[0] != holder or (holder == "a process" and now - asked[1] >= HOLDER_ASK_S):
+        if (
+            asked is None
+            or asked[0] != holder
+            or asked[2] is None
+            or (holder == "a process" and now - asked[1] >= HOLDER_ASK_S)
+        ):
             asked = self._asked_holder = (holder, now, holder_health(self.cfg.socket_path))
         return asked[2]
 

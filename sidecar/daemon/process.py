@@ -200,7 +200,8 @@ def lock_waiting_for_index_run(
     (READY=1, its STATUS= saying this one only waits, the watchdog kept), or `systemctl start`
     and `enable --now` hung until that daemon stopped. A daemon of another home answering on
     the socket (``SharedSocketError``: two configurations name one socket) is waited for
-    SHARED_SOCKET_WAIT_S at most, then refused: it would never stop for this one."""
+    SHARED_SOCKET_WAIT_S at most, then refused: it would never stop for this one (no READY=1
+    meanwhile: `systemctl start` fails with the refusal)."""
     said: set[type] = set()
     ready = False
     shared_since: float | None = None
@@ -224,7 +225,9 @@ def lock_waiting_for_index_run(
                 log.warning("%s %s", event, exc)
                 said.add(type(exc))
             # STATUS= for `systemctl status`; the start timeout and the watchdog pushed out.
-            if isinstance(exc, IndexRunError):
+            if isinstance(exc, (IndexRunError, SharedSocketError)):
+                # No READY for another home's daemon either: the start it ends must fail itself
+                # (`systemctl start` returned success and the unit failed unseen 30 s later).
                 send(f"STATUS=waiting: {exc}", f"EXTEND_TIMEOUT_USEC={WAIT_EXTEND_USEC}", "WATCHDOG=1")
             else:
                 status = f"STATUS=waiting: {exc}; taking over when it stops"

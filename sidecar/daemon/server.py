@@ -46,7 +46,7 @@ from sidecar.contracts.protocol import (
     request_id_of,
 )
 from sidecar.runtime.foreground import FOREGROUND, Foreground
-from sidecar.runtime.peer import peer_pid, peer_uid
+from sidecar.runtime.peer import peer_uid, socket_peer
 
 log = logging.getLogger(__name__)
 _FLUSH_LOGS_S = 30.0  # how often throttled lines tell what they held back
@@ -156,16 +156,8 @@ def socket_is_live(path: Path) -> bool:
 def socket_holder(path: Path) -> str | None:
     """Who answers on the socket: ``pid N`` (or ``a process`` where the platform does not say);
     None when nothing does."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-        pid = peer_pid(probe)
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return f"pid {pid}" if pid else "a process"
+    peer = socket_peer(path)
+    return None if peer is None else peer[0]
 
 
 def holder_health(path: Path, timeout: float = 3.0) -> dict[str, Any] | None:

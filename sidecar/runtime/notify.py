@@ -16,13 +16,18 @@ import socket
 log = logging.getLogger(__name__)
 
 # The launchd agent's label (clients.service.LABEL): launchd names the job in XPC_SERVICE_NAME.
-_LAUNCHD_LABEL = "dev.sidecar"
+LAUNCHD_LABEL = "dev.sidecar"
 
 
 def under_service_manager(notify_socket: str | None) -> bool:
     """Whether the service manager runs this process (systemd's notify socket, the launchd
     agent's label), else a person's `sidecar serve` in a terminal (or a script's)."""
-    return bool(notify_socket) or os.environ.get("XPC_SERVICE_NAME") == _LAUNCHD_LABEL
+    return bool(notify_socket) or os.environ.get("XPC_SERVICE_NAME") == LAUNCHD_LABEL
+
+
+def under_launchd() -> bool:
+    """Whether the launchd agent runs this process (its label, no systemd notify socket)."""
+    return not os.environ.get("NOTIFY_SOCKET") and os.environ.get("XPC_SERVICE_NAME") == LAUNCHD_LABEL
 
 
 def restart_words(service: bool | None) -> str:

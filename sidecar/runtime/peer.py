@@ -44,6 +44,22 @@ def peer_pid(sock: socket.socket) -> int | None:
     return int(struct.unpack("3i", creds)[0])
 
 
+def socket_peer(path: Path) -> tuple[str, int | None] | None:
+    """Who answers on the socket: ``pid N`` (or ``a process`` where the platform does not say)
+    and the user id of its process (None where the platform does not say); None when nothing
+    answers."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+        pid, uid = peer_pid(probe), peer_uid(probe)
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return (f"pid {pid}" if pid else "a process"), uid
+
+
 def path_owner_problem(path: Path, uid: int) -> str | None:
     """Why the socket file ``path`` may be another user's, judged from the file system when the
     peer's credentials cannot be read: the socket must be ``uid``'s, in a folder of ``uid`` that

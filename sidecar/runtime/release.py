@@ -10,7 +10,7 @@ index, the newest release that ever did, and the builds that wrote it in the ord
 running the code from before an upgrade), and so does a build of one version first seen before
 the build that wrote the index last (a downgrade between two checkouts); a build never seen is
 an upgrade, said nowhere (no clock orders builds: a clock can be set back). The order keeps the
-last 64 builds; the older ones are kept as a set of builds seen before all of them.
+last 64 builds; the older ones are kept as short digests of builds seen before all of them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 from sidecar import __version__
 
 # The manifest's meta row: {"last": {"version", "build", "run"}, "newest": {"version", "build"},
-# "builds": [build, ...], "dropped": base64 of the set of builds dropped from "builds",
+# "builds": [build, ...], "dropped": base64 of the digests of builds dropped from "builds",
 # "before": {"version", "build"}, "unrecorded": true} (``record_writer``).
 WRITERS_META = "written_by_release"
 
@@ -41,14 +41,15 @@ FIRST_RECORDING = "0.3"
 _RUN = secrets.token_hex(8)
 
 # The builds kept in the order they first wrote the index: a checkout's dozens of builds a year,
-# the oldest dropped first. A dropped one is remembered as seen before every build kept, in a
-# fixed-size set (a Bloom filter, ``"dropped"``): taken for never seen, one run again was called
-# an upgrade and recorded as the latest, and the real latest run after it was called a downgrade.
+# the oldest dropped first. A dropped one is remembered as seen before every build kept, by an
+# 8-byte digest in a capped list (``"dropped"``, oldest out first): taken for never seen, one run
+# again was called an upgrade and recorded as the latest, and the real latest run after it was
+# called a downgrade. Exact (a never-seen build matches one by chance about once in 2^52 with the
+# list full), unlike a filter of fixed size, which took ever more new builds for dropped ones and
+# called them downgrades. A build dropped from the list too counts as never seen (an upgrade).
 _BUILDS_KEPT = 64
-# 8192 bits, 6 probes each: a build never seen is taken for one dropped about once in 1,000 with
-# 500 dropped, once in 50 with 1,000 (twenty years of a checkout's builds).
-_DROPPED_BITS = 8192
-_DROPPED_PROBES = 6
+_DROPPED_KEPT = 4096  # 32 KiB of digests: thousands of builds, decades of a checkout's edits
+_DIGEST = 8
 
 
 @functools.cache
@@ -116,28 +117,25 @@ def _builds(value: str | None) -> list[str]:
     return [last["build"]] if last is not None and last["build"] else []
 
 
-def _probes(build: str) -> list[int]:
-    digest = hashlib.sha256(build.encode()).digest()
-    return [int.from_bytes(digest[2 * i : 2 * i + 2], "big") % _DROPPED_BITS for i in range(_DROPPED_PROBES)]
+def _digest(build: str) -> bytes:
+    return hashlib.sha256(build.encode()).digest()[:_DIGEST]
 
 
-def _dropped(value: str | None) -> bytearray:
-    """The set of builds dropped from the kept order (all bits clear for none, or another form)."""
+def _dropped(value: str | None) -> list[bytes]:
+    """The digests of the builds dropped from the kept order, oldest first ([] for none, or
+    another form)."""
     raw = _record(value).get("dropped")
     try:
-        bits = base64.b64decode(raw, validate=True) if isinstance(raw, str) else b""
+        data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else b""
     except (binascii.Error, ValueError):
-        bits = b""
-    return bytearray(bits) if len(bits) == _DROPPED_BITS // 8 else bytearray(_DROPPED_BITS // 8)
+        data = b""
+    if len(data) % _DIGEST:
+        return []
+    return [data[i : i + _DIGEST] for i in range(0, len(data), _DIGEST)][-_DROPPED_KEPT:]
 
 
-def _was_dropped(bits: bytearray, build: str) -> bool:
-    return all(bits[p // 8] & (1 << (p % 8)) for p in _probes(build))
-
-
-def _drop(bits: bytearray, build: str) -> None:
-    for p in _probes(build):
-        bits[p // 8] |= 1 << (p % 8)
+def _was_dropped(dropped: list[bytes], build: str) -> bool:
+    return _digest(build) in dropped
 
 
 def _place(value: str | None, build: str) -> int | None:
@@ -180,14 +178,13 @@ def record_writer(value: str | None, rebuilt: bool = False, unrecorded: bool = F
     # A build dropped from the order stays before every build kept (appended, it became the latest).
     if me["build"] not in seen and not _was_dropped(dropped, me["build"]):
         seen = [*seen, me["build"]]
-        for old in seen[:-_BUILDS_KEPT]:
-            _drop(dropped, old)
+        dropped = [*dropped, *(_digest(old) for old in seen[:-_BUILDS_KEPT])][-_DROPPED_KEPT:]
         seen = seen[-_BUILDS_KEPT:]
     record: dict[str, Any] = {"last": {**me, "run": _RUN}, "newest": newest, "builds": seen}
     if not rebuilt and ((unrecorded and value is None) or written_unrecorded(value)):
         record["unrecorded"] = True
-    if any(dropped):
-        record["dropped"] = base64.b64encode(bytes(dropped)).decode()
+    if dropped:
+        record["dropped"] = base64.b64encode(b"".join(dropped)).decode()
     last, before = writers.get("last"), writers.get("before")
     earlier = None if rebuilt else downgraded_from(value, me["build"])
     if earlier is not None:
