@@ -252,3 +252,37 @@ def test_the_daily_housekeeping_tidies_model_copies_once_the_models_are_settled(
     daemon.slot.set_failed("disabled by configuration", state="off")
     daemon._daily()
     assert not old.exists()
+
+
+def test_the_daily_housekeeping_removes_copies_moved_aside_30_days_ago(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies of stores moved aside were removed only at a start, while status and doctor said
+    "removed after 30 days": a service running for months kept a vector table's copy until its
+    next restart. The daily run removes those past the 30 days (not a younger one), by the same
+    clock as .trash: a forward step of the wall clock ages none."""
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.stores.aside import aside_name
+
+    clocks = _Clocks()
+    cfg = make_cfg(vault)
+    cfg.index_dir.mkdir(parents=True, exist_ok=True)
+    month = time.strftime("%Y%m%d-%H%M%S", time.localtime(clocks.wall_now - 31 * _DAY))
+    old = cfg.index_dir / f"vectors.broken-{month}-123456"
+    (old / "chunks.lance").mkdir(parents=True)
+    (old / "chunks.lance" / "data").write_bytes(b"x" * 1024)
+    old_newer = cfg.index_dir / f"manifest.sqlite.newer-{month}-7"
+    old_newer.write_bytes(b"x")
+    young = aside_name(cfg.index_dir / "bm25")
+    young.mkdir()
+    daemon = Daemon(cfg)
+    # The parts' clock alone is read here: a stand-in for them (the manifest's give-back aside).
+    daemon.parts = types.SimpleNamespace(clock=SteadyClock(None, wall=clocks.wall, steady=clocks.steady))  # type: ignore[assignment]
+    monkeypatch.setattr(daemon, "_give_back_manifest", lambda: None)
+    clocks.wall_now += 40 * _DAY  # a step ahead: no real time passed, nothing more ages
+    daemon._daily()
+    assert not old.exists() and not old_newer.exists()
+    assert young.exists()
+    clocks.passes(31 * _DAY)
+    daemon._daily()
+    assert not young.exists()

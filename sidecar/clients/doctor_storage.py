@@ -173,7 +173,7 @@ def check_disk(cfg: Config) -> Check:
         size += (
             f" ({readable_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of "
             f"{what} moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after "
-            "the move: "
+            "the move (by the daemon's daily housekeeping, or at its next start): "
             f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
         )
     if free < max(_MIN_FREE_BYTES, used):
