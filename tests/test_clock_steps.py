@@ -286,3 +286,35 @@ def test_the_daily_housekeeping_removes_copies_moved_aside_30_days_ago(
     clocks.passes(31 * _DAY)
     daemon._daily()
     assert not young.exists()
+
+
+def test_a_sweep_across_a_wall_clock_step_logs_its_real_duration(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's duration was measured by the wall clock: one that ran while the clock stepped 3
+    days ahead (an NTP step, a resume) logged ``sweep_done … seconds=259221.94``, and the root's
+    ``last_sweep_seconds`` alike. Here each reading of the wall clock steps it 3 days."""
+    import logging
+
+    from sidecar.index import diff as diff_mod
+    from sidecar.index import indexer as indexer_mod
+
+    real_time = time.time
+    steps = [0.0]
+
+    def stepping() -> float:
+        steps[0] += 3 * _DAY
+        return real_time() + steps[0]
+
+    fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.time = stepping
+    monkeypatch.setattr(indexer_mod, "time", fake_time)
+    monkeypatch.setattr(diff_mod, "time", fake_time)
+    write(vault / "Garden.md", "# Garden\n\nCucumbers this year.\n")
+    caplog.set_level(logging.DEBUG, logger="sidecar")
+    harness.indexer.sweep()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep_done")]
+    seconds = float(line.split("seconds=")[1].split()[0])
+    assert 0 <= seconds < 3600, line
+    took = harness.supervisor.status(harness.supervisor.roots["vault"]).last_sweep_seconds
+    assert took is not None and 0 <= took < 3600

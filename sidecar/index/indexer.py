@@ -86,7 +86,7 @@ class Activity:
     phase: str = "starting"  # starting | scanning | indexing | embedding | idle
     done: int = 0
     total: int = 0
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)  # by ``clock``: a duration's start, no time of day
     sweeps: int = 0
     first_sweep_done: bool = False
     ready_once: bool = False
@@ -110,7 +110,7 @@ class Activity:
 
     def begin(self) -> None:
         """A sweep begins: counts and pace from nothing."""
-        self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
+        self.phase, self.done, self.total, self.started = "scanning", 0, 0, self.clock()
         self.leaving, self.recut, self.not_read = {}, 0, 0
         self.pace.clear()
 
@@ -566,7 +566,8 @@ class Indexer:
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
-        seconds = time.time() - self.activity.started
+        # The steady clock: a wall clock stepped during the sweep (an NTP step, a resume) made it days long.
+        seconds = self.activity.clock() - self.activity.started
         # File events that only wrote notes are summed into one line a minute (``index_activity``);
         # a walk of a root, a deletion or a skip keeps its own line.
         quiet = paths and not chosen and not diff.gone and not diff.skipped
