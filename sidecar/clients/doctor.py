@@ -31,13 +31,13 @@ from sidecar.clients.doctor_checks import Check, Probes, plural
 from sidecar.clients.doctor_service import check_service
 from sidecar.clients.doctor_storage import check_disk, check_home, check_storage
 from sidecar.clients.lockholder import listening_on, lock_holder
-from sidecar.clients.plainerror import plain_error
 from sidecar.clients.service import (
     LABEL,
 )
 from sidecar.clients.snippets import daemon_args, mcp_snippets
 from sidecar.config import DEFAULT_WIKI, Config
 from sidecar.contracts.errors import DaemonNotRunningError, EmbedderError, SidecarError
+from sidecar.contracts.plainerror import plain_error
 from sidecar.runtime.release import WRITERS_META, downgraded_from, newer_writer, said, this_release
 from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
 from sidecar.vault.dailynotes import DailyNoteFormats
