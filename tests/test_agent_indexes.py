@@ -1318,3 +1318,42 @@ def test_a_memory_write_during_a_refill_of_its_agents_index_ends_in_the_new_inde
         }
     finally:
         h.close()
+
+
+def test_an_agents_churned_keyword_index_scores_as_a_fresh_one_after_the_compaction(in_process: Any) -> None:
+    """Tantivy counts a deleted document and its words in BM25 until its segment is merged: an
+    agent's own edits and deletes moved its memory notes' scores away from those a fresh index of
+    the same notes gives (a long-used index ranked differently from a rebuild). The scheduled
+    compaction rewrites a memory index with deleted documents; then the churned agent's note
+    scores as the same note of an agent that wrote only the final notes."""
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25_folder import segment_counts
+
+    s = in_process
+    note = "The backup runs at three in the night."
+    kept = {f"n{i}": f"Plan {i}: apples for the cellar, zq{i}." for i in range(1, 4)}
+    for agent in ("alpha", "beta"):
+        s.call("write", {"slug": "note-0", "content": note}, agent=agent)
+        for slug, text in kept.items():
+            s.call("write", {"slug": slug, "content": text}, agent=agent)
+    for i in range(4, 8):  # alpha's notes that go: backups that ran, runs planned
+        content = f"Backup {i} runs: the shed photos, part {i} (zq{i})."
+        s.call("write", {"slug": f"n{i}", "content": content}, agent="alpha")
+    # Each agent's own index made at its first search, in one segment; alpha's deletes stay in it.
+    s.call("search", {"query": "backup"}, agent="alpha")
+    for i in range(4, 8):
+        s.call("delete", {"slug": f"n{i}"}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="beta")
+    stores = s.harness.stores
+
+    def score(agent: str) -> float:
+        why = s.call("why", {"reference": "memory/note-0", "query": "backup runs"}, agent=agent)
+        return float(why["chunks"][0]["bm25Score"])
+
+    alpha = s.cfg.index_dir / "bm25" / "memory" / "alpha" / "chunks"
+    assert segment_counts(alpha)[0] > 0
+    assert score("alpha") != score("beta")  # the deleted backups still weigh in alpha's scores
+    assert compact_bm25(stores) is True
+    assert segment_counts(alpha)[0] == 0
+    assert score("alpha") == score("beta")
+    assert compact_bm25(stores) is False  # nothing deleted left: nothing to do

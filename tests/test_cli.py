@@ -794,7 +794,7 @@ def test_query_commands_leave_keys_of_an_older_release_to_the_commands_a_person_
 def test_status_says_engine_errors_plainly_without_sources_or_a_wrong_cause() -> None:
     """A quota is not a full disk (`df` shows free space), a Rust source location is not for the
     user (the same cleaning as CLI warnings), and a folder named like a Rust struct is a path."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     quota = "writing the ada inbox failed: [Errno 122] Disk quota exceeded: '/h/a.md'"
     assert plain_error(quota) == quota  # was: "disk full: writing …"
@@ -1127,7 +1127,7 @@ def test_a_multi_line_error_keeps_its_files_and_cause_and_drops_backtraces() -> 
     """A multi-line error showed its first line only ("2 configuration problems:"), losing the
     files and keys to mend and an engine's "Caused by" line; backtrace frames stay out, and a
     long one says how many lines the log keeps."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     config = plain_error(
         "the configuration file could not be reloaded: 2 configuration problems:\n"
@@ -1153,7 +1153,7 @@ def test_an_engines_numbered_cause_chain_stays_and_its_backtrace_goes() -> None:
     """anyhow numbers its causes ("    0: opening …", "    1: No space left …") as a backtrace
     numbers its frames: the causes were dropped with the frames and the "Stack backtrace:"
     header was kept as the message. Only lines under the backtrace's header are frames."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     said = plain_error(
         "failed to open the index\n\nCaused by:\n    0: opening /h/index/bm25/meta.json\n"
@@ -1177,7 +1177,7 @@ def test_an_engines_numbered_cause_chain_stays_and_its_backtrace_goes() -> None:
 def test_an_error_of_frames_or_blanks_alone_is_never_said_as_nothing() -> None:
     """An error that was a backtrace alone became an empty string (doctor printed "keyword
     search: " and memory_status an empty error): its first line is said, cut."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     assert plain_error("stack backtrace:\n   0: tantivy::x\n   1: y\n") == "stack backtrace:"
     assert plain_error(" \n ") == "an error without a message (the daemon's log may say more)"
@@ -1188,7 +1188,7 @@ def test_an_error_of_frames_or_blanks_alone_is_never_said_as_nothing() -> None:
 def test_an_error_shows_no_control_characters() -> None:
     """Escape sequences, BEL and NUL in an error reached doctor's terminal and memory_status as
     they came: they are taken out, the words around them stay."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     said = plain_error("bad\x1b[31m red\x1b[0m \x07bell \x00nul\x1b]0;title\x07 \u202eend\rCR only line")
     assert said == "bad red bell nul end; CR only line"
@@ -1197,7 +1197,7 @@ def test_an_error_shows_no_control_characters() -> None:
 def test_a_long_error_line_is_cut_before_it_is_cleaned() -> None:
     """Cleaning a line without spaces takes time growing faster than its length, and doctor and
     memory_status clean every line: each line is cut to 2,000 characters first."""
-    from sidecar.clients.plainerror import plain_error
+    from sidecar.contracts.plainerror import plain_error
 
     said = plain_error(("/" + "a" * 20000 + "\n") * 3 + "b" * 100000)
     assert all(len(part) <= 2000 for part in said.split("; "))

@@ -252,3 +252,69 @@ def test_the_daily_housekeeping_tidies_model_copies_once_the_models_are_settled(
     daemon.slot.set_failed("disabled by configuration", state="off")
     daemon._daily()
     assert not old.exists()
+
+
+def test_the_daily_housekeeping_removes_copies_moved_aside_30_days_ago(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies of stores moved aside were removed only at a start, while status and doctor said
+    "removed after 30 days": a service running for months kept a vector table's copy until its
+    next restart. The daily run removes those past the 30 days (not a younger one), by the same
+    clock as .trash: a forward step of the wall clock ages none."""
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.stores.aside import aside_name
+
+    clocks = _Clocks()
+    cfg = make_cfg(vault)
+    cfg.index_dir.mkdir(parents=True, exist_ok=True)
+    month = time.strftime("%Y%m%d-%H%M%S", time.localtime(clocks.wall_now - 31 * _DAY))
+    old = cfg.index_dir / f"vectors.broken-{month}-123456"
+    (old / "chunks.lance").mkdir(parents=True)
+    (old / "chunks.lance" / "data").write_bytes(b"x" * 1024)
+    old_newer = cfg.index_dir / f"manifest.sqlite.newer-{month}-7"
+    old_newer.write_bytes(b"x")
+    young = aside_name(cfg.index_dir / "bm25")
+    young.mkdir()
+    daemon = Daemon(cfg)
+    # The parts' clock alone is read here: a stand-in for them (the manifest's give-back aside).
+    daemon.parts = types.SimpleNamespace(clock=SteadyClock(None, wall=clocks.wall, steady=clocks.steady))  # type: ignore[assignment]
+    monkeypatch.setattr(daemon, "_give_back_manifest", lambda: None)
+    clocks.wall_now += 40 * _DAY  # a step ahead: no real time passed, nothing more ages
+    daemon._daily()
+    assert not old.exists() and not old_newer.exists()
+    assert young.exists()
+    clocks.passes(31 * _DAY)
+    daemon._daily()
+    assert not young.exists()
+
+
+def test_a_sweep_across_a_wall_clock_step_logs_its_real_duration(
+    harness: Harness, vault: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's duration was measured by the wall clock: one that ran while the clock stepped 3
+    days ahead (an NTP step, a resume) logged ``sweep_done … seconds=259221.94``, and the root's
+    ``last_sweep_seconds`` alike. Here each reading of the wall clock steps it 3 days."""
+    import logging
+
+    from sidecar.index import diff as diff_mod
+    from sidecar.index import indexer as indexer_mod
+
+    real_time = time.time
+    steps = [0.0]
+
+    def stepping() -> float:
+        steps[0] += 3 * _DAY
+        return real_time() + steps[0]
+
+    fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.time = stepping
+    monkeypatch.setattr(indexer_mod, "time", fake_time)
+    monkeypatch.setattr(diff_mod, "time", fake_time)
+    write(vault / "Garden.md", "# Garden\n\nCucumbers this year.\n")
+    caplog.set_level(logging.DEBUG, logger="sidecar")
+    harness.indexer.sweep()
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sweep_done")]
+    seconds = float(line.split("seconds=")[1].split()[0])
+    assert 0 <= seconds < 3600, line
+    took = harness.supervisor.status(harness.supervisor.roots["vault"]).last_sweep_seconds
+    assert took is not None and 0 <= took < 3600

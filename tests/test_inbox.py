@@ -590,6 +590,34 @@ def test_a_delete_whose_index_entry_cannot_be_removed_is_reported_done(
         in_process.call("delete", {}, agent="dx")
 
 
+_RUST_DUMP = (
+    "BM25 commit failed: Failed to open file for write: 'IoError { io_error: Custom { kind: "
+    'StorageFull, error: PathError { path: "/h/index/bm25/x.idx", err: Os { code: 28, kind: '
+    'StorageFull, message: "No space left on device" } } }, filepath: "/h/index/bm25/x.idx" }\''
+)
+
+
+def test_a_store_error_reaches_a_reply_in_plain_words(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write or delete on a full disk passed Tantivy's Rust debug text to the agent
+    (``IoError { io_error: Custom { kind: StorageFull, ...``); its words are now status' (``disk
+    full: ... No space left on device``), the whole text kept for the log and health."""
+    in_process.call("write", {"slug": "gone", "content": "zqgone"}, agent="dx")
+    ops = _memory_ops(in_process)
+
+    def full(*_a: Any, **_k: Any) -> None:
+        raise StoreError(_RUST_DUMP)
+
+    monkeypatch.setattr(ops.indexer, "index_now", full)
+    monkeypatch.setattr(ops.indexer.writer.stores.bm25, "delete_key", full)
+    written = in_process.call("write", {"slug": "kept", "content": "zqkept"}, agent="dx")
+    deleted = in_process.call("delete", {"slug": "gone"}, agent="dx")
+    for warning in (written["warning"], deleted["warning"]):
+        assert "disk full" in warning and "No space left on device" in warning, warning
+        assert "IoError" not in warning and "kind:" not in warning, warning
+
+
 def test_a_delete_whose_keyword_step_fails_after_it_was_hidden_says_so(
     in_process: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -231,6 +231,7 @@ def test_the_daily_job_gives_the_manifests_free_pages_back_and_outlives_its_fail
     import sqlite3
 
     from sidecar.daemon.lifecycle import Daemon
+    from sidecar.runtime.steadyclock import SteadyClock
     from sidecar.stores.manifest import Manifest
 
     caplog.set_level(logging.INFO)
@@ -249,7 +250,9 @@ def test_the_daily_job_gives_the_manifests_free_pages_back_and_outlives_its_fail
         return real(between)
 
     manifest.give_back = give_back  # type: ignore[method-assign]
-    daemon.parts = SimpleNamespace(stores=SimpleNamespace(manifest=manifest))  # type: ignore[assignment]
+    daemon.parts = SimpleNamespace(  # type: ignore[assignment]
+        stores=SimpleNamespace(manifest=manifest), clock=SteadyClock(None)
+    )
     nothing = SimpleNamespace(schedule_sweep=lambda: None, sweep_roots=lambda _: None, polled=lambda: False)
     schedule = build_scheduler(
         cfg,

@@ -1139,6 +1139,34 @@ def test_a_reload_of_an_emptied_or_foreign_file_applies_nothing(
     assert d.call("reload")["changed"] == []  # the running values are the file's last ones
 
 
+def test_a_reload_refusing_a_moved_vault_says_first_that_it_takes_a_restart(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """A vault moved on purpose (vault.path changed in the file) was refused with a guess first,
+    "a file cut short or emptied?": the refusal says first that the key takes a restart, and
+    guesses at a cut file only when the file no longer sets the key."""
+    import dataclasses
+
+    from sidecar.contracts.errors import ConfigError
+    from sidecar.daemon.lifecycle import Daemon
+
+    moved = tmp_path / "moved-vault"
+    moved.mkdir()
+    cfg_file = tmp_path / "sidecar.yaml"
+    cfg = dataclasses.replace(make_cfg(vault), source_file=cfg_file)
+    new = dataclasses.replace(cfg, vault=dataclasses.replace(cfg.vault, path=moved))
+    daemon = Daemon(cfg, reload_config=lambda: new)
+    cfg_file.write_text(f"vault:\n  path: {moved}\n")
+    with pytest.raises(ConfigError) as refused:
+        daemon._loaded()
+    said = str(refused.value)
+    assert said.startswith("vault.path changed in the file") and "takes a restart" in said, said
+    assert "cut short" not in said and str(moved) in said
+    cfg_file.write_text("index:\n  exclude: []\n")  # the rest of the file lost
+    with pytest.raises(ConfigError, match=r"^vault\.path changed in the file .*takes a restart.*cut short"):
+        daemon._loaded()
+
+
 def test_reload_names_changed_keys_by_their_config_paths(
     daemon_factory: Any, vault: Path, tmp_path: Path
 ) -> None:

@@ -1107,6 +1107,37 @@ def test_copies_of_damaged_stores_go_after_a_month(make_cfg: Any, vault: Path) -
     assert "in 2 copies of damaged data or a previous model's vectors moved aside" in disk.verdict
 
 
+def test_doctor_names_what_the_home_keeps_beside_the_index(make_cfg: Any, vault: Path) -> None:
+    """doctor's disk line counted the index alone ("the index uses 5 MB") while the agents'
+    .trash and the prepared model copies (an earlier model's left by a switch) may hold more:
+    it names each, what it holds and what can go."""
+    import os
+    import time
+
+    from sidecar.clients.doctor_storage import check_disk
+
+    cfg = make_cfg(vault)
+    index_and_close(cfg)
+    trash = cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(parents=True)
+    for i in range(3):
+        (trash / f"n--2026010{i + 1}T000000000000.md").write_bytes(b"t" * 1_000_000)
+    cfg.prepared_dir.mkdir(parents=True)
+    used = cfg.prepared_dir / "0123456789ab-p1-ort1.20.0.onnx"
+    used.write_bytes(b"m" * 2_000_000)
+    left = cfg.prepared_dir / "multilingual-e5-small-0123456789ab-e1-ort1.19.0"
+    left.mkdir()
+    (left / "model.onnx").write_bytes(b"e" * 4_000_000)
+    twelve_days = time.time() - 12.5 * 86_400
+    os.utime(left, (twelve_days, twelve_days))
+    (cfg.prepared_dir / "mine.txt").write_text("not a copy")  # the user's: not counted
+    verdict = check_disk(cfg).verdict
+    assert "the agents' .trash uses 3 MB (3 earlier versions of memory notes" in verdict, verdict
+    assert f"model copies in {cfg.prepared_dir} use 6 MB" in verdict
+    assert f"{left.name} 4 MB, unused for 12 days" in verdict and f"{used.name} 2 MB, used today" in verdict
+    assert "mine.txt" not in verdict
+
+
 def _lose_manifest(cfg: Any, damage: bool) -> None:
     """The manifest of a stopped daemon deleted (the README's remedy) or made unreadable."""
     if damage:

@@ -31,7 +31,6 @@ from sidecar.clients.doctor_checks import Check, Probes, plural
 from sidecar.clients.doctor_service import check_service
 from sidecar.clients.doctor_storage import check_disk, check_home, check_storage
 from sidecar.clients.lockholder import listening_on, lock_holder
-from sidecar.clients.plainerror import plain_error
 from sidecar.clients.service import (
     LABEL,
 )
@@ -45,6 +44,7 @@ from sidecar.contracts.errors import (
     foreign_socket,
     shared_socket,
 )
+from sidecar.contracts.plainerror import plain_error
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import (
     FIRST_RECORDING,

@@ -1,16 +1,19 @@
 """``sidecar doctor``'s checks of where the index lives: the home is a writable folder in its
 shape, on a disk that keeps it (not a share, not a tmpfs) with room to index and rebuild. Imports
-config, mounts, timeout and (for damaged copies moved aside) stores.aside."""
+config, mounts, timeout, (for damaged copies moved aside) stores.aside and (for the model copies
+beside the index) model.prepared, which loads no model."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 from sidecar.clients.doctor_checks import Check, Probes, readable_size
 from sidecar.config import Config
+from sidecar.model import prepared
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS, moved_aside
 from sidecar.vault.mounts import is_network, mount_containing, read_mounts
 from sidecar.vault.timeout import run_with_timeout
@@ -173,9 +176,10 @@ def check_disk(cfg: Config) -> Check:
         size += (
             f" ({readable_size(kept)} of it in {len(aside)} cop{'y' if len(aside) == 1 else 'ies'} of "
             f"{what} moved aside, kept for inspection and removed {KEEP_MOVED_ASIDE_DAYS} days after "
-            "the move: "
+            "the move (by the daemon's daily housekeeping, or at its next start): "
             f"{', '.join(c.path.name for c in aside)}; delete them to free the space now)"
         )
+    size += _besides_the_index(cfg)
     if free < max(_MIN_FREE_BYTES, used):
         return Check(
             "disk",
@@ -184,6 +188,55 @@ def check_disk(cfg: Config) -> Check:
             "free space on that disk, or move the home (--home) to a disk with room",
         )
     return Check("disk", True, f"{readable_size(free)} free at {base}{size}")
+
+
+def _besides_the_index(cfg: Config, now: float | None = None) -> str:
+    """What else the home keeps on that disk, what it holds and what can go: the agents' .trash
+    (earlier versions of their notes) and the prepared model copies (one per model and
+    onnxruntime, an earlier model's left behind by a switch or an upgrade)."""
+    now = time.time() if now is None else now
+    out = ""
+    trash = [f for inbox in _subfolders(cfg.agents_dir) for f in _files(inbox / "memory" / ".trash")]
+    if trash:
+        held = sum(_size(f) for f in trash)
+        days = cfg.memory.trash_days
+        kept = f"kept {days} days" if days > 0 else "kept for ever (memory.trashDays 0)"
+        out += (
+            f"; the agents' .trash uses {readable_size(held)} ({len(trash)} earlier versions of memory "
+            f"notes, replaced or deleted, {kept} within memory.maxTrashBytes per agent; the daily "
+            "housekeeping removes the older ones)"
+        )
+    models = prepared.copies(cfg.prepared_dir)
+    if models:
+        named = ", ".join(
+            f"{path.name} {readable_size(size)}, {_last_used(now - used)}" for path, size, used in models
+        )
+        out += (
+            f"; model copies in {cfg.prepared_dir} use {readable_size(sum(c[1] for c in models))} "
+            f"({named}; one a daemon loads is made again if removed, at the cost of a minute's "
+            f"conversion; one unused for {prepared.UNUSED_DAYS:g} days is removed by the daily "
+            "housekeeping, delete it sooner when no daemon uses it)"
+        )
+    return out
+
+
+def _last_used(age: float) -> str:
+    days = int(max(age, 0) // 86_400)
+    return "used today" if days == 0 else f"unused for {days} day{'s' if days != 1 else ''}"
+
+
+def _subfolders(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _files(path: Path) -> list[Path]:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from sidecar.clients.foreground import time_left
-from sidecar.clients.plainerror import plain_error
+from sidecar.contracts.plainerror import plain_error
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.wire import (
     DELETION_HELD_MARK,

@@ -13,7 +13,7 @@ from sidecar.config.embedding import MODEL_DEFAULTS, ChunkingConfig, EmbedderCon
 from sidecar.config.example import render_example
 from sidecar.config.fields import camel, env_name
 from sidecar.config.indexing import DEFAULT_WIKI, IndexConfig, VaultConfig, WatchConfig
-from sidecar.config.loader import EXAMPLE_HINT, daemon_address, holds_nothing, load_config
+from sidecar.config.loader import EXAMPLE_HINT, daemon_address, file_sets, holds_nothing, load_config
 from sidecar.config.root import Config, agent_name_problem, valid_agent
 from sidecar.config.search import RecallConfig, SearchConfig, SourceBoosts
 from sidecar.config.service import LoggingConfig, MemoryConfig, MemoryWriteConfig, ServerConfig
@@ -41,6 +41,7 @@ __all__ = [
     "camel",
     "daemon_address",
     "env_name",
+    "file_sets",
     "holds_nothing",
     "load_config",
     "model_settings",

@@ -68,6 +68,15 @@ _NOT_KEYS = frozenset({"SIDECAR_CONFIG", "SIDECAR_CI_VENV", "SIDECAR_PARENT_PID"
 EXAMPLE_HINT = "`sidecar config example` prints every key with its default"
 
 
+def file_sets(path: Path, dotted: str) -> bool:
+    """Whether the file at ``path`` gives the key ``dotted`` (``vault.path``); False when it cannot
+    be read or parsed (a file cut short)."""
+    try:
+        return dotted in _read_yaml(path)
+    except ConfigError:
+        return False
+
+
 def _flatten(data: Mapping[str, Any], where: str, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():

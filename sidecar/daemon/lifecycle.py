@@ -76,6 +76,7 @@ from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.aside import remove_old_moved_aside
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
@@ -583,7 +584,18 @@ class Daemon(ConfigReload, ReadOnlyStart):
             prepared.tidy(self.cfg.prepared_dir)
         else:
             log.info("model_cache_tidy_skipped reason=a model is loading; tried again tomorrow")
+        self._remove_old_copies()
         self._give_back_manifest()
+
+    def _remove_old_copies(self) -> None:
+        """Copies of stores moved aside (damaged, a newer release's, a gone model's vectors)
+        older than ``KEEP_MOVED_ASIDE_DAYS``, as at a start: a service running for months kept
+        them until its next restart. None is open: a store moved aside is never opened again.
+        Their age counts like .trash's: a forward step of the wall clock ages nothing."""
+        parts = self.parts
+        clock = parts.clock if parts is not None else None
+        now = min(clock.wall(), clock.now()) if clock is not None else None
+        remove_old_moved_aside(self.cfg.index_dir, now)
 
     def _give_back_manifest(self) -> None:
         """The manifest's free pages back to the disk (``Manifest.give_back``): a step at a time,

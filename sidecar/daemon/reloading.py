@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sidecar.config import Config, holds_nothing
+from sidecar.config import Config, file_sets, holds_nothing
 from sidecar.config.settings import carried, settings
 from sidecar.contracts.errors import ConfigError, SidecarError, StorageError
 from sidecar.daemon.compose import Parts, model_gates, model_stem
@@ -48,6 +48,17 @@ _RECHECK_S = 30.0
 # How long the reload op waits for the model it tries again (the CLI waits 30 s for the answer);
 # a longer load (a first conversion, about a minute) is answered "loading".
 MODEL_WAIT_S = 20.0
+
+
+def _needs_restart(key: str, was: object, now: object, unset: bool) -> str:
+    """Why a reload refuses a changed ``key`` of ``_IDENTITY``: it takes a restart, said first (a
+    vault moved on purpose was met with a guess that the file was cut short); the guess only when
+    the file no longer sets the key (``unset``), as a file cut short or emptied reads."""
+    guess = "; the file no longer sets it: was it cut short or emptied? " if unset else ". "
+    return (
+        f"{key} changed in the file ({was} -> {now}) and takes a restart: a reload does not move the "
+        f"daemon to another {key}{guess}To use the new value, restart the daemon"
+    )
 
 
 class ModelRetries:
@@ -176,10 +187,8 @@ class ConfigReload:
                     functools.reduce(getattr, s.attrs, new),
                 )
                 if was != now:
-                    raise ConfigError(
-                        f"the file now gives {s.dotted} = {now} (running: {was}): a file cut short or "
-                        "emptied? To move the daemon, change it and restart"
-                    )
+                    unset = source is not None and not file_sets(source, s.dotted)
+                    raise ConfigError(_needs_restart(s.dotted, was, now, unset))
         return new
 
     def _reload(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ class Activity:
     phase: str = "starting"  # starting | scanning | indexing | embedding | idle
     done: int = 0
     total: int = 0
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)  # by ``clock``: a duration's start, no time of day
     sweeps: int = 0
     first_sweep_done: bool = False
     ready_once: bool = False
@@ -47,7 +47,7 @@ class Activity:
 
     def begin(self) -> None:
         """A sweep begins: counts and pace from nothing."""
-        self.phase, self.done, self.total, self.started = "scanning", 0, 0, time.time()
+        self.phase, self.done, self.total, self.started = "scanning", 0, 0, self.clock()
         self.leaving, self.recut, self.not_read = {}, 0, 0
         self.pace.clear()
 

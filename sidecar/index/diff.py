@@ -235,7 +235,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
         """List a root and compare it with the manifest (None: unreachable, marked offline)."""
         supervisor = self.supervisor
         status = supervisor.status(root)
-        t0 = time.time()
+        t0 = time.monotonic()  # the sweep's duration, which a step of the wall clock must not stretch
         try:
             found = supervisor.list_root(root)
         except RootUnreachable as exc:
@@ -347,7 +347,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
         elif hold in ("mass", "wait"):
             diff.gone.extend(k for k in missing if k in moved)  # moves are no loss: at once
         status = supervisor.status(root)
-        status.last_sweep, status.last_sweep_seconds = time.time(), time.time() - listing.started
+        status.last_sweep, status.last_sweep_seconds = time.time(), time.monotonic() - listing.started
         if hold == "wait" and status.offline and status.hold_kind != "mass":
             supervisor.mark_online(root)  # reachable and on its mount: only its deletions wait
         if hold not in (None, "mass", "wait"):

@@ -280,7 +280,8 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
             "unchanged": diff.unchanged,
             "skipped": sum(diff.skipped.values()),
         }
-        seconds = time.time() - self.activity.started
+        # The steady clock: a wall clock stepped during the sweep (an NTP step, a resume) made it days long.
+        seconds = self.activity.clock() - self.activity.started
         # File events that only wrote notes are summed into one line a minute (``index_activity``);
         # a walk of a root, a deletion or a skip keeps its own line.
         quiet = paths and not chosen and not diff.gone and not diff.skipped

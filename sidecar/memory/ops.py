@@ -21,6 +21,7 @@ from typing import Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
+from sidecar.contracts.plainerror import plain_error
 from sidecar.contracts.protocol import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_RANGE,
@@ -175,7 +176,7 @@ class MemoryOps:
                 problems.report("index", f"indexing a memory write failed: {why}")
                 key = root.key_of_path(written.path)
                 warning = (
-                    f"saved, but not searchable yet: the index cannot be written ({why}); it is "
+                    f"saved, but not searchable yet: the index cannot be written ({plain_error(why)}); it is "
                     "indexed once the index can be written again"
                 )
         audit = _audit_warning(written.audit_error, agent, problems)
@@ -674,11 +675,12 @@ def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
         hidden = manifest.file_states_of([key]).get(key)
     except sqlite3.Error:
         hidden = None
+    why = plain_error(str(exc))  # an engine's debug dump said in plain words, as status says it
     if hidden is not None and hidden.state == "deleting":
         return (
-            f"deleted and no longer found; its index entry is removed once the index can be written ({exc})"
+            f"deleted and no longer found; its index entry is removed once the index can be written ({why})"
         )
-    return f"deleted, but still found by search until the index can be written ({exc})"
+    return f"deleted, but still found by search until the index can be written ({why})"
 
 
 def _unindexed_note(reference: str, source: str, times: tuple[int, int], why: str) -> dict[str, Any]:

@@ -87,6 +87,28 @@ def tidy(folder: Path, *, now: float | None = None) -> list[Path]:
     return removed
 
 
+def copies(folder: Path) -> list[tuple[Path, int, float]]:
+    """The model copies in ``folder``: (path, bytes, when last used), least recently used first
+    (doctor's disk line: what they hold and which can go). No model is loaded to tell."""
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.is_symlink() or not _COPY.fullmatch(entry.name):
+            continue
+        path = Path(entry.path)
+        try:
+            used = entry.stat(follow_symlinks=False).st_mtime
+            files = [path] if entry.is_file() else [f for f in path.rglob("*") if f.is_file()]
+            size = sum(f.stat().st_size for f in files)
+        except OSError:
+            continue
+        found.append((path, size, used))
+    return sorted(found, key=lambda c: c[2])
+
+
 def _stale(entry: os.DirEntry[str], now: float) -> bool:
     """Whether ``entry`` is a copy unused for ``UNUSED_DAYS``, or what a dead preparation left."""
     name = entry.name

@@ -21,6 +21,7 @@ import numpy as np
 
 from sidecar.config import SearchConfig
 from sidecar.contracts.errors import EmbedderError, StoreError
+from sidecar.contracts.plainerror import plain_error
 from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.vectoring import Stores, VectorSet
 from sidecar.model.embedder import Embedder, EmbedderSlot
@@ -197,7 +198,10 @@ class Arms:
                 log.warning("keyword_search_failed error=%s", exc)
                 keyword_damage(problems, exc, str(exc))
                 handles_seen(self.stores, "chunks", seen, [(SHARED, exc), *faults])
-                bm_note, bm_error = f"keyword search failed ({exc}); vector results only", exc
+                bm_note, bm_error = (
+                    f"keyword search failed ({plain_error(str(exc))}); vector results only",
+                    exc,
+                )
 
         def found(vec_lists: list[VecList], note: str | None) -> Found:
             return Found(bm, vec_lists, note, answered, stem, spelled=read, joined=joined)
@@ -235,7 +239,7 @@ class Arms:
             else:
                 log.warning("vector_search_failed error=%s", exc)
                 problems.report("vector_search", str(exc))
-                why = f"vector search failed ({exc})"
+                why = f"vector search failed ({plain_error(str(exc))})"
             if bm_error is not None:
                 raise no_arm(f"{why} too") from exc
             return found([], _joined(bm_note, f"{why}; keyword results only"))

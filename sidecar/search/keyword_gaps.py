@@ -10,6 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from sidecar.contracts.errors import StoreError, engine_message
+from sidecar.contracts.plainerror import plain_error
 from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.problems import Problems
 from sidecar.index.repair import unsearchable_agents
@@ -103,7 +104,7 @@ def note_keyword_scores(
         log.warning("keyword_search_failed part=%s error=%s", kind, exc)
         keyword_damage(stores.problems, exc, f"{PAGE_FAILURE}{exc}" if pages else str(exc))
         handles_seen(stores, kind, seen, [(SHARED, exc), *faults])
-        return {}, None if pages else f"keyword search failed ({exc}); vector results only"
+        return {}, None if pages else f"keyword search failed ({plain_error(str(exc))}); vector results only"
     missed = _keyword_read(stores, kind, faults, seen)
     return dict(found), None if pages else _memory_unread(stores, missed)
 

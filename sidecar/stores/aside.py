@@ -1,8 +1,8 @@
 """Copies of damaged stores moved aside (``<name>.broken-<time>``), of stores a newer release
 wrote, replaced by a rebuild asked for after a downgrade (``<name>.newer-<time>``), and of a
 previous model's vectors no switch could use, its model gone (``<name>.retired-<time>``): listed for
-status and doctor, removed at a start once older than ``KEEP_MOVED_ASIDE_DAYS``. No engine is
-imported: thin clients read this."""
+status and doctor, removed by the daily housekeeping or at a start once older than
+``KEEP_MOVED_ASIDE_DAYS``. No engine is imported: thin clients read this."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""An error of a problem as one line a person can read in ``sidecar status``, ``sidecar doctor``
+"""An error of a problem as one line a person can read in ``sidecar status``, ``sidecar doctor``,
+a reply's warning (a memory write the index could not take, a search arm that failed)
 and the MCP ``memory_status`` tool (pure).
 
 The daemon keeps an error's whole text (health's ``problems``, the log): an engine's message can
