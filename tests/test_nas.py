@@ -3434,7 +3434,7 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
             assert sup.deletable(root) is False
             assert sup._inside_vault(wiki) is False
         alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
-        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the wiki's: the vault hangs
+        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the vault's deletable probe
         release.set()
         assert _wait_for(lambda: not any(t.is_alive() for t in alive))
         monkeypatch.undo()
@@ -3486,6 +3486,66 @@ def test_a_deletable_probe_that_hangs_marks_the_root_hanging(
         assert sup.deletable(root) is True
         sup.bounded(root, lambda _asking: None)
         assert sup.roots["vault"].slow  # it answered after its timeout: a slow share
+    finally:
+        release.set()
+
+
+def test_a_probe_on_a_share_learnt_slow_waits_as_its_scans_do(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share learnt slow (its calls are waited for up to scanTimeoutSeconds): a look whether
+    an event's deletions may go ahead that takes longer than probeTimeoutSeconds is waited for
+    as its scans' calls are; the share stays slow, not hanging (was: given up after
+    probeTimeoutSeconds, logged hung, its slow mark dropped and shown offline)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.1, "watch.scanTimeoutSeconds": 60}))
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    sup._set_slow(st, True, "a listing or stat")
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            time.sleep(0.4)  # past the probe timeout, far within the scan timeout
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    assert sup.deletable(root) is True
+    assert st.slow and st.hanging is None
+
+
+def test_a_wikis_probe_starts_no_call_into_a_vault_that_hangs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault marked hanging by a probe: a probe of the wiki inside it is "no answer" at once,
+    as the wiki's scans are, with no thread of its own left stuck in the hung share (was: the
+    wiki's probe started a second thread into it)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import roots
+    from sidecar.vault.supervisor import Supervisor
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    by = {r.name: r for r in roots(cfg) if r.source != "memory"}
+    release = threading.Event()
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) in (vault, by["wiki"].path):
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    before = set(threading.enumerate())
+    try:
+        assert sup.deletable(by["vault"]) is False
+        assert sup.roots["vault"].hanging is not None
+        assert sup.deletable(by["wiki"]) is False
+        alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        assert len(alive) == 1, alive  # the vault's probe only
     finally:
         release.set()
 

@@ -391,20 +391,21 @@ class Supervisor:
         log.error(
             "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
             root.name,
-            self.cfg.watch.probe_timeout_seconds,
+            self._bound(st),
         )
 
     def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
-        """``fn``, a look-up of ``root``'s folder, with the probe timeout: one at a time per
-        question, its answer shared (``SharedProbes``); NoAnswer at once while a call on the root
-        still hangs, and one that times out marks the root hanging (``hangs``)."""
+        """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
+        (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
+        answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
+        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``)."""
         if (st := self.status(root)).hanging is not None:
             raise NoAnswer(_still_hangs(st), st.hanging)
+        if (outer := self.stuck_within(root)) is not None:
+            raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
         since = time.monotonic()
         try:
-            return self.probes.ask(
-                (question, root.name), fn, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
-            )
+            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, self.beat)
         except NoAnswer as exc:
             if exc.stuck is not None and exc.stuck.is_alive():
                 self.hangs(root, exc.stuck, since)
