@@ -2443,6 +2443,67 @@ def test_the_notes_a_refused_inbox_lost_are_still_said_after_a_restart(
         h.close()
 
 
+def test_the_notes_a_refused_inbox_lost_are_still_said_after_the_home_was_away(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused inbox's count of notes that left the index is kept while the home has a
+    problem for a sweep (its share unmounted a moment): once it is back, status still says
+    how many left, and so does the manifest (was: forgotten, "its notes are not indexed")."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        with monkeypatch.context() as away:
+            away.setattr(type(h.supervisor.home), "problem", lambda _self: "the agents folder is gone")
+            h.sweep()
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert json.loads(h.stores.manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 2
+    finally:
+        h.close()
+
+
+def test_a_count_of_refused_notes_not_saved_is_said_once_per_sweep(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The index cannot be written (a full disk): the count of a refused inbox's notes that
+    left the index is tried once per full sweep, one warning each, not at each look at the roots
+    (an event batch, the links' check); it is saved at the first sweep that can write."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        real = manifest.set_meta
+
+        def failing(name: str, value: str) -> None:
+            if name == "refused_inboxes":
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            real(name, value)
+
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        with monkeypatch.context() as full, caplog.at_level(logging.WARNING):
+            full.setattr(manifest, "set_meta", failing)
+            h.sweep()
+            for _ in range(5):
+                h.indexer.changes.roots()
+        assert caplog.text.count("refused_inboxes_not_saved") == 1
+        h.sweep()
+        assert json.loads(manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 1
+    finally:
+        h.close()
+
+
 def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
     """The problem of a refused inbox whose notes left the index goes once the inbox is removed
     (the agent retired): nothing of it is left to read."""
