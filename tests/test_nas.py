@@ -570,6 +570,68 @@ def test_get_on_a_hung_share_answers_and_keeps_the_daemon_answering(
     assert "spark plugs" in served.call("get", {"reference": "vault/Projects/Boat"})["text"]
 
 
+def test_a_get_whose_read_hangs_marks_its_root_hanging(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note read for a request that does not answer within probeTimeoutSeconds marks its root
+    hanging by the same rule as a sweep's or a probe's call: health says it is offline while the
+    read hangs (was: the get said "no answer" while health's roots said the vault was fine)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    release = threading.Event()
+    real = note_ops.read_note
+
+    def hanging(path: Path, *args: Any) -> Any:
+        release.wait(30)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", hanging)
+    try:
+        with pytest.raises(RemoteError, match="no answer"):
+            served.call("get", {"reference": "vault/Projects/Boat"})
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+    finally:
+        release.set()
+
+
+def test_a_get_on_a_root_a_probe_found_hanging_is_told_at_once(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault marked hanging by a look at its folder (whether an event's deletions may go
+    ahead): a get of one of its notes is told at once that a call on it still hangs, with no
+    read of its own started into the hung share (was: a second stuck thread, and "no answer
+    within 0 s" after a probe timeout's wait)."""
+    from sidecar.vault.sources import Root
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5})
+    sup = served.harness.supervisor
+    release = threading.Event()
+    real_scandir = supervisor_mod.os.scandir
+    real_read = note_ops.read_note
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            release.wait(20)
+        return real_scandir(path)
+
+    def hanging_read(path: Path, *args: Any) -> Any:
+        release.wait(20)
+        return real_read(path, *args)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    monkeypatch.setattr(note_ops, "read_note", hanging_read)
+    before = set(threading.enumerate())
+    try:
+        assert sup.deletable(Root("vault", vault, exclude="wiki")) is False
+        assert sup.roots["vault"].hanging is not None
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "vault/Projects/Boat"})
+        alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+        assert len([a for a in alive if a.startswith("probe-")]) == 1, alive
+    finally:
+        release.set()
+
+
 def test_a_wiki_folder_that_is_not_there_is_named_in_status(make_cfg: Any, vault: Path) -> None:
     """A wiki folder missing from a reachable vault (a misspelled wikiSubfolder) is shown as
     absent, not as a healthy root with no word (its notes simply count as vault notes)."""

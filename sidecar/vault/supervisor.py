@@ -394,6 +394,26 @@ class Supervisor:
             self._bound(st),
         )
 
+    def still_hangs(self, name: str) -> NoAnswer | None:
+        """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
+        request's look at one of its notes is not started beside it."""
+        with self._lock:
+            st = self.roots.get(name)
+        if st is None or (stuck := st.hanging) is None:
+            return None
+        return NoAnswer(_still_hangs(st), stuck)
+
+    def read_hangs(self, name: str, what: str, stuck: threading.Thread) -> None:
+        """A request's look at one of the root's notes (``what``: "reading <note>") given up on
+        after probeTimeoutSeconds: the root hangs as when a sweep's read does (``read``), so
+        status says so and no call on it is asked until it answers."""
+        with self._lock:
+            st = self.roots.get(name)
+        if st is None or st.hanging is not None or not stuck.is_alive():
+            return
+        st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
+        log.error("read_hung root=%s call=%s timeout=%gs", name, what, self.cfg.watch.probe_timeout_seconds)
+
     def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
         """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
         (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
