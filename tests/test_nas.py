@@ -2974,6 +2974,31 @@ def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
         h.close()
 
 
+def test_the_notes_of_an_inbox_refused_during_a_rebuild_are_counted_as_left(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An inbox refused while a rebuild runs: the notes the rebuild does not put back are counted
+    among those that left the index, as a sweep counts those it drops (was: "its notes are not
+    indexed", 0, although they left)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        h.indexer.clear()
+        inbox.rename(tmp_path / "outside")
+        inbox.symlink_to(tmp_path / "outside")
+        h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        assert json.loads(h.stores.manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 2
+    finally:
+        h.close()
+
+
 def test_a_rebuild_gives_its_copys_pages_back_once_it_is_dropped(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
