@@ -2534,7 +2534,11 @@ def test_the_notes_a_refused_inbox_lost_are_still_said_after_the_home_was_away(
 
 
 def test_a_count_of_refused_notes_not_saved_is_said_once_per_sweep(
-    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    make_cfg: Any,
+    vault: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The index cannot be written (a full disk): the count of a refused inbox's notes that
     left the index is tried once per full sweep, one warning each, not at each look at the roots
