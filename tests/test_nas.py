@@ -571,6 +571,68 @@ def test_get_on_a_hung_share_answers_and_keeps_the_daemon_answering(
     assert "spark plugs" in served.call("get", {"reference": "vault/Projects/Boat"})["text"]
 
 
+def test_a_get_whose_read_hangs_marks_its_root_hanging(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note read for a request that does not answer within probeTimeoutSeconds marks its root
+    hanging by the same rule as a sweep's or a probe's call: health says it is offline while the
+    read hangs (was: the get said "no answer" while health's roots said the vault was fine)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    release = threading.Event()
+    real = note_ops.read_note
+
+    def hanging(path: Path, *args: Any) -> Any:
+        release.wait(30)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", hanging)
+    try:
+        with pytest.raises(RemoteError, match="no answer"):
+            served.call("get", {"reference": "vault/Projects/Boat"})
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+    finally:
+        release.set()
+
+
+def test_a_get_on_a_root_a_probe_found_hanging_is_told_at_once(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault marked hanging by a look at its folder (whether an event's deletions may go
+    ahead): a get of one of its notes is told at once that a call on it still hangs, with no
+    read of its own started into the hung share (was: a second stuck thread, and "no answer
+    within 0 s" after a probe timeout's wait)."""
+    from sidecar.vault.sources import Root
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5})
+    sup = served.harness.supervisor
+    release = threading.Event()
+    real_scandir = supervisor_mod.os.scandir
+    real_read = note_ops.read_note
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            release.wait(20)
+        return real_scandir(path)
+
+    def hanging_read(path: Path, *args: Any) -> Any:
+        release.wait(20)
+        return real_read(path, *args)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    monkeypatch.setattr(note_ops, "read_note", hanging_read)
+    before = set(threading.enumerate())
+    try:
+        assert sup.deletable(Root("vault", vault, exclude="wiki")) is False
+        assert sup.roots["vault"].hanging is not None
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "vault/Projects/Boat"})
+        alive = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+        assert len([a for a in alive if a.startswith("probe-")]) == 1, alive
+    finally:
+        release.set()
+
+
 def test_a_wiki_folder_that_is_not_there_is_named_in_status(make_cfg: Any, vault: Path) -> None:
     """A wiki folder missing from a reachable vault (a misspelled wikiSubfolder) is shown as
     absent, not as a healthy root with no word (its notes simply count as vault notes)."""
@@ -2465,6 +2527,71 @@ def test_the_notes_a_refused_inbox_lost_are_still_said_after_a_restart(
         h.close()
 
 
+def test_the_notes_a_refused_inbox_lost_are_still_said_after_the_home_was_away(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused inbox's count of notes that left the index is kept while the home has a
+    problem for a sweep (its share unmounted a moment): once it is back, status still says
+    how many left, and so does the manifest (was: forgotten, "its notes are not indexed")."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        h.sweep()
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        with monkeypatch.context() as away:
+            away.setattr(type(h.supervisor.home), "problem", lambda _self: "the agents folder is gone")
+            h.sweep()
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        h.sweep()
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert json.loads(h.stores.manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 2
+    finally:
+        h.close()
+
+
+def test_a_count_of_refused_notes_not_saved_is_said_once_per_sweep(
+    make_cfg: Any,
+    vault: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The index cannot be written (a full disk): the count of a refused inbox's notes that
+    left the index is tried once per full sweep, one warning each, not at each look at the roots
+    (an event batch, the links' check); it is saved at the first sweep that can write."""
+    cfg = make_cfg(vault)
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        manifest = h.stores.manifest
+        real = manifest.set_meta
+
+        def failing(name: str, value: str) -> None:
+            if name == "refused_inboxes":
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            real(name, value)
+
+        _refuse_inbox(inbox, "symlink", tmp_path / "outside")
+        with monkeypatch.context() as full, caplog.at_level(logging.WARNING):
+            full.setattr(manifest, "set_meta", failing)
+            h.sweep()
+            for _ in range(5):
+                h.indexer.changes.roots()
+        assert caplog.text.count("refused_inboxes_not_saved") == 1
+        h.sweep()
+        assert json.loads(manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 1
+    finally:
+        h.close()
+
+
 def test_a_refused_inbox_removed_clears_its_problem(make_cfg: Any, vault: Path, tmp_path: Path) -> None:
     """The problem of a refused inbox whose notes left the index goes once the inbox is removed
     (the agent retired): nothing of it is left to read."""
@@ -2869,6 +2996,31 @@ def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
         assert h.stores.manifest.file_states("memory/") == {}
         assert caplog.text.count("rebuild_inbox_refused") == 1, caplog.text
         assert "rebuild_inbox_refused folder=agents inboxes=5 why=" in caplog.text
+    finally:
+        h.close()
+
+
+def test_the_notes_of_an_inbox_refused_during_a_rebuild_are_counted_as_left(
+    make_cfg: Any, vault: Path, tmp_path: Path
+) -> None:
+    """An inbox refused while a rebuild runs: the notes the rebuild does not put back are counted
+    among those that left the index, as a sweep counts those it drops (was: "its notes are not
+    indexed", 0, although they left)."""
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        inbox = h.cfg.agents_dir / "ops" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keys.md", "# Keys\n\nThe spare key is with the neighbour.\n")
+        h.sweep()
+        h.indexer.clear()
+        inbox.rename(tmp_path / "outside")
+        inbox.symlink_to(tmp_path / "outside")
+        h.sweep()
+        assert h.stores.manifest.file_states("memory/") == {}
+        said = h.problems.active_in("inbox", subject="ops")
+        assert said is not None and "2 of its notes left the index" in said["error"], said
+        assert [r["notes"] for r in h.indexer.changes.refused.summary()] == [2]
+        assert json.loads(h.stores.manifest.get_meta("refused_inboxes") or "[]")[0][-1] == 2
     finally:
         h.close()
 
@@ -3456,7 +3608,7 @@ def test_the_vault_probes_of_event_deletions_and_the_wiki_run_one_at_a_time(
             assert sup.deletable(root) is False
             assert sup._inside_vault(wiki) is False
         alive = [t for t in threading.enumerate() if t.name.startswith("probe-") and t not in before]
-        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the wiki's: the vault hangs
+        assert len([t for t in alive if t.is_alive()]) == 1, alive  # the vault's deletable probe
         release.set()
         assert _wait_for(lambda: not any(t.is_alive() for t in alive))
         monkeypatch.undo()
@@ -3508,6 +3660,66 @@ def test_a_deletable_probe_that_hangs_marks_the_root_hanging(
         assert sup.deletable(root) is True
         sup.bounded(root, lambda _asking: None)
         assert sup.roots["vault"].slow  # it answered after its timeout: a slow share
+    finally:
+        release.set()
+
+
+def test_a_probe_on_a_share_learnt_slow_waits_as_its_scans_do(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share learnt slow (its calls are waited for up to scanTimeoutSeconds): a look whether
+    an event's deletions may go ahead that takes longer than probeTimeoutSeconds is waited for
+    as its scans' calls are; the share stays slow, not hanging (was: given up after
+    probeTimeoutSeconds, logged hung, its slow mark dropped and shown offline)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import Root
+    from sidecar.vault.supervisor import Supervisor
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.1, "watch.scanTimeoutSeconds": 60}))
+    root = Root("vault", vault, exclude="wiki")
+    st = sup.status(root)
+    sup._set_slow(st, True, "a listing or stat")
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault:
+            time.sleep(0.4)  # past the probe timeout, far within the scan timeout
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    assert sup.deletable(root) is True
+    assert st.slow and st.hanging is None
+
+
+def test_a_wikis_probe_starts_no_call_into_a_vault_that_hangs(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault marked hanging by a probe: a probe of the wiki inside it is "no answer" at once,
+    as the wiki's scans are, with no thread of its own left stuck in the hung share (was: the
+    wiki's probe started a second thread into it)."""
+    from sidecar.vault import supervisor as supervisor_mod
+    from sidecar.vault.sources import roots
+    from sidecar.vault.supervisor import Supervisor
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    by = {r.name: r for r in roots(cfg) if r.source != "memory"}
+    release = threading.Event()
+    real = supervisor_mod.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) in (vault, by["wiki"].path):
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(supervisor_mod.os, "scandir", scandir)
+    before = set(threading.enumerate())
+    try:
+        assert sup.deletable(by["vault"]) is False
+        assert sup.roots["vault"].hanging is not None
+        assert sup.deletable(by["wiki"]) is False
+        alive = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        assert len(alive) == 1, alive  # the vault's probe only
     finally:
         release.set()
 

@@ -718,3 +718,30 @@ def test_a_note_deleted_in_an_agents_folder_made_a_link_drops_the_inbox_at_its_e
         assert any(p["area"] == "inbox" for p in h.problems.active())
     finally:
         h.close()
+
+
+def test_a_note_deleted_in_another_users_inbox_drops_the_inbox_at_its_event(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """An agent's inbox given to another user (a chown gone wrong; refused) and watched as it
+    is: a memory note deleted in it sends its real event, which drops every note of that inbox
+    at once, as README says (the others are not left searchable until the next full sweep)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    v = tmp_path / "v"
+    write(v / "Start.md", "# Start\n\nfirst note\n")
+    h = Harness(make_cfg(v), FakeEmbedder())
+    try:
+        agents = h.cfg.agents_dir
+        inbox = agents / "ops" / "memory"
+        for slug in ("plan", "keys", "boat"):
+            write(inbox / f"{slug}.md", f"# {slug}\n\nthe {slug} of the week\n")
+        h.sweep()
+        assert len(_keys(h, "memory/")) == 3
+        os.chown(inbox, 65534, 65534)
+        with watching(agents, _sweeps(h)):
+            (inbox / "plan.md").unlink()
+            _until(lambda: not _keys(h, "memory/"))
+        assert any(p["area"] == "inbox" for p in h.problems.active())
+    finally:
+        h.close()

@@ -102,7 +102,7 @@ class NoteOps:
             )
         offline = self._offline(key, reference)
         try:
-            path, text = self._on_disk(key, lambda: self._read(key, reference))
+            path, text = self._on_disk(key, lambda: self._read(key, reference), "reading")
         except NoAnswer as exc:
             raise UnreadableError(
                 f"{quoted(reference)} cannot be read now: {exc}; its indexed text is still found by search"
@@ -178,6 +178,11 @@ class NoteOps:
         cannot be the share); None when its root is online."""
         source = key.split("/", 1)[0]
         status = self.supervisor.roots.get(source) if source != "memory" else None
+        if status is not None and not status.offline and (hung := self.supervisor.still_hangs(source)):
+            # A look at its folder or a read for a request hangs (no sweep found it offline yet).
+            raise UnreadableError(
+                f"{quoted(reference)} cannot be read now: {hung}; its indexed text is still found by search"
+            )
         offline = None
         if status is not None and status.offline and status.hold_kind == "mass":
             # The folder is there and read; most of its notes vanished at once: this one among them.
@@ -199,14 +204,22 @@ class NoteOps:
                 raise offline
         return offline
 
-    def _on_disk(self, key: str, fn: Callable[[], T]) -> T:
-        """``fn``, a look at the file behind ``key``, within the probe timeout: on a hung share
-        a request thread would otherwise wait as long as the share does (forever for a hard NFS
-        mount), and a few such requests would stop the daemon answering at all. After one
-        timeout, further looks into the same root fail at once while that call still hangs."""
+    def _on_disk(self, key: str, fn: Callable[[], T], what: str = "looking up") -> T:
+        """``fn``, a look at the file behind ``key`` (``what`` it does), within the probe
+        timeout: on a hung share a request thread would otherwise wait as long as the share does
+        (forever for a hard NFS mount), and a few such requests would stop the daemon answering at
+        all. One that times out marks its root hanging (``Supervisor.read_hangs``, as a sweep's
+        read does); while a call on the root still hangs, further looks fail at once."""
         source = root_key(key)
+        if (hung := self.supervisor.still_hangs(source)) is not None:
+            raise hung
         timeout = self.cfg.watch.probe_timeout_seconds
-        return bounded_call(fn, timeout, self._hanging, source, f"get-{source}")
+        try:
+            return bounded_call(fn, timeout, self._hanging, source, f"get-{source}")
+        except NoAnswer as exc:
+            if exc.stuck is not None:
+                self.supervisor.read_hangs(source, f"{what} {key.split('/', 1)[-1]}", exc.stuck)
+            raise
 
     def _read(self, key: str, reference: str, most: int | None = None) -> tuple[Path, str]:
         """The note behind a key as it is on disk now: its path and text (refused as too large

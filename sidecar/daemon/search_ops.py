@@ -68,7 +68,7 @@ class SearchOps:
 
     if TYPE_CHECKING:  # the handlers' own (``NoteOps``)
 
-        def _on_disk(self, key: str, fn: Callable[[], T]) -> T: ...
+        def _on_disk(self, key: str, fn: Callable[[], T], what: str = "looking up") -> T: ...
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params

@@ -201,7 +201,8 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
         present = {r.agent for r in out if r.source == "memory"}
         indexed = set(self.manifest.memory_agents())
         out.extend(inbox_root(self.cfg, a) for a in sorted(indexed - present))
-        self.forget_inboxes({r.name for r in out})
+        if why is None:  # a refused inbox not listed while the home is away is not known gone
+            self.forget_inboxes({r.name for r in out})
         return out
 
     def diff_roots(
@@ -226,6 +227,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
         self._retry_all = retry_all
         listings = [x for r in roots if (x := self._list(r, diff, excluded)) is not None]
         self.refused.tell()
+        self.refused.save()
         alien: set[str] = set()  # roots whose folder is not the share now: no evidence of moves
         for listing in sorted(listings, key=lambda x: x.root.within is not None):
             if not self._decide(listing, listings, diff, listing.root.name in confirm, alien):

@@ -130,6 +130,7 @@ class PutBack:
         unjudged = self._unjudged_roots()
         unread_keys = self.changes.unreadable_keys()
         refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
+        dropped: dict[str, tuple[str, int]] = {}  # refused inbox -> its agent, notes not put back
         out: list[str] = []
         for key, rel, failed in candidates:
             name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
@@ -146,11 +147,17 @@ class PutBack:
                 if name not in refused:
                     refused[name] = inbox_refusal(root)
                 if refused[name] is not None:
+                    dropped[name] = (root.agent, dropped.get(name, ("", 0))[1] + 1)
                     continue
             if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
                 out.append(key)
         said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
         log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
+        if dropped:  # they left the index: counted as a sweep counts the notes it drops
+            for name, (agent, n) in dropped.items():
+                self.changes.refused.listed(name, agent, refused[name], n)
+            self.changes.refused.tell()
+            self.changes.refused.save()
         return out
 
     def _unjudged_roots(self) -> set[str]:

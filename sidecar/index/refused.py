@@ -136,9 +136,9 @@ class RefusedInboxes:
         every = {**self._kept, **self._by_root}
         return [[n, r.agent, r.folder, r.cause, r.left] for n, r in sorted(every.items()) if r.left]
 
-    def _save(self) -> None:
-        """The counts kept in the meta row when they changed; a failed write (a full disk, an
-        index served read-only) keeps them for the next sweep."""
+    def save(self) -> None:
+        """The counts kept in the meta row when they changed (once per full sweep); a failed
+        write (a full disk, an index served read-only) keeps them for the next sweep."""
         rows = self._rows()
         if self._meta is None or rows == self._saved:
             return
@@ -186,7 +186,6 @@ class RefusedInboxes:
             for r in new:
                 r.new = 0
             self._problems.report("inbox", self._text(subject, members), subject=subject)
-        self._save()
 
     def _text(self, subject: str, members: list[_Refused]) -> str:
         first = members[0]

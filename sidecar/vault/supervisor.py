@@ -391,20 +391,41 @@ class Supervisor:
         log.error(
             "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
             root.name,
-            self.cfg.watch.probe_timeout_seconds,
+            self._bound(st),
         )
 
+    def still_hangs(self, name: str) -> NoAnswer | None:
+        """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
+        request's look at one of its notes is not started beside it."""
+        with self._lock:
+            st = self.roots.get(name)
+        if st is None or (stuck := st.hanging) is None:
+            return None
+        return NoAnswer(_still_hangs(st), stuck)
+
+    def read_hangs(self, name: str, what: str, stuck: threading.Thread) -> None:
+        """A request's look at one of the root's notes (``what``: "reading <note>") given up on
+        after probeTimeoutSeconds: the root hangs as when a sweep's read does (``read``), so
+        status says so and no call on it is asked until it answers."""
+        with self._lock:
+            st = self.roots.get(name)
+        if st is None or st.hanging is not None or not stuck.is_alive():
+            return
+        st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
+        log.error("read_hung root=%s call=%s timeout=%gs", name, what, self.cfg.watch.probe_timeout_seconds)
+
     def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
-        """``fn``, a look-up of ``root``'s folder, with the probe timeout: one at a time per
-        question, its answer shared (``SharedProbes``); NoAnswer at once while a call on the root
-        still hangs, and one that times out marks the root hanging (``hangs``)."""
+        """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
+        (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
+        answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
+        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``)."""
         if (st := self.status(root)).hanging is not None:
             raise NoAnswer(_still_hangs(st), st.hanging)
+        if (outer := self.stuck_within(root)) is not None:
+            raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
         since = time.monotonic()
         try:
-            return self.probes.ask(
-                (question, root.name), fn, self.cfg.watch.probe_timeout_seconds, root.name, self.beat
-            )
+            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, self.beat)
         except NoAnswer as exc:
             if exc.stuck is not None and exc.stuck.is_alive():
                 self.hangs(root, exc.stuck, since)
