@@ -25,6 +25,7 @@ from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes, check_agent, check_slug
+from sidecar.memory.ops import deleted_reply
 from sidecar.stores.space import LOW_BYTES
 from sidecar.vault.sources import Root, agent_inbox, public_reference
 
@@ -67,16 +68,10 @@ class InboxOnly:
                     moved = self.inboxes.delete(agent, slug)
                 except OSError as exc:
                     raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
+            out = deleted_reply(slug, moved)
             if moved is None:
-                return {
-                    "deleted": False,
-                    "reference": f"memory/{slug}",
-                    "message": "no such note (nothing to do)",
-                }
+                return out
             log.info("memory_delete agent=%s slug=%s index=unreadable", agent, slug)
-            out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}"}
-            if moved.trash is not None:
-                out["trash"] = str(moved.trash)
             out["warning"] = f"deleted, but still found by search until the index can be read: {later}"
             return out
         check_known(p, ("slug", "content", "frontmatter"))

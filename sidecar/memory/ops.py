@@ -40,7 +40,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.counting import BoundedCounts
-from sidecar.memory.inbox import Inboxes, Written, check_agent, check_slug
+from sidecar.memory.inbox import Deleted, Inboxes, Written, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.frontmatter import description_of
@@ -80,6 +80,22 @@ class DuplicateError(SidecarError):
     """A write was refused because a near-identical note exists (memory.write.onDuplicate: reject)."""
 
     code = "duplicate"
+
+
+def deleted_reply(slug: str, moved: Deleted | None) -> dict[str, Any]:
+    """A delete's reply: whether a note went, where its text is kept (or what was removed with
+    no text to keep) and the kept texts the caps pushed out; the same whether the index could be
+    told or not."""
+    if moved is None:
+        return {"deleted": False, "reference": f"memory/{slug}", "message": "no such note (nothing to do)"}
+    out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}"}
+    if moved.trash is not None:
+        out["trash"] = str(moved.trash)
+    else:
+        out["message"] = f"removed {moved.removed} (no text to keep)"
+    if moved.trash_dropped:
+        out["trashDropped"] = list(moved.trash_dropped)
+    return out
 
 
 class MemoryOps:
@@ -408,20 +424,10 @@ class MemoryOps:
                 log.error("memory_index_failed agent=%s slug=%s error=%s", agent, slug, exc)
                 self.problems.report("index", f"removing a deleted memory note from the index failed: {exc}")
                 unindexed = _unindexed_warning(self.manifest, key, exc)
+        out = deleted_reply(slug, moved)
         if moved is None:
-            return {
-                "deleted": False,
-                "reference": f"memory/{slug}",
-                "message": "no such note (nothing to do)",
-            }
+            return out
         log.info("memory_delete agent=%s slug=%s", agent, slug)
-        out: dict[str, Any] = {"deleted": True, "reference": f"memory/{slug}"}
-        if moved.trash is not None:
-            out["trash"] = str(moved.trash)
-        else:
-            out["message"] = f"removed {moved.removed} (no text to keep)"
-        if moved.trash_dropped:
-            out["trashDropped"] = list(moved.trash_dropped)
         audit = _audit_warning(moved.audit_error, agent, self.problems)
         warning = "; ".join(w for w in (unindexed, audit) if w)
         if warning:
