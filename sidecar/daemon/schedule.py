@@ -246,8 +246,8 @@ _RELOGGED = _Relogged()
 
 
 def optimize(vectors: Vectoring) -> None:
-    """Scheduled compaction of the vector tables (also done after every N writes), and of each
-    keyword index whose deleted documents still weigh in its scores (``compact_bm25``)."""
+    """Scheduled compaction of the vector tables (also done after every N writes), and of the
+    keyword index once deleted documents outnumber its live ones."""
     try:
         vectors.optimize()
     except StoreError as exc:

@@ -23,7 +23,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
+from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
@@ -33,12 +33,8 @@ from sidecar.stores.versions import BM25_LAYOUT
 log = logging.getLogger(__name__)
 
 
-# A keyword index is rewritten (``compact_bm25``) at any deleted document while it holds at most
-# this many live ones (an agent's memory, a small vault: a rewrite costs less than a second), else
-# once its deleted documents reach this share of its live ones: each rewrite costs what the live
-# notes cost, so a large vault pays it once per a fifth of its notes replaced.
-_COMPACT_SMALL = 2_000
-_COMPACT_SHARE = 0.2
+# Fewer deleted documents than this are not worth a rewrite, whatever their share.
+_COMPACT_MIN_DELETED = 1000
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
 # one that cannot be read again right after is not damaged by chance, and each rebuild costs the
@@ -216,54 +212,21 @@ def learn_umlauts(stores: Stores) -> None:
     )
 
 
-def _worth_compacting(deleted: int, total: int) -> bool:
-    """Whether a keyword index holding ``deleted`` of ``total`` documents is rewritten: any
-    deleted document while it is small (its rewrite costs less than a second), else from
-    ``_COMPACT_SHARE`` of its live ones on."""
-    live = total - deleted
-    return deleted > 0 and (live <= _COMPACT_SMALL or deleted >= _COMPACT_SHARE * live)
-
-
 def compact_bm25(stores: Stores) -> bool:
-    """Rewrite each keyword index whose deleted documents weigh in its scores (the scheduled
-    optimize). Tantivy keeps a deleted document, and counts it and its words in BM25, until its
-    segment is merged, which for a small index or a vault that shrank may never come: a
-    long-used index ranked notes differently from a rebuild of the same notes (an agent's own
-    memory notes too, by its own churn) and kept the disk (18x after 5,000 notes went). The
-    vault's and wiki's index is refilled whole from the manifest, each memory index alone
-    (an agent's, or that of every agent's memory). Readers keep the old snapshot until the
-    commit; writers wait for it (it costs what the live notes cost). Whether any was rewritten."""
-    done = False
+    """Rewrite the keyword index when deleted documents outnumber live ones (a vault that shrank:
+    Tantivy keeps them until their segment is merged, which for a small live vault never comes;
+    they held the disk, 18x after 5,000 notes went, and their words still counted in the scores,
+    so results differed from those of a rebuild of the same notes). Readers keep the old
+    snapshot until the single commit; writers wait for it (it costs what the live notes cost)."""
     deleted, total = stores.bm25.deleted_docs()
-    if _worth_compacting(deleted, total):
-        started = time.monotonic()
-        rebuild_bm25(stores)
-        log.info(
-            "bm25_compacted part=vault deleted=%d live=%d seconds=%.2f",
-            deleted,
-            total - deleted,
-            time.monotonic() - started,
-        )
-        done = True
-    for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
-        if not _worth_compacting(gone, held):
-            continue
-        part = EVERYONE_DIR if name == EVERYONE else f"memory/{name}"
-        started = time.monotonic()
-        try:
-            refill_inbox(stores, name)
-        except StoreError as exc:  # a full disk: the next run tries again; the others go on
-            log.error("bm25_compact_failed part=%s error=%s", part, exc)
-            continue
-        log.info(
-            "bm25_compacted part=%s deleted=%d live=%d seconds=%.2f",
-            part,
-            gone,
-            held - gone,
-            time.monotonic() - started,
-        )
-        done = True
-    return done
+    if deleted < _COMPACT_MIN_DELETED or deleted * 2 < total:
+        return False
+    started = time.monotonic()
+    rebuild_bm25(stores)
+    log.info(
+        "bm25_compacted deleted=%d live=%d seconds=%.2f", deleted, total - deleted, time.monotonic() - started
+    )
+    return True
 
 
 def fill_bm25(

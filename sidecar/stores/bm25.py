@@ -659,9 +659,8 @@ class Bm25Index(Bm25Search):
         """(deleted, all) documents of the vault's and the wiki's indexes as their segments keep
         them: Tantivy drops a deleted document only when its segment is merged, and a segment of
         a vault that shrank is not merged again (its deleted notes kept the disk and counted in
-        the word statistics). The memory indexes are counted apart (``memory_deleted_docs``):
-        each is rewritten alone, and an agent's churn must not rebuild what every other agent
-        searches."""
+        the word statistics). An inbox's are not counted: its own statistics are weighed out of
+        its scores, and an agent's churn must not rebuild what every other agent searches."""
         deleted = total = 0
         for folder in (self._chunks, self._pages):
             try:
@@ -670,27 +669,6 @@ class Bm25Index(Bm25Search):
                 continue  # unreadable: judged again next time
             deleted, total = deleted + gone, total + held
         return deleted, total
-
-    def memory_deleted_docs(self) -> dict[str, tuple[int, int]]:
-        """(deleted, all) documents of each agent's own index and, once it holds all memory, of
-        the index of every agent's memory (``EVERYONE``), as their segments keep them: Tantivy's
-        BM25 counts a deleted document (and its words) until its segment is merged, so an agent's
-        churn moved its own notes' scores away from those a fresh index of the same notes gives.
-        An index whose count cannot be read is left out (judged again next time)."""
-        bases = {agent: self.path / "memory" / agent for agent in self.agents()}
-        if self.everyone_ready:
-            bases[EVERYONE] = self.path / EVERYONE_DIR
-        out: dict[str, tuple[int, int]] = {}
-        for name, base in bases.items():
-            deleted = total = 0
-            try:
-                for part in ("chunks", "pages"):
-                    gone, held = segment_counts(base / part)
-                    deleted, total = deleted + gone, total + held
-            except StoreError:
-                continue
-            out[name] = (deleted, total)
-        return out
 
     def move(self, rename: Callable[[], Path]) -> None:
         """Its folder renamed by ``rename`` (returning the new path: an upgrade's swap, this index
