@@ -937,3 +937,45 @@ def test_the_daily_prune_keeps_an_editors_late_write_into_a_held_file(
     assert inboxes.usage("claude")["trash_files"] >= 1
     inboxes.prune_trash(now=time.time() + 400 * 86_400)  # aged out like any kept text
     assert "PERSON LATE WRITE\n" not in _kept_texts(inboxes)
+
+
+def test_stamp_only_copies_whose_bytes_differ_are_two_texts(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stamp-only copies whose bytes differ (a Latin-1 editor: Müller, then Möller) decode to
+    the same text with errors=replace: the older copy, the only one of Müller, must stay."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "status", "TEXT A", None, must_exist=False)
+    p = first.path
+    raw = p.read_bytes().replace(b"TEXT A", "Müller".encode("latin-1"))
+    p.write_bytes(raw)
+    _an_hour_later(monkeypatch)
+    seen = "M\ufffdller"  # what the agent reads back (get decodes with replace)
+    inboxes.write("claude", "status", seen, None, must_exist=False)  # stamp-only: copy X (Müller)
+    kept = [q.read_bytes() for q in (_inbox(inboxes) / ".trash").iterdir() if not q.name.startswith(".")]
+    assert any("Müller".encode("latin-1") in b for b in kept), kept
+    raw = p.read_bytes().replace(seen.encode(), "Möller".encode("latin-1"))
+    p.write_bytes(raw)
+    inboxes.write("claude", "status", seen, None, must_exist=False)  # stamp-only again: copy Y (Möller)
+    kept = [q.read_bytes() for q in (_inbox(inboxes) / ".trash").iterdir() if not q.name.startswith(".")]
+    assert any("Möller".encode("latin-1") in b for b in kept), kept
+    assert any("Müller".encode("latin-1") in b for b in kept), kept
+
+
+def test_a_front_matter_comment_makes_a_stamp_only_copy_another_text(
+    inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person's comment in the front matter ('# call Bob'), changed between two stamp-only
+    saves to '# call Ann': the copy holding '# call Bob' is its only one and must stay."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "status", "TEXT A", None, must_exist=False)
+    p = first.path
+    p.write_text(p.read_text(encoding="utf-8").replace("---\n", "---\n# call Bob\n", 1), encoding="utf-8")
+    _an_hour_later(monkeypatch)
+    inboxes.write("claude", "status", "TEXT A", None, must_exist=False)  # stamp-only: copy X (Bob)
+    assert any("call Bob" in t for t in _kept_texts(inboxes))
+    p.write_text(p.read_text(encoding="utf-8").replace("---\n", "---\n# call Ann\n", 1), encoding="utf-8")
+    inboxes.write("claude", "status", "TEXT A", None, must_exist=False)  # copy Y (Ann)
+    texts = _kept_texts(inboxes)
+    assert any("call Ann" in t for t in texts), texts
+    assert any("call Bob" in t for t in texts), texts

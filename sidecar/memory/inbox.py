@@ -1119,13 +1119,28 @@ def write_in(
     return st
 
 
-def _kept_text(trash_fd: int, name: str) -> tuple[dict[str, Any], str] | None:
-    """A kept text apart from its ``updated`` stamp; None when it cannot be read."""
+def _kept_text(trash_fd: int, name: str) -> bytes | None:
+    """A kept text's bytes apart from its front matter's ``updated`` line; None when it cannot be
+    read. Bytes, not the parsed note: YAML drops comments and quoting, and a text that is no UTF-8
+    decodes two different names alike, so copies that differ there are two texts."""
     try:
         data = read_fd(open_regular(name, dir_fd=trash_fd, follow=False), _MAX_EXISTING + 1)
     except OSError:  # NotRegularError too
         return None
-    return _unstamped(data.decode("utf-8", errors="replace"))
+    return _unstamped_bytes(data)
+
+
+def _unstamped_bytes(data: bytes) -> bytes:
+    """``data`` without the ``updated:`` lines of its leading front matter (all of it when it has
+    none: then only the very same bytes are the same text)."""
+    lines = data.splitlines(keepends=True)
+    if not lines or lines[0].rstrip(b"\r\n") != b"---":
+        return data
+    for end in range(1, len(lines)):
+        if lines[end].rstrip(b"\r\n") in (b"---", b"..."):
+            head = [line for line in lines[1:end] if not line.startswith(b"updated:")]
+            return b"".join([lines[0], *head, *lines[end:]])
+    return data
 
 
 def _unstamped(text: str) -> tuple[dict[str, Any], str]:
