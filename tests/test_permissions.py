@@ -482,29 +482,6 @@ def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
     assert not list(index.glob("*.broken-*"))
 
 
-def test_a_daemon_stopped_while_its_index_is_immutable_exits_cleanly(
-    daemon_factory: Any, vault: Path
-) -> None:
-    """A daemon stopped while its index folder is still immutable (``chattr -R +i``): the
-    manifest's close, the last connection's, checkpoints and writes into the mapped ``-shm``, and
-    the kernel killed the daemon with SIGBUS (exit 135 from a shell, -7 here, no word). The
-    connection is kept open instead ("manifest_close_skipped"), the stop exits 0, and the next
-    start, the flag gone, finds the memory written before."""
-    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
-    d = daemon_factory(vault, keyword_only=True).start()
-    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the zeppelin.\n"}, agent="ops")
-    index = d.cfg.index_dir
-    with _immutable(index):
-        os.sync()  # the -shm's pages written back: the next write into them faults
-        code = d.stop()
-    assert code == 0, (code, d.log.read_text()[-3000:])
-    assert "manifest_close_skipped" in d.log.read_text()
-    again = daemon_factory(vault, keyword_only=True).start()
-    hits = again.call("search", {"query": "zeppelin"}, agent="ops")["hits"]
-    assert "memory/plan" in {h["reference"] for h in hits}
-    assert not list(index.glob("*.broken-*"))
-
-
 # Run in a process of its own (``test_a_manifest_whose_files_turn_immutable_...``), so that a SIGBUS
 # kills only it: the manifest written (commits left in its -wal), its folder made immutable, then
 # read and written; prints what each did, then the same once the flag is gone.

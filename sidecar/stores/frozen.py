@@ -65,21 +65,6 @@ def frozen(path: Path) -> bool:
         return False
 
 
-# Connections never closed (``keep_open``), held for the life of the process.
-_kept: list[sqlite3.Connection] = []
-
-
-def keep_open(connections: list[sqlite3.Connection]) -> None:
-    """Never close ``connections`` (their ``-shm`` is immutable): SQLite's close of a database's
-    last connection checkpoints and writes that file's mapping, SIGBUS. Each is referenced for the
-    life of the process, one reference more than any holder gives back, so neither a collection nor
-    the interpreter's exit closes it; the process's exit unmaps it, and the next open replays the
-    write-ahead log (nothing lost)."""
-    for db in connections:
-        _kept.append(db)
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
-
-
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
     """A statement not run: the database's ``-shm`` is immutable (see the module). SQLite's error
     for the stores' handling of a failed statement, a permission denied for everyone else (a

@@ -24,7 +24,7 @@ from pathlib import Path
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
-from sidecar.stores.frozen import frozen, guarded_connect, keep_open
+from sidecar.stores.frozen import frozen, guarded_connect
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -415,15 +415,6 @@ class ManifestFile:
         connection open, its log unwritten and its count taken (a read-only open of this file in
         the process then read it as changing, never ``immutable``)."""
         with self._lock:
-            shm = self.path.with_name(self.path.name + "-shm")
-            if frozen(shm):
-                # Any close may be the last, which writes the mapped -shm: SIGBUS. Kept open instead;
-                # the next open replays the write-ahead log.
-                keep_open([*self._readers, self._db])
-                self._readers.clear()
-                self._release_writer()
-                log.warning("manifest_close_skipped path=%s reason=immutable", shm)
-                return
             failed: BaseException | None = None
             # Readers first: the last connection to close checkpoints the WAL into the file and
             # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
