@@ -191,8 +191,9 @@ def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
     if other and not newer:
         lines.append(
             f"  the index was last written by build {shown(str(other.get('build')))} of this release, "
-            f"later than this daemon's build {shown(str(build))} (a downgrade): run that one, or "
-            "rebuild the index with this one (`sidecar index --rebuild` with the daemon stopped)"
+            f"later than this daemon's build {shown(str(build))} (a downgrade, judged by the order "
+            "the builds first wrote the index): if that one is newer, run it; if this one is, nothing "
+            "is wrong (said until this daemon's next start)"
         )
     return lines
 

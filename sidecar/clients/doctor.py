@@ -530,9 +530,10 @@ def check_index(cfg: Config) -> Check:
             "index",
             True,
             f"{verdict}; last written by build {other['build']} of this release, later than this "
-            f"installation's build {this_release()['build']} (a downgrade)",
-            "run that one, or rebuild the index with this one (`sidecar index --rebuild` with the "
-            "daemon stopped)",
+            f"installation's build {this_release()['build']} (a downgrade, judged by the order the "
+            "builds first wrote the index, not by their age)",
+            "if that build is the newer one, run it; if this one is newer (an older build ran in "
+            "between), nothing is wrong: this goes at this daemon's next start",
             warning=True,
         )
     if writer is not None:  # the same store versions, but a newer release wrote it (a downgrade)

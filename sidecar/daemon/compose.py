@@ -116,7 +116,8 @@ def _record_writer(manifest: Manifest) -> None:
         if other is not None:
             log.warning(
                 "index_written_by_later_build writer=%s this=%s: this build wrote the index first, "
-                "a later one of this release since: run that one, or rebuild the index",
+                "another of this release since (builds are ordered by their first write, not by "
+                "age): if that one is the newer, run it; if this one is, nothing is wrong",
                 said(other),
                 said(this_release()),
             )
