@@ -2941,7 +2941,7 @@ def test_a_write_too_large_or_past_the_inbox_limit_is_refused_before_the_duplica
     """A write over memory.maxNoteBytes or past memory.maxInboxBytes is refused before its text is
     embedded for the duplicate check: with the default model a 1 MB write was refused after 21 s
     (a 100 kB one after 15-41 s), holding a write worker, and a valid write waited behind it."""
-    from sidecar.memory.inbox import InboxFullError, MemoryWriteError
+    from sidecar.memory.inbox_types import InboxFullError, MemoryWriteError
 
     cfg = make_cfg(agent_vault, **{"memory.maxNoteBytes": 2_000, "memory.maxInboxBytes": 3_000})
     h = Harness(cfg, FakeEmbedder())

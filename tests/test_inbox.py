@@ -18,7 +18,8 @@ from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.contracts.errors import NotFoundError, RemoteError, SourceError, StoreError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import trash as trash_mod
-from sidecar.memory.inbox import Inboxes, InboxFullError, MemoryWriteError
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_types import InboxFullError, MemoryWriteError
 from sidecar.notes.frontmatter import split_front_matter
 
 
@@ -1020,7 +1021,7 @@ def test_an_edit_refused_for_the_note_there_is_no_malformed_request(inboxes: Inb
     """An edit whose sent text fits but whose note there holds a front matter so large that the
     whole would not is refused as unreadable (the CLI exits 7: the command line was right), not
     as a bad write (exit 2); a write of too much text stays a bad write."""
-    from sidecar.memory.inbox import MemoryUnreadableError
+    from sidecar.memory.inbox_types import MemoryUnreadableError
 
     inboxes.write("claude", "big", "first", None, must_exist=False)
     path = inboxes.path_of("claude", "big")

@@ -16,7 +16,8 @@ import pytest
 from sidecar.contracts.errors import RemoteError, StorageError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import replace
-from sidecar.memory.inbox import Inboxes, MemoryBeingSavedError, MemoryConflictError
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_types import MemoryBeingSavedError, MemoryConflictError
 
 _TEMP = re.compile(r"^\.n\.[0-9a-f]{8}\.tmp$")
 

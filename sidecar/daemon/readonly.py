@@ -24,7 +24,8 @@ from sidecar.daemon.compose import Dispatcher
 from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
-from sidecar.memory.inbox import Inboxes, check_agent, check_slug
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_types import check_agent, check_slug
 from sidecar.memory.ops import deleted_reply
 from sidecar.stores.space import LOW_BYTES
 from sidecar.vault.sources import Root, agent_inbox, public_reference

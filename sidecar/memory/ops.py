@@ -40,7 +40,8 @@ from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import WRITE_YIELD_S, Stores
 from sidecar.memory.counting import BoundedCounts
-from sidecar.memory.inbox import Deleted, Inboxes, Written, check_agent, check_slug
+from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_types import Deleted, Written, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
 from sidecar.notes.frontmatter import description_of

@@ -1,0 +1,331 @@
+"""A note's write and delete, a mixin of ``Inboxes`` (:mod:`sidecar.memory.inbox`): the path built
+from a checked slug, the inbox's folders opened one level at a time, the per-note lock, the write
+(new, replaced or edited) and the delete, each audited. Its own module because it is the order of
+a change; the reading of what is there and its keeping in .trash are the ``Inboxes``' own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sidecar.config import Config
+from sidecar.contracts.errors import NotFoundError
+from sidecar.memory.inbox_files import _move_kept, _note_sizes, _State
+from sidecar.memory.inbox_text import _names_as_text, _now, _plain, _unstamped
+from sidecar.memory.inbox_types import (
+    Deleted,
+    InboxGoneError,
+    MemoryUnreadableError,
+    Written,
+    check_agent,
+    check_slug,
+)
+from sidecar.memory.trash import Fd, Trash, trash_dir
+from sidecar.notes.frontmatter import front_matter_problem, split_front_matter
+from sidecar.vault.confine import open_regular, private_dirs, read_fd
+from sidecar.vault.homeguard import HomeGuard
+from sidecar.vault.sources import agent_inbox
+
+# The log lines keep the logger of the module they came from: journald users grep by it.
+log = logging.getLogger("sidecar.memory.inbox")
+
+_MANAGED = ("created", "updated")
+
+
+_REMEMBERED = 4096  # notes whose last written state is kept (see ``Inboxes._left``)
+
+
+class Notes:
+    """The writes and deletes of an agent's notes, for ``Inboxes`` (which sets the state below)."""
+
+    cfg: Config
+    home: HomeGuard
+    indexed: Callable[[str], bool] | None
+    _locks: dict[tuple[str, str], list[Any]]
+    _guard: threading.Lock
+    _busy: dict[str, int]
+    _retiring: set[str]
+    _retired: threading.Condition
+    _left: OrderedDict[tuple[str, str], _State]
+
+    if TYPE_CHECKING:  # the inboxes' own (``Inboxes``, ``Room``, ``NoteText``)
+
+        def _trash_of(self, agent: str) -> Trash: ...
+
+        def _read_settled(
+            self, inbox_fd: int, name: str, slug: str, left: _State
+        ) -> tuple[bytes | None, _State]: ...
+
+        def _replace(
+            self,
+            inbox_fd: int,
+            name: str,
+            seen: _State,
+            old: bytes | None,
+            data: bytes,
+            *,
+            ledger: Trash,
+            previous: Path | None,
+            swapped: list[str],
+            inbox: Path,
+            agent: str,
+        ) -> os.stat_result: ...
+
+        def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str: ...
+
+        def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None: ...
+
+        def _check_room(self, inbox_fd: int, name: str, growth: int) -> None: ...
+
+        def _check_room_of(self, used: int, name: str, growth: int) -> None: ...
+
+        def _cap_after(self, ledger: Trash, inbox_fd: int, newest: str | None) -> tuple[str, ...]: ...
+
+        def _cap_trash(self, ledger: Trash, trash_fd: int, newest: str) -> tuple[str, ...]: ...
+
+        def _check_content(self, content: Any, front_matter: Any) -> None: ...
+
+        def _sized(
+            self, meta: dict[str, Any], body: str, content: str, *, edit_of: dict[str, Any] | None
+        ) -> tuple[str, dict[str, int]]: ...
+
+    def path_of(self, agent: str, slug: str) -> Path:
+        """Where the note lives; refuses at once an inbox that is not a private folder."""
+        inbox = agent_inbox(self.cfg, check_agent(agent))
+        path = inbox / f"{check_slug(slug)}.md"
+        with contextlib.suppress(FileNotFoundError), self._dirs(agent, create=False):
+            pass
+        return path
+
+    def precheck(self, agent: str, slug: str, content: Any, front_matter: Any) -> None:
+        """Refuse at once what ``write`` would refuse for its size or the inbox's room, before any
+        similarity work: a write of 1 MB was refused after 21 s of embedding it for the duplicate
+        check (and held one of the two write workers meanwhile). ``write`` checks again, exactly:
+        the room here leaves out the stamp a write adds, so it refuses nothing ``write`` would
+        let through."""
+        self._check_content(content, front_matter)
+        limit = self.cfg.memory.max_inbox_bytes
+        if limit <= 0:
+            return
+        name = f"{check_slug(slug)}.md"
+        try:
+            with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
+                sizes = dict(_note_sizes(inbox_fd))
+        except FileNotFoundError:
+            return
+        self._check_room_of(sum(sizes.values()), name, len(content.encode("utf-8")) - sizes.get(name, 0))
+
+    @contextlib.contextmanager
+    def _dirs(self, agent: str, *, create: bool) -> Iterator[tuple[int, int]]:
+        """Descriptors of ``agents/<agent>/`` and its inbox, each checked (see the module doc)."""
+        agents = self.cfg.agents_dir
+        parts = [agents.name, agent, "memory"]
+        what = f"the inbox of {agent!r}"
+        home = self.home
+        existing = 0
+        if create:
+            # Made here only while none was seen yet; once kept, a gone or other agents folder
+            # (the home unmounted) refuses the change, as one found so through its descriptor.
+            home.check()
+            existing = 1 if home.remembered else 0
+            self._check_inbox_there(agent)
+        try:
+            with private_dirs(agents.parent, parts, create=create, what=what, existing=existing) as fds:
+                if create:
+                    home.check_fd(fds[0])
+                    home.know(agent)  # its inbox there now tells this home from a bare folder
+                yield fds[1], fds[2]
+        except FileNotFoundError:
+            if create:
+                home.check()  # gone meanwhile: said so
+            raise
+
+    def _check_inbox_there(self, agent: str) -> None:
+        """An agent's inbox that is gone while the index still holds its notes is not made anew
+        (on a share away, it would hide the write once back): refused until a sweep saw the notes
+        gone and let go of them. A new agent's first inbox is made."""
+        if self.indexed is None or os.path.lexists(agent_inbox(self.cfg, agent)) or not self.indexed(agent):
+            return
+        raise InboxGoneError(
+            f"the inbox of {agent!r} ({agent_inbox(self.cfg, agent)}) is gone although its notes are "
+            "indexed (moved? unmounted?); nothing was changed: it is made anew once the index has let "
+            "go of them (the next sweep)"
+        )
+
+    @contextlib.contextmanager
+    def locked(self, agent: str, slug: str) -> Iterator[None]:
+        """The note's lock: held by the inbox's own changes, and by a caller around a change and
+        its index update, so a delete cannot fall between a write's file and its index entry
+        (which left an index entry without a file). Re-entrant."""
+        key = (agent, slug)
+        with self._guard:
+            while agent in self._retiring:  # its folders go: the write makes fresh ones after
+                self._retired.wait()
+            self._busy[agent] = self._busy.get(agent, 0) + 1
+            held = self._locks.setdefault(key, [threading.RLock(), 0])
+            held[1] += 1
+        try:
+            with held[0]:
+                yield
+        finally:
+            with self._guard:
+                held[1] -= 1
+                if held[1] == 0:
+                    del self._locks[key]
+                self._busy[agent] -= 1
+                if self._busy[agent] == 0:
+                    del self._busy[agent]
+
+    def write(
+        self,
+        agent: str,
+        slug: str,
+        content: str,
+        front_matter: dict[str, Any] | None,
+        *,
+        must_exist: bool,
+    ) -> Written:
+        """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note."""
+        path = self.path_of(agent, slug)
+        name = path.name
+        self._check_content(content, front_matter)
+        front_matter = _names_as_text(front_matter)
+        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            with self._guard:
+                left = self._left.get((agent, slug))
+            old, seen = self._read_settled(inbox_fd, name, slug, left)
+            existing: dict[str, Any] = {}
+            if old is not None:
+                old_text = old.decode("utf-8", errors="replace")
+                problem = front_matter_problem(old_text) if must_exist else None
+                if problem is not None:  # an edit keeps the keys: it cannot when it cannot read them
+                    raise MemoryUnreadableError(
+                        f"the front matter of {slug!r} cannot be read ({problem}): fix it, or replace "
+                        "the whole note with memory_write"
+                    )
+                existing, _old_body = split_front_matter(old_text, as_written=True)
+            elif must_exist:
+                raise NotFoundError(f"no memory note {slug!r} to edit; use memory_write to create it")
+            # Values as written: a re-typed value written back (``zeit: 12:30`` as 750) is a
+            # value nobody sent, in the note and to the next edit.
+            inline, body = split_front_matter(content, as_written=True)
+            meta: dict[str, Any] = dict(existing) if must_exist else {}
+            meta.update({k: _plain(v) for k, v in inline.items()})
+            meta.update(front_matter or {})
+            for key in _MANAGED:
+                meta.pop(key, None)
+            meta["created"] = _plain(existing.get("created")) or _now()
+            meta["updated"] = _now()
+            text, counts = self._sized(meta, body, content, edit_of=existing if must_exist else None)
+            data = text.encode("utf-8")
+            self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
+            # The text being replaced stays recoverable, as a deleted note does (a rewrite that
+            # changes only the 'updated' stamp names no previous: there is nothing to lose; its
+            # file replaced is still kept, see ``_replace``).
+            previous = None
+            ledger = self._trash_of(agent)
+            # An empty note holds no text to lose (and a "previous" of 0 bytes read as kept text).
+            if old and _unstamped(old.decode("utf-8", errors="replace")) != _unstamped(text):
+                previous = path.parent / ".trash" / self._keep(ledger, inbox_fd, slug, old)
+            swapped: list[str] = []  # the file replaced, kept anew when ``previous`` is None
+            try:
+                st = self._replace(
+                    inbox_fd,
+                    name,
+                    seen,
+                    old,
+                    data,
+                    ledger=ledger,
+                    previous=previous,
+                    swapped=swapped,
+                    inbox=path.parent,
+                    agent=agent,
+                )
+            except BaseException:
+                for kept in [*([previous.name] if previous is not None else []), *swapped]:
+                    ledger.release(kept)  # its write failed: no cap of this write will run
+                raise
+            mtime_ns, ctime_ns = st.st_mtime_ns, st.st_ctime_ns
+            self._remember((agent, slug), (st.st_ino, st.st_size, mtime_ns, ctime_ns))
+            # Only now: a write that fails must not have cost older texts.
+            newest = previous.name if previous is not None else next(iter(swapped), None)
+            dropped = self._cap_after(ledger, inbox_fd, newest)
+            digest = hashlib.sha256(data).hexdigest()
+            audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+        return Written(
+            slug,
+            path,
+            old is None,
+            counts,
+            digest,
+            len(data),
+            data,
+            mtime_ns,
+            previous,
+            audit_error,
+            ctime_ns,
+            dropped,
+        )
+
+    def _remember(self, key: tuple[str, str], state: _State) -> None:
+        with self._guard:
+            self._left[key] = state
+            self._left.move_to_end(key)
+            while len(self._left) > _REMEMBERED:
+                self._left.popitem(last=False)
+
+    def _rescue(self, ledger: Trash, inbox_fd: int, slug: str, name: str) -> str:
+        """Move a file of another program's that lies at ``name`` into .trash as a kept text;
+        returns its name there."""
+        with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash, ledger.lock:
+            target = _move_kept(ledger, inbox_fd, name, trash.fd, slug)
+        log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
+        return target
+
+    def delete(self, agent: str, slug: str) -> Deleted | None:
+        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
+        path = self.path_of(agent, slug)
+        name = path.name
+        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+            try:
+                st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if not stat.S_ISREG(st.st_mode):
+                # A link or pipe placed under a note's name holds no text to keep: it is removed,
+                # never opened or followed (moved into .trash, a relative link pointed elsewhere
+                # from there, and the reply said a text was kept).
+                what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                os.unlink(name, dir_fd=inbox_fd)
+                os.fsync(inbox_fd)
+                audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0)
+                return Deleted(None, audit_error, removed=what)
+            data = b""
+            with contextlib.suppress(OSError):
+                data = read_fd(open_regular(name, dir_fd=inbox_fd, follow=False), st.st_size + 1)
+            ledger = self._trash_of(agent)
+            with contextlib.closing(Fd(trash_dir(inbox_fd))) as trash:
+                stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S%f")
+                target = f"{slug}--{stamp}.md"
+                with ledger.lock:
+                    ledger.change(
+                        trash.fd,
+                        target,
+                        +1,
+                        lambda: os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd),
+                    )
+                os.fsync(trash.fd)
+                dropped = self._cap_trash(ledger, trash.fd, target)
+            os.fsync(inbox_fd)
+            audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+        return Deleted(path.parent / ".trash" / target, audit_error, dropped)
