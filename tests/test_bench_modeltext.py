@@ -13,7 +13,8 @@ from types import ModuleType
 import pytest
 
 from sidecar.stores.embedtext import embed_hash
-from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import ChunkRecord, FileRecord
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 # A note whose text starts with its title's heading: the head kept is '' (stores.embedtext).

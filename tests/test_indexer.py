@@ -497,7 +497,7 @@ def test_notes_with_an_unquoted_link_alias_are_read_again_and_nothing_else(
     list are read again, their first chunks name the alias, and the rest of the vault is not read.
     Was: a chunker version that read and cut every note again at the next start."""
     from sidecar.notes import frontmatter
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_rows
 
     write(vault / "Gartenhaus.md", "---\naliases: [[Schuppen]]\n---\nDas Haus im Garten.\n")
     write(vault / "Laube.md", "---\nAliases:\n  - [[Hütte]]\n  - Pavillon\n---\nHolz.\n")
@@ -514,7 +514,7 @@ def test_notes_with_an_unquoted_link_alias_are_read_again_and_nothing_else(
         with h.stores.manifest.transaction() as db:
             db.execute("DELETE FROM meta WHERE name = 'link_alias_reader'")
         monkeypatch.undo()
-        manifest_mod._aliases.cache_clear()
+        manifest_rows._aliases.cache_clear()
         model.embedded.clear()
         with caplog.at_level("INFO"):
             h.indexer.reparse_if_chunking_changed()  # the chunker is the one that cut them
@@ -537,7 +537,7 @@ def test_notes_with_names_yaml_read_as_numbers_are_read_again_and_nothing_else(
     was a yes/no and ``title: 1.50`` the number 1.5: at the upgrade only the notes whose stored
     aliases, tags or title hold such a value are read again, and they then name the text written."""
     from sidecar.notes import frontmatter
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_rows
 
     write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
     write(vault / "Flag.md", "---\nTags:\n  - yes\n---\nText.\n")
@@ -555,7 +555,7 @@ def test_notes_with_names_yaml_read_as_numbers_are_read_again_and_nothing_else(
         with h.stores.manifest.transaction() as db:  # the index the previous reader wrote
             db.execute("DELETE FROM meta WHERE name = 'property_name_reader'")
         monkeypatch.undo()
-        manifest_mod._aliases.cache_clear()
+        manifest_rows._aliases.cache_clear()
         model.embedded.clear()
         with caplog.at_level("INFO"):
             h.indexer.reparse_if_chunking_changed()  # the chunker is the one that cut them
@@ -587,7 +587,7 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
     writes by its own whole sweep."""
     from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.notes import frontmatter
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_rows
 
     write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
     model = FakeEmbedder()
@@ -609,7 +609,7 @@ def test_notes_an_older_release_wrote_after_the_last_whole_sweep_are_read_again(
             assert h.sweep()["changed"] == 1
         assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
         monkeypatch.undo()
-        manifest_mod._aliases.cache_clear()
+        manifest_rows._aliases.cache_clear()
         model.embedded.clear()
         with caplog.at_level("INFO"):
             h.indexer.reread_if_written_elsewhere()  # the start of this release again
@@ -647,6 +647,7 @@ def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_s
     from sidecar.index import rowmarks as rowmarks_mod
     from sidecar.notes import frontmatter
     from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_rows
 
     day = 86_400.0
     write(vault / "Raum.md", "---\naliases: [010, Keller]\n---\nDer Raum im Keller.\n")
@@ -668,7 +669,7 @@ def test_notes_written_after_the_last_whole_sweep_are_found_whatever_the_clock_s
             while h.vectors.embed_pending():
                 pass
             assert any(t.startswith("Raum\n8, Keller\n") for t in model.embedded), model.embedded
-        manifest_mod._aliases.cache_clear()
+        manifest_rows._aliases.cache_clear()
         model.embedded.clear()
         with caplog.at_level("INFO"):
             h.indexer.reread_if_written_elsewhere()  # the start of this release again
@@ -703,7 +704,7 @@ def test_notes_an_older_reader_could_not_read_for_a_name_are_read_again_once(
     upgrade and gives its names; names that merely start with a year are not read again, nor
     front matter that is still unreadable for another reason."""
     from sidecar.notes import frontmatter
-    from sidecar.stores import manifest as manifest_mod
+    from sidecar.stores import manifest_rows
 
     write(vault / "Gleich.md", "---\ntitle: =\ntags: [projekt]\n---\nText.\n")
     write(vault / "Plan.md", "---\ntitle: !wichtig Plan\ntags: [projekt]\n---\nText.\n")
@@ -719,7 +720,7 @@ def test_notes_an_older_reader_could_not_read_for_a_name_are_read_again_once(
         with h.stores.manifest.transaction() as db:  # the index the previous reader wrote
             db.execute("DELETE FROM meta WHERE name = 'property_name_reader'")
         monkeypatch.undo()
-        manifest_mod._aliases.cache_clear()
+        manifest_rows._aliases.cache_clear()
         with caplog.at_level("INFO"):
             h.indexer.reread_property_names_if_read_differently()
         assert "property_name_reread notes=3 " in caplog.text
@@ -1059,7 +1060,7 @@ def test_notes_under_a_name_past_u_ffff_leave_when_deleted_moved_or_excluded(
 
 
 def test_prefix_end_bounds_every_key_under_a_prefix() -> None:
-    from sidecar.stores.manifest import prefix_end
+    from sidecar.stores.manifest_rows import prefix_end
 
     assert prefix_end("vault/") == "vault0" and prefix_end("") is None
     assert prefix_end("a\U0010ffff") == "b" and prefix_end("a\ud7ff") == "a\ue000"

@@ -133,7 +133,7 @@ def test_finding_a_vector_to_share_reads_the_text_index_not_the_whole_table(tmp_
     """vector_donors runs for every backfill batch and every memory write's chunks: it must go
     through chunks_by_text (a partial index, used only when the query implies embed_hash != '')."""
     from sidecar.stores.embedtext import embed_hash
-    from sidecar.stores.manifest import ChunkRecord, FileRecord
+    from sidecar.stores.manifest_rows import ChunkRecord, FileRecord
 
     m = Manifest(tmp_path / "manifest.sqlite")
     try:

@@ -100,7 +100,7 @@ def test_notes_written_again_stay_counted(harness: Harness) -> None:
     assert vault is not None
     manifest.mark_state(keys, "indexed")
     write(vault / "New.md", "# New\n\nA note being written.\n")
-    from sidecar.stores.manifest import FileRecord
+    from sidecar.stores.manifest_rows import FileRecord
 
     manifest.mark([FileRecord("vault/New", "vault", "", "New.md", 1, 10, "", "indexing")])
     assert manifest.counts()["files"] == before["files"]

@@ -857,7 +857,8 @@ def test_a_chunk_whose_text_changes_under_the_same_id_reads_its_model_text_back(
     """A chunk re-written with another text but the same model text (a repeated heading line the
     model does not read) keeps its model text whole: the stored head follows the new text."""
     from sidecar.stores.embedtext import embed_hash
-    from sidecar.stores.manifest import ChunkRecord, FileRecord, Manifest
+    from sidecar.stores.manifest import Manifest
+    from sidecar.stores.manifest_rows import ChunkRecord, FileRecord
 
     m = Manifest(tmp_path / "m.sqlite")
     model_text = "Boat\nThe engine needs plugs."

@@ -31,7 +31,8 @@ from sidecar.index.retries import ReadRetries, _Stamp
 from sidecar.index.skips import SkipReport
 from sidecar.index.spellings import CaseSpellings
 from sidecar.index.unreadable import UnreadableNotes, kept_by
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.homeguard import held
 from sidecar.vault.sources import (
     NoteFile,

@@ -21,7 +21,8 @@ from sidecar.config import Config
 from sidecar.index.bursts import Bursts
 from sidecar.index.spellings import _Sibling, _twin_names
 from sidecar.index.unreadable import _at_or_below, _prefix, _unreadable, kept_by
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.sources import (
     CANVAS_TWIN_REASON,
     LINK_REASON,

@@ -44,7 +44,7 @@ from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.index.writes import Writer
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.runtime.release import WRITERS_META, record_writer
-from sidecar.stores.manifest import FileState
+from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
 from sidecar.vault.sources import (

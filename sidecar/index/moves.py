@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from sidecar.stores.manifest import FileState, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.mounts import stable_inodes
 from sidecar.vault.sources import NoteFile, Root, stored_id
 from sidecar.vault.supervisor import Supervisor

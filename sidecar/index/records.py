@@ -20,7 +20,7 @@ from sidecar.notes.chunking import Chunk, NoteDraft, ParsedNote, cut_note, parse
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.embedtext import embed_hash
-from sidecar.stores.manifest import ChunkRecord, FileRecord, HeldNote
+from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, HeldNote
 from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_search import EVERYONE
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
-from sidecar.stores.manifest import ChunkView, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import ChunkView
 from sidecar.stores.vectors import VectorStore, table_name
 from sidecar.stores.versions import BM25_LAYOUT
 

@@ -15,7 +15,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from sidecar.notes.markdown import is_attachment
-from sidecar.stores.manifest import Manifest, folded
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import folded
 from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed, asked
 
 

@@ -36,7 +36,8 @@ from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.runtime.pace import Pace
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.manifest import ChunkRecord, Manifest
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import ChunkRecord
 from sidecar.stores.vectors import VectorStore, drop_table
 
 log = logging.getLogger(__name__)

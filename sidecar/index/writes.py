@@ -40,7 +40,7 @@ from sidecar.notes.linktext import Link
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.group import GroupCommit
 from sidecar.stores.bm25_text import Bm25Doc
-from sidecar.stores.manifest import ChunkRecord, FileRecord, FileState, IndexedNote
+from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, FileState, IndexedNote
 
 log = logging.getLogger(__name__)
 

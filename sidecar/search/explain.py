@@ -19,7 +19,7 @@ from sidecar.search.querywords import bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever
-from sidecar.stores.manifest import ChunkView
+from sidecar.stores.manifest_rows import ChunkView
 from sidecar.vault.sources import public_reference
 
 

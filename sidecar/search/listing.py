@@ -16,7 +16,8 @@ from sidecar.search.query import Filters, analyze
 from sidecar.search.request import SearchRequest
 from sidecar.search.results import analysis_of, to_hit
 from sidecar.stores.lastchange import last_change, local_day
-from sidecar.stores.manifest import ChunkView, Manifest, NoteDay
+from sidecar.stores.manifest import Manifest
+from sidecar.stores.manifest_rows import ChunkView, NoteDay
 from sidecar.vault.sources import public_reference
 
 Order = Callable[[NoteDay], tuple[str, int, int, str]]

@@ -33,7 +33,7 @@ from sidecar.search.querywords import BmParts, _name_words, bm25_text, joined_pa
 from sidecar.search.request import SearchRequest
 from sidecar.search.words import fold as fold_word
 from sidecar.stores.bm25_search import SHARED, SearchFault
-from sidecar.stores.manifest import ChunkView
+from sidecar.stores.manifest_rows import ChunkView
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.search.retrieval")

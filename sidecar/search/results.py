@@ -12,7 +12,7 @@ from sidecar.notes.redact import mask, masked_line
 from sidecar.search.fusion import Scored
 from sidecar.search.query import Filters, QueryAnalysis
 from sidecar.stores.lastchange import last_change, local_day
-from sidecar.stores.manifest import ChunkView
+from sidecar.stores.manifest_rows import ChunkView
 from sidecar.vault.sources import public_reference
 
 

@@ -27,7 +27,7 @@ from sidecar.search.querywords import _language_set
 from sidecar.search.ranking import Ranker
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.stores.manifest import NoteDay
+from sidecar.stores.manifest_rows import NoteDay
 
 
 class Retriever(QueryPlan, Arms, Ranker):

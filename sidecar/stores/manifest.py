@@ -5,34 +5,32 @@ only what they search on plus the chunk id. A file's ``state`` is written before
 touched (``indexing`` / ``deleting``) and after they committed (``indexed``), so a start after a
 crash knows what to redo. Imports ``errors``, the link graph's table (``notes.links``), its file's
 schema, upgrades and compaction (``manifest_file``), its own vector bookkeeping (``vectorbook``), a
-rebuild's copy of the notes (``manifest_aside``), how a chunk's model text is stored
+rebuild's copy of the notes (``manifest_aside``), its questions about its files
+(``manifest_keys``), its chunks as answers read them and the counts (``manifest_chunks``), its
+rows as Python holds them (``manifest_rows``), how a chunk's model text is stored
 (``embedtext``), the day a note is about (``noteday``), and the disk's free space (``space``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sqlite3
 import threading
 import time
-import unicodedata
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sidecar.contracts.errors import StoreError, store_error_class
-from sidecar.contracts.wire import memory_agent
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
-from sidecar.notes.frontmatter import aliases_of
-from sidecar.stores.embedtext import joined_embed_text, split_embed_text
+from sidecar.stores.embedtext import split_embed_text
 from sidecar.stores.frozen import guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
+from sidecar.stores.manifest_chunks import ManifestChunks
 from sidecar.stores.manifest_file import (
     _PENDING_INDEX,
     _SCHEMA,
@@ -41,205 +39,21 @@ from sidecar.stores.manifest_file import (
     _newer,
     _refuse_newer,
 )
-from sidecar.stores.noteday import daily_note, note_day
+from sidecar.stores.manifest_keys import ManifestKeys
+from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, NoteDay, _placed, _under
 from sidecar.stores.space import PROBE_BYTES, free_bytes
-from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR, VectorBook, _in_groups
+from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 log = logging.getLogger(__name__)
-
-# The notes status counts: those indexed, and those indexed before that a batch is writing again
-# (marked ``indexing``, their old chunks still found meanwhile): a re-cut of every note showed
-# "0 notes, 0 chunks" while its batches were written. A new note counts once it is in.
-_COUNTED = "(state = 'indexed' OR (state = 'indexing' AND indexed_at > 0 AND chunks > 0))"
-
-# The rows a read that answers may show: a note on its way out (``deleting``: deleted, or a moved
-# note's old entry once its new one is written) is found by no answer (search, get, why, list,
-# related): the moved note is answered under its new path only, the deleted one not at all.
-_SHOWN = "f.state != 'deleting'"
-
-# A file's columns as ``FileState`` holds them.
-_STATE_COLUMNS = "key, mtime_ns, size, hash, state, ctime_ns, dev, ino, btime_ns"
-
-
-def prefix_end(prefix: str) -> str | None:
-    """The least string after every string that starts with ``prefix`` (None: no such bound, the
-    prefix is empty): its last character plus one. SQLite compares TEXT as UTF-8 bytes, which is
-    code point order; ``prefix + "\\uffff"`` as the bound left out every key whose next character
-    lies above U+FFFF (a folder named "📥 Inbox": never deleted, never excluded)."""
-    while prefix:
-        last = ord(prefix[-1]) + 1
-        if last <= 0x10FFFF:
-            return prefix[:-1] + chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)
-        prefix = prefix[:-1]
-    return None
 
 
 # The properties whose values name a note (``frontmatter._AS_WRITTEN``, lower case).
 _NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
 
 
-def folded(name: str) -> str:
-    """A name as a case-insensitive disk compares it: either Unicode form, either case (a Mac
-    wrote "Über" in NFD, a name typed again is NFC; "ß" and "ẞ" are one letter)."""
-    return unicodedata.normalize("NFC", name).casefold()
-
-
-def _spelling_starts(letter: str) -> set[str]:
-    """What another spelling of a name whose first letter is ``letter`` (NFC) begins with: either
-    case, in either Unicode form (a decomposed letter begins with its base letter)."""
-    fold = letter.casefold()
-    alike = {letter, letter.lower(), letter.upper(), fold, fold.upper()}
-    if fold == "ss":
-        alike |= {"ß", "ẞ"}  # "ẞ".lower() is "ß", whose upper() is "SS"
-    return {unicodedata.normalize("NFD", a)[0] for a in alike} | {a[0] for a in alike}
-
-
-def _under(prefix: str, column: str = "key") -> tuple[str, tuple[str, ...]]:
-    """A WHERE clause (and its arguments) for the values of ``column`` that start with ``prefix``."""
-    end = prefix_end(prefix)
-    return (
-        (f"{column} >= ?", (prefix,)) if end is None else (f"{column} >= ? AND {column} < ?", (prefix, end))
-    )
-
-
-@functools.lru_cache(maxsize=16_384)  # every chunk of a note carries the same front matter
-def _aliases(front_matter: str) -> tuple[str, ...]:
-    """The note's aliases as the sweep reads them (``aliases_of``), so a keyword index refilled from
-    the manifest holds what a sweep wrote."""
-    try:
-        return aliases_of(json.loads(front_matter))
-    except ValueError:
-        return ()
-
-
-@functools.lru_cache(maxsize=16_384)
-def _strings(encoded: str) -> tuple[str, ...]:
-    """A JSON list of strings (a chunk's heading path, a note's tags) as stored, decoded once:
-    a search's candidates repeat them (every chunk of a note, the same notes query after query)."""
-    return tuple(json.loads(encoded))
-
-
-# ``reread_written_after`` without a row mark: no row is above it (SQLite's largest rowid).
-_NO_ROW = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    key: str
-    source: str
-    agent: str
-    rel: str
-    mtime_ns: int
-    size: int
-    hash: str
-    state: str
-    title: str = ""
-    tags: tuple[str, ...] = ()
-    front_matter: str = "{}"
-    error: str | None = None
-    ctime_ns: int = 0  # the file's status change time; 0 where unknown
-    dev: int = 0  # the file's device and inode (sources.file_id); 0 where unknown
-    ino: int = 0
-    btime_ns: int = 0  # its birth time (vault.birth); 0 where unknown
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    chunk_id: str
-    key: str
-    ord: int
-    text: str
-    headings: tuple[str, ...]
-    start_line: int
-    end_line: int
-    embed_text: str
-    tokens: int
-    embed_hash: str = ""  # "" = nothing to embed
-
-
-@dataclass(frozen=True)
-class IndexedNote:
-    """A note as indexed: its title and front matter (the keyword index's title field) and
-    each chunk's text and heading path (JSON), by chunk id."""
-
-    title: str
-    front_matter: str
-    chunks: dict[str, tuple[str, str]]
-
-
-@dataclass(frozen=True)
-class HeldNote:
-    """An indexed note as its rows hold it: the file's title, tags and front matter (JSON), front
-    matter error, and per chunk (ord, text, heading path JSON, start and end line, model text,
-    tokens, text hash), in order."""
-
-    title: str
-    tags: str
-    front_matter: str
-    error: str | None
-    chunks: list[tuple[int, str, str, int, int, str, int, str]]
-
-
-def _placed(c: ChunkRecord) -> tuple[Any, ...]:
-    """The columns of a chunk row that can change while its id stays (as ``commit_file`` reads them)."""
-    return (c.ord, c.text, json.dumps(c.headings, ensure_ascii=False), c.start_line, c.end_line)
-
-
-@dataclass(frozen=True)
-class FileState:
-    mtime_ns: int
-    size: int
-    hash: str
-    state: str
-    ctime_ns: int = 0  # 0: not known (written before it was kept)
-    dev: int = 0  # the file's device and inode as last seen; 0: not known (or no evidence)
-    ino: int = 0
-    btime_ns: int = 0  # that file's birth time; 0: not known
-
-
-@dataclass(frozen=True)
-class ChunkView:
-    """A chunk joined with its file: everything a hit shows."""
-
-    chunk_id: str
-    key: str
-    source: str
-    agent: str
-    title: str
-    text: str
-    headings: tuple[str, ...]
-    start_line: int
-    end_line: int
-    tags: tuple[str, ...]
-    mtime_ns: int = 0
-    aliases: tuple[str, ...] = ()
-    has_vector: bool = True  # in the serving vector table
-    date: str = ""  # the note's own day (front matter or daily-note name), '' when it has none
-    dated_by: str = ""  # what gave ``date``: "name" or "property" (note_day)
-    # The file's status change time (ns; 0 unknown) and when this version was indexed (s): what
-    # stands for an mtime in the future (``sidecar.stores.lastchange.last_change``).
-    ctime_ns: int = 0
-    indexed_at: float = 0.0
-
-
-@dataclass(frozen=True)
-class NoteDay:
-    """An indexed note with chunks, and the day it is about (``note_date``; '' means its mtime's)."""
-
-    key: str
-    source: str
-    agent: str
-    tags: tuple[str, ...]
-    mtime_ns: int
-    date: str
-    named: bool  # a daily note: its name, not a property, gave the day (``daily_note``)
-    ctime_ns: int = 0  # as ChunkView's: what stands for an mtime in the future
-    indexed_at: float = 0.0
-
-
-class Manifest(ManifestFile, ManifestAside, VectorBook):
+class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -440,47 +254,6 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         with self.transaction() as db:
             db.executemany("DELETE FROM meta WHERE name = ?", [(n,) for n in names])
 
-    def reread_all(self) -> int:
-        """Make every note look changed (a size no file has, the hash forgotten): the next sweep
-        reads and cuts it again, while its chunks stay searchable until then. The mtime stays: date
-        filters read it for notes without a date of their own. Returns how many notes."""
-        with self.transaction() as db:
-            return int(db.execute("UPDATE files SET size = -1, hash = ''").rowcount)
-
-    def reread_suffix(self, suffix: str) -> int:
-        """``reread_all`` for the notes whose file name ends in ``suffix`` (any case)."""
-        with self.transaction() as db:
-            return int(
-                db.execute(
-                    "UPDATE files SET size = -1, hash = '' WHERE lower(substr(rel, -?)) = ?",
-                    (len(suffix), suffix.lower()),
-                ).rowcount
-            )
-
-    def reread_drawings(self) -> int:
-        """``reread_all`` for the Excalidraw drawings: notes whose front matter, as stored, has
-        ``excalidraw-plugin`` (of any value, null too)."""
-        with self.transaction() as db:
-            return int(
-                db.execute(
-                    "UPDATE files SET size = -1, hash = '' WHERE front_matter LIKE '%excalidraw-plugin%' "
-                    "AND json_type(front_matter, '$.\"excalidraw-plugin\"') IS NOT NULL"
-                ).rowcount
-            )
-
-    def reread_link_aliases(self) -> int:
-        """``reread_all`` for the notes whose front matter, as stored, has ``aliases`` or ``alias``
-        (any case) holding a list in its list: a wiki-link written unquoted (``[[Bar]]``) as YAML
-        reads it."""
-        with self.transaction() as db:
-            return int(
-                db.execute(
-                    "UPDATE files SET size = -1, hash = '' WHERE front_matter LIKE '%alias%[%[%' "
-                    "AND json_valid(front_matter) AND EXISTS (SELECT 1 FROM json_tree(files.front_matter) t "
-                    "WHERE t.type = 'array' AND lower(t.path) IN ('$.aliases', '$.alias'))"
-                ).rowcount
-            )
-
     def reread_typed_names(self) -> int:
         """``reread_all`` for the notes whose front matter, as stored, gives ``aliases``,
         ``alias``, ``tags``, ``tag`` or ``title`` (any case) a number, a yes/no or a time
@@ -508,179 +281,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 ).rowcount
             )
 
-    def reread_written_after(self, since: float, row: int | None = None) -> int:
-        """``reread_all`` for the notes whose rows were written after ``since`` (``indexed_at``)
-        or, ``row`` given, that were written as a row after it (``last_row``): a wall clock set
-        back or ahead moves the times, not the rows (every write of a note is a new row)."""
-        after_row = row if row is not None else _NO_ROW
-        with self.transaction() as db:
-            marked = db.execute(
-                "UPDATE files SET size = -1, hash = '' WHERE indexed_at > ? OR rowid > ?", (since, after_row)
-            )
-            return int(marked.rowcount)
-
-    def last_written(self) -> float:
-        """When the latest note row was written (``indexed_at``; 0 in an empty index)."""
-        return float(self._query("SELECT coalesce(max(indexed_at), 0) FROM files")[0][0])
-
-    def last_row(self) -> int:
-        """The latest note row (its rowid: a note's row is written anew, INSERT OR REPLACE, with a
-        rowid above every other; 0 in an empty index). Read from the end of the table's b-tree."""
-        return int(self._query("SELECT coalesce(max(rowid), 0) FROM files")[0][0])
-
-    def last_row_up_to(self, row: int) -> int:
-        """The latest note row numbered ``row`` or below (0 when none): one b-tree seek."""
-        return int(self._query("SELECT coalesce(max(rowid), 0) FROM files WHERE rowid <= ?", (row,))[0][0])
-
-    def row_note(self, row: int) -> list[Any] | None:
-        """[key, indexed_at] of the note row numbered ``row``; None when no row has it."""
-        rows = self._query("SELECT key, indexed_at FROM files WHERE rowid = ?", (row,))
-        return [str(rows[0][0]), float(rows[0][1])] if rows else None
-
-    def reread_keys(self, keys: Sequence[str], db: sqlite3.Connection) -> None:
-        """``reread_all`` for these notes only, inside the caller's transaction."""
-        db.executemany("UPDATE files SET size = -1, hash = '' WHERE key = ?", [(k,) for k in keys])
-
     # --- files ---------------------------------------------------------------------------
-
-    def has_files(self, prefix: str) -> bool:
-        """Whether the index holds any entry under ``prefix``, in any state (a note skipped, or
-        being deleted, too); one row read, not all of them."""
-        where, args = _under(prefix)
-        return bool(self._query(f"SELECT 1 FROM files WHERE {where} LIMIT 1", args))
-
-    def has_notes(self, prefix: str) -> bool:
-        """Whether a note under ``prefix`` is indexed (counted as the index's notes are: not one
-        skipped, too large or hidden, whose row says only why it is left out)."""
-        where, args = _under(prefix)
-        return bool(self._query(f"SELECT 1 FROM files WHERE {where} AND {_COUNTED} LIMIT 1", args))
-
-    def file_states(self, prefix: str = "") -> dict[str, FileState]:
-        where, args = _under(prefix)
-        rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE {where}", args)
-        return {r[0]: FileState(*r[1:]) for r in rows}
-
-    def memory_agents(self) -> list[str]:
-        """The agents with entries in the index, in key order: one lookup per agent, jumping past
-        its keys (each sweep asked; reading every memory entry for the names cost a row each)."""
-        out: list[str] = []
-        start = "memory/"
-        while rows := self._query(
-            "SELECT key FROM files WHERE key >= ? AND key < ? ORDER BY key LIMIT 1", (start, "memory0")
-        ):
-            agent = memory_agent(str(rows[0][0])) or ""
-            out.append(agent)
-            start = f"memory/{agent}0"  # past its keys ('/' + 1): an agent's name holds no '/'
-        return out
-
-    def file_states_of(self, keys: Sequence[str]) -> dict[str, FileState]:
-        out: dict[str, FileState] = {}
-        for part, marks in _in_groups(keys):
-            rows = self._query(f"SELECT {_STATE_COLUMNS} FROM files WHERE key IN ({marks})", part)
-            out.update((r[0], FileState(*r[1:])) for r in rows)
-        return out
-
-    def keys_like(self, stats: Collection[tuple[int, int, str]]) -> dict[tuple[int, int, str], list[str]]:
-        """Indexed keys by (mtime_ns, size, hash), for those in ``stats``: where the same bytes,
-        written at the same time, are indexed under other keys (a move a sweep saw half of).
-        Keys being deleted too: a move undone after the removal of its old entries failed brings
-        those notes back (the caller takes only keys whose file it sees now, with that stat)."""
-        wanted = set(stats)
-        out: dict[tuple[int, int, str], list[str]] = {}
-        mtimes = sorted({s[0] for s in wanted})
-        for start in range(0, len(mtimes), 500):
-            part = mtimes[start : start + 500]
-            rows = self._query(
-                "SELECT key, mtime_ns, size, hash FROM files WHERE state IN ('indexed', 'deleting') "
-                "AND hash != '' "
-                f"AND mtime_ns IN ({','.join('?' * len(part))})",
-                part,
-            )
-            for key, mtime_ns, size, digest in rows:
-                if (mtime_ns, size, digest) in wanted:
-                    out.setdefault((mtime_ns, size, digest), []).append(key)
-        return out
-
-    def rel_of(self, key: str) -> str | None:
-        """The file name (relative to its root, with its extension as on disk) of an indexed key."""
-        rows = self._query("SELECT rel FROM files WHERE key = ?", (key,))
-        return str(rows[0][0]) if rows else None
-
-    def key_in_any_form(self, key: str) -> str:
-        """``key`` when it is indexed, else the one indexed key that is the same text in another
-        Unicode form (a file a Mac named "Übersicht" in NFD, asked for as typed, in NFC); else
-        ``key`` unchanged. Only the keys sharing its ASCII beginning are compared."""
-        if self._query("SELECT 1 FROM files WHERE key = ?", (key,)):
-            return key
-        want = unicodedata.normalize("NFC", key)
-        head = want[: next((i for i, ch in enumerate(want) if ord(ch) > 127), len(want))]
-        if head == want:
-            return key  # all ASCII: there is no other form
-        # On the reader of this thread: a miss may list many keys, and the writer's lock is not
-        # to be held for it (a sweep's batch would wait).
-        where, args = _under(head)
-        rows = self._committed(f"SELECT key FROM files WHERE {where}", args)
-        same = [r[0] for r in rows if unicodedata.normalize("NFC", r[0]) == want]
-        return same[0] if len(same) == 1 else key
-
-    def spelled_otherwise(self, keys: Collection[str]) -> dict[str, str]:
-        """Indexed keys that one of ``keys`` spells but for case or Unicode form ("vault/Tar"
-        for "vault/tar"), each with its file's ``rel``; none of ``keys`` among them. Read by
-        ranges of the key index: per first letter of the names of a folder (deduplicated: a
-        checkout of many notes reads each once), in either case and form, its direct names only
-        (a name without letters has no other spelling). Was: a folder's whole subtree read for
-        each batch of more than 16 new notes in it."""
-        wanted: dict[str, set[str]] = {}  # folder -> the names as a case-insensitive disk has them
-        ranges: set[tuple[str, int]] = set()  # (a key range's prefix, where names of its folder begin)
-        for key in keys:
-            folder, _, name = key.rpartition("/")
-            nfc = unicodedata.normalize("NFC", name)
-            first = next((i for i, ch in enumerate(nfc) if ch.lower() != ch.upper()), None)
-            if not folder or first is None:
-                continue
-            wanted.setdefault(folder, set()).add(folded(name))
-            start = len(folder) + 2 if folder else 1  # SQL counts from 1
-            ranges.update((f"{folder}/{nfc[:first]}{s}", start) for s in _spelling_starts(nfc[first]))
-        own = set(keys)
-        out: dict[str, str] = {}
-        for prefix, start in sorted(ranges):
-            where, args = _under(prefix)
-            # The folder's own names only: a subfolder whose name begins alike holds no spelling.
-            sql = f"SELECT key, rel FROM files WHERE {where} AND instr(substr(key, ?), '/') = 0"
-            for k, rel in self._query(sql, (*args, start)):
-                folder, _, name = str(k).rpartition("/")
-                if k not in own and folded(name) in wanted.get(folder, ()):
-                    out[str(k)] = str(rel)
-        return out
-
-    def folders_spelled_otherwise(self, folders: Collection[str]) -> dict[str, str]:
-        """Indexed folders (the folder part of indexed keys) that one of ``folders`` (a folder's
-        key) spells but for case or Unicode form in its last name ("vault/Notes" for
-        "vault/notes"), each with the one of ``folders`` it is; none of ``folders`` among them.
-        Read by ranges of the key index per first letter of that name, in either case and form,
-        as ``spelled_otherwise`` reads a folder's notes."""
-        own = set(folders)
-        out: dict[str, str] = {}
-        for folder in folders:
-            parent, _, name = folder.rpartition("/")
-            nfc = unicodedata.normalize("NFC", name)
-            first = next((i for i, ch in enumerate(nfc) if ch.lower() != ch.upper()), None)
-            if not parent or first is None:
-                continue
-            start = len(parent) + 2  # where the names of ``parent``'s entries begin (SQL from 1)
-            # The folder part of each key below a folder of ``parent`` whose name begins alike.
-            head = "substr(key, 1, ? + instr(substr(key, ?), '/') - 2)"
-            for s in _spelling_starts(nfc[first]):
-                where, args = _under(f"{parent}/{nfc[:first]}{s}")
-                sql = f"SELECT DISTINCT {head} FROM files WHERE {where} AND instr(substr(key, ?), '/') > 0"
-                for (found,) in self._query(sql, (start, start, *args, start)):
-                    if found not in own and folded(str(found).rpartition("/")[2]) == folded(name):
-                        out[str(found)] = folder
-        return out
-
-    def keys_in_state(self, *states: str) -> list[str]:
-        marks = ",".join("?" * len(states))
-        return [r[0] for r in self._query(f"SELECT key FROM files WHERE state IN ({marks})", states)]
 
     def mark(self, records: Iterable[FileRecord]) -> None:
         """Write intent rows (state indexing/deleting) before the stores are touched."""
@@ -739,39 +340,6 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 "UPDATE files SET dev = 0, ino = 0, btime_ns = 0 WHERE key = ?", [(k,) for k in keys]
             )
         return keys
-
-    def chunk_ids(self, key: str) -> set[str]:
-        return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
-
-    def indexed_chunks(self, key: str) -> IndexedNote | None:
-        """What the keyword index holds of a note as the manifest recorded it: None unless the
-        note is ``indexed`` (a note marked ``indexing`` may have been written half-way)."""
-        rows = self._query(
-            "SELECT title, front_matter FROM files WHERE key = ? AND state = 'indexed'", (key,)
-        )
-        if not rows:
-            return None
-        chunks = self._query("SELECT chunk_id, text, headings FROM chunks WHERE key = ?", (key,))
-        return IndexedNote(rows[0][0], rows[0][1], {r[0]: (r[1], r[2]) for r in chunks})
-
-    def held_note(self, key: str) -> HeldNote | None:
-        """What the index holds of a note (None unless it is ``indexed``): what reading and
-        cutting its file gave."""
-        rows = self._query(
-            "SELECT title, tags, front_matter, error FROM files WHERE key = ? AND state = 'indexed'", (key,)
-        )
-        if not rows:
-            return None
-        chunks = [
-            (o, text, headings, start, end, joined_embed_text(head, text, cut), tokens, hashed)
-            for o, text, headings, start, end, head, cut, tokens, hashed in self._query(
-                "SELECT ord, text, headings, start_line, end_line, embed_text, embed_from, tokens, "
-                "embed_hash FROM chunks WHERE key = ? ORDER BY ord",
-                (key,),
-            )
-        ]
-        title, tags, front_matter, error = rows[0]
-        return HeldNote(title, tags, front_matter, error, chunks)
 
     def _mark_leaving(self, key: str, db: sqlite3.Connection) -> int | None:
         """The row mark when ``key``'s row is the one at it (about to be written anew or deleted)."""
@@ -880,241 +448,4 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
 
     # --- chunks and vectors ----------------------------------------------------------------
 
-    def all_chunks(self) -> Iterator[ChunkView]:
-        """Every indexed chunk, for rebuilding the BM25 index without reading a file."""
-        yield from self._views("f.state = 'indexed'", ())
-
-    def chunks_under(self, prefix: str) -> Iterator[ChunkView]:
-        """The indexed chunks of the notes below a key prefix (one agent's memory)."""
-        where, args = _under(prefix, "c.key")
-        yield from self._views(f"f.state = 'indexed' AND {where}", args)
-
-    def indexed_chunks_of(self, key: str) -> list[ChunkView]:
-        """The chunks of note ``key`` if it is indexed (none while it is being written or deleted)."""
-        return list(self._views("f.state = 'indexed' AND c.key = ?", (key,)))
-
-    def chunks_of(self, key: str) -> list[ChunkView]:
-        """The chunks of note ``key`` as answers show them (also while a batch writes it again)."""
-        return list(self._views(f"{_SHOWN} AND c.key = ?", (key,)))
-
-    def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
-        """The chunks' views as last committed (a search's read: it never waits for a writer),
-        those of notes on their way out left out."""
-        out: dict[str, ChunkView] = {}
-        for part, marks in _in_groups(chunk_ids):
-            where = f"{_SHOWN} AND c.chunk_id IN ({marks})"
-            out.update((v.chunk_id, v) for v in self._views(where, part, committed=True))
-        return out
-
-    def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
-        rows = (self._committed if committed else self._query)(
-            "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.ctime_ns, f.indexed_at "
-            "FROM chunks c JOIN files f ON f.key = c.key "
-            f"WHERE {where} "
-            "ORDER BY c.key, c.ord",
-            args,
-        )
-        for r in rows:
-            yield ChunkView(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                _strings(r[6]),
-                r[7],
-                r[8],
-                _strings(r[9]),
-                r[10],
-                _aliases(r[11]),
-                r[12] not in (0, NEXT_ONLY),  # left to a switch's table: no vector to serve
-                *note_day(r[11], r[1], self.day_formats),
-                r[13],
-                r[14],
-            )
-
-    def note_days(self) -> list[NoteDay]:
-        """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
-        Days are read from names and front matter here, as for any view: nothing stores them.
-        Kept until the next write or a change of the daily-note formats (read anew, every time-
-        phrase query parsed every note's front matter: about 90 ms for 10,000 notes)."""
-        generation, formats = self.generation, self.day_formats
-        cached = self._note_days
-        if cached is not None and cached[0] == generation and cached[1] == formats:
-            return list(cached[2])
-        rows = self._committed(
-            "SELECT key, source, agent, tags, mtime_ns, front_matter, ctime_ns, indexed_at FROM files "
-            "WHERE state = 'indexed' AND chunks > 0"
-        )
-        days = [
-            NoteDay(
-                key,
-                source,
-                agent,
-                _strings(tags),
-                mtime_ns,
-                day,
-                how == "name" and daily_note(key, formats),
-                ctime_ns,
-                indexed_at,
-            )
-            for key, source, agent, tags, mtime_ns, fm, ctime_ns, indexed_at in rows
-            for day, how in (note_day(fm, key, formats),)
-        ]
-        self._note_days = (generation, formats, days)
-        return list(days)
-
-    def first_chunks(self, keys: Sequence[str]) -> dict[str, ChunkView]:
-        """Each note's first chunk, by key (a note listed for its date shows its beginning)."""
-        out: dict[str, ChunkView] = {}
-        for part, marks in _in_groups(keys):
-            where = (
-                f"{_SHOWN} AND c.key IN ({marks}) AND c.ord = (SELECT min(ord) FROM chunks WHERE key = c.key)"
-            )
-            out.update((v.key, v) for v in self._views(where, part, committed=True))
-        return out
-
-    def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
-        out: list[str] = []
-        for part, marks in _in_groups(keys):
-            out.extend(r[0] for r in self._query(f"SELECT chunk_id FROM chunks WHERE key IN ({marks})", part))
-        return out
-
-    def list_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, agent, title, tags json, mtime_ns, chunks, front matter json, ctime_ns,
-        indexed_at) of indexed files matching ``where``."""
-        return self._query(
-            "SELECT key, source, agent, title, tags, mtime_ns, chunks, front_matter, ctime_ns, indexed_at "
-            "FROM files "
-            f"WHERE state = 'indexed' AND ({where}) ORDER BY key",
-            args,
-        )
-
-    def unindexed_files(self, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """(key, source, mtime_ns, state, error, ctime_ns) of known files that are not indexed
-        (skipped), not those on their way out (listed as "deleting", a moved note showed its old
-        path)."""
-        return self._query(
-            "SELECT key, source, mtime_ns, state, error, ctime_ns FROM files "
-            f"WHERE state NOT IN ('indexed', 'deleting') AND ({where}) ORDER BY key",
-            args,
-        )
-
-    def all_chunk_ids(self) -> set[str]:
-        return {r[0] for r in self._query("SELECT chunk_id FROM chunks")}
-
     # --- health --------------------------------------------------------------------------
-
-    def counts(self) -> dict[str, Any]:
-        """Files and chunks per source and per agent, plus skipped files by reason."""
-        by_source: dict[str, dict[str, int]] = {}
-        for source, files, chunks in self._query(
-            f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE {_COUNTED} GROUP BY source"
-        ):
-            by_source[source] = {"files": files, "chunks": chunks}
-        by_agent = {
-            agent: {"files": files, "chunks": chunks}
-            for agent, files, chunks in self._query(
-                "SELECT agent, count(*), coalesce(sum(chunks), 0) FROM files "
-                f"WHERE {_COUNTED} AND source = 'memory' GROUP BY agent"
-            )
-        }
-        skipped = dict(
-            self._query("SELECT error, count(*) FROM files WHERE state = 'skipped' GROUP BY error")
-        )
-        # Indexed notes whose front matter could not be read (invalid YAML): found by their text,
-        # without their title, tags, aliases and dates. Vault and wiki only: an inbox's notes are
-        # checked as they are written, and health must not name one agent's notes to another.
-        unread = self._query(
-            "SELECT key, error FROM files WHERE state = 'indexed' AND error IS NOT NULL "
-            "AND source != 'memory' ORDER BY key"
-        )
-        return {
-            "files": sum(v["files"] for v in by_source.values()),
-            "chunks": sum(v["chunks"] for v in by_source.values()),
-            "by_source": by_source,
-            "by_agent": by_agent,
-            "skipped": skipped,
-            "front_matter_unread": {
-                "notes": len(unread),
-                "examples": [{"reference": k, "reason": e} for k, e in unread[:5]],
-            },
-        }
-
-    def skipped_files(self, limit: int) -> list[tuple[str, str | None]]:
-        """(key, reason) of vault and wiki notes skipped when read (binary, not UTF-8, ...), by
-        key, at most ``limit``."""
-        return [
-            (str(k), e)
-            for k, e in self._query(
-                "SELECT key, error FROM files WHERE state = 'skipped' "
-                "AND (key < 'memory/' OR key >= 'memory0') ORDER BY key LIMIT ?",
-                (limit,),
-            )
-        ]
-
-    def indexed_chunk_count(self) -> int:
-        """Chunks of files in state indexed: what BM25 must hold."""
-        return int(
-            self._query(
-                "SELECT count(*) FROM chunks c JOIN files f ON f.key = c.key WHERE f.state = 'indexed'"
-            )[0][0]
-        )
-
-    def indexed_shared_chunk_count(self) -> int:
-        """Chunks of vault and wiki files in state indexed: what their keyword index must hold
-        (memory's are held by the agents' indexes)."""
-        return int(
-            self._query(
-                "SELECT count(*) FROM chunks c JOIN files f ON f.key = c.key "
-                "WHERE f.state = 'indexed' AND f.source != 'memory'"
-            )[0][0]
-        )
-
-    def indexed_page_count(self) -> int:
-        """Files in state indexed that have chunks: what BM25's page index must hold."""
-        return int(
-            self._query(
-                "SELECT count(DISTINCT c.key) FROM chunks c JOIN files f ON f.key = c.key "
-                "WHERE f.state = 'indexed'"
-            )[0][0]
-        )
-
-    def inbox_counts(self) -> dict[str, tuple[int, int]]:
-        """Chunks and pages (notes with chunks) in state indexed, per agent: what each inbox's
-        keyword index must hold."""
-        rows = self._query(
-            "SELECT f.agent, count(*), count(DISTINCT c.key) FROM chunks c JOIN files f ON f.key = c.key "
-            "WHERE f.state = 'indexed' AND f.source = 'memory' GROUP BY f.agent"
-        )
-        return {str(agent): (int(chunks), int(pages)) for agent, chunks, pages in rows}
-
-    def holds_memory_of(self, agent: str) -> bool:
-        """Whether ``agent`` has an indexed memory note with chunks (what its own keyword index
-        must hold): one row read, as last committed (a search asks, it never waits for a writer)."""
-        where, args = _under(f"memory/{agent}/", "c.key")
-        return bool(
-            self._committed(
-                "SELECT 1 FROM chunks c JOIN files f ON f.key = c.key "
-                f"WHERE f.state = 'indexed' AND {where} LIMIT 1",
-                args,
-            )
-        )
-
-    def agents_with_memory(self) -> set[str]:
-        """The agents that have an indexed memory note with chunks, as last committed."""
-        # The key range lets the primary key find memory's rows: with the source alone every file
-        # was scanned (58 ms at 100,000 files), on each health call and person's search while the
-        # index of all memory is not filled.
-        where, args = _under("memory/", "f.key")
-        rows = self._committed(
-            f"SELECT DISTINCT f.agent FROM files f WHERE {where} AND f.source = 'memory' "
-            "AND f.state = 'indexed' AND EXISTS (SELECT 1 FROM chunks c WHERE c.key = f.key)",
-            args,
-        )
-        return {str(r[0]) for r in rows}
-
-    def chunk_count(self) -> int:
-        return int(self._query("SELECT count(*) FROM chunks")[0][0])
