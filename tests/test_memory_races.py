@@ -17,7 +17,7 @@ from sidecar.contracts.errors import RemoteError, StorageError
 from sidecar.memory import inbox as inbox_mod
 from sidecar.memory import replace
 from sidecar.memory.inbox import Inboxes
-from sidecar.memory.inbox_types import MemoryBeingSavedError, MemoryConflictError
+from sidecar.memory.inbox_types import MemoryBeingSavedError, MemoryConflictError, Written
 
 _TEMP = re.compile(r"^\.n\.[0-9a-f]{8}\.tmp$")
 
@@ -775,6 +775,16 @@ def _days_later(monkeypatch: pytest.MonkeyPatch, days: int) -> None:
     )
 
 
+def _emptied_an_hour_ago(inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch) -> Written:
+    """A note written, then emptied by an editor (between its truncate and its write) an hour
+    before now by the folder's clock, with no pause for a save under way."""
+    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    first.path.write_bytes(b"")
+    _an_hour_later(monkeypatch)
+    return first
+
+
 @pytest.mark.parametrize("path", ["exchange", "fallback", "no_links"])
 def test_an_empty_file_replaced_waits_past_restarts_for_an_editor_writing_into_it(
     inboxes: Inboxes, monkeypatch: pytest.MonkeyPatch, path: str
@@ -783,10 +793,7 @@ def test_an_empty_file_replaced_waits_past_restarts_for_an_editor_writing_into_i
     editor writing into its file after that start lost the save. Now it waits as long as a kept
     text stays (memory.trashDays), and the start after the editor's write keeps the text."""
     _without(monkeypatch, path)
-    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
-    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
-    first.path.write_bytes(b"")
-    _an_hour_later(monkeypatch)
+    first = _emptied_an_hour_ago(inboxes, monkeypatch)
     with open(first.path, "r+", encoding="utf-8") as editor:
         inboxes.write("claude", "n", "agent update", None, must_exist=False)
         assert Inboxes(inboxes.cfg).clean_temp() == 0  # a restart: the empty file waits
@@ -800,10 +807,7 @@ def test_the_daily_prune_removes_an_empty_file_waiting_past_trash_days(
 ) -> None:
     """A daemon never restarted gathered the empty files replaced for good: the daily prune
     removes them too once unchanged for memory.trashDays, and not before."""
-    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
-    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
-    first.path.write_bytes(b"")
-    _an_hour_later(monkeypatch)
+    _emptied_an_hour_ago(inboxes, monkeypatch)
     inboxes.write("claude", "n", "agent update", None, must_exist=False)
     held = _inbox(inboxes) / ".trash"
     inboxes.prune_trash()
@@ -818,10 +822,7 @@ def test_an_empty_file_written_into_while_it_is_removed_is_kept(
 ) -> None:
     """An empty file past memory.trashDays is removed; a write landing between the look and
     the removal is read back through the descriptor still open and kept as a text."""
-    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
-    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
-    first.path.write_bytes(b"")
-    _an_hour_later(monkeypatch)
+    first = _emptied_an_hour_ago(inboxes, monkeypatch)
     with open(first.path, "r+", encoding="utf-8") as editor:
         inboxes.write("claude", "n", "agent update", None, must_exist=False)
         real = os.unlink
@@ -926,10 +927,7 @@ def test_the_daily_prune_keeps_an_editors_late_write_into_a_held_file(
     """An editor that still holds the empty file a write replaced and saves into it later: the
     daily prune makes that save a kept text, as a start does (a daemon never restarted kept it
     hidden: no kept text, not counted by the caps or the usage)."""
-    monkeypatch.setattr(inbox_mod, "pause", lambda _s: None)
-    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
-    first.path.write_bytes(b"")
-    _an_hour_later(monkeypatch)
+    first = _emptied_an_hour_ago(inboxes, monkeypatch)
     with open(first.path, "r+", encoding="utf-8") as editor:
         inboxes.write("claude", "n", "agent update", None, must_exist=False)
         editor.write("PERSON LATE WRITE\n")

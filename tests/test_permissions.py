@@ -238,25 +238,27 @@ def test_a_manifest_that_is_no_database_is_damage_though_read_only(tmp_path: Pat
         lifecycle._unless_disk_full(path, err.value)  # not a fault that passes: raises nothing
 
 
-def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
-    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A start whose index folder refuses new files (immutable: EPERM) serves search from the index
-    as it is, like a start on a full disk, status saying "permission denied: <path>"; writes are
-    refused; once the folder may be written the switch to writable succeeds. Nothing is moved
-    aside. Was: the daemon exited (5) with no search at all."""
-    import tempfile
-
-    from sidecar.contracts.errors import SidecarError
-    from sidecar.contracts.protocol import Request
-    from sidecar.daemon.lifecycle import Daemon
-    from sidecar.daemon.process import IndexLock
-
+def _swept_lighthouse(make_cfg: Any, vault: Path) -> None:
+    """The vault of one note, swept into the index (and the index closed again)."""
     write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
     cfg = make_cfg(vault)
     h = Harness(cfg, FakeEmbedder())
     h.sweep()
     h.close()
+
+
+@contextlib.contextmanager
+def _daemon_holding_the_lock(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, Any]]:
+    """A Daemon (no embedder) that holds the index lock as its run does, its socket in a temporary
+    folder under /tmp (a socket's path is short), ``_wait_for_space`` off (the test switches it
+    itself); shut down at the end. Yields the daemon and its config."""
+    import tempfile
+
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
     monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
     with tempfile.TemporaryDirectory(dir="/tmp") as run:
         cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
@@ -264,27 +266,41 @@ def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
         lock = d._lock = IndexLock(cfg.index_dir)
         lock.acquire()
         try:
-            with _immutable(cfg.index_dir, recursive=False):  # the manifest's -wal cannot be made
-                d.startup()
-                assert d._read_only_parts is not None and d.parts is None
-                dispatch = d._dispatch
-                assert dispatch is not None
-                hits = dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))[
-                    "hits"
-                ]
-                assert hits
-                said = str(dispatch.dispatch(Request("health", {}, agent="ops")))
-                assert "permission denied: " in said and "until it can be written" in said, said
-                with pytest.raises(SidecarError):
-                    dispatch.dispatch(Request("index", {}, agent="ops"))
-                assert d._switch_to_writable() is False  # still refused: read-only again
-                assert d._read_only_parts is not None
-            assert d._switch_to_writable() is True
-            assert d.parts is not None
-            assert not list(cfg.index_dir.glob("*.broken-*"))
+            yield d, cfg
         finally:
             d.shutdown()
             d.notifier.close()
+
+
+def test_a_start_whose_index_may_not_be_written_serves_read_only_until_it_may(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start whose index folder refuses new files (immutable: EPERM) serves search from the index
+    as it is, like a start on a full disk, status saying "permission denied: <path>"; writes are
+    refused; once the folder may be written the switch to writable succeeds. Nothing is moved
+    aside. Was: the daemon exited (5) with no search at all."""
+
+    from sidecar.contracts.errors import SidecarError
+    from sidecar.contracts.protocol import Request
+
+    _swept_lighthouse(make_cfg, vault)
+    with _daemon_holding_the_lock(make_cfg, vault, monkeypatch) as (d, cfg):
+        with _immutable(cfg.index_dir, recursive=False):  # the manifest's -wal cannot be made
+            d.startup()
+            assert d._read_only_parts is not None and d.parts is None
+            dispatch = d._dispatch
+            assert dispatch is not None
+            hits = dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))["hits"]
+            assert hits
+            said = str(dispatch.dispatch(Request("health", {}, agent="ops")))
+            assert "permission denied: " in said and "until it can be written" in said, said
+            with pytest.raises(SidecarError):
+                dispatch.dispatch(Request("index", {}, agent="ops"))
+            assert d._switch_to_writable() is False  # still refused: read-only again
+            assert d._read_only_parts is not None
+        assert d._switch_to_writable() is True
+        assert d.parts is not None
+        assert not list(cfg.index_dir.glob("*.broken-*"))
 
 
 # Run as an unprivileged user (``_unprivileged``): what a mode refuses, for real (root ignores
@@ -384,54 +400,42 @@ def test_a_memory_write_while_the_index_may_not_be_written_is_saved_in_its_inbox
     it is found once the index can be written), an edit and a delete too; indexing stays refused;
     the catch-up sweep after the switch to writable indexes the note. Was: refused as on a full
     disk ("memory writes ... wait"), since the inboxes shared the index's disk."""
-    import tempfile
     import time
 
     from sidecar.contracts.errors import SidecarError
     from sidecar.contracts.protocol import Request
-    from sidecar.daemon.lifecycle import Daemon
-    from sidecar.daemon.process import IndexLock
 
     base = with_agents(make_cfg, vault, _NOTES)
-    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
-    with tempfile.TemporaryDirectory(dir="/tmp") as run:
-        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
+    with _daemon_holding_the_lock(make_cfg, vault, monkeypatch) as (d, cfg):
         assert cfg.agents_dir == base.agents_dir
-        d = Daemon(cfg)
-        lock = d._lock = IndexLock(cfg.index_dir)
-        lock.acquire()
-        try:
-            with _immutable(cfg.index_dir, recursive=False):
-                d.startup()
-                assert d._read_only_parts is not None
-                dispatch = d._dispatch
-                assert dispatch is not None
+        with _immutable(cfg.index_dir, recursive=False):
+            d.startup()
+            assert d._read_only_parts is not None
+            dispatch = d._dispatch
+            assert dispatch is not None
 
-                def ask(op: str, **params: Any) -> dict[str, Any]:
-                    return dispatch.dispatch(Request(op, params, agent="alpha"))
+            def ask(op: str, **params: Any) -> dict[str, Any]:
+                return dispatch.dispatch(Request(op, params, agent="alpha"))
 
-                saved = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha.\n")
-                assert saved["searchable"] is False, saved
-                assert "saved" in saved["warning"] and "once the index can be written" in saved["warning"]
-                ask("write", slug="gone", content="# Gone\n\nA note to delete.\n")
-                assert ask("delete", slug="gone")["deleted"] is True
-                ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha, patched.\n")
-                inbox = cfg.agents_dir / "alpha" / "memory"
-                assert "patched" in (inbox / "canoe.md").read_text() and not (inbox / "gone.md").exists()
-                with pytest.raises(SidecarError) as err:
-                    ask("index")
-                assert "memory writes are saved in the inboxes" in str(err.value), err.value
-                said = str(ask("health")["problems"])
-                assert "permission denied: " in said and "memory writes are saved" in said, said
-            assert d._switch_to_writable() is True
-            deadline = time.monotonic() + 60
-            while not ask("search", query="zeppelin canoe")["hits"]:
-                assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
-                time.sleep(0.1)
-            assert not list(cfg.index_dir.glob("*.broken-*"))
-        finally:
-            d.shutdown()
-            d.notifier.close()
+            saved = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha.\n")
+            assert saved["searchable"] is False, saved
+            assert "saved" in saved["warning"] and "once the index can be written" in saved["warning"]
+            ask("write", slug="gone", content="# Gone\n\nA note to delete.\n")
+            assert ask("delete", slug="gone")["deleted"] is True
+            ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe of alpha, patched.\n")
+            inbox = cfg.agents_dir / "alpha" / "memory"
+            assert "patched" in (inbox / "canoe.md").read_text() and not (inbox / "gone.md").exists()
+            with pytest.raises(SidecarError) as err:
+                ask("index")
+            assert "memory writes are saved in the inboxes" in str(err.value), err.value
+            said = str(ask("health")["problems"])
+            assert "permission denied: " in said and "memory writes are saved" in said, said
+        assert d._switch_to_writable() is True
+        deadline = time.monotonic() + 60
+        while not ask("search", query="zeppelin canoe")["hits"]:
+            assert time.monotonic() < deadline, "the catch-up sweep did not index the saved note"
+            time.sleep(0.1)
+        assert not list(cfg.index_dir.glob("*.broken-*"))
 
 
 def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
@@ -666,44 +670,28 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
     It serves: every request is answered "the index cannot be read: permission denied: <path>"
     with what to do, and once the folder may be written the switch to writable succeeds, no
     restart. Nothing is moved aside."""
-    import tempfile
 
     from sidecar.contracts.errors import SidecarError
     from sidecar.contracts.protocol import Request
-    from sidecar.daemon.lifecycle import Daemon
-    from sidecar.daemon.process import IndexLock
 
-    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
-    cfg = make_cfg(vault)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    h.close()
-    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
-    with tempfile.TemporaryDirectory(dir="/tmp") as run:
-        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
-        d = Daemon(cfg)
-        lock = d._lock = IndexLock(cfg.index_dir)
-        lock.acquire()
-        try:
-            with _immutable(cfg.index_dir / "bm25"):
-                d.startup()
-                dispatch = d._dispatch
-                assert dispatch is not None
-                for op in ("health", "search"):
-                    with pytest.raises(SidecarError) as err:
-                        dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
-                    said = str(err.value)
-                    assert said.startswith("the index cannot be read: "), said
-                    assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
-                    assert "chattr -R -i" in said and "resumes by itself" in said, said
-                assert d._switch_to_writable() is False  # still refused: refusing again
-            assert d._switch_to_writable() is True
-            hits = d._dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))
-            assert hits["hits"]
-            assert not list(cfg.index_dir.glob("*.broken-*"))
-        finally:
-            d.shutdown()
-            d.notifier.close()
+    _swept_lighthouse(make_cfg, vault)
+    with _daemon_holding_the_lock(make_cfg, vault, monkeypatch) as (d, cfg):
+        with _immutable(cfg.index_dir / "bm25"):
+            d.startup()
+            dispatch = d._dispatch
+            assert dispatch is not None
+            for op in ("health", "search"):
+                with pytest.raises(SidecarError) as err:
+                    dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
+                said = str(err.value)
+                assert said.startswith("the index cannot be read: "), said
+                assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
+                assert "chattr -R -i" in said and "resumes by itself" in said, said
+            assert d._switch_to_writable() is False  # still refused: refusing again
+        assert d._switch_to_writable() is True
+        hits = d._dispatch.dispatch(Request("search", {"query": "lighthouse keeper"}, agent="ops"))
+        assert hits["hits"]
+        assert not list(cfg.index_dir.glob("*.broken-*"))
 
 
 def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_inbox(
@@ -713,61 +701,45 @@ def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_in
     too, "the index cannot be read", although the agent's inbox could be written: an agent lost
     them. Written, edited and deleted in the inbox (``searchable: false``, saying why), indexed
     once the index can be read; other requests are still refused."""
-    import tempfile
     import time
 
     from sidecar.contracts.errors import SidecarError
     from sidecar.contracts.protocol import Request
-    from sidecar.daemon.lifecycle import Daemon
-    from sidecar.daemon.process import IndexLock
 
-    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
-    cfg = make_cfg(vault)
-    h = Harness(cfg, FakeEmbedder())
-    h.sweep()
-    h.close()
-    monkeypatch.setattr(Daemon, "_wait_for_space", lambda self: None)  # the test switches itself
-    with tempfile.TemporaryDirectory(dir="/tmp") as run:
-        cfg = make_cfg(vault, **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False})
-        d = Daemon(cfg)
-        lock = d._lock = IndexLock(cfg.index_dir)
-        lock.acquire()
-        try:
-            d._make_agents_folder()  # as the daemon's run does before its start
-            with _immutable(cfg.index_dir / "bm25"):
-                d.startup()
-                dispatch = d._dispatch
-                assert dispatch is not None
+    _swept_lighthouse(make_cfg, vault)
+    with _daemon_holding_the_lock(make_cfg, vault, monkeypatch) as (d, cfg):
+        d._make_agents_folder()  # as the daemon's run does before its start
+        with _immutable(cfg.index_dir / "bm25"):
+            d.startup()
+            dispatch = d._dispatch
+            assert dispatch is not None
 
-                def ask(op: str, **params: Any) -> dict[str, Any]:
-                    return dispatch.dispatch(Request(op, params, agent="ops"))
+            def ask(op: str, **params: Any) -> dict[str, Any]:
+                return dispatch.dispatch(Request(op, params, agent="ops"))
 
-                made = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe.\n")
-                assert made["created"] and made["searchable"] is False, made
-                assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
-                edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
-                assert edited["action"] == "updated" and edited["searchable"] is False, edited
-                ask("write", slug="old", content="# Old\n\nGone soon.\n")
-                gone = ask("delete", slug="old")
-                assert gone["deleted"] and "still found by search" in gone["warning"], gone
-                with pytest.raises(SidecarError, match="the index cannot be read: "):
-                    ask("search", query="zeppelin")
-            inbox = cfg.agents_dir / "ops" / "memory"
-            assert "painted" in (inbox / "canoe.md").read_text()
-            assert not (inbox / "old.md").exists()
-            assert d._switch_to_writable() is True
-            deadline = time.monotonic() + 60  # the catch-up sweep, in its thread
+            made = ask("write", slug="canoe", content="# Canoe\n\nThe zeppelin canoe.\n")
+            assert made["created"] and made["searchable"] is False, made
+            assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
+            edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
+            assert edited["action"] == "updated" and edited["searchable"] is False, edited
+            ask("write", slug="old", content="# Old\n\nGone soon.\n")
+            gone = ask("delete", slug="old")
+            assert gone["deleted"] and "still found by search" in gone["warning"], gone
+            with pytest.raises(SidecarError, match="the index cannot be read: "):
+                ask("search", query="zeppelin")
+        inbox = cfg.agents_dir / "ops" / "memory"
+        assert "painted" in (inbox / "canoe.md").read_text()
+        assert not (inbox / "old.md").exists()
+        assert d._switch_to_writable() is True
+        deadline = time.monotonic() + 60  # the catch-up sweep, in its thread
 
-            def found() -> set[str]:
-                hits = d._dispatch.dispatch(Request("search", {"query": "zeppelin painted"}, agent="ops"))
-                return {hit["reference"] for hit in hits["hits"]}
+        def found() -> set[str]:
+            hits = d._dispatch.dispatch(Request("search", {"query": "zeppelin painted"}, agent="ops"))
+            return {hit["reference"] for hit in hits["hits"]}
 
-            while "memory/canoe" not in found():
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        finally:
-            d.shutdown()
-            d.notifier.close()
+        while "memory/canoe" not in found():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
 
 
 def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_restart(
