@@ -156,7 +156,9 @@ def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
     trash = cfg.agents_dir / "claude" / "memory" / ".trash"
     trash.mkdir(mode=0o700)
     old = dt.datetime.now() - dt.timedelta(days=200)
-    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("200-day-old text")
+    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
+    aged.write_text("200-day-old text")
+    os.utime(aged, (old.timestamp(), old.timestamp()))  # untouched since it was kept
     suspended = [0.0]
     real_mono = time.monotonic
     fake = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
