@@ -303,6 +303,38 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     assert kept == ["half", "half, named by an older version (mkstemp)"]
 
 
+def test_the_daily_prune_settles_temp_files_as_a_start_does(inboxes: Inboxes) -> None:
+    """Temp files of writes killed mid-way were settled only at a start: a daemon running for
+    months kept them, and the text a person saved into one sat at a hidden name. The daily prune
+    now settles them by the start's rules (a second name of the note goes, a text is kept in
+    .trash, never lost), but not one whose note a write is using."""
+    w = inboxes.write("claude", "a", "text", None, must_exist=False)
+    inboxes.write("claude", "b", "b text", None, must_exist=False)
+    inbox = w.path.parent
+    assert not (inbox / ".trash").exists()
+    (inbox / ".a.1f2e3d4c.tmp").write_text("the person's save, left at the temp name")
+    os.link(w.path, inbox / ".a.0123abcd.tmp")  # the note itself
+    (inbox / ".a.0123abcd.clock").write_bytes(b"")  # a write's look at the folder's clock
+    (inbox / ".b.5a5a5a5a.tmp").write_text("half of b")
+    (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
+    with inboxes.locked("claude", "b"):  # a write of b runs: its temp file is in use
+        inboxes.prune_trash()
+    assert sorted(p.name for p in inbox.iterdir()) == [
+        ".a.backup.tmp",
+        ".b.5a5a5a5a.tmp",
+        ".trash",
+        "a.md",
+        "b.md",
+    ]
+    assert [p.read_text() for p in (inbox / ".trash").glob("a--*.md")] == [
+        "the person's save, left at the temp name"
+    ]
+    assert w.path.read_text().endswith("text\n")
+    inboxes.prune_trash()
+    assert not (inbox / ".b.5a5a5a5a.tmp").exists()
+    assert [p.read_text() for p in (inbox / ".trash").glob("b--*.md")] == ["half of b"]
+
+
 def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
     """Replacing or editing a note keeps the previous text in .trash; an unchanged rewrite keeps nothing."""
     first = inboxes.write("claude", "n", "first text", None, must_exist=False)

@@ -83,13 +83,17 @@ class Retention:
     def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
         raise NotImplementedError
 
+    def _settle_temps(self, agent: str, inbox_fd: int, *, running: bool) -> int:
+        raise NotImplementedError
+
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
         since the later of the time in their name, as written by this daemon, and their last
         change: one a person opened and edited there is judged by that edit; other files are
         left alone), and the
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
-        a keep that was killed go too. Counts each trash afresh for the caps (see Trash). An
+        a keep that was killed go too, and those of a write that was killed are settled as at a
+        start. Counts each trash afresh for the caps (see Trash). An
         agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
         Then retires the folders of agents with nothing left (see ``_retire``). Returns how many
         kept texts were removed.
@@ -165,6 +169,9 @@ class Retention:
         aged = capped = 0
         try:
             with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                # The temp files of writes killed mid-way, as at a start: a daemon running for
+                # months kept them (and the text a person saved into one) until its next start.
+                self._settle_temps(agent, inbox_fd, running=True)
                 try:
                     trash = trash_dir(inbox_fd, create=False)
                 except FileNotFoundError:
