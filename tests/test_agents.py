@@ -2323,6 +2323,43 @@ def test_a_period_not_asked_about_whose_hits_fill_the_limit_leaves_room_for_othe
     assert relevance == sorted(relevance, reverse=True), r["hits"]
 
 
+def test_recalls_preview_of_a_period_not_asked_about_reports_what_is_injected(
+    served: Served, agent_vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preview's ``dropped`` came from the period's run alone: a daily note the merge with
+    other days' hits cut was shown nowhere. The preview's hits and block are what recall
+    injects, each candidate left out is named once, none that is injected. A window given as a
+    parameter (the phrase then sets none) ran the same search twice: once now."""
+    from sidecar.search import recall as recall_mod
+
+    for day in ("2026-11-30", "2026-12-01", "2026-12-02"):
+        write(agent_vault / f"Daily/{day}.md", "# Day\n\nBack hurts again, bad back pain.\n")
+    write(
+        agent_vault / "Health/Back.md",
+        "---\ndate: 2025-04-10\n---\n# Back hurts\n\nWhat helps when my back hurts: heat.\n",
+    )
+    served.h.sweep()
+    params = {"message": "My back hurts since Monday, what helps?", "limit": 3}
+    injected = served.call("recall", params)
+    preview = served.call("recall", {**params, "preview": True})
+    assert [h["reference"] for h in preview["hits"]] == [h["reference"] for h in injected["hits"]]
+    assert preview["context"] == injected["context"]
+    shown = {(h["reference"], tuple(h["lines"])) for h in preview["hits"]}
+    dropped = [(d["reference"], tuple(d["lines"])) for d in preview["dropped"]]
+    assert len(dropped) == len(set(dropped)) and not shown & set(dropped), preview["dropped"]
+    dailies = {f"vault/Daily/{day}" for day in ("2026-11-30", "2026-12-01", "2026-12-02")}
+    cut = dailies - {h["reference"] for h in preview["hits"]}
+    assert len(cut) == 1, preview["hits"]
+    assert [d["gate"] for d in preview["dropped"] if d["reference"] in cut] == ["limit"], preview["dropped"]
+
+    runs: list[Any] = []
+    real = recall_mod._recall
+    monkeypatch.setattr(recall_mod, "_recall", lambda *a, **k: runs.append(a[3]) or real(*a, **k))
+    given = served.call("recall", {**params, "since": "2026-01-01", "preview": True})
+    assert len(runs) == 1, runs
+    assert given["hits"]
+
+
 @pytest.mark.parametrize("query", ["Stromrechnung März 2025", "Monatsbericht Stromrechnung März 2025"])
 def test_a_month_with_its_year_as_a_label_is_searched_as_words(
     served: Served, agent_vault: Path, query: str

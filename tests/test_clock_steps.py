@@ -156,7 +156,9 @@ def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
     trash = cfg.agents_dir / "claude" / "memory" / ".trash"
     trash.mkdir(mode=0o700)
     old = dt.datetime.now() - dt.timedelta(days=200)
-    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("200-day-old text")
+    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
+    aged.write_text("200-day-old text")
+    os.utime(aged, (old.timestamp(), old.timestamp()))  # untouched since it was kept
     suspended = [0.0]
     real_mono = time.monotonic
     fake = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
@@ -318,3 +320,52 @@ def test_a_sweep_across_a_wall_clock_step_logs_its_real_duration(
     assert 0 <= seconds < 3600, line
     took = harness.supervisor.status(harness.supervisor.roots["vault"]).last_sweep_seconds
     assert took is not None and 0 <= took < 3600
+
+
+def test_uptime_and_the_tokenizer_wait_count_by_the_steady_clock(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """health's ``uptime_seconds`` and ``tokenizer_wait_seconds`` were differences of wall-clock
+    readings: the wall clock stepped back an hour made the uptime negative (ahead, days long).
+    Both count by the steady clock now, which a step does not move."""
+    service = in_process.handlers.service
+    service.started += 3600  # the wall clock stepped back an hour since the start
+    service.started_steady, service.steady = 500.0, lambda: 542.0
+    activity = in_process.harness.indexer.activity
+    steady = [1000.0]
+    activity.clock = lambda: steady[0]
+    seen: list[float | None] = []
+    indexer = in_process.harness.indexer
+    monkeypatch.setattr(indexer.slot, "counter", lambda: None)  # the tokenizer not loaded yet
+
+    def wait(_timeout: float) -> bool:
+        seen.append(activity.tokenizer_wait_since)
+        steady[0] += 7.0
+        health = in_process.call("health")
+        seen.append(health["index"]["tokenizer_wait_seconds"])
+        seen.append(health["uptime_seconds"])
+        return True
+
+    monkeypatch.setattr(indexer.slot, "wait_countable", wait)
+    indexer._waited_for_tokenizer = False
+    indexer._count_tokens(["a few words"])
+    assert seen == [1000.0, 7.0, 42.0]
+
+
+def test_health_while_switching_to_writable_keeps_the_uptime_by_the_steady_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the index is reopened for writing, health repeats its last answer with the uptime
+    brought up to date: from ``started`` by the wall clock, so a step back made it negative. Now
+    that answer's uptime plus the steady clock's time since."""
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon import readonly
+
+    steady = [200.0]
+    fake_time = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.monotonic = lambda: steady[0]
+    monkeypatch.setattr(readonly, "time", fake_time)
+    last = {"started": time.time() + 3600, "uptime_seconds": 10.0, "problems": {}}  # a step back
+    switching = readonly.SwitchingHealth(last)
+    steady[0] += 5.0
+    assert switching.dispatch(Request("health"))["uptime_seconds"] == 15.0

@@ -304,6 +304,38 @@ def test_leftover_temp_files_are_removed_and_notes_kept(inboxes: Inboxes) -> Non
     assert kept == ["half", "half, named by an older version (mkstemp)"]
 
 
+def test_the_daily_prune_settles_temp_files_as_a_start_does(inboxes: Inboxes) -> None:
+    """Temp files of writes killed mid-way were settled only at a start: a daemon running for
+    months kept them, and the text a person saved into one sat at a hidden name. The daily prune
+    now settles them by the start's rules (a second name of the note goes, a text is kept in
+    .trash, never lost), but not one whose note a write is using."""
+    w = inboxes.write("claude", "a", "text", None, must_exist=False)
+    inboxes.write("claude", "b", "b text", None, must_exist=False)
+    inbox = w.path.parent
+    assert not (inbox / ".trash").exists()
+    (inbox / ".a.1f2e3d4c.tmp").write_text("the person's save, left at the temp name")
+    os.link(w.path, inbox / ".a.0123abcd.tmp")  # the note itself
+    (inbox / ".a.0123abcd.clock").write_bytes(b"")  # a write's look at the folder's clock
+    (inbox / ".b.5a5a5a5a.tmp").write_text("half of b")
+    (inbox / ".a.backup.tmp").write_text("the user's own file")  # not a name the writer makes
+    with inboxes.locked("claude", "b"):  # a write of b runs: its temp file is in use
+        inboxes.prune_trash()
+    assert sorted(p.name for p in inbox.iterdir()) == [
+        ".a.backup.tmp",
+        ".b.5a5a5a5a.tmp",
+        ".trash",
+        "a.md",
+        "b.md",
+    ]
+    assert [p.read_text() for p in (inbox / ".trash").glob("a--*.md")] == [
+        "the person's save, left at the temp name"
+    ]
+    assert w.path.read_text().endswith("text\n")
+    inboxes.prune_trash()
+    assert not (inbox / ".b.5a5a5a5a.tmp").exists()
+    assert [p.read_text() for p in (inbox / ".trash").glob("b--*.md")] == ["half of b"]
+
+
 def test_replaced_and_edited_text_is_kept_in_trash(inboxes: Inboxes) -> None:
     """Replacing or editing a note keeps the previous text in .trash; an unchanged rewrite keeps nothing."""
     first = inboxes.write("claude", "n", "first text", None, must_exist=False)
@@ -482,13 +514,38 @@ def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     inboxes.write("claude", "n", "second", None, must_exist=False)
     trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
     old = dt.datetime.now() - dt.timedelta(days=31)
-    (trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md").write_text("old text")
+    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
+    aged.write_text("old text")
+    os.utime(aged, (old.timestamp() - 60, old.timestamp() - 60))  # its note's last write, before the keep
     (trash / "my own file.md").write_text("not sidecar's")
     (trash / "n--20261399T999999000000.md").write_text("digits that are no date")  # stops nothing
     assert inboxes.prune_trash() == 1
     assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n", "n"]
     forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
     assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0
+
+
+def test_a_kept_text_edited_later_ages_from_that_edit(make_cfg: Any, vault: Path) -> None:
+    """A kept text a person opened and edited in .trash 20 days after it was kept is not removed
+    30 days after its name's time (it was: judged by the name alone), but 30 days after the edit;
+    an untouched one beside it still goes by its name."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    for text in ("first", "second", "third"):
+        inboxes.write("claude", "n", text, None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    kept = sorted(trash.glob("n--*.md"))
+    assert len(kept) == 2
+    edited, untouched = kept
+    kept_at = time.time()
+    with edited.open("a") as f:
+        f.write("a line the person added\n")
+    os.utime(edited, (kept_at + 20 * 86_400, kept_at + 20 * 86_400))  # the edit, 20 days on
+    assert inboxes.prune_trash(now=kept_at + 31 * 86_400) == 1
+    assert not untouched.exists()
+    assert edited.read_text().endswith("a line the person added\n")
+    assert inboxes.prune_trash(now=kept_at + 49 * 86_400) == 0
+    assert inboxes.prune_trash(now=kept_at + 51 * 86_400) == 1
+    assert not edited.exists()
 
 
 def test_an_inbox_has_a_size_limit(make_cfg: Any, vault: Path) -> None:

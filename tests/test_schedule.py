@@ -175,6 +175,40 @@ def test_a_failing_tick_keeps_running_and_logs_once(caplog: pytest.LogCaptureFix
     assert len(failed) == 1 and "scheduled_job_failed job=tick" in failed[0].getMessage()
 
 
+def test_a_pacer_whose_own_sleep_fails_logs_it_and_goes_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pacer's pause raising (not its job) ended the thread for good: the clock check and
+    every tick after it never ran again. It is logged as a failed run and the ticks go on."""
+    from sidecar.daemon.schedule import Pacer
+
+    stop = threading.Event()
+    calls: list[int] = []
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            raise OSError("interrupted pause")
+
+    def tick() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            stop.set()
+
+    fake_time = SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.sleep = sleep
+    monkeypatch.setattr(schedule_module, "time", fake_time)
+    Pacer("clock", 0.001, tick, stop).run()  # in this thread: returns once stopped
+    assert calls == [1, 1] and len(pauses) == 2
+    failed = [r.getMessage() for r in caplog.records if r.name == schedule_module.__name__]
+    assert (
+        len(failed) == 1
+        and "scheduled_job_failed job=clock" in failed[0]
+        and "interrupted pause" in failed[0]
+    )
+
+
 def test_watchdog_pings_even_if_the_status_line_fails(tmp_path: Path) -> None:
     cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"WATCHDOG_USEC": "1000000"})
     sent: list[str] = []

@@ -2757,12 +2757,34 @@ def test_status_says_what_each_model_embedded_during_a_switch(make_cfg: Any, tmp
         write(p, p.read_text().replace("word1x5 ", "changed "))
         root = next(r for r in h.indexer.changes.roots() if r.name == "vault")
         h.indexer.index_now(root, p)  # embeds its note itself, in both tables
-        while h.vectors.embed_pending(batch=8):
-            pass
+        while h.stores.manifest.pending_count("has_next"):
+            h.vectors.embed_pending(batch=8)
         status = h.vectors.describe()
+        assert h.vectors.embed_pending() == 0  # nothing left: the switch ends, the old table retired
+        after = h.vectors.describe()
     finally:
         h.close()
     by_table = status["embedded_by_table"]
     assert set(by_table) == {old.store.name, new_table.name}
     assert by_table[old.store.name] > first[old.store.name] and by_table[new_table.name] > 0
     assert sum(by_table.values()) == status["embedded"]
+    # Once the switch ended only the table in use is named; the total still counts both.
+    assert after["retired"] == [old.store.name]
+    assert after["embedded_by_table"] == {new_table.name: by_table[new_table.name]}
+    assert after["embedded"] == status["embedded"]
+
+
+def test_a_memory_writes_vector_counts_once_as_embedded_in_status(in_process: Any) -> None:
+    """A memory write's chunks are embedded once, by its duplicate check, and its indexing takes
+    those vectors: status counted each both in ``embedded`` and in ``reused``. Over a real
+    server: ``embedded`` grows by the note's chunks, ``reused`` does not."""
+    before = in_process.call("health")["vectors"]
+    text = "The kayak paddle hangs in the loft above the workbench, beside the spare oars."
+    reply = in_process.call("write", {"slug": "kayak", "content": text}, agent="claude")
+    assert reply["searchable"]
+    after = in_process.call("health")["vectors"]
+    chunks = after["reused_from_duplicate_check"] - before["reused_from_duplicate_check"]
+    assert chunks >= 1
+    assert after["embedded"] - before["embedded"] == chunks
+    assert after["reused"] == before["reused"]
+    assert sum(after["embedded_by_table"].values()) == after["embedded"]

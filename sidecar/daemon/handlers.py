@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,14 @@ class ServiceState:
     rebuilding: Callable[[], bool] = lambda: False
     # Whether that rebuild still waits in the queue (it has not emptied the index yet).
     rebuild_queued: Callable[[], bool] = lambda: False
+    # The start by a clock no step of the wall clock moves, and that clock: the uptime (by the
+    # wall clock a step back made it negative, a step ahead days long).
+    started_steady: float = field(default_factory=time.monotonic)
+    steady: Callable[[], float] = time.monotonic
+
+    def uptime(self) -> float:
+        """Seconds since the start, by the steady clock."""
+        return max(self.steady() - self.started_steady, 0.0)
 
 
 class Handlers(HealthOp, SearchOps, NoteOps):

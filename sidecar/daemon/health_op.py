@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +80,7 @@ class HealthOp:
             # a person's `sidecar serve` in a terminal: what a restart is for each differs.
             "service": under_service_manager(self.cfg.notify_socket),
             "started": self.service.started,
-            "uptime_seconds": round(time.time() - self.service.started, 1),
+            "uptime_seconds": round(self.service.uptime(), 1),
             "clock": self._clock(),
             "embedder": embedder,
             "index": {
@@ -100,7 +99,9 @@ class HealthOp:
                 # Seconds notes have waited to be cut for the model's tokenizer (it loads, or a
                 # first start converts the model), else None.
                 "tokenizer_wait_seconds": (
-                    None if (since := act.tokenizer_wait_since) is None else round(time.time() - since, 1)
+                    None
+                    if (since := act.tokenizer_wait_since) is None
+                    else round(max(act.clock() - since, 0.0), 1)
                 ),
                 "tokenizer_wait_max_seconds": TOKENIZER_WAIT_S,
                 # A note whose read has not answered for a second or more (a share that hangs):

@@ -131,6 +131,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.stop = threading.Event()
         self.slot = EmbedderSlot()
         self.started = time.time()
+        self.started_steady = time.monotonic()  # the uptime's (see ServiceState)
         self._threads: list[threading.Thread] = []
         self._lock: IndexLock | None = None
         self._listener: Any = None
@@ -523,6 +524,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
             lambda: loop.asked_done,
             loop.rebuilding,
             loop.rebuild_queued,
+            started_steady=self.started_steady,
         )
         handlers = build_handlers(cfg, parts, self.slot, service, inboxes, counts=self._counts)
         self._retriever = handlers.retriever

@@ -247,11 +247,14 @@ class SwitchingHealth:
     def __init__(self, health: dict[str, Any]) -> None:
         self.health = health
         self.since = time.time()
+        self._taken = time.monotonic()  # when ``health`` was answered, by the uptime's clock
 
     def dispatch(self, req: Request) -> dict[str, Any]:
         answer = copy.deepcopy(self.health)
-        if isinstance(started := answer.get("started"), (int, float)):
-            answer["uptime_seconds"] = round(time.time() - started, 1)
+        if isinstance(uptime := answer.get("uptime_seconds"), (int, float)):
+            # That answer's uptime and the time since, by the steady clock (by the wall clock a
+            # step made it negative or days long).
+            answer["uptime_seconds"] = round(uptime + max(time.monotonic() - self._taken, 0.0), 1)
         problems, since = answer.setdefault("problems", {}), self.since
         active = [p for p in problems.get("active", []) if p.get("area") != "index"]
         active.append(

@@ -54,6 +54,7 @@ class ReadOnlyStart:
     cfg: Config
     stop: threading.Event
     started: float
+    started_steady: float
     watchdog: Watchdog
     notifier: Notifier
     _kept: Parts | None
@@ -148,6 +149,7 @@ class ReadOnlyStart:
                 parts.problems.report("config", RELOAD_WAITS)
             self._log_read_only(refusal)
             service = ServiceState(self.started, lambda: 0, lambda *_a: None, list, self.reload)
+            service.started_steady = self.started_steady
             inboxes = Inboxes(cfg, home=parts.supervisor.home, clock=parts.clock)
             handlers = build_handlers(cfg, parts, slot, service, inboxes, counts=self._counts)
             self._retriever = handlers.retriever

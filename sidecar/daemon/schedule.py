@@ -42,6 +42,7 @@ CLOCK_STEP_S = 1.0
 CLOCK_CHECK_S = 1.0
 # A job that keeps failing is logged with its traceback once, then once per this many seconds.
 _REPEAT_LOG_S = 600.0
+_LONGEST_WAIT_S = 7 * 86_400.0  # a pacer's wait past which (or NaN) the pause is taken as a second
 # The daily housekeeping's first run after a start: not during it (a daemon restarted every day
 # would otherwise never run it; a model switch loads its previous model after the new one).
 DAILY_FIRST_S = 600.0
@@ -79,16 +80,31 @@ class Schedule:
 class Pacer(threading.Thread):
     """Runs ``fn`` every ``seconds`` of monotonic time (after the previous run ends)."""
 
-    def __init__(self, name: str, seconds: float, fn: Callable[[], None], stop: threading.Event) -> None:
+    def __init__(
+        self,
+        name: str,
+        seconds: float,
+        fn: Callable[[], None],
+        stop: threading.Event,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
         super().__init__(name=f"sched-{name}", daemon=True)
         self.job, self.seconds, self.fn, self.stop = name, seconds, fn, stop
+        self.sleep = sleep or time.sleep  # tests stand in for the pause
         self._failure: tuple[str, float, int] | None = None  # error text, last logged, repeats
 
     def run(self) -> None:
         while not self.stop.is_set():
             # time.sleep, not stop.wait: on macOS a timed lock wait (Python < 3.13) ends at a
             # wall-clock deadline, which a step back postpones by the step.
-            time.sleep(self.seconds)
+            try:
+                self.sleep(self.seconds)
+            except Exception as exc:
+                # The pause itself failed: the thread ended for good with it (the tick's jobs
+                # never ran again). Logged as a failed run is, then a wait of the stop event
+                # instead, so a sleep failing each time neither ends the thread nor spins it.
+                self._failed(exc)
+                self.stop.wait(self.seconds if 0 < self.seconds <= _LONGEST_WAIT_S else 1.0)
             if self.stop.is_set():
                 return
             try:

@@ -38,7 +38,8 @@ class Activity:
     # read failed. Counted in ``done`` (their batch is), not in ``notes_read``.
     not_read: int = 0
     # Since when notes wait to be cut for the model's tokenizer (loaded or converted on a first
-    # start; at most TOKENIZER_WAIT_S), else None: status says why "indexing 0/3" stands still.
+    # start; at most TOKENIZER_WAIT_S), by ``clock`` (a step of the wall clock made the wait
+    # negative or hours long), else None: status says why "indexing 0/3" stands still.
     tokenizer_wait_since: float | None = None
     # Notes written per second over the sweep's last batches: status' estimate of its time left.
     pace: Pace = field(default_factory=lambda: Pace(SWEEP_PACE_BATCHES, SWEEP))

@@ -173,7 +173,7 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
             # Once: a tokenizer that does not come within the bound is not waited for again
             # (sizes are then estimated, as without a model).
             started = time.perf_counter()
-            self.activity.tokenizer_wait_since = time.time()
+            self.activity.tokenizer_wait_since = self.activity.clock()
             try:
                 self.slot.wait_countable(TOKENIZER_WAIT_S)
             finally:

@@ -223,11 +223,15 @@ class Vectoring:
             c[2] += seconds
 
     def _embedded_by_table(self) -> dict[str, int]:
-        """``embedded`` per vector table, every kind of run: during a switch each model's own."""
+        """``embedded`` per vector table in use (serving, or being built), every kind of run:
+        during a switch each model's own. A table retired by a switch leaves it (status named
+        an old model's table for as long as the daemon ran); ``embedded`` still counts it."""
+        live = {vs.store.name for vs in (self.stores.serving, self.stores.building) if vs is not None}
         out: dict[str, int] = {}
         with self._tally_lock:
             for (_kind, table), c in self._tally.items():
-                out[table] = out.get(table, 0) + c[0]
+                if table in live:
+                    out[table] = out.get(table, 0) + c[0]
         return out
 
     def embedded_for_write(self, table: str, texts: int) -> None:
@@ -685,13 +689,14 @@ class Vectoring:
                 if vec.shape[0] == vs.store.dim:
                     known[h] = vec
                     self.kept_reused += sum(1 for x in ident if x == h)
-        stashed = self._take_ready(vs, [h for h in first if h not in known], known)
+        ready_made = self._take_ready(vs, [h for h in first if h not in known], known)
         todo = [i for h, i in first.items() if h not in known]
         fresh = self._run_model(vs, rows, todo, wait, stop, counted=counted)
         known.update((ident[i], vec) for i, vec in fresh.items())
         done = [i for i, h in enumerate(ident) if h in known]
-        # A stashed vector was computed (and counted) before its batch failed: not a reuse.
-        self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in stashed)
+        # A stashed vector was computed (and counted) before its batch failed, a write's by its
+        # duplicate check (``embedded_for_write``): embedded once, not a reuse too.
+        self.reused += len(done) - len(fresh) - sum(1 for i in done if ident[i] in ready_made)
         return [rows[i] for i in done], np.stack([known[ident[i]] for i in done]).astype(np.float32)
 
     def reuse_kept(self, chunks: Sequence[ChunkRecord]) -> int:
@@ -772,21 +777,21 @@ class Vectoring:
 
     def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
         """Into ``known``: vectors computed already for these texts, of a batch that could not be
-        stored (taken) or of a memory write's duplicate check; the hashes of the former."""
-        stashed: set[str] = set()
+        stored (taken) or of a memory write's duplicate check; the hashes of both (the model's
+        run made them, counted in ``embedded`` then: no reuse)."""
+        ready_made: set[str] = set()
         if not (self._expected or self._stashed):
-            return stashed
+            return ready_made
         with self._expect_lock:
             for h in hashes:
                 ready = self._stashed.pop((vs.store.name, h), None)
-                if ready is not None:
-                    stashed.add(h)
-                else:
+                if ready is None:
                     ready = self._expected.get((id(vs.model), h))
                     self.expected_used += ready is not None
                 if ready is not None:
                     known[h] = ready
-        return stashed
+                    ready_made.add(h)
+        return ready_made
 
     def _finish_migration(self) -> None:
         stores = self.stores

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -75,20 +76,14 @@ class Tidy:
         """Clear the temp files a killed write left in the inboxes (at start, before any write),
         and the hard links of the fallback in .trash; returns how many. Such a file can hold the
         person's save (a write killed between an exchange and its swap back) or be the file a
-        write replaced, still open in an editor: see ``_clear``."""
+        write replaced, still open in an editor: see ``_clear``. The daily prune settles the
+        inboxes' temp files the same way (``_settle_temps``), a daemon running for months kept
+        them until its next start."""
         cleared = 0
         for agent in self._agent_names():
             try:
                 with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
-                    for name in os.listdir(inbox_fd):
-                        if _PROBE.match(name):
-                            with contextlib.suppress(FileNotFoundError):
-                                os.unlink(name, dir_fd=inbox_fd)
-                            cleared += 1
-                        elif _TEMP.match(name):
-                            cleared += self._clear(
-                                agent, inbox_fd, inbox_fd, name, name[1:].rsplit(".", 2)[0]
-                            )
+                    cleared += self._settle_temps(agent, inbox_fd, running=False)
                     try:
                         trash_fd = trash_dir(inbox_fd, create=False)
                     except FileNotFoundError:
@@ -100,6 +95,50 @@ class Tidy:
             except (OSError, SourceError):
                 continue  # no inbox, or not a private one (never written to either)
         return cleared
+
+    def _settle_temps(self, agent: str, inbox_fd: int, *, running: bool) -> int:
+        """Clear the leftovers of killed writes in one inbox: the folder-clock probes (no text)
+        and the temp files (judged by ``_clear``); how many. ``running``: writes may be under
+        way (the daily prune), so each is settled under its note's lock, which every write that
+        makes such a file holds until it is gone; one whose note a write holds or waits for is
+        in use, or left to the next prune."""
+        cleared = 0
+        for name in os.listdir(inbox_fd):
+            probe = _PROBE.match(name) is not None
+            if not probe and _TEMP.match(name) is None:
+                continue
+            slug = name[1:].rsplit(".", 2)[0]
+            try:
+                with self._held_if(running, agent, slug) as free:
+                    if not free:
+                        continue
+                    if probe:
+                        os.unlink(name, dir_fd=inbox_fd)
+                        cleared += 1
+                    else:
+                        cleared += self._clear(agent, inbox_fd, inbox_fd, name, slug)
+            except FileNotFoundError:  # its write finished meanwhile
+                continue
+            except (OSError, SourceError) as exc:
+                if not running:
+                    raise
+                log.warning("inbox_temp_not_settled agent=%s file=%s error=%s", agent, name, exc)
+        return cleared
+
+    @contextlib.contextmanager
+    def _held_if(self, running: bool, agent: str, slug: str) -> Iterator[bool]:
+        """The note's lock when writes may run (yields False, taking nothing, while a write of
+        the note runs or waits); nothing at a start, before any write (yields True)."""
+        if not running:
+            yield True
+            return
+        with self._guard:
+            busy = (agent, slug) in self._locks
+        if busy:
+            yield False
+            return
+        with self.locked(agent, slug):
+            yield True
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> bool:
         """One leftover of a killed write, or an empty file a write replaced. Only a second name

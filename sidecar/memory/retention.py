@@ -44,6 +44,16 @@ def _drop_stale_stamps(trash_fd: int) -> None:
             os.unlink(name, dir_fd=trash_fd)
 
 
+def _changed_since(trash_fd: int, name: str, since: float) -> bool:
+    """Whether a kept text was written at or after ``since`` (its mtime: an editor saved into
+    it). Its name's time says when it was kept, not when a person last touched it: one edited
+    yesterday was removed for a name months old. A kept text's mtime is its note's last write,
+    before the keep, so an untouched one still ages by its name. A time ahead of ``since`` (a
+    clock stepped back, a future time set by hand) only keeps it longer; the caps still bound
+    the folder."""
+    return os.stat(name, dir_fd=trash_fd, follow_symlinks=False).st_mtime >= since
+
+
 class Retention:
     """Pruning of the inboxes' .trash and retirement of empty agents, for ``Inboxes``."""
 
@@ -73,11 +83,17 @@ class Retention:
     def _settle_held(self, agent: str, inbox_fd: int, trash_fd: int) -> None:
         raise NotImplementedError
 
+    def _settle_temps(self, agent: str, inbox_fd: int, *, running: bool) -> int:
+        raise NotImplementedError
+
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
-        the time in their name, as written by this daemon; other files are left alone), and the
+        since the later of the time in their name, as written by this daemon, and their last
+        change: one a person opened and edited there is judged by that edit; other files are
+        left alone), and the
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
-        a keep that was killed go too. Counts each trash afresh for the caps (see Trash). An
+        a keep that was killed go too, and those of a write that was killed are settled as at a
+        start. Counts each trash afresh for the caps (see Trash). An
         agent in a loop of rewrites would otherwise fill the disk the index shares over the years.
         Then retires the folders of agents with nothing left (see ``_retire``). Returns how many
         kept texts were removed.
@@ -95,7 +111,7 @@ class Retention:
         caps = self._caps()
         removed = retired = 0
         for agent in self._agent_names():
-            aged, capped = self._prune_one(agent, cutoff, caps)
+            aged, capped = self._prune_one(agent, (cutoff, now - days * 86_400), caps)
             if aged:
                 log.info("memory_trash_pruned agent=%s removed=%d older_than_days=%d", agent, aged, days)
             if capped:
@@ -147,11 +163,15 @@ class Retention:
             log.info("retired_audit_pruned removed=%d older_than_days=%d", removed, days)
         return removed
 
-    def _prune_one(self, agent: str, cutoff: str, caps: tuple[int, int]) -> tuple[int, int]:
-        """Prune one agent's .trash: (texts removed by age, texts removed by the caps)."""
+    def _prune_one(self, agent: str, cutoff: tuple[str, float], caps: tuple[int, int]) -> tuple[int, int]:
+        """Prune one agent's .trash: (texts removed by age, texts removed by the caps). ``cutoff``:
+        the name's time and the epoch time before which a kept text is old enough."""
         aged = capped = 0
         try:
             with self._dirs(agent, create=False) as (_agent_fd, inbox_fd):
+                # The temp files of writes killed mid-way, as at a start: a daemon running for
+                # months kept them (and the text a person saved into one) until its next start.
+                self._settle_temps(agent, inbox_fd, running=True)
                 try:
                     trash = trash_dir(inbox_fd, create=False)
                 except FileNotFoundError:
@@ -164,10 +184,11 @@ class Retention:
                     with ledger.lock:
                         for name in os.listdir(trash):
                             m = KEPT.match(name)
-                            if m is not None and m.group(1) < cutoff and is_time(m.group(1)):
+                            if m is not None and m.group(1) < cutoff[0] and is_time(m.group(1)):
                                 with contextlib.suppress(OSError):  # gone, or a folder so named
-                                    os.unlink(name, dir_fd=trash)
-                                    aged += 1
+                                    if not _changed_since(trash, name, cutoff[1]):
+                                        os.unlink(name, dir_fd=trash)
+                                        aged += 1
                             elif m is None and TRASH_TEMP.match(name):
                                 # Left by a keep that was killed (a keep runs under the lock held).
                                 with contextlib.suppress(OSError):

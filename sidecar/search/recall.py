@@ -112,7 +112,7 @@ def recall(
         listed = r.with_period(result, dated, windowed)
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(listed.hits, budget, count_tokens, own=req.agent is not None)
-        return replace(listed, context=block)
+        return replace(listed, context=block, dropped=_left_out(listed.hits, result.hits, result))
     if alone or (asked and result.hits):
         return result
     # The words are recalled from any day (see Retriever.search), the time phrase still not among
@@ -120,7 +120,10 @@ def recall(
     # found today's daily note by its title ("have a nice day today").
     phrase = inline.phrase
     _, inline = split_filters(message, r.today_of(req), phrases=False)
-    anyday = _recall(r, text, history, with_filters(req, inline), count_tokens, explain=explain)
+    anyreq = with_filters(req, inline)
+    anyday = _same_search(result, windowed, anyreq)
+    if anyday is None:
+        anyday = _recall(r, text, history, anyreq, count_tokens, explain=explain)
     if result.hits:
         # A period named but not asked about does not restrict: "My back hurts since Monday,
         # what helps?" recalled the daily notes of the pain alone, never the note on what helps a
@@ -135,11 +138,50 @@ def recall(
         hits = tuple(sorted(merged, key=lambda h: h.relevance, reverse=True))
         budget = windowed.token_budget or r.recall_settings().token_budget
         block = render_block(hits, budget, count_tokens, own=req.agent is not None)
-        return replace(result, hits=hits, context=block)
+        # A preview names what this merge left out too, not the period's run alone.
+        dropped = _left_out(hits, result.hits + more, result, anyday)
+        return replace(result, hits=hits, context=block, dropped=dropped)
     # Nothing in the period. Why, truly: a period asked about whose window holds no dated note,
     # or a message that did not ask about its notes (the window may well hold some: they were
     # not listed unasked).
     return phrase_ignored(anyday, phrase, "noNote" if asked else "notAsked", windowed.filters)
+
+
+def _same_search(result: SearchResult, ran: SearchRequest, wanted: SearchRequest) -> SearchResult | None:
+    """``result`` (of ``ran``) as ``wanted``'s when the two differ only in what the analysis
+    says of the time phrase: the phrase set no window (one given as a parameter wins over it),
+    and the search of any day ran the very same search a second time. None when they differ."""
+    phrase, given = wanted.filters.phrase, wanted.filters.given
+    if replace(ran, filters=replace(ran.filters, phrase=phrase, given=given)) != wanted:
+        return None
+    if result.analysis is None:
+        return None
+    filters = replace(result.analysis.filters, time_phrase=phrase, window_given=given)
+    return replace(result, analysis=replace(result.analysis, filters=filters))
+
+
+def _left_out(hits: Sequence[Hit], offered: Sequence[Hit], *runs: SearchResult) -> tuple[Hit, ...]:
+    """A preview's ``dropped`` for the hits a recall injects, made of several runs: the runs'
+    own candidates below the gates, then those past the limit, among them the runs' hits the
+    merge left out (``offered`` not in ``hits``); each once, none that is injected. Empty
+    unless a preview (the runs' ``gates`` say so). It reported the period's run alone: hits it
+    injected shown as dropped, hits the merge cut shown nowhere."""
+    if all(run.gates is None for run in runs):
+        return ()
+    taken = {(h.reference, h.lines) for h in hits}
+    cut = [replace(h, gate="limit") for h in offered if (h.reference, h.lines) not in taken]
+    below: list[Hit] = []
+    past: list[Hit] = []
+    for h in [*(d for run in runs for d in run.dropped), *cut]:
+        key = (h.reference, h.lines)
+        if key not in taken:
+            taken.add(key)
+            (past if h.gate == "limit" else below).append(h)
+    return _best(below) + _best(past)
+
+
+def _best(hits: list[Hit]) -> tuple[Hit, ...]:
+    return tuple(sorted(hits, key=lambda h: h.relevance, reverse=True)[:_DROPPED_SHOWN])
 
 
 def _recall(
