@@ -702,11 +702,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
-                parts.stores.close()
+                parts.stores.close(stopping=True)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
-                    other.stores.close()
+                    other.stores.close(stopping=True)
         finally:
             if self._lock is not None and idle:
                 self._lock.release()

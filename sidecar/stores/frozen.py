@@ -65,6 +65,21 @@ def frozen(path: Path) -> bool:
         return False
 
 
+# Connections left open at the stop (``leave_open``): one per manifest the stop closes, never more.
+_left_open: list[sqlite3.Connection] = []
+
+
+def leave_open(db: sqlite3.Connection) -> None:
+    """Never close ``db``, a writer whose ``-shm`` is immutable at the stop: SQLite's close of a
+    database's last connection checkpoints and writes that file's mapping, and the kernel kills
+    the process with SIGBUS. Referenced for the life of the process, one reference more than any
+    holder gives back, so neither a collection nor the interpreter's exit closes it; the exit
+    unmaps it, and the next open replays the write-ahead log (nothing lost). For the stop only:
+    a close while the daemon runs must close (each kept connection holds descriptors)."""
+    _left_open.append(db)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
+
+
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
     """A statement not run: the database's ``-shm`` is immutable (see the module). SQLite's error
     for the stores' handling of a failed statement, a permission denied for everyone else (a

@@ -24,7 +24,7 @@ from pathlib import Path
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
-from sidecar.stores.frozen import frozen, guarded_connect
+from sidecar.stores.frozen import frozen, guarded_connect, leave_open
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -409,12 +409,16 @@ class ManifestFile:
             )
         return done
 
-    def close(self) -> None:
+    def close(self, *, stopping: bool = False) -> None:
         """Close every connection and release the writer's count, each even when a step before
         raises (the first error is raised after): a reader whose close raised left the writer's
         connection open, its log unwritten and its count taken (a read-only open of this file in
-        the process then read it as changing, never ``immutable``)."""
+        the process then read it as changing, never ``immutable``). ``stopping``: the process
+        exits next, and the writer's connection is left open while the ``-shm`` is immutable
+        (``_left_at_stop``)."""
         with self._lock:
+            if getattr(self, "_left", False) or (stopping and self._left_at_stop()):
+                return
             failed: BaseException | None = None
             # Readers first: the last connection to close checkpoints the WAL into the file and
             # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
@@ -438,6 +442,30 @@ class ManifestFile:
                     raise failed
                 finally:
                     failed = None  # no cycle through this frame
+
+    def _left_at_stop(self) -> bool:
+        """At the stop, a writer whose ``-shm`` is immutable: its readers closed (none is the last
+        connection, the writer's is open: their close writes nothing), the writer's left open
+        (``frozen.leave_open``); its close, the last, would checkpoint into the mapped ``-shm``:
+        SIGBUS, the stop a crash with a core. A read-only manifest is closed as always (a
+        ``mode=ro`` connection writes nothing at its close), and so is everything at any other
+        close: one left open per close while the flag stayed ran out of descriptors."""
+        shm = self.path.with_name(self.path.name + "-shm")
+        if self.read_only or not frozen(shm):
+            return False
+        for reader in self._readers:
+            with contextlib.suppress(sqlite3.Error):
+                reader.close()
+        self._readers.clear()
+        self._release_writer()
+        leave_open(self._db)
+        self._left = True
+        log.warning(
+            "manifest_close_skipped path=%s reason=immutable (left open at the stop: the next "
+            "start replays its write-ahead log, nothing is lost)",
+            shm,
+        )
+        return True
 
     def _release_writer(self) -> None:
         if self._counted:  # a second close counts nothing
