@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +96,39 @@ def test_a_writer_refused_as_a_readonly_database_moves_nothing_aside(make_cfg: A
         bm25.close()
         manifest.close()
     assert not list(cfg.index_dir.glob("*.broken-*"))
+
+
+def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_factory: Any, vault: Path) -> None:
+    """``chattr -R +i`` of a running daemon's index folder: search, get, status and the memory list
+    were refused ("permission denied: …-shm is immutable") until the flag went, though nothing
+    they do writes. Answered over the socket now from the connections the daemon holds; a memory
+    write is saved unindexed, saying why. The daemon lives through it and catches up once the
+    flag is gone."""
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the zeppelin.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: a write into them faults
+        hits = d.call("search", {"query": "lighthouse keeper"}, agent="ops")["hits"]
+        assert "vault/Lighthouse" in {h["reference"] for h in hits}, hits
+        got = d.call("get", {"reference": "memory/plan"}, agent="ops")
+        assert "zeppelin" in got["text"], got
+        health = d.call("health", {}, agent="ops")
+        assert health["index"]["files"] >= 2, health
+        listed = d.call("list", {}, agent="ops")
+        assert [n["reference"] for n in listed["notes"]] == ["memory/plan"], listed
+        saved = d.call("write", {"slug": "canoe", "content": "# Canoe\n\nThe kayak canoe.\n"}, agent="ops")
+        assert saved["searchable"] is False and "permission denied: " in saved["warning"], saved
+        assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
+    d.call("index", {}, agent="ops")  # the sweep that catches up
+    deadline = time.monotonic() + 60
+
+    def found() -> set[str]:
+        return {h["reference"] for h in d.call("search", {"query": "kayak canoe"}, agent="ops")["hits"]}
+
+    while "memory/canoe" not in found():
+        assert time.monotonic() < deadline, d.log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert d.stop() == 0
+    assert not list(index.glob("*.broken-*"))
