@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -105,10 +106,12 @@ class GuardedConnection(sqlite3.Connection):
     _settled = 0  # total_changes when the last commit was followed by a read
     _reading_only = False  # query_only set by ``_check`` while the -shm is immutable
 
-    def _check(self) -> None:
+    def _check(self, sql: object = "") -> None:
         if self.shm is None or self.in_transaction:
             return
         if frozen(self.shm):
+            if isinstance(sql, str) and _WRITES_OUTSIDE_QUERY_ONLY.search(sql):
+                raise FrozenShmError(immutable_words(self.shm))
             if not self._reading_only and not super().execute("PRAGMA query_only").fetchone()[0]:
                 super().execute("PRAGMA query_only=ON")
                 self._reading_only = True
@@ -130,7 +133,7 @@ class GuardedConnection(sqlite3.Connection):
                 super().execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
 
     def execute(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
+        self._check(args[0] if args else kwargs.get("sql", ""))
         try:
             cursor = super().execute(*args, **kwargs)
         except sqlite3.Error as exc:
@@ -139,7 +142,7 @@ class GuardedConnection(sqlite3.Connection):
         return cursor
 
     def executemany(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
+        self._check(args[0] if args else kwargs.get("sql", ""))
         try:
             cursor = super().executemany(*args, **kwargs)
         except sqlite3.Error as exc:
@@ -148,7 +151,7 @@ class GuardedConnection(sqlite3.Connection):
         return cursor
 
     def executescript(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
+        self._check(args[0] if args else kwargs.get("sql", ""))
         try:
             cursor = super().executescript(*args, **kwargs)
         except sqlite3.Error as exc:
@@ -159,6 +162,11 @@ class GuardedConnection(sqlite3.Connection):
 
 # SQLite's result code of a write refused (here: by query_only).
 _SQLITE_READONLY = 8
+# Statements that write the -shm though query_only lets them run: a checkpoint writes how far the
+# log is copied back (and a restart of the log its header), a vacuum or a journal mode change too.
+_WRITES_OUTSIDE_QUERY_ONLY = re.compile(
+    r"\b(wal_checkpoint|incremental_vacuum|optimize|journal_mode|vacuum)\b", re.IGNORECASE
+)
 
 
 def immutable_words(shm: Path | None) -> str:
