@@ -669,8 +669,9 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
     """A start whose keyword index cannot be opened at all for want of permission (immutable:
     Tantivy writes its lock file even to read): the daemon exited 5, status had nothing to say.
     It serves: every request is answered "the index cannot be read: permission denied: <path>"
-    with what to do, and once the folder may be written the switch to writable succeeds, no
-    restart. Nothing is moved aside."""
+    with what to do (health with a record saying so: status exited 7 with no record), and once
+    the folder may be written the switch to writable succeeds, no restart. Nothing is moved
+    aside."""
     import tempfile
 
     from sidecar.contracts.errors import SidecarError
@@ -694,10 +695,11 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
                 d.startup()
                 dispatch = d._dispatch
                 assert dispatch is not None
-                for op in ("health", "search"):
-                    with pytest.raises(SidecarError) as err:
-                        dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
-                    said = str(err.value)
+                with pytest.raises(SidecarError) as err:
+                    dispatch.dispatch(Request("search", {"query": "lighthouse"}, agent="ops"))
+                health = dispatch.dispatch(Request("health", {}, agent="ops"))
+                assert health["index"]["state"] == "refusing" and health["pid"] == os.getpid(), health
+                for said in (str(err.value), health["refusing"], health["problems"]["active"][0]["error"]):
                     assert said.startswith("the index cannot be read: "), said
                     assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
                     assert "chattr -R -i" in said and "resumes by itself" in said, said
@@ -716,8 +718,9 @@ def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_in
 ) -> None:
     """The same start (the keyword index immutable: nothing can be read) refused memory writes
     too, "the index cannot be read", although the agent's inbox could be written: an agent lost
-    them. Written, edited and deleted in the inbox (``searchable: false``, saying why), indexed
-    once the index can be read; other requests are still refused."""
+    them. Written, edited and deleted in the inbox (``searchable: false``, saying why, ``previous``
+    kept as the normal path does, one warning for a delete), listed from the inbox, indexed once
+    the index can be read; an agent with no inbox yet gets one; other requests are still refused."""
     import tempfile
     import time
 
@@ -752,9 +755,22 @@ def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_in
                 assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
                 edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
                 assert edited["action"] == "updated" and edited["searchable"] is False, edited
+                assert Path(edited["previous"]).is_file(), edited  # the replaced text, kept in .trash
                 ask("write", slug="old", content="# Old\n\nGone soon.\n")
                 gone = ask("delete", slug="old")
                 assert gone["deleted"] and "still found by search" in gone["warning"], gone
+                assert gone["warning"].count("the index cannot be read") == 1, gone
+                assert "indexed" not in gone["warning"], gone  # a deletion is not indexed
+                listed = ask("list")
+                assert [n["reference"] for n in listed["notes"]] == ["memory/canoe"], listed
+                assert listed["notes"][0]["indexed"] is False, listed
+                first = dispatch.dispatch(  # an agent with no inbox yet: its first write makes it
+                    Request(
+                        "write", {"slug": "hello", "content": "# Hello\n\nA new agent.\n"}, agent="newcomer"
+                    )
+                )
+                assert first["created"] and (cfg.agents_dir / "newcomer" / "memory" / "hello.md").is_file()
+                assert d._refusing("again").inbox is d._refusing("once more").inbox  # one per daemon
                 with pytest.raises(SidecarError, match="the index cannot be read: "):
                     ask("search", query="zeppelin")
             inbox = cfg.agents_dir / "ops" / "memory"
@@ -796,3 +812,22 @@ def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_rest
     assert health is None and not socket.ok
     assert "refusing: the index cannot be read: " in socket.verdict and "chattr -R -i" in socket.verdict
     assert socket.todo == "" and other.ok, (socket, other)
+
+
+def test_status_and_doctor_of_a_daemon_refusing_an_unreadable_index_read_its_record(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The health record of the cannot-read state (``InboxOnly.health``): status renders it (it
+    exited 7 with the refusal's words, no record), doctor says "refusing" with its words."""
+    import time
+
+    from sidecar.clients.cli_render import render_status
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.readonly import InboxOnly, Refusing, unreadable_words
+
+    cfg = make_cfg(vault)
+    why = unreadable_words(PermissionError(errno.EPERM, "Operation not permitted", "/x/index/bm25"))
+    health = Refusing(why, InboxOnly(cfg, lambda _agent: True, time.time())).dispatch(Request("health", {}))
+    said = render_status(health)
+    assert "Index: refusing: the index cannot be read: " in said and "chattr -R -i" in said, said
+    assert health["problems"]["active"][0]["area"] == "index", health
