@@ -138,6 +138,18 @@ def _older(path: Path, version: int) -> StoreError:
     )
 
 
+def close_failed_open(db: sqlite3.Connection | None, path: Path) -> None:
+    """Close the connection of an open that failed; an error of the close is logged, never
+    raised: raised, it hid the open's error, the one that says what is wrong (and decides whether
+    the file is damage or a fault that passes)."""
+    if db is None:
+        return
+    try:
+        db.close()
+    except Exception as exc:
+        log.warning("manifest_close_failed path=%s error=%s (after a failed open)", path, exc)
+
+
 class ManifestFile:
     """The manifest's file: made or upgraded at open (``Manifest.__init__`` calls the steps),
     opened read-only, compacted, closed; the state it works on is the manifest's own."""
@@ -213,8 +225,7 @@ class ManifestFile:
                 raise StoreError(f"manifest {path} failed its integrity check")
             self.inode = path.stat().st_ino
         except (sqlite3.Error, OSError) as exc:
-            if (db := getattr(self, "_db", None)) is not None:
-                db.close()
+            close_failed_open(getattr(self, "_db", None), path)
             hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""
             raise StoreError(f"manifest {path} cannot be opened read-only: {exc}{hint}") from exc
 
@@ -442,6 +453,14 @@ class ManifestFile:
                     raise failed
                 finally:
                     failed = None  # no cycle through this frame
+
+    def close_after_failure(self) -> None:
+        """``close`` after another step failed (a start's): an error of the close is logged, never
+        raised over the step's error, which says what is wrong."""
+        try:
+            self.close()
+        except Exception as exc:
+            log.warning("manifest_close_failed path=%s error=%s (after a failed start)", self.path, exc)
 
     def _left_at_stop(self) -> bool:
         """At the stop, a writer whose ``-shm`` is immutable: its readers closed (none is the last
