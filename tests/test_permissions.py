@@ -444,9 +444,9 @@ def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
     """``chattr -R +i`` of a running daemon's index folder (a backup tool, an admin): the kernel
     answers a write into the manifest's mapped ``-shm`` with SIGBUS, which can kill the daemon
     without a word (whether this sequence reaches such a write depends on SQLite's state: the
-    manifest test below forces one). It lives: requests that need the manifest are refused saying
-    "permission denied: …-shm is immutable", a memory write is saved unindexed, and once the flag
-    is gone it is found. A real daemon process, so a SIGBUS kills only it."""
+    manifest test below forces one). It lives: a memory write is saved unindexed saying why, a
+    search is answered from the connections the daemon holds, and once the flag is gone the note
+    is found. A real daemon process, so a SIGBUS kills only it."""
     import time
 
     from sidecar.contracts.errors import SidecarError
@@ -472,7 +472,7 @@ def test_a_running_daemon_whose_index_turns_immutable_lives_and_says_so(
         assert (d.cfg.agents_dir / "ops" / "memory" / "canoe.md").is_file()
     said_write = said[0]
     assert "saved, but not searchable yet" in said_write and "permission denied: " in said_write, said
-    assert "is immutable" in said[1], said  # the search
+    assert "'hits': [" in said[1], said  # the search, answered from the connections held
     d.call("index", {}, agent="ops")  # the sweep that catches up
     deadline = time.monotonic() + 60
 
@@ -502,7 +502,8 @@ for i in range(100):
 subprocess.run(["chattr", "-R", "+i", str(folder)], check=True)
 try:
     read, written = lambda: m._query("SELECT count(*) FROM meta"), lambda: m.set_meta("probe", "2")
-    for what, run in (("read", read), ("write", written)):
+    checkpoint = lambda: m._query("PRAGMA wal_checkpoint(TRUNCATE)")
+    for what, run in (("read", read), ("write", written), ("checkpoint", checkpoint)):
         try:
             run()
             print(what, "done", flush=True)
@@ -518,9 +519,11 @@ print("after", m.get_meta("probe"), flush=True)
 def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(tmp_path: Path) -> None:
     """The manifest's folder made immutable while it is open (``chattr -R +i``: a backup tool, an
     admin) with commits in its write-ahead log: SQLite's next read wrote into the mapped ``-shm``
-    and the kernel killed the process with SIGBUS (exit -7, no word said). Each read and write is
-    refused as a permission denied naming the immutable ``-shm``, and works again once the flag
-    is gone."""
+    and the kernel killed the process with SIGBUS (exit -7, no word said). Then each read and
+    write was refused as a permission denied naming the immutable ``-shm``: a daemon answered no
+    search, get or status until the flag went. A read is answered now (each commit is followed by
+    a read, whose read mark the next reads use: nothing is written), a write is refused in words,
+    and writes work again once the flag is gone."""
     import sys
 
     if shutil.which("chattr") is None:
@@ -543,9 +546,11 @@ def test_a_manifest_whose_files_turn_immutable_refuses_in_words_and_works_again(
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     lines = done.stdout.splitlines()
     shm = folder / "manifest.sqlite-shm"
-    assert lines[0].startswith(f"read refused permission denied: {shm} is immutable"), lines
-    assert lines[1].startswith("write refused ") and "permission denied" in lines[1], lines
-    assert lines[2] == "after 3", lines
+    assert lines[0] == "read done", lines  # the read mark set after the commits: nothing written
+    assert lines[1].startswith(f"write refused the index is immutable: permission denied: {shm}"), lines
+    assert "chattr -i" in lines[1], lines
+    assert lines[2].startswith("checkpoint refused the index is immutable: "), lines  # query_only lets it
+    assert lines[3] == "after 3", lines
 
 
 # Run in a process of its own (``test_the_immutable_check_keeps_sqlites_locks_...``), so that a
@@ -668,8 +673,9 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
     """A start whose keyword index cannot be opened at all for want of permission (immutable:
     Tantivy writes its lock file even to read): the daemon exited 5, status had nothing to say.
     It serves: every request is answered "the index cannot be read: permission denied: <path>"
-    with what to do, and once the folder may be written the switch to writable succeeds, no
-    restart. Nothing is moved aside."""
+    with what to do (health with a record saying so: status exited 7 with no record), and once
+    the folder may be written the switch to writable succeeds, no restart. Nothing is moved
+    aside."""
 
     from sidecar.contracts.errors import SidecarError
     from sidecar.contracts.protocol import Request
@@ -680,10 +686,11 @@ def test_a_start_that_cannot_even_read_the_index_serves_words_and_resumes_by_its
             d.startup()
             dispatch = d._dispatch
             assert dispatch is not None
-            for op in ("health", "search"):
-                with pytest.raises(SidecarError) as err:
-                    dispatch.dispatch(Request(op, {"query": "lighthouse"}, agent="ops"))
-                said = str(err.value)
+            with pytest.raises(SidecarError) as err:
+                dispatch.dispatch(Request("search", {"query": "lighthouse"}, agent="ops"))
+            health = dispatch.dispatch(Request("health", {}, agent="ops"))
+            assert health["index"]["state"] == "refusing" and health["pid"] == os.getpid(), health
+            for said in (str(err.value), health["refusing"], health["problems"]["active"][0]["error"]):
                 assert said.startswith("the index cannot be read: "), said
                 assert "permission denied: " in said and str(cfg.index_dir / "bm25") in said, said
                 assert "chattr -R -i" in said and "resumes by itself" in said, said
@@ -699,8 +706,9 @@ def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_in
 ) -> None:
     """The same start (the keyword index immutable: nothing can be read) refused memory writes
     too, "the index cannot be read", although the agent's inbox could be written: an agent lost
-    them. Written, edited and deleted in the inbox (``searchable: false``, saying why), indexed
-    once the index can be read; other requests are still refused."""
+    them. Written, edited and deleted in the inbox (``searchable: false``, saying why, ``previous``
+    kept as the normal path does, one warning for a delete), listed from the inbox, indexed once
+    the index can be read; an agent with no inbox yet gets one; other requests are still refused."""
     import time
 
     from sidecar.contracts.errors import SidecarError
@@ -722,9 +730,20 @@ def test_a_start_that_cannot_read_the_index_saves_memory_writes_in_a_writable_in
             assert "saved, but not searchable yet: the index cannot be read: " in made["warning"], made
             edited = ask("edit", slug="canoe", content="# Canoe\n\nThe zeppelin canoe, painted.\n")
             assert edited["action"] == "updated" and edited["searchable"] is False, edited
+            assert Path(edited["previous"]).is_file(), edited  # the replaced text, kept in .trash
             ask("write", slug="old", content="# Old\n\nGone soon.\n")
             gone = ask("delete", slug="old")
             assert gone["deleted"] and "still found by search" in gone["warning"], gone
+            assert gone["warning"].count("the index cannot be read") == 1, gone
+            assert "indexed" not in gone["warning"], gone  # a deletion is not indexed
+            listed = ask("list")
+            assert [n["reference"] for n in listed["notes"]] == ["memory/canoe"], listed
+            assert listed["notes"][0]["indexed"] is False, listed
+            first = dispatch.dispatch(  # an agent with no inbox yet: its first write makes it
+                Request("write", {"slug": "hello", "content": "# Hello\n\nA new agent.\n"}, agent="newcomer")
+            )
+            assert first["created"] and (cfg.agents_dir / "newcomer" / "memory" / "hello.md").is_file()
+            assert d._refusing("again").inbox is d._refusing("once more").inbox  # one per daemon
             with pytest.raises(SidecarError, match="the index cannot be read: "):
                 ask("search", query="zeppelin")
         inbox = cfg.agents_dir / "ops" / "memory"
@@ -763,3 +782,22 @@ def test_doctor_of_a_daemon_refusing_an_unreadable_index_says_its_words_not_rest
     assert health is None and not socket.ok
     assert "refusing: the index cannot be read: " in socket.verdict and "chattr -R -i" in socket.verdict
     assert socket.todo == "" and other.ok, (socket, other)
+
+
+def test_status_and_doctor_of_a_daemon_refusing_an_unreadable_index_read_its_record(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The health record of the cannot-read state (``InboxOnly.health``): status renders it (it
+    exited 7 with the refusal's words, no record), doctor says "refusing" with its words."""
+    import time
+
+    from sidecar.clients.cli_render import render_status
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.readonly import InboxOnly, Refusing, unreadable_words
+
+    cfg = make_cfg(vault)
+    why = unreadable_words(PermissionError(errno.EPERM, "Operation not permitted", "/x/index/bm25"))
+    health = Refusing(why, InboxOnly(cfg, lambda _agent: True, time.time())).dispatch(Request("health", {}))
+    said = render_status(health)
+    assert "Index: refusing: the index cannot be read: " in said and "chattr -R -i" in said, said
+    assert health["problems"]["active"][0]["area"] == "index", health

@@ -1841,3 +1841,39 @@ def test_a_start_after_an_exclusion_of_the_newest_note_reads_nothing_again(
     assert "excluded_notes_removed count=1" in caplog.text
     assert "notes_renumbered_reread" not in caplog.text
     assert seen == [0]
+
+
+def test_a_failed_open_whose_close_fails_raises_the_opens_error(
+    tmp_path: Path, make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close of a failed open's connection (the manifest's, or the manifest after the keyword
+    index failed) raised over the open's error: the error that says what is wrong (and whether it
+    is damage or a fault that passes) was lost. The close's error is logged, the open's raised."""
+    import sqlite3
+
+    from sidecar.contracts.errors import PermissionDeniedError, StoreError
+    from sidecar.index.problems import Problems
+    from sidecar.stores import lifecycle
+    from sidecar.stores.frozen import GuardedConnection
+    from sidecar.stores.manifest import Manifest
+
+    def fails(*_a: Any, **_k: Any) -> None:
+        raise sqlite3.OperationalError("the close failed")
+
+    def io_error(_self: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    with monkeypatch.context() as m:
+        m.setattr(GuardedConnection, "close", fails)
+        m.setattr(Manifest, "_add_columns", io_error)
+        with pytest.raises(StoreError, match="disk I/O error"):
+            Manifest(tmp_path / "m.sqlite")
+    cfg = make_cfg(vault)
+
+    def denied(_path: Path) -> None:
+        raise PermissionDeniedError("permission denied: bm25")
+
+    monkeypatch.setattr(lifecycle, "open_bm25", denied)
+    monkeypatch.setattr(Manifest, "close", fails)
+    with pytest.raises(PermissionDeniedError, match="permission denied: bm25"):
+        lifecycle.open_stores(cfg, Problems())

@@ -204,6 +204,9 @@ def render_status(h: dict[str, Any]) -> str:
         f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
         f"socket {shown(h['socket'])}"
     ]
+    if refusing := h.get("refusing"):  # the index cannot be read: nothing else is known
+        lines.append(f"Index: refusing: {shown(refusing)}")
+        return "\n".join(lines)
     lines += _release_lines(h, idx)
     if h.get("clock"):
         lines.append(f"  {shown(clock_said(h['clock']))}")

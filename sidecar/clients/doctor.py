@@ -357,7 +357,11 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
             holder = None
         else:
             socket = Check("daemon", False, f"{cfg.socket_path}: {exc}", "restart the daemon")
-    else:
+    if health is not None and health.get("refusing"):
+        # Its record says so (it answers health in that state): as above, no record to check.
+        socket = Check("daemon", False, f"answers on {cfg.socket_path}, refusing: {health['refusing']}", "")
+        health = holder = None
+    elif health is not None:
         other_vault = _other_vault(cfg, health)
         theirs = {"version": str(health.get("version")), "build": str(health.get("build") or "")}
         runs = f"answers on {cfg.socket_path} (pid {health['pid']}, {said(theirs)}){other_vault}"

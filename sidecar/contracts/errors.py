@@ -202,7 +202,13 @@ _NO_HANDLES = (errno.EMFILE, errno.ENFILE)
 _DENIED = (errno.EACCES, errno.EPERM)
 # How a permission denied reads in an engine's message that keeps no errno: Tantivy's lock file
 # ("Failed to acquire Lockfile: Operation not permitted"), the OS's own words.
-_DENIED_WORDS = ("permission denied", "operation not permitted")
+_DENIED_WORDS = ("permission denied", "operation not permitted", "readonly database")
+# SQLite's SQLITE_READONLY ("attempt to write a readonly database", and its extended codes): the
+# database may not be written by this process now (a file or folder it may not write, a ``-shm``
+# mapped read-only while it was immutable and shared with a later writer). A permission state,
+# never damage: taken for damage, a healthy manifest and the keyword index were moved aside and
+# rebuilt once the flag was gone.
+_SQLITE_READONLY = 8
 
 
 def is_permission_denied(exc: BaseException | None) -> bool:
@@ -213,6 +219,7 @@ def is_permission_denied(exc: BaseException | None) -> bool:
         or (isinstance(e, OSError) and e.errno in _DENIED)
         or any(int(code) in _DENIED for code in _OS_ERROR_CODE.findall(str(e)))
         or any(words in str(e).lower() for words in _DENIED_WORDS)
+        or (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_READONLY
         for e in _chain(exc)
     )
 

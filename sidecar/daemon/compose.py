@@ -138,7 +138,7 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
     try:
         bm25 = open_bm25(cfg.index_dir / "bm25", read_only=True)  # an older layout's as it is
     except BaseException:
-        manifest.close()
+        manifest.close_after_failure()
         raise
     stores = Stores(manifest, bm25, problems=problems)
     vectors = Vectoring(

@@ -59,7 +59,7 @@ from sidecar.daemon.process import (
     raise_fd_limit,
     record_counting,
 )
-from sidecar.daemon.readonly import Dispatch, ReadOnly, Stopping
+from sidecar.daemon.readonly import Dispatch, InboxOnly, ReadOnly, Stopping
 from sidecar.daemon.readonly_start import ReadOnlyStart
 from sidecar.daemon.reloading import ConfigReload, ModelRetries
 from sidecar.daemon.repairs import RepairPolicy
@@ -169,6 +169,8 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._said_refused: str | None = None  # the last index_read_only_refused logged at ERROR
         self._dispatch: Dispatch | None = None
         self._inboxes: Inboxes | None = None
+        # The inboxes of the cannot-read state (``_refusing``), one for the daemon's life.
+        self._inbox_only: InboxOnly | None = None
         # health's inbox counts: one per daemon, not per handler build (a failed switch rebuilds
         # them every few seconds; each new one started one more stuck count and forgot the last).
         self._counts = BoundedCounts()
@@ -704,11 +706,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
-                parts.stores.close()
+                parts.stores.close(stopping=True)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
-                    other.stores.close()
+                    other.stores.close(stopping=True)
         finally:
             if self._lock is not None and idle:
                 self._lock.release()

@@ -16,17 +16,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sidecar import __version__
 from sidecar.config import Config
-from sidecar.contracts.errors import BusyError, StorageError, engine_text, stopping_message
+from sidecar.contracts.errors import BusyError, ProtocolError, StorageError, engine_text, stopping_message
 from sidecar.contracts.printable import quoted
-from sidecar.contracts.protocol import Request, check_known, param_str
+from sidecar.contracts.protocol import (
+    LIST_LIMIT_DEFAULT,
+    LIST_LIMIT_RANGE,
+    PROTOCOL_VERSION,
+    Request,
+    check_known,
+    param_int,
+    param_opt_str,
+    param_str,
+)
+from sidecar.contracts.wire import under_prefix
 from sidecar.daemon.compose import Dispatcher
 from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.inbox_types import check_agent, check_slug
-from sidecar.memory.ops import deleted_reply
+from sidecar.memory.ops import audit_warning, deleted_reply, unindexed_note
+from sidecar.runtime.release import build_id
 from sidecar.stores.space import LOW_BYTES
 from sidecar.vault.sources import Root, agent_inbox, public_reference
 
@@ -34,34 +46,105 @@ log = logging.getLogger(__name__)
 
 
 class Refusing:
-    """Handlers that refuse every request (code ``storage``) with why; but memory writes, edits
-    and deletes, saved in the agent's inbox when it may be written (``inbox``: no index is open to
-    update, the catch-up sweep indexes them once the index can be read), as the read-only state
-    saves them: an agent's memory is not lost because the index folder alone refuses."""
+    """Handlers of a daemon whose index cannot be read: ``health`` answers a record saying so
+    (``InboxOnly.health``: what, which path, what to do), the memory list lists the agent's inbox
+    from disk, and memory writes, edits and deletes are saved in the agent's inbox when it may be
+    written (``inbox``: no index is open to update, the catch-up sweep indexes them once the index
+    can be read), as the read-only state saves them: an agent's memory is not lost because the
+    index folder alone refuses. Every other request is refused (code ``storage``) with why."""
 
     def __init__(self, why: str, inbox: InboxOnly | None = None) -> None:
         self.why = why
         self.inbox = inbox
 
     def dispatch(self, req: Request) -> dict[str, Any]:
-        if self.inbox is not None and req.op in ReadOnly.MEMORY and self.inbox.writable(req.agent):
-            return self.inbox.dispatch(req, self.why)
+        if self.inbox is not None:
+            if req.op == "health":
+                return self.inbox.health(req, self.why)
+            if req.op == "list":
+                return self.inbox.listed(req, self.why)
+            if req.op in ReadOnly.MEMORY and self.inbox.writable(req.agent):
+                return self.inbox.dispatch(req, self.why)
         raise StorageError(self.why)
 
 
 class InboxOnly:
-    """Memory writes, edits and deletes in the inboxes alone, no index open (``Refusing``)."""
+    """Memory writes, edits, deletes and lists in the inboxes alone, no index open (``Refusing``),
+    and the health record of that state. One for the daemon's life: its ``Inboxes`` (the note
+    locks, the kept texts' caps) is not made anew at every retry of the index."""
 
-    def __init__(self, cfg: Config, writable: Callable[[str | None], bool]) -> None:
+    def __init__(self, cfg: Config, writable: Callable[[str | None], bool], started: float) -> None:
         self.cfg = cfg
         self.inboxes = Inboxes(cfg)
         self.writable = writable  # ``ReadOnly.inboxes_writable``: asked at each request
+        self.started = started
+        self.problems = Problems()  # the audit log's failures, shown by ``health``
+        self.since = time.time()  # when the index was first found unreadable (health's "since")
+
+    def health(self, req: Request, why: str) -> dict[str, Any]:
+        """A record in ``health``'s shape (its common fields, ``index.state`` "refusing") whose
+        ``refusing`` and active index problem say why nothing is served from the index and what to
+        do: status and doctor show it (a refusal in its place left status with exit 7 and no record)."""
+        check_known(req.params, ())
+        now = time.time()
+        problems = self.problems.describe()
+        active = [p for p in problems.get("active", []) if p.get("area") != "index"]
+        since, started = self.since, self.started
+        active.append({"area": "index", "error": why, "since": since, "last": now, "count": 1})
+        return {
+            "version": __version__,
+            "build": build_id(),
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "started": started,
+            "uptime_seconds": round(now - started, 1),
+            "home": str(self.cfg.home),
+            "socket": str(self.cfg.socket_path),
+            "vault": str(self.cfg.vault.path) if self.cfg.vault.path else None,
+            "refusing": why,
+            "index": {"state": "refusing", "path": str(self.cfg.index_dir), "error": why},
+            "problems": {"active": active, "recent": problems.get("recent", [])},
+        }
+
+    def listed(self, req: Request, why: str) -> dict[str, Any]:
+        """The agent's memory notes as its inbox holds them (``list``'s shape, each ``indexed:
+        false`` with why): listing needs no index. Other sources, and a tag (read from the index),
+        are refused with why."""
+        p = req.params
+        check_known(p, ("source", "tag", "pathPrefix", "limit"))
+        if req.agent is None:
+            raise ProtocolError("list needs an agent name (the 'agent' field of the request; --agent)")
+        agent = check_agent(req.agent)
+        if (param_opt_str(p, "source") or "memory") != "memory" or param_opt_str(p, "tag"):
+            raise StorageError(f"{why} (the memory list without a tag is answered from the inbox meanwhile)")
+        prefix = param_opt_str(p, "pathPrefix") or ""
+        lo, hi = LIST_LIMIT_RANGE
+        limit = param_int(p, "limit", default=LIST_LIMIT_DEFAULT, lo=lo, hi=hi)
+        inbox = agent_inbox(self.cfg, agent)
+        root = Root("memory", inbox, agent=agent)
+        short = why.split(";", maxsplit=1)[0]
+        notes = []
+        try:
+            with os.scandir(inbox) as entries:
+                found = [e for e in entries if e.name.lower().endswith(".md") and not e.name.startswith(".")]
+                for e in found:
+                    reference = public_reference(root.key_of_path(Path(e.path)), agent)
+                    if not under_prefix(reference.split("/", 1)[1], prefix, "memory"):
+                        continue
+                    st = e.stat(follow_symlinks=False)
+                    notes.append(unindexed_note(reference, "memory", (st.st_mtime_ns, st.st_ctime_ns), short))
+        except FileNotFoundError:
+            pass  # no inbox yet: no notes
+        except OSError as exc:
+            raise StorageError(f"the inbox {inbox} cannot be read: {exc.strerror or exc}") from exc
+        notes.sort(key=lambda n: n["reference"])
+        return {"notes": notes[:limit], "total": len(notes), "truncated": len(notes) > limit}
 
     def dispatch(self, req: Request, why: str) -> dict[str, Any]:
         p = req.params
         agent = check_agent(req.agent)
         slug = check_slug(p.get("slug"))
-        later = f"{why.split(';', maxsplit=1)[0]}; it is indexed once the index can be read again"
+        short = why.split(";", maxsplit=1)[0]  # "the index cannot be read: <what>"
         if req.op == "delete":
             check_known(p, ("slug",))
             with self.inboxes.locked(agent, slug):
@@ -69,12 +152,14 @@ class InboxOnly:
                     moved = self.inboxes.delete(agent, slug)
                 except OSError as exc:
                     raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
-            out = deleted_reply(slug, moved)
+            gone = deleted_reply(slug, moved)
             if moved is None:
-                return out
+                return gone
             log.info("memory_delete agent=%s slug=%s index=unreadable", agent, slug)
-            out["warning"] = f"deleted, but still found by search until the index can be read: {later}"
-            return out
+            still = f"deleted, but still found by search until the index can be read again ({short})"
+            audit = audit_warning(moved.audit_error, agent, self.problems)
+            gone["warning"] = "; ".join(w for w in (still, audit) if w)
+            return gone
         check_known(p, ("slug", "content", "frontmatter"))
         content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)
         front_matter = p.get("frontmatter")
@@ -87,7 +172,9 @@ class InboxOnly:
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
         log.info("memory_%s agent=%s slug=%s bytes=%d index=unreadable", req.op, agent, slug, written.size)
         key = Root("memory", agent_inbox(self.cfg, agent), agent=agent).key_of_path(written.path)
-        return {
+        later = f"saved, but not searchable yet: {short}; it is indexed once the index can be read again"
+        audit = audit_warning(written.audit_error, agent, self.problems)
+        out: dict[str, Any] = {
             "reference": public_reference(key, agent),
             "action": "created" if written.created else ("updated" if must_exist else "replaced"),
             "created": written.created,
@@ -96,8 +183,13 @@ class InboxOnly:
             "duplicates": [],
             "duplicatesChecked": False,
             "searchable": False,
-            "warning": f"saved, but not searchable yet: {later}",
         }
+        if written.previous is not None:
+            out["previous"] = str(written.previous)
+        if written.trash_dropped:
+            out["trashDropped"] = list(written.trash_dropped)
+        out["warning"] = "; ".join(w for w in (later, audit) if w)
+        return out
 
 
 def unreadable_words(exc: BaseException) -> str:

@@ -59,6 +59,7 @@ class ReadOnlyStart:
     notifier: Notifier
     _kept: Parts | None
     _refusal: ReadOnly | None
+    _inbox_only: InboxOnly | None
     _read_only: bool
     _read_only_parts: Parts | None
     _reload_waits: bool
@@ -117,8 +118,10 @@ class ReadOnlyStart:
         """Every request refused with ``why``, but memory writes saved where the inbox may be
         written (``Refusing``)."""
         cfg = self.cfg
-        rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir)
-        return Refusing(why, InboxOnly(cfg, rule.inboxes_writable))
+        if self._inbox_only is None:  # one for the daemon's life (its note locks, its problems)
+            rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir)
+            self._inbox_only = InboxOnly(cfg, rule.inboxes_writable, self.started)
+        return Refusing(why, self._inbox_only)
 
     def _read_only_handlers(self, failed: str | None = None) -> Handlers:
         """The handlers over the index opened read-only, refusing what writes; ``failed``: why the

@@ -118,13 +118,14 @@ class Stores:
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
-    def close(self) -> None:
+    def close(self, *, stopping: bool = False) -> None:
         """Flush and close BM25 and the manifest (the vector tables need no closing); the
-        manifest also when BM25's close raises (its writer connection and lock count kept)."""
+        manifest also when BM25's close raises (its writer connection and lock count kept).
+        ``stopping``: the process exits next (``ManifestFile.close``)."""
         try:
             self.bm25.close()
         finally:
-            self.manifest.close()
+            self.manifest.close(stopping=stopping)
 
 
 def _stamp(store: VectorStore) -> str:

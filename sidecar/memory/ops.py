@@ -196,7 +196,7 @@ class MemoryOps:
                     f"saved, but not searchable yet: the index cannot be written ({plain_error(why)}); it is "
                     "indexed once the index can be written again"
                 )
-        audit = _audit_warning(written.audit_error, agent, problems)
+        audit = audit_warning(written.audit_error, agent, problems)
         log.info(
             "memory_%s agent=%s slug=%s bytes=%d",
             "edit" if must_exist else "write",
@@ -429,7 +429,7 @@ class MemoryOps:
         if moved is None:
             return out
         log.info("memory_delete agent=%s slug=%s", agent, slug)
-        audit = _audit_warning(moved.audit_error, agent, self.problems)
+        audit = audit_warning(moved.audit_error, agent, self.problems)
         warning = "; ".join(w for w in (unindexed, audit) if w)
         if warning:
             out["warning"] = warning
@@ -556,7 +556,7 @@ class MemoryOps:
             reference = public_reference(key, agent)
             if _under(reference, prefix):
                 why = f"{state}: {error or 'unknown reason'}"
-                out.append(_unindexed_note(reference, src, (mtime_ns, ctime_ns), why))
+                out.append(unindexed_note(reference, src, (mtime_ns, ctime_ns), why))
         # Left out by the folder scans (too large, hidden, ...): never in the manifest.
         left_out = self.indexer.changes.skipped_notes()
         for key, (path, reason) in sorted(left_out.items()):
@@ -572,7 +572,7 @@ class MemoryOps:
                 continue
             known.add(key)
             times = (st.st_mtime_ns, st.st_ctime_ns)
-            out.append(_unindexed_note(reference, src, times, f"skipped: {reason}"))
+            out.append(unindexed_note(reference, src, times, f"skipped: {reason}"))
         inbox = agent_inbox(self.cfg, agent)
         if listing is not None:
             names = sorted((n, linked) for n, linked in listing if is_markdown_name(n))
@@ -587,7 +587,7 @@ class MemoryOps:
                 left = left_out[key][1] if key in left_out else None
                 why = _why_not_indexed(name, linked=linked, left_out=left)
                 times = (st.st_mtime_ns, st.st_ctime_ns)
-                out.append(_unindexed_note(public_reference(key, agent), "memory", times, why))
+                out.append(unindexed_note(public_reference(key, agent), "memory", times, why))
         return out
 
 
@@ -648,7 +648,7 @@ def _write_worked(problems: Problems, agent: str) -> None:
     problems.clear("home")
 
 
-def _audit_warning(error: str | None, agent: str, problems: Problems) -> str | None:
+def audit_warning(error: str | None, agent: str, problems: Problems) -> str | None:
     """The warning for a change made whose audit line could not be appended, or None."""
     if error is None:
         problems.clear("memory_audit", subject=agent)
@@ -690,7 +690,7 @@ def _unindexed_warning(manifest: Manifest, key: str, exc: Exception) -> str:
     return f"deleted, but still found by search until the index can be written ({why})"
 
 
-def _unindexed_note(reference: str, source: str, times: tuple[int, int], why: str) -> dict[str, Any]:
+def unindexed_note(reference: str, source: str, times: tuple[int, int], why: str) -> dict[str, Any]:
     """A file there but not searchable; ``times``: its (mtime, ctime) in ns."""
     return {
         "reference": reference,

@@ -8,8 +8,10 @@ mapped read-only by SQLite and never written. Imports the errors only."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -65,6 +67,21 @@ def frozen(path: Path) -> bool:
         return False
 
 
+# Connections left open at the stop (``leave_open``): one per manifest the stop closes, never more.
+_left_open: list[sqlite3.Connection] = []
+
+
+def leave_open(db: sqlite3.Connection) -> None:
+    """Never close ``db``, a writer whose ``-shm`` is immutable at the stop: SQLite's close of a
+    database's last connection checkpoints and writes that file's mapping, and the kernel kills
+    the process with SIGBUS. Referenced for the life of the process, one reference more than any
+    holder gives back, so neither a collection nor the interpreter's exit closes it; the exit
+    unmaps it, and the next open replays the write-ahead log (nothing lost). For the stop only:
+    a close while the daemon runs must close (each kept connection holds descriptors)."""
+    _left_open.append(db)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
+
+
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
     """A statement not run: the database's ``-shm`` is immutable (see the module). SQLite's error
     for the stores' handling of a failed statement, a permission denied for everyone else (a
@@ -72,43 +89,103 @@ class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):
 
 
 class GuardedConnection(sqlite3.Connection):
-    """``sqlite3.connect(..., factory=GuardedConnection)``: each transaction (its ``BEGIN``, or an
-    autocommit statement) is started only while the database's ``-shm`` may be written (``shm``:
-    that file, set by ``guarded_connect``). The statements inside a transaction are not asked
-    again: a bulk batch's inserts cost one question, and a flag set mid-transaction is the same
-    race as one set between the question and the statement."""
+    """``sqlite3.connect(..., factory=GuardedConnection)``: while the database's ``-shm`` is
+    immutable (``shm``: that file, set by ``guarded_connect``) each transaction (its ``BEGIN``, or
+    an autocommit statement) may only read: the connection is made ``query_only`` then, and a write
+    is refused (``FrozenShmError``) before SQLite touches the file. The statements inside a
+    transaction are not asked again: a bulk batch's inserts cost one question, and a flag set
+    mid-transaction is the same race as one set between the question and the statement.
+
+    A read writes into the ``-shm`` only to record the log's end it reads up to (a read mark) when
+    no mark records it yet: after each commit the connection reads once (``_settle``), so a mark
+    is there before the flag can come, and a read while it stays writes nothing. The search, the
+    status and the memory list keep working on the connections already open; a new connection is
+    refused while the flag stays (``guarded_connect``)."""
 
     shm: Path | None = None
+    _settled = 0  # total_changes when the last commit was followed by a read
+    _reading_only = False  # query_only set by ``_check`` while the -shm is immutable
 
-    def _check(self) -> None:
-        if self.shm is not None and not self.in_transaction and frozen(self.shm):
-            raise FrozenShmError(
-                f"permission denied: {self.shm} is immutable (chattr -i or chflags nouchg it): "
-                "SQLite writes into that file's mapping, which an immutable file refuses"
-            )
+    def _check(self, sql: object = "") -> None:
+        if self.shm is None or self.in_transaction:
+            return
+        if frozen(self.shm):
+            if isinstance(sql, str) and _WRITES_OUTSIDE_QUERY_ONLY.search(sql):
+                raise FrozenShmError(immutable_words(self.shm))
+            if not self._reading_only and not super().execute("PRAGMA query_only").fetchone()[0]:
+                super().execute("PRAGMA query_only=ON")
+                self._reading_only = True
+        elif self._reading_only:
+            super().execute("PRAGMA query_only=OFF")
+            self._reading_only = False
+
+    def _refused(self, exc: sqlite3.Error) -> BaseException:
+        """A write refused by ``query_only`` while the -shm is immutable, said so; else ``exc``."""
+        if self._reading_only and (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_READONLY:
+            return FrozenShmError(immutable_words(self.shm))
+        return exc
+
+    def _settle(self) -> None:
+        """Read once after a commit, so that a read mark records the log's new end (see the class)."""
+        if not self.in_transaction and self.total_changes != self._settled:
+            self._settled = self.total_changes
+            with contextlib.suppress(sqlite3.Error):  # a busy file: the next read sets it
+                super().execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
 
     def execute(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
-        return super().execute(*args, **kwargs)
+        self._check(args[0] if args else kwargs.get("sql", ""))
+        try:
+            cursor = super().execute(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._refused(exc) from exc
+        self._settle()
+        return cursor
 
     def executemany(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
-        return super().executemany(*args, **kwargs)
+        self._check(args[0] if args else kwargs.get("sql", ""))
+        try:
+            cursor = super().executemany(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._refused(exc) from exc
+        self._settle()
+        return cursor
 
     def executescript(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
-        self._check()
-        return super().executescript(*args, **kwargs)
+        self._check(args[0] if args else kwargs.get("sql", ""))
+        try:
+            cursor = super().executescript(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._refused(exc) from exc
+        self._settle()
+        return cursor
+
+
+# SQLite's result code of a write refused (here: by query_only).
+_SQLITE_READONLY = 8
+# Statements that write the -shm though query_only lets them run: a checkpoint writes how far the
+# log is copied back (and a restart of the log its header), a vacuum or a journal mode change too.
+_WRITES_OUTSIDE_QUERY_ONLY = re.compile(
+    r"\b(wal_checkpoint|incremental_vacuum|optimize|journal_mode|vacuum)\b", re.IGNORECASE
+)
+
+
+def immutable_words(shm: Path | None) -> str:
+    """What a write refused for an immutable ``-shm`` says: what, which file, what to do."""
+    return (
+        f"the index is immutable: permission denied: {shm} is immutable (a backup tool's or an "
+        "admin's flag), so nothing can be written to the index (searches are answered from it as "
+        "it is); chattr -i it (chflags nouchg on macOS) and the daemon catches up by itself"
+    )
 
 
 def guarded_connect(database: str | Path, path: Path, **kwargs: Any) -> sqlite3.Connection:
-    """``sqlite3.connect(database, **kwargs)`` whose statements are refused while the ``-shm`` of
-    the database file at ``path`` is immutable."""
+    """``sqlite3.connect(database, **kwargs)`` whose writes are refused while the ``-shm`` of the
+    database file at ``path`` is immutable; refused itself (``FrozenShmError``) while it is: a new
+    connection's first read may write its read mark into the file."""
+    shm = path.with_name(path.name + "-shm")
+    if frozen(shm):
+        raise FrozenShmError(immutable_words(shm))
     db = sqlite3.connect(database, factory=GuardedConnection, **kwargs)
     assert isinstance(db, GuardedConnection)
-    db.shm = path.with_name(path.name + "-shm")
-    try:
-        db._check()  # nothing mapped yet: refused before the first statement
-    except FrozenShmError:
-        db.close()
-        raise
+    db.shm = shm
     return db

@@ -64,7 +64,7 @@ def open_stores(cfg: Config, problems: Notes, *, replace_newer: bool = False) ->
     try:
         bm25 = _open_or_reset(index_dir / "bm25", open_bm25, cfg, problems, replace_newer)
     except BaseException:
-        manifest.close()  # no write-ahead log left behind by a refused or failed start
+        manifest.close_after_failure()  # no write-ahead log left behind by a refused or failed start
         raise
     return manifest, bm25
 

@@ -38,6 +38,7 @@ from sidecar.stores.manifest_file import (
     ManifestFile,
     _newer,
     _refuse_newer,
+    close_failed_open,
 )
 from sidecar.stores.manifest_keys import ManifestKeys
 from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, NoteDay, _placed, _under
@@ -115,14 +116,14 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
             self.inode = path.stat().st_ino  # the daemon notices a deleted or replaced file
             self._count_writer()
         except StoreError:
-            if (db := getattr(self, "_db", None)) is not None:
-                db.close()  # the file is not ours to keep open (a newer version's, a damaged one)
+            # The file is not ours to keep open (a newer version's, a damaged one).
+            close_failed_open(getattr(self, "_db", None), path)
             raise
         except sqlite3.DatabaseError as exc:
             # A full disk (a schema step or the WAL needs a page) is no damage: taken for one, the
             # manifest was moved aside and the keyword index and every vector with it.
-            if (db := getattr(self, "_db", None)) is not None:
-                db.close()  # not left open (and its write-ahead log behind) by a failed start
+            # Not left open (and its write-ahead log behind) by a failed start.
+            close_failed_open(getattr(self, "_db", None), path)
             raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
 
     def written_back(self) -> bool:
@@ -201,9 +202,13 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                 return None
             uri = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
             db = guarded_connect(uri, self.path, uri=True, check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.Error):
+            return None
+        try:
             db.execute("PRAGMA query_only=ON")
             db.execute("PRAGMA cache_size=-1024")  # 1 MB a reader (the writer keeps the default)
-        except (OSError, sqlite3.Error):
+        except sqlite3.Error:
+            close_failed_open(db, self.path)  # was left open, one connection per try
             return None
         with self._lock:
             self._readers.append(db)

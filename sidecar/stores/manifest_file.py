@@ -24,7 +24,7 @@ from pathlib import Path
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
-from sidecar.stores.frozen import frozen, guarded_connect
+from sidecar.stores.frozen import frozen, guarded_connect, leave_open
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -138,6 +138,18 @@ def _older(path: Path, version: int) -> StoreError:
     )
 
 
+def close_failed_open(db: sqlite3.Connection | None, path: Path) -> None:
+    """Close the connection of an open that failed; an error of the close is logged, never
+    raised: raised, it hid the open's error, the one that says what is wrong (and decides whether
+    the file is damage or a fault that passes)."""
+    if db is None:
+        return
+    try:
+        db.close()
+    except Exception as exc:
+        log.warning("manifest_close_failed path=%s error=%s (after a failed open)", path, exc)
+
+
 class ManifestFile:
     """The manifest's file: made or upgraded at open (``Manifest.__init__`` calls the steps),
     opened read-only, compacted, closed; the state it works on is the manifest's own."""
@@ -213,8 +225,7 @@ class ManifestFile:
                 raise StoreError(f"manifest {path} failed its integrity check")
             self.inode = path.stat().st_ino
         except (sqlite3.Error, OSError) as exc:
-            if (db := getattr(self, "_db", None)) is not None:
-                db.close()
+            close_failed_open(getattr(self, "_db", None), path)
             hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""
             raise StoreError(f"manifest {path} cannot be opened read-only: {exc}{hint}") from exc
 
@@ -409,12 +420,16 @@ class ManifestFile:
             )
         return done
 
-    def close(self) -> None:
+    def close(self, *, stopping: bool = False) -> None:
         """Close every connection and release the writer's count, each even when a step before
         raises (the first error is raised after): a reader whose close raised left the writer's
         connection open, its log unwritten and its count taken (a read-only open of this file in
-        the process then read it as changing, never ``immutable``)."""
+        the process then read it as changing, never ``immutable``). ``stopping``: the process
+        exits next, and the writer's connection is left open while the ``-shm`` is immutable
+        (``_left_at_stop``)."""
         with self._lock:
+            if getattr(self, "_left", False) or (stopping and self._left_at_stop()):
+                return
             failed: BaseException | None = None
             # Readers first: the last connection to close checkpoints the WAL into the file and
             # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
@@ -438,6 +453,38 @@ class ManifestFile:
                     raise failed
                 finally:
                     failed = None  # no cycle through this frame
+
+    def close_after_failure(self) -> None:
+        """``close`` after another step failed (a start's): an error of the close is logged, never
+        raised over the step's error, which says what is wrong."""
+        try:
+            self.close()
+        except Exception as exc:
+            log.warning("manifest_close_failed path=%s error=%s (after a failed start)", self.path, exc)
+
+    def _left_at_stop(self) -> bool:
+        """At the stop, a writer whose ``-shm`` is immutable: its readers closed (none is the last
+        connection, the writer's is open: their close writes nothing), the writer's left open
+        (``frozen.leave_open``); its close, the last, would checkpoint into the mapped ``-shm``:
+        SIGBUS, the stop a crash with a core. A read-only manifest is closed as always (a
+        ``mode=ro`` connection writes nothing at its close), and so is everything at any other
+        close: one left open per close while the flag stayed ran out of descriptors."""
+        shm = self.path.with_name(self.path.name + "-shm")
+        if self.read_only or not frozen(shm):
+            return False
+        for reader in self._readers:
+            with contextlib.suppress(sqlite3.Error):
+                reader.close()
+        self._readers.clear()
+        self._release_writer()
+        leave_open(self._db)
+        self._left = True
+        log.warning(
+            "manifest_close_skipped path=%s reason=immutable (left open at the stop: the next "
+            "start replays its write-ahead log, nothing is lost)",
+            shm,
+        )
+        return True
 
     def _release_writer(self) -> None:
         if self._counted:  # a second close counts nothing

@@ -1,0 +1,134 @@
+"""A daemon stopped, and an index opened again, after its manifest's ``-shm`` was immutable
+(``chattr +i``: a backup tool's or an admin's flag): the stop exits cleanly, nothing is taken for
+damage. Real daemon processes where a SIGBUS may kill one; skipped where chattr does not work."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write
+
+
+@contextlib.contextmanager
+def _immutable(*paths: Path, recursive: bool = True) -> Iterator[None]:
+    """``paths`` (folders with all in them, unless not ``recursive``) immutable meanwhile."""
+    flag = ["-R"] if recursive else []
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file immutable")
+    done = subprocess.run(["chattr", *flag, "+i", *map(str, paths)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make a file immutable here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", *flag, "-i", *map(str, paths)], capture_output=True, check=True)
+
+
+def test_a_daemon_stopped_while_its_index_is_immutable_exits_cleanly(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """SIGTERM while the index folder is immutable (``chattr -R +i``): the close of the manifest's
+    last connection checkpoints into the mapped ``-shm`` and the kernel killed the daemon with
+    SIGBUS (-7 here, a core in systemd's log). The writer's connection is left open at the stop
+    ("manifest_close_skipped"), the stop exits 0; once the flag is gone a start finds the memory
+    written before, nothing moved aside. A start while the flag is still set, then the flag
+    lifted, moves nothing aside either."""
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the zeppelin.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: the next write into them faults
+        code = d.stop()
+        assert code == 0, (code, d.log.read_text()[-3000:])
+        assert "manifest_close_skipped" in d.log.read_text()
+    again = daemon_factory(vault, keyword_only=True).start()
+    hits = again.call("search", {"query": "zeppelin"}, agent="ops")["hits"]
+    assert "memory/plan" in {h["reference"] for h in hits}
+    assert again.stop() == 0
+    assert not list(index.glob("*.broken-*"))
+
+
+def test_a_writer_refused_as_a_readonly_database_moves_nothing_aside(make_cfg: Any, vault: Path) -> None:
+    """ "attempt to write a readonly database" (SQLITE_READONLY) is a permission state, not
+    damage: a reader that mapped the manifest's ``-shm`` while it was immutable maps it read-only,
+    and a writer opened in the same process after the flag is gone shares that mapping and is
+    refused so. Taken for damage, the healthy manifest and the keyword index were moved aside and
+    the whole index rebuilt. Refused as a permission denied now, nothing moved aside."""
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.index.problems import Problems
+    from sidecar.stores.lifecycle import open_stores
+
+    cfg = make_cfg(vault, **{"embedder.enabled": False})
+    cfg.index_dir.mkdir(parents=True)
+    path = cfg.index_dir / "manifest.sqlite"
+    # Written by a process that exits without closing it: its -wal and -shm stay, as a stop's.
+    script = "import os, sys\nfrom pathlib import Path\nfrom sidecar.stores.manifest import Manifest\n"
+    script += "Manifest(Path(sys.argv[1])).set_meta('probe', 'kept')\nos._exit(0)\n"
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True)
+    shm = path.with_name(path.name + "-shm")
+    assert shm.exists()
+    with _immutable(shm, recursive=False):
+        reader = sqlite3.connect("file:" + urllib.parse.quote(str(path)) + "?mode=ro", uri=True)
+        reader.execute("SELECT count(*) FROM meta").fetchall()
+    try:
+        with pytest.raises(PermissionDeniedError, match="readonly database"):
+            open_stores(cfg, Problems())
+        assert not list(cfg.index_dir.glob("*.broken-*"))
+    finally:
+        reader.close()
+    manifest, bm25 = open_stores(cfg, Problems())
+    try:
+        assert manifest.get_meta("probe") == "kept"
+    finally:
+        bm25.close()
+        manifest.close()
+    assert not list(cfg.index_dir.glob("*.broken-*"))
+
+
+def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_factory: Any, vault: Path) -> None:
+    """``chattr -R +i`` of a running daemon's index folder: search, get, status and the memory list
+    were refused ("permission denied: …-shm is immutable") until the flag went, though nothing
+    they do writes. Answered over the socket now from the connections the daemon holds; a memory
+    write is saved unindexed, saying why. The daemon lives through it and catches up once the
+    flag is gone."""
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.call("write", {"slug": "plan", "content": "# Plan\n\nRow to the zeppelin.\n"}, agent="ops")
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()  # the -shm's pages written back: a write into them faults
+        hits = d.call("search", {"query": "lighthouse keeper"}, agent="ops")["hits"]
+        assert "vault/Lighthouse" in {h["reference"] for h in hits}, hits
+        got = d.call("get", {"reference": "memory/plan"}, agent="ops")
+        assert "zeppelin" in got["text"], got
+        health = d.call("health", {}, agent="ops")
+        assert health["index"]["files"] >= 2, health
+        listed = d.call("list", {}, agent="ops")
+        assert [n["reference"] for n in listed["notes"]] == ["memory/plan"], listed
+        saved = d.call("write", {"slug": "canoe", "content": "# Canoe\n\nThe kayak canoe.\n"}, agent="ops")
+        assert saved["searchable"] is False and "permission denied: " in saved["warning"], saved
+        assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
+    d.call("index", {}, agent="ops")  # the sweep that catches up
+    deadline = time.monotonic() + 60
+
+    def found() -> set[str]:
+        return {h["reference"] for h in d.call("search", {"query": "kayak canoe"}, agent="ops")["hits"]}
+
+    while "memory/canoe" not in found():
+        assert time.monotonic() < deadline, d.log.read_text()[-3000:]
+        time.sleep(0.2)
+    assert d.stop() == 0
+    assert not list(index.glob("*.broken-*"))
