@@ -382,7 +382,9 @@ class Supervisor:
         No call on it is asked while that one is in (each would wait its timeout and leave a
         thread), status says so while it does (``describe``: offline, "still hangs"), and should
         it answer, the share is learnt slow as from a scan's call (``_gave_up``)."""
-        st = self.status(root)
+        self._hung(self.status(root), stuck, since)
+
+    def _hung(self, st: RootStatus, stuck: threading.Thread, since: float) -> None:
         if st.hanging is not None:
             return  # already said, with the call that hangs
         st._stuck, st.hung_on = stuck, "looking up ."
@@ -390,9 +392,33 @@ class Supervisor:
         self._gave_up(st, slow=st.slow)
         log.error(
             "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
-            root.name,
+            st.name,
             self._bound(st),
         )
+
+    def watched_stat(self, path: Path) -> os.stat_result:
+        """The stat of a folder the file watch covers (the vault, the agents folder), asked as
+        a probe of the roots it holds is (``_probe``): NoAnswer at once while one of them hangs,
+        and one that times out marks them hanging (the vault; each inbox known, for the agents
+        folder), so status says the share hangs and the sweeps retry it with their backoff.
+        Raises OSError as os.stat does."""
+        vault = self.cfg.vault.path
+        if vault is not None and path == vault:
+            root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
+            return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False)
+        with self._lock:
+            inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
+        if (hung := next((st for st in inboxes if st.hanging is not None), None)) is not None:
+            raise NoAnswer(_still_hangs(hung), hung.hanging)
+        since = time.monotonic()
+        try:
+            timeout = self.cfg.watch.probe_timeout_seconds
+            return self.probes.ask(("watch-stat", str(path)), lambda: os.stat(path), timeout, "watch")
+        except NoAnswer as exc:
+            if exc.stuck is not None and exc.stuck.is_alive():
+                for st in inboxes:
+                    self._hung(st, exc.stuck, since)
+            raise
 
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
@@ -414,7 +440,7 @@ class Supervisor:
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
         log.error("read_hung root=%s call=%s timeout=%gs", name, what, self.cfg.watch.probe_timeout_seconds)
 
-    def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
+    def _probe(self, root: Root, question: str, fn: Callable[[], T], *, beat: bool = True) -> T:
         """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
         (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
         answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
@@ -425,7 +451,9 @@ class Supervisor:
             raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
         since = time.monotonic()
         try:
-            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, self.beat)
+            # (``beat``: asked by the indexer, whose heartbeat the wait keeps; not by the watcher)
+            alive = self.beat if beat else None
+            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, alive)
         except NoAnswer as exc:
             if exc.stuck is not None and exc.stuck.is_alive():
                 self.hangs(root, exc.stuck, since)

@@ -1,0 +1,87 @@
+"""Calls on a share outside its scans (the watch's stat, the start's look at the vault, a
+rebuild's checks, a path's real spelling, a get's anchors) that time out mark their root hanging
+by the one rule (``Supervisor.hangs``): status says the share hangs, the sweeps retry it with
+their backoff, no second call is started into it, and nothing indexed leaves for it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.vault.sources import Root
+from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.watcher import Watcher
+
+
+def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, path: Path, release: threading.Event) -> None:
+    """``os.stat`` of ``path`` waits for ``release`` (a share whose getattr hangs)."""
+    real = os.stat
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(p) == path:
+            release.wait(20)
+        return real(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+
+
+def test_a_watched_folders_stat_that_hangs_marks_its_roots_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's stat of the vault (and of the agents folder, for the inboxes in it) asked
+    through the supervisor: one that times out marks the roots in it hanging, status says it
+    in words, and the next stat is told at once (was: the watcher's own bound, nothing marked,
+    status said "events" while the share hung)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    inbox = Root("memory", cfg.agents_dir / "ada" / "memory", agent="ada")
+    sup.status(inbox)
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    _hang_stat_of(monkeypatch, cfg.agents_dir, release)
+    folders = [vault, cfg.agents_dir]
+    watcher = Watcher(folders, lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+    try:
+        assert watcher._stat(vault) is None
+        assert watcher._stat(cfg.agents_dir) is None
+        roots = {r["name"]: r for r in sup.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+        assert "still hangs" in (roots["memory/ada"]["error"] or ""), roots
+        before = threading.active_count()
+        assert watcher._stat(vault) is None  # told at once: no second thread into the share
+        assert threading.active_count() == before
+    finally:
+        release.set()
+
+
+def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's look at the vault (whether it is there) that does not answer marks the
+    vault hanging once the supervisor is built: status says the share hangs and the first
+    sweep is told at once, no second call into the share (was: only a log line, and the first
+    sweep waited its own timeout)."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon import lifecycle
+    from sidecar.vault.supervisor import RootUnreachable
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    daemon = lifecycle.Daemon(cfg)
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    try:
+        daemon._look_at_vault(vault)
+        sup = Supervisor(cfg)
+        daemon._hand_start_hang(SimpleNamespace(supervisor=sup))
+        roots = {r["name"]: r for r in sup.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.list_root(Root("vault", vault, exclude="wiki"))
+    finally:
+        release.set()
+        daemon.notifier.close()
