@@ -85,3 +85,43 @@ def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
     finally:
         release.set()
         daemon.notifier.close()
+
+
+def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothing(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard's look at whether the configuration names another folder (the real paths of
+    the folder remembered and the one named) that does not answer marks the root hanging, and
+    the sweep's deletions wait (was: no answer taken as "the same folder", the deletions judged
+    and applied while the share hung, and a thread left per sweep)."""
+    import json
+
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        spelled = str(tmp_path / "spelled-otherwise")
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": spelled}))
+        real = os.path.realpath
+
+        def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
+            if str(p) == spelled:
+                release.wait(20)
+            return real(p, *args, **kwargs)
+
+        monkeypatch.setattr(os.path, "realpath", realpath)
+        gone = sorted(vault.rglob("*.md"))[0]
+        gone.unlink()
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hanging is not None
+        assert set(h.stores.manifest.file_states("vault/")) == known  # nothing left for a timeout
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "still hangs" in (roots["vault"]["error"] or ""), roots
+    finally:
+        release.set()
+        h.close()

@@ -678,19 +678,16 @@ class Supervisor:
         if self.meta is not None and value != self._remembered(root):
             self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
 
-    def _reconfigured(self, before: Any, now: Path) -> bool:
+    def _reconfigured(self, root: Root, before: Any) -> bool:
         """Whether the configuration names another folder than the one swept before: the two
         differ by their real paths too (a vault named through a symlink is spelled either way,
-        as the symlink when the share answered slowly at start). Asked with a deadline; no
-        answer is no evidence."""
+        as the symlink when the share answered slowly at start). Asked as a probe of the root
+        (``_probe``): one that times out marks the root hanging. Raises NoAnswer."""
+        now = root.path
         if not isinstance(before, str) or before == str(now):
             return False
-        got, _stuck = run_with_timeout(
-            lambda: (os.path.realpath(before), os.path.realpath(now)),
-            self.cfg.watch.probe_timeout_seconds,
-            "realpath",
-        )
-        return got is not None and got[0] != got[1]
+        got = self._probe(root, "realpath", lambda: (os.path.realpath(before), os.path.realpath(now)))
+        return got[0] != got[1]
 
     def hold_deletions(
         self,
@@ -737,7 +734,14 @@ class Supervisor:
         memo = self._remembered(root)
         now = self.hold_clock()
         kind: str | None = None
-        reconfigured = present > 0 and self._reconfigured(memo.get("path"), root.path)
+        try:
+            reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
+        except NoAnswer:
+            # The root hangs now (marked so): no evidence of anything; its deletions wait for a
+            # sweep that reads it (the next is told it hangs and retried with its backoff).
+            if missing > moved:
+                return "wait"
+            reconfigured = False
         if confirmed or root.source == "memory" or reconfigured:
             if confirmed and memo.get("hold"):
                 log.warning(
