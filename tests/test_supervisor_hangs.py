@@ -125,3 +125,46 @@ def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothi
     finally:
         release.set()
         h.close()
+
+
+def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_probe_timeout(
+    serve_in_process: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A get's look at a linked note's headings whose read does not answer: the get answers
+    within its own budget (the link not looked into), and the read still in its call after
+    probeTimeoutSeconds marks the root hanging as a get's own read does (was: nothing marked,
+    and each get started one more read into the hung share). Given up on before that, it is
+    no hang yet: a slow read is no hung share."""
+    import time
+
+    from sidecar.daemon import anchors, note_ops
+    from tests.conftest import write
+
+    v = tmp_path / "anchored"
+    write(v / "Log.md", "# Log\n\n[[Other#Kopf]]\n")
+    write(v / "Other.md", "# Other\n\n## Kopf\n\nText.\n")
+    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 0.6})
+    release = threading.Event()
+    real = note_ops.read_note
+
+    def read_note(path: Path, *args: Any) -> Any:
+        if path.name == "Other.md":
+            release.wait(20)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", read_note)
+    monkeypatch.setattr(anchors, "ANCHOR_SECONDS", 0.1)
+    sup = server.harness.supervisor
+    try:
+        got = server.call("get", {"reference": "vault/Log"})
+        assert got["links"][0].get("anchor_found") is None
+        assert sup.roots["vault"].hanging is None  # not past the probe timeout yet
+        deadline = time.monotonic() + 10
+        while sup.roots["vault"].hanging is None:
+            assert time.monotonic() < deadline, "the anchor read past the probe timeout marked nothing"
+            time.sleep(0.05)
+        roots = {r["name"]: r for r in server.call("health", {})["roots"]}
+        assert "still hangs" in (roots["vault"]["error"] or ""), roots
+        assert "reading Other" in (roots["vault"]["error"] or ""), roots
+    finally:
+        release.set()

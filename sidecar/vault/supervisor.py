@@ -429,16 +429,27 @@ class Supervisor:
             return None
         return NoAnswer(_still_hangs(st), stuck)
 
-    def read_hangs(self, name: str, what: str, stuck: threading.Thread) -> None:
+    def read_hangs(self, name: str, what: str, stuck: threading.Thread, since: float | None = None) -> None:
         """A request's look at one of the root's notes (``what``: "reading <note>") given up on
         after probeTimeoutSeconds: the root hangs as when a sweep's read does (``read``), so
-        status says so and no call on it is asked until it answers."""
+        status says so and no call on it is asked until it answers. One given up on sooner (a
+        request's own shorter budget: a get's anchors; ``since``: when it began) is judged once
+        probeTimeoutSeconds have passed since then, should it still be in its call: a slow read
+        is no hung share."""
+        timeout = self.cfg.watch.probe_timeout_seconds
+        left = 0.0 if since is None else since + timeout - time.monotonic()
+        if left > 0:
+            if stuck.is_alive():  # a timer of its own, not a thread in the share
+                judge = threading.Timer(left, self.read_hangs, (name, what, stuck))
+                judge.daemon = True
+                judge.start()
+            return
         with self._lock:
             st = self.roots.get(name)
         if st is None or st.hanging is not None or not stuck.is_alive():
             return
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
-        log.error("read_hung root=%s call=%s timeout=%gs", name, what, self.cfg.watch.probe_timeout_seconds)
+        log.error("read_hung root=%s call=%s timeout=%gs", name, what, timeout)
 
     def _probe(self, root: Root, question: str, fn: Callable[[], T], *, beat: bool = True) -> T:
         """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
