@@ -168,3 +168,84 @@ def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_prob
         assert "reading Other" in (roots["vault"]["error"] or ""), roots
     finally:
         release.set()
+
+
+def test_a_rebuilds_look_up_of_a_note_not_read_back_that_hangs_keeps_it_and_marks_the_root(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild looks up each note it did not read back (gone, or to be put back): a look-up
+    that hangs marks the root hanging and puts the note back, not dropped as deleted (was: an
+    unbounded lstat in the indexer's thread, blocking it for as long as the share hung, and the
+    note then judged by whatever it answered)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        gone, key = vault / "Garden.md", "vault/Garden"
+        assert key in known
+        gone.unlink()
+        real = putback._gone
+
+        def looked_up(path: Path) -> bool:
+            if path == gone:
+                release.wait(3)  # long past the probe timeout; short should the old code wait
+            return real(path)
+
+        monkeypatch.setattr(putback, "_gone", looked_up)
+        h.indexer.clear()
+        h.sweep()
+        assert key in set(h.stores.manifest.file_states("vault/"))  # put back: no evidence it went
+        assert h.supervisor.roots["vault"].hanging is not None
+        release.set()
+        deadline = __import__("time").monotonic() + 10
+        while h.supervisor.roots["vault"].hanging is not None:
+            assert __import__("time").monotonic() < deadline
+            release.wait(0.05)
+        h.sweep()  # the share answers: the deleted note leaves
+        h.sweep()
+        assert key not in set(h.stores.manifest.file_states("vault/"))
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild's check of the notes kept unreadable (opened again before it is refused or
+    let go) whose open hangs marks their root hanging once past the probe timeout, as a
+    sweep's read does, and the note stays named as recorded (was: a warning, the root said
+    to be fine while its share hung)."""
+    import time
+
+    from sidecar.index import unreadable
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    note = vault / "Garden.md"
+    real = unreadable.read_refusal
+
+    def read_refusal(path: Path) -> str | None:
+        if path == note:
+            release.wait(20)
+        return real(path)
+
+    try:
+        h.sweep()
+        h.indexer.changes._unread_notes[("vault", str(note))] = "an I/O error"
+        monkeypatch.setattr(unreadable, "read_refusal", read_refusal)
+        assert h.indexer.changes.unreadable_indexed() == [str(note)]
+        deadline = time.monotonic() + 10
+        while h.supervisor.roots["vault"].hanging is None:
+            assert time.monotonic() < deadline, "the recheck's hung open marked nothing"
+            time.sleep(0.05)
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "still hangs" in (roots["vault"]["error"] or "") and "Garden.md" in roots["vault"]["error"]
+    finally:
+        release.set()
+        h.close()

@@ -24,11 +24,14 @@ from sidecar.index.writes import Writer
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import (
+    Asking,
+    Root,
+    asked,
     inbox_refusal,
     inbox_root,
     vault_roots,
 )
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.index.indexer")
@@ -132,6 +135,7 @@ class PutBack:
         refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
         dropped: dict[str, tuple[str, int]] = {}  # refused inbox -> its agent, notes not put back
         out: list[str] = []
+        looked: dict[str, tuple[Root, list[tuple[str, str]]]] = {}  # root -> notes whose file is looked up
         for key, rel, failed in candidates:
             name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
             memory = name.startswith("memory/")
@@ -149,8 +153,12 @@ class PutBack:
                 if refused[name] is not None:
                     dropped[name] = (root.agent, dropped.get(name, ("", 0))[1] + 1)
                     continue
-            if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
+            if failed or held or kept_by(key, unread_keys):
                 out.append(key)
+            else:
+                looked.setdefault(name, (root, []))[1].append((key, rel))
+        for root, notes in looked.values():
+            out += self._not_gone(root, notes)
         said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
         log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
         if dropped:  # they left the index: counted as a sweep counts the notes it drops
@@ -159,6 +167,25 @@ class PutBack:
             self.changes.refused.tell()
             self.changes.refused.save()
         return out
+
+    def _not_gone(self, root: Root, notes: Sequence[tuple[str, str]]) -> list[str]:
+        """The keys of ``notes`` (key, path in ``root``) whose file is not known to be gone, looked
+        up as a sweep's calls are (``Supervisor.bounded``): one that hangs marks the root hanging,
+        and then every note of it is put back (a look-up that timed out is no deleted note)."""
+
+        def look(asking: Asking) -> list[str]:
+            kept = []
+            for key, rel in notes:
+                with asked(asking, "stat", rel):
+                    if not _gone(root.path / rel):
+                        kept.append(key)
+            return kept
+
+        try:
+            return self.supervisor.bounded(root, look)
+        except RootUnreachable as exc:
+            log.warning("rebuild_put_back_unjudged root=%s notes=%d reason=%s", root.name, len(notes), exc)
+            return [key for key, _rel in notes]
 
     def _unjudged_roots(self) -> set[str]:
         """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while
