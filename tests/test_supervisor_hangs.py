@@ -249,3 +249,37 @@ def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hang
     finally:
         release.set()
         h.close()
+
+
+def test_a_get_of_a_wiki_note_while_the_vault_around_it_hangs_is_told_at_once(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiki lies in the vault, on the same share: while a call on the vault hangs, a get
+    of a wiki note is told at once that it hangs (its indexed text still found), with no read
+    of its own started into the share (was: a read thread of its own, "no answer within 0 s"
+    after a probe timeout's wait, and a second stuck thread)."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    sup = served.harness.supervisor
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), name="probe-vault", daemon=True)
+    stuck.start()
+    real = note_ops.read_note
+    started: list[Path] = []
+
+    def read_note(path: Path, *args: Any) -> Any:
+        started.append(path)
+        release.wait(20)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", read_note)
+    wiki_key = next(iter(served.harness.stores.manifest.file_states("wiki/")))
+    try:
+        sup.hangs(Root("vault", vault, exclude="wiki"), stuck, 0.0)
+        with pytest.raises(RemoteError, match=r"still hangs.*still found by search"):
+            served.call("get", {"reference": wiki_key})
+        assert started == []
+    finally:
+        release.set()

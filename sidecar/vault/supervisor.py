@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan, vault_roots
 from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -425,9 +425,15 @@ class Supervisor:
         request's look at one of its notes is not started beside it."""
         with self._lock:
             st = self.roots.get(name)
-        if st is None or (stuck := st.hanging) is None:
-            return None
-        return NoAnswer(_still_hangs(st), stuck)
+        if st is not None and (stuck := st.hanging) is not None:
+            return NoAnswer(_still_hangs(st), stuck)
+        # A hang of the folder the root lies in (the vault around the wiki, on the same share)
+        # counts for it too: its notes are not looked at beside it.
+        root = next((r for r in vault_roots(self.cfg) if r.name == name), None)
+        if root is not None and (outer := self.stuck_within(root)) is not None:
+            why = f"an earlier call on {root.within} (around {root.path}) still hangs (hung share?)"
+            return NoAnswer(why, outer)
+        return None
 
     def read_hangs(self, name: str, what: str, stuck: threading.Thread, since: float | None = None) -> None:
         """A request's look at one of the root's notes (``what``: "reading <note>") given up on
