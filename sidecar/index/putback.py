@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from sidecar.config import Config
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
-from sidecar.index.refused import log_refused
 from sidecar.index.unreadable import kept_by
 from sidecar.index.writes import Writer
 from sidecar.runtime.foreground import FOREGROUND
@@ -146,8 +145,8 @@ class PutBack:
             if memory and not held:
                 # Not put back: a refused inbox is neither read nor served (a sweep drops its
                 # notes); put back, its notes were served and said "not read back" until the next
-                # sweep removed them. Said in the log (one line per refused folder, as a sweep's
-                # inbox_refused_dropped); status names the inbox as skipped.
+                # sweep removed them. Said in the log as a sweep's drops (inbox_refused_dropped,
+                # one line per refused folder); status names the inbox as skipped.
                 if name not in refused:
                     refused[name] = inbox_refusal(root)
                 if refused[name] is not None:
@@ -159,9 +158,7 @@ class PutBack:
                 looked.setdefault(name, (root, []))[1].append((key, rel))
         for root, notes in looked.values():
             out += self._not_gone(root, notes)
-        said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
-        log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
-        if dropped:  # they left the index: counted as a sweep counts the notes it drops
+        if dropped:  # they left the index: counted and logged as a sweep's drops (one event)
             for name, (agent, n) in dropped.items():
                 self.changes.refused.listed(name, agent, refused[name], n)
             self.changes.refused.tell()
