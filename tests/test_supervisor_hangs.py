@@ -283,3 +283,96 @@ def test_a_get_of_a_wiki_note_while_the_vault_around_it_hangs_is_told_at_once(
         assert started == []
     finally:
         release.set()
+
+
+def test_an_agents_inbox_on_a_share_that_hangs_is_marked_hanging_and_still_searched(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's memory inbox on a share that hangs: a list's look at its folder that does not
+    answer marks the inbox hanging (read_hung), as a get's read of one of its notes does; health
+    says so; searches, lists and gets after it start no call into the share (was: each list
+    and each search by the agent looked at the inbox unbounded, waiting as long as the share
+    did); its notes stay indexed, listed and found."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+    from sidecar.memory import ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    write(inbox / "keep.md", "# Keep\n\nKeep the spare zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    calls: list[str] = []
+    real_scandir, real_read = ops.os.scandir, note_ops.read_inbox_note
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            calls.append("listing")
+            release.wait(5)
+        return real_scandir(path)
+
+    def read_inbox_note(root: Any, name: str, *args: Any) -> Any:
+        calls.append(f"reading {name}")
+        release.wait(5)
+        return real_read(root, name, *args)
+
+    monkeypatch.setattr(ops.os, "scandir", scandir)
+    monkeypatch.setattr(note_ops, "read_inbox_note", read_inbox_note)
+    try:
+        listed = served.call("list", {}, agent="ada")
+        assert {n["reference"] for n in listed["notes"]} == {"memory/plan", "memory/keep"}
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["memory/ada"]["mode"] == "offline", roots
+        assert "still hangs" in roots["memory/ada"]["error"], roots
+        assert served.call("search", {"query": "zeppelin disks"}, agent="ada")["hits"]
+        assert {n["reference"] for n in served.call("list", {}, agent="ada")["notes"]} == {
+            "memory/plan",
+            "memory/keep",
+        }
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "memory/keep"}, agent="ada")
+        assert calls == ["listing"]  # one call into the share, none after it hung
+        served.harness.sweep()  # the sweep is told it hangs: nothing of the inbox leaves
+        keys = set(served.harness.stores.manifest.file_states("memory/ada/"))
+        assert keys == {"memory/ada/plan", "memory/ada/keep"}
+    finally:
+        release.set()
+
+
+def test_a_get_whose_read_of_an_agents_memory_note_hangs_marks_the_inbox_hanging(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A get's read of an agent's memory note that does not answer marks its inbox hanging, as
+    for the vault (``Supervisor.read_hangs`` by the inbox's root name)."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    write(inbox / "keep.md", "# Keep\n\nKeep the spare zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    real = note_ops.read_inbox_note
+    reads: list[str] = []
+
+    def read_inbox_note(root: Any, name: str, *args: Any) -> Any:
+        reads.append(name)
+        release.wait(20)
+        return real(root, name, *args)
+
+    monkeypatch.setattr(note_ops, "read_inbox_note", read_inbox_note)
+    try:
+        with pytest.raises(RemoteError, match="no answer"):
+            served.call("get", {"reference": "memory/plan"}, agent="ada")
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["memory/ada"]["mode"] == "offline", roots
+        assert "still hangs" in roots["memory/ada"]["error"] and "plan" in roots["memory/ada"]["error"]
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "memory/keep"}, agent="ada")
+        assert reads == ["plan.md"]
+    finally:
+        release.set()
