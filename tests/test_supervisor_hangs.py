@@ -58,6 +58,26 @@ def test_a_watched_folders_stat_that_hangs_marks_its_roots_hanging(
         release.set()
 
 
+def test_the_watchers_stat_of_a_slow_share_waits_no_longer_and_judges_nothing(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a vault learnt slow (its calls waited for up to scanTimeoutSeconds), the watcher's
+    stat still gives up after probeTimeoutSeconds (its one thread carries every root's events)
+    and, given up on that soon, marks nothing: the share stays slow, not hung."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, "watch.scanTimeoutSeconds": 30})
+    sup = Supervisor(cfg)
+    st = sup.status(Root("vault", vault, exclude="wiki"))
+    st.slow = True
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    watcher = Watcher([vault], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+    try:
+        assert watcher._stat(vault) is None
+        assert st.hanging is None and st.slow
+    finally:
+        release.set()
+
+
 def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -398,14 +398,15 @@ class Supervisor:
 
     def watched_stat(self, path: Path) -> os.stat_result:
         """The stat of a folder the file watch covers (the vault, the agents folder), asked as
-        a probe of the roots it holds is (``_probe``): NoAnswer at once while one of them hangs,
-        and one that times out marks them hanging (the vault; each inbox known, for the agents
-        folder), so status says the share hangs and the sweeps retry it with their backoff.
-        Raises OSError as os.stat does."""
+        a probe of the roots it holds is (``_probe``, waited for probeTimeoutSeconds at most):
+        NoAnswer at once while one of them hangs, and one that times out marks them hanging
+        (the vault; each inbox known, for the agents folder), so status says the share hangs
+        and the sweeps retry it with their backoff. Raises OSError as os.stat does."""
         vault = self.cfg.vault.path
         if vault is not None and path == vault:
             root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
-            return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False)
+            timeout = self.cfg.watch.probe_timeout_seconds  # the watcher waits no longer
+            return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
         with self._lock:
             inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
         if (hung := next((st for st in inboxes if st.hanging is not None), None)) is not None:
@@ -417,7 +418,8 @@ class Supervisor:
         except NoAnswer as exc:
             if exc.stuck is not None and exc.stuck.is_alive():
                 for st in inboxes:
-                    self._hung(st, exc.stuck, since)
+                    if not st.slow:  # waited probeTimeoutSeconds: a slow share's is not judged
+                        self._hung(st, exc.stuck, since)
             raise
 
     def still_hangs(self, name: str) -> NoAnswer | None:
@@ -457,22 +459,35 @@ class Supervisor:
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
         log.error("read_hung root=%s call=%s timeout=%gs", name, what, timeout)
 
-    def _probe(self, root: Root, question: str, fn: Callable[[], T], *, beat: bool = True) -> T:
+    def _probe(
+        self,
+        root: Root,
+        question: str,
+        fn: Callable[[], T],
+        *,
+        beat: bool = True,
+        patience: float | None = None,
+    ) -> T:
         """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
         (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
         answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
-        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``)."""
+        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``).
+        ``patience``: a shorter wait of the caller's own (the watcher's thread, which carries
+        every root's events): given up on sooner than the root's bound, it marks nothing (a slow
+        share is no hung one)."""
         if (st := self.status(root)).hanging is not None:
             raise NoAnswer(_still_hangs(st), st.hanging)
         if (outer := self.stuck_within(root)) is not None:
             raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
         since = time.monotonic()
+        bound = self._bound(st)
+        wait = bound if patience is None else min(patience, bound)
+        # (``beat``: asked by the indexer, whose heartbeat the wait keeps; not by the watcher)
+        alive = self.beat if beat else None
         try:
-            # (``beat``: asked by the indexer, whose heartbeat the wait keeps; not by the watcher)
-            alive = self.beat if beat else None
-            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, alive)
+            return self.probes.ask((question, root.name), fn, wait, root.name, alive)
         except NoAnswer as exc:
-            if exc.stuck is not None and exc.stuck.is_alive():
+            if exc.stuck is not None and exc.stuck.is_alive() and wait >= bound:
                 self.hangs(root, exc.stuck, since)
             raise
 
