@@ -396,3 +396,34 @@ def test_a_get_whose_read_of_an_agents_memory_note_hangs_marks_the_inbox_hanging
         assert reads == ["plan.md"]
     finally:
         release.set()
+
+
+def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read given up on before probeTimeoutSeconds (a get's anchors) is judged once that has
+    passed: one timer per stuck call, however many requests meet it meanwhile."""
+    import time
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
+    sup.status(Root("vault", vault, exclude="wiki"))
+    started: list[Any] = []
+    real = threading.Timer
+
+    def timer(*args: Any, **kwargs: Any) -> threading.Timer:
+        t = real(*args, **kwargs)
+        started.append(t)
+        return t
+
+    monkeypatch.setattr(threading, "Timer", timer)
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    try:
+        for _ in range(5):
+            sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
+        assert len(started) == 1
+        started[0].join(5)
+        assert sup.roots["vault"].hanging is stuck
+    finally:
+        release.set()

@@ -196,6 +196,8 @@ class Supervisor:
         # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        # Calls given up on sooner than probeTimeoutSeconds, to be judged then (``read_hangs``).
+        self._judging: set[threading.Thread] = set()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
         # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
@@ -447,8 +449,11 @@ class Supervisor:
         timeout = self.cfg.watch.probe_timeout_seconds
         left = 0.0 if since is None else since + timeout - time.monotonic()
         if left > 0:
-            if stuck.is_alive():  # a timer of its own, not a thread in the share
-                judge = threading.Timer(left, self.read_hangs, (name, what, stuck))
+            with self._lock:  # one judge per stuck call (each get meeting it asks again)
+                asked = stuck in self._judging or not stuck.is_alive()
+                self._judging.add(stuck)
+            if not asked:  # a timer of its own, not a thread in the share
+                judge = threading.Timer(left, self._judge, (name, what, stuck))
                 judge.daemon = True
                 judge.start()
             return
@@ -458,6 +463,11 @@ class Supervisor:
             return
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
         log.error("read_hung root=%s call=%s timeout=%gs", name, what, timeout)
+
+    def _judge(self, name: str, what: str, stuck: threading.Thread) -> None:
+        with self._lock:
+            self._judging.discard(stuck)
+        self.read_hangs(name, what, stuck)
 
     def _probe(
         self,
