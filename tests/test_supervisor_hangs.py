@@ -427,3 +427,36 @@ def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
         assert sup.roots["vault"].hanging is stuck
     finally:
         release.set()
+
+
+def test_a_rebuilds_look_at_an_inbox_that_hangs_puts_its_notes_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild asks whether an agent's inbox is refused before it drops the notes it did
+    not read back: a look that hangs marks the inbox hanging and puts them back (was: an
+    unbounded look in the indexer's thread, then the notes judged by what it answered)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        inbox = h.cfg.agents_dir / "ada" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keep.md", "# Keep\n\nKeep the spare disks.\n")
+        h.sweep()
+        (inbox / "plan.md").unlink()
+        real = putback.inbox_refusal
+
+        def refusal(root: Any) -> str | None:
+            release.wait(3)  # long past the probe timeout; short should the old code wait
+            return real(root)
+
+        monkeypatch.setattr(putback, "inbox_refusal", refusal)
+        h.indexer.clear()
+        h.sweep()
+        assert "memory/ada/plan" in set(h.stores.manifest.file_states("memory/ada/"))
+        assert h.supervisor.roots["memory/ada"].hanging is not None
+    finally:
+        release.set()
+        h.close()

@@ -148,8 +148,10 @@ class PutBack:
                 # sweep removed them. Said in the log as a sweep's drops (inbox_refused_dropped,
                 # one line per refused folder); status names the inbox as skipped.
                 if name not in refused:
-                    refused[name] = inbox_refusal(root)
-                if refused[name] is not None:
+                    refused[name] = self._refusal(root)
+                if refused[name] == _HUNG:
+                    held = True  # its look hangs: no evidence, put back as the share's notes are
+                elif refused[name] is not None:
                     dropped[name] = (root.agent, dropped.get(name, ("", 0))[1] + 1)
                     continue
             if failed or held or kept_by(key, unread_keys):
@@ -164,6 +166,20 @@ class PutBack:
             self.changes.refused.tell()
             self.changes.refused.save()
         return out
+
+    def _refusal(self, root: Root) -> str | None:
+        """Why the inbox ``root`` is refused (``inbox_refusal``), asked as a sweep's call is
+        (``Supervisor.bounded``): ``_HUNG`` when it hangs (the inbox is then marked hanging)."""
+
+        def look(asking: Asking) -> str | None:
+            with asked(asking, "stat", "."):
+                return inbox_refusal(root)
+
+        try:
+            return self.supervisor.bounded(root, look)
+        except RootUnreachable as exc:
+            log.warning("rebuild_put_back_unjudged root=%s reason=%s", root.name, exc)
+            return _HUNG
 
     def _not_gone(self, root: Root, notes: Sequence[tuple[str, str]]) -> list[str]:
         """The keys of ``notes`` (key, path in ``root``) whose file is not known to be gone, looked
@@ -253,6 +269,10 @@ def _passing(exc: sqlite3.Error) -> bool:
         return code & 0xFF in _PASSING_SQLITE
     text = str(exc)
     return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
+
+
+# ``_refusal``'s answer for an inbox whose look did not answer (no refusal, no evidence).
+_HUNG = "\0hung"
 
 
 def _gone(path: Path) -> bool:
