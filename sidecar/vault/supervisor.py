@@ -451,7 +451,8 @@ class Supervisor:
         if left > 0:
             with self._lock:  # one judge per stuck call (each get meeting it asks again)
                 asked = stuck in self._judging or not stuck.is_alive()
-                self._judging.add(stuck)
+                if not asked:
+                    self._judging.add(stuck)
             if not asked:  # a timer of its own, not a thread in the share
                 judge = threading.Timer(left, self._judge, (name, what, stuck))
                 judge.daemon = True
