@@ -2969,7 +2969,10 @@ def test_an_inbox_refused_during_a_rebuild_is_not_put_back_nor_read_through(
             h.sweep()
         assert h.stores.manifest.file_states("memory/") == {}
         assert not h.stores.manifest.has_aside() and not h.indexer._put_back
-        assert caplog.text.count("rebuild_inbox_refused folder=agents/ops/memory inboxes=1 why=") == 1
+        # One event for the notes dropped (was: rebuild_inbox_refused and inbox_refused_dropped).
+        assert caplog.text.count("inbox_refused_dropped") == 1, caplog.text
+        assert "rebuild_inbox_refused" not in caplog.text
+        assert "inbox_refused_dropped folder=agents/ops/memory inboxes=1 notes=1 why=" in caplog.text
         assert h.problems.active_in("rebuild") is None
         assert any("refused" in why for why in h.indexer.activity.scan_skipped)
     finally:
@@ -2981,7 +2984,8 @@ def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
 ) -> None:
     """The agents folder made a symbolic link while a rebuild runs: the inboxes not put back are
     logged once for the refused folder, as a sweep's inbox_refused_dropped (was: one
-    rebuild_inbox_refused line per inbox, grouped apart from the sweep's problem)."""
+    rebuild_inbox_refused line per inbox, grouped apart from the sweep's problem; then that
+    line and inbox_refused_dropped both, one event twice)."""
     h = Harness(make_cfg(vault), FakeEmbedder())
     try:
         agents = h.cfg.agents_dir
@@ -2994,8 +2998,9 @@ def test_the_agents_folder_refused_during_a_rebuild_is_one_log_line(
         with caplog.at_level(logging.WARNING, logger="sidecar.index"):
             h.sweep()
         assert h.stores.manifest.file_states("memory/") == {}
-        assert caplog.text.count("rebuild_inbox_refused") == 1, caplog.text
-        assert "rebuild_inbox_refused folder=agents inboxes=5 why=" in caplog.text
+        assert caplog.text.count("inbox_refused_dropped") == 1, caplog.text
+        assert "rebuild_inbox_refused" not in caplog.text
+        assert "inbox_refused_dropped folder=agents inboxes=5 notes=5 why=" in caplog.text
     finally:
         h.close()
 

@@ -19,7 +19,7 @@ from sidecar.notes.markdown import note_anchors
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.canvas import is_canvas_name
 from sidecar.vault.ignore import OWN_RULES
-from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
+from sidecar.vault.timeout import NoAnswer
 
 # ``get`` tells whether a link's heading or block is in its note (``anchor_found``) by reading
 # the linked notes, within bounds: at most this many notes, this many bytes read and parsed in all
@@ -42,7 +42,7 @@ def look_up_anchors(
     reader: Callable[[str, str, int], tuple[Path, str]],
     excluded_by: Callable[[str], str | None],
     manifest: Manifest,
-    hanging: SharedProbes,
+    look: Callable[[str, Callable[[], tuple[Path, str]], float], tuple[Path, str]],
     clock: Callable[[], float],
 ) -> None:
     """``anchor_found`` of each link to a heading or block of a note (``links``: targets by
@@ -52,8 +52,10 @@ def look_up_anchors(
     ``ANCHOR_BYTES`` and ``ANCHOR_SECONDS``. Not looked into (no ``anchor_found``): a note
     past a bound or that cannot be read now, a Canvas, an Excalidraw drawing (its links name
     elements, groups and frames that are no blocks of its text), a note sidecar's own rules
-    leave out. ``reader``: ``get``'s read of a note (key, reference, most bytes); ``hanging``
-    and ``clock``: the handlers' own (a read that hangs is kept apart from the share's)."""
+    leave out. ``reader``: ``get``'s read of a note (key, reference, most bytes); ``look``:
+    how ``get`` waits for a read (key, the read, the seconds left): NoAnswer at once while its
+    root hangs, and one still in its call after the probe timeout marks the root hanging (a
+    read that hangs is counted apart from ``get``'s own); ``clock``: the handlers' own."""
     wanted: dict[str, list[dict[str, Any]]] = {}
     for link in links:
         target, anchor = link["target"], link["anchor"]
@@ -75,10 +77,9 @@ def look_up_anchors(
             known = manifest.file_states(target).get(target)
             if known is not None and known.size > budget:
                 continue  # larger than what is left to read: smaller notes may still fit
-            source = root_key(target)
             read = partial(reader, target, target, budget)
             try:
-                body = bounded_call(read, left, hanging, source, f"anchors-{source}")[1]
+                body = look(target, read, left)[1]
             except NotFoundError:
                 continue
             except UnreadableError:

@@ -152,11 +152,16 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
 
 
 def build_watcher(
-    cfg: Config, on_change: Callable[[set[str], frozenset[str]], None], stop: threading.Event
+    cfg: Config,
+    on_change: Callable[[set[str], frozenset[str]], None],
+    stop: threading.Event,
+    supervisor: Supervisor | None = None,
 ) -> Watcher:
-    """File events of the vault and the agents' inboxes, with their paths, to ``on_change``."""
+    """File events of the vault and the agents' inboxes, with their paths, to ``on_change``; a
+    watched folder's stat asked through ``supervisor`` (one that hangs marks its roots hanging)."""
     watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
-    return Watcher(watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds)
+    stat = supervisor.watched_stat if supervisor is not None else None
+    return Watcher(watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds, stat=stat)
 
 
 def model_stem(cfg: Config) -> bool:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sidecar.config import Config
@@ -80,7 +81,8 @@ from sidecar.stores.aside import remove_old_moved_aside
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
-from sidecar.vault.timeout import folder_state
+from sidecar.vault.sources import Root
+from sidecar.vault.timeout import folder_look
 from sidecar.vault.watcher import Watcher
 
 # The errors of a home that may become usable by itself (a share not mounted yet: the bare
@@ -133,6 +135,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.started = time.time()
         self.started_steady = time.monotonic()  # the uptime's (see ServiceState)
         self._threads: list[threading.Thread] = []
+        # The start's look at the vault that did not answer (its thread still in the stat, and
+        # since when): the supervisor built next marks the vault hanging by it.
+        self._start_hung: tuple[threading.Thread, float] | None = None
         self._lock: IndexLock | None = None
         self._listener: Any = None
         self._scheduler: Schedule | None = None
@@ -335,13 +340,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")
         else:
-            there, why = folder_state(cfg.vault.path, cfg.watch.probe_timeout_seconds)
-            if not there:
-                log.warning(
-                    "watcher_retry root=vault reason=%s is not reachable%s",
-                    cfg.vault.path,
-                    f" ({why})" if why else "",
-                )
+            self._look_at_vault(cfg.vault.path)
         handlers: Dispatcher
         try:
             if disk_full_at(cfg.index_dir) and (cfg.index_dir / "manifest.sqlite").exists():
@@ -359,6 +358,27 @@ class Daemon(ConfigReload, ReadOnlyStart):
         server = build_server(cfg, self._dispatch)
         server.stop_clock = self.stop_clock
         return server
+
+    def _look_at_vault(self, vault: Path) -> None:
+        """Whether the vault is there, said at once (bounded by probeTimeoutSeconds); one that
+        does not answer is kept for the supervisor (``_hand_start_hang``)."""
+        since = time.monotonic()
+        there, why, stuck = folder_look(vault, self.cfg.watch.probe_timeout_seconds)
+        self._start_hung = (stuck, since) if stuck is not None else None
+        if not there:
+            log.warning(
+                "watcher_retry root=vault reason=%s is not reachable%s", vault, f" ({why})" if why else ""
+            )
+
+    def _hand_start_hang(self, parts: Parts) -> None:
+        """The start's look at the vault still in its stat: the vault hangs (status says so, the
+        first sweep is told at once and retried with its backoff; no second call is started
+        into it, and nothing of it leaves the index)."""
+        hung, self._start_hung = self._start_hung, None
+        vault = self.cfg.vault.path
+        if hung is not None and hung[0].is_alive() and vault is not None:
+            root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
+            parts.supervisor.hangs(root, hung[0], hung[1])
 
     def _start_parts(self) -> Handlers:
         """Build the parts over the stores opened for writing, start the threads and the
@@ -406,6 +426,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _start_work(self, parts: Parts, work: threading.Event) -> Handlers:
         cfg = self.cfg
+        self._hand_start_hang(parts)
         beat = self.watchdog.indexer_alive
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
         for step in (
@@ -426,7 +447,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
             step()
         self._unless_stopping()
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=work, beat=beat)
-        watcher = self.watcher = build_watcher(cfg, loop.changed, work)
+        watcher = self.watcher = build_watcher(cfg, loop.changed, work, parts.supervisor)
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.covered()]
         watcher.on_partial = loop.watch_partial
         handlers = self._handlers(parts, loop, watcher)

@@ -8,6 +8,7 @@ because these ops read notes, not rankings; the state they work on is the handle
 from __future__ import annotations
 
 import contextlib
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -124,7 +125,9 @@ class NoteOps:
                 reader=self._read,
                 excluded_by=self.indexer.excluded_by,
                 manifest=self.manifest,
-                hanging=self._anchors_hanging,
+                look=lambda target, fn, left: self._on_disk(
+                    target, fn, "reading", within=left, hanging=self._anchors_hanging
+                ),
                 clock=self.anchor_clock,
             )
         for link in links:
@@ -204,21 +207,33 @@ class NoteOps:
                 raise offline
         return offline
 
-    def _on_disk(self, key: str, fn: Callable[[], T], what: str = "looking up") -> T:
+    def _on_disk(
+        self,
+        key: str,
+        fn: Callable[[], T],
+        what: str = "looking up",
+        *,
+        within: float | None = None,
+        hanging: SharedProbes | None = None,
+    ) -> T:
         """``fn``, a look at the file behind ``key`` (``what`` it does), within the probe
         timeout: on a hung share a request thread would otherwise wait as long as the share does
         (forever for a hard NFS mount), and a few such requests would stop the daemon answering at
         all. One that times out marks its root hanging (``Supervisor.read_hangs``, as a sweep's
-        read does); while a call on the root still hangs, further looks fail at once."""
+        read does); while a call on the root still hangs, further looks fail at once. ``within``:
+        a shorter wait of the request's own (a get's anchors), the root judged hanging only once
+        the call is still in after the probe timeout; ``hanging``: whose stuck calls it counts."""
         source = root_key(key)
         if (hung := self.supervisor.still_hangs(source)) is not None:
             raise hung
         timeout = self.cfg.watch.probe_timeout_seconds
+        wait = timeout if within is None else min(within, timeout)
+        since = time.monotonic()
         try:
-            return bounded_call(fn, timeout, self._hanging, source, f"get-{source}")
+            return bounded_call(fn, wait, hanging or self._hanging, source, f"get-{source}")
         except NoAnswer as exc:
             if exc.stuck is not None:
-                self.supervisor.read_hangs(source, f"{what} {key.split('/', 1)[-1]}", exc.stuck)
+                self.supervisor.read_hangs(source, f"{what} {key.split('/', 1)[-1]}", exc.stuck, since)
             raise
 
     def _read(self, key: str, reference: str, most: int | None = None) -> tuple[Path, str]:

@@ -46,7 +46,7 @@ from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import path_for_key
 from sidecar.vault.supervisor import Supervisor
-from sidecar.vault.timeout import NoAnswer
+from sidecar.vault.timeout import NoAnswer, SharedProbes
 
 if TYPE_CHECKING:
     from sidecar.daemon.handlers import ServiceState
@@ -68,7 +68,15 @@ class SearchOps:
 
     if TYPE_CHECKING:  # the handlers' own (``NoteOps``)
 
-        def _on_disk(self, key: str, fn: Callable[[], T], what: str = "looking up") -> T: ...
+        def _on_disk(
+            self,
+            key: str,
+            fn: Callable[[], T],
+            what: str = "looking up",
+            *,
+            within: float | None = None,
+            hanging: SharedProbes | None = None,
+        ) -> T: ...
 
     def search(self, req: Request) -> dict[str, Any]:
         p = req.params

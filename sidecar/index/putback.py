@@ -18,17 +18,19 @@ from typing import TYPE_CHECKING
 from sidecar.config import Config
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
-from sidecar.index.refused import log_refused
 from sidecar.index.unreadable import kept_by
 from sidecar.index.writes import Writer
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.sources import (
+    Asking,
+    Root,
+    asked,
     inbox_refusal,
     inbox_root,
     vault_roots,
 )
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.index.indexer")
@@ -132,6 +134,7 @@ class PutBack:
         refused: dict[str, str | None] = {}  # inbox -> why it is refused (asked once each)
         dropped: dict[str, tuple[str, int]] = {}  # refused inbox -> its agent, notes not put back
         out: list[str] = []
+        looked: dict[str, tuple[Root, list[tuple[str, str]]]] = {}  # root -> notes whose file is looked up
         for key, rel, failed in candidates:
             name = key.rsplit("/", 1)[0] if key.startswith("memory/") else key.split("/", 1)[0]
             memory = name.startswith("memory/")
@@ -142,23 +145,60 @@ class PutBack:
             if memory and not held:
                 # Not put back: a refused inbox is neither read nor served (a sweep drops its
                 # notes); put back, its notes were served and said "not read back" until the next
-                # sweep removed them. Said in the log (one line per refused folder, as a sweep's
-                # inbox_refused_dropped); status names the inbox as skipped.
+                # sweep removed them. Said in the log as a sweep's drops (inbox_refused_dropped,
+                # one line per refused folder); status names the inbox as skipped.
                 if name not in refused:
-                    refused[name] = inbox_refusal(root)
-                if refused[name] is not None:
+                    refused[name] = self._refusal(root)
+                if refused[name] == _HUNG:
+                    held = True  # its look hangs: no evidence, put back as the share's notes are
+                elif refused[name] is not None:
                     dropped[name] = (root.agent, dropped.get(name, ("", 0))[1] + 1)
                     continue
-            if failed or held or kept_by(key, unread_keys) or not _gone(root.path / rel):
+            if failed or held or kept_by(key, unread_keys):
                 out.append(key)
-        said = {name.split("/", 1)[1]: why for name, why in refused.items() if why is not None}
-        log_refused("rebuild_inbox_refused", self.cfg.agents_dir, said)  # one line per refused folder
-        if dropped:  # they left the index: counted as a sweep counts the notes it drops
+            else:
+                looked.setdefault(name, (root, []))[1].append((key, rel))
+        for root, notes in looked.values():
+            out += self._not_gone(root, notes)
+        if dropped:  # they left the index: counted and logged as a sweep's drops (one event)
             for name, (agent, n) in dropped.items():
                 self.changes.refused.listed(name, agent, refused[name], n)
             self.changes.refused.tell()
             self.changes.refused.save()
         return out
+
+    def _refusal(self, root: Root) -> str | None:
+        """Why the inbox ``root`` is refused (``inbox_refusal``), asked as a sweep's call is
+        (``Supervisor.bounded``): ``_HUNG`` when it hangs (the inbox is then marked hanging)."""
+
+        def look(asking: Asking) -> str | None:
+            with asked(asking, "stat", "."):
+                return inbox_refusal(root)
+
+        try:
+            return self.supervisor.bounded(root, look)
+        except RootUnreachable as exc:
+            log.warning("rebuild_put_back_unjudged root=%s reason=%s", root.name, exc)
+            return _HUNG
+
+    def _not_gone(self, root: Root, notes: Sequence[tuple[str, str]]) -> list[str]:
+        """The keys of ``notes`` (key, path in ``root``) whose file is not known to be gone, looked
+        up as a sweep's calls are (``Supervisor.bounded``): one that hangs marks the root hanging,
+        and then every note of it is put back (a look-up that timed out is no deleted note)."""
+
+        def look(asking: Asking) -> list[str]:
+            kept = []
+            for key, rel in notes:
+                with asked(asking, "stat", rel):
+                    if not _gone(root.path / rel):
+                        kept.append(key)
+            return kept
+
+        try:
+            return self.supervisor.bounded(root, look)
+        except RootUnreachable as exc:
+            log.warning("rebuild_put_back_unjudged root=%s notes=%d reason=%s", root.name, len(notes), exc)
+            return [key for key, _rel in notes]
 
     def _unjudged_roots(self) -> set[str]:
         """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while
@@ -229,6 +269,10 @@ def _passing(exc: sqlite3.Error) -> bool:
         return code & 0xFF in _PASSING_SQLITE
     text = str(exc)
     return any(w in text for w in ("disk is full", "disk I/O error", "database is locked", "readonly"))
+
+
+# ``_refusal``'s answer for an inbox whose look did not answer (no refusal, no evidence).
+_HUNG = "\0hung"
 
 
 def _gone(path: Path) -> bool:

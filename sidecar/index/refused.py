@@ -65,14 +65,6 @@ def grouped(agents_dir: Path, refusals: Iterable[_Refused]) -> dict[str, list[_R
     return groups
 
 
-def log_refused(event: str, agents_dir: Path, refused: Mapping[str, str]) -> None:
-    """One warning ``event`` per refused folder (agent -> why), as ``inbox_refused_dropped``."""
-    for members in grouped(agents_dir, [parsed(agents_dir, a, w) for a, w in refused.items()]).values():
-        log.warning(
-            "%s folder=%s inboxes=%d why=%s", event, members[0].folder, len(members), members[0].cause
-        )
-
-
 def rebuild_said(agents_dir: Path, refused: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """What a rebuild's refusal says of refused inboxes (agent -> why), and what to do: the agents
     folder named as such when it is the refused folder; the other folders (an inbox, an agent's

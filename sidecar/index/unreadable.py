@@ -236,7 +236,8 @@ class UnreadableNotes:
         if not reopen:
             return [p for _n, p, _f in recorded]
         kept = [p for n, p, _f in recorded if n in away or self._away(n)]
-        ask = [(p, folder) for n, p, folder in recorded if not (n in away or self._away(n))]
+        asked = [(n, p, folder) for n, p, folder in recorded if not (n in away or self._away(n))]
+        ask = [(p, folder) for _n, p, folder in asked]
         if not ask:
             return kept
         timeout = self.cfg.watch.probe_timeout_seconds
@@ -246,14 +247,17 @@ class UnreadableNotes:
             if self._reopen_stuck is not None and self._reopen_stuck.is_alive():
                 return kept + [p for p, _f in ask]
             deadline = _clock() + timeout
+            now: list[tuple[str, str, float]] = []  # the root, the call and when it began
 
             def probe() -> list[str]:
                 failing: list[str] = []
-                for i, (where, folder) in enumerate(ask):
+                for i, (name, where, folder) in enumerate(asked):
                     if _clock() >= deadline:  # many on a slow share: the rest as recorded
                         return failing + [p for p, _f in ask[i:]]
+                    now[:] = [(name, f"{'listing' if folder else 'reading'} {where}", time.monotonic())]
                     if (_listing_refusal if folder else read_refusal)(Path(where)) is not None:
                         failing.append(where)
+                now.clear()
                 return failing
 
             done, self._reopen_stuck = run_with_timeout(probe, timeout, "unreadable notes")
@@ -261,6 +265,12 @@ class UnreadableNotes:
             self._reopening.release()
         if done is None:
             log.warning("unreadable_recheck_hung notes=%d timeout=%.0fs", len(ask), timeout)
+            stuck, call = self._reopen_stuck, list(now)
+            if stuck is not None and call:
+                # Its root hangs as when a sweep's read does (judged once the probe timeout has
+                # passed since that call began: a slow share's call may still answer).
+                name, what, since = call[0]
+                self.supervisor.read_hangs(name, what, stuck, since)
             return kept + [p for p, _f in ask]
         return kept + done
 

@@ -15,9 +15,10 @@ import logging
 import os
 import re
 import sqlite3
+import time
 import unicodedata
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from sidecar.config import Config
 from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
@@ -65,8 +66,11 @@ from sidecar.vault.sources import (
     is_markdown_name,
     public_reference,
 )
+from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 DUPLICATE_SOURCES = ("memory", "wiki", "vault")
 _DUPLICATE_QUERY_CHARS = 2000  # of a written note's text, asked of the keyword index for copies
@@ -122,6 +126,9 @@ class MemoryOps:
         # The daemon's one instance (``Daemon``), which outlives these handlers: it holds the
         # counts still running and the last figures across handler builds.
         self._counts = counts if counts is not None else BoundedCounts()
+        # A look at an agent's inbox for a request (is it refused? what is in it?) that still
+        # hangs, per inbox: one stuck thread per inbox on a share that hangs.
+        self._hanging = SharedProbes()
 
     def usage(self, agent: str) -> dict[str, Any] | None:
         """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
@@ -500,7 +507,30 @@ class MemoryOps:
             out["inboxRefused"] = refused
         return out
 
+    def _inbox_look(self, agent: str, what: str, fn: Callable[[], T], unknown: T) -> T:
+        """``fn``, a request's look at the agent's inbox (``what`` it does), bounded as ``get``'s
+        reads are: ``unknown`` at once while a call on the inbox still hangs, and when this one
+        does not answer within probeTimeoutSeconds, which marks the inbox hanging (status says
+        so, its sweeps are retried with their backoff): a search or list on an inbox whose share
+        hangs answers from the index instead of waiting as long as the share does."""
+        name = f"memory/{agent}"
+        supervisor = self.indexer.supervisor
+        if supervisor.still_hangs(name) is not None:
+            return unknown
+        since = time.monotonic()
+        timeout = self.cfg.watch.probe_timeout_seconds
+        try:
+            return bounded_call(fn, timeout, self._hanging, name, f"inbox-{agent}")
+        except NoAnswer as exc:
+            if exc.stuck is not None:
+                supervisor.read_hangs(name, what, exc.stuck, since)
+            return unknown
+
     def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
+        """The inbox's files (bounded: ``_inbox_look``; None when it hangs), as ``_listed``."""
+        return self._inbox_look(agent, "listing the inbox", lambda: self._listed(agent), None)
+
+    def _listed(self, agent: str) -> Sequence[tuple[str, bool]] | None:
         """The inbox's files (name, is a link), one folder read; none when the folder is not there
         (removed whole: its notes are gone, though the index still holds them, and were listed
         again as indexed); None when it cannot be read (what is there is not known). An
@@ -526,7 +556,7 @@ class MemoryOps:
         if listing is None:
             return None
         status = self.indexer.supervisor.roots.get(f"memory/{agent}")
-        if status is not None and status.offline:
+        if status is not None and (status.offline or status.hanging is not None):
             return None
         return {_nfc(name[:-3] if name.lower().endswith(".md") else name) for name, _linked in listing}
 
@@ -536,7 +566,9 @@ class MemoryOps:
         "nothing there"."""
         if agent is None:
             return None
-        return inbox_refusal(Root("memory", agent_inbox(self.cfg, agent), agent=agent))
+        root = Root("memory", agent_inbox(self.cfg, agent), agent=agent)
+        # Bounded: asked with every search by an agent (a hung share is no refusal: None).
+        return self._inbox_look(agent, "looking up the inbox", lambda: inbox_refusal(root), None)
 
     def _unindexed(
         self,

@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan, vault_roots
 from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,8 @@ class Supervisor:
         # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        # Calls given up on sooner than probeTimeoutSeconds, to be judged then (``read_hangs``).
+        self._judging: set[threading.Thread] = set()
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
         # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
@@ -382,7 +384,9 @@ class Supervisor:
         No call on it is asked while that one is in (each would wait its timeout and leave a
         thread), status says so while it does (``describe``: offline, "still hangs"), and should
         it answer, the share is learnt slow as from a scan's call (``_gave_up``)."""
-        st = self.status(root)
+        self._hung(self.status(root), stuck, since)
+
+    def _hung(self, st: RootStatus, stuck: threading.Thread, since: float) -> None:
         if st.hanging is not None:
             return  # already said, with the call that hangs
         st._stuck, st.hung_on = stuck, "looking up ."
@@ -390,44 +394,111 @@ class Supervisor:
         self._gave_up(st, slow=st.slow)
         log.error(
             "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
-            root.name,
+            st.name,
             self._bound(st),
         )
+
+    def watched_stat(self, path: Path) -> os.stat_result:
+        """The stat of a folder the file watch covers (the vault, the agents folder), asked as
+        a probe of the roots it holds is (``_probe``, waited for probeTimeoutSeconds at most):
+        NoAnswer at once while one of them hangs, and one that times out marks them hanging
+        (the vault; each inbox known, for the agents folder), so status says the share hangs
+        and the sweeps retry it with their backoff. Raises OSError as os.stat does."""
+        vault = self.cfg.vault.path
+        if vault is not None and path == vault:
+            root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
+            timeout = self.cfg.watch.probe_timeout_seconds  # the watcher waits no longer
+            return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
+        with self._lock:
+            inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
+        if (hung := next((st for st in inboxes if st.hanging is not None), None)) is not None:
+            raise NoAnswer(_still_hangs(hung), hung.hanging)
+        since = time.monotonic()
+        try:
+            timeout = self.cfg.watch.probe_timeout_seconds
+            return self.probes.ask(("watch-stat", str(path)), lambda: os.stat(path), timeout, "watch")
+        except NoAnswer as exc:
+            if exc.stuck is not None and exc.stuck.is_alive():
+                for st in inboxes:
+                    if not st.slow:  # waited probeTimeoutSeconds: a slow share's is not judged
+                        self._hung(st, exc.stuck, since)
+            raise
 
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
         request's look at one of its notes is not started beside it."""
         with self._lock:
             st = self.roots.get(name)
-        if st is None or (stuck := st.hanging) is None:
-            return None
-        return NoAnswer(_still_hangs(st), stuck)
+        if st is not None and (stuck := st.hanging) is not None:
+            return NoAnswer(_still_hangs(st), stuck)
+        # A hang of the folder the root lies in (the vault around the wiki, on the same share)
+        # counts for it too: its notes are not looked at beside it.
+        root = next((r for r in vault_roots(self.cfg) if r.name == name), None)
+        if root is not None and (outer := self.stuck_within(root)) is not None:
+            why = f"an earlier call on {root.within} (around {root.path}) still hangs (hung share?)"
+            return NoAnswer(why, outer)
+        return None
 
-    def read_hangs(self, name: str, what: str, stuck: threading.Thread) -> None:
+    def read_hangs(self, name: str, what: str, stuck: threading.Thread, since: float | None = None) -> None:
         """A request's look at one of the root's notes (``what``: "reading <note>") given up on
         after probeTimeoutSeconds: the root hangs as when a sweep's read does (``read``), so
-        status says so and no call on it is asked until it answers."""
+        status says so and no call on it is asked until it answers. One given up on sooner (a
+        request's own shorter budget: a get's anchors; ``since``: when it began) is judged once
+        probeTimeoutSeconds have passed since then, should it still be in its call: a slow read
+        is no hung share."""
+        timeout = self.cfg.watch.probe_timeout_seconds
+        left = 0.0 if since is None else since + timeout - time.monotonic()
+        if left > 0:
+            with self._lock:  # one judge per stuck call (each get meeting it asks again)
+                asked = stuck in self._judging or not stuck.is_alive()
+                if not asked:
+                    self._judging.add(stuck)
+            if not asked:  # a timer of its own, not a thread in the share
+                judge = threading.Timer(left, self._judge, (name, what, stuck))
+                judge.daemon = True
+                judge.start()
+            return
         with self._lock:
             st = self.roots.get(name)
         if st is None or st.hanging is not None or not stuck.is_alive():
             return
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
-        log.error("read_hung root=%s call=%s timeout=%gs", name, what, self.cfg.watch.probe_timeout_seconds)
+        log.error("read_hung root=%s call=%s timeout=%gs", name, what, timeout)
 
-    def _probe(self, root: Root, question: str, fn: Callable[[], T]) -> T:
+    def _judge(self, name: str, what: str, stuck: threading.Thread) -> None:
+        with self._lock:
+            self._judging.discard(stuck)
+        self.read_hangs(name, what, stuck)
+
+    def _probe(
+        self,
+        root: Root,
+        question: str,
+        fn: Callable[[], T],
+        *,
+        beat: bool = True,
+        patience: float | None = None,
+    ) -> T:
         """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
         (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
         answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
-        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``)."""
+        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``).
+        ``patience``: a shorter wait of the caller's own (the watcher's thread, which carries
+        every root's events): given up on sooner than the root's bound, it marks nothing (a slow
+        share is no hung one)."""
         if (st := self.status(root)).hanging is not None:
             raise NoAnswer(_still_hangs(st), st.hanging)
         if (outer := self.stuck_within(root)) is not None:
             raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
         since = time.monotonic()
+        bound = self._bound(st)
+        wait = bound if patience is None else min(patience, bound)
+        # (``beat``: asked by the indexer, whose heartbeat the wait keeps; not by the watcher)
+        alive = self.beat if beat else None
         try:
-            return self.probes.ask((question, root.name), fn, self._bound(st), root.name, self.beat)
+            return self.probes.ask((question, root.name), fn, wait, root.name, alive)
         except NoAnswer as exc:
-            if exc.stuck is not None and exc.stuck.is_alive():
+            if exc.stuck is not None and exc.stuck.is_alive() and wait >= bound:
                 self.hangs(root, exc.stuck, since)
             raise
 
@@ -650,19 +721,16 @@ class Supervisor:
         if self.meta is not None and value != self._remembered(root):
             self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
 
-    def _reconfigured(self, before: Any, now: Path) -> bool:
+    def _reconfigured(self, root: Root, before: Any) -> bool:
         """Whether the configuration names another folder than the one swept before: the two
         differ by their real paths too (a vault named through a symlink is spelled either way,
-        as the symlink when the share answered slowly at start). Asked with a deadline; no
-        answer is no evidence."""
+        as the symlink when the share answered slowly at start). Asked as a probe of the root
+        (``_probe``): one that times out marks the root hanging. Raises NoAnswer."""
+        now = root.path
         if not isinstance(before, str) or before == str(now):
             return False
-        got, _stuck = run_with_timeout(
-            lambda: (os.path.realpath(before), os.path.realpath(now)),
-            self.cfg.watch.probe_timeout_seconds,
-            "realpath",
-        )
-        return got is not None and got[0] != got[1]
+        got = self._probe(root, "realpath", lambda: (os.path.realpath(before), os.path.realpath(now)))
+        return got[0] != got[1]
 
     def hold_deletions(
         self,
@@ -709,7 +777,14 @@ class Supervisor:
         memo = self._remembered(root)
         now = self.hold_clock()
         kind: str | None = None
-        reconfigured = present > 0 and self._reconfigured(memo.get("path"), root.path)
+        try:
+            reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
+        except NoAnswer:
+            # The root hangs now (marked so): no evidence of anything; its deletions wait for a
+            # sweep that reads it (the next is told it hangs and retried with its backoff).
+            if missing > moved:
+                return "wait"
+            reconfigured = False
         if confirmed or root.source == "memory" or reconfigured:
             if confirmed and memo.get("hold"):
                 log.warning(

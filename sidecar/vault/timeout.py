@@ -159,15 +159,22 @@ def folder_state(path: Path, timeout: float) -> tuple[bool, str | None]:
     """Whether ``path`` is a folder, asked with a deadline: (True, None) it is; (False, None) it
     does not exist (or is not a folder); (False, why) it did not answer: an I/O error, no
     permission, a dead or hung share. Never raises, never blocks past ``timeout``."""
+    there, why, _stuck = folder_look(path, timeout)
+    return there, why
+
+
+def folder_look(path: Path, timeout: float) -> tuple[bool, str | None, threading.Thread | None]:
+    """``folder_state``, and the thread still in the stat when it did not answer (for the
+    daemon's supervisor to mark the root in ``path`` hanging)."""
     try:
         st = bounded_stat(path, timeout, _HANGING, "folder-state")
     except NoAnswer as exc:
-        return False, str(exc)
+        return False, str(exc), exc.stuck
     except (FileNotFoundError, NotADirectoryError):
-        return False, None
+        return False, None, None
     except OSError as exc:  # asked with os.stat: Path.is_dir hides these on newer Pythons
-        return False, exc.strerror or str(exc)
-    return stat.S_ISDIR(st.st_mode), None
+        return False, exc.strerror or str(exc), None
+    return stat.S_ISDIR(st.st_mode), None, None
 
 
 def near_folder(top: Path, sub: str, timeout: float, loose: bool = True) -> str | None:

@@ -247,6 +247,8 @@ class Watcher:
         stop: threading.Event,
         debounce_ms: int = 300,
         probe_timeout: float = 5.0,
+        *,
+        stat: Callable[[Path], os.stat_result] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -258,6 +260,9 @@ class Watcher:
         self.retry = RETRY
         self.probe_timeout = probe_timeout
         self._stuck = SharedProbes()  # a stat of a watched folder that still hangs
+        # How a watched folder's stat is asked: the daemon's supervisor's (a hang marks the roots
+        # in it hanging); by default bounded here alone.
+        self._ask_stat = stat or (lambda p: bounded_stat(p, self.probe_timeout, self._stuck, "watch"))
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
@@ -293,7 +298,7 @@ class Watcher:
         down). A hung one is not asked again until its first call returns, and the events of the
         other folders go on meanwhile."""
         try:
-            return bounded_stat(path, self.probe_timeout, self._stuck, "watch")
+            return self._ask_stat(path)
         except (OSError, NoAnswer):
             return None
 

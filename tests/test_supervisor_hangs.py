@@ -1,0 +1,462 @@
+"""Calls on a share outside its scans (the watch's stat, the start's look at the vault, a
+rebuild's checks, a path's real spelling, a get's anchors) that time out mark their root hanging
+by the one rule (``Supervisor.hangs``): status says the share hangs, the sweeps retry it with
+their backoff, no second call is started into it, and nothing indexed leaves for it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.vault.sources import Root
+from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.watcher import Watcher
+
+
+def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, path: Path, release: threading.Event) -> None:
+    """``os.stat`` of ``path`` waits for ``release`` (a share whose getattr hangs)."""
+    real = os.stat
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(p) == path:
+            release.wait(20)
+        return real(p, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+
+
+def test_a_watched_folders_stat_that_hangs_marks_its_roots_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's stat of the vault (and of the agents folder, for the inboxes in it) asked
+    through the supervisor: one that times out marks the roots in it hanging, status says it
+    in words, and the next stat is told at once (was: the watcher's own bound, nothing marked,
+    status said "events" while the share hung)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    inbox = Root("memory", cfg.agents_dir / "ada" / "memory", agent="ada")
+    sup.status(inbox)
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    _hang_stat_of(monkeypatch, cfg.agents_dir, release)
+    folders = [vault, cfg.agents_dir]
+    watcher = Watcher(folders, lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+    try:
+        assert watcher._stat(vault) is None
+        assert watcher._stat(cfg.agents_dir) is None
+        roots = {r["name"]: r for r in sup.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+        assert "still hangs" in (roots["memory/ada"]["error"] or ""), roots
+        before = threading.active_count()
+        assert watcher._stat(vault) is None  # told at once: no second thread into the share
+        assert threading.active_count() == before
+    finally:
+        release.set()
+
+
+def test_the_watchers_stat_of_a_slow_share_waits_no_longer_and_judges_nothing(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a vault learnt slow (its calls waited for up to scanTimeoutSeconds), the watcher's
+    stat still gives up after probeTimeoutSeconds (its one thread carries every root's events)
+    and, given up on that soon, marks nothing: the share stays slow, not hung."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, "watch.scanTimeoutSeconds": 30})
+    sup = Supervisor(cfg)
+    st = sup.status(Root("vault", vault, exclude="wiki"))
+    st.slow = True
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    watcher = Watcher([vault], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+    try:
+        assert watcher._stat(vault) is None
+        assert st.hanging is None and st.slow
+    finally:
+        release.set()
+
+
+def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's look at the vault (whether it is there) that does not answer marks the
+    vault hanging once the supervisor is built: status says the share hangs and the first
+    sweep is told at once, no second call into the share (was: only a log line, and the first
+    sweep waited its own timeout)."""
+    from types import SimpleNamespace
+
+    from sidecar.daemon import lifecycle
+    from sidecar.vault.supervisor import RootUnreachable
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    daemon = lifecycle.Daemon(cfg)
+    release = threading.Event()
+    _hang_stat_of(monkeypatch, vault, release)
+    try:
+        daemon._look_at_vault(vault)
+        sup = Supervisor(cfg)
+        daemon._hand_start_hang(SimpleNamespace(supervisor=sup))
+        roots = {r["name"]: r for r in sup.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline" and "still hangs" in roots["vault"]["error"], roots
+        with pytest.raises(RootUnreachable, match="still hangs"):
+            sup.list_root(Root("vault", vault, exclude="wiki"))
+    finally:
+        release.set()
+        daemon.notifier.close()
+
+
+def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothing(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard's look at whether the configuration names another folder (the real paths of
+    the folder remembered and the one named) that does not answer marks the root hanging, and
+    the sweep's deletions wait (was: no answer taken as "the same folder", the deletions judged
+    and applied while the share hung, and a thread left per sweep)."""
+    import json
+
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        spelled = str(tmp_path / "spelled-otherwise")
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": spelled}))
+        real = os.path.realpath
+
+        def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
+            if str(p) == spelled:
+                release.wait(20)
+            return real(p, *args, **kwargs)
+
+        monkeypatch.setattr(os.path, "realpath", realpath)
+        gone = sorted(vault.rglob("*.md"))[0]
+        gone.unlink()
+        h.sweep()
+        st = h.supervisor.roots["vault"]
+        assert st.hanging is not None
+        assert set(h.stores.manifest.file_states("vault/")) == known  # nothing left for a timeout
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "still hangs" in (roots["vault"]["error"] or ""), roots
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_probe_timeout(
+    serve_in_process: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A get's look at a linked note's headings whose read does not answer: the get answers
+    within its own budget (the link not looked into), and the read still in its call after
+    probeTimeoutSeconds marks the root hanging as a get's own read does (was: nothing marked,
+    and each get started one more read into the hung share). Given up on before that, it is
+    no hang yet: a slow read is no hung share."""
+    import time
+
+    from sidecar.daemon import anchors, note_ops
+    from tests.conftest import write
+
+    v = tmp_path / "anchored"
+    write(v / "Log.md", "# Log\n\n[[Other#Kopf]]\n")
+    write(v / "Other.md", "# Other\n\n## Kopf\n\nText.\n")
+    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 0.6})
+    release = threading.Event()
+    real = note_ops.read_note
+
+    def read_note(path: Path, *args: Any) -> Any:
+        if path.name == "Other.md":
+            release.wait(20)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", read_note)
+    monkeypatch.setattr(anchors, "ANCHOR_SECONDS", 0.1)
+    sup = server.harness.supervisor
+    try:
+        got = server.call("get", {"reference": "vault/Log"})
+        assert got["links"][0].get("anchor_found") is None
+        assert sup.roots["vault"].hanging is None  # not past the probe timeout yet
+        deadline = time.monotonic() + 10
+        while sup.roots["vault"].hanging is None:
+            assert time.monotonic() < deadline, "the anchor read past the probe timeout marked nothing"
+            time.sleep(0.05)
+        roots = {r["name"]: r for r in server.call("health", {})["roots"]}
+        assert "still hangs" in (roots["vault"]["error"] or ""), roots
+        assert "reading Other" in (roots["vault"]["error"] or ""), roots
+    finally:
+        release.set()
+
+
+def test_a_rebuilds_look_up_of_a_note_not_read_back_that_hangs_keeps_it_and_marks_the_root(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rebuild looks up each note it did not read back (gone, or to be put back): a look-up
+    that hangs marks the root hanging and puts the note back, not dropped as deleted (was: an
+    unbounded lstat in the indexer's thread, blocking it for as long as the share hung, and the
+    note then judged by whatever it answered)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        gone, key = vault / "Garden.md", "vault/Garden"
+        assert key in known
+        gone.unlink()
+        real = putback._gone
+
+        def looked_up(path: Path) -> bool:
+            if path == gone:
+                release.wait(3)  # long past the probe timeout; short should the old code wait
+            return real(path)
+
+        monkeypatch.setattr(putback, "_gone", looked_up)
+        h.indexer.clear()
+        h.sweep()
+        assert key in set(h.stores.manifest.file_states("vault/"))  # put back: no evidence it went
+        assert h.supervisor.roots["vault"].hanging is not None
+        release.set()
+        deadline = __import__("time").monotonic() + 10
+        while h.supervisor.roots["vault"].hanging is not None:
+            assert __import__("time").monotonic() < deadline
+            release.wait(0.05)
+        h.sweep()  # the share answers: the deleted note leaves
+        h.sweep()
+        assert key not in set(h.stores.manifest.file_states("vault/"))
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hanging(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild's check of the notes kept unreadable (opened again before it is refused or
+    let go) whose open hangs marks their root hanging once past the probe timeout, as a
+    sweep's read does, and the note stays named as recorded (was: a warning, the root said
+    to be fine while its share hung)."""
+    import time
+
+    from sidecar.index import unreadable
+    from tests.conftest import FakeEmbedder, Harness
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    note = vault / "Garden.md"
+    real = unreadable.read_refusal
+
+    def read_refusal(path: Path) -> str | None:
+        if path == note:
+            release.wait(20)
+        return real(path)
+
+    try:
+        h.sweep()
+        h.indexer.changes._unread_notes[("vault", str(note))] = "an I/O error"
+        monkeypatch.setattr(unreadable, "read_refusal", read_refusal)
+        assert h.indexer.changes.unreadable_indexed() == [str(note)]
+        deadline = time.monotonic() + 10
+        while h.supervisor.roots["vault"].hanging is None:
+            assert time.monotonic() < deadline, "the recheck's hung open marked nothing"
+            time.sleep(0.05)
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "still hangs" in (roots["vault"]["error"] or "") and "Garden.md" in roots["vault"]["error"]
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_get_of_a_wiki_note_while_the_vault_around_it_hangs_is_told_at_once(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiki lies in the vault, on the same share: while a call on the vault hangs, a get
+    of a wiki note is told at once that it hangs (its indexed text still found), with no read
+    of its own started into the share (was: a read thread of its own, "no answer within 0 s"
+    after a probe timeout's wait, and a second stuck thread)."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    sup = served.harness.supervisor
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), name="probe-vault", daemon=True)
+    stuck.start()
+    real = note_ops.read_note
+    started: list[Path] = []
+
+    def read_note(path: Path, *args: Any) -> Any:
+        started.append(path)
+        release.wait(20)
+        return real(path, *args)
+
+    monkeypatch.setattr(note_ops, "read_note", read_note)
+    wiki_key = next(iter(served.harness.stores.manifest.file_states("wiki/")))
+    try:
+        sup.hangs(Root("vault", vault, exclude="wiki"), stuck, 0.0)
+        with pytest.raises(RemoteError, match=r"still hangs.*still found by search"):
+            served.call("get", {"reference": wiki_key})
+        assert started == []
+    finally:
+        release.set()
+
+
+def test_an_agents_inbox_on_a_share_that_hangs_is_marked_hanging_and_still_searched(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's memory inbox on a share that hangs: a list's look at its folder that does not
+    answer marks the inbox hanging (read_hung), as a get's read of one of its notes does; health
+    says so; searches, lists and gets after it start no call into the share (was: each list
+    and each search by the agent looked at the inbox unbounded, waiting as long as the share
+    did); its notes stay indexed, listed and found."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+    from sidecar.memory import ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    write(inbox / "keep.md", "# Keep\n\nKeep the spare zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    calls: list[str] = []
+    real_scandir, real_read = ops.os.scandir, note_ops.read_inbox_note
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            calls.append("listing")
+            release.wait(5)
+        return real_scandir(path)
+
+    def read_inbox_note(root: Any, name: str, *args: Any) -> Any:
+        calls.append(f"reading {name}")
+        release.wait(5)
+        return real_read(root, name, *args)
+
+    monkeypatch.setattr(ops.os, "scandir", scandir)
+    monkeypatch.setattr(note_ops, "read_inbox_note", read_inbox_note)
+    try:
+        listed = served.call("list", {}, agent="ada")
+        assert {n["reference"] for n in listed["notes"]} == {"memory/plan", "memory/keep"}
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["memory/ada"]["mode"] == "offline", roots
+        assert "still hangs" in roots["memory/ada"]["error"], roots
+        assert served.call("search", {"query": "zeppelin disks"}, agent="ada")["hits"]
+        assert {n["reference"] for n in served.call("list", {}, agent="ada")["notes"]} == {
+            "memory/plan",
+            "memory/keep",
+        }
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "memory/keep"}, agent="ada")
+        assert calls == ["listing"]  # one call into the share, none after it hung
+        served.harness.sweep()  # the sweep is told it hangs: nothing of the inbox leaves
+        keys = set(served.harness.stores.manifest.file_states("memory/ada/"))
+        assert keys == {"memory/ada/plan", "memory/ada/keep"}
+    finally:
+        release.set()
+
+
+def test_a_get_whose_read_of_an_agents_memory_note_hangs_marks_the_inbox_hanging(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A get's read of an agent's memory note that does not answer marks its inbox hanging, as
+    for the vault (``Supervisor.read_hangs`` by the inbox's root name)."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.daemon import note_ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    write(inbox / "keep.md", "# Keep\n\nKeep the spare zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    real = note_ops.read_inbox_note
+    reads: list[str] = []
+
+    def read_inbox_note(root: Any, name: str, *args: Any) -> Any:
+        reads.append(name)
+        release.wait(20)
+        return real(root, name, *args)
+
+    monkeypatch.setattr(note_ops, "read_inbox_note", read_inbox_note)
+    try:
+        with pytest.raises(RemoteError, match="no answer"):
+            served.call("get", {"reference": "memory/plan"}, agent="ada")
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert roots["memory/ada"]["mode"] == "offline", roots
+        assert "still hangs" in roots["memory/ada"]["error"] and "plan" in roots["memory/ada"]["error"]
+        with pytest.raises(RemoteError, match="still hangs"):
+            served.call("get", {"reference": "memory/keep"}, agent="ada")
+        assert reads == ["plan.md"]
+    finally:
+        release.set()
+
+
+def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read given up on before probeTimeoutSeconds (a get's anchors) is judged once that has
+    passed: one timer per stuck call, however many requests meet it meanwhile."""
+    import time
+
+    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
+    sup.status(Root("vault", vault, exclude="wiki"))
+    started: list[Any] = []
+    real = threading.Timer
+
+    def timer(*args: Any, **kwargs: Any) -> threading.Timer:
+        t = real(*args, **kwargs)
+        started.append(t)
+        return t
+
+    monkeypatch.setattr(threading, "Timer", timer)
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    try:
+        for _ in range(5):
+            sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
+        assert len(started) == 1
+        started[0].join(5)
+        assert sup.roots["vault"].hanging is stuck
+    finally:
+        release.set()
+
+
+def test_a_rebuilds_look_at_an_inbox_that_hangs_puts_its_notes_back(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild asks whether an agent's inbox is refused before it drops the notes it did
+    not read back: a look that hangs marks the inbox hanging and puts them back (was: an
+    unbounded look in the indexer's thread, then the notes judged by what it answered)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    try:
+        inbox = h.cfg.agents_dir / "ada" / "memory"
+        write(inbox / "plan.md", "# Plan\n\nRotate the disks.\n")
+        write(inbox / "keep.md", "# Keep\n\nKeep the spare disks.\n")
+        h.sweep()
+        (inbox / "plan.md").unlink()
+        real = putback.inbox_refusal
+
+        def refusal(root: Any) -> str | None:
+            release.wait(3)  # long past the probe timeout; short should the old code wait
+            return real(root)
+
+        monkeypatch.setattr(putback, "inbox_refusal", refusal)
+        h.indexer.clear()
+        h.sweep()
+        assert "memory/ada/plan" in set(h.stores.manifest.file_states("memory/ada/"))
+        assert h.supervisor.roots["memory/ada"].hanging is not None
+    finally:
+        release.set()
+        h.close()
