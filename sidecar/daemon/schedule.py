@@ -29,7 +29,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.repairs import RepairPolicy
-from sidecar.index.repair import compact_bm25
+from sidecar.index.repair import compact_bm25, compact_memory
 from sidecar.index.vectoring import Vectoring
 from sidecar.runtime import heap
 from sidecar.vault.supervisor import Supervisor
@@ -53,11 +53,11 @@ class Schedule:
     def __init__(self, scheduler: BackgroundScheduler) -> None:
         self.scheduler = scheduler
         self.guard = ClockGuard(scheduler)
-        self._stop = threading.Event()
-        self._pacers: list[Pacer] = [Pacer("clock", CLOCK_CHECK_S, self.guard.check, self._stop)]
+        self.stop = threading.Event()  # set by ``shutdown``: a job in progress ends at its next check
+        self._pacers: list[Pacer] = [Pacer("clock", CLOCK_CHECK_S, self.guard.check, self.stop)]
 
     def every(self, name: str, seconds: float, fn: Callable[[], None]) -> None:
-        self._pacers.append(Pacer(name, seconds, fn, self._stop))
+        self._pacers.append(Pacer(name, seconds, fn, self.stop))
 
     def run_soon(self, job_id: str) -> None:
         """Run an interval job now (on the scheduler's thread, never beside a run of itself); its
@@ -71,7 +71,7 @@ class Schedule:
 
     def shutdown(self) -> None:
         """Stops dispatching; a run in progress finishes on its own (as APScheduler's wait=False)."""
-        self._stop.set()
+        self.stop.set()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
@@ -202,7 +202,10 @@ def build_scheduler(
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
     schedule.every("tick", every, tick)
     scheduler.add_job(
-        lambda: optimize(vectors), "interval", minutes=cfg.index.optimize_minutes, id="optimize"
+        lambda: optimize(vectors, schedule.stop),
+        "interval",
+        minutes=cfg.index.optimize_minutes,
+        id="optimize",
     )
     scheduler.add_job(retry_embedder, "interval", minutes=cfg.embedder.retry_minutes, id="model-retry")
     # Native libraries free into malloc's arenas, which keep the pages: hand them back now and
@@ -245,9 +248,11 @@ class _Relogged(logging.Filter):
 _RELOGGED = _Relogged()
 
 
-def optimize(vectors: Vectoring) -> None:
-    """Scheduled compaction of the vector tables (also done after every N writes), and of the
-    keyword index once deleted documents outnumber its live ones."""
+def optimize(vectors: Vectoring, stop: threading.Event | None = None) -> None:
+    """Scheduled compaction of the vector tables (also done after every N writes), of the
+    keyword index once deleted documents outnumber its live ones, and of each memory index
+    whose deleted documents weigh in its scores (``compact_memory``; ``stop``: the schedule's
+    shutdown, which rolls a rewrite back)."""
     try:
         vectors.optimize()
     except StoreError as exc:
@@ -256,3 +261,4 @@ def optimize(vectors: Vectoring) -> None:
         compact_bm25(vectors.stores)
     except StoreError as exc:
         log.error("bm25_compact_failed error=%s", exc)
+    compact_memory(vectors.stores, stop)

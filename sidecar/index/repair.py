@@ -23,7 +23,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_search import EVERYONE
+from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import ChunkView, Manifest
@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 # Fewer deleted documents than this are not worth a rewrite, whatever their share.
 _COMPACT_MIN_DELETED = 1000
+# A memory index (``compact_memory``) is rewritten at any deleted document while it holds at
+# most this many live ones (an agent's memory: a rewrite of its notes costs a fraction of a
+# second), else once its deleted documents reach this share of its live ones (each rewrite costs
+# what its live notes cost, the write lock held).
+_MEMORY_SMALL = 2_000
+_MEMORY_SHARE = 0.2
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
 # one that cannot be read again right after is not damaged by chance, and each rebuild costs the
@@ -227,6 +233,40 @@ def compact_bm25(stores: Stores) -> bool:
         "bm25_compacted deleted=%d live=%d seconds=%.2f", deleted, total - deleted, time.monotonic() - started
     )
     return True
+
+
+def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[str]:
+    """Rewrite each memory index (an agent's own, the one of every agent's memory) whose deleted
+    documents weigh in its scores, in place (``Bm25Index.compact_memory``): Tantivy counts a
+    deleted document and its words in BM25 until its segment is merged, so a long-used agent's
+    index ranked its notes differently from a rebuild of the same notes. Judged by each index's
+    own deleted documents (a vault edit rewrites none); the write lock is held for one index at
+    a time. A failure is logged and tried again by the next run; a ``stop`` ends it. The memory
+    indexes rewritten, as the log names them."""
+    done = []
+    for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
+        live = held - gone
+        if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
+            continue
+        if stop is not None and stop.is_set():
+            break
+        part = EVERYONE_DIR if name == EVERYONE else f"memory/{name}"
+        started = time.monotonic()
+        prefix = "memory/" if name == EVERYONE else f"memory/{name}/"
+        try:
+            with stores.write_lock:  # no note written between the manifest's read and the commit
+                docs = [bm25_doc(v) for v in stores.manifest.chunks_under(prefix)]
+                rewritten = stores.bm25.compact_memory(name, docs, stop)
+        except StoreError as exc:  # a full disk: the old index stays whole, the next run tries again
+            log.error("bm25_compact_failed part=%s error=%s", part, exc)
+            continue
+        if rewritten:
+            seconds = time.monotonic() - started
+            log.info("bm25_compacted part=%s deleted=%d live=%d seconds=%.2f", part, gone, live, seconds)
+            done.append(part)
+        elif stop is not None and stop.is_set():
+            log.info("bm25_compact_stopped part=%s (rolled back: the index is as it was)", part)
+    return done
 
 
 def fill_bm25(

@@ -1,0 +1,272 @@
+"""The scheduled rewrite of a memory index whose deleted documents weigh in its scores
+(``compact_memory``): it then scores as a fresh rebuild of the same notes, and searches, a kill,
+a failed commit and a stop during it lose nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write
+
+NOTE = "The backup runs at three in the night."
+KEPT = {f"n{i}": f"Plan {i}: apples for the cellar, zq{i}." for i in range(1, 4)}
+QUERIES = ("backup runs", "apples cellar", "night plan", "zq2 apples")
+
+
+def _churn(s: Any) -> None:
+    """alpha and beta end with the same notes; alpha also wrote, replaced and deleted others.
+    Each agent's own index is made at its first search (one segment: its deletes stay in it)."""
+    for agent in ("alpha", "beta"):
+        s.call("write", {"slug": "note-0", "content": NOTE}, agent=agent)
+        for slug, text in KEPT.items():
+            s.call("write", {"slug": slug, "content": text}, agent=agent)
+    for i in range(4, 8):  # alpha's notes that go: backups that ran, runs planned
+        content = f"Backup {i} runs: the shed photos, part {i} (zq{i}), backup night."
+        s.call("write", {"slug": f"n{i}", "content": content}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="alpha")
+    s.call("write", {"slug": "n4", "content": "Backup 4 runs again, backup night backup."}, agent="alpha")
+    for i in range(4, 8):
+        s.call("delete", {"slug": f"n{i}"}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="beta")
+
+
+def _scores(bm25: Any, agent: str | None) -> list[list[float]]:
+    """Each query's keyword scores in ``agent``'s scope (None: a person's), best first (chunk
+    ids differ between agents holding the same note: scores are compared)."""
+    return [
+        sorted((round(score, 5) for _cid, score in bm25.search(q, 20, agent_scope=agent)), reverse=True)
+        for q in QUERIES
+    ]
+
+
+def _deleted(s: Any, part: str) -> int:
+    from sidecar.stores.bm25_folder import segment_counts
+
+    base = s.cfg.index_dir / "bm25" / part
+    return segment_counts(base / "chunks")[0] + segment_counts(base / "pages")[0]
+
+
+def test_a_churned_memory_index_scores_as_a_fresh_rebuild_after_the_compaction(in_process: Any) -> None:
+    """Tantivy counts a deleted document and its words in BM25 until its segment is merged: an
+    agent's edits and deletes moved its notes' scores away from those of a fresh index of the
+    same notes. The scheduled compaction rewrites that agent's index (and the index of every
+    agent's memory) in place: then alpha's notes score exactly as beta's (same notes, no churn),
+    and a person's search scores as after a refill of every agent's memory from the manifest."""
+    from sidecar.index.repair import compact_memory, fill_everyone
+
+    s = in_process
+    _churn(s)
+    stores = s.harness.stores
+    bm25 = stores.bm25
+    assert _deleted(s, "memory/alpha") > 0
+    assert _scores(bm25, "alpha") != _scores(bm25, "beta")  # the deleted backups still weigh in
+    done = compact_memory(stores)
+    assert "memory/alpha" in done and "memory/beta" not in done  # beta has nothing deleted
+    assert _deleted(s, "memory/alpha") == 0 and _deleted(s, "memory-all") == 0
+    assert _scores(bm25, "alpha") == _scores(bm25, "beta")
+    person = _scores(bm25, None)
+    fill_everyone(stores)  # a fresh rebuild of every agent's memory
+    assert _scores(bm25, None) == person
+    assert compact_memory(stores) == []  # nothing deleted left: nothing to do
+
+
+def _hook_commit(monkeypatch: Any, part: str, action: Any) -> list[int]:
+    """``action`` run once, as the compaction's commit of ``part``'s chunks begins (its documents
+    all re-added, nothing committed)."""
+    from sidecar.stores import bm25_folder
+
+    real = bm25_folder.Folder.commit
+    calls: list[int] = []
+
+    def commit(self: Any) -> None:
+        if not calls and self.path.parent.name == Path(part).name and self.path.name == "chunks":
+            calls.append(1)
+            action(self)
+        real(self)
+
+    monkeypatch.setattr(bm25_folder.Folder, "commit", commit)
+    return calls
+
+
+def test_a_search_during_the_compaction_finds_the_agents_memory(in_process: Any, monkeypatch: Any) -> None:
+    """A search arriving between the compaction's re-adds and its commit reads the old snapshot
+    whole: the agent's own search and a person's find every memory note with the scores they
+    had (a refill that removed the agent's index first found none of its memory by words)."""
+    from sidecar.index.repair import compact_memory
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    before = {"alpha": _scores(bm25, "alpha"), None: _scores(bm25, None)}
+    during: dict[str | None, Any] = {}
+    calls = _hook_commit(
+        monkeypatch, "memory/alpha", lambda _f: during.update({"alpha": _scores(bm25, "alpha")})
+    )
+    assert "memory/alpha" in compact_memory(s.harness.stores)
+    assert calls and during["alpha"] == before["alpha"]
+    note = {v.chunk_id for v in s.harness.stores.manifest.chunks_of("memory/alpha/note-0")}
+    assert note <= {cid for cid, _ in bm25.search(QUERIES[0], 20, agent_scope="alpha")}
+    assert len(during["alpha"][0]) >= 2  # alpha's note and the vault's Backups
+    # The index of every agent's memory: a person's search during its rewrite reads it still.
+    _churn_more(s)
+    bm25 = s.harness.stores.bm25
+    before[None] = _scores(bm25, None)
+    assert bm25.everyone_gap() is None
+    calls = _hook_commit(
+        monkeypatch,
+        "memory-all",
+        lambda _f: during.update({None: (_scores(bm25, None), bm25.everyone_gap())}),
+    )
+    assert "memory-all" in compact_memory(s.harness.stores)
+    assert calls and during[None] == (before[None], None)
+
+
+def _churn_more(s: Any) -> None:
+    """Deletes (of gamma's notes) in the index of every agent's memory, in a segment that keeps
+    them (refilled as one: a segment whose every document is deleted is dropped at once)."""
+    from sidecar.index.repair import fill_everyone
+
+    for i in range(3):
+        s.call("write", {"slug": f"g{i}", "content": f"gamma backup {i} night"}, agent="gamma")
+    fill_everyone(s.harness.stores)
+    for i in range(2):
+        s.call("delete", {"slug": f"g{i}"}, agent="gamma")
+    assert _deleted(s, "memory-all") > 0
+
+
+def test_a_kill_before_the_compactions_commit_leaves_the_old_index(
+    in_process: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    """Killed before its commit (the folder copied as a kill leaves it; then an interrupt), the
+    compaction leaves the old index whole: reopened, it lists the agent and serves the same
+    results; the running index too (never an empty index that passes for the agent's)."""
+    from sidecar.index.repair import compact_memory
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    before = _scores(bm25, "alpha")
+    copy = tmp_path / "killed" / "bm25"
+
+    def kill(_folder: Any) -> None:
+        shutil.copytree(s.cfg.index_dir / "bm25", copy)
+        raise KeyboardInterrupt
+
+    _hook_commit(monkeypatch, "memory/alpha", kill)
+    with pytest.raises(KeyboardInterrupt):
+        compact_memory(s.harness.stores)
+    assert _scores(bm25, "alpha") == before
+    assert _deleted(s, "memory/alpha") > 0  # not rewritten: the next run does it
+    reopened = Bm25Index(copy)
+    try:
+        assert "alpha" in reopened.agents() and not reopened.inbox_missing("alpha")
+        assert _scores(reopened, "alpha") == before
+    finally:
+        reopened.close()
+
+
+def test_a_failed_commit_of_the_compaction_keeps_every_agents_memory_searchable(
+    in_process: Any, monkeypatch: Any
+) -> None:
+    """A commit that fails (a full disk for a moment) leaves the old index of every agent's
+    memory whole and read by a person's search (it was taken out of it until a restart), and
+    the next run compacts it."""
+    from sidecar.contracts.errors import DiskFullError
+    from sidecar.index.repair import compact_memory
+
+    s = in_process
+    _churn(s)
+    _churn_more(s)
+    bm25 = s.harness.stores.bm25
+    before = _scores(bm25, None)
+
+    def full(_folder: Any) -> None:
+        raise DiskFullError("commit failed: No space left on device (os error 28)")
+
+    _hook_commit(monkeypatch, "memory-all", full)
+    assert "memory-all" not in compact_memory(s.harness.stores)
+    assert bm25.everyone_ready and bm25.everyone_gap() is None
+    assert _scores(bm25, None) == before
+    assert _deleted(s, "memory-all") > 0
+    monkeypatch.undo()
+    assert "memory-all" in compact_memory(s.harness.stores)  # tried again
+    assert _deleted(s, "memory-all") == 0 and bm25.everyone_ready
+
+
+def test_a_stop_during_the_compaction_rolls_it_back(in_process: Any, monkeypatch: Any) -> None:
+    """The daemon's stop during a rewrite rolls it back (the old index stays, nothing lost) and
+    starts no other."""
+    from sidecar.index.repair import compact_memory
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = in_process
+    _churn(s)
+    _churn_more(s)
+    bm25 = s.harness.stores.bm25
+    before = _scores(bm25, "alpha")
+    stop = threading.Event()
+    real = Bm25Index._put
+
+    def put(self: Any, *args: Any) -> None:
+        stop.set()  # the stop comes as the first note is re-added
+        real(self, *args)
+
+    monkeypatch.setattr(Bm25Index, "_put", put)
+    assert compact_memory(s.harness.stores, stop) == []
+    monkeypatch.undo()
+    assert _scores(bm25, "alpha") == before
+    assert _deleted(s, "memory/alpha") > 0 and _deleted(s, "memory-all") > 0
+    assert not any(f.dirty for f in bm25._folders())
+    assert bm25.everyone_ready
+
+
+def test_the_compaction_keeps_an_idle_agents_last_use(in_process: Any) -> None:
+    """An agent's index rewritten by the compaction keeps its time of last use: idle, it is
+    still removed as idle (not taken for used, nor left open); one removed is not made again."""
+    from sidecar.index.repair import compact_memory
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
+    old = time.time() - 40 * 86400
+    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+        if path.exists():
+            os.utime(path, (old, old))
+    with bm25._inbox_lock:
+        bm25._open.pop("alpha", None)
+    bm25._used_at.pop("alpha", None)
+    assert "memory/alpha" in compact_memory(s.harness.stores)
+    assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
+    assert "alpha" not in bm25._open
+    assert "alpha" in bm25.remove_idle(30 * 86400)
+    _churn_more(s)
+    assert "memory/alpha" not in compact_memory(s.harness.stores)
+    assert not base.exists()
+
+
+def test_a_vault_edit_compacts_no_memory_index(in_process: Any) -> None:
+    """A vault note edited (its old documents deleted in the vault's index) rewrites no memory
+    index: each is judged by its own deleted documents."""
+    from sidecar.daemon.schedule import optimize
+
+    s = in_process
+    for agent in ("alpha", "beta"):
+        s.call("write", {"slug": "note-0", "content": NOTE}, agent=agent)
+    s.call("search", {"query": "backup"}, agent="alpha")
+    write(s.cfg.vault.path / "Garden.md", "# Garden\n\nTomatoes need sun, water and a backup plan.\n")
+    s.harness.sweep()
+    assert s.harness.stores.bm25.deleted_docs()[0] > 0
+    metas = sorted((s.cfg.index_dir / "bm25").glob("memory*/**/meta.json"))
+    assert metas
+    stamps = {p: p.stat().st_mtime_ns for p in metas}
+    optimize(s.harness.vectors)
+    assert {p: p.stat().st_mtime_ns for p in metas} == stamps
