@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import PassingFaultError, StoreError
+from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError
 from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
@@ -257,8 +257,8 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
             with stores.write_lock:  # no note written between the manifest's read and the commit
                 docs = [bm25_doc(v) for v in stores.manifest.chunks_under(prefix)]
                 rewritten = stores.bm25.compact_memory(name, docs, stop)
-        except StoreError as exc:  # a full disk: the old index stays whole, the next run tries again
-            log.error("bm25_compact_failed part=%s error=%s", part, exc)
+        except (StoreError, DaemonRunningError) as exc:  # a full disk: the old index stays whole,
+            log.error("bm25_compact_failed part=%s error=%s", part, exc)  # the next run tries again
             continue
         if rewritten:
             seconds = time.monotonic() - started
