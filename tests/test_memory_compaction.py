@@ -4,6 +4,7 @@ a failed commit and a stop during it lose nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -157,7 +158,7 @@ def test_a_kill_before_the_compactions_commit_leaves_the_old_index(
     copy = tmp_path / "killed" / "bm25"
 
     def kill(_folder: Any) -> None:
-        shutil.copytree(s.cfg.index_dir / "bm25", copy)
+        _copy_as_killed(s.cfg.index_dir / "bm25", copy)
         raise KeyboardInterrupt
 
     _hook_commit(monkeypatch, "memory/alpha", kill)
@@ -171,6 +172,18 @@ def test_a_kill_before_the_compactions_commit_leaves_the_old_index(
         assert _scores(reopened, "alpha") == before
     finally:
         reopened.close()
+
+
+def _copy_as_killed(src: Path, dst: Path) -> None:
+    """The folder as a kill now leaves it (a file a background merge removes meanwhile left out)."""
+    for path in sorted(src.rglob("*")):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copy2(path, target)
 
 
 def test_a_failed_commit_of_the_compaction_keeps_every_agents_memory_searchable(
@@ -270,3 +283,118 @@ def test_a_vault_edit_compacts_no_memory_index(in_process: Any) -> None:
     stamps = {p: p.stat().st_mtime_ns for p in metas}
     optimize(s.harness.vectors)
     assert {p: p.stat().st_mtime_ns for p in metas} == stamps
+
+
+def _shrunk_vault(s: Any) -> None:
+    """alpha's memory, and a vault index mostly of deleted documents (1,100 notes' chunks in one
+    segment with one that stays, then deleted): what ``compact_bm25`` rewrites."""
+    from sidecar.stores.bm25 import Bm25Doc
+
+    s.call("write", {"slug": "note-0", "content": NOTE}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="alpha")
+    bm25 = s.harness.stores.bm25
+
+    def doc(key: str) -> Any:
+        return Bm25Doc.of(key, key, "vault", "", title="Gone", aliases=(), headings=(), body="zzgone")
+
+    gone = [doc(f"vault/gone/{i}") for i in range(1100)]
+    bm25.add([*gone, doc("vault/stay")])
+    bm25.commit()
+    for d in gone:
+        bm25.delete_key(d.key)
+    bm25.commit()
+    deleted, total = bm25.deleted_docs()
+    assert deleted >= 1000 and deleted * 2 >= total
+
+
+VAULT_QUERIES = ("tomatoes sun", "backup night", "outboard engine")
+
+
+def _vault_scores(bm25: Any) -> list[list[tuple[str, float]]]:
+    """Each query's hits for alpha and for a person."""
+    return [
+        sorted((cid, round(score, 5)) for cid, score in bm25.search(q, 20, agent_scope=agent))
+        for q in VAULT_QUERIES
+        for agent in ("alpha", None)
+    ]
+
+
+def test_the_vault_compaction_keeps_searches_whole_and_survives_a_kill(
+    in_process: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    """The rewrite of the vault's keyword index: a search between its re-adds and its commit
+    reads the old snapshot whole (the vault's notes and alpha's memory); killed there (the
+    folder copied as a kill leaves it, then an interrupt) the old index reopens whole."""
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = in_process
+    _shrunk_vault(s)
+    bm25 = s.harness.stores.bm25
+    before = _vault_scores(bm25)
+    during: list[Any] = []
+    _hook_commit(monkeypatch, "bm25", lambda _f: during.append(_vault_scores(bm25)))
+    assert compact_bm25(s.harness.stores) is True
+    assert during == [before]
+    assert bm25.deleted_docs()[0] == 0
+    monkeypatch.undo()
+    _shrunk_vault(s)
+    before = _vault_scores(bm25)
+    copy = tmp_path / "killed" / "bm25"
+
+    def kill(_folder: Any) -> None:
+        _copy_as_killed(s.cfg.index_dir / "bm25", copy)
+        raise KeyboardInterrupt
+
+    _hook_commit(monkeypatch, "bm25", kill)
+    with pytest.raises(KeyboardInterrupt):
+        compact_bm25(s.harness.stores)
+    monkeypatch.undo()
+    reopened = Bm25Index(copy)
+    try:
+        assert reopened.everyone_ready and "alpha" in reopened.agents()
+        assert _vault_scores(reopened) == before
+    finally:
+        reopened.close()
+
+
+def test_a_failed_or_stopped_vault_compaction_leaves_the_index_whole(
+    in_process: Any, monkeypatch: Any
+) -> None:
+    """A failed commit of the vault's rewrite (a full disk) and a stop during it (the schedule's
+    shutdown) leave the index as it was, the index of every agent's memory read by a person's
+    search; the next run rewrites it. Without the stop the rewrite ran on into the stores'
+    close."""
+    from sidecar.contracts.errors import DiskFullError, StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = in_process
+    _shrunk_vault(s)
+    bm25 = s.harness.stores.bm25
+    before, deleted = _vault_scores(bm25), bm25.deleted_docs()
+
+    def full(_folder: Any) -> None:
+        raise DiskFullError("commit failed: No space left on device (os error 28)")
+
+    _hook_commit(monkeypatch, "bm25", full)
+    with pytest.raises(StoreError):
+        compact_bm25(s.harness.stores)
+    monkeypatch.undo()
+    assert bm25.everyone_ready and bm25.everyone_gap() is None
+    assert _vault_scores(bm25) == before and bm25.deleted_docs() == deleted
+    assert not any(f.dirty for f in bm25._folders())
+    stop = threading.Event()
+    real = Bm25Index._put
+
+    def put(self: Any, *args: Any) -> None:
+        stop.set()  # the stop comes as the rewrite's first documents are added
+        real(self, *args)
+
+    monkeypatch.setattr(Bm25Index, "_put", put)
+    assert compact_bm25(s.harness.stores, stop) is False
+    monkeypatch.undo()
+    assert _vault_scores(bm25) == before and bm25.deleted_docs() == deleted
+    assert not any(f.dirty for f in bm25._folders()) and bm25.everyone_ready
+    assert compact_bm25(s.harness.stores) is True
+    assert bm25.deleted_docs()[0] == 0

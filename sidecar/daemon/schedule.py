@@ -251,14 +251,14 @@ _RELOGGED = _Relogged()
 def optimize(vectors: Vectoring, stop: threading.Event | None = None) -> None:
     """Scheduled compaction of the vector tables (also done after every N writes), of the
     keyword index once deleted documents outnumber its live ones, and of each memory index
-    whose deleted documents weigh in its scores (``compact_memory``; ``stop``: the schedule's
-    shutdown, which rolls a rewrite back)."""
+    whose deleted documents weigh in its scores (``compact_memory``). ``stop``: the schedule's
+    shutdown, which rolls a keyword rewrite back."""
     try:
         vectors.optimize()
     except StoreError as exc:
         log.error("optimize_failed error=%s", exc)
     try:
-        compact_bm25(vectors.stores)
+        compact_bm25(vectors.stores, stop)
     except StoreError as exc:
         log.error("bm25_compact_failed error=%s", exc)
     compact_memory(vectors.stores, stop)

@@ -218,17 +218,22 @@ def learn_umlauts(stores: Stores) -> None:
     )
 
 
-def compact_bm25(stores: Stores) -> bool:
+def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     """Rewrite the keyword index when deleted documents outnumber live ones (a vault that shrank:
     Tantivy keeps them until their segment is merged, which for a small live vault never comes;
     they held the disk, 18x after 5,000 notes went, and their words still counted in the scores,
     so results differed from those of a rebuild of the same notes). Readers keep the old
-    snapshot until the single commit; writers wait for it (it costs what the live notes cost)."""
+    snapshot until the single commit; writers wait for it (it costs what the live notes cost).
+    A ``stop`` (the schedule's shutdown) rolls it back: left running, it went on into the
+    stores' close. Whether it was rewritten."""
     deleted, total = stores.bm25.deleted_docs()
     if deleted < _COMPACT_MIN_DELETED or deleted * 2 < total:
         return False
     started = time.monotonic()
-    rebuild_bm25(stores)
+    rebuild_bm25(stores, stop)
+    if stop is not None and stop.is_set():
+        log.info("bm25_compact_stopped part=vault (rolled back: the index is as it was)")
+        return False
     log.info(
         "bm25_compacted deleted=%d live=%d seconds=%.2f", deleted, total - deleted, time.monotonic() - started
     )
@@ -283,10 +288,12 @@ def fill_bm25(
     docs: list[Bm25Doc] = []
     added = 0
     for v in manifest.all_chunks():  # in note order: a note's chunks go in together (its page)
+        # Looked at for every chunk (a flag's read), not at each batch only: after a stop the
+        # stores are closed soon, and a batch of 5,000 chunks went on reading the manifest.
+        if stop is not None and stop.is_set():
+            index.rollback()  # the emptying too: the index stays as it was
+            return
         if len(docs) >= _FILL_BATCH and docs[-1].key != v.key:
-            if stop is not None and stop.is_set():
-                index.rollback()  # the emptying too: the index stays as it was
-                return
             index.add(docs)
             added += len(docs)
             if progress is not None:
@@ -297,6 +304,9 @@ def fill_bm25(
         index.rollback()
         return
     index.add(docs)
+    if stop is not None and stop.is_set():  # came during the last batch: no commit begun
+        index.rollback()
+        return
     index.commit()
 
 
