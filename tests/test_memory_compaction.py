@@ -398,3 +398,20 @@ def test_a_failed_or_stopped_vault_compaction_leaves_the_index_whole(
     assert not any(f.dirty for f in bm25._folders()) and bm25.everyone_ready
     assert compact_bm25(s.harness.stores) is True
     assert bm25.deleted_docs()[0] == 0
+
+
+def test_a_lost_keyword_index_is_not_compacted_nor_failed_hourly(in_process: Any, caplog: Any) -> None:
+    """While the keyword index is lost (closed, no index open in its place) the compaction tries
+    no memory index: each try failed and was logged every hour."""
+    from sidecar.index.repair import compact_memory
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    bm25.unavailable = "reopen failed"
+    try:
+        assert compact_memory(s.harness.stores) == []
+    finally:
+        bm25.unavailable = None
+    assert "bm25_compact_failed" not in caplog.text
+    assert _deleted(s, "memory/alpha") > 0

@@ -248,7 +248,9 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
     own deleted documents (a vault edit rewrites none); the write lock is held for one index at
     a time. A failure is logged and tried again by the next run; a ``stop`` ends it. The memory
     indexes rewritten, as the log names them."""
-    done = []
+    done: list[str] = []
+    if stores.bm25.read_only or stores.bm25.unavailable is not None:
+        return done  # nothing can be written (a full disk, a lost index): no failure logged hourly
     for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
         live = held - gone
         if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
