@@ -415,3 +415,117 @@ def test_a_lost_keyword_index_is_not_compacted_nor_failed_hourly(in_process: Any
         bm25.unavailable = None
     assert "bm25_compact_failed" not in caplog.text
     assert _deleted(s, "memory/alpha") > 0
+
+
+def _compact_all(s: Any) -> None:
+    """What the hourly optimize does to the keyword indexes."""
+    from sidecar.index.repair import compact_bm25, compact_memory
+
+    compact_bm25(s.harness.stores)
+    compact_memory(s.harness.stores)
+
+
+def test_vault_deletes_leave_no_memory_note_ranked_unlike_a_rebuild(in_process: Any) -> None:
+    """Memory hits are scored on the vault's word statistics and compete with vault hits: deleted
+    vault documents (a folder of 200 notes moved out, far below the old rule's 1,000 and half)
+    put a vault note above alpha's memory note where a rebuild puts it below. The vault's index
+    is judged by its own share of deleted documents, and rewritten alone."""
+    from sidecar.index.repair import rebuild_bm25
+    from sidecar.stores.bm25 import Bm25Doc
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+
+    def doc(key: str, body: str) -> Any:
+        return Bm25Doc.of(key, key, "vault", "", title="Gone", aliases=(), headings=(), body=body)
+
+    long = " ".join(f"filler{j % 97}" for j in range(3000))
+    gone = [doc(f"vault/gone/{i}", long) for i in range(200)]
+    bm25.add([*gone, doc("vault/stay", "stay")])  # not in the manifest: a rewrite drops it too
+    bm25.commit()
+    for d in gone:
+        bm25.delete_key(d.key)
+    bm25.commit()
+    assert bm25.deleted_docs()[0] >= 400
+    _compact_all(s)
+    assert bm25.deleted_docs()[0] == 0
+    qs = ("backup runs", "backup night", "apples cellar", "night plan", "three night", "backup")
+    before = {q: bm25.search(q, 10, agent_scope="alpha") for q in qs}
+    rebuild_bm25(s.harness.stores)
+    assert {q: bm25.search(q, 10, agent_scope="alpha") for q in qs} == before
+
+
+def test_after_vault_edits_an_agents_memory_scores_as_after_a_rebuild(in_process: Any) -> None:
+    """Four edits of one vault note (their old documents deleted in the vault's index) moved
+    every score of alpha's memory ~10% away from a rebuild's: a small vault's index is rewritten
+    at any deleted document."""
+    from sidecar.index.repair import rebuild_bm25
+
+    s = in_process
+    _churn(s)
+    for i in range(4):
+        text = f"# Garden\n\nTomatoes need sun {i}, backup night plan apples.\n"
+        write(s.cfg.vault.path / "Garden.md", text)
+        s.harness.sweep()
+    stores = s.harness.stores
+    assert stores.bm25.deleted_docs()[0] > 0
+    _compact_all(s)
+    after = {a: _scores(stores.bm25, a) for a in ("alpha", None)}
+    rebuild_bm25(stores)
+    assert {a: _scores(stores.bm25, a) for a in ("alpha", None)} == after
+
+
+def test_a_large_vault_index_waits_for_a_tenth_of_deleted_documents(in_process: Any) -> None:
+    """Above the small bound the vault's index is rewritten only once its deleted documents
+    reach a tenth of its live ones (each rewrite costs what its live notes cost)."""
+    from sidecar.index import repair
+    from sidecar.stores.bm25 import Bm25Doc
+
+    s = in_process
+    bm25 = s.harness.stores.bm25
+    docs = [
+        Bm25Doc.of(f"vault/n{i}", f"vault/n{i}", "vault", "", title="N", aliases=(), headings=(), body="w")
+        for i in range(60)
+    ]
+    bm25.add(docs)
+    bm25.commit()
+    bm25.delete_key(docs[0].key)
+    bm25.commit()
+    deleted, total = bm25.deleted_docs()
+    assert 0 < deleted * 10 < total - deleted
+    small = repair._SHARED_SMALL
+    try:
+        repair._SHARED_SMALL = 10  # the index is "large" now
+        assert repair.compact_bm25(s.harness.stores) is False
+        for d in docs[1:10]:
+            bm25.delete_key(d.key)
+        bm25.commit()
+        assert repair.compact_bm25(s.harness.stores) is True
+    finally:
+        repair._SHARED_SMALL = small
+    assert bm25.deleted_docs()[0] == 0
+
+
+def test_the_vault_compaction_rewrites_no_memory_index(in_process: Any) -> None:
+    """The vault's rewrite leaves every memory index as it was: an idle agent's last use is
+    kept (its index is removed as idle later), no meta.json of memory is written."""
+    from sidecar.index.repair import compact_bm25
+
+    s = in_process
+    _shrunk_vault(s)
+    bm25 = s.harness.stores.bm25
+    base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
+    old = time.time() - 40 * 86400
+    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+        if path.exists():
+            os.utime(path, (old, old))
+    with bm25._inbox_lock:
+        bm25._open.pop("alpha", None)
+    bm25._used_at.pop("alpha", None)
+    metas = {p: p.stat().st_mtime_ns for p in (s.cfg.index_dir / "bm25").glob("memory*/*/meta.json")}
+    metas |= {p: p.stat().st_mtime_ns for p in (s.cfg.index_dir / "bm25").glob("memory/*/*/meta.json")}
+    assert compact_bm25(s.harness.stores) is True
+    assert {p: p.stat().st_mtime_ns for p in metas} == metas
+    assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
+    assert "alpha" in bm25.remove_idle(30 * 86400)

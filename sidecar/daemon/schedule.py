@@ -250,8 +250,8 @@ _RELOGGED = _Relogged()
 
 def optimize(vectors: Vectoring, stop: threading.Event | None = None) -> None:
     """Scheduled compaction of the vector tables (also done after every N writes), of the
-    keyword index once deleted documents outnumber its live ones, and of each memory index
-    whose deleted documents weigh in its scores (``compact_memory``). ``stop``: the schedule's
+    vault's keyword index (``compact_bm25``) and of each memory index (``compact_memory``) whose
+    deleted documents weigh in its scores. ``stop``: the schedule's
     shutdown, which rolls a keyword rewrite back."""
     try:
         vectors.optimize()

@@ -733,15 +733,10 @@ class Bm25Index(Bm25Search):
                 for folder in pair:
                     folder.writer.delete_all_documents()
                     folder.dirty = True
-                for key, chunks in notes.items():
+                for chunks in notes.values():
                     if stop is not None and stop.is_set():
                         break
-                    bodies = []
-                    for d in chunks:
-                        body = f"{d.headings}\n{d.body}" if d.headings else d.body
-                        self._put(pair[0], d.chunk_id, d, body)
-                        bodies.append(body)
-                    self._put(pair[1], key, chunks[0], "\n".join(bodies))
+                    self._put_note(pair, chunks)
             if stop is not None and stop.is_set():
                 for folder in pair:
                     folder.recover_writer(deliberate=True)
@@ -758,6 +753,57 @@ class Bm25Index(Bm25Search):
         finally:
             _restore_mtimes(kept)
         return True
+
+    def compact_shared(self, docs: Iterable[Bm25Doc], stop: threading.Event | None = None) -> bool:
+        """The vault's and the wiki's index rewritten in its own writers from ``docs`` (every
+        chunk of the vault and the wiki, from the manifest, a note's chunks together), in one
+        commit of each of its two folders: its deleted documents then weigh in no score (the
+        vault's statistics score memory hits too). No memory index is touched. Searches keep the
+        old snapshot until the commit; a failure (raised) or a kill before it leaves the old index
+        whole; a ``stop`` rolls it back (False). Left as it is (False) while a change waits for
+        its commit."""
+        self._usable()
+        with self._lock:
+            pair = (self._chunks, self._pages)
+            if self.read_only or self._retired or self._closed or any(f.dirty or f.closed for f in pair):
+                return False
+            try:
+                with engine("compact"):
+                    for folder in pair:
+                        folder.writer.delete_all_documents()
+                        folder.dirty = True
+                    self.umlauts.clear()  # learned again from the live notes, as by a rebuild
+                    for chunks in _by_note(docs):
+                        if stop is not None and stop.is_set():
+                            break
+                        self._learn(chunks)
+                        self._put_note(pair, chunks)
+                if stop is not None and stop.is_set():
+                    for folder in pair:
+                        folder.recover_writer(deliberate=True)
+                    self.umlauts.forget_unsaved()
+                    return False
+                for folder in pair:
+                    folder.commit()  # the same live notes either way: one committed alone is no harm
+            except BaseException as exc:
+                for folder in pair:
+                    if folder.dirty:
+                        folder.recover_writer()
+                self.umlauts.forget_unsaved()
+                if isinstance(exc, StoreError):
+                    raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
+                raise
+            self.umlauts.save()
+            return True
+
+    def _put_note(self, pair: Pair, chunks: Sequence[Bm25Doc]) -> None:
+        """One note's chunks and its page into ``pair``'s writers."""
+        bodies = []
+        for d in chunks:
+            body = f"{d.headings}\n{d.body}" if d.headings else d.body
+            self._put(pair[0], d.chunk_id, d, body)
+            bodies.append(body)
+        self._put(pair[1], chunks[0].key, chunks[0], "\n".join(bodies))
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
@@ -832,6 +878,18 @@ class Bm25Index(Bm25Search):
                     raise failed
                 finally:
                     failed = None  # no cycle through this frame: it kept the writers it reached
+
+
+def _by_note(docs: Iterable[Bm25Doc]) -> Iterator[list[Bm25Doc]]:
+    """``docs`` (a note's chunks one after another) grouped by note."""
+    chunks: list[Bm25Doc] = []
+    for d in docs:
+        if chunks and d.key != chunks[0].key:
+            yield chunks
+            chunks = []
+        chunks.append(d)
+    if chunks:
+        yield chunks
 
 
 def _part(name: str) -> str:
