@@ -529,3 +529,34 @@ def test_the_vault_compaction_rewrites_no_memory_index(in_process: Any) -> None:
     assert {p: p.stat().st_mtime_ns for p in metas} == metas
     assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
     assert "alpha" in bm25.remove_idle(30 * 86400)
+
+
+def _aged(s: Any, agent: str) -> float:
+    """``agent``'s index made to look unused for 40 days (closed, its use forgotten)."""
+    bm25 = s.harness.stores.bm25
+    base = s.cfg.index_dir / "bm25" / "memory" / agent
+    old = time.time() - 40 * 86400
+    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+        if path.exists():
+            os.utime(path, (old, old))
+    with bm25._inbox_lock:
+        bm25._open.pop(agent, None)
+    bm25._used_at.pop(agent, None)
+    return old
+
+
+def test_a_refill_of_the_keyword_index_keeps_an_idle_agents_last_use(in_process: Any) -> None:
+    """A refill from the manifest (the start's count check, a repair) writes every agent's notes
+    again: an idle agent's time of last use is put back, so that it is still removed as idle
+    (it was taken for used and kept another ``idleDays``); an agent's own refill likewise."""
+    from sidecar.index.repair import rebuild_bm25, refill_inbox
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    old = _aged(s, "alpha")
+    rebuild_bm25(s.harness.stores)
+    assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
+    refill_inbox(s.harness.stores, "alpha")
+    assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
+    assert "alpha" in bm25.remove_idle(30 * 86400)

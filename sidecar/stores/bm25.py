@@ -131,6 +131,7 @@ class Bm25Index(Bm25Search):
         # search of that index succeeds or a refill rebuilt it (the repair refills the index).
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
+        self._kept_use: dict[Path, tuple[int, int]] = {}  # agents' last use a refill puts back
         self._scorer = Scorer()
         # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
         self.umlauts = UmlautWords(path)
@@ -402,6 +403,7 @@ class Bm25Index(Bm25Search):
         self._emptied.clear()
         self._touched.clear()
         self._refilling = False
+        self._kept_use = {}
 
     def _put(self, folder: Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
         folder.writer.add_document(self._document(doc_id, d, body))
@@ -439,6 +441,12 @@ class Bm25Index(Bm25Search):
                 folder.dirty = True
             with self._inbox_lock:
                 self._emptied = set(self._agents)
+            # The refill writes each agent's notes again: its time of last use (its last
+            # commit, ``_last_use``) is put back after the commit, or an idle agent's index was
+            # taken for used and kept another ``idleDays``.
+            self._kept_use = {}
+            for agent in self._emptied:
+                self._kept_use |= _meta_times(self.path / "memory" / agent)
             self._refilling = True
             self.umlauts.clear()
 
@@ -541,6 +549,7 @@ class Bm25Index(Bm25Search):
                 gone.add(agent)
         if self._refilling:  # rebuilt from the manifest: what failed before is replaced
             self.failing.clear()
+            _restore_mtimes({m: t for m, t in self._kept_use.items() if m.exists()})
             if self._everyone is not None and not self.everyone_ready:
                 self._mark_filled()
         self._forget_marks()
@@ -899,9 +908,14 @@ def _part(name: str) -> str:
 
 def _mtimes(pair: Pair) -> dict[Path, tuple[int, int]]:
     """The (access, modification) times of a pair's ``meta.json`` files."""
+    return _meta_times(pair[0].path.parent)
+
+
+def _meta_times(base: Path) -> dict[Path, tuple[int, int]]:
+    """The (access, modification) times of the ``meta.json`` files of the pair in ``base``."""
     out = {}
-    for folder in pair:
-        meta = folder.path / "meta.json"
+    for part in ("chunks", "pages"):
+        meta = base / part / "meta.json"
         with contextlib.suppress(OSError):
             st = meta.stat()
             out[meta] = (st.st_atime_ns, st.st_mtime_ns)
