@@ -560,3 +560,26 @@ def test_a_refill_of_the_keyword_index_keeps_an_idle_agents_last_use(in_process:
     refill_inbox(s.harness.stores, "alpha")
     assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
     assert "alpha" in bm25.remove_idle(30 * 86400)
+
+
+def test_an_index_that_disagrees_with_the_manifest_is_rewritten_from_it(in_process: Any, caplog: Any) -> None:
+    """A memory index holding a note the manifest does not (a drift) is rewritten from the
+    manifest by the compaction and logged as a rebuild: it was skipped every hour until a
+    restart's check refilled it."""
+    from sidecar.index.repair import compact_memory
+    from sidecar.stores.bm25 import Bm25Doc
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    ghost = Bm25Doc.of(
+        "ghost", "memory/alpha/ghost", "memory", "alpha", title="G", aliases=(), headings=(), body="x"
+    )
+    bm25.add([ghost])
+    bm25.commit()
+    wanted = s.harness.stores.manifest.inbox_counts()["alpha"]
+    assert bm25.inbox_counts()["alpha"] != wanted
+    assert "memory/alpha" in compact_memory(s.harness.stores)
+    assert bm25.inbox_counts()["alpha"] == wanted
+    assert "index_rebuilt store=bm25 part=memory/alpha reason=count mismatch" in caplog.text
+    assert "ghost" not in {cid for cid, _ in bm25.search("x", 20, agent_scope="alpha")}

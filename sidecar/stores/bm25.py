@@ -689,9 +689,10 @@ class Bm25Index(Bm25Search):
         until the commit; a failure or a kill before it leaves the old index whole (the next
         run tries again); a ``stop`` rolls it back. Nothing else changes: the folder is never
         removed, a person's search goes on reading the index of every agent's memory, and an
-        agent's index keeps its time of last use (an idle one is not taken for used). Left as
-        it is (False) when it is not there, fails, waits for a commit, is being refilled, or
-        does not hold exactly ``docs``' notes (the sweep's check refills it then)."""
+        agent's index keeps its time of last use (an idle one is not taken for used). One that
+        does not hold exactly ``docs``' notes is rewritten too (logged as a rebuild); an agent's
+        left with no note is removed. Left as it is (False) when it is not there, fails, waits
+        for a commit, or is being refilled."""
         self._usable()
         with self._lock:
             if self.read_only or self._retired or self._closed:
@@ -729,12 +730,14 @@ class Bm25Index(Bm25Search):
         for d in docs:
             notes.setdefault(d.key, []).append(d)
         held = (int(pair[0].searcher.num_docs), int(pair[1].searcher.num_docs))
-        if held != (len(docs), len(notes)) or not docs:
-            log.info(
-                "bm25_compact_skipped part=%s reason=counts differ from the manifest index=%s manifest=%s",
-                _part(name), held, (len(docs), len(notes)),
+        if held != (len(docs), len(notes)):
+            # Rewritten from the manifest all the same (the safe path: the old index serves until
+            # the commit); skipped, it kept its drift and was skipped again every run until a
+            # restart's check refilled it.
+            log.warning(
+                "index_rebuilt store=bm25 part=%s reason=count mismatch expected=%s actual=%s",
+                _part(name), (len(docs), len(notes)), held,
             )  # fmt: skip
-            return False
         # An agent's last use is its index's last commit (``_last_use``): kept as it was.
         kept = {} if name == EVERYONE else _mtimes(pair)
         try:
@@ -761,6 +764,8 @@ class Bm25Index(Bm25Search):
             raise
         finally:
             _restore_mtimes(kept)
+        if not docs and name != EVERYONE:  # the agent has no note left: no index, as a commit does
+            self._remove_inbox(name)
         return True
 
     def compact_shared(self, docs: Iterable[Bm25Doc], stop: threading.Event | None = None) -> bool:
