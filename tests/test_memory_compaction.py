@@ -583,3 +583,28 @@ def test_an_index_that_disagrees_with_the_manifest_is_rewritten_from_it(in_proce
     assert bm25.inbox_counts()["alpha"] == wanted
     assert "index_rebuilt store=bm25 part=memory/alpha reason=count mismatch" in caplog.text
     assert "ghost" not in {cid for cid, _ in bm25.search("x", 20, agent_scope="alpha")}
+
+
+def test_no_rewrite_is_tried_while_the_disk_is_nearly_full(
+    in_process: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    """Neither a memory index nor the vault's is rewritten while the index's disk has less free
+    than two writer flushes need (as other refills): a rewrite writes a second copy of the
+    segments first, and failed every hour there after taking the last space."""
+    from sidecar.index import repair
+
+    s = in_process
+    _churn(s)
+    write(s.cfg.vault.path / "Garden.md", "# Garden\n\nTomatoes need sun, water and a backup plan.\n")
+    s.harness.sweep()
+    bm25 = s.harness.stores.bm25
+    vault = bm25.deleted_docs()
+    assert vault[0] > 0
+    monkeypatch.setattr(repair, "low_disk", lambda _path: 1 << 20)
+    assert repair.compact_bm25(s.harness.stores) is False
+    assert repair.compact_memory(s.harness.stores) == []
+    assert bm25.deleted_docs() == vault and _deleted(s, "memory/alpha") > 0
+    assert "bm25_compact_failed" not in caplog.text
+    monkeypatch.undo()
+    assert repair.compact_bm25(s.harness.stores) is True
+    assert "memory/alpha" in repair.compact_memory(s.harness.stores)

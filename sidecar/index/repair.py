@@ -269,6 +269,11 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
     done: list[str] = []
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return done  # nothing can be written (a full disk, a lost index): no failure logged hourly
+    if (free := low_disk(stores.bm25.path)) is not None:
+        # A rewrite writes a second copy of the index's segments before its commit: on a disk
+        # this full it failed every hour, after taking the last space from other programs.
+        log.debug("bm25_compact_skipped part=memory reason=low disk free_mb=%d", free // 2**20)
+        return done
     for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
         live = held - gone
         if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
