@@ -608,3 +608,24 @@ def test_no_rewrite_is_tried_while_the_disk_is_nearly_full(
     monkeypatch.undo()
     assert repair.compact_bm25(s.harness.stores) is True
     assert "memory/alpha" in repair.compact_memory(s.harness.stores)
+
+
+def test_stores_closed_under_a_stopped_rewrite_end_it_quietly(in_process: Any, monkeypatch: Any) -> None:
+    """A rewrite run on past the stop's bound (the daemon no longer waits for it) meets the
+    stores closed: it ends logged, with nothing committed, not with a closed database's error
+    out of the scheduled job (a traceback at every such stop)."""
+    from sidecar.daemon.schedule import optimize
+
+    s = in_process
+    _churn(s)
+    stores = s.harness.stores
+    stop = threading.Event()
+    real = type(stores.manifest).chunks_under
+
+    def chunks_under(self: Any, prefix: str) -> Any:
+        stop.set()
+        stores.close()  # what the stop's close does meanwhile, past its bound
+        return real(self, prefix)
+
+    monkeypatch.setattr(type(stores.manifest), "chunks_under", chunks_under)
+    optimize(s.harness.vectors, stop)
