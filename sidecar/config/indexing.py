@@ -68,7 +68,10 @@ class IndexConfig:
         max=10**7,
     )
     optimize_minutes: float = _opt(
-        60.0, "Compact the vector table (and drop old versions) this often.", min=1.0
+        60.0,
+        "Compact the vector table (and drop old versions) this often, and rewrite each keyword index "
+        "whose deleted notes weigh in its scores.",
+        min=1.0,
     )
     optimize_every_writes: int = _opt(
         100, "Also compact after this many vector writes (0: only on the schedule).", min=0, max=1_000_000

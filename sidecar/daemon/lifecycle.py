@@ -762,6 +762,14 @@ class Daemon(ConfigReload, ReadOnlyStart):
         if parts is not None:
             parts.vectors.stop_builds()
         stuck = False
+        if self._scheduler is not None:
+            # A scheduled rewrite of the keyword index rolls back at its next look at the stop;
+            # the stores are closed after it (closed under it, it died of a closed database).
+            # One still running past the bound is left: nothing it did is committed.
+            left = self._scheduler.join(self.stop_clock.left(_JOIN_TIMEOUT))
+            if left:
+                stuck = True
+                log.warning("shutdown_timeout thread=scheduler jobs=%s", ",".join(left))
         for t in self._threads:
             # Asked at its turn: the indexer's join before it ends a wait for the share at the
             # stop, and a call that hangs is known once that wait ended.

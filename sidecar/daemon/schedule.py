@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 import zoneinfo
@@ -29,7 +30,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.repairs import RepairPolicy
-from sidecar.index.repair import compact_bm25
+from sidecar.index.repair import compact_bm25, compact_memory
 from sidecar.index.vectoring import Vectoring
 from sidecar.runtime import heap
 from sidecar.vault.supervisor import Supervisor
@@ -54,11 +55,46 @@ class Schedule:
     def __init__(self, scheduler: BackgroundScheduler) -> None:
         self.scheduler = scheduler
         self.guard = ClockGuard(scheduler)
-        self._stop = threading.Event()
-        self._pacers: list[Pacer] = [Pacer("clock", CLOCK_CHECK_S, self.guard.check, self._stop)]
+        self.stop = threading.Event()  # set by ``shutdown``: a job in progress ends at its next check
+        self._pacers: list[Pacer] = [Pacer("clock", CLOCK_CHECK_S, self.guard.check, self.stop)]
+        # Runs in progress of the jobs that write the stores (``tracked``), which the daemon's
+        # stop waits for (``join``) before it closes them.
+        self._busy: dict[str, int] = {}
+        self._idle = threading.Condition()
+
+    def tracked(self, name: str, fn: Callable[[], None]) -> Callable[[], None]:
+        """``fn`` as a job the stop waits for (``join``): left running, a keyword rewrite went on
+        reading the manifest while the stop closed it, and died of a closed database. A run
+        dispatched after the stop does not begin."""
+
+        def run() -> None:
+            with self._idle:
+                if self.stop.is_set():
+                    return
+                self._busy[name] = self._busy.get(name, 0) + 1
+            try:
+                fn()
+            finally:
+                with self._idle:
+                    self._busy[name] -= 1
+                    if not self._busy[name]:
+                        del self._busy[name]
+                    self._idle.notify_all()
+
+        return run
+
+    def join(self, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` seconds (after ``shutdown``) for the tracked jobs' runs in
+        progress to end (each ends at its next look at ``stop``); the names of those still
+        running."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._idle:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+            return sorted(self._busy)
 
     def every(self, name: str, seconds: float, fn: Callable[[], None]) -> None:
-        self._pacers.append(Pacer(name, seconds, fn, self._stop))
+        self._pacers.append(Pacer(name, seconds, fn, self.stop))
 
     def run_soon(self, job_id: str) -> None:
         """Run an interval job now (on the scheduler's thread, never beside a run of itself); its
@@ -71,8 +107,9 @@ class Schedule:
             pacer.start()
 
     def shutdown(self) -> None:
-        """Stops dispatching; a run in progress finishes on its own (as APScheduler's wait=False)."""
-        self._stop.set()
+        """Stops dispatching; a run in progress finishes on its own (as APScheduler's wait=False):
+        the daemon's stop waits for those of the tracked jobs (``join``)."""
+        self.stop.set()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=False)
 
@@ -218,7 +255,10 @@ def build_scheduler(
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
     schedule.every("tick", every, tick)
     scheduler.add_job(
-        lambda: optimize(vectors), "interval", minutes=cfg.index.optimize_minutes, id="optimize"
+        schedule.tracked("optimize", lambda: optimize(vectors, schedule.stop)),
+        "interval",
+        minutes=cfg.index.optimize_minutes,
+        id="optimize",
     )
     scheduler.add_job(retry_embedder, "interval", minutes=cfg.embedder.retry_minutes, id="model-retry")
     # Native libraries free into malloc's arenas, which keep the pages: hand them back now and
@@ -261,14 +301,24 @@ class _Relogged(logging.Filter):
 _RELOGGED = _Relogged()
 
 
-def optimize(vectors: Vectoring) -> None:
-    """Scheduled compaction of the vector tables (also done after every N writes), and of the
-    keyword index once deleted documents outnumber its live ones."""
+def optimize(vectors: Vectoring, stop: threading.Event | None = None) -> None:
+    """Scheduled compaction of the vector tables (also done after every N writes), of the
+    vault's keyword index (``compact_bm25``) and of each memory index (``compact_memory``) whose
+    deleted documents weigh in its scores. ``stop``: the schedule's
+    shutdown, which rolls a keyword rewrite back."""
     try:
         vectors.optimize()
     except StoreError as exc:
         log.error("optimize_failed error=%s", exc)
     try:
-        compact_bm25(vectors.stores)
-    except StoreError as exc:
-        log.error("bm25_compact_failed error=%s", exc)
+        try:
+            compact_bm25(vectors.stores, stop)
+        except StoreError as exc:
+            log.error("bm25_compact_failed error=%s", exc)
+        compact_memory(vectors.stores, stop)
+    except sqlite3.ProgrammingError as exc:
+        if stop is None or not stop.is_set():
+            raise
+        # Run on past the stop's bound (``Schedule.join``): the stores closed under it. Nothing
+        # of a rewrite is committed before its end: the index is as it was.
+        log.info("bm25_compact_stopped part=keyword reason=stores closed error=%s", exc)

@@ -17,13 +17,15 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import PassingFaultError, StoreError
+from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError
+from sidecar.contracts.wire import memory_agent
 from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_search import EVERYONE
+from sidecar.stores.bm25_folder import low_disk
+from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
 from sidecar.stores.manifest import Manifest
@@ -34,8 +36,19 @@ from sidecar.stores.versions import BM25_LAYOUT
 log = logging.getLogger(__name__)
 
 
-# Fewer deleted documents than this are not worth a rewrite, whatever their share.
-_COMPACT_MIN_DELETED = 1000
+# The vault's and the wiki's keyword index (``compact_bm25``) is rewritten at any deleted
+# document while it holds at most this many live ones (chunks and pages, a vault of some 700
+# notes), else once its deleted documents reach this share of its live ones. A rewrite from the
+# manifest costs 0.44 ms a document at load 2-3 (15,127 chunks in 6.7 s), 2.8 ms at load 14
+# (6,800 in 18.8 s), writers waiting: at most about a second an hour, or 6 s on a loaded machine.
+_SHARED_SMALL = 2_000
+_SHARED_SHARE = 0.1
+# A memory index (``compact_memory``) is rewritten at any deleted document while it holds at
+# most this many live ones (an agent's memory: a rewrite of its notes costs a fraction of a
+# second), else once its deleted documents reach this share of its live ones (each rewrite costs
+# what its live notes cost, the write lock held).
+_MEMORY_SMALL = 2_000
+_MEMORY_SHARE = 0.2
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
 # one that cannot be read again right after is not damaged by chance, and each rebuild costs the
@@ -213,21 +226,78 @@ def learn_umlauts(stores: Stores) -> None:
     )
 
 
-def compact_bm25(stores: Stores) -> bool:
-    """Rewrite the keyword index when deleted documents outnumber live ones (a vault that shrank:
-    Tantivy keeps them until their segment is merged, which for a small live vault never comes;
-    they held the disk, 18x after 5,000 notes went, and their words still counted in the scores,
-    so results differed from those of a rebuild of the same notes). Readers keep the old
-    snapshot until the single commit; writers wait for it (it costs what the live notes cost)."""
+def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
+    """Rewrite the vault's and the wiki's keyword index in place (``Bm25Index.compact_shared``)
+    once its deleted documents weigh in its scores: Tantivy keeps a deleted document, and counts
+    its words, until its segment is merged, which for a small vault or one that shrank never
+    comes. They held the disk (18x after 5,000 notes went) and moved every score away from a
+    rebuild's, memory hits' too (scored on the vault's statistics): a few edits of one note put
+    an agent's note second. Any deleted document while the index is small (a rewrite is cheap),
+    else from a tenth of its live ones. Only that pair is rewritten: the memory indexes have
+    their own (``compact_memory``), and an agent's index keeps its time of last use. Readers keep
+    the old snapshot until the single commit; writers wait for it. A ``stop`` (the schedule's
+    shutdown) rolls it back. Whether it was rewritten."""
     deleted, total = stores.bm25.deleted_docs()
-    if deleted < _COMPACT_MIN_DELETED or deleted * 2 < total:
+    live = total - deleted
+    if deleted == 0 or (live > _SHARED_SMALL and deleted < _SHARED_SHARE * live):
+        return False
+    if stores.bm25.read_only or stores.bm25.unavailable is not None:
+        return False
+    if (free := low_disk(stores.bm25.path)) is not None:  # a rewrite writes a second copy first
+        log.debug("bm25_compact_skipped part=vault reason=low disk free_mb=%d", free // 2**20)
         return False
     started = time.monotonic()
-    rebuild_bm25(stores)
-    log.info(
-        "bm25_compacted deleted=%d live=%d seconds=%.2f", deleted, total - deleted, time.monotonic() - started
-    )
+    with stores.write_lock:  # no note written between the manifest's read and the commit
+        docs = (bm25_doc(v) for v in stores.manifest.all_chunks() if memory_agent(v.key) is None)
+        rewritten = stores.bm25.compact_shared(docs, stop)
+    if not rewritten:
+        if stop is not None and stop.is_set():
+            log.info("bm25_compact_stopped part=vault (rolled back: the index is as it was)")
+        return False
+    seconds = time.monotonic() - started
+    log.info("bm25_compacted part=vault deleted=%d live=%d seconds=%.2f", deleted, live, seconds)
     return True
+
+
+def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[str]:
+    """Rewrite each memory index (an agent's own, the one of every agent's memory) whose deleted
+    documents weigh in its scores, in place (``Bm25Index.compact_memory``): Tantivy counts a
+    deleted document and its words in BM25 until its segment is merged, so a long-used agent's
+    index ranked its notes differently from a rebuild of the same notes. Judged by each index's
+    own deleted documents (a vault edit rewrites none); the write lock is held for one index at
+    a time. A failure is logged and tried again by the next run; a ``stop`` ends it. The memory
+    indexes rewritten, as the log names them."""
+    done: list[str] = []
+    if stores.bm25.read_only or stores.bm25.unavailable is not None:
+        return done  # nothing can be written (a full disk, a lost index): no failure logged hourly
+    if (free := low_disk(stores.bm25.path)) is not None:
+        # A rewrite writes a second copy of the index's segments before its commit: on a disk
+        # this full it failed every hour, after taking the last space from other programs.
+        log.debug("bm25_compact_skipped part=memory reason=low disk free_mb=%d", free // 2**20)
+        return done
+    for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
+        live = held - gone
+        if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
+            continue
+        if stop is not None and stop.is_set():
+            break
+        part = EVERYONE_DIR if name == EVERYONE else f"memory/{name}"
+        started = time.monotonic()
+        prefix = "memory/" if name == EVERYONE else f"memory/{name}/"
+        try:
+            with stores.write_lock:  # no note written between the manifest's read and the commit
+                docs = [bm25_doc(v) for v in stores.manifest.chunks_under(prefix)]
+                rewritten = stores.bm25.compact_memory(name, docs, stop)
+        except (StoreError, DaemonRunningError) as exc:  # a full disk: the old index stays whole,
+            log.error("bm25_compact_failed part=%s error=%s", part, exc)  # the next run tries again
+            continue
+        if rewritten:
+            seconds = time.monotonic() - started
+            log.info("bm25_compacted part=%s deleted=%d live=%d seconds=%.2f", part, gone, live, seconds)
+            done.append(part)
+        elif stop is not None and stop.is_set():
+            log.info("bm25_compact_stopped part=%s (rolled back: the index is as it was)", part)
+    return done
 
 
 def fill_bm25(
@@ -244,10 +314,12 @@ def fill_bm25(
     docs: list[Bm25Doc] = []
     added = 0
     for v in manifest.all_chunks():  # in note order: a note's chunks go in together (its page)
+        # Looked at for every chunk (a flag's read), not at each batch only: after a stop the
+        # stores are closed soon, and a batch of 5,000 chunks went on reading the manifest.
+        if stop is not None and stop.is_set():
+            index.rollback()  # the emptying too: the index stays as it was
+            return
         if len(docs) >= _FILL_BATCH and docs[-1].key != v.key:
-            if stop is not None and stop.is_set():
-                index.rollback()  # the emptying too: the index stays as it was
-                return
             index.add(docs)
             added += len(docs)
             if progress is not None:
@@ -258,6 +330,9 @@ def fill_bm25(
         index.rollback()
         return
     index.add(docs)
+    if stop is not None and stop.is_set():  # came during the last batch: no commit begun
+        index.rollback()
+        return
     index.commit()
 
 

@@ -131,6 +131,7 @@ class Bm25Index(Bm25Search):
         # search of that index succeeds or a refill rebuilt it (the repair refills the index).
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
+        self._kept_use: dict[Path, tuple[int, int]] = {}  # agents' last use a refill puts back
         self._scorer = Scorer()
         # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
         self.umlauts = UmlautWords(path)
@@ -402,6 +403,7 @@ class Bm25Index(Bm25Search):
         self._emptied.clear()
         self._touched.clear()
         self._refilling = False
+        self._kept_use = {}
 
     def _put(self, folder: Folder, doc_id: str, d: Bm25Doc, body: str) -> None:
         folder.writer.add_document(self._document(doc_id, d, body))
@@ -439,6 +441,12 @@ class Bm25Index(Bm25Search):
                 folder.dirty = True
             with self._inbox_lock:
                 self._emptied = set(self._agents)
+            # The refill writes each agent's notes again: its time of last use (its last
+            # commit, ``_last_use``) is put back after the commit, or an idle agent's index was
+            # taken for used and kept another ``idleDays``.
+            self._kept_use = {}
+            for agent in self._emptied:
+                self._kept_use |= _meta_times(self.path / "memory" / agent)
             self._refilling = True
             self.umlauts.clear()
 
@@ -541,6 +549,7 @@ class Bm25Index(Bm25Search):
                 gone.add(agent)
         if self._refilling:  # rebuilt from the manifest: what failed before is replaced
             self.failing.clear()
+            _restore_mtimes({m: t for m, t in self._kept_use.items() if m.exists()})
             if self._everyone is not None and not self.everyone_ready:
                 self._mark_filled()
         self._forget_marks()
@@ -651,6 +660,165 @@ class Bm25Index(Bm25Search):
         base = self.path / EVERYONE_DIR
         return live_docs(base / "chunks"), live_docs(base / "pages")
 
+    def memory_deleted_docs(self) -> dict[str, tuple[int, int]]:
+        """(deleted, all) documents of each agent's own index and, while a person's search reads
+        it, of the index of every agent's memory (``EVERYONE``), as their segments keep them:
+        Tantivy counts a deleted document and its words in BM25 until its segment is merged, so
+        an agent's own edits and deletes moved its notes' scores away from those a fresh index
+        of the same notes gives (``compact_memory``). Read from each index's ``meta.json``: no
+        index is opened. One whose count cannot be read is left out (judged again next time)."""
+        bases = {agent: self.path / "memory" / agent for agent in self.agents()}
+        if self._everyone is not None and self.everyone_ready:
+            bases[EVERYONE] = self.path / EVERYONE_DIR
+        out: dict[str, tuple[int, int]] = {}
+        for name, base in bases.items():
+            try:
+                (gone, held), (gone_p, held_p) = (
+                    segment_counts(base / "chunks"),
+                    segment_counts(base / "pages"),
+                )
+            except StoreError:
+                continue
+            out[name] = (gone + gone_p, held + held_p)
+        return out
+
+    def compact_memory(self, name: str, docs: Sequence[Bm25Doc], stop: threading.Event | None = None) -> bool:
+        """A memory index (an agent's own, or ``EVERYONE``) rewritten in its own writers from
+        ``docs`` (the notes it holds, from the manifest), in one commit of each of its two
+        folders: its deleted documents then weigh in no score. Searches keep the old snapshot
+        until the commit; a failure or a kill before it leaves the old index whole (the next
+        run tries again); a ``stop`` rolls it back. Nothing else changes: the folder is never
+        removed, a person's search goes on reading the index of every agent's memory, and an
+        agent's index keeps its time of last use (an idle one is not taken for used). One that
+        does not hold exactly ``docs``' notes is rewritten too (logged as a rebuild); an agent's
+        left with no note is removed. Left as it is (False) when it is not there, fails, waits
+        for a commit, or is being refilled."""
+        self._usable()
+        with self._lock:
+            if self.read_only or self._retired or self._closed:
+                return False
+            opened = name != EVERYONE and name not in self._open
+            pair = self._compactable(name)
+            if pair is None:
+                return False
+            try:
+                return self._rewrite(name, pair, docs, stop)
+            finally:
+                if opened:  # opened for this alone: let go as an eviction does
+                    with self._inbox_lock:
+                        if self._open.get(name) is pair:
+                            del self._open[name]
+                    self._scorer.forget(pair)
+
+    def _compactable(self, name: str) -> Pair | None:
+        """The pair ``compact_memory`` may rewrite now, or None."""
+        if name == EVERYONE:
+            pair = self._everyone if self.everyone_ready else None
+        else:
+            with self._inbox_lock:
+                if name not in self._agents or name in self._emptied:
+                    return None
+            pair = self._inbox(name)
+        if pair is None or any(n.startswith(f"{name}/") or n == name for n in self.failing):
+            return None
+        if any(f.dirty or f.closed for f in pair):
+            return None  # a change waits for its commit: the next run
+        return pair
+
+    def _rewrite(self, name: str, pair: Pair, docs: Sequence[Bm25Doc], stop: threading.Event | None) -> bool:
+        notes: dict[str, list[Bm25Doc]] = {}
+        for d in docs:
+            notes.setdefault(d.key, []).append(d)
+        held = (int(pair[0].searcher.num_docs), int(pair[1].searcher.num_docs))
+        if held != (len(docs), len(notes)):
+            # Rewritten from the manifest all the same (the safe path: the old index serves until
+            # the commit); skipped, it kept its drift and was skipped again every run until a
+            # restart's check refilled it.
+            log.warning(
+                "index_rebuilt store=bm25 part=%s reason=count mismatch expected=%s actual=%s",
+                _part(name), (len(docs), len(notes)), held,
+            )  # fmt: skip
+        # An agent's last use is its index's last commit (``_last_use``): kept as it was.
+        kept = {} if name == EVERYONE else _mtimes(pair)
+        try:
+            with engine("compact"):
+                for folder in pair:
+                    folder.writer.delete_all_documents()
+                    folder.dirty = True
+                for chunks in notes.values():
+                    if stop is not None and stop.is_set():
+                        break
+                    self._put_note(pair, chunks)
+            if stop is not None and stop.is_set():
+                for folder in pair:
+                    folder.recover_writer(deliberate=True)
+                return False
+            for folder in pair:
+                folder.commit()  # the same live notes either way: one committed alone is no harm
+        except BaseException as exc:
+            for folder in pair:
+                if folder.dirty:
+                    folder.recover_writer()
+            if isinstance(exc, StoreError):
+                raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
+            raise
+        finally:
+            _restore_mtimes(kept)
+        if not docs and name != EVERYONE:  # the agent has no note left: no index, as a commit does
+            self._remove_inbox(name)
+        return True
+
+    def compact_shared(self, docs: Iterable[Bm25Doc], stop: threading.Event | None = None) -> bool:
+        """The vault's and the wiki's index rewritten in its own writers from ``docs`` (every
+        chunk of the vault and the wiki, from the manifest, a note's chunks together), in one
+        commit of each of its two folders: its deleted documents then weigh in no score (the
+        vault's statistics score memory hits too). No memory index is touched. Searches keep the
+        old snapshot until the commit; a failure (raised) or a kill before it leaves the old index
+        whole; a ``stop`` rolls it back (False). Left as it is (False) while a change waits for
+        its commit."""
+        self._usable()
+        with self._lock:
+            pair = (self._chunks, self._pages)
+            if self.read_only or self._retired or self._closed or any(f.dirty or f.closed for f in pair):
+                return False
+            try:
+                with engine("compact"):
+                    for folder in pair:
+                        folder.writer.delete_all_documents()
+                        folder.dirty = True
+                    self.umlauts.clear()  # learned again from the live notes, as by a rebuild
+                    for chunks in _by_note(docs):
+                        if stop is not None and stop.is_set():
+                            break
+                        self._learn(chunks)
+                        self._put_note(pair, chunks)
+                if stop is not None and stop.is_set():
+                    for folder in pair:
+                        folder.recover_writer(deliberate=True)
+                    self.umlauts.forget_unsaved()
+                    return False
+                for folder in pair:
+                    folder.commit()  # the same live notes either way: one committed alone is no harm
+            except BaseException as exc:
+                for folder in pair:
+                    if folder.dirty:
+                        folder.recover_writer()
+                self.umlauts.forget_unsaved()
+                if isinstance(exc, StoreError):
+                    raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
+                raise
+            self.umlauts.save()
+            return True
+
+    def _put_note(self, pair: Pair, chunks: Sequence[Bm25Doc]) -> None:
+        """One note's chunks and its page into ``pair``'s writers."""
+        bodies = []
+        for d in chunks:
+            body = f"{d.headings}\n{d.body}" if d.headings else d.body
+            self._put(pair[0], d.chunk_id, d, body)
+            bodies.append(body)
+        self._put(pair[1], chunks[0].key, chunks[0], "\n".join(bodies))
+
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
         return int(self._searcher.num_docs)
@@ -659,8 +827,8 @@ class Bm25Index(Bm25Search):
         """(deleted, all) documents of the vault's and the wiki's indexes as their segments keep
         them: Tantivy drops a deleted document only when its segment is merged, and a segment of
         a vault that shrank is not merged again (its deleted notes kept the disk and counted in
-        the word statistics). An inbox's are not counted: its own statistics are weighed out of
-        its scores, and an agent's churn must not rebuild what every other agent searches."""
+        the word statistics). The memory indexes are counted apart (``memory_deleted_docs``): each
+        is rewritten alone, and an agent's churn must not rebuild what every other agent searches."""
         deleted = total = 0
         for folder in (self._chunks, self._pages):
             try:
@@ -724,6 +892,47 @@ class Bm25Index(Bm25Search):
                     raise failed
                 finally:
                     failed = None  # no cycle through this frame: it kept the writers it reached
+
+
+def _by_note(docs: Iterable[Bm25Doc]) -> Iterator[list[Bm25Doc]]:
+    """``docs`` (a note's chunks one after another) grouped by note."""
+    chunks: list[Bm25Doc] = []
+    for d in docs:
+        if chunks and d.key != chunks[0].key:
+            yield chunks
+            chunks = []
+        chunks.append(d)
+    if chunks:
+        yield chunks
+
+
+def _part(name: str) -> str:
+    """A memory index as the log names it."""
+    return EVERYONE_DIR if name == EVERYONE else f"memory/{name}"
+
+
+def _mtimes(pair: Pair) -> dict[Path, tuple[int, int]]:
+    """The (access, modification) times of a pair's ``meta.json`` files."""
+    return _meta_times(pair[0].path.parent)
+
+
+def _meta_times(base: Path) -> dict[Path, tuple[int, int]]:
+    """The (access, modification) times of the ``meta.json`` files of the pair in ``base``."""
+    out = {}
+    for part in ("chunks", "pages"):
+        meta = base / part / "meta.json"
+        with contextlib.suppress(OSError):
+            st = meta.stat()
+            out[meta] = (st.st_atime_ns, st.st_mtime_ns)
+    return out
+
+
+def _restore_mtimes(kept: dict[Path, tuple[int, int]]) -> None:
+    for meta, times in kept.items():
+        try:
+            os.utime(meta, ns=times)
+        except OSError as exc:  # the index then looks used: removed as idle a while later
+            log.debug("bm25_use_time_not_kept path=%s error=%s", meta, exc)
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -360,6 +361,10 @@ class Bm25Inboxes:
         disagrees with the manifest is dropped, as a refill empties it."""
         self._usable()  # before its folder is removed: a lost index's files are kept as they are
         names = (agent, f"{agent}/chunks", f"{agent}/pages")
+        base = self.path / "memory" / agent
+        # Its time of last use, put back after the refill's commit (a repair is no use: an idle
+        # agent's index refilled at a start was kept another ``idleDays``).
+        last = self._last_use(agent) if base.is_dir() else None
         with self._lock:
             why = self.failing.get(names[1]) or self.failing.get(names[2])
             if why is not None and not self.failing.get(agent, "").startswith(_MOVED_ASIDE):
@@ -389,3 +394,8 @@ class Bm25Inboxes:
             raise
         for name in failed:
             self.failing.pop(name, None)
+        if last is not None:  # a search that asked for it noted its use (``_used_at``): kept
+            when = max(last, self._used_at.get(agent, 0.0))
+            for part in ("chunks", "pages"):
+                with contextlib.suppress(OSError):
+                    os.utime(base / part / "meta.json", (when, when))
