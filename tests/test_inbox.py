@@ -724,8 +724,11 @@ def _fill_trash(trash: Path, n: int, days_ago: float = 30) -> list[str]:
     start = dt.datetime.now() - dt.timedelta(days=days_ago)
     names = [f"old--{(start + dt.timedelta(seconds=i)).strftime('%Y%m%dT%H%M%S%f')}.md" for i in range(n)]
     trash.mkdir(parents=True, exist_ok=True)
-    for name in names:
+    for i, name in enumerate(names):
         (trash / name).write_bytes(b"x" * 600)
+        # untouched since kept: its mtime is its note's last write, before the keep
+        when = (start + dt.timedelta(seconds=i)).timestamp() - 60
+        os.utime(trash / name, (when, when))
     return names
 
 
@@ -800,6 +803,27 @@ def test_the_trash_caps_count_disk_use_and_files(make_cfg: Any, vault: Path) -> 
     assert len(names) == 5 and not set(names) & set(dropped)
     assert "more 8" in (trash / names[-1]).read_text()  # the text replaced last
     assert by_count.usage("claude")["trash_files"] == 5
+
+
+def test_the_caps_remove_the_text_a_person_just_edited_last(make_cfg: Any, vault: Path) -> None:
+    """The caps remove the kept texts changed longest ago: ordered by the time in their names
+    alone, the oldest kept text a person had just opened and edited in .trash went first, while
+    untouched newer copies of the same note stayed."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30, "memory.maxTrashFiles": 4}))
+    for i in range(4):
+        inboxes.write("claude", "n", f"text {i}", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    kept = sorted(trash.glob("n--*.md"))
+    assert len(kept) == 3
+    edited, untouched = kept[0], kept[1]
+    with edited.open("a") as f:
+        f.write("the person's important addition\n")  # now the last write in .trash
+    dropped: list[str] = []
+    for i in range(4, 6):
+        dropped += inboxes.write("claude", "n", f"text {i}", None, must_exist=False).trash_dropped
+    assert edited.exists() and edited.read_text().endswith("the person's important addition\n")
+    assert dropped == [untouched.name] and not untouched.exists()
+    assert inboxes.prune_trash() == 0  # the daily prune and a start order them the same way
 
 
 def test_the_prune_applies_the_caps_and_removes_leftovers(make_cfg: Any, vault: Path) -> None:

@@ -9,7 +9,6 @@ confine, errors, and trash.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import os
 import stat
@@ -18,7 +17,18 @@ from contextlib import AbstractContextManager
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import SourceError
-from sidecar.memory.trash import KEPT, STAMP, TRASH_TEMP, Fd, Trash, is_time, over, read_stamp, trash_dir
+from sidecar.memory.trash import (
+    KEPT,
+    STAMP,
+    TRASH_TEMP,
+    Fd,
+    Trash,
+    is_time,
+    name_time,
+    over,
+    read_stamp,
+    trash_dir,
+)
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import NotPrivateError, open_private_dir, open_regular, private_dirs
 from sidecar.vault.homeguard import HomeGuard
@@ -105,9 +115,7 @@ class Retention:
         if now is None:
             now = min(self.clock.wall(), self.clock.now())
         # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
-        cutoff = (
-            dt.datetime.fromtimestamp(now - days * 86_400).strftime("%Y%m%dT%H%M%S%f") if days > 0 else ""
-        )
+        cutoff = name_time(now - days * 86_400) if days > 0 else ""
         caps = self._caps()
         removed = retired = 0
         for agent in self._agent_names():
