@@ -512,13 +512,15 @@ def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     inboxes.write("claude", "n", "first", None, must_exist=False)
     inboxes.write("claude", "n", "second", None, must_exist=False)
     trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
-    old = dt.datetime.now() - dt.timedelta(days=31)
-    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
-    aged.write_text("old text")
-    os.utime(aged, (old.timestamp() - 60, old.timestamp() - 60))  # its note's last write, before the keep
+    (aged,) = trash.iterdir()  # "first", kept now: 31 days on it is old (a ctime cannot be set back)
+    later = dt.datetime.now() + dt.timedelta(days=10)
+    newer = trash / f"n--{later.strftime('%Y%m%dT%H%M%S%f')}.md"  # kept 10 days after it
+    newer.write_text("newer text")
+    os.utime(newer, (later.timestamp() - 60, later.timestamp() - 60))  # its note's last write
     (trash / "my own file.md").write_text("not sidecar's")
     (trash / "n--20261399T999999000000.md").write_text("digits that are no date")  # stops nothing
-    assert inboxes.prune_trash() == 1
+    assert inboxes.prune_trash(now=time.time() + 31 * 86_400) == 1
+    assert not aged.exists() and newer.exists()
     assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n", "n"]
     forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
     assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0
@@ -544,6 +546,31 @@ def test_a_kept_text_edited_later_ages_from_that_edit(make_cfg: Any, vault: Path
     assert edited.read_text().endswith("a line the person added\n")
     assert inboxes.prune_trash(now=kept_at + 49 * 86_400) == 0
     assert inboxes.prune_trash(now=kept_at + 51 * 86_400) == 1
+    assert not edited.exists()
+
+
+def test_a_kept_text_edited_by_a_tool_that_keeps_its_old_mtime_ages_from_that_edit(
+    make_cfg: Any, vault: Path
+) -> None:
+    """An edit that sets the old mtime back (``cp -p``/``rsync -t`` of a restored copy, an editor
+    set to keep times) still moves the file's ctime, which nothing sets back: a text kept 31 days
+    ago and edited so today was removed by its name. It ages from the edit."""
+    import datetime as dt
+
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(mode=0o700, exist_ok=True)
+    old = (dt.datetime.now() - dt.timedelta(days=31)).timestamp()
+    edited = trash / f"n--{trash_mod.name_time(old)}.md"
+    edited.write_text("kept 31 days ago\n")
+    with edited.open("a") as f:  # a person edits it today (ctime: now) ...
+        f.write("the person's addition\n")
+    os.utime(edited, (old - 60, old - 60))  # ... with a tool setting its old mtime back
+    assert inboxes.prune_trash() == 0
+    assert edited.read_text().endswith("the person's addition\n")
+    assert inboxes.prune_trash(now=time.time() + 29 * 86_400) == 0
+    assert inboxes.prune_trash(now=time.time() + 31 * 86_400) == 1
     assert not edited.exists()
 
 

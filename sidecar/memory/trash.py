@@ -147,7 +147,9 @@ def name_time(when: float) -> str:
 def _last_change(kept: _Kept) -> str:
     """When a kept text was last changed, as its name writes a time: the later of its name's
     time (when it was kept) and its mtime. An untouched one's mtime is its note's last write,
-    before the keep, so it goes by its name; one a person edited in .trash goes by that edit."""
+    before the keep, so it goes by its name; one a person edited in .trash goes by that edit.
+    Not its ctime (the age prune's third time, see retention): a copy or restore of the folder
+    sets that alike for every text, and the caps would then go by the order files were copied."""
     return max(kept[0], name_time(kept[3]))
 
 
