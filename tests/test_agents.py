@@ -2360,6 +2360,29 @@ def test_recalls_preview_of_a_period_not_asked_about_reports_what_is_injected(
     assert given["hits"]
 
 
+def test_recalls_preview_labels_a_hit_the_merge_cut_by_the_slots_not_the_other_runs_gate() -> None:
+    """A period's hit that passed the gates of the windowed run and was cut by the merge for other
+    days' slots was shown as held back by ``scoreFloor`` when the any-day run gated it (relevance
+    is calibrated per run): a user tuning the floor from the preview was misled. The merge's
+    cut is what left it out of the injection: ``limit``."""
+    from sidecar.search.recall import _left_out
+
+    def hit(ref: str, rel: float, gate: str | None = None) -> wire.Hit:
+        return wire.Hit(ref, "vault", rel, rel, None, 1.0, {}, ref, (), (1, 2), "t", gate=gate)
+
+    other, period = hit("vault/Other", 0.9), hit("vault/Daily/2026-12-01", 0.5)
+    windowed = wire.SearchResult((period,), None, None, gates={"scoreFloor": 0.3}, dropped=())
+    gated = hit(period.reference, 0.2, "scoreFloor")
+    anyday = wire.SearchResult((other,), None, None, gates={"scoreFloor": 0.3}, dropped=(gated,))
+    out = _left_out((other,), (period, other), windowed, anyday)
+    assert [(h.reference, h.gate) for h in out] == [(period.reference, "limit")]
+    # A hit only a run's gate held back keeps that gate.
+    below = hit("vault/Below", 0.1, "minSimilarity")
+    anyday = wire.SearchResult((other,), None, None, gates={"scoreFloor": 0.3}, dropped=(below,))
+    out = _left_out((other,), (other,), windowed, anyday)
+    assert [(h.reference, h.gate) for h in out] == [(below.reference, "minSimilarity")]
+
+
 @pytest.mark.parametrize("query", ["Stromrechnung März 2025", "Monatsbericht Stromrechnung März 2025"])
 def test_a_month_with_its_year_as_a_label_is_searched_as_words(
     served: Served, agent_vault: Path, query: str

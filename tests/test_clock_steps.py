@@ -153,12 +153,12 @@ def test_the_daily_prune_ages_trash_on_a_laptop_that_suspends_every_night(
     daemon = Daemon(cfg)
     inboxes = Inboxes(cfg)
     inboxes.write("claude", "n", "first", None, must_exist=False)
+    inboxes.write("claude", "n", "second", None, must_exist=False)  # "first" kept
     trash = cfg.agents_dir / "claude" / "memory" / ".trash"
-    trash.mkdir(mode=0o700)
-    old = dt.datetime.now() - dt.timedelta(days=200)
-    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
-    aged.write_text("200-day-old text")
-    os.utime(aged, (old.timestamp(), old.timestamp()))  # untouched since it was kept
+    assert len(list(trash.iterdir())) == 1
+    clocks = _Clocks()  # 200 days pass, untouched (a kept text's ctime cannot be set back)
+    inboxes.clock = SteadyClock(None, wall=clocks.wall, steady=clocks.steady)
+    clocks.passes(200 * _DAY)
     suspended = [0.0]
     real_mono = time.monotonic
     fake = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})

@@ -513,13 +513,15 @@ def test_old_texts_in_trash_are_pruned(make_cfg: Any, vault: Path) -> None:
     inboxes.write("claude", "n", "first", None, must_exist=False)
     inboxes.write("claude", "n", "second", None, must_exist=False)
     trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
-    old = dt.datetime.now() - dt.timedelta(days=31)
-    aged = trash / f"n--{old.strftime('%Y%m%dT%H%M%S%f')}.md"
-    aged.write_text("old text")
-    os.utime(aged, (old.timestamp() - 60, old.timestamp() - 60))  # its note's last write, before the keep
+    (aged,) = trash.iterdir()  # "first", kept now: 31 days on it is old (a ctime cannot be set back)
+    later = dt.datetime.now() + dt.timedelta(days=10)
+    newer = trash / f"n--{later.strftime('%Y%m%dT%H%M%S%f')}.md"  # kept 10 days after it
+    newer.write_text("newer text")
+    os.utime(newer, (later.timestamp() - 60, later.timestamp() - 60))  # its note's last write
     (trash / "my own file.md").write_text("not sidecar's")
     (trash / "n--20261399T999999000000.md").write_text("digits that are no date")  # stops nothing
-    assert inboxes.prune_trash() == 1
+    assert inboxes.prune_trash(now=time.time() + 31 * 86_400) == 1
+    assert not aged.exists() and newer.exists()
     assert sorted(p.name.split("--")[0] for p in trash.iterdir()) == ["my own file.md", "n", "n"]
     forever = Inboxes(make_cfg(vault, **{"memory.trashDays": 0}))
     assert forever.prune_trash(now=time.time() + 10_000 * 86_400) == 0
@@ -545,6 +547,31 @@ def test_a_kept_text_edited_later_ages_from_that_edit(make_cfg: Any, vault: Path
     assert edited.read_text().endswith("a line the person added\n")
     assert inboxes.prune_trash(now=kept_at + 49 * 86_400) == 0
     assert inboxes.prune_trash(now=kept_at + 51 * 86_400) == 1
+    assert not edited.exists()
+
+
+def test_a_kept_text_edited_by_a_tool_that_keeps_its_old_mtime_ages_from_that_edit(
+    make_cfg: Any, vault: Path
+) -> None:
+    """An edit that sets the old mtime back (``cp -p``/``rsync -t`` of a restored copy, an editor
+    set to keep times) still moves the file's ctime, which nothing sets back: a text kept 31 days
+    ago and edited so today was removed by its name. It ages from the edit."""
+    import datetime as dt
+
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30}))
+    inboxes.write("claude", "n", "first", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    trash.mkdir(mode=0o700, exist_ok=True)
+    old = (dt.datetime.now() - dt.timedelta(days=31)).timestamp()
+    edited = trash / f"n--{trash_mod.name_time(old)}.md"
+    edited.write_text("kept 31 days ago\n")
+    with edited.open("a") as f:  # a person edits it today (ctime: now) ...
+        f.write("the person's addition\n")
+    os.utime(edited, (old - 60, old - 60))  # ... with a tool setting its old mtime back
+    assert inboxes.prune_trash() == 0
+    assert edited.read_text().endswith("the person's addition\n")
+    assert inboxes.prune_trash(now=time.time() + 29 * 86_400) == 0
+    assert inboxes.prune_trash(now=time.time() + 31 * 86_400) == 1
     assert not edited.exists()
 
 
@@ -725,8 +752,11 @@ def _fill_trash(trash: Path, n: int, days_ago: float = 30) -> list[str]:
     start = dt.datetime.now() - dt.timedelta(days=days_ago)
     names = [f"old--{(start + dt.timedelta(seconds=i)).strftime('%Y%m%dT%H%M%S%f')}.md" for i in range(n)]
     trash.mkdir(parents=True, exist_ok=True)
-    for name in names:
+    for i, name in enumerate(names):
         (trash / name).write_bytes(b"x" * 600)
+        # untouched since kept: its mtime is its note's last write, before the keep
+        when = (start + dt.timedelta(seconds=i)).timestamp() - 60
+        os.utime(trash / name, (when, when))
     return names
 
 
@@ -801,6 +831,27 @@ def test_the_trash_caps_count_disk_use_and_files(make_cfg: Any, vault: Path) -> 
     assert len(names) == 5 and not set(names) & set(dropped)
     assert "more 8" in (trash / names[-1]).read_text()  # the text replaced last
     assert by_count.usage("claude")["trash_files"] == 5
+
+
+def test_the_caps_remove_the_text_a_person_just_edited_last(make_cfg: Any, vault: Path) -> None:
+    """The caps remove the kept texts changed longest ago: ordered by the time in their names
+    alone, the oldest kept text a person had just opened and edited in .trash went first, while
+    untouched newer copies of the same note stayed."""
+    inboxes = Inboxes(make_cfg(vault, **{"memory.trashDays": 30, "memory.maxTrashFiles": 4}))
+    for i in range(4):
+        inboxes.write("claude", "n", f"text {i}", None, must_exist=False)
+    trash = inboxes.cfg.agents_dir / "claude" / "memory" / ".trash"
+    kept = sorted(trash.glob("n--*.md"))
+    assert len(kept) == 3
+    edited, untouched = kept[0], kept[1]
+    with edited.open("a") as f:
+        f.write("the person's important addition\n")  # now the last write in .trash
+    dropped: list[str] = []
+    for i in range(4, 6):
+        dropped += inboxes.write("claude", "n", f"text {i}", None, must_exist=False).trash_dropped
+    assert edited.exists() and edited.read_text().endswith("the person's important addition\n")
+    assert dropped == [untouched.name] and not untouched.exists()
+    assert inboxes.prune_trash() == 0  # the daily prune and a start order them the same way
 
 
 def test_the_prune_applies_the_caps_and_removes_leftovers(make_cfg: Any, vault: Path) -> None:

@@ -209,6 +209,41 @@ def test_a_pacer_whose_own_sleep_fails_logs_it_and_goes_on(
     )
 
 
+def test_a_pacer_whose_sleep_fails_each_tick_logs_it_once_per_ten_minutes(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause that fails every tick while the job succeeds: the job's success reset the one
+    repeat limiter both shared, so each tick logged a full traceback (86,400 a day for the
+    clock pacer). The pause's failure is limited on its own: one traceback, then a count of
+    the repeats every ten minutes."""
+    from sidecar.daemon.schedule import Pacer
+
+    stop = threading.Event()
+    calls: list[int] = []
+    mono = [1000.0]
+
+    def sleep(_seconds: float) -> None:
+        raise ValueError("sleep length must be non-negative")
+
+    def tick() -> None:
+        calls.append(1)
+        mono[0] += 61.0  # each tick a minute on (steady clock)
+        if len(calls) == 20:
+            stop.set()
+
+    fake_time = SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
+    fake_time.monotonic = lambda: mono[0]
+    monkeypatch.setattr(schedule_module, "time", fake_time)
+    Pacer("clock", 0.001, tick, stop, sleep=sleep).run()
+    assert len(calls) == 20
+    failed = [r for r in caplog.records if r.name == schedule_module.__name__]
+    assert [r.getMessage().split(" error=")[0] for r in failed] == [
+        "scheduled_job_failed job=clock part=pause repeats=0",
+        "scheduled_job_failed job=clock part=pause repeats=9",
+    ]
+    assert failed[0].exc_info is not None
+
+
 def test_watchdog_pings_even_if_the_status_line_fails(tmp_path: Path) -> None:
     cfg = load_config(flags={"home": str(tmp_path / "home")}, env={"WATCHDOG_USEC": "1000000"})
     sent: list[str] = []

@@ -2788,3 +2788,18 @@ def test_a_memory_writes_vector_counts_once_as_embedded_in_status(in_process: An
     assert after["embedded"] - before["embedded"] == chunks
     assert after["reused"] == before["reused"]
     assert sum(after["embedded_by_table"].values()) == after["embedded"]
+
+
+def test_a_memory_write_of_a_text_already_indexed_counts_its_vector_once(in_process: Any) -> None:
+    """The same text saved again by another agent: the write's duplicate check runs the model
+    (counted in ``embedded``), then its indexing copies the equal text's stored vector; status
+    counted that one vector in ``embedded`` and in ``reused`` both. Now once, as embedded."""
+    text = "The kayak paddle hangs in the loft above the workbench, beside the spare oars."
+    in_process.call("write", {"slug": "kayak", "content": text}, agent="claude")
+    before = in_process.call("health")["vectors"]
+    reply = in_process.call("write", {"slug": "kayak", "content": text}, agent="codex")
+    assert reply["searchable"]
+    after = in_process.call("health")["vectors"]
+    assert after["embedded"] - before["embedded"] == 1
+    assert after["reused"] == before["reused"]
+    assert after["reused_after_deletion"] == before["reused_after_deletion"]

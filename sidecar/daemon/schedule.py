@@ -128,7 +128,9 @@ class Pacer(threading.Thread):
         super().__init__(name=f"sched-{name}", daemon=True)
         self.job, self.seconds, self.fn, self.stop = name, seconds, fn, stop
         self.sleep = sleep or time.sleep  # tests stand in for the pause
-        self._failure: tuple[str, float, int] | None = None  # error text, last logged, repeats
+        # Per part of a tick ("pause", "run"): error text, last logged, repeats. One slot for
+        # both let the job's next success forget a pause failing every tick: a traceback a tick.
+        self._failure: dict[str, tuple[str, float, int]] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -140,27 +142,36 @@ class Pacer(threading.Thread):
                 # The pause itself failed: the thread ended for good with it (the tick's jobs
                 # never ran again). Logged as a failed run is, then a wait of the stop event
                 # instead, so a sleep failing each time neither ends the thread nor spins it.
-                self._failed(exc)
+                self._failed("pause", exc)
                 self.stop.wait(self.seconds if 0 < self.seconds <= _LONGEST_WAIT_S else 1.0)
+            else:
+                self._failure.pop("pause", None)
             if self.stop.is_set():
                 return
             try:
                 self.fn()
             except Exception as exc:
-                self._failed(exc)
+                self._failed("run", exc)
             else:
-                self._failure = None
+                self._failure.pop("run", None)
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, part: str, exc: Exception) -> None:
         # The tick runs every second: a lasting fault is one traceback per ten minutes, not 86,400.
         now, text = time.monotonic(), repr(exc)
-        last = self._failure
+        last = self._failure.get(part)
         if last is not None and last[0] == text and now - last[1] < _REPEAT_LOG_S:
-            self._failure = (text, last[1], last[2] + 1)
+            self._failure[part] = (text, last[1], last[2] + 1)
             return
         repeats = last[2] if last is not None and last[0] == text else 0
-        log.error("scheduled_job_failed job=%s repeats=%d error=%s", self.job, repeats, text, exc_info=exc)
-        self._failure = (text, now, 0)
+        log.error(
+            "scheduled_job_failed job=%s part=%s repeats=%d error=%s",
+            self.job,
+            part,
+            repeats,
+            text,
+            exc_info=exc,
+        )
+        self._failure[part] = (text, now, 0)
 
 
 class ClockGuard:

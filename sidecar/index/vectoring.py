@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from threading import Event, Lock, RLock
@@ -682,15 +682,22 @@ class Vectoring:
         donors = self.manifest.vector_donors([h for h in first if not h.startswith("#")], vs.flag)
         stored = vs.store.vectors_of(list(donors.values())) if donors else {}
         known = {h: stored[cid] for h, cid in donors.items() if cid in stored}
+        # Texts a memory write's duplicate check ran through the model already (counted in
+        # ``embedded`` by ``embedded_for_write``): an equal text's vector copied for one is no
+        # reuse too (a write of a text already indexed, an agent saving a copy, counted its one
+        # vector twice).
+        ready_made = self._expected_of(vs, known)
         wanted = [h for h in first if h not in known and not h.startswith("#")]
         if wanted and self.keep_max > 0:
-            kept = self.manifest.kept_vectors(vs.store.name, wanted)
-            for h, blob in kept.items():
-                vec = np.frombuffer(blob, dtype=np.float32)
-                if vec.shape[0] == vs.store.dim:
-                    known[h] = vec
-                    self.kept_reused += sum(1 for x in ident if x == h)
-        ready_made = self._take_ready(vs, [h for h in first if h not in known], known)
+            kept = {
+                h: vec
+                for h, blob in self.manifest.kept_vectors(vs.store.name, wanted).items()
+                if (vec := np.frombuffer(blob, dtype=np.float32)).shape[0] == vs.store.dim
+            }
+            known.update(kept)
+            ready_made |= self._expected_of(vs, kept)
+            self.kept_reused += sum(1 for x in ident if x in kept and x not in ready_made)
+        ready_made |= self._take_ready(vs, [h for h in first if h not in known], known)
         todo = [i for h, i in first.items() if h not in known]
         fresh = self._run_model(vs, rows, todo, wait, stop, counted=counted)
         known.update((ident[i], vec) for i, vec in fresh.items())
@@ -775,6 +782,13 @@ class Vectoring:
             if counted:  # the backfill's batch (one at a time): status counts these done
                 self.computing += len(part)
         return out
+
+    def _expected_of(self, vs: VectorSet, hashes: Iterable[str]) -> set[str]:
+        """Those of ``hashes`` a memory write's duplicate check embedded with ``vs``'s model."""
+        if not self._expected:
+            return set()
+        with self._expect_lock:
+            return {h for h in hashes if (id(vs.model), h) in self._expected}
 
     def _take_ready(self, vs: VectorSet, hashes: list[str], known: dict[str, Any]) -> set[str]:
         """Into ``known``: vectors computed already for these texts, of a batch that could not be

@@ -9,7 +9,6 @@ confine, errors, and trash.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import os
 import stat
@@ -18,7 +17,18 @@ from contextlib import AbstractContextManager
 
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import SourceError
-from sidecar.memory.trash import KEPT, STAMP, TRASH_TEMP, Fd, Trash, is_time, over, read_stamp, trash_dir
+from sidecar.memory.trash import (
+    KEPT,
+    STAMP,
+    TRASH_TEMP,
+    Fd,
+    Trash,
+    is_time,
+    name_time,
+    over,
+    read_stamp,
+    trash_dir,
+)
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import NotPrivateError, open_private_dir, open_regular, private_dirs
 from sidecar.vault.homeguard import HomeGuard
@@ -45,13 +55,17 @@ def _drop_stale_stamps(trash_fd: int) -> None:
 
 
 def _changed_since(trash_fd: int, name: str, since: float) -> bool:
-    """Whether a kept text was written at or after ``since`` (its mtime: an editor saved into
-    it). Its name's time says when it was kept, not when a person last touched it: one edited
-    yesterday was removed for a name months old. A kept text's mtime is its note's last write,
-    before the keep, so an untouched one still ages by its name. A time ahead of ``since`` (a
-    clock stepped back, a future time set by hand) only keeps it longer; the caps still bound
-    the folder."""
-    return os.stat(name, dir_fd=trash_fd, follow_symlinks=False).st_mtime >= since
+    """Whether a kept text was changed at or after ``since``: written (mtime: an editor saved
+    into it) or its inode changed (ctime). Its name's time says when it was kept, not when a
+    person last touched it: one edited yesterday was removed for a name months old. The mtime
+    alone missed an edit by a tool that sets the old time back (``cp -p`` or ``rsync -t`` of a
+    restored copy, an editor set to keep times): nothing sets ctime back. An untouched text's
+    mtime is its note's last write and its ctime the keep's rename, so it still ages by its
+    name. A copy or restore of the folder sets ctime too: its texts then age from that (kept
+    longer, never shorter), as does a time ahead of ``since`` (a clock stepped back, a future
+    time set by hand); the caps still bound the folder."""
+    st = os.stat(name, dir_fd=trash_fd, follow_symlinks=False)
+    return max(st.st_mtime, st.st_ctime) >= since
 
 
 class Retention:
@@ -88,9 +102,9 @@ class Retention:
 
     def prune_trash(self, now: float | None = None) -> int:
         """Remove texts kept in the inboxes' .trash longer than ``memory.trashDays`` (their age is
-        since the later of the time in their name, as written by this daemon, and their last
-        change: one a person opened and edited there is judged by that edit; other files are
-        left alone), and the
+        since the latest of the time in their name, as written by this daemon, their mtime and
+        their ctime: one a person opened and edited there is judged by that edit, see
+        ``_changed_since``; other files are left alone), and the
         oldest beyond the caps (a trash kept by an older version, or caps lowered); leftovers of
         a keep that was killed go too, and those of a write that was killed are settled as at a
         start. Counts each trash afresh for the caps (see Trash). An
@@ -105,9 +119,7 @@ class Retention:
         if now is None:
             now = min(self.clock.wall(), self.clock.now())
         # The name's time is fixed-width digits: compared as text, as in time (no parsing of each).
-        cutoff = (
-            dt.datetime.fromtimestamp(now - days * 86_400).strftime("%Y%m%dT%H%M%S%f") if days > 0 else ""
-        )
+        cutoff = name_time(now - days * 86_400) if days > 0 else ""
         caps = self._caps()
         removed = retired = 0
         for agent in self._agent_names():

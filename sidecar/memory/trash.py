@@ -107,7 +107,8 @@ def over(used: int, files: int, caps: tuple[int, int]) -> bool:
     return (caps[0] > 0 and used > caps[0]) or (caps[1] > 0 and files > caps[1])
 
 
-_Kept = tuple[str, str, int]  # (time in the name, name, allocated bytes) of a kept text
+# (time in the name, name, allocated bytes, mtime) of a kept text
+_Kept = tuple[str, str, int, float]
 # (device, inode, mtime, ctime in ns) of a .trash folder: any entry added or removed moves the times
 _Ident = tuple[int, int, int, int]
 
@@ -133,8 +134,23 @@ def _scan(trash_fd: int) -> list[_Kept]:
             with contextlib.suppress(OSError):  # gone meanwhile
                 st = e.stat(follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode):
-                    out.append((m.group(1), e.name, _disk_use(st)))
+                    out.append((m.group(1), e.name, _disk_use(st), st.st_mtime))
     return out
+
+
+def name_time(when: float) -> str:
+    """``when`` (epoch seconds) as a kept text's name writes a time (local, fixed width digits,
+    so that times compare as text)."""
+    return dt.datetime.fromtimestamp(when).strftime("%Y%m%dT%H%M%S%f")
+
+
+def _last_change(kept: _Kept) -> str:
+    """When a kept text was last changed, as its name writes a time: the later of its name's
+    time (when it was kept) and its mtime. An untouched one's mtime is its note's last write,
+    before the keep, so it goes by its name; one a person edited in .trash goes by that edit.
+    Not its ctime (the age prune's third time, see retention): a copy or restore of the folder
+    sets that alike for every text, and the caps would then go by the order files were copied."""
+    return max(kept[0], name_time(kept[3]))
 
 
 class Trash:
@@ -208,17 +224,19 @@ class Trash:
 
     def shed(self, trash_fd: int, caps: tuple[int, int], keep: set[str]) -> list[str]:
         """Remove the oldest kept texts (not those in ``keep`` nor busy ones) down to 95% of
-        the caps; returns their names. Lists the folder: it alone knows which are the oldest."""
+        the caps; returns their names. Lists the folder: it alone knows which are the oldest.
+        Oldest by last change (see ``_last_change``): ordered by their names alone, the text a
+        person had just edited in .trash was the first to go."""
         ident = _ident(trash_fd)
         kept = _scan(trash_fd)
         self._count(kept, ident)
         low = (caps[0] - caps[0] // 20, caps[1] - caps[1] // 20)
         removed: list[str] = []
-        kept.sort()
         # The newest kept text always stays, whoever caps (the prune at start removed a large
         # one a write had just kept and named as its 'previous').
-        newest = {kept[-1][1]} if kept else set()
-        for _when, name, size in kept:
+        newest = {max(kept)[1]} if kept else set()
+        kept.sort(key=lambda k: (_last_change(k), k[0], k[1]))
+        for _when, name, size, _mtime in kept:
             if not over(self.used, self.files, low):
                 break
             if name in keep or name in self.busy or name in newest:

@@ -165,14 +165,17 @@ def _left_out(hits: Sequence[Hit], offered: Sequence[Hit], *runs: SearchResult) 
     own candidates below the gates, then those past the limit, among them the runs' hits the
     merge left out (``offered`` not in ``hits``); each once, none that is injected. Empty
     unless a preview (the runs' ``gates`` say so). It reported the period's run alone: hits it
-    injected shown as dropped, hits the merge cut shown nowhere."""
+    injected shown as dropped, hits the merge cut shown nowhere. A hit the merge cut is labelled
+    ``limit`` first, whatever gate the other run held it back by: it passed the gates of the run
+    that offered it (relevance is calibrated per run), and the slots are what left it out of the
+    injection."""
     if all(run.gates is None for run in runs):
         return ()
     taken = {(h.reference, h.lines) for h in hits}
     cut = [replace(h, gate="limit") for h in offered if (h.reference, h.lines) not in taken]
     below: list[Hit] = []
     past: list[Hit] = []
-    for h in [*(d for run in runs for d in run.dropped), *cut]:
+    for h in [*cut, *(d for run in runs for d in run.dropped)]:
         key = (h.reference, h.lines)
         if key not in taken:
             taken.add(key)
