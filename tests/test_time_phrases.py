@@ -58,6 +58,8 @@ PERIODS = [
     ("letztem Wochenende", "2026-11-28", "2026-11-29"),
     ("this month", "2026-12-01", _TODAY),
     ("last month", "2026-11-01", "2026-11-30"),
+    ("last March", "2026-03-01", "2026-03-31"),
+    ("letzten März", "2026-03-01", "2026-03-31"),
     ("this year", "2026-01-01", _TODAY),
     ("last year", "2025-01-01", "2025-12-31"),
     ("the day before yesterday", "2026-11-30", "2026-11-30"),
@@ -554,6 +556,10 @@ def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
         ),
         ("Notes from March 2025: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
         ("Ab März 2025 Stromrechnungen, was davon gestern?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notizen vom letzten März: was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notes from last March: what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
+        ("Notizen aus März: was habe ich letzte Woche notiert?", "2026-11-23", "2026-11-29", "letzte Woche"),
+        ("notes in March: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
     ],
 )
 def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
@@ -563,6 +569,102 @@ def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
     about elsewhere in the message: it took the scope as the message's first time phrase."""
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        # the last such month before this one, in both languages and with each lead
+        (TODAY, "last March", "2026-03-01", "2026-03-31", "last March"),
+        (TODAY, "notes from last March", "2026-03-01", "2026-03-31", "from last March"),
+        (TODAY, "What did I write in last May?", "2026-05-01", "2026-05-31", "in last May"),
+        (TODAY, "Notizen vom letzten März", "2026-03-01", "2026-03-31", "vom letzten März"),
+        (TODAY, "im vergangenen März", "2026-03-01", "2026-03-31", "im vergangenen März"),
+        (TODAY, "Was war letzten Mai?", "2026-05-01", "2026-05-31", "letzten Mai"),
+        (TODAY, "aus dem vorigen August", "2026-08-01", "2026-08-31", "aus dem vorigen August"),
+        # this month's name: a year ago, never the month in progress
+        (TODAY, "last December", "2025-12-01", "2025-12-31", "last December"),
+        (TODAY, "im letzten Dezember", "2025-12-01", "2025-12-31", "im letzten Dezember"),
+        (dt.date(2027, 3, 15), "last March", "2026-03-01", "2026-03-31", "last March"),
+        (dt.date(2027, 1, 3), "letzten Februar", "2026-02-01", "2026-02-28", "letzten Februar"),
+        # since it
+        (TODAY, "since last March", "2026-03-01", _TODAY, "since last March"),
+        (TODAY, "seit letztem März", "2026-03-01", _TODAY, "seit letztem März"),
+        (TODAY, "seit dem letzten März", "2026-03-01", _TODAY, "seit dem letzten März"),
+    ],
+)
+def test_last_and_a_month_is_the_last_one_before_this_month(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """'last March', 'Notizen vom letzten März', 'im vergangenen März' gave no window."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "last may",  # the verb
+        "the last March",  # a determiner: one of something
+        "their last march to the sea",
+        "Last March Madness",  # a title
+        "last March of the regiment",
+        "der letzte März der Pandemie",
+        "last March and April",  # two months in a clause
+        "letzten März oder April",
+        "last March to May",  # a range's first month alone would hide the rest
+    ],
+)
+def test_last_and_a_month_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        (TODAY, "Notizen aus März", "2026-03-01", "2026-03-31", "aus März"),
+        (TODAY, "Notizen im März", "2026-03-01", "2026-03-31", "im März"),
+        (TODAY, "Einträge aus Mai", "2026-05-01", "2026-05-31", "aus Mai"),
+        (TODAY, "notes in March", "2026-03-01", "2026-03-31", "in March"),
+        (TODAY, "entries during May", "2026-05-01", "2026-05-31", "during May"),
+        (TODAY, "Notizen aus März 2025", "2025-03-01", "2025-03-31", "aus März 2025"),
+        (TODAY, "notes in March 2025", "2025-03-01", "2025-03-31", "in March 2025"),
+        # the last one however long ago ('im März' alone asked in January is the one to come)
+        (dt.date(2027, 1, 3), "Notizen im März", "2026-03-01", "2026-03-31", "im März"),
+        (dt.date(2027, 1, 3), "notes in March", "2026-03-01", "2026-03-31", "in March"),
+        (dt.date(2027, 1, 3), "Notizen aus März", "2026-03-01", "2026-03-31", "aus März"),
+        # this month: so far, as 'notes from December' and 'Notizen vom Dezember'
+        (TODAY, "Notizen im Dezember", "2026-12-01", _TODAY, "im Dezember"),
+        (TODAY, "notes in December", "2026-12-01", _TODAY, "in December"),
+        (TODAY, "notes from December", "2026-12-01", _TODAY, "from December"),
+    ],
+)
+def test_notes_in_or_aus_a_month_are_of_the_last_one(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """'Notizen aus März', 'Notizen im März' (no article, no year) were no window or, asked in
+    January, none: they are read as 'notes from March' is."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Notizen von Mai Thi",  # a name after the month
+        "Notizen aus Mai Thi",
+        "Notizen im Mai Thi Ordner",
+        "notes from May Thi",
+        "notes in may be lost",  # the verb
+        "notes in March Madness",  # a title
+        "Notizen im März oder April",  # two months in a clause
+        "notes in March vs April",
+    ],
+)
+def test_notes_in_or_aus_a_month_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:

@@ -449,6 +449,18 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     raise FilterError("a weekday with no tense")
 
 
+def _last_named_month(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "last March", "letzten März": the last March before this month, however the question
+    reads (asked in March, last year's; "last March" is never the month in progress nor one to
+    come). With another month's name in its clause words, as a month notes are from."""
+    _one_month_in_its_clause(m)
+    number = _month_number(m[1] or m[2])
+    first = dt.date(t.year, number, 1)
+    if first >= t.replace(day=1):
+        first = first.replace(year=t.year - 1)
+    return first, _month_end(first)
+
+
 def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
     doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
@@ -562,6 +574,24 @@ _PERIODS: tuple[Phrase, ...] = (
     (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m, r: _weekend(t, 0 if t.weekday() == 6 else 1)),
     (r"this\s+month|diese[nrm]?\s+monat", lambda t, m, r: _month(t, 0)),
     (_LAST_MONTH, lambda t, m, r: _month(t, 1)),
+    # "last March", "im vergangenen März", "vom letzten März", "since last March": the last such
+    # month before this one (asked in March, a year ago); see _last_named_month
+    (
+        r"(?:(?:in|during|from)\s+)?"
+        + _LAST_EN
+        + r"\s+"
+        + _MONTH
+        + _NO_TITLE
+        + _OF_SOMETHING
+        + _NO_RANGE
+        + r"|(?:(?:im|in\s+dem|vom|von(?:\s+dem)?|aus\s+dem|am)\s+)?"
+        + _LAST_DE
+        + r"\s+"
+        + _MONTH
+        + _OF_SOMETHING
+        + _NO_RANGE,
+        _last_named_month,
+    ),
     (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m, r: _year(t, 0)),
     (_LAST_YEAR, lambda t, m, r: _year(t, 1)),
     (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m, r: _one(t - dt.timedelta(days=2))),
@@ -569,14 +599,15 @@ _PERIODS: tuple[Phrase, ...] = (
     (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m, r: (t, t)),
     # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
     (
-        r"(?:(?:in|during)\s+"
+        r"(?:(?<!notes\s)(?<!note\s)(?<!entries\s)(?<!entry\s)(?<!notizen\s)(?<!notiz\s)(?<!einträge\s)"
+        r"(?<!eintrag\s)(?:(?:in|during)\s+"
         + _MONTH
         + _YEAR_OF
         + _NO_TITLE
         + r"|im\s+"
         + _MONTH
         + _YEAR_OF
-        + ")"
+        + "))"
         + _NO_RANGE,
         _month_in,
     ),
@@ -625,18 +656,27 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 _A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
-# A month notes are "from", "vom", "von" or "aus dem" ("notes from March", "Notizen aus dem
-# März"): the last one however long ago, as a day notes are from (a note was written then); alone,
-# a month's name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
+# A month notes are "from", "in", "vom", "von", "aus (dem)" or "im" ("notes from March", "notes in
+# March", "Notizen aus März", "Notizen im März"): the last one however long ago, as a day notes
+# are from (a note was written then), this one so far when it is this month; alone, a month's
+# name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
 _NOTES_OF_MONTH = (
-    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))from\s+", _NO_TITLE),
-    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(?:vom|von|aus\s+dem)\s+", ""),
+    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))(from|in|during)\s+", _NO_TITLE),
+    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(vom|von|aus(?:\s+dem)?|im|in)\s+", ""),
 )
+# Without an article a name may follow the month: "Notizen von Mai Thi", "Notizen aus August
+# Müllers Ablage" are a person's (a month and its year says which it is).
+_NAME_NEXT = re.compile(r"\s+(?-i:[A-ZÄÖÜ][a-zäöüß])")
 
 
 def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     _one_month_in_its_clause(m)
-    return _named_month(t, m[1], m[2], m[3], gone=True)
+    lead = m[1].lower()
+    if lead in ("in", "during"):
+        _month_number(m[2])  # "notes in may be lost": the verb
+    if lead in ("von", "aus", "im", "in") and not (m[3] or m[4]) and _NAME_NEXT.match(m.string, m.end()):
+        raise FilterError("a month's name before a name")
+    return _named_month(t, m[2], m[3], m[4], gone=True)
 
 
 _DAYS: tuple[Phrase, ...] = (
@@ -885,7 +925,7 @@ _LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
 _AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
 # A month read only by a preposition before it gives way to any other time phrase in the message
 # ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
-_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1]))
+_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1], _last_named_month))
 
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
