@@ -493,10 +493,7 @@ def test_notes_from_a_month_are_of_the_last_one_however_long_ago() -> None:
         "Rechnung vom 3. März 2025",
         "the 3rd of March 2025",
         "December 3, 2025",
-        # ranges and months to come
-        "from March 2025 to May 2025",
-        "between March 2025 and May 2025",
-        "März bis Mai 2025",
+        # months to come
         "März 2027",
         "my March 2025 notes",  # a possessive, as "my last year"
         # a month with its year and no preposition: mostly a label, its paper written after it
@@ -560,6 +557,8 @@ def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
         ("Notes from last March: what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
         ("Notizen aus März: was habe ich letzte Woche notiert?", "2026-11-23", "2026-11-29", "letzte Woche"),
         ("notes in March: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
+        ("Notizen von März bis Mai: was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notes between March and May: what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
     ],
 )
 def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
@@ -667,6 +666,88 @@ def test_notes_in_or_aus_a_month_look_alikes_stay_words(said: str) -> None:
     assert (f.since, f.phrase) == (None, None), (said, f)
 
 
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        (TODAY, "from March to May", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
+        (TODAY, "von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (TODAY, "zwischen März und Mai", "2026-03-01", "2026-05-31", "zwischen März und Mai"),
+        (TODAY, "März bis Mai 2025", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
+        (TODAY, "March–May", "2026-03-01", "2026-05-31", "March–May"),
+        (TODAY, "März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
+        (TODAY, "from March 2025 to May 2025", "2025-03-01", "2025-05-31", "from March 2025 to May 2025"),
+        (TODAY, "vom März bis zum Mai 2025", "2025-03-01", "2025-05-31", "vom März bis zum Mai 2025"),
+        (TODAY, "in May 2025 to June 2025", "2025-05-01", "2025-06-30", "in May 2025 to June 2025"),
+        # the first month's own year; else the last's holds for both, crossing the year's turn
+        (TODAY, "from March 2025 to May", "2025-03-01", "2025-05-31", "from March 2025 to May"),
+        (TODAY, "November 2024 bis Februar", "2024-11-01", "2025-02-28", "November 2024 bis Februar"),
+        (TODAY, "November bis Februar 2025", "2024-11-01", "2025-02-28", "November bis Februar 2025"),
+        # without a year the last range whose last month has begun (this month: so far)
+        (TODAY, "November bis Februar", "2025-11-01", "2026-02-28", "November bis Februar"),
+        (TODAY, "from October to December", "2026-10-01", _TODAY, "from October to December"),
+        (
+            dt.date(2027, 1, 3),
+            "zwischen Oktober und Dezember",
+            "2026-10-01",
+            "2026-12-31",
+            "zwischen Oktober und Dezember",
+        ),
+        # where its clause asks for the notes, after note words, or as a request
+        (TODAY, "Was habe ich von März bis Mai gemacht?", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (TODAY, "What did I write from March to May?", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "Notizen März bis Mai 2025", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
+        (TODAY, "Zeig mir alles von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (
+            TODAY,
+            "Garten zwischen März und Mai 2025",
+            "2025-03-01",
+            "2025-05-31",
+            "zwischen März und Mai 2025",
+        ),
+        # the agenda: the coming one
+        (TODAY, "Was habe ich von März bis Mai vor?", "2027-03-01", "2027-05-31", "von März bis Mai"),
+    ],
+)
+def test_a_range_of_months_is_its_window(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """Month ranges ('from March to May', 'von März bis Mai', 'März bis Mai 2025', 'March–May')
+    were no window: the first month alone would hide the rest, so they were words."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a label: a bill, a report of those months, written after them
+        "Stromrechnung März bis Mai 2025",
+        "Stromrechnung von März bis Mai 2025",
+        "invoice from March to May",
+        "Quartalsbericht März–Mai 2025",
+        "the March–May 2025 report",
+        "my March to May notes",
+        # a verb, a name, a day, a range that ends before it begins, a third month
+        "you may from March to May water the lawn daily",
+        "from march to may",
+        "zwischen März und Mai Thi",
+        "zwischen Anna und Mai Thi",
+        "von Mai Thi bis März",
+        "vom 3. März bis Mai",
+        "the 3rd of March to May",
+        "from March to May 5",
+        "Mai 2025 bis März 2025",
+        "März bis Mai 2025 vs Juni",
+        "between March and May or July",
+    ],
+)
+def test_a_range_of_months_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:
     sunday = dt.date(2026, 12, 6)
     f = split_filters("over the weekend", sunday)[1]
@@ -723,7 +804,6 @@ def test_named_months_and_days_by_the_year_said(today: dt.date, said: str, since
         (dt.date(2026, 12, 5), "on December 3-5"),
         (dt.date(2026, 12, 5), "am 3.12. bis 5.12."),
         (dt.date(2026, 12, 5), "Kontoauszug am 1.10. bis 31.10."),
-        (dt.date(2026, 12, 5), "in May 2025 to June 2025"),
         # titles and things of something
         (dt.date(2026, 12, 5), "guitar solo in November Rain"),
         (dt.date(2026, 12, 5), "scene in August Rush"),

@@ -485,7 +485,7 @@ def _one_month_in_its_clause(m: re.Match[str]) -> None:
     start = max((e + 1 for e in ends if e < m.start()), default=0)
     end = min((e for e in ends if e >= m.end()), default=len(text))
     names = [n for n in _ANY_NAMED_MONTH.finditer(text, start, end) if n.group(0)[0].isupper()]
-    if len(names) > 1:
+    if any(n.start() < m.start() or n.end() > m.end() for n in names):  # a range holds its two
         raise FilterError("two months in one clause")
 
 
@@ -679,7 +679,74 @@ def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     return _named_month(t, m[2], m[3], m[4], gone=True)
 
 
+# A range of months: "from March to May", "between March and May 2025", "von März bis Mai",
+# "zwischen März und Mai", "März bis Mai 2025", "March–May". A year on the last month holds for
+# both unless the first has its own; without one it is the last range begun (its last month the
+# last one begun, "März bis Mai" asked in December this year's, "November bis Februar" November
+# of last year to February); asked about the agenda, the coming one. Its first month's first day
+# to its last month's last day.
+_RANGE_TO = (
+    r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
+)
+_RANGE_FORMS = (
+    r"(between|zwischen)\s+(?:dem\s+)?"
+    + _MONTH
+    + _YEAR_OF
+    + r"\s+(?:and|und)\s+(?:dem\s+)?"
+    + _MONTH
+    + _YEAR_OF,
+    r"(?:(from|von|vom|in|im|during)\s+)?(?:de[mn]\s+)?" + _MONTH + _YEAR_OF + _RANGE_TO + _MONTH + _YEAR_OF,
+)
+# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von" or none
+# a range is mostly a label's ("Stromrechnung März bis Mai 2025", "invoice from March to May":
+# its paper written after it), read only alone, after note words or where its clause asks for
+# the notes (see _month_range).
+_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during")
+_NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträge|eintrag)\s+$", re.IGNORECASE)
+_DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
+
+
+def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """A range of months (see _RANGE_FORMS); words when a day's number is before it ("vom 3.
+    März bis Mai"), a name after a last month without its year ("zwischen März und Mai Thi"),
+    another month in its clause, or, after "from"/"von" or none, it is a label (see
+    _RANGE_ANYWHERE)."""
+    text = m.string
+    lead = (m[1] or "").lower()
+    if _DAY_BEFORE.search(text, max(0, m.start() - 8), m.start()):
+        raise FilterError("a range from a day")
+    if not (m[6] or m[7]) and _NAME_NEXT.match(text, m.end()):
+        raise FilterError("a name after a month")
+    _one_month_in_its_clause(m)
+    if lead not in _RANGE_ANYWHERE and not (
+        phrase_alone(m)
+        or (r.ahead and clause_asks(m))
+        or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
+        or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
+        or _ASKS_FOR.search(_clause(m))
+    ):
+        raise FilterError("a range in a label")
+    first_number, last_number = _month_number(m[2]), _month_number(m[5])
+    crosses = int(last_number < first_number)  # "November bis Februar": into the next year
+    first_year, last_year = _year_of(t, m[3], m[4]), _year_of(t, m[6], m[7])
+    if first_year is None and last_year is None:
+        if r.ahead:  # the agenda: the coming one
+            first_year = _named_month(t, m[2], None, ahead=True)[0].year
+        else:  # the last one begun: its last month the last one begun
+            last_year = t.year if last_number <= t.month else t.year - 1
+    if first_year is None:
+        assert last_year is not None
+        first_year = last_year - crosses
+    if last_year is None:
+        last_year = first_year + crosses
+    first, last = dt.date(first_year, first_number, 1), _month_end(dt.date(last_year, last_number, 1))
+    if last < first:
+        raise FilterError("a range that ends before it begins")
+    return first, last
+
+
 _DAYS: tuple[Phrase, ...] = (
+    *((form + r"(?!\.?\s*\d)", _month_range) for form in _RANGE_FORMS),
     *((lead + _MONTH + _YEAR_OF + tail + _NO_RANGE, _month_gone) for lead, tail in _NOTES_OF_MONTH),
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
@@ -925,7 +992,7 @@ _LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
 _AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
 # A month read only by a preposition before it gives way to any other time phrase in the message
 # ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
-_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1], _last_named_month))
+_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1], _last_named_month, _month_range))
 
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
