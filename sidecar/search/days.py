@@ -990,8 +990,9 @@ def _month_from(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 
 _LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
 _AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
-# A month read only by a preposition before it gives way to any other time phrase in the message
-# ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
+# A month read by a preposition before it, "last March" and a range of months give way to any
+# other time phrase in the message ("Zu den Notizen aus dem März 2025: was habe ich gestern
+# notiert?" asks about yesterday).
 _GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1], _last_named_month, _month_range))
 
 
