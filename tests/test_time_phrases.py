@@ -683,8 +683,8 @@ def test_notes_in_or_aus_a_month_look_alikes_stay_words(said: str) -> None:
         (TODAY, "from March 2025 to May", "2025-03-01", "2025-05-31", "from March 2025 to May"),
         (TODAY, "November 2024 bis Februar", "2024-11-01", "2025-02-28", "November 2024 bis Februar"),
         (TODAY, "November bis Februar 2025", "2024-11-01", "2025-02-28", "November bis Februar 2025"),
-        # without a year the last range whose last month has begun (this month: so far)
-        (TODAY, "November bis Februar", "2025-11-01", "2026-02-28", "November bis Februar"),
+        # without a year the last range whose first month has begun (in progress: so far)
+        (TODAY, "November bis Februar", "2026-11-01", _TODAY, "November bis Februar"),
         (TODAY, "from October to December", "2026-10-01", _TODAY, "from October to December"),
         (
             dt.date(2027, 1, 3),
@@ -746,6 +746,36 @@ def test_a_range_of_months_is_its_window(
 def test_a_range_of_months_look_alikes_stay_words(said: str) -> None:
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until"),
+    [
+        # asked while it runs: the range begun, up to today (the notes just written are in it)
+        (dt.date(2026, 1, 20), "Was habe ich von November bis Februar gemacht?", "2025-11-01", "2026-01-20"),
+        (dt.date(2026, 1, 20), "notes from November to February", "2025-11-01", "2026-01-20"),
+        (dt.date(2026, 3, 15), "Notizen von März bis Mai", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 4, 20), "Notizen von März bis Mai", "2026-03-01", "2026-04-20"),
+        (dt.date(2026, 4, 20), "What did I write between March and May?", "2026-03-01", "2026-04-20"),
+        (dt.date(2026, 12, 7), "notes from December to February", "2026-12-01", "2026-12-07"),
+        (TODAY, "Was habe ich von November bis Februar gemacht?", "2026-11-01", _TODAY),
+        # its first month not begun this year: last year's
+        (dt.date(2026, 1, 20), "Notizen von März bis Mai", "2025-03-01", "2025-05-31"),
+        (dt.date(2026, 1, 20), "zwischen Oktober und Dezember", "2025-10-01", "2025-12-31"),
+        # the single month the same day agrees: this one so far
+        (dt.date(2026, 3, 15), "Notizen aus März", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 3, 15), "notes from March", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 4, 20), "Notizen aus April", "2026-04-01", "2026-04-20"),
+    ],
+)
+def test_a_range_of_months_asked_while_it_runs_is_the_one_begun(
+    today: dt.date, said: str, since: str, until: str
+) -> None:
+    """A range without its year was the last one whose last month had begun: asked in January,
+    'von November bis Februar' was the one a year earlier, skipping the notes just written, and
+    'Notizen von März bis Mai' asked in April last year's while 'Notizen aus März' was this one."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, until), said
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:

@@ -681,10 +681,11 @@ def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 
 # A range of months: "from March to May", "between March and May 2025", "von März bis Mai",
 # "zwischen März und Mai", "März bis Mai 2025", "March–May". A year on the last month holds for
-# both unless the first has its own; without one it is the last range begun (its last month the
-# last one begun, "März bis Mai" asked in December this year's, "November bis Februar" November
-# of last year to February); asked about the agenda, the coming one. Its first month's first day
-# to its last month's last day.
+# both unless the first has its own; without one it is the last range begun (its first month
+# the last one begun: "März bis Mai" asked in December this year's, asked in April this one up to
+# today, as "Notizen aus März" asked in March is this March so far; "November bis Februar" asked
+# in January November of last year up to today); asked about the agenda, the coming one. Its
+# first month's first day to its last month's last day.
 _RANGE_TO = (
     r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
 )
@@ -732,8 +733,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     if first_year is None and last_year is None:
         if r.ahead:  # the agenda: the coming one
             first_year = _named_month(t, m[2], None, ahead=True)[0].year
-        else:  # the last one begun: its last month the last one begun
-            last_year = t.year if last_number <= t.month else t.year - 1
+        else:  # the last one begun (time_window ends one in progress at today)
+            first_year = t.year if first_number <= t.month else t.year - 1
     if first_year is None:
         assert last_year is not None
         first_year = last_year - crosses
