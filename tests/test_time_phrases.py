@@ -620,6 +620,23 @@ def test_last_and_a_month_look_alikes_stay_words(said: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        ("letzten März 2024", "2024-03-01", "2024-03-31", "letzten März 2024"),
+        ("Notizen vom letzten März 2025", "2025-03-01", "2025-03-31", "vom letzten März 2025"),
+        ("last March 2025", "2025-03-01", "2025-03-31", "last March 2025"),
+        ("notes from last March of 2024", "2024-03-01", "2024-03-31", "from last March of 2024"),
+        ("im vergangenen März letzten Jahres", "2025-03-01", "2025-03-31", "im vergangenen März letzten Jahres"),
+        ("seit letztem März 2025", "2025-03-01", _TODAY, "seit letztem März 2025"),
+    ],
+)
+def test_last_and_a_month_with_its_year_is_that_month(said: str, since: str, until: str, phrase: str) -> None:
+    """A year after 'last March' was dropped: 'letzten März 2024' was March of this year."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
         (TODAY, "Notizen aus März", "2026-03-01", "2026-03-31", "aus März"),

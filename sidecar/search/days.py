@@ -452,9 +452,15 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 def _last_named_month(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "last March", "letzten März": the last March before this month, however the question
     reads (asked in March, last year's; "last March" is never the month in progress nor one to
-    come). With another month's name in its clause words, as a month notes are from."""
+    come). With its year ("letzten März 2024", "last March of last year") that year's: what a
+    user means, not this year's with the year dropped. With another month's name in its clause
+    words, as a month notes are from."""
     _one_month_in_its_clause(m)
-    number = _month_number(m[1] or m[2])
+    number = _month_number(m[1] or m[4])
+    said = _year_of(t, m[2] or m[5], m[3] or m[6])
+    if said is not None:
+        first = dt.date(said, number, 1)
+        return first, _month_end(first)
     first = dt.date(t.year, number, 1)
     if first >= t.replace(day=1):
         first = first.replace(year=t.year - 1)
@@ -582,12 +588,14 @@ _PERIODS: tuple[Phrase, ...] = (
         + r"\s+"
         + _MONTH
         + _NO_TITLE
+        + _YEAR_OF
         + _OF_SOMETHING
         + _NO_RANGE
         + r"|(?:(?:im|in\s+dem|vom|von(?:\s+dem)?|aus\s+dem|am)\s+)?"
         + _LAST_DE
         + r"\s+"
         + _MONTH
+        + _YEAR_OF
         + _OF_SOMETHING
         + _NO_RANGE,
         _last_named_month,
