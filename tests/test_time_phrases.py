@@ -684,6 +684,30 @@ def test_notes_in_or_aus_a_month_look_alikes_stay_words(said: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # the agenda: the coming one, as "im Mai" alone in such a question
+        ("Welche Einträge im Mai stehen an?", "2027-05-01", "2027-05-31", "im Mai"),
+        ("Notizen im März, was habe ich vor?", "2027-03-01", "2027-03-31", "im März"),
+        ("What's planned in my notes in May?", "2027-05-01", "2027-05-31", "in May"),
+        ("What's on for entries in May?", "2027-05-01", "2027-05-31", "in May"),
+        # a question in the present of doing: the month to come, no window but the agenda's
+        ("Was mache ich mit den Notizen im März?", None, None, None),
+        ("What am I doing with my notes in March?", None, None, None),
+        # asked about what happened: the one gone by
+        ("Was habe ich in den Notizen im März geschrieben?", "2026-03-01", "2026-03-31", "im März"),
+    ],
+)
+def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
+    said: str, since: str | None, until: str | None, phrase: str | None
+) -> None:
+    """'Notizen im März', 'notes in March' read as notes from March (gone by) also in a question
+    about plans: 'Welche Einträge im Mai stehen an?' was the May gone by, not the one to come."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
         (TODAY, "from March to May", "2026-03-01", "2026-05-31", "from March to May"),

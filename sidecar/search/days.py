@@ -684,6 +684,9 @@ def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         _month_number(m[2])  # "notes in may be lost": the verb
     if lead in ("von", "aus", "im", "in") and not (m[3] or m[4]) and _NAME_NEXT.match(m.string, m.end()):
         raise FilterError("a month's name before a name")
+    if lead in ("in", "im", "during") and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
+        # asked about plans ("Welche Einträge im Mai stehen an?"), read as "im Mai" is: the coming one
+        return _named_month(t, m[2], m[3], m[4], ahead=True)
     return _named_month(t, m[2], m[3], m[4], gone=True)
 
 
