@@ -710,23 +710,23 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
 @pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
-        (TODAY, "from March to May", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
         (TODAY, "between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
-        (TODAY, "von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (TODAY, "Notizen von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
         (TODAY, "zwischen März und Mai", "2026-03-01", "2026-05-31", "zwischen März und Mai"),
-        (TODAY, "März bis Mai 2025", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
-        (TODAY, "March–May", "2026-03-01", "2026-05-31", "March–May"),
-        (TODAY, "März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
-        (TODAY, "from March 2025 to May 2025", "2025-03-01", "2025-05-31", "from March 2025 to May 2025"),
-        (TODAY, "vom März bis zum Mai 2025", "2025-03-01", "2025-05-31", "vom März bis zum Mai 2025"),
+        (TODAY, "Was habe ich März bis Mai 2025 gemacht?", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
+        (TODAY, "notes March–May", "2026-03-01", "2026-05-31", "March–May"),
+        (TODAY, "Notizen März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
+        (TODAY, "notes from March 2025 to May 2025", "2025-03-01", "2025-05-31", "from March 2025 to May 2025"),
+        (TODAY, "Notizen vom März bis zum Mai 2025", "2025-03-01", "2025-05-31", "vom März bis zum Mai 2025"),
         (TODAY, "in May 2025 to June 2025", "2025-05-01", "2025-06-30", "in May 2025 to June 2025"),
         # the first month's own year; else the last's holds for both, crossing the year's turn
-        (TODAY, "from March 2025 to May", "2025-03-01", "2025-05-31", "from March 2025 to May"),
-        (TODAY, "November 2024 bis Februar", "2024-11-01", "2025-02-28", "November 2024 bis Februar"),
-        (TODAY, "November bis Februar 2025", "2024-11-01", "2025-02-28", "November bis Februar 2025"),
+        (TODAY, "notes from March 2025 to May", "2025-03-01", "2025-05-31", "from March 2025 to May"),
+        (TODAY, "Notizen November 2024 bis Februar", "2024-11-01", "2025-02-28", "November 2024 bis Februar"),
+        (TODAY, "Notizen November bis Februar 2025", "2024-11-01", "2025-02-28", "November bis Februar 2025"),
         # without a year the last range whose first month has begun (in progress: so far)
-        (TODAY, "November bis Februar", "2026-11-01", _TODAY, "November bis Februar"),
-        (TODAY, "from October to December", "2026-10-01", _TODAY, "from October to December"),
+        (TODAY, "Notizen November bis Februar", "2026-11-01", _TODAY, "November bis Februar"),
+        (TODAY, "notes from October to December", "2026-10-01", _TODAY, "from October to December"),
         (
             dt.date(2027, 1, 3),
             "zwischen Oktober und Dezember",
@@ -782,11 +782,28 @@ def test_a_range_of_months_is_its_window(
         "Mai 2025 bis März 2025",
         "März bis Mai 2025 vs Juni",
         "between March and May or July",
+        # alone, as a month with its year alone ("März 2025"): a title searched for, "Quartalsbericht
+        # März–Mai 2025" written in June is found by its words
+        "März–Mai 2025",
+        "März bis Mai",
+        "Januar bis März",
+        "March–May",
+        "from March to May",
+        "von März bis Mai 2025",
+        "vom März bis Mai",
+        "November bis Februar",
     ],
 )
 def test_a_range_of_months_look_alikes_stay_words(said: str) -> None:
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+def test_a_range_of_months_alone_keeps_its_words_for_the_search() -> None:
+    """'März–Mai 2025' alone was a window and its words were cut: a search for the report
+    'Quartalsbericht März–Mai 2025', written in June, listed only notes dated in those months."""
+    rest, f = split_filters("März–Mai 2025", TODAY)[:2]
+    assert (f.since, f.phrase, rest) == (None, None, "März–Mai 2025")
 
 
 @pytest.mark.parametrize(

@@ -711,8 +711,9 @@ _RANGE_FORMS = (
 )
 # Leads that read a range wherever it stands, as "in March" is read; after "from"/"von" or none
 # a range is mostly a label's ("Stromrechnung März bis Mai 2025", "invoice from March to May":
-# its paper written after it), read only alone, after note words or where its clause asks for
-# the notes (see _month_range).
+# its paper written after it), read only after note words or where its clause asks for the notes
+# (see _month_range); alone it is words, as a month with its year alone is ("März–Mai 2025" is
+# mostly a report's title searched for).
 _RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during")
 _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträge|eintrag)\s+$", re.IGNORECASE)
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
@@ -721,7 +722,7 @@ _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """A range of months (see _RANGE_FORMS); words when a day's number is before it ("vom 3.
     März bis Mai"), a name after a last month without its year ("zwischen März und Mai Thi"),
-    another month in its clause, or, after "from"/"von" or none, it is a label (see
+    another month in its clause, or, after "from"/"von" or none, it is a label or alone (see
     _RANGE_ANYWHERE)."""
     text = m.string
     lead = (m[1] or "").lower()
@@ -731,8 +732,7 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         raise FilterError("a name after a month")
     _one_month_in_its_clause(m)
     if lead not in _RANGE_ANYWHERE and not (
-        phrase_alone(m)
-        or (r.ahead and clause_asks(m))
+        (r.ahead and clause_asks(m))
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
         or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
         or _ASKS_FOR.search(_clause(m))
