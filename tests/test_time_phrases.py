@@ -571,6 +571,45 @@ def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
 
 
 @pytest.mark.parametrize(
+    "said",
+    [
+        "What did I do last March and last week?",
+        "Was habe ich letzten März und letzte Woche gemacht?",
+        "What did I do last week and last March?",
+        "Was habe ich letzte Woche und letzten März gemacht?",
+        "Was habe ich von März bis Mai und letzte Woche gemacht?",
+        "notes from March to May and yesterday",
+        "Notizen aus März und gestern",
+        "notes from March 2025 and yesterday",
+        "Notizen vom letzten März oder gestern",
+    ],
+)
+def test_two_periods_joined_in_one_clause_give_no_window(said: str) -> None:
+    """A month, 'last March' or a range joined by and/und/oder to another period gave way to it
+    inside the same clause: 'last March and last week' was last week, and half the question was
+    answered from a window that hid the other half."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # in one clause, not joined: the month named by its preposition is read, no giving way
+        ("notes from last March about last week", "2026-03-01", "2026-03-31", "from last March"),
+        # in another clause: it gives way
+        ("Notizen aus März, was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Last March, what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
+    ],
+)
+def test_a_month_gives_way_only_to_a_phrase_in_another_clause(
+    said: str, since: str, until: str, phrase: str
+) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
         # the last such month before this one, in both languages and with each lead

@@ -1083,6 +1083,33 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     return None
 
 
+# Two time phrases joined by a conjunction, nothing else between them ("last March and last week").
+_JOIN = r"\s*,?\s*(?:and|und|or|oder|sowie|plus|&|\+)(?:\s+(?:also|auch))?\s*"
+_JOINING = re.compile(_JOIN, re.IGNORECASE)
+# A month joined to the phrase after it: a month before "and" is no phrase of its own (see
+# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both.
+_MONTH_AND = re.compile(_MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
+
+
+def _month_joined_before(text: str, start: int) -> bool:
+    joined = _MONTH_AND.search(text, max(0, start - 32), start)
+    if joined is None or not joined.group(1)[0].isupper():  # "may" and "march" mostly verbs
+        return False
+    return joined.start() == 0 or not text[joined.start() - 1].isalnum()
+_BETWEEN_CLAUSES = re.compile(r"[.;:!?,\n()]")
+
+
+def _joined(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
+    first, second = sorted((one, other), key=lambda m: m.start())
+    return _JOINING.fullmatch(text, first.end(), second.start()) is not None
+
+
+def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
+    """Whether two phrases stand in different clauses (a punctuation mark between them)."""
+    first, second = sorted((one, other), key=lambda m: m.start())
+    return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
+
+
 def time_window(
     text: str,
     today: dt.date,
@@ -1130,10 +1157,16 @@ def time_window(
             break  # this pattern's first phrase in the text is the one to compare
     kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
     best = min(kept, key=lambda f: f[0]) if kept else None
-    if best is not None and best[3]:  # a month read by its preposition: another phrase outside it first
+    if best is not None:
         a, b = best[1].span()
-        others = [f for f in kept if not f[3] and (f[1].end() <= a or f[1].start() >= b)]
-        best = min(others, key=lambda f: f[0]) if others else best
+        outside = [f for f in kept if f[1].end() <= a or f[1].start() >= b]
+        if _month_joined_before(text, a) or any((best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside):
+            # "last March and last week", "Notizen aus März und gestern": two periods asked
+            # together; either window alone hides the other's notes
+            return text, None, None
+        if best[3]:  # a month read by its preposition: a phrase in another clause first
+            others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
+            best = min(others, key=lambda f: f[0]) if others else best
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:
