@@ -1781,3 +1781,33 @@ def test_keywords_with_a_participle_an_adjective_or_a_preposition_keep_their_win
     notes: reading any word ending in -t or -n as a verb took their window away."""
     _, f = split_filters(said, dt.date(2026, 12, 6))
     assert (f.since, f.until) == (since, "2026-12-06"), (said, f)
+
+
+class _CountingScans:
+    """A compiled pattern that counts its scans of a text (finditer calls)."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scans = 0
+
+    def finditer(self, *args: object) -> object:
+        self.scans += 1
+        return self.pattern.finditer(*args)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.pattern, name)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["Notizen aus März ", "Notizen von Oktober bis Mai und Juni, ", "notes in July or August "],
+)
+def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each month phrase that failed as one of two months in its clause scanned the clause's
+    month names again: 'Notizen aus März ' * 2000 took by the square of its length (seconds).
+    The names are found once per text, whatever the number of phrases in it."""
+    counting = _CountingScans(days._ANY_NAMED_MONTH)
+    monkeypatch.setattr(days, "_ANY_NAMED_MONTH", counting)
+    text = unit * 150
+    assert days.time_window(text, TODAY)[1] is None
+    assert counting.scans <= 1, counting.scans

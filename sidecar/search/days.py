@@ -6,7 +6,9 @@ Imports nothing of the project but ``words`` (the word pattern, folding, the wor
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -479,19 +481,41 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 # words: mostly a label, and the bill or report of a month is written after it. Only "in"/"im", a
 # since form, "ab" or notes "from" it read it (_month_in, _SINCE_ONLY, _DAYS).
 _ANY_NAMED_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
-_CLAUSE_END = re.compile(r"[.;:!?\n]")
+_MONTH_CLAUSE_END = re.compile(r"[.!?;:,\n]")
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """Where a text's clauses end and its capitalised month names stand, found once per text: a
+    phrase's clause looked up for each match (most fail there) made a long text cost by the
+    square of its length."""
+
+    ends: list[int]
+    starts: list[int]
+    stops: list[int]
+
+
+@functools.lru_cache(maxsize=8)
+def _marks(text: str) -> _Marks:
+    names = [n.span() for n in _ANY_NAMED_MONTH.finditer(text) if n.group(0)[0].isupper()]
+    return _Marks(
+        [e.start() for e in _MONTH_CLAUSE_END.finditer(text)], [a for a, _ in names], [b for _, b in names]
+    )
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
     """Two months in one clause ("notes from March 2025 vs April 2025", "ab Januar/Februar
     2025") compare or list them: no window, as a range of them is none (_NO_RANGE). Capitalised
     names only: "may" and "march" are mostly verbs."""
-    text = m.string
-    ends = [e.start() for e in _CLAUSE_END.finditer(text)]
-    start = max((e + 1 for e in ends if e < m.start()), default=0)
-    end = min((e for e in ends if e >= m.end()), default=len(text))
-    names = [n for n in _ANY_NAMED_MONTH.finditer(text, start, end) if n.group(0)[0].isupper()]
-    if any(n.start() < m.start() or n.end() > m.end() for n in names):  # a range holds its two
+    marks = _marks(m.string)
+    before = bisect.bisect_left(marks.ends, m.start())
+    start = marks.ends[before - 1] + 1 if before else 0
+    after = bisect.bisect_left(marks.ends, m.end())
+    end = marks.ends[after] if after < len(marks.ends) else len(m.string)
+    # the clause's names, and of them those in the phrase (a range holds its two)
+    first, last = bisect.bisect_left(marks.starts, start), bisect.bisect_left(marks.starts, end)
+    inside = bisect.bisect_left(marks.starts, m.start()), bisect.bisect_left(marks.starts, m.end())
+    if first < inside[0] or inside[1] < last or (inside[1] > inside[0] and marks.stops[inside[1] - 1] > m.end()):
         raise FilterError("two months in one clause")
 
 
