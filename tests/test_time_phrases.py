@@ -1811,3 +1811,22 @@ def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytes
     text = unit * 150
     assert days.time_window(text, TODAY)[1] is None
     assert counting.scans <= 1, counting.scans
+
+
+def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each range read as a label looked at its clause from the text's start: 'Stromrechnung
+    März bis Mai. ' * 2000 took seconds. A pattern's matches are tried up to a bound, and a
+    period among the first few is still read."""
+    calls = 0
+    clause_asks = days.clause_asks
+
+    def counting(m: re.Match[str]) -> bool:
+        nonlocal calls
+        calls += 1
+        return clause_asks(m)
+
+    monkeypatch.setattr(days, "clause_asks", counting)
+    assert days.time_window("Stromrechnung März bis Mai. " * 200, TODAY)[1] is None
+    assert 0 < calls < 100, calls  # 200 look-alikes, each tried
+    said = "Stromrechnung März bis Mai. " * 5 + "Was habe ich von März bis Mai gemacht?"
+    assert days.time_window(said, TODAY)[1] == (dt.date(2026, 3, 1), dt.date(2026, 5, 31))

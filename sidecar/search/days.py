@@ -1134,6 +1134,12 @@ def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
     return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
 
 
+# Matches of one pattern tried in a text before it is given up: reading a match costs a look at
+# its clause, and a long text of look-alikes ("Stromrechnung März bis Mai. " again and again)
+# took time by the square of its length; a message names its period among its first few.
+_TRIES = 32
+
+
 def time_window(
     text: str,
     today: dt.date,
@@ -1158,7 +1164,9 @@ def time_window(
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        for m in pattern.finditer(text):
+        for tried, m in enumerate(pattern.finditer(text)):
+            if tried == _TRIES:
+                break  # a text of many look-alikes: each try reads the phrase's clause
             said = True
             try:
                 days = window(today, m, reading)
