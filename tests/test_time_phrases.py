@@ -651,6 +651,19 @@ def test_last_and_a_month_is_the_last_one_before_this_month(
         "last March and April",  # two months in a clause
         "letzten März oder April",
         "last March to May",  # a range's first month alone would hide the rest
+        # a day or a weekend of it, not the whole month
+        "last March 3",
+        "last March 3rd",
+        "last March weekend",
+        "letzten März Wochenende",
+        # the time before or after it, not the month
+        "before last March",
+        "after last March",
+        "until last March",
+        "vor letztem März",
+        "nach letztem März",
+        "bis letzten März",
+        "bis zum letzten März",
     ],
 )
 def test_last_and_a_month_look_alikes_stay_words(said: str) -> None:

@@ -451,13 +451,22 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     raise FilterError("a weekday with no tense")
 
 
+# A day or a week of "last March" is no whole month: "last March 3", "last March weekend".
+_NO_DAY_OF = r"(?!\s*\d)(?!\s+(?:weekends?|wochenenden?|weeks?|wochen?)\b)"
+# "before last March", "bis letzten März", "nach letztem März": the time before or after it, not
+# the month (words: a window of the month itself would be the opposite).
+_BEFORE_OR_AFTER = re.compile(r"(?:before|after|until|till|vor|nach|bis)(?:\s+(?:dem|zum))?\s+$", re.IGNORECASE)
+
+
 def _last_named_month(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "last March", "letzten März": the last March before this month, however the question
     reads (asked in March, last year's; "last March" is never the month in progress nor one to
     come). With its year ("letzten März 2024", "last March of last year") that year's: what a
     user means, not this year's with the year dropped. With another month's name in its clause
-    words, as a month notes are from."""
+    words, as a month notes are from, and so after "before"/"after"/"until" (see _BEFORE_OR_AFTER)."""
     _one_month_in_its_clause(m)
+    if _BEFORE_OR_AFTER.search(m.string, max(0, m.start() - 12), m.start()):
+        raise FilterError("the time before or after a month")
     number = _month_number(m[1] or m[4])
     said = _year_of(t, m[2] or m[5], m[3] or m[6])
     if said is not None:
@@ -615,13 +624,15 @@ _PERIODS: tuple[Phrase, ...] = (
         + _YEAR_OF
         + _OF_SOMETHING
         + _NO_RANGE
+        + _NO_DAY_OF
         + r"|(?:(?:im|in\s+dem|vom|von(?:\s+dem)?|aus\s+dem|am)\s+)?"
         + _LAST_DE
         + r"\s+"
         + _MONTH
         + _YEAR_OF
         + _OF_SOMETHING
-        + _NO_RANGE,
+        + _NO_RANGE
+        + _NO_DAY_OF,
         _last_named_month,
     ),
     (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m, r: _year(t, 0)),
