@@ -678,7 +678,12 @@ def test_last_and_a_month_look_alikes_stay_words(said: str) -> None:
         ("Notizen vom letzten März 2025", "2025-03-01", "2025-03-31", "vom letzten März 2025"),
         ("last March 2025", "2025-03-01", "2025-03-31", "last March 2025"),
         ("notes from last March of 2024", "2024-03-01", "2024-03-31", "from last March of 2024"),
-        ("im vergangenen März letzten Jahres", "2025-03-01", "2025-03-31", "im vergangenen März letzten Jahres"),
+        (
+            "im vergangenen März letzten Jahres",
+            "2025-03-01",
+            "2025-03-31",
+            "im vergangenen März letzten Jahres",
+        ),
         ("seit letztem März 2025", "2025-03-01", _TODAY, "seit letztem März 2025"),
     ],
 )
@@ -769,7 +774,13 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
         (TODAY, "Was habe ich März bis Mai 2025 gemacht?", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
         (TODAY, "notes March–May", "2026-03-01", "2026-05-31", "March–May"),
         (TODAY, "Notizen März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
-        (TODAY, "notes from March 2025 to May 2025", "2025-03-01", "2025-05-31", "from March 2025 to May 2025"),
+        (
+            TODAY,
+            "notes from March 2025 to May 2025",
+            "2025-03-01",
+            "2025-05-31",
+            "from March 2025 to May 2025",
+        ),
         (TODAY, "Notizen vom März bis zum Mai 2025", "2025-03-01", "2025-05-31", "vom März bis zum Mai 2025"),
         (TODAY, "in May 2025 to June 2025", "2025-05-01", "2025-06-30", "in May 2025 to June 2025"),
         # the first month's own year; else the last's holds for both, crossing the year's turn
@@ -789,7 +800,6 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
         # where its clause asks for the notes, after note words, or as a request
         (TODAY, "Was habe ich von März bis Mai gemacht?", "2026-03-01", "2026-05-31", "von März bis Mai"),
         (TODAY, "What did I write from March to May?", "2026-03-01", "2026-05-31", "from March to May"),
-        (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
         (TODAY, "Notizen März bis Mai 2025", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
         (TODAY, "Zeig mir alles von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
         (
@@ -1826,7 +1836,9 @@ def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytes
     assert counting.scans <= 1, counting.scans
 
 
-def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each range read as a label looked at its clause from the text's start: 'Stromrechnung
     März bis Mai. ' * 2000 took seconds. A pattern's matches are tried up to a bound, and a
     period among the first few is still read."""

@@ -455,7 +455,9 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 _NO_DAY_OF = r"(?!\s*\d)(?!\s+(?:weekends?|wochenenden?|weeks?|wochen?)\b)"
 # "before last March", "bis letzten März", "nach letztem März": the time before or after it, not
 # the month (words: a window of the month itself would be the opposite).
-_BEFORE_OR_AFTER = re.compile(r"(?:before|after|until|till|vor|nach|bis)(?:\s+(?:dem|zum))?\s+$", re.IGNORECASE)
+_BEFORE_OR_AFTER = re.compile(
+    r"(?:before|after|until|till|vor|nach|bis)(?:\s+(?:dem|zum))?\s+$", re.IGNORECASE
+)
 
 
 def _last_named_month(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -524,7 +526,11 @@ def _one_month_in_its_clause(m: re.Match[str]) -> None:
     # the clause's names, and of them those in the phrase (a range holds its two)
     first, last = bisect.bisect_left(marks.starts, start), bisect.bisect_left(marks.starts, end)
     inside = bisect.bisect_left(marks.starts, m.start()), bisect.bisect_left(marks.starts, m.end())
-    if first < inside[0] or inside[1] < last or (inside[1] > inside[0] and marks.stops[inside[1] - 1] > m.end()):
+    if (
+        first < inside[0]
+        or inside[1] < last
+        or (inside[1] > inside[0] and marks.stops[inside[1] - 1] > m.end())
+    ):
         raise FilterError("two months in one clause")
 
 
@@ -1131,6 +1137,8 @@ def _month_joined_before(text: str, start: int) -> bool:
     if joined is None or not joined.group(1)[0].isupper():  # "may" and "march" mostly verbs
         return False
     return joined.start() == 0 or not text[joined.start() - 1].isalnum()
+
+
 _BETWEEN_CLAUSES = re.compile(r"[.;:!?,\n()]")
 
 
@@ -1143,6 +1151,29 @@ def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
     """Whether two phrases stand in different clauses (a punctuation mark between them)."""
     first, second = sorted((one, other), key=lambda m: m.start())
     return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
+
+
+_Found = tuple[tuple[int, int], re.Match[str], Window, bool]
+
+
+def _chosen(text: str, kept: list[_Found]) -> _Found | None:
+    """The first phrase found (by position, the longest at it); a month read by its preposition
+    (giving way) yields to a phrase in another clause; two periods joined in one clause, either
+    of them giving way, are none ("last March and last week", "Notizen aus März und gestern"):
+    either window alone hides the other's notes."""
+    if not kept:
+        return None
+    best = min(kept, key=lambda f: f[0])
+    a, b = best[1].span()
+    outside = [f for f in kept if f[1].end() <= a or f[1].start() >= b]
+    if _month_joined_before(text, a) or any(
+        (best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside
+    ):
+        return None
+    if best[3]:
+        others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
+        best = min(others, key=lambda f: f[0]) if others else best
+    return best
 
 
 # Matches of one pattern tried in a text before it is given up: reading a match costs a look at
@@ -1168,7 +1199,7 @@ def time_window(
     ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
     of a question about plans)."""
     reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
-    found: list[tuple[tuple[int, int], re.Match[str], Window, bool]] = []
+    found: list[_Found] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
@@ -1199,17 +1230,7 @@ def time_window(
             found.append(((m.start(), m.start() - m.end()), m, days, window in _GIVING_WAY))
             break  # this pattern's first phrase in the text is the one to compare
     kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
-    best = min(kept, key=lambda f: f[0]) if kept else None
-    if best is not None:
-        a, b = best[1].span()
-        outside = [f for f in kept if f[1].end() <= a or f[1].start() >= b]
-        if _month_joined_before(text, a) or any((best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside):
-            # "last March and last week", "Notizen aus März und gestern": two periods asked
-            # together; either window alone hides the other's notes
-            return text, None, None
-        if best[3]:  # a month read by its preposition: a phrase in another clause first
-            others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
-            best = min(others, key=lambda f: f[0]) if others else best
+    best = _chosen(text, kept)
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:
