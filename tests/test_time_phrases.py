@@ -809,6 +809,15 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
             "2025-05-31",
             "zwischen März und Mai 2025",
         ),
+        # "während" reads it as "during" does
+        (
+            TODAY,
+            "Was habe ich während März bis Mai gemacht?",
+            "2026-03-01",
+            "2026-05-31",
+            "während März bis Mai",
+        ),
+        (TODAY, "What did I do during March to May?", "2026-03-01", "2026-05-31", "during March to May"),
         # the agenda: the coming one
         (TODAY, "Was habe ich von März bis Mai vor?", "2027-03-01", "2027-05-31", "von März bis Mai"),
     ],
@@ -854,6 +863,12 @@ def test_a_range_of_months_is_its_window(
         "von März bis Mai 2025",
         "vom März bis Mai",
         "November bis Februar",
+        # two months compared
+        "Unterschied zwischen März und Mai 2025",
+        "difference between March 2025 and May 2025",
+        "Vergleich zwischen März und Mai",
+        "Compare the costs between March and May",
+        "Was ist der Unterschied zwischen März und Mai?",
     ],
 )
 def test_a_range_of_months_look_alikes_stay_words(said: str) -> None:

@@ -748,14 +748,24 @@ _RANGE_FORMS = (
     + r"\s+(?:and|und)\s+(?:dem\s+)?"
     + _MONTH
     + _YEAR_OF,
-    r"(?:(from|von|vom|in|im|during)\s+)?(?:de[mn]\s+)?" + _MONTH + _YEAR_OF + _RANGE_TO + _MONTH + _YEAR_OF,
+    r"(?:(from|von|vom|in|im|during|während)\s+)?(?:de[mn]\s+)?"
+    + _MONTH
+    + _YEAR_OF
+    + _RANGE_TO
+    + _MONTH
+    + _YEAR_OF,
 )
 # Leads that read a range wherever it stands, as "in March" is read; after "from"/"von" or none
 # a range is mostly a label's ("Stromrechnung März bis Mai 2025", "invoice from March to May":
 # its paper written after it), read only after note words or where its clause asks for the notes
 # (see _month_range); alone it is words, as a month with its year alone is ("März–Mai 2025" is
 # mostly a report's title searched for).
-_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during")
+_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during", "während")
+# "the difference between March and May", "Vergleich zwischen März und Mai 2025": two months
+# compared, not a period asked about.
+_COMPARED = re.compile(
+    r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+(?:\w+\s+){0,2}$", re.IGNORECASE
+)
 _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträge|eintrag)\s+$", re.IGNORECASE)
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
 
@@ -772,6 +782,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     if not (m[6] or m[7]) and _NAME_NEXT.match(text, m.end()):
         raise FilterError("a name after a month")
     _one_month_in_its_clause(m)
+    if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
+        raise FilterError("two months compared")
     if lead not in _RANGE_ANYWHERE and not (
         (r.ahead and clause_asks(m))
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
