@@ -770,6 +770,26 @@ _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträg
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
 
 
+# a lower-case word (a verb, a pronoun: "my back hurt", "tat mein Rücken weh") or "I"; a noun
+# after it makes a label of it ("von Januar bis März 2025 Kontoauszüge")
+_WORD_NEXT = re.compile(r"\s+(?-i:[a-zäöüß]|I\b)")
+_NOT_SPACE = re.compile(r"\S")
+
+
+def _opens_its_clause(m: re.Match[str]) -> bool:
+    """Whether the phrase begins its clause and the clause goes on with a verb or a pronoun ("From
+    March to May my back hurt, what helps?", "Von März bis Mai lief ich jeden Tag"): a period
+    said, as "since Monday" is, no label's (a label's range follows its noun, "Stromrechnung von
+    März bis Mai 2025", or goes before one, "von Januar bis März 2025 Kontoauszüge")."""
+    ends = _marks(m.string).ends
+    before = bisect.bisect_left(ends, m.start())
+    start = ends[before - 1] + 1 if before else 0
+    return (
+        _NOT_SPACE.search(m.string, start, m.start()) is None
+        and _WORD_NEXT.match(m.string, m.end()) is not None
+    )
+
+
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """A range of months (see _RANGE_FORMS); words when a day's number is before it ("vom 3.
     März bis Mai"), a name after a last month without its year ("zwischen März und Mai Thi"),
@@ -785,7 +805,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
         raise FilterError("two months compared")
     if lead not in _RANGE_ANYWHERE and not (
-        (r.ahead and clause_asks(m))
+        (lead and _opens_its_clause(m))
+        or (r.ahead and clause_asks(m))
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
         or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
         or _ASKS_FOR.search(_clause(m))
