@@ -2383,6 +2383,55 @@ def test_recalls_preview_labels_a_hit_the_merge_cut_by_the_slots_not_the_other_r
     assert [(h.reference, h.gate) for h in out] == [(below.reference, "minSimilarity")]
 
 
+@pytest.mark.parametrize(
+    ("message", "phrase", "helps"),
+    [
+        ("My back hurt badly last March, what helps?", "last March", "vault/Health/Back"),
+        ("Mein Rücken tat im vergangenen März weh. Was hilft?", "im vergangenen März", "vault/Health/Rücken"),
+        ("Between March and May my back hurt, what helps?", "Between March and May", "vault/Health/Back"),
+        ("From March to May my back hurt, what helps?", "From March to May", "vault/Health/Back"),
+        (
+            "Von März bis Mai tat mein Rücken weh, was hilft?",
+            "Von März bis Mai",
+            "vault/Health/Rücken",
+        ),
+        (
+            "Zwischen März und Mai tat mein Rücken weh, was hilft?",
+            "Zwischen März und Mai",
+            "vault/Health/Rücken",
+        ),
+    ],
+)
+def test_last_a_month_or_a_range_named_but_not_asked_about_leaves_room_for_other_days(
+    served: Served, agent_vault: Path, message: str, phrase: str, helps: str
+) -> None:
+    """'last March' and a range of months were no window; read now, a message that names one
+    without asking about its notes keeps half of recall's slots for other days, in order of
+    relevance, as 'since Monday' does: three daily notes of last March on back pain do not fill
+    the slots ahead of the note on what helps."""
+    for day in ("2026-03-10", "2026-03-11", "2026-03-12"):
+        write(
+            agent_vault / f"Daily/{day}.md",
+            "# Day\n\nBack hurts again, bad back pain. Rücken tat wieder weh.\n",
+        )
+    write(
+        agent_vault / "Health/Back.md",
+        "---\ndate: 2025-04-10\n---\n# Back hurts\n\nWhat helps when my back hurts: heat.\n",
+    )
+    write(
+        agent_vault / "Health/Rücken.md",
+        "---\ndate: 2025-04-10\n---\n# Rücken tut weh\n\nWas hilft, wenn mein Rücken weh tut: Wärme.\n",
+    )
+    served.h.sweep()
+    r = served.call("recall", {"message": message, "limit": 3, "preview": True})
+    assert r["analysis"]["filters"].get("timePhrase") == phrase, r.get("window")
+    found = [h["reference"] for h in r["hits"]]
+    assert helps in found and len(found) == 3, found
+    assert any(f.startswith("vault/Daily/2026-03-") for f in found), found
+    relevance = [h["relevance"] for h in r["hits"]]
+    assert relevance == sorted(relevance, reverse=True) and 0 not in relevance, r["hits"]
+
+
 @pytest.mark.parametrize("query", ["Stromrechnung März 2025", "Monatsbericht Stromrechnung März 2025"])
 def test_a_month_with_its_year_as_a_label_is_searched_as_words(
     served: Served, agent_vault: Path, query: str

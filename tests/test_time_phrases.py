@@ -58,6 +58,8 @@ PERIODS = [
     ("letztem Wochenende", "2026-11-28", "2026-11-29"),
     ("this month", "2026-12-01", _TODAY),
     ("last month", "2026-11-01", "2026-11-30"),
+    ("last March", "2026-03-01", "2026-03-31"),
+    ("letzten März", "2026-03-01", "2026-03-31"),
     ("this year", "2026-01-01", _TODAY),
     ("last year", "2025-01-01", "2025-12-31"),
     ("the day before yesterday", "2026-11-30", "2026-11-30"),
@@ -491,10 +493,7 @@ def test_notes_from_a_month_are_of_the_last_one_however_long_ago() -> None:
         "Rechnung vom 3. März 2025",
         "the 3rd of March 2025",
         "December 3, 2025",
-        # ranges and months to come
-        "from March 2025 to May 2025",
-        "between March 2025 and May 2025",
-        "März bis Mai 2025",
+        # months to come
         "März 2027",
         "my March 2025 notes",  # a possessive, as "my last year"
         # a month with its year and no preposition: mostly a label, its paper written after it
@@ -554,6 +553,12 @@ def test_a_month_without_its_year_or_preposition_stays_words(said: str) -> None:
         ),
         ("Notes from March 2025: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
         ("Ab März 2025 Stromrechnungen, was davon gestern?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notizen vom letzten März: was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notes from last March: what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
+        ("Notizen aus März: was habe ich letzte Woche notiert?", "2026-11-23", "2026-11-29", "letzte Woche"),
+        ("notes in March: what did I write last week?", "2026-11-23", "2026-11-29", "last week"),
+        ("Notizen von März bis Mai: was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Notes between March and May: what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
     ],
 )
 def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
@@ -563,6 +568,380 @@ def test_a_month_named_by_its_preposition_gives_way_to_another_time_phrase(
     about elsewhere in the message: it took the scope as the message's first time phrase."""
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "What did I do last March and last week?",
+        "Was habe ich letzten März und letzte Woche gemacht?",
+        "What did I do last week and last March?",
+        "Was habe ich letzte Woche und letzten März gemacht?",
+        "Was habe ich von März bis Mai und letzte Woche gemacht?",
+        "notes from March to May and yesterday",
+        "Notizen aus März und gestern",
+        "notes from March 2025 and yesterday",
+        "Notizen vom letzten März oder gestern",
+    ],
+)
+def test_two_periods_joined_in_one_clause_give_no_window(said: str) -> None:
+    """A month, 'last March' or a range joined by and/und/oder to another period gave way to it
+    inside the same clause: 'last March and last week' was last week, and half the question was
+    answered from a window that hid the other half."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # in one clause, not joined: the month named by its preposition is read, no giving way
+        ("notes from last March about last week", "2026-03-01", "2026-03-31", "from last March"),
+        # in another clause: it gives way
+        ("Notizen aus März, was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Last March, what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
+    ],
+)
+def test_a_month_gives_way_only_to_a_phrase_in_another_clause(
+    said: str, since: str, until: str, phrase: str
+) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        # the last such month before this one, in both languages and with each lead
+        (TODAY, "last March", "2026-03-01", "2026-03-31", "last March"),
+        (TODAY, "notes from last March", "2026-03-01", "2026-03-31", "from last March"),
+        (TODAY, "What did I write in last May?", "2026-05-01", "2026-05-31", "in last May"),
+        (TODAY, "Notizen vom letzten März", "2026-03-01", "2026-03-31", "vom letzten März"),
+        (TODAY, "im vergangenen März", "2026-03-01", "2026-03-31", "im vergangenen März"),
+        (TODAY, "Was war letzten Mai?", "2026-05-01", "2026-05-31", "letzten Mai"),
+        (TODAY, "aus dem vorigen August", "2026-08-01", "2026-08-31", "aus dem vorigen August"),
+        # this month's name: a year ago, never the month in progress
+        (TODAY, "last December", "2025-12-01", "2025-12-31", "last December"),
+        (TODAY, "im letzten Dezember", "2025-12-01", "2025-12-31", "im letzten Dezember"),
+        (dt.date(2027, 3, 15), "last March", "2026-03-01", "2026-03-31", "last March"),
+        (dt.date(2027, 1, 3), "letzten Februar", "2026-02-01", "2026-02-28", "letzten Februar"),
+        # since it
+        (TODAY, "since last March", "2026-03-01", _TODAY, "since last March"),
+        (TODAY, "seit letztem März", "2026-03-01", _TODAY, "seit letztem März"),
+        (TODAY, "seit dem letzten März", "2026-03-01", _TODAY, "seit dem letzten März"),
+    ],
+)
+def test_last_and_a_month_is_the_last_one_before_this_month(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """'last March', 'Notizen vom letzten März', 'im vergangenen März' gave no window."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "last may",  # the verb
+        "the last March",  # a determiner: one of something
+        "their last march to the sea",
+        "Last March Madness",  # a title
+        "last March of the regiment",
+        "der letzte März der Pandemie",
+        "last March and April",  # two months in a clause
+        "letzten März oder April",
+        "last March to May",  # a range's first month alone would hide the rest
+        # a day or a weekend of it, not the whole month
+        "last March 3",
+        "last March 3rd",
+        "last March weekend",
+        "letzten März Wochenende",
+        # the time before or after it, not the month
+        "before last March",
+        "after last March",
+        "until last March",
+        "vor letztem März",
+        "nach letztem März",
+        "bis letzten März",
+        "bis zum letzten März",
+    ],
+)
+def test_last_and_a_month_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        ("letzten März 2024", "2024-03-01", "2024-03-31", "letzten März 2024"),
+        ("Notizen vom letzten März 2025", "2025-03-01", "2025-03-31", "vom letzten März 2025"),
+        ("last March 2025", "2025-03-01", "2025-03-31", "last March 2025"),
+        ("notes from last March of 2024", "2024-03-01", "2024-03-31", "from last March of 2024"),
+        (
+            "im vergangenen März letzten Jahres",
+            "2025-03-01",
+            "2025-03-31",
+            "im vergangenen März letzten Jahres",
+        ),
+        ("seit letztem März 2025", "2025-03-01", _TODAY, "seit letztem März 2025"),
+    ],
+)
+def test_last_and_a_month_with_its_year_is_that_month(said: str, since: str, until: str, phrase: str) -> None:
+    """A year after 'last March' was dropped: 'letzten März 2024' was March of this year."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        (TODAY, "Notizen aus März", "2026-03-01", "2026-03-31", "aus März"),
+        (TODAY, "Notizen im März", "2026-03-01", "2026-03-31", "im März"),
+        (TODAY, "Einträge aus Mai", "2026-05-01", "2026-05-31", "aus Mai"),
+        (TODAY, "notes in March", "2026-03-01", "2026-03-31", "in March"),
+        (TODAY, "entries during May", "2026-05-01", "2026-05-31", "during May"),
+        (TODAY, "Notizen aus März 2025", "2025-03-01", "2025-03-31", "aus März 2025"),
+        (TODAY, "notes in March 2025", "2025-03-01", "2025-03-31", "in March 2025"),
+        # the last one however long ago ('im März' alone asked in January is the one to come)
+        (dt.date(2027, 1, 3), "Notizen im März", "2026-03-01", "2026-03-31", "im März"),
+        (dt.date(2027, 1, 3), "notes in March", "2026-03-01", "2026-03-31", "in March"),
+        (dt.date(2027, 1, 3), "Notizen aus März", "2026-03-01", "2026-03-31", "aus März"),
+        # this month: so far, as 'notes from December' and 'Notizen vom Dezember'
+        (TODAY, "Notizen im Dezember", "2026-12-01", _TODAY, "im Dezember"),
+        (TODAY, "notes in December", "2026-12-01", _TODAY, "in December"),
+        (TODAY, "notes from December", "2026-12-01", _TODAY, "from December"),
+    ],
+)
+def test_notes_in_or_aus_a_month_are_of_the_last_one(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """'Notizen aus März', 'Notizen im März' (no article, no year) were no window or, asked in
+    January, none: they are read as 'notes from March' is."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Notizen von Mai Thi",  # a name after the month
+        "Notizen aus Mai Thi",
+        "Notizen im Mai Thi Ordner",
+        "notes from May Thi",
+        "notes in may be lost",  # the verb
+        "notes in March Madness",  # a title
+        "Notizen im März oder April",  # two months in a clause
+        "notes in March vs April",
+    ],
+)
+def test_notes_in_or_aus_a_month_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "since", "until", "phrase"),
+    [
+        # the agenda: the coming one, as "im Mai" alone in such a question
+        ("Welche Einträge im Mai stehen an?", "2027-05-01", "2027-05-31", "im Mai"),
+        ("Notizen im März, was habe ich vor?", "2027-03-01", "2027-03-31", "im März"),
+        ("What's planned in my notes in May?", "2027-05-01", "2027-05-31", "in May"),
+        ("What's on for entries in May?", "2027-05-01", "2027-05-31", "in May"),
+        # a question in the present of doing: the month to come, no window but the agenda's
+        ("Was mache ich mit den Notizen im März?", None, None, None),
+        ("What am I doing with my notes in March?", None, None, None),
+        # asked about what happened: the one gone by
+        ("Was habe ich in den Notizen im März geschrieben?", "2026-03-01", "2026-03-31", "im März"),
+    ],
+)
+def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
+    said: str, since: str | None, until: str | None, phrase: str | None
+) -> None:
+    """'Notizen im März', 'notes in March' read as notes from March (gone by) also in a question
+    about plans: 'Welche Einträge im Mai stehen an?' was the May gone by, not the one to come."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
+        (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
+        (TODAY, "Notizen von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (TODAY, "zwischen März und Mai", "2026-03-01", "2026-05-31", "zwischen März und Mai"),
+        (TODAY, "Was habe ich März bis Mai 2025 gemacht?", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
+        (TODAY, "notes March–May", "2026-03-01", "2026-05-31", "March–May"),
+        (TODAY, "Notizen März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
+        (
+            TODAY,
+            "notes from March 2025 to May 2025",
+            "2025-03-01",
+            "2025-05-31",
+            "from March 2025 to May 2025",
+        ),
+        (TODAY, "Notizen vom März bis zum Mai 2025", "2025-03-01", "2025-05-31", "vom März bis zum Mai 2025"),
+        (TODAY, "in May 2025 to June 2025", "2025-05-01", "2025-06-30", "in May 2025 to June 2025"),
+        # the first month's own year; else the last's holds for both, crossing the year's turn
+        (TODAY, "notes from March 2025 to May", "2025-03-01", "2025-05-31", "from March 2025 to May"),
+        (TODAY, "Notizen November 2024 bis Februar", "2024-11-01", "2025-02-28", "November 2024 bis Februar"),
+        (TODAY, "Notizen November bis Februar 2025", "2024-11-01", "2025-02-28", "November bis Februar 2025"),
+        # without a year the last range whose first month has begun (in progress: so far)
+        (TODAY, "Notizen November bis Februar", "2026-11-01", _TODAY, "November bis Februar"),
+        (TODAY, "notes from October to December", "2026-10-01", _TODAY, "from October to December"),
+        (
+            dt.date(2027, 1, 3),
+            "zwischen Oktober und Dezember",
+            "2026-10-01",
+            "2026-12-31",
+            "zwischen Oktober und Dezember",
+        ),
+        # where its clause asks for the notes, after note words, or as a request
+        (TODAY, "Was habe ich von März bis Mai gemacht?", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        (TODAY, "What did I write from March to May?", "2026-03-01", "2026-05-31", "from March to May"),
+        (TODAY, "Notizen März bis Mai 2025", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
+        (TODAY, "Zeig mir alles von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
+        # at its clause's start, the clause going on: a period said, as "since Monday" is
+        (
+            TODAY,
+            "From March to May my back hurt, what helps?",
+            "2026-03-01",
+            "2026-05-31",
+            "From March to May",
+        ),
+        (
+            TODAY,
+            "Von März bis Mai hatte ich Rückenschmerzen. Was hilft?",
+            "2026-03-01",
+            "2026-05-31",
+            "Von März bis Mai",
+        ),
+        (
+            TODAY,
+            "Ich war krank, von März bis Mai lag ich im Bett",
+            "2026-03-01",
+            "2026-05-31",
+            "von März bis Mai",
+        ),
+        (
+            TODAY,
+            "From March to May I ran daily, which shoes?",
+            "2026-03-01",
+            "2026-05-31",
+            "From March to May",
+        ),
+        (
+            TODAY,
+            "Garten zwischen März und Mai 2025",
+            "2025-03-01",
+            "2025-05-31",
+            "zwischen März und Mai 2025",
+        ),
+        # "während" reads it as "during" does
+        (
+            TODAY,
+            "Was habe ich während März bis Mai gemacht?",
+            "2026-03-01",
+            "2026-05-31",
+            "während März bis Mai",
+        ),
+        (TODAY, "What did I do during March to May?", "2026-03-01", "2026-05-31", "during March to May"),
+        # the agenda: the coming one
+        (TODAY, "Was habe ich von März bis Mai vor?", "2027-03-01", "2027-05-31", "von März bis Mai"),
+    ],
+)
+def test_a_range_of_months_is_its_window(
+    today: dt.date, said: str, since: str, until: str, phrase: str
+) -> None:
+    """Month ranges ('from March to May', 'von März bis Mai', 'März bis Mai 2025', 'March–May')
+    were no window: the first month alone would hide the rest, so they were words."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # a label: a bill, a report of those months, written after them
+        "Stromrechnung März bis Mai 2025",
+        "Stromrechnung von März bis Mai 2025",
+        "von Januar bis März 2025 Kontoauszüge",  # a noun after it: a label
+        "From March to May Reports",
+        "invoice from March to May",
+        "Quartalsbericht März–Mai 2025",
+        "the March–May 2025 report",
+        "my March to May notes",
+        # a verb, a name, a day, a range that ends before it begins, a third month
+        "you may from March to May water the lawn daily",
+        "from march to may",
+        "zwischen März und Mai Thi",
+        "zwischen Anna und Mai Thi",
+        "von Mai Thi bis März",
+        "vom 3. März bis Mai",
+        "the 3rd of March to May",
+        "from March to May 5",
+        "Mai 2025 bis März 2025",
+        "März bis Mai 2025 vs Juni",
+        "between March and May or July",
+        # alone, as a month with its year alone ("März 2025"): a title searched for, "Quartalsbericht
+        # März–Mai 2025" written in June is found by its words
+        "März–Mai 2025",
+        "März bis Mai",
+        "Januar bis März",
+        "March–May",
+        "from March to May",
+        "von März bis Mai 2025",
+        "vom März bis Mai",
+        "November bis Februar",
+        # two months compared
+        "Unterschied zwischen März und Mai 2025",
+        "difference between March 2025 and May 2025",
+        "Vergleich zwischen März und Mai",
+        "Compare the costs between March and May",
+        "Was ist der Unterschied zwischen März und Mai?",
+    ],
+)
+def test_a_range_of_months_look_alikes_stay_words(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+def test_a_range_of_months_alone_keeps_its_words_for_the_search() -> None:
+    """'März–Mai 2025' alone was a window and its words were cut: a search for the report
+    'Quartalsbericht März–Mai 2025', written in June, listed only notes dated in those months."""
+    rest, f = split_filters("März–Mai 2025", TODAY)[:2]
+    assert (f.since, f.phrase, rest) == (None, None, "März–Mai 2025")
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until"),
+    [
+        # asked while it runs: the range begun, up to today (the notes just written are in it)
+        (dt.date(2026, 1, 20), "Was habe ich von November bis Februar gemacht?", "2025-11-01", "2026-01-20"),
+        (dt.date(2026, 1, 20), "notes from November to February", "2025-11-01", "2026-01-20"),
+        (dt.date(2026, 3, 15), "Notizen von März bis Mai", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 4, 20), "Notizen von März bis Mai", "2026-03-01", "2026-04-20"),
+        (dt.date(2026, 4, 20), "What did I write between March and May?", "2026-03-01", "2026-04-20"),
+        (dt.date(2026, 12, 7), "notes from December to February", "2026-12-01", "2026-12-07"),
+        (TODAY, "Was habe ich von November bis Februar gemacht?", "2026-11-01", _TODAY),
+        # its first month not begun this year: last year's
+        (dt.date(2026, 1, 20), "Notizen von März bis Mai", "2025-03-01", "2025-05-31"),
+        (dt.date(2026, 1, 20), "zwischen Oktober und Dezember", "2025-10-01", "2025-12-31"),
+        # the single month the same day agrees: this one so far
+        (dt.date(2026, 3, 15), "Notizen aus März", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 3, 15), "notes from March", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 4, 20), "Notizen aus April", "2026-04-01", "2026-04-20"),
+    ],
+)
+def test_a_range_of_months_asked_while_it_runs_is_the_one_begun(
+    today: dt.date, said: str, since: str, until: str
+) -> None:
+    """A range without its year was the last one whose last month had begun: asked in January,
+    'von November bis Februar' was the one a year earlier, skipping the notes just written, and
+    'Notizen von März bis Mai' asked in April last year's while 'Notizen aus März' was this one."""
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until) == (since, until), said
 
 
 def test_over_the_weekend_on_a_sunday_is_this_one() -> None:
@@ -621,7 +1000,6 @@ def test_named_months_and_days_by_the_year_said(today: dt.date, said: str, since
         (dt.date(2026, 12, 5), "on December 3-5"),
         (dt.date(2026, 12, 5), "am 3.12. bis 5.12."),
         (dt.date(2026, 12, 5), "Kontoauszug am 1.10. bis 31.10."),
-        (dt.date(2026, 12, 5), "in May 2025 to June 2025"),
         # titles and things of something
         (dt.date(2026, 12, 5), "guitar solo in November Rain"),
         (dt.date(2026, 12, 5), "scene in August Rush"),
@@ -1472,3 +1850,54 @@ def test_keywords_with_a_participle_an_adjective_or_a_preposition_keep_their_win
     notes: reading any word ending in -t or -n as a verb took their window away."""
     _, f = split_filters(said, dt.date(2026, 12, 6))
     assert (f.since, f.until) == (since, "2026-12-06"), (said, f)
+
+
+class _CountingScans:
+    """A compiled pattern that counts its scans of a text (finditer calls)."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scans = 0
+
+    def finditer(self, *args: object) -> object:
+        self.scans += 1
+        return self.pattern.finditer(*args)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.pattern, name)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    ["Notizen aus März ", "Notizen von Oktober bis Mai und Juni, ", "notes in July or August "],
+)
+def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each month phrase that failed as one of two months in its clause scanned the clause's
+    month names again: 'Notizen aus März ' * 2000 took by the square of its length (seconds).
+    The names are found once per text, whatever the number of phrases in it."""
+    counting = _CountingScans(days._ANY_NAMED_MONTH)
+    monkeypatch.setattr(days, "_ANY_NAMED_MONTH", counting)
+    text = unit * 150
+    assert days.time_window(text, TODAY)[1] is None
+    assert counting.scans <= 1, counting.scans
+
+
+def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each range read as a label looked at its clause from the text's start: 'Stromrechnung
+    März bis Mai. ' * 2000 took seconds. A pattern's matches are tried up to a bound, and a
+    period among the first few is still read."""
+    calls = 0
+    clause_asks = days.clause_asks
+
+    def counting(m: re.Match[str]) -> bool:
+        nonlocal calls
+        calls += 1
+        return clause_asks(m)
+
+    monkeypatch.setattr(days, "clause_asks", counting)
+    assert days.time_window("Stromrechnung März bis Mai. " * 200, TODAY)[1] is None
+    assert 0 < calls < 100, calls  # 200 look-alikes, each tried
+    said = "Stromrechnung März bis Mai. " * 5 + "Was habe ich von März bis Mai gemacht?"
+    assert days.time_window(said, TODAY)[1] == (dt.date(2026, 3, 1), dt.date(2026, 5, 31))

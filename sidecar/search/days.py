@@ -6,7 +6,9 @@ Imports nothing of the project but ``words`` (the word pattern, folding, the wor
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -449,6 +451,35 @@ def _weekday_near(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     raise FilterError("a weekday with no tense")
 
 
+# A day or a week of "last March" is no whole month: "last March 3", "last March weekend".
+_NO_DAY_OF = r"(?!\s*\d)(?!\s+(?:weekends?|wochenenden?|weeks?|wochen?)\b)"
+# "before last March", "bis letzten März", "nach letztem März": the time before or after it, not
+# the month (words: a window of the month itself would be the opposite).
+_BEFORE_OR_AFTER = re.compile(
+    r"(?:before|after|until|till|vor|nach|bis)(?:\s+(?:dem|zum))?\s+$", re.IGNORECASE
+)
+
+
+def _last_named_month(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "last March", "letzten März": the last March before this month, however the question
+    reads (asked in March, last year's; "last March" is never the month in progress nor one to
+    come). With its year ("letzten März 2024", "last March of last year") that year's: what a
+    user means, not this year's with the year dropped. With another month's name in its clause
+    words, as a month notes are from, and so after "before"/"after"/"until" (see _BEFORE_OR_AFTER)."""
+    _one_month_in_its_clause(m)
+    if _BEFORE_OR_AFTER.search(m.string, max(0, m.start() - 12), m.start()):
+        raise FilterError("the time before or after a month")
+    number = _month_number(m[1] or m[4])
+    said = _year_of(t, m[2] or m[5], m[3] or m[6])
+    if said is not None:
+        first = dt.date(said, number, 1)
+        return first, _month_end(first)
+    first = dt.date(t.year, number, 1)
+    if first >= t.replace(day=1):
+        first = first.replace(year=t.year - 1)
+    return first, _month_end(first)
+
+
 def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
     doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
@@ -461,19 +492,45 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 # words: mostly a label, and the bill or report of a month is written after it. Only "in"/"im", a
 # since form, "ab" or notes "from" it read it (_month_in, _SINCE_ONLY, _DAYS).
 _ANY_NAMED_MONTH = re.compile(r"(?<!\w)" + _MONTH + r"(?!\w)", re.IGNORECASE)
-_CLAUSE_END = re.compile(r"[.;:!?\n]")
+_MONTH_CLAUSE_END = re.compile(r"[.!?;:,\n]")
+
+
+@dataclass(frozen=True)
+class _Marks:
+    """Where a text's clauses end and its capitalised month names stand, found once per text: a
+    phrase's clause looked up for each match (most fail there) made a long text cost by the
+    square of its length."""
+
+    ends: list[int]
+    starts: list[int]
+    stops: list[int]
+
+
+@functools.lru_cache(maxsize=8)
+def _marks(text: str) -> _Marks:
+    names = [n.span() for n in _ANY_NAMED_MONTH.finditer(text) if n.group(0)[0].isupper()]
+    return _Marks(
+        [e.start() for e in _MONTH_CLAUSE_END.finditer(text)], [a for a, _ in names], [b for _, b in names]
+    )
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
     """Two months in one clause ("notes from March 2025 vs April 2025", "ab Januar/Februar
     2025") compare or list them: no window, as a range of them is none (_NO_RANGE). Capitalised
     names only: "may" and "march" are mostly verbs."""
-    text = m.string
-    ends = [e.start() for e in _CLAUSE_END.finditer(text)]
-    start = max((e + 1 for e in ends if e < m.start()), default=0)
-    end = min((e for e in ends if e >= m.end()), default=len(text))
-    names = [n for n in _ANY_NAMED_MONTH.finditer(text, start, end) if n.group(0)[0].isupper()]
-    if len(names) > 1:
+    marks = _marks(m.string)
+    before = bisect.bisect_left(marks.ends, m.start())
+    start = marks.ends[before - 1] + 1 if before else 0
+    after = bisect.bisect_left(marks.ends, m.end())
+    end = marks.ends[after] if after < len(marks.ends) else len(m.string)
+    # the clause's names, and of them those in the phrase (a range holds its two)
+    first, last = bisect.bisect_left(marks.starts, start), bisect.bisect_left(marks.starts, end)
+    inside = bisect.bisect_left(marks.starts, m.start()), bisect.bisect_left(marks.starts, m.end())
+    if (
+        first < inside[0]
+        or inside[1] < last
+        or (inside[1] > inside[0] and marks.stops[inside[1] - 1] > m.end())
+    ):
         raise FilterError("two months in one clause")
 
 
@@ -562,6 +619,28 @@ _PERIODS: tuple[Phrase, ...] = (
     (r"over\s+the\s+weekend" + _OF_SOMETHING, lambda t, m, r: _weekend(t, 0 if t.weekday() == 6 else 1)),
     (r"this\s+month|diese[nrm]?\s+monat", lambda t, m, r: _month(t, 0)),
     (_LAST_MONTH, lambda t, m, r: _month(t, 1)),
+    # "last March", "im vergangenen März", "vom letzten März", "since last March": the last such
+    # month before this one (asked in March, a year ago); see _last_named_month
+    (
+        r"(?:(?:in|during|from)\s+)?"
+        + _LAST_EN
+        + r"\s+"
+        + _MONTH
+        + _NO_TITLE
+        + _YEAR_OF
+        + _OF_SOMETHING
+        + _NO_RANGE
+        + _NO_DAY_OF
+        + r"|(?:(?:im|in\s+dem|vom|von(?:\s+dem)?|aus\s+dem|am)\s+)?"
+        + _LAST_DE
+        + r"\s+"
+        + _MONTH
+        + _YEAR_OF
+        + _OF_SOMETHING
+        + _NO_RANGE
+        + _NO_DAY_OF,
+        _last_named_month,
+    ),
     (r"this\s+year|dieses\s+jahr|diesem\s+jahr", lambda t, m, r: _year(t, 0)),
     (_LAST_YEAR, lambda t, m, r: _year(t, 1)),
     (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m, r: _one(t - dt.timedelta(days=2))),
@@ -569,14 +648,15 @@ _PERIODS: tuple[Phrase, ...] = (
     (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m, r: (t, t)),
     # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
     (
-        r"(?:(?:in|during)\s+"
+        r"(?:(?<!notes\s)(?<!note\s)(?<!entries\s)(?<!entry\s)(?<!notizen\s)(?<!notiz\s)(?<!einträge\s)"
+        r"(?<!eintrag\s)(?:(?:in|during)\s+"
         + _MONTH
         + _YEAR_OF
         + _NO_TITLE
         + r"|im\s+"
         + _MONTH
         + _YEAR_OF
-        + ")"
+        + "))"
         + _NO_RANGE,
         _month_in,
     ),
@@ -625,21 +705,134 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 _A_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
-# A month notes are "from", "vom", "von" or "aus dem" ("notes from March", "Notizen aus dem
-# März"): the last one however long ago, as a day notes are from (a note was written then); alone,
-# a month's name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
+# A month notes are "from", "in", "vom", "von", "aus (dem)" or "im" ("notes from March", "notes in
+# March", "Notizen aus März", "Notizen im März"): the last one however long ago, as a day notes
+# are from (a note was written then), this one so far when it is this month; alone, a month's
+# name without its year is words ("August" a name, "march" and "may" verbs, "Mai" a topic).
 _NOTES_OF_MONTH = (
-    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))from\s+", _NO_TITLE),
-    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(?:vom|von|aus\s+dem)\s+", ""),
+    (r"(?:(?<=notes\s)|(?<=note\s)|(?<=entries\s)|(?<=entry\s))(from|in|during)\s+", _NO_TITLE),
+    (r"(?:(?<=notizen\s)|(?<=notiz\s)|(?<=einträge\s)|(?<=eintrag\s))(vom|von|aus(?:\s+dem)?|im|in)\s+", ""),
 )
+# Without an article a name may follow the month: "Notizen von Mai Thi", "Notizen aus August
+# Müllers Ablage" are a person's (a month and its year says which it is).
+_NAME_NEXT = re.compile(r"\s+(?-i:[A-ZÄÖÜ][a-zäöüß])")
 
 
 def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     _one_month_in_its_clause(m)
-    return _named_month(t, m[1], m[2], m[3], gone=True)
+    lead = m[1].lower()
+    if lead in ("in", "during"):
+        _month_number(m[2])  # "notes in may be lost": the verb
+    if lead in ("von", "aus", "im", "in") and not (m[3] or m[4]) and _NAME_NEXT.match(m.string, m.end()):
+        raise FilterError("a month's name before a name")
+    if lead in ("in", "im", "during") and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
+        # asked about plans ("Welche Einträge im Mai stehen an?"), read as "im Mai" is: the coming one
+        return _named_month(t, m[2], m[3], m[4], ahead=True)
+    return _named_month(t, m[2], m[3], m[4], gone=True)
+
+
+# A range of months: "from March to May", "between March and May 2025", "von März bis Mai",
+# "zwischen März und Mai", "März bis Mai 2025", "March–May". A year on the last month holds for
+# both unless the first has its own; without one it is the last range begun (its first month
+# the last one begun: "März bis Mai" asked in December this year's, asked in April this one up to
+# today, as "Notizen aus März" asked in March is this March so far; "November bis Februar" asked
+# in January November of last year up to today); asked about the agenda, the coming one. Its
+# first month's first day to its last month's last day.
+_RANGE_TO = (
+    r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
+)
+_RANGE_FORMS = (
+    r"(between|zwischen)\s+(?:dem\s+)?"
+    + _MONTH
+    + _YEAR_OF
+    + r"\s+(?:and|und)\s+(?:dem\s+)?"
+    + _MONTH
+    + _YEAR_OF,
+    r"(?:(from|von|vom|in|im|during|während)\s+)?(?:de[mn]\s+)?"
+    + _MONTH
+    + _YEAR_OF
+    + _RANGE_TO
+    + _MONTH
+    + _YEAR_OF,
+)
+# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von" or none
+# a range is mostly a label's ("Stromrechnung März bis Mai 2025", "invoice from March to May":
+# its paper written after it), read only after note words or where its clause asks for the notes
+# (see _month_range); alone it is words, as a month with its year alone is ("März–Mai 2025" is
+# mostly a report's title searched for).
+_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during", "während")
+# "the difference between March and May", "Vergleich zwischen März und Mai 2025": two months
+# compared, not a period asked about.
+_COMPARED = re.compile(
+    r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+(?:\w+\s+){0,2}$", re.IGNORECASE
+)
+_NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträge|eintrag)\s+$", re.IGNORECASE)
+_DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
+
+
+# a lower-case word (a verb, a pronoun: "my back hurt", "tat mein Rücken weh") or "I"; a noun
+# after it makes a label of it ("von Januar bis März 2025 Kontoauszüge")
+_WORD_NEXT = re.compile(r"\s+(?-i:[a-zäöüß]|I\b)")
+_NOT_SPACE = re.compile(r"\S")
+
+
+def _opens_its_clause(m: re.Match[str]) -> bool:
+    """Whether the phrase begins its clause and the clause goes on with a verb or a pronoun ("From
+    March to May my back hurt, what helps?", "Von März bis Mai lief ich jeden Tag"): a period
+    said, as "since Monday" is, no label's (a label's range follows its noun, "Stromrechnung von
+    März bis Mai 2025", or goes before one, "von Januar bis März 2025 Kontoauszüge")."""
+    ends = _marks(m.string).ends
+    before = bisect.bisect_left(ends, m.start())
+    start = ends[before - 1] + 1 if before else 0
+    return (
+        _NOT_SPACE.search(m.string, start, m.start()) is None
+        and _WORD_NEXT.match(m.string, m.end()) is not None
+    )
+
+
+def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """A range of months (see _RANGE_FORMS); words when a day's number is before it ("vom 3.
+    März bis Mai"), a name after a last month without its year ("zwischen März und Mai Thi"),
+    another month in its clause, or, after "from"/"von" or none, it is a label or alone (see
+    _RANGE_ANYWHERE)."""
+    text = m.string
+    lead = (m[1] or "").lower()
+    if _DAY_BEFORE.search(text, max(0, m.start() - 8), m.start()):
+        raise FilterError("a range from a day")
+    if not (m[6] or m[7]) and _NAME_NEXT.match(text, m.end()):
+        raise FilterError("a name after a month")
+    _one_month_in_its_clause(m)
+    if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
+        raise FilterError("two months compared")
+    if lead not in _RANGE_ANYWHERE and not (
+        (lead and _opens_its_clause(m))
+        or (r.ahead and clause_asks(m))
+        or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
+        or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
+        or _ASKS_FOR.search(_clause(m))
+    ):
+        raise FilterError("a range in a label")
+    first_number, last_number = _month_number(m[2]), _month_number(m[5])
+    crosses = int(last_number < first_number)  # "November bis Februar": into the next year
+    first_year, last_year = _year_of(t, m[3], m[4]), _year_of(t, m[6], m[7])
+    if first_year is None and last_year is None:
+        if r.ahead:  # the agenda: the coming one
+            first_year = _named_month(t, m[2], None, ahead=True)[0].year
+        else:  # the last one begun (time_window ends one in progress at today)
+            first_year = t.year if first_number <= t.month else t.year - 1
+    if first_year is None:
+        assert last_year is not None
+        first_year = last_year - crosses
+    if last_year is None:
+        last_year = first_year + crosses
+    first, last = dt.date(first_year, first_number, 1), _month_end(dt.date(last_year, last_number, 1))
+    if last < first:
+        raise FilterError("a range that ends before it begins")
+    return first, last
 
 
 _DAYS: tuple[Phrase, ...] = (
+    *((form + r"(?!\.?\s*\d)", _month_range) for form in _RANGE_FORMS),
     *((lead + _MONTH + _YEAR_OF + tail + _NO_RANGE, _month_gone) for lead, tail in _NOTES_OF_MONTH),
     *((_NOTES_FROM + pat, _gone(fn)) for pat, fn in _DAY_FORMS),
     (_NOTES_FROM + _NUMERIC_DAY, _gone(_numeric_day)),
@@ -883,9 +1076,10 @@ def _month_from(t: dt.date, m: re.Match[str], r: Reading) -> Window:
 
 _LOWER_NEXT = re.compile(r"\s+(?-i:[a-zäöüß])")
 _AB_MONTH: Phrase = (_AB + _MONTH + _YEAR_SAID + _NO_RANGE, _unless_a_state(_month_from))
-# A month read only by a preposition before it gives way to any other time phrase in the message
-# ("Zu den Notizen aus dem März 2025: was habe ich gestern notiert?" asks about yesterday).
-_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1]))
+# A month read by a preposition before it, "last March" and a range of months give way to any
+# other time phrase in the message ("Zu den Notizen aus dem März 2025: was habe ich gestern
+# notiert?" asks about yesterday).
+_GIVING_WAY = frozenset((_month_gone, _AB_MONTH[1], _last_named_month, _month_range))
 
 
 # (pattern, window from today and the match). Of the phrases in a text the first counts (by
@@ -963,6 +1157,64 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     return None
 
 
+# Two time phrases joined by a conjunction, nothing else between them ("last March and last week").
+_JOIN = r"\s*,?\s*(?:and|und|or|oder|sowie|plus|&|\+)(?:\s+(?:also|auch))?\s*"
+_JOINING = re.compile(_JOIN, re.IGNORECASE)
+# A month joined to the phrase after it: a month before "and" is no phrase of its own (see
+# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both.
+_MONTH_AND = re.compile(_MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
+
+
+def _month_joined_before(text: str, start: int) -> bool:
+    joined = _MONTH_AND.search(text, max(0, start - 32), start)
+    if joined is None or not joined.group(1)[0].isupper():  # "may" and "march" mostly verbs
+        return False
+    return joined.start() == 0 or not text[joined.start() - 1].isalnum()
+
+
+_BETWEEN_CLAUSES = re.compile(r"[.;:!?,\n()]")
+
+
+def _joined(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
+    first, second = sorted((one, other), key=lambda m: m.start())
+    return _JOINING.fullmatch(text, first.end(), second.start()) is not None
+
+
+def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
+    """Whether two phrases stand in different clauses (a punctuation mark between them)."""
+    first, second = sorted((one, other), key=lambda m: m.start())
+    return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
+
+
+_Found = tuple[tuple[int, int], re.Match[str], Window, bool]
+
+
+def _chosen(text: str, kept: list[_Found]) -> _Found | None:
+    """The first phrase found (by position, the longest at it); a month read by its preposition
+    (giving way) yields to a phrase in another clause; two periods joined in one clause, either
+    of them giving way, are none ("last March and last week", "Notizen aus März und gestern"):
+    either window alone hides the other's notes."""
+    if not kept:
+        return None
+    best = min(kept, key=lambda f: f[0])
+    a, b = best[1].span()
+    outside = [f for f in kept if f[1].end() <= a or f[1].start() >= b]
+    if _month_joined_before(text, a) or any(
+        (best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside
+    ):
+        return None
+    if best[3]:
+        others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
+        best = min(others, key=lambda f: f[0]) if others else best
+    return best
+
+
+# Matches of one pattern tried in a text before it is given up: reading a match costs a look at
+# its clause, and a long text of look-alikes ("Stromrechnung März bis Mai. " again and again)
+# took time by the square of its length; a message names its period among its first few.
+_TRIES = 32
+
+
 def time_window(
     text: str,
     today: dt.date,
@@ -980,14 +1232,16 @@ def time_window(
     ``ahead`` reads it as the agenda whatever the text says (a follow-up, "und am Wochenende?",
     of a question about plans)."""
     reading = Reading(ahead or asks_ahead(text), week_start, plain=plain)
-    found: list[tuple[tuple[int, int], re.Match[str], Window, bool]] = []
+    found: list[_Found] = []
     loose: list[tuple[int, int]] = []  # loose phrases kept as words: no phrase inside them counts
     held = {"month": _ANY_MONTH.search(text) is not None, "digit": _ANY_DIGIT.search(text) is not None}
     said = False  # any time phrase, read or not: a weekday alone is then words (see _weekday_alone)
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        for m in pattern.finditer(text):
+        for tried, m in enumerate(pattern.finditer(text)):
+            if tried == _TRIES:
+                break  # a text of many look-alikes: each try reads the phrase's clause
             said = True
             try:
                 days = window(today, m, reading)
@@ -1009,11 +1263,7 @@ def time_window(
             found.append(((m.start(), m.start() - m.end()), m, days, window in _GIVING_WAY))
             break  # this pattern's first phrase in the text is the one to compare
     kept = [f for f in found if not any(a <= f[1].start() and f[1].end() <= b for a, b in loose)]
-    best = min(kept, key=lambda f: f[0]) if kept else None
-    if best is not None and best[3]:  # a month read by its preposition: another phrase outside it first
-        a, b = best[1].span()
-        others = [f for f in kept if not f[3] and (f[1].end() <= a or f[1].start() >= b)]
-        best = min(others, key=lambda f: f[0]) if others else best
+    best = _chosen(text, kept)
     if best is None and not said:
         alone = _weekday_alone(text, today, reading)
         if alone is not None:
