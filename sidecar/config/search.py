@@ -117,6 +117,28 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    rare_language: int = _opt(
+        0,
+        "Measurement key: 1 a rare word held only by notes of the other language than the query's "
+        "is no rare word (identifier shapes keep the rule), 2 the same for every word, 3 it keeps "
+        "the boost but cuts no vector share, 0 off.",
+        min=0,
+        max=3,
+    )
+    keyword_knee: float = _opt(
+        0.0,
+        "Measurement key: the keyword share ranks past this share of the ideal saturating softly "
+        "instead of clipped at 1 (relevance stays clipped); 0 off.",
+        min=0.0,
+        max=0.99,
+    )
+    support_mode: int = _opt(
+        0,
+        "Measurement key: 1 a note of one chunk counts as fully supported, 2 support passes no hit "
+        "of a higher relevance, 3 none more than 0.02 higher, 0 as before.",
+        min=0,
+        max=3,
+    )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
     )

@@ -8,6 +8,8 @@ on is the ``Retriever``'s own, made in ``Retriever.__init__``.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,6 +37,15 @@ def _own_settings(serving: VectorSet) -> dict[str, Any]:
 # verb's past form ends otherwise ("nahm", "gab") and, joined with its particle, is often the stem
 # of a noun ("aufnahm" of "Aufnahme", "angab" of "Angabe"), not a form of the verb.
 _PRESENT_ENDINGS = ("e", "st", "t", "en", "n")
+
+
+# Function words that tell a note's language: frequent, and of one of the two languages only.
+_MARKERS = {
+    "de": ("und", "der", "das", "ist", "nicht", "mit", "ein", "eine", "sich", "wird", "auch"),
+    "en": ("the", "and", "is", "of", "to", "with", "you", "that", "this", "are", "can"),
+}
+# A word shaped like an identifier: a digit, an underscore, or a capital after the first letter.
+_IDENTIFIER = re.compile(r"[\d_]|.[A-Z]")
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,9 @@ class QueryPlan:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
         rare = self.rare_words(qa, agent)
+        if self.cfg.rare_language == 3:  # measurement: such words keep the boost, not the share cut
+            own = tuple(w for w in rare if not self._other_language(w, qa, agent))
+            return rare, self.vector_weight(qa, own)
         return rare, self.vector_weight(qa, rare)
 
     def read_spelling(self, text: str, agent: str | None) -> tuple[str, QueryAnalysis, dict[str, str]]:
@@ -158,9 +172,33 @@ class QueryPlan:
                 if n >= 2
                 and w.lower() not in split
                 and 0 < self.stores.bm25.doc_freq(w, pages=True, agent=agent) <= limit
+                and not self.other_language(w, qa, agent)
             )
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def other_language(self, word: str, qa: QueryAnalysis, agent: str | None = None) -> bool:
+        """Whether the notes holding ``word`` are written in the other language than the query's
+        (German or English, by the function words of each they hold): an ordinary English word
+        ("introduced", "leaks") that a few German notes quote is no name the model cannot read,
+        and the vector arm is the one arm that reads a question across languages. A word shaped
+        like an identifier (a digit, an underscore, a capital inside) is the same in every
+        language and keeps the rule."""
+        mode = self.cfg.rare_language
+        if mode not in (1, 2):
+            return False
+        if mode == 1 and _IDENTIFIER.search(word):
+            return False
+        return self._other_language(word, qa, agent)
+
+    def _other_language(self, word: str, qa: QueryAnalysis, agent: str | None = None) -> bool:
+        lang = qa.language
+        if lang not in _MARKERS:
+            return False
+        other = "en" if lang == "de" else "de"
+        bm25 = self.stores.bm25
+        own = sum(bm25.held_with(word, _MARKERS[lang], pages=True, agent=agent))
+        return sum(bm25.held_with(word, _MARKERS[other], pages=True, agent=agent)) > own
 
     def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]:
         """German verbs split from their particles ("Wie richte ich Sync ein?"), joined again
