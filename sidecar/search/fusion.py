@@ -6,7 +6,6 @@ Imports nothing but the standard library, so every rule is testable in microseco
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +26,6 @@ class Candidate:
     embedded: bool = True  # False: no vector (not yet, or past index.maxVectorChunksPerNote)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
     page_bm25: float | None = None  # the BM25 score of the chunk's whole note
-    whole: bool = False  # the chunk is its note's only chunk
 
 
 @dataclass(frozen=True)
@@ -64,21 +62,10 @@ class Scale:
         return _share_of_ideal(score, self.page_ideal, best)
 
 
-def soften(share: float, knee: float) -> float:
-    """A keyword share past ``knee`` saturating towards 1 instead of clipped at it: two chunks
-    both past the ideal keep their order (slope 1 at the knee). ``knee`` 0: clipped."""
-    if knee <= 0 or share <= knee:
-        return min(share, 1.0)
-    top = 1.0 - knee
-    return knee + top * (1.0 - math.exp(-(share - knee) / top))
-
-
-def _share_of_ideal(score: float, ideal: float, best: float, clip: bool = True) -> float:
+def _share_of_ideal(score: float, ideal: float, best: float) -> float:
     """``score`` over the ideal (the best candidate's when the ideal is unknown), clipped to [0, 1]."""
     ideal = ideal if ideal > 0 else best
-    if ideal <= 0:
-        return 0.0
-    return min(1.0, max(0.0, score / ideal)) if clip else max(0.0, score / ideal)
+    return min(1.0, max(0.0, score / ideal)) if ideal > 0 else 0.0
 
 
 FUSIONS = ("calibrated", "rrf", "minmax")
@@ -125,7 +112,6 @@ def fuse(
     rank_share: float = 0.0,
     keywords_answered: bool = False,
     unread: bool = False,
-    keyword_knee: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -174,10 +160,6 @@ def fuse(
             cal_bm[c.chunk_id] = (1.0 - page_share) * cal_bm.get(c.chunk_id, 0.0) + page_share * page
     vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
     bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))
-    if keyword_knee > 0 and method == "calibrated":
-        # Measurement: the order by a keyword share past the ideal saturating softly (relevance,
-        # the floors' figure, stays clipped).
-        bm = _soft_shares(candidates, raw_bm, best_bm, cal_vec, scale, page_share, keyword_knee)
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
     wv = vector_weight if vec else 0.0
     wb = (1.0 - vector_weight) if bm else 0.0
@@ -211,26 +193,6 @@ def fuse(
     # Equal scores (both clipped at a clear match, say) go to the stronger raw evidence, not to
     # the name that sorts first.
     out.sort(key=_order)
-    return out
-
-
-def _soft_shares(
-    candidates: Sequence[Candidate],
-    raw_bm: Mapping[str, float],
-    best_bm: float,
-    cal_vec: Mapping[str, float],
-    scale: Scale,
-    page_share: float,
-    knee: float,
-) -> dict[str, float]:
-    out = {k: soften(_share_of_ideal(v, scale.bm25_ideal, best_bm, clip=False), knee) for k, v in raw_bm.items()}
-    if page_share > 0:
-        best_page = max((c.page_bm25 for c in candidates if c.page_bm25 is not None), default=0.0)
-        for c in candidates:
-            if c.page_bm25 is None or (c.bm25 is None and cal_vec.get(c.chunk_id, 0.0) <= 0.0):
-                continue
-            page = soften(_share_of_ideal(c.page_bm25, scale.page_ideal, best_page, clip=False), knee)
-            out[c.chunk_id] = (1.0 - page_share) * out.get(c.chunk_id, 0.0) + page_share * page
     return out
 
 
@@ -298,7 +260,6 @@ class Rules:
     page_support: float = 0.05
     max_hits_per_note: int = 2
     rare_term_boost: float = 1.5
-    support_mode: int = 0  # search.supportMode
 
 
 def _boost(s: Scored, name: str, factor: float) -> Scored:
@@ -329,7 +290,7 @@ def apply_rules(
         if rules.log_demotion != 1.0 and not chronicle and c.key.startswith(rules.log_prefix):
             s = _boost(s, "log", rules.log_demotion)
         out.append(s)
-    ranked = support(out, rules.page_support, rules.support_mode)
+    ranked = support(out, rules.page_support)
     if rules.full_name_boost == 1.0 or not content_words or not bare:
         return ranked
     return _named_first(ranked, content_words)
@@ -358,10 +319,8 @@ def _named_first(ranked: list[Scored], content_words: frozenset[str]) -> list[Sc
     return out
 
 
-def support(hits: Sequence[Scored], share: float, mode: int = 0) -> list[Scored]:
-    """A page's best chunk gains ``share`` of its next two chunks that reach half its score.
-    ``mode`` 1: a note of one chunk (the chunk is the whole page) gains as if both were its own
-    score; 2: the gain passes no hit of a higher relevance, 3: none more than 0.02 higher."""
+def support(hits: Sequence[Scored], share: float) -> list[Scored]:
+    """A page's best chunk gains ``share`` of its next two chunks that reach half its score."""
     ranked = sorted(hits, key=lambda s: -s.score)
     if share <= 0:
         return ranked
@@ -369,18 +328,11 @@ def support(hits: Sequence[Scored], share: float, mode: int = 0) -> list[Scored]
     for s in ranked:
         by_key.setdefault(s.candidate.key, []).append(s)
     out: list[Scored] = []
-    for i, s in enumerate(ranked):
+    for s in ranked:
         page = by_key[s.candidate.key]
         extra = 0.0
         if page[0] is s and len(page) > 1:
             extra = sum(o.score for o in page[1:3] if o.score >= s.score / 2) * share
-        elif mode == 1 and s.candidate.whole:
-            extra = 2 * s.score * share
-        if extra > 0 and mode in (2, 3):
-            margin = 0.0 if mode == 2 else 0.02
-            above = [o.score for o in ranked[:i] if o.relevance > s.relevance + margin]
-            if above:
-                extra = max(0.0, min(extra, min(above) - s.score - 1e-9))
         out.append(
             replace(s, score=s.score + extra, boosts={**s.boosts, "support": round(extra, 4)})
             if extra > 0

@@ -90,7 +90,6 @@ class Ranker:
         # words are judged by its own gates, not here: only a search's words.
         answered = found.keywords_answered
         unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
-        counts = self.stores.manifest.chunk_counts(keys) if cfg.support_mode == 1 and keys else {}
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
         for vec in vec_lists or [[]]:
@@ -109,7 +108,6 @@ class Ranker:
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
-                    counts.get(v.key) == 1,
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
@@ -123,7 +121,6 @@ class Ranker:
                 hub_damping=cfg.hub_damping,
                 page_share=share,
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
-                keyword_knee=cfg.keyword_knee,
                 keywords_answered=answered,
                 unread=unread,
             )
@@ -138,7 +135,6 @@ class Ranker:
             cfg.page_support,
             cfg.max_hits_per_note,
             cfg.rare_term_boost,
-            cfg.support_mode,
         )
         content = frozenset(fold_word(w) for w in qa.content_words)
         agents = {a for s in best.values() if (a := memory_agent(s.candidate.key)) is not None}

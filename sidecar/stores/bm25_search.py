@@ -126,8 +126,9 @@ class Bm25Search(Bm25Inboxes):
                 if not found:
                     out.append(0)
                     continue
+                both = [*terms, *found]
                 query = tantivy.Query.boolean_query(
-                    [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in [*terms, *found]]
+                    [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in both]
                 )
                 out.append(sum(s.search(query, limit=1, count=True).count for s in searchers))  # type: ignore[attr-defined]  # missing from the stubs
         return out

@@ -976,13 +976,6 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             out.update((v.key, v) for v in self._views(where, part, committed=True))
         return out
 
-    def chunk_counts(self, keys: Sequence[str]) -> dict[str, int]:
-        """How many chunks each of the indexed notes ``keys`` has."""
-        out: dict[str, int] = {}
-        for part, marks in _in_groups(keys):
-            out.update(self._query(f"SELECT key, chunks FROM files WHERE key IN ({marks})", part))
-        return out
-
     def chunk_ids_of(self, keys: Sequence[str]) -> list[str]:
         out: list[str] = []
         for part, marks in _in_groups(keys):
