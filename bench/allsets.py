@@ -48,6 +48,8 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "compound-de": (["questions", "bench/questions-compound-de.jsonl", *GERMAN_VAULTS], "de", True),
     "separable-de": (["questions", "bench/questions-separable-de.jsonl", *GERMAN_VAULTS], "de", True),
     "inflected-de": (["questions", "bench/questions-inflected-de.jsonl", *GERMAN_VAULTS], "de", True),
+    # the help sets' English questions with their German pages (bench/endequestions.py writes it)
+    "en-de": (["questions", "bench/questions-en-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),

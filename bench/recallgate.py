@@ -4,7 +4,7 @@ in all and per file.
 
     python bench/recallgate.py --work W/help-e5 --questions bench/questions-help2.jsonl,... \\
         --offtopic bench/offtopic.txt,bench/offtopic-de.txt,... --pairs 0.4/0.35,0.35/0.3 [--model minilm] \\
-        [--dump OUT.jsonl]
+        [--dump OUT.jsonl] [--set search.key=value]
 
 One daemon on the ``eval.py --work`` folder's vault and home; each pair is applied by rewriting its
 configuration and ``reload``. Questions with a ``context`` (follow-ups) are asked with their turns
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common import bench_daemon
+from eval import merged, setting
 from nothing import config_for
 
 
@@ -33,8 +34,9 @@ def main() -> None:
     ap.add_argument("--pairs", default="0.4/0.35,0.35/0.3", help="minSimilarity/scoreFloor,...")
     ap.add_argument("--model", choices=("e5", "minilm"), default="e5")
     ap.add_argument("--dump", type=Path, help="every answer of the first pair, one JSON line each")
+    ap.add_argument("--set", action="append", default=[], help="section.key=value added to the configuration")
     args = ap.parse_args()
-    model = config_for(args.model)
+    model = merged(config_for(args.model), *(setting(s) for s in args.set))
     questions = [
         {**json.loads(line), "file": Path(f).name}
         for f in args.questions.split(",")
@@ -56,7 +58,7 @@ def main() -> None:
         for i, pair in enumerate(args.pairs.split(",")):
             similarity, floor = (float(x) for x in pair.split("/"))
             config.write_text(
-                json.dumps({**model, "recall": {"minSimilarity": similarity, "scoreFloor": floor}})
+                json.dumps(merged(model, {"recall": {"minSimilarity": similarity, "scoreFloor": floor}}))
             )
             d.call("reload")
 

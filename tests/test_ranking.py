@@ -420,3 +420,49 @@ def test_a_past_tense_verb_split_from_its_particle_is_not_joined_to_a_noun(
         assert [(s.verb, s.particles, s.form) for s in r.separated(qa)] == [("nehme", ("auf",), "aufnehmen")]
     finally:
         h.close()
+
+
+def test_a_rare_word_of_the_other_language_cuts_no_vector_share(make_cfg: Any, tmp_path: Path) -> None:
+    """An English question over German notes: an English word one German note quotes ("leaks")
+    counted as rare (the model splits it, one note holds it) and cut the vector share to
+    rareTermVectorWeight, leaving the question to the keyword arm, which cannot read across
+    languages. Such a word keeps its rareTerm boost but cuts no share when the model reads both
+    languages; a code cuts it in any language, a rare word of the question's own language too,
+    and so does every word with a model that reads English only or the key off."""
+    v = tmp_path / "v"
+    write(
+        v / "Speicher.md",
+        "# Speicher\n\nDas ist nicht schwer: auch mit Threads wird der Speicher frei, und memory "
+        "leaks sind selten. Der Server kq7z3 steht im Keller.\n",
+    )
+    write(
+        v / "Zyklen.md",
+        "# Referenzzyklen\n\nEin Zyklus aus Referenzen gibt den Speicher nie frei, und das ist ein Fehler.\n",
+    )
+    write(
+        v / "Kettles.md",
+        "# Kettles\n\nThe kettle and the teapots are on the shelf: you can take one, and this is fine.\n",
+    )
+    for i in range(4):
+        write(v / f"Notiz {i}.md", f"# Notiz {i}\n\nDas ist eine Notiz mit der Nummer {i} und nicht mehr.\n")
+    question = "why do memory leaks happen with reference cycles"
+    assert analyze(question).language == "en"
+
+    def plans(**flags: Any) -> list[tuple[tuple[str, ...], float]]:
+        cfg = make_cfg(v, **flags)
+        h = Harness(cfg, load_model(cfg))
+        try:
+            h.sweep()
+            r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+            code, own = "where is the server kq7z3 in the house", "where are the teapots on the shelf"
+            return [r.plan(analyze(q)) for q in (question, code, own)]
+        finally:
+            h.close()
+
+    cut = 0.3  # search.rareTermVectorWeight
+    leaks, code, own = plans()
+    assert leaks[0] == ("leaks",) and leaks[1] > cut
+    assert code == (("kq7z3",), cut)
+    assert own == (("teapots", "shelf"), cut)
+    assert plans(**{"search.rareTermAcrossLanguages": False})[0] == (("leaks",), cut)
+    assert plans(**{"embedder.languages": "en"})[0] == (("leaks",), cut)

@@ -8,6 +8,7 @@ on is the ``Retriever``'s own, made in ``Retriever.__init__``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,6 +38,15 @@ def _own_settings(serving: VectorSet) -> dict[str, Any]:
 _PRESENT_ENDINGS = ("e", "st", "t", "en", "n")
 
 
+# Function words that tell a note's language: frequent, and of one of the two languages only.
+_MARKERS = {
+    "de": ("und", "der", "das", "ist", "nicht", "mit", "ein", "eine", "sich", "wird", "auch"),
+    "en": ("the", "and", "is", "of", "to", "with", "you", "that", "this", "are", "can"),
+}
+# A word shaped like a code or identifier: a digit, an underscore, or a capital after the first letter.
+_CODE_SHAPE = re.compile(r"[\d_]|.[A-Z]")
+
+
 @dataclass(frozen=True)
 class Separated:
     """A German verb split from its particles ("richte ... ein"), as typed, and the joined verb
@@ -62,10 +72,7 @@ class QueryPlan:
         """Whether the serving model reads the query's language (its ``embedder.languages``; while
         a model switch migrates, the previous model still serves and its languages count);
         undecided counts as read."""
-        serving = self.stores.serving
-        own = getattr(serving.model, "languages", None) if serving is not None else None
-        languages = _language_set(own) if isinstance(own, str) else self.languages
-        return not qa.language or "all" in languages or qa.language in languages
+        return not qa.language or self._reads_language(qa.language)
 
     def recall_settings(self) -> RecallConfig:
         """recall's settings for this call: the gates left to the models are the serving model's
@@ -100,7 +107,8 @@ class QueryPlan:
 
     def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
-        and for queries naming something rare the model cannot read (see ``rare_words``)."""
+        and for queries naming something rare the model cannot read (see ``rare_words``; pass
+        only those that cut it, ``cutting``)."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
         if not self.reads(qa):
@@ -113,7 +121,43 @@ class QueryPlan:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
         rare = self.rare_words(qa, agent)
-        return rare, self.vector_weight(qa, rare)
+        return rare, self.vector_weight(qa, self.cutting(rare, qa, agent))
+
+    def cutting(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
+        """Those of the rare words ``rare`` that cut the vector share. Not a word the notes holding
+        it write in the other language than the query's, German or English, when the model reads
+        both (``search.rareTermAcrossLanguages``): in a German vault an English question's ordinary
+        words ("introduced", "leaks", "metadata") are rare because a German note quotes one, and
+        the cut left a question the keyword arm cannot read to the keyword arm (the vector arm is
+        the one arm that reads across languages). It keeps the rareTerm boost: the note quoting
+        the word as asked is often the one meant (a command's English subcommand, "Jekyll").
+        A word shaped like a code cuts in any language: no model reads "kq7z3"."""
+        lang = qa.language
+        if not rare or not self.cfg.rare_term_across_languages or lang not in _MARKERS:
+            return tuple(rare)
+        other = "en" if lang == "de" else "de"
+        if not self.reads(qa) or not self._reads_language(other):
+            return tuple(rare)
+        try:
+            return tuple(
+                w for w in rare if _CODE_SHAPE.search(w) or not self._written_in(w, other, lang, agent)
+            )
+        except StoreError:  # a damaged index: the search reports it
+            return tuple(rare)
+
+    def _reads_language(self, lang: str) -> bool:
+        """Whether the serving model reads ``lang`` (see ``reads``)."""
+        serving = self.stores.serving
+        own = getattr(serving.model, "languages", None) if serving is not None else None
+        languages = _language_set(own) if isinstance(own, str) else self.languages
+        return "all" in languages or lang in languages
+
+    def _written_in(self, word: str, lang: str, other: str, agent: str | None) -> bool:
+        """Whether the notes holding ``word`` are mostly of ``lang`` rather than ``other``, by how
+        often they hold each language's function words with it (few notes hold a rare word)."""
+        bm25 = self.stores.bm25
+        mine = sum(bm25.held_with(word, _MARKERS[lang], pages=True, agent=agent))
+        return mine > sum(bm25.held_with(word, _MARKERS[other], pages=True, agent=agent))
 
     def read_spelling(self, text: str, agent: str | None) -> tuple[str, QueryAnalysis, dict[str, str]]:
         """``text`` as read, its analysis, and the words read by the word as typed: a word typed

@@ -105,6 +105,34 @@ class Bm25Search(Bm25Inboxes):
             ]
         return int(min(counts, default=0))
 
+    def held_with(
+        self, word: str, others: Sequence[str], *, pages: bool = False, agent: str | None = None
+    ) -> list[int]:
+        """Per word of ``others``: the chunks (with ``pages``: notes) whose body as written holds
+        both ``word`` and it, counted as ``doc_freq`` counts (the vault, the wiki and ``agent``'s
+        own memory). Few notes hold a rare word, so each count is a small intersection."""
+        terms = list(dict.fromkeys(self.analyze(word)))
+        if not terms:
+            return [0] * len(others)
+        searchers = [self._pages.searcher if pages else self._searcher]
+        own = self._inbox(agent) if agent is not None else None
+        if own is not None:
+            searchers.append(own[1].searcher if pages else own[0].searcher)
+        schema = self.schema
+        out = []
+        with engine("count"):
+            for other in others:
+                found = list(dict.fromkeys(self.analyze(other)))
+                if not found:
+                    out.append(0)
+                    continue
+                both = [*terms, *found]
+                query = tantivy.Query.boolean_query(
+                    [(tantivy.Occur.Must, tantivy.Query.term_query(schema, "body", t)) for t in both]
+                )
+                out.append(sum(s.search(query, limit=1, count=True).count for s in searchers))  # type: ignore[attr-defined]  # missing from the stubs
+        return out
+
     def holding(
         self, words: Sequence[str], among: Sequence[str], agents: Collection[str] = (), field: str = "body"
     ) -> set[str]:
