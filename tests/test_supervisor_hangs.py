@@ -107,14 +107,15 @@ def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
         daemon.notifier.close()
 
 
-def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothing(
+def test_a_real_path_look_up_of_the_folder_named_that_hangs_marks_the_root_hanging_and_deletes_nothing(
     make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The guard's look at whether the configuration names another folder (the real paths of
-    the folder remembered and the one named) that does not answer marks the root hanging, and
-    the sweep's deletions wait (was: no answer taken as "the same folder", the deletions judged
-    and applied while the share hung, and a thread left per sweep)."""
+    """The guard's look at whether the configuration names another folder: the real path of the
+    folder named now that does not answer marks the root hanging, and the sweep's deletions wait
+    (was: no answer taken as "the same folder", the deletions judged and applied while the share
+    hung, and a thread left per sweep)."""
     import json
+    import sys
 
     from tests.conftest import FakeEmbedder, Harness
 
@@ -129,7 +130,8 @@ def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothi
         real = os.path.realpath
 
         def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
-            if str(p) == spelled:
+            # only the guard's look at the folder named now hangs (the scan's own calls answer)
+            if str(p) == str(vault) and "_reconfigured" in sys._getframe(1).f_code.co_qualname:
                 release.wait(20)
             return real(p, *args, **kwargs)
 
@@ -142,6 +144,53 @@ def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothi
         assert set(h.stores.manifest.file_states("vault/")) == known  # nothing left for a timeout
         roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
         assert "still hangs" in (roots["vault"]["error"] or ""), roots
+    finally:
+        release.set()
+        h.close()
+
+
+def test_the_remembered_folder_on_a_dead_share_marks_nothing_and_its_deletions_wait(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault moved off a NAS that died (the configuration names a local copy): the real path
+    of the folder remembered does not answer. The vault named now is healthy: it is not marked
+    hanging, its new notes are indexed, a note missing is not deleted on no evidence (its deletion
+    waits), and the look into the dead share leaves one stuck thread, not one per sweep (was: the
+    new vault "still hangs" for as long as the old share did, nothing of it indexed)."""
+    import json
+
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    looks: list[str] = []
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        old = "/mnt/dead-nas/vault"
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": old}))
+        real = os.path.realpath
+
+        def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
+            if str(p) == old:
+                looks.append(old)
+                release.wait(20)  # a hard mount of a dead share never answers
+            return real(p, *args, **kwargs)
+
+        monkeypatch.setattr(os.path, "realpath", realpath)
+        h.sweep()  # nothing missing: the vault is healthy
+        write(vault / "Fresh.md", "# Fresh\n\nnew note\n")
+        gone = sorted(vault.rglob("*.md"))[0]
+        gone.unlink()
+        h.sweep()
+        assert h.supervisor.roots["vault"].hanging is None
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "hangs" not in (roots["vault"]["error"] or ""), roots
+        states = set(h.stores.manifest.file_states("vault/"))
+        assert "vault/Fresh" in states
+        assert known <= states  # the missing note waits: no evidence the old folder is another
+        assert looks == [old]  # one stuck thread into the dead share, not one per sweep
     finally:
         release.set()
         h.close()

@@ -724,13 +724,21 @@ class Supervisor:
     def _reconfigured(self, root: Root, before: Any) -> bool:
         """Whether the configuration names another folder than the one swept before: the two
         differ by their real paths too (a vault named through a symlink is spelled either way,
-        as the symlink when the share answered slowly at start). Asked as a probe of the root
-        (``_probe``): one that times out marks the root hanging. Raises NoAnswer."""
+        as the symlink when the share answered slowly at start). The folder named now is asked
+        as a probe of the root (``_probe``): one that times out marks the root hanging. The
+        folder remembered may lie on a share the root has left (a vault moved off a dead NAS):
+        its look is bounded on its own and marks nothing, one stuck thread for it at most (the
+        next sweep is told at once while it is still in). Raises NoAnswer either way (the
+        deletions wait)."""
         now = root.path
         if not isinstance(before, str) or before == str(now):
             return False
-        got = self._probe(root, "realpath", lambda: (os.path.realpath(before), os.path.realpath(now)))
-        return got[0] != got[1]
+        real_now = self._probe(root, "realpath", lambda: os.path.realpath(now))
+        timeout = self.cfg.watch.probe_timeout_seconds
+        real_before = self.probes.ask(
+            ("realpath-remembered", before), lambda: os.path.realpath(before), timeout, root.name, self.beat
+        )
+        return real_before != real_now
 
     def hold_deletions(
         self,
@@ -780,8 +788,8 @@ class Supervisor:
         try:
             reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
         except NoAnswer:
-            # The root hangs now (marked so): no evidence of anything; its deletions wait for a
-            # sweep that reads it (the next is told it hangs and retried with its backoff).
+            # The root hangs now (marked so), or the folder it was swept from does not answer:
+            # no evidence of anything; its deletions wait for a sweep that can tell.
             if missing > moved:
                 return "wait"
             reconfigured = False
