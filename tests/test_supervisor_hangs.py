@@ -53,7 +53,31 @@ def test_a_watched_folders_stat_that_hangs_marks_its_roots_hanging(
         assert "still hangs" in (roots["memory/ada"]["error"] or ""), roots
         before = threading.active_count()
         assert watcher._stat(vault) is None  # told at once: no second thread into the share
+        assert watcher._stat(cfg.agents_dir) is None  # its own stat still in: told at once too
         assert threading.active_count() == before
+    finally:
+        release.set()
+
+
+def test_one_hanging_inbox_does_not_blind_the_watch_of_the_agents_folder(make_cfg: Any, vault: Path) -> None:
+    """ada's inbox is marked hanging (a read of one of her notes hung); the agents folder itself
+    answers: the watch's stat of it still answers, so bob's inbox keeps its events (was: NoAnswer
+    at once for any inbox marked hanging, the watch restarted without the agents folder)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    (cfg.agents_dir / "ada" / "memory").mkdir(parents=True, exist_ok=True)
+    (cfg.agents_dir / "bob" / "memory").mkdir(parents=True, exist_ok=True)
+    sup = Supervisor(cfg)
+    sup.status(Root("memory", cfg.agents_dir / "ada" / "memory", agent="ada"))
+    sup.status(Root("memory", cfg.agents_dir / "bob" / "memory", agent="bob"))
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    try:
+        sup.read_hangs("memory/ada", "reading x.md", stuck)
+        assert sup.roots["memory/ada"].hanging is not None
+        watcher = Watcher([vault, cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+        assert watcher._stat(cfg.agents_dir) is not None
+        assert sup.roots["memory/bob"].hanging is None
     finally:
         release.set()
 

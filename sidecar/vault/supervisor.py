@@ -401,8 +401,9 @@ class Supervisor:
     def watched_stat(self, path: Path) -> os.stat_result:
         """The stat of a folder the file watch covers (the vault, the agents folder), asked as
         a probe of the roots it holds is (``_probe``, waited for probeTimeoutSeconds at most):
-        NoAnswer at once while one of them hangs, and one that times out marks them hanging
-        (the vault; each inbox known, for the agents folder), so status says the share hangs
+        NoAnswer at once while the vault hangs, or while the agents folder's own last stat is
+        still in, and one that times out marks them hanging (the vault; each inbox known, for
+        the agents folder), so status says the share hangs
         and the sweeps retry it with their backoff. Raises OSError as os.stat does."""
         vault = self.cfg.vault.path
         if vault is not None and path == vault:
@@ -411,8 +412,9 @@ class Supervisor:
             return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
         with self._lock:
             inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
-        if (hung := next((st for st in inboxes if st.hanging is not None), None)) is not None:
-            raise NoAnswer(_still_hangs(hung), hung.hanging)
+        # The agents folder is asked even while an inbox in it hangs (one agent's inbox hung by a
+        # read of one note must not end the watch of the others'); only its own look that is
+        # still in tells the next at once (``SharedProbes``).
         since = time.monotonic()
         try:
             timeout = self.cfg.watch.probe_timeout_seconds
