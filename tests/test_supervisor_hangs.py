@@ -533,3 +533,43 @@ def test_a_rebuilds_look_at_an_inbox_that_hangs_puts_its_notes_back(
     finally:
         release.set()
         h.close()
+
+
+def test_a_change_of_an_inbox_marked_hanging_is_refused_at_once_and_changes_nothing(
+    serve_in_process: Any,
+) -> None:
+    """ada's inbox is marked hanging (health: "still hangs"): her write, edit and delete are told
+    at once that the inbox's share hangs, with nothing written (was: the change started its
+    unbounded calls into the share on the request's thread, holding the note's lock as long as
+    the share hung); once the call that hung answers, the write goes through."""
+    from sidecar.contracts.errors import RemoteError
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    sup = served.harness.supervisor
+    try:
+        sup.read_hangs("memory/ada", "listing the inbox", stuck)
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "still hangs" in roots["memory/ada"]["error"], roots
+        with pytest.raises(RemoteError, match="share hangs.*nothing written") as err:
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert err.value.code == "storage"
+        with pytest.raises(RemoteError, match="share hangs.*nothing written"):
+            served.call("edit", {"slug": "plan", "content": "# Plan\n\nchanged\n"}, agent="ada")
+        with pytest.raises(RemoteError, match="share hangs.*nothing deleted"):
+            served.call("delete", {"slug": "plan"}, agent="ada")
+        assert sorted(p.name for p in inbox.iterdir()) == ["plan.md"]
+        assert (inbox / "plan.md").read_text() == "# Plan\n\nRotate the zeppelin disks.\n"
+        assert "memory/ada/plan" in served.harness.stores.manifest.file_states("memory/ada/")
+        release.set()
+        stuck.join(5)
+        served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert (inbox / "fresh.md").exists()
+    finally:
+        release.set()
