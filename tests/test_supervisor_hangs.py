@@ -573,3 +573,34 @@ def test_a_change_of_an_inbox_marked_hanging_is_refused_at_once_and_changes_noth
         assert (inbox / "fresh.md").exists()
     finally:
         release.set()
+
+
+def test_an_inbox_not_yet_swept_whose_look_hangs_is_said_hanging_in_health(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eve's inbox is written after the last sweep (no status of its own yet) and its share
+    hangs: her list's look that does not answer marks it hanging, and health says so (was:
+    read_hangs dropped a root it did not know, so health was silent and each later request
+    met the stuck call without a word)."""
+    from sidecar.memory import ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    served.harness.sweep()
+    inbox = served.cfg.agents_dir / "eve" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate.\n")
+    release = threading.Event()
+    real_scandir = ops.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            release.wait(5)
+        return real_scandir(path)
+
+    monkeypatch.setattr(ops.os, "scandir", scandir)
+    try:
+        served.call("list", {}, agent="eve")
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "memory/eve" in roots and "still hangs" in (roots["memory/eve"]["error"] or ""), roots
+    finally:
+        release.set()

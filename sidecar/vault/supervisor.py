@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan, vault_roots
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, inbox_root, scan, vault_roots
 from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -462,6 +462,10 @@ class Supervisor:
             return
         with self._lock:
             st = self.roots.get(name)
+        if st is None and name.startswith("memory/"):
+            # An inbox no sweep has scanned yet (written since the last, or retired as gone):
+            # its status is made here, or the hang was said nowhere.
+            st = self.status(inbox_root(self.cfg, name.removeprefix("memory/")))
         if st is None or st.hanging is not None or not stuck.is_alive():
             return
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
