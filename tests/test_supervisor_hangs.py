@@ -227,16 +227,15 @@ def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_prob
     within its own budget (the link not looked into), and the read still in its call after
     probeTimeoutSeconds marks the root hanging as a get's own read does (was: nothing marked,
     and each get started one more read into the hung share). Given up on before that, it is
-    no hang yet: a slow read is no hung share."""
-    import time
-
+    no hang yet: a slow read is no hung share. (The judge's timer is fired by hand.)"""
     from sidecar.daemon import anchors, note_ops
     from tests.conftest import write
 
     v = tmp_path / "anchored"
     write(v / "Log.md", "# Log\n\n[[Other#Kopf]]\n")
     write(v / "Other.md", "# Other\n\n## Kopf\n\nText.\n")
-    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 0.6})
+    # a probe timeout far past the anchors' budget: the read given up on is judged by the timer
+    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 60})
     release = threading.Event()
     real = note_ops.read_note
 
@@ -248,14 +247,15 @@ def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_prob
     monkeypatch.setattr(note_ops, "read_note", read_note)
     monkeypatch.setattr(anchors, "ANCHOR_SECONDS", 0.1)
     sup = server.harness.supervisor
+    judges: list[tuple[float, Any]] = []
+    sup.judge_after = lambda seconds, fn: judges.append((seconds, fn))
     try:
         got = server.call("get", {"reference": "vault/Log"})
         assert got["links"][0].get("anchor_found") is None
         assert sup.roots["vault"].hanging is None  # not past the probe timeout yet
-        deadline = time.monotonic() + 10
-        while sup.roots["vault"].hanging is None:
-            assert time.monotonic() < deadline, "the anchor read past the probe timeout marked nothing"
-            time.sleep(0.05)
+        assert len(judges) == 1 and 0 < judges[0][0] <= 60
+        judges[0][1]()  # the probe timeout has passed, the read still in its call
+        assert sup.roots["vault"].hanging is not None
         roots = {r["name"]: r for r in server.call("health", {})["roots"]}
         assert "still hangs" in (roots["vault"]["error"] or ""), roots
         assert "reading Other" in (roots["vault"]["error"] or ""), roots
@@ -292,12 +292,11 @@ def test_a_rebuilds_look_up_of_a_note_not_read_back_that_hangs_keeps_it_and_mark
         h.indexer.clear()
         h.sweep()
         assert key in set(h.stores.manifest.file_states("vault/"))  # put back: no evidence it went
-        assert h.supervisor.roots["vault"].hanging is not None
+        stuck = h.supervisor.roots["vault"].hanging
+        assert stuck is not None
         release.set()
-        deadline = __import__("time").monotonic() + 10
-        while h.supervisor.roots["vault"].hanging is not None:
-            assert __import__("time").monotonic() < deadline
-            release.wait(0.05)
+        stuck.join(10)
+        assert h.supervisor.roots["vault"].hanging is None
         h.sweep()  # the share answers: the deleted note leaves
         h.sweep()
         assert key not in set(h.stores.manifest.file_states("vault/"))
@@ -313,12 +312,12 @@ def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hang
     let go) whose open hangs marks their root hanging once past the probe timeout, as a
     sweep's read does, and the note stays named as recorded (was: a warning, the root said
     to be fine while its share hung)."""
-    import time
-
     from sidecar.index import unreadable
     from tests.conftest import FakeEmbedder, Harness
 
     h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    judges: list[Any] = []
+    h.supervisor.judge_after = lambda _seconds, fn: judges.append(fn)
     release = threading.Event()
     note = vault / "Garden.md"
     real = unreadable.read_refusal
@@ -333,10 +332,9 @@ def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hang
         h.indexer.changes._unread_notes[("vault", str(note))] = "an I/O error"
         monkeypatch.setattr(unreadable, "read_refusal", read_refusal)
         assert h.indexer.changes.unreadable_indexed() == [str(note)]
-        deadline = time.monotonic() + 10
-        while h.supervisor.roots["vault"].hanging is None:
-            assert time.monotonic() < deadline, "the recheck's hung open marked nothing"
-            time.sleep(0.05)
+        for judge in judges:  # given up on a hair before the probe timeout: judged by hand
+            judge()
+        assert h.supervisor.roots["vault"].hanging is not None
         roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
         assert "still hangs" in (roots["vault"]["error"] or "") and "Garden.md" in roots["vault"]["error"]
     finally:
@@ -478,17 +476,11 @@ def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
     passed: one timer per stuck call, however many requests meet it meanwhile."""
     import time
 
-    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
-    sup.status(Root("vault", vault, exclude="wiki"))
     started: list[Any] = []
-    real = threading.Timer
-
-    def timer(*args: Any, **kwargs: Any) -> threading.Timer:
-        t = real(*args, **kwargs)
-        started.append(t)
-        return t
-
-    monkeypatch.setattr(threading, "Timer", timer)
+    sup = Supervisor(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 60}), judge_after=lambda _s, fn: started.append(fn)
+    )
+    sup.status(Root("vault", vault, exclude="wiki"))
     release = threading.Event()
     stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
     stuck.start()
@@ -496,8 +488,11 @@ def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
         for _ in range(5):
             sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
         assert len(started) == 1
-        started[0].join(5)
+        assert sup.roots["vault"].hanging is None  # a slow read is no hang yet
+        started[0]()
         assert sup.roots["vault"].hanging is stuck
+        sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
+        assert len(started) == 1  # judged: no second timer
     finally:
         release.set()
 

@@ -163,8 +163,12 @@ class Supervisor:
         hold_clock: Callable[[], float] | None = None,
         *,
         hold_record: Callable[[], str] | None = None,
+        judge_after: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self.cfg = cfg
+        # Runs a judge of a call given up on early once its seconds have passed (``read_hangs``):
+        # a timer thread of its own; tests fire it by hand.
+        self.judge_after = judge_after or _after
         self.clock = clock
         # What a mass-deletion hold's length is measured on: the daemon passes a clock that
         # counts only real elapsed time (a step of the wall clock ended a 6 h hold at once).
@@ -452,13 +456,12 @@ class Supervisor:
         left = 0.0 if since is None else since + timeout - time.monotonic()
         if left > 0:
             with self._lock:  # one judge per stuck call (each get meeting it asks again)
-                asked = stuck in self._judging or not stuck.is_alive()
+                judged = (st := self.roots.get(name)) is not None and st.hanging is stuck
+                asked = judged or stuck in self._judging or not stuck.is_alive()
                 if not asked:
                     self._judging.add(stuck)
             if not asked:  # a timer of its own, not a thread in the share
-                judge = threading.Timer(left, self._judge, (name, what, stuck))
-                judge.daemon = True
-                judge.start()
+                self.judge_after(left, functools.partial(self._judge, name, what, stuck))
             return
         with self._lock:
             st = self.roots.get(name)
@@ -1099,6 +1102,12 @@ def _not_waited_for(root: Root, stopping: threading.Event) -> None:
     """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
     if stopping.is_set():
         raise StopCut(f"{root.path}: not waited for, the daemon stops")
+
+
+def _after(seconds: float, fn: Callable[[], None]) -> None:
+    timer = threading.Timer(seconds, fn)
+    timer.daemon = True
+    timer.start()
 
 
 def _still_hangs(st: RootStatus) -> str:
