@@ -599,3 +599,44 @@ def test_an_inbox_not_yet_swept_whose_look_hangs_is_said_hanging_in_health(
         assert "memory/eve" in roots and "still hangs" in (roots["memory/eve"]["error"] or ""), roots
     finally:
         release.set()
+
+
+def test_a_rebuild_on_a_hung_home_looks_at_one_inbox_and_puts_back_the_others(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The home's share starts hanging between a rebuild's reads and its put-back: the look at
+    whether the first inbox is refused hangs, and the other inboxes in the agents folder are not
+    asked, their notes put back (was: each inbox looked at in turn, each waiting its own probe
+    timeout and leaving its own stuck thread in the indexer's thread)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    looks: list[str] = []
+    agents = ("ada", "bob", "cyd", "dee")
+    try:
+        for a in agents:
+            inbox = h.cfg.agents_dir / a / "memory"
+            write(inbox / "plan.md", "# Plan\n\nx\n")
+            write(inbox / "keep.md", "# Keep\n\ny\n")
+        h.sweep()
+        for a in agents:  # not read back by the rebuild: its put-back asks whether it may go
+            (h.cfg.agents_dir / a / "memory" / "plan.md").unlink()
+        real = putback.inbox_refusal
+
+        def refusal(root: Any) -> str | None:
+            looks.append(root.name)
+            release.wait(20)
+            return real(root)
+
+        monkeypatch.setattr(putback, "inbox_refusal", refusal)
+        h.indexer.clear()
+        h.sweep()
+        assert len(looks) == 1, looks  # one hung home share: one wait, one stuck thread
+        keys = set(h.stores.manifest.file_states("memory/"))
+        assert {f"memory/{a}/plan" for a in agents} <= keys  # put back: no evidence they went
+        assert {f"memory/{a}/keep" for a in agents} <= keys
+    finally:
+        release.set()
+        h.close()
