@@ -640,3 +640,50 @@ def test_a_rebuild_on_a_hung_home_looks_at_one_inbox_and_puts_back_the_others(
     finally:
         release.set()
         h.close()
+
+
+def test_a_daemon_whose_vault_hangs_at_start_says_so_and_its_watch_asks_nothing_more(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real start (``Daemon.startup``: ``_look_at_vault``, then ``_start_work`` handing its
+    stuck stat to the supervisor and building the watcher over it): the vault's stat hangs at
+    start, health then says the vault still hangs, and the watch's stat of the vault is told so
+    at once (no second call into the share)."""
+    import tempfile
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    release = threading.Event()
+    stats: list[str] = []
+    real = os.stat
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if not isinstance(p, int) and Path(p) == vault:
+            stats.append(str(p))
+            release.wait(20)
+        return real(p, *args, **kwargs)
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(
+            vault,
+            **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False, "watch.probeTimeoutSeconds": 0.3},
+        )
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        monkeypatch.setattr(os, "stat", stat)
+        try:
+            d.startup()
+            assert d.parts is not None and d.watcher is not None and d._dispatch is not None
+            assert stats == [str(vault)]  # the start's look, still in its call
+            health = d._dispatch.dispatch(Request("health", {}, agent="ops"))
+            roots = {r["name"]: r for r in health["roots"]}
+            assert "still hangs" in (roots["vault"]["error"] or ""), roots
+            assert d.watcher._stat(vault) is None  # asked through the supervisor: told at once
+            assert stats == [str(vault)]
+        finally:
+            release.set()
+            d.shutdown()
+            d.notifier.close()
