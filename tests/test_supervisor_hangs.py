@@ -75,7 +75,9 @@ def test_one_hanging_inbox_does_not_blind_the_watch_of_the_agents_folder(make_cf
     try:
         sup.read_hangs("memory/ada", "reading x.md", stuck)
         assert sup.roots["memory/ada"].hanging is not None
-        watcher = Watcher([vault, cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat)
+        watcher = Watcher(
+            [vault, cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat
+        )
         assert watcher._stat(cfg.agents_dir) is not None
         assert sup.roots["memory/bob"].hanging is None
     finally:
@@ -552,12 +554,12 @@ def test_a_change_of_an_inbox_marked_hanging_is_refused_at_once_and_changes_noth
         sup.read_hangs("memory/ada", "listing the inbox", stuck)
         roots = {r["name"]: r for r in served.call("health", {})["roots"]}
         assert "still hangs" in roots["memory/ada"]["error"], roots
-        with pytest.raises(RemoteError, match="share hangs.*nothing written") as err:
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing written") as err:
             served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
         assert err.value.code == "storage"
-        with pytest.raises(RemoteError, match="share hangs.*nothing written"):
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing written"):
             served.call("edit", {"slug": "plan", "content": "# Plan\n\nchanged\n"}, agent="ada")
-        with pytest.raises(RemoteError, match="share hangs.*nothing deleted"):
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing deleted"):
             served.call("delete", {"slug": "plan"}, agent="ada")
         assert sorted(p.name for p in inbox.iterdir()) == ["plan.md"]
         assert (inbox / "plan.md").read_text() == "# Plan\n\nRotate the zeppelin disks.\n"
@@ -668,7 +670,11 @@ def test_a_daemon_whose_vault_hangs_at_start_says_so_and_its_watch_asks_nothing_
     with tempfile.TemporaryDirectory(dir="/tmp") as run:
         cfg = make_cfg(
             vault,
-            **{"socket": str(Path(run) / "s.sock"), "embedder.enabled": False, "watch.probeTimeoutSeconds": 0.3},
+            **{
+                "socket": str(Path(run) / "s.sock"),
+                "embedder.enabled": False,
+                "watch.probeTimeoutSeconds": 0.3,
+            },
         )
         d = Daemon(cfg)
         lock = d._lock = IndexLock(cfg.index_dir)
