@@ -53,7 +53,33 @@ def test_a_watched_folders_stat_that_hangs_marks_its_roots_hanging(
         assert "still hangs" in (roots["memory/ada"]["error"] or ""), roots
         before = threading.active_count()
         assert watcher._stat(vault) is None  # told at once: no second thread into the share
+        assert watcher._stat(cfg.agents_dir) is None  # its own stat still in: told at once too
         assert threading.active_count() == before
+    finally:
+        release.set()
+
+
+def test_one_hanging_inbox_does_not_blind_the_watch_of_the_agents_folder(make_cfg: Any, vault: Path) -> None:
+    """ada's inbox is marked hanging (a read of one of her notes hung); the agents folder itself
+    answers: the watch's stat of it still answers, so bob's inbox keeps its events (was: NoAnswer
+    at once for any inbox marked hanging, the watch restarted without the agents folder)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    (cfg.agents_dir / "ada" / "memory").mkdir(parents=True, exist_ok=True)
+    (cfg.agents_dir / "bob" / "memory").mkdir(parents=True, exist_ok=True)
+    sup = Supervisor(cfg)
+    sup.status(Root("memory", cfg.agents_dir / "ada" / "memory", agent="ada"))
+    sup.status(Root("memory", cfg.agents_dir / "bob" / "memory", agent="bob"))
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    try:
+        sup.read_hangs("memory/ada", "reading x.md", stuck)
+        assert sup.roots["memory/ada"].hanging is not None
+        watcher = Watcher(
+            [vault, cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, stat=sup.watched_stat
+        )
+        assert watcher._stat(cfg.agents_dir) is not None
+        assert sup.roots["memory/bob"].hanging is None
     finally:
         release.set()
 
@@ -107,14 +133,15 @@ def test_the_starts_look_at_a_vault_that_hangs_marks_it_hanging(
         daemon.notifier.close()
 
 
-def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothing(
+def test_a_real_path_look_up_of_the_folder_named_that_hangs_marks_the_root_hanging_and_deletes_nothing(
     make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The guard's look at whether the configuration names another folder (the real paths of
-    the folder remembered and the one named) that does not answer marks the root hanging, and
-    the sweep's deletions wait (was: no answer taken as "the same folder", the deletions judged
-    and applied while the share hung, and a thread left per sweep)."""
+    """The guard's look at whether the configuration names another folder: the real path of the
+    folder named now that does not answer marks the root hanging, and the sweep's deletions wait
+    (was: no answer taken as "the same folder", the deletions judged and applied while the share
+    hung, and a thread left per sweep)."""
     import json
+    import sys
 
     from tests.conftest import FakeEmbedder, Harness
 
@@ -129,7 +156,8 @@ def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothi
         real = os.path.realpath
 
         def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
-            if str(p) == spelled:
+            # only the guard's look at the folder named now hangs (the scan's own calls answer)
+            if str(p) == str(vault) and "_reconfigured" in sys._getframe(1).f_code.co_qualname:
                 release.wait(20)
             return real(p, *args, **kwargs)
 
@@ -147,6 +175,53 @@ def test_a_real_path_look_up_that_hangs_marks_the_root_hanging_and_deletes_nothi
         h.close()
 
 
+def test_the_remembered_folder_on_a_dead_share_marks_nothing_and_its_deletions_wait(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault moved off a NAS that died (the configuration names a local copy): the real path
+    of the folder remembered does not answer. The vault named now is healthy: it is not marked
+    hanging, its new notes are indexed, a note missing is not deleted on no evidence (its deletion
+    waits), and the look into the dead share leaves one stuck thread, not one per sweep (was: the
+    new vault "still hangs" for as long as the old share did, nothing of it indexed)."""
+    import json
+
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    looks: list[str] = []
+    try:
+        h.sweep()
+        known = set(h.stores.manifest.file_states("vault/"))
+        old = "/mnt/dead-nas/vault"
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": old}))
+        real = os.path.realpath
+
+        def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
+            if str(p) == old:
+                looks.append(old)
+                release.wait(20)  # a hard mount of a dead share never answers
+            return real(p, *args, **kwargs)
+
+        monkeypatch.setattr(os.path, "realpath", realpath)
+        h.sweep()  # nothing missing: the vault is healthy
+        write(vault / "Fresh.md", "# Fresh\n\nnew note\n")
+        gone = sorted(vault.rglob("*.md"))[0]
+        gone.unlink()
+        h.sweep()
+        assert h.supervisor.roots["vault"].hanging is None
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert "hangs" not in (roots["vault"]["error"] or ""), roots
+        states = set(h.stores.manifest.file_states("vault/"))
+        assert "vault/Fresh" in states
+        assert known <= states  # the missing note waits: no evidence the old folder is another
+        assert looks == [old]  # one stuck thread into the dead share, not one per sweep
+    finally:
+        release.set()
+        h.close()
+
+
 def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_probe_timeout(
     serve_in_process: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,16 +229,15 @@ def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_prob
     within its own budget (the link not looked into), and the read still in its call after
     probeTimeoutSeconds marks the root hanging as a get's own read does (was: nothing marked,
     and each get started one more read into the hung share). Given up on before that, it is
-    no hang yet: a slow read is no hung share."""
-    import time
-
+    no hang yet: a slow read is no hung share. (The judge's timer is fired by hand.)"""
     from sidecar.daemon import anchors, note_ops
     from tests.conftest import write
 
     v = tmp_path / "anchored"
     write(v / "Log.md", "# Log\n\n[[Other#Kopf]]\n")
     write(v / "Other.md", "# Other\n\n## Kopf\n\nText.\n")
-    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 0.6})
+    # a probe timeout far past the anchors' budget: the read given up on is judged by the timer
+    server = serve_in_process(v, **{"watch.probeTimeoutSeconds": 60})
     release = threading.Event()
     real = note_ops.read_note
 
@@ -175,14 +249,15 @@ def test_a_gets_anchor_read_that_hangs_marks_its_root_hanging_once_past_the_prob
     monkeypatch.setattr(note_ops, "read_note", read_note)
     monkeypatch.setattr(anchors, "ANCHOR_SECONDS", 0.1)
     sup = server.harness.supervisor
+    judges: list[tuple[float, Any]] = []
+    sup.judge_after = lambda seconds, fn: judges.append((seconds, fn))
     try:
         got = server.call("get", {"reference": "vault/Log"})
         assert got["links"][0].get("anchor_found") is None
         assert sup.roots["vault"].hanging is None  # not past the probe timeout yet
-        deadline = time.monotonic() + 10
-        while sup.roots["vault"].hanging is None:
-            assert time.monotonic() < deadline, "the anchor read past the probe timeout marked nothing"
-            time.sleep(0.05)
+        assert len(judges) == 1 and 0 < judges[0][0] <= 60
+        judges[0][1]()  # the probe timeout has passed, the read still in its call
+        assert sup.roots["vault"].hanging is not None
         roots = {r["name"]: r for r in server.call("health", {})["roots"]}
         assert "still hangs" in (roots["vault"]["error"] or ""), roots
         assert "reading Other" in (roots["vault"]["error"] or ""), roots
@@ -219,12 +294,11 @@ def test_a_rebuilds_look_up_of_a_note_not_read_back_that_hangs_keeps_it_and_mark
         h.indexer.clear()
         h.sweep()
         assert key in set(h.stores.manifest.file_states("vault/"))  # put back: no evidence it went
-        assert h.supervisor.roots["vault"].hanging is not None
+        stuck = h.supervisor.roots["vault"].hanging
+        assert stuck is not None
         release.set()
-        deadline = __import__("time").monotonic() + 10
-        while h.supervisor.roots["vault"].hanging is not None:
-            assert __import__("time").monotonic() < deadline
-            release.wait(0.05)
+        stuck.join(10)
+        assert h.supervisor.roots["vault"].hanging is None
         h.sweep()  # the share answers: the deleted note leaves
         h.sweep()
         assert key not in set(h.stores.manifest.file_states("vault/"))
@@ -240,12 +314,12 @@ def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hang
     let go) whose open hangs marks their root hanging once past the probe timeout, as a
     sweep's read does, and the note stays named as recorded (was: a warning, the root said
     to be fine while its share hung)."""
-    import time
-
     from sidecar.index import unreadable
     from tests.conftest import FakeEmbedder, Harness
 
     h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    judges: list[Any] = []
+    h.supervisor.judge_after = lambda _seconds, fn: judges.append(fn)
     release = threading.Event()
     note = vault / "Garden.md"
     real = unreadable.read_refusal
@@ -260,10 +334,9 @@ def test_a_rebuilds_recheck_of_an_unreadable_note_that_hangs_marks_its_root_hang
         h.indexer.changes._unread_notes[("vault", str(note))] = "an I/O error"
         monkeypatch.setattr(unreadable, "read_refusal", read_refusal)
         assert h.indexer.changes.unreadable_indexed() == [str(note)]
-        deadline = time.monotonic() + 10
-        while h.supervisor.roots["vault"].hanging is None:
-            assert time.monotonic() < deadline, "the recheck's hung open marked nothing"
-            time.sleep(0.05)
+        for judge in judges:  # given up on a hair before the probe timeout: judged by hand
+            judge()
+        assert h.supervisor.roots["vault"].hanging is not None
         roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
         assert "still hangs" in (roots["vault"]["error"] or "") and "Garden.md" in roots["vault"]["error"]
     finally:
@@ -405,17 +478,11 @@ def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
     passed: one timer per stuck call, however many requests meet it meanwhile."""
     import time
 
-    sup = Supervisor(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3}))
-    sup.status(Root("vault", vault, exclude="wiki"))
     started: list[Any] = []
-    real = threading.Timer
-
-    def timer(*args: Any, **kwargs: Any) -> threading.Timer:
-        t = real(*args, **kwargs)
-        started.append(t)
-        return t
-
-    monkeypatch.setattr(threading, "Timer", timer)
+    sup = Supervisor(
+        make_cfg(vault, **{"watch.probeTimeoutSeconds": 60}), judge_after=lambda _s, fn: started.append(fn)
+    )
+    sup.status(Root("vault", vault, exclude="wiki"))
     release = threading.Event()
     stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
     stuck.start()
@@ -423,8 +490,11 @@ def test_a_call_given_up_on_early_is_judged_once_however_often_it_is_met(
         for _ in range(5):
             sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
         assert len(started) == 1
-        started[0].join(5)
+        assert sup.roots["vault"].hanging is None  # a slow read is no hang yet
+        started[0]()
         assert sup.roots["vault"].hanging is stuck
+        sup.read_hangs("vault", "reading A.md", stuck, time.monotonic())
+        assert len(started) == 1  # judged: no second timer
     finally:
         release.set()
 
@@ -460,3 +530,166 @@ def test_a_rebuilds_look_at_an_inbox_that_hangs_puts_its_notes_back(
     finally:
         release.set()
         h.close()
+
+
+def test_a_change_of_an_inbox_marked_hanging_is_refused_at_once_and_changes_nothing(
+    serve_in_process: Any,
+) -> None:
+    """ada's inbox is marked hanging (health: "still hangs"): her write, edit and delete are told
+    at once that the inbox's share hangs, with nothing written (was: the change started its
+    unbounded calls into the share on the request's thread, holding the note's lock as long as
+    the share hung); once the call that hung answers, the write goes through."""
+    from sidecar.contracts.errors import RemoteError
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, args=(20,), daemon=True)
+    stuck.start()
+    sup = served.harness.supervisor
+    try:
+        sup.read_hangs("memory/ada", "listing the inbox", stuck)
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "still hangs" in roots["memory/ada"]["error"], roots
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing written") as err:
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert err.value.code == "storage"
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing written"):
+            served.call("edit", {"slug": "plan", "content": "# Plan\n\nchanged\n"}, agent="ada")
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing deleted"):
+            served.call("delete", {"slug": "plan"}, agent="ada")
+        assert sorted(p.name for p in inbox.iterdir()) == ["plan.md"]
+        assert (inbox / "plan.md").read_text() == "# Plan\n\nRotate the zeppelin disks.\n"
+        assert "memory/ada/plan" in served.harness.stores.manifest.file_states("memory/ada/")
+        release.set()
+        stuck.join(5)
+        served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert (inbox / "fresh.md").exists()
+    finally:
+        release.set()
+
+
+def test_an_inbox_not_yet_swept_whose_look_hangs_is_said_hanging_in_health(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """eve's inbox is written after the last sweep (no status of its own yet) and its share
+    hangs: her list's look that does not answer marks it hanging, and health says so (was:
+    read_hangs dropped a root it did not know, so health was silent and each later request
+    met the stuck call without a word)."""
+    from sidecar.memory import ops
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    served.harness.sweep()
+    inbox = served.cfg.agents_dir / "eve" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate.\n")
+    release = threading.Event()
+    real_scandir = ops.os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            release.wait(5)
+        return real_scandir(path)
+
+    monkeypatch.setattr(ops.os, "scandir", scandir)
+    try:
+        served.call("list", {}, agent="eve")
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "memory/eve" in roots and "still hangs" in (roots["memory/eve"]["error"] or ""), roots
+    finally:
+        release.set()
+
+
+def test_a_rebuild_on_a_hung_home_looks_at_one_inbox_and_puts_back_the_others(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The home's share starts hanging between a rebuild's reads and its put-back: the look at
+    whether the first inbox is refused hangs, and the other inboxes in the agents folder are not
+    asked, their notes put back (was: each inbox looked at in turn, each waiting its own probe
+    timeout and leaving its own stuck thread in the indexer's thread)."""
+    from sidecar.index import putback
+    from tests.conftest import FakeEmbedder, Harness, write
+
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    release = threading.Event()
+    looks: list[str] = []
+    agents = ("ada", "bob", "cyd", "dee")
+    try:
+        for a in agents:
+            inbox = h.cfg.agents_dir / a / "memory"
+            write(inbox / "plan.md", "# Plan\n\nx\n")
+            write(inbox / "keep.md", "# Keep\n\ny\n")
+        h.sweep()
+        for a in agents:  # not read back by the rebuild: its put-back asks whether it may go
+            (h.cfg.agents_dir / a / "memory" / "plan.md").unlink()
+        real = putback.inbox_refusal
+
+        def refusal(root: Any) -> str | None:
+            looks.append(root.name)
+            release.wait(20)
+            return real(root)
+
+        monkeypatch.setattr(putback, "inbox_refusal", refusal)
+        h.indexer.clear()
+        h.sweep()
+        assert len(looks) == 1, looks  # one hung home share: one wait, one stuck thread
+        keys = set(h.stores.manifest.file_states("memory/"))
+        assert {f"memory/{a}/plan" for a in agents} <= keys  # put back: no evidence they went
+        assert {f"memory/{a}/keep" for a in agents} <= keys
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_daemon_whose_vault_hangs_at_start_says_so_and_its_watch_asks_nothing_more(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real start (``Daemon.startup``: ``_look_at_vault``, then ``_start_work`` handing its
+    stuck stat to the supervisor and building the watcher over it): the vault's stat hangs at
+    start, health then says the vault still hangs, and the watch's stat of the vault is told so
+    at once (no second call into the share)."""
+    import tempfile
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.lifecycle import Daemon
+    from sidecar.daemon.process import IndexLock
+
+    release = threading.Event()
+    stats: list[str] = []
+    real = os.stat
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if not isinstance(p, int) and Path(p) == vault:
+            stats.append(str(p))
+            release.wait(20)
+        return real(p, *args, **kwargs)
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as run:
+        cfg = make_cfg(
+            vault,
+            **{
+                "socket": str(Path(run) / "s.sock"),
+                "embedder.enabled": False,
+                "watch.probeTimeoutSeconds": 0.3,
+            },
+        )
+        d = Daemon(cfg)
+        lock = d._lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        monkeypatch.setattr(os, "stat", stat)
+        try:
+            d.startup()
+            assert d.parts is not None and d.watcher is not None and d._dispatch is not None
+            assert stats == [str(vault)]  # the start's look, still in its call
+            health = d._dispatch.dispatch(Request("health", {}, agent="ops"))
+            roots = {r["name"]: r for r in health["roots"]}
+            assert "still hangs" in (roots["vault"]["error"] or ""), roots
+            assert d.watcher._stat(vault) is None  # asked through the supervisor: told at once
+            assert stats == [str(vault)]
+        finally:
+            release.set()
+            d.shutdown()
+            d.notifier.close()

@@ -141,7 +141,9 @@ class PutBack:
             root = inbox_root(self.cfg, name.split("/", 1)[1]) if memory else configured.get(name)
             if root is None or self.excluded_by(key) is not None:
                 continue
-            held = name in unjudged or (memory and "memory" in unjudged)
+            # Once one inbox's look hangs, the agents folder's share does: the other inboxes in it
+            # are not asked (each look cost a probe timeout and a stuck thread), their notes put back.
+            held = name in unjudged or (memory and ("memory" in unjudged or _HUNG in refused.values()))
             if memory and not held:
                 # Not put back: a refused inbox is neither read nor served (a sweep drops its
                 # notes); put back, its notes were served and said "not read back" until the next
@@ -159,7 +161,13 @@ class PutBack:
             else:
                 looked.setdefault(name, (root, []))[1].append((key, rel))
         for root, notes in looked.values():
-            out += self._not_gone(root, notes)
+            if root.source == "memory" and (_HUNG in refused.values() or "memory" in unjudged):
+                out += [key for key, _rel in notes]  # the agents folder's share hangs: not asked
+                continue
+            kept, hung = self._not_gone(root, notes)
+            out += kept
+            if hung and root.source == "memory":
+                unjudged.add("memory")  # as for a look at whether an inbox is refused
         if dropped:  # they left the index: counted and logged as a sweep's drops (one event)
             for name, (agent, n) in dropped.items():
                 self.changes.refused.listed(name, agent, refused[name], n)
@@ -181,10 +189,11 @@ class PutBack:
             log.warning("rebuild_put_back_unjudged root=%s reason=%s", root.name, exc)
             return _HUNG
 
-    def _not_gone(self, root: Root, notes: Sequence[tuple[str, str]]) -> list[str]:
+    def _not_gone(self, root: Root, notes: Sequence[tuple[str, str]]) -> tuple[list[str], bool]:
         """The keys of ``notes`` (key, path in ``root``) whose file is not known to be gone, looked
         up as a sweep's calls are (``Supervisor.bounded``): one that hangs marks the root hanging,
-        and then every note of it is put back (a look-up that timed out is no deleted note)."""
+        and then every note of it is put back (a look-up that timed out is no deleted note);
+        and whether the look-up hung."""
 
         def look(asking: Asking) -> list[str]:
             kept = []
@@ -195,10 +204,10 @@ class PutBack:
             return kept
 
         try:
-            return self.supervisor.bounded(root, look)
+            return self.supervisor.bounded(root, look), False
         except RootUnreachable as exc:
             log.warning("rebuild_put_back_unjudged root=%s notes=%d reason=%s", root.name, len(notes), exc)
-            return [key for key, _rel in notes]
+            return [key for key, _rel in notes], True
 
     def _unjudged_roots(self) -> set[str]:
         """Roots whose notes' absence says nothing now (``memory``: every agent's inbox, while

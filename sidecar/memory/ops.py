@@ -162,6 +162,7 @@ class MemoryOps:
         slug = check_slug(p.get("slug"))
         content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)  # size: inbox checks bytes
         front_matter = p.get("frontmatter")
+        self._inbox_answers(agent, "written")
         self.inboxes.path_of(agent, slug)  # validates before any similarity work
         self.inboxes.precheck(agent, slug, content, front_matter)
         duplicates, fresh = self._near_duplicates(agent, slug, content)
@@ -412,6 +413,7 @@ class MemoryOps:
         agent = check_agent(req.agent)
         slug = check_slug(p.get("slug"))
         key = f"memory/{agent}/{slug}"
+        self._inbox_answers(agent, "deleted")
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = self.inboxes.delete(agent, slug)
@@ -506,6 +508,15 @@ class MemoryOps:
         if refused:
             out["inboxRefused"] = refused
         return out
+
+    def _inbox_answers(self, agent: str, done: str) -> None:
+        """StorageError at once while a call on the agent's inbox still hangs (status says the
+        share hangs): a change's calls into it are not bounded, so it would wait, on the request's
+        thread and holding the note's lock, as long as the share does. Nothing is changed."""
+        if (hung := self.indexer.supervisor.still_hangs(f"memory/{agent}")) is not None:
+            raise StorageError(
+                f"not {done}: the inbox's share hangs ({hung}); nothing {done}: try again once it answers"
+            )
 
     def _inbox_look(self, agent: str, what: str, fn: Callable[[], T], unknown: T) -> T:
         """``fn``, a request's look at the agent's inbox (``what`` it does), bounded as ``get``'s

@@ -34,7 +34,7 @@ from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
-from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, scan, vault_roots
+from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, inbox_root, scan, vault_roots
 from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
 
 log = logging.getLogger(__name__)
@@ -163,8 +163,12 @@ class Supervisor:
         hold_clock: Callable[[], float] | None = None,
         *,
         hold_record: Callable[[], str] | None = None,
+        judge_after: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self.cfg = cfg
+        # Runs a judge of a call given up on early once its seconds have passed (``read_hangs``):
+        # a timer thread of its own; tests fire it by hand.
+        self.judge_after = judge_after or _after
         self.clock = clock
         # What a mass-deletion hold's length is measured on: the daemon passes a clock that
         # counts only real elapsed time (a step of the wall clock ended a 6 h hold at once).
@@ -401,8 +405,9 @@ class Supervisor:
     def watched_stat(self, path: Path) -> os.stat_result:
         """The stat of a folder the file watch covers (the vault, the agents folder), asked as
         a probe of the roots it holds is (``_probe``, waited for probeTimeoutSeconds at most):
-        NoAnswer at once while one of them hangs, and one that times out marks them hanging
-        (the vault; each inbox known, for the agents folder), so status says the share hangs
+        NoAnswer at once while the vault hangs, or while the agents folder's own last stat is
+        still in, and one that times out marks them hanging (the vault; each inbox known, for
+        the agents folder), so status says the share hangs
         and the sweeps retry it with their backoff. Raises OSError as os.stat does."""
         vault = self.cfg.vault.path
         if vault is not None and path == vault:
@@ -411,8 +416,9 @@ class Supervisor:
             return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
         with self._lock:
             inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
-        if (hung := next((st for st in inboxes if st.hanging is not None), None)) is not None:
-            raise NoAnswer(_still_hangs(hung), hung.hanging)
+        # The agents folder is asked even while an inbox in it hangs (one agent's inbox hung by a
+        # read of one note must not end the watch of the others'); only its own look that is
+        # still in tells the next at once (``SharedProbes``).
         since = time.monotonic()
         try:
             timeout = self.cfg.watch.probe_timeout_seconds
@@ -450,16 +456,19 @@ class Supervisor:
         left = 0.0 if since is None else since + timeout - time.monotonic()
         if left > 0:
             with self._lock:  # one judge per stuck call (each get meeting it asks again)
-                asked = stuck in self._judging or not stuck.is_alive()
+                judged = (st := self.roots.get(name)) is not None and st.hanging is stuck
+                asked = judged or stuck in self._judging or not stuck.is_alive()
                 if not asked:
                     self._judging.add(stuck)
             if not asked:  # a timer of its own, not a thread in the share
-                judge = threading.Timer(left, self._judge, (name, what, stuck))
-                judge.daemon = True
-                judge.start()
+                self.judge_after(left, functools.partial(self._judge, name, what, stuck))
             return
         with self._lock:
             st = self.roots.get(name)
+        if st is None and name.startswith("memory/"):
+            # An inbox no sweep has scanned yet (written since the last, or retired as gone):
+            # its status is made here, or the hang was said nowhere.
+            st = self.status(inbox_root(self.cfg, name.removeprefix("memory/")))
         if st is None or st.hanging is not None or not stuck.is_alive():
             return
         st._stuck, st.hung_on, st._asking, st._given_up = stuck, what, None, None
@@ -724,13 +733,21 @@ class Supervisor:
     def _reconfigured(self, root: Root, before: Any) -> bool:
         """Whether the configuration names another folder than the one swept before: the two
         differ by their real paths too (a vault named through a symlink is spelled either way,
-        as the symlink when the share answered slowly at start). Asked as a probe of the root
-        (``_probe``): one that times out marks the root hanging. Raises NoAnswer."""
+        as the symlink when the share answered slowly at start). The folder named now is asked
+        as a probe of the root (``_probe``): one that times out marks the root hanging. The
+        folder remembered may lie on a share the root has left (a vault moved off a dead NAS):
+        its look is bounded on its own and marks nothing, one stuck thread for it at most (the
+        next sweep is told at once while it is still in). Raises NoAnswer either way (the
+        deletions wait)."""
         now = root.path
         if not isinstance(before, str) or before == str(now):
             return False
-        got = self._probe(root, "realpath", lambda: (os.path.realpath(before), os.path.realpath(now)))
-        return got[0] != got[1]
+        real_now = self._probe(root, "realpath", lambda: os.path.realpath(now))
+        timeout = self.cfg.watch.probe_timeout_seconds
+        real_before = self.probes.ask(
+            ("realpath-remembered", before), lambda: os.path.realpath(before), timeout, root.name, self.beat
+        )
+        return real_before != real_now
 
     def hold_deletions(
         self,
@@ -780,8 +797,8 @@ class Supervisor:
         try:
             reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
         except NoAnswer:
-            # The root hangs now (marked so): no evidence of anything; its deletions wait for a
-            # sweep that reads it (the next is told it hangs and retried with its backoff).
+            # The root hangs now (marked so), or the folder it was swept from does not answer:
+            # no evidence of anything; its deletions wait for a sweep that can tell.
             if missing > moved:
                 return "wait"
             reconfigured = False
@@ -1085,6 +1102,12 @@ def _not_waited_for(root: Root, stopping: threading.Event) -> None:
     """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
     if stopping.is_set():
         raise StopCut(f"{root.path}: not waited for, the daemon stops")
+
+
+def _after(seconds: float, fn: Callable[[], None]) -> None:
+    timer = threading.Timer(seconds, fn)
+    timer.daemon = True
+    timer.start()
 
 
 def _still_hangs(st: RootStatus) -> str:
