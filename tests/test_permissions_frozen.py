@@ -132,3 +132,40 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         time.sleep(0.2)
     assert d.stop() == 0
     assert not list(index.glob("*.broken-*"))
+
+
+def test_clients_of_a_daemon_refusing_its_immutable_index_say_its_words(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """A daemon started while its index is immutable answers health with the refusing record
+    (no embedder, no counters): `sidecar index` died of ``KeyError: 'sweeps'``, memory_status
+    said "an answer this shim cannot read" (sending the agent after another program). Each says
+    the refusal's words now, which name ``chattr``."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()
+        assert d.stop() == 0
+        again = daemon_factory(vault, keyword_only=True).start(wait="refusing")
+        done = again.run_cli("index")
+        assert done.returncode == 7 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "the daemon cannot index now: " in done.stderr and "chattr" in done.stderr, done.stderr
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "sidecar", "mcp", "--agent", "ops", "--home", str(again.home)]
+        )
+
+        async def steps() -> Any:
+            async with Client(params) as client:
+                return await client.call_tool("memory_status", {})
+
+        status = asyncio.run(steps())
+        text = "\n".join(c.text for c in status.content if getattr(c, "text", None))
+        assert not status.is_error and "shim cannot read" not in text and "chattr" in text, text
+        assert status.structured_content["refusing"], status.structured_content
+        assert again.stop() == 0
