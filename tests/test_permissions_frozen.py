@@ -120,6 +120,11 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         assert [n["reference"] for n in listed["notes"]] == ["memory/plan"], listed
         saved = d.call("write", {"slug": "canoe", "content": "# Canoe\n\nThe kayak canoe.\n"}, agent="ops")
         assert saved["searchable"] is False and "permission denied: " in saved["warning"], saved
+        # The refusal's own words (which file, what to do), not the folder's "permission denied".
+        assert "is immutable" in saved["warning"] and "chattr -i" in saved["warning"], saved
+        said = d.run_cli("status")
+        assert said.returncode == 0 and "chattr -i" in said.stdout, said.stdout
+        assert "free disk space" not in said.stdout and "--rebuild" not in said.stdout, said.stdout
         assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
     d.call("index", {}, agent="ops")  # the sweep that catches up
     deadline = time.monotonic() + 60
