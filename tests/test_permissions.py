@@ -862,3 +862,21 @@ def test_the_summary_and_memory_status_of_a_daemon_refusing_an_unreadable_index_
     assert "chattr -R -i" in status["message"] and status["message"].count(why) == 1, status
     schema = next(t["outputSchema"] for t in TOOLS if t["name"] == "memory_status")
     jsonschema.validate(status, schema)
+
+
+def test_the_switch_from_a_refusing_index_does_not_say_the_disk_has_room(make_cfg: Any, vault: Path) -> None:
+    """While a daemon refusing an unreadable index (a permission, an immutable flag) reopens it,
+    health's active index problem said "the disk has room again": false for a permission. It says
+    the index may be written again, and the record keeps the refusing shape."""
+    import time
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.readonly import InboxOnly, Refusing, SwitchingHealth, unreadable_words
+
+    cfg = make_cfg(vault)
+    why = unreadable_words(PermissionError(errno.EPERM, "Operation not permitted", "/x/index/bm25"))
+    health = Refusing(why, InboxOnly(cfg, lambda _agent: True, time.time())).dispatch(Request("health", {}))
+    during = SwitchingHealth(health).dispatch(Request("health", {}))
+    [problem] = [p for p in during["problems"]["active"] if p["area"] == "index"]
+    assert problem["error"].startswith("switching to writable: the index may be written again"), problem
+    assert "disk" not in problem["error"], problem
