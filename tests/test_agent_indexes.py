@@ -790,8 +790,8 @@ def test_the_agents_with_memory_are_read_through_the_primary_key(make_cfg: Any, 
     h = Harness(cfg, FakeEmbedder())
     try:
         manifest = h.stores.manifest
-        assert manifest.agents_with_memory() == {"alpha", "beta"}  # this thread's reader opened
-        db = manifest._local.db
+        assert manifest.agents_with_memory() == {"alpha", "beta"}  # the manifest's reader opened
+        [db] = manifest._readers  # one reader: the next read takes it again
         statements: list[str] = []
         db.set_trace_callback(statements.append)
         try:

@@ -801,3 +801,52 @@ def test_status_and_doctor_of_a_daemon_refusing_an_unreadable_index_read_its_rec
     said = render_status(health)
     assert "Index: refusing: the index cannot be read: " in said and "chattr -R -i" in said, said
     assert health["problems"]["active"][0]["area"] == "index", health
+
+
+def test_the_summary_and_memory_status_of_a_daemon_refusing_an_unreadable_index_say_its_words(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The cannot-read record (``InboxOnly.health``) has no embedder and no counters: the terminal
+    summary of `sidecar serve` died of a KeyError on it, and memory_status called it "an answer
+    this shim cannot read". Both say the refusal's words (what to do included)."""
+    import time
+
+    import jsonschema
+
+    from sidecar.clients.foreground import Summary
+    from sidecar.clients.mcp_texts import status_of
+    from sidecar.clients.mcp_tools import TOOLS
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.readonly import InboxOnly, Refusing, unreadable_words
+
+    cfg = make_cfg(vault)
+    why = unreadable_words(PermissionError(errno.EPERM, "Operation not permitted", "/x/index/bm25"))
+    health = Refusing(why, InboxOnly(cfg, lambda _agent: True, time.time())).dispatch(Request("health", {}))
+    summary = Summary()
+    said = summary.lines(health)
+    assert any(line.startswith("index: refusing: the index cannot be read: ") for line in said), said
+    assert "chattr -R -i" in "\n".join(said), said
+    assert summary.lines(health) == []  # said once
+    status = status_of(health, "ops")
+    assert status["daemon"] == "running" and status["refusing"] == why, status
+    assert "chattr -R -i" in status["message"] and status["message"].count(why) == 1, status
+    schema = next(t["outputSchema"] for t in TOOLS if t["name"] == "memory_status")
+    jsonschema.validate(status, schema)
+
+
+def test_the_switch_from_a_refusing_index_does_not_say_the_disk_has_room(make_cfg: Any, vault: Path) -> None:
+    """While a daemon refusing an unreadable index (a permission, an immutable flag) reopens it,
+    health's active index problem said "the disk has room again": false for a permission. It says
+    the index may be written again, and the record keeps the refusing shape."""
+    import time
+
+    from sidecar.contracts.protocol import Request
+    from sidecar.daemon.readonly import InboxOnly, Refusing, SwitchingHealth, unreadable_words
+
+    cfg = make_cfg(vault)
+    why = unreadable_words(PermissionError(errno.EPERM, "Operation not permitted", "/x/index/bm25"))
+    health = Refusing(why, InboxOnly(cfg, lambda _agent: True, time.time())).dispatch(Request("health", {}))
+    during = SwitchingHealth(health).dispatch(Request("health", {}))
+    [problem] = [p for p in during["problems"]["active"] if p["area"] == "index"]
+    assert problem["error"].startswith("switching to writable: the index may be written again"), problem
+    assert "disk" not in problem["error"], problem

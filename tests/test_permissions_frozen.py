@@ -120,6 +120,11 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         assert [n["reference"] for n in listed["notes"]] == ["memory/plan"], listed
         saved = d.call("write", {"slug": "canoe", "content": "# Canoe\n\nThe kayak canoe.\n"}, agent="ops")
         assert saved["searchable"] is False and "permission denied: " in saved["warning"], saved
+        # The refusal's own words (which file, what to do), not the folder's "permission denied".
+        assert "is immutable" in saved["warning"] and "chattr -i" in saved["warning"], saved
+        said = d.run_cli("status")
+        assert said.returncode == 0 and "chattr -i" in said.stdout, said.stdout
+        assert "free disk space" not in said.stdout and "--rebuild" not in said.stdout, said.stdout
         assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
     d.call("index", {}, agent="ops")  # the sweep that catches up
     deadline = time.monotonic() + 60
@@ -132,3 +137,116 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         time.sleep(0.2)
     assert d.stop() == 0
     assert not list(index.glob("*.broken-*"))
+
+
+def test_clients_of_a_daemon_refusing_its_immutable_index_say_its_words(
+    daemon_factory: Any, vault: Path
+) -> None:
+    """A daemon started while its index is immutable answers health with the refusing record
+    (no embedder, no counters): `sidecar index` died of ``KeyError: 'sweeps'``, memory_status
+    said "an answer this shim cannot read" (sending the agent after another program). Each says
+    the refusal's words now, which name ``chattr``."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe keeper of the lighthouse rows home.\n")
+    d = daemon_factory(vault, keyword_only=True).start()
+    index = d.cfg.index_dir
+    with _immutable(index):
+        os.sync()
+        assert d.stop() == 0
+        again = daemon_factory(vault, keyword_only=True).start(wait="refusing")
+        done = again.run_cli("index")
+        assert done.returncode == 7 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "the daemon cannot index now: " in done.stderr and "chattr" in done.stderr, done.stderr
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "sidecar", "mcp", "--agent", "ops", "--home", str(again.home)]
+        )
+
+        async def steps() -> Any:
+            async with Client(params) as client:
+                return await client.call_tool("memory_status", {})
+
+        status = asyncio.run(steps())
+        text = "\n".join(c.text for c in status.content if getattr(c, "text", None))
+        assert not status.is_error and "shim cannot read" not in text and "chattr" in text, text
+        assert status.structured_content["refusing"], status.structured_content
+        assert again.stop() == 0
+
+
+# Run in a process of its own, so that a SIGBUS kills only it. Four threads each begin a read of
+# the manifest and stay in it (``hold``) while a commit follows each start; then they end, the
+# ``-shm`` is made immutable and the manifest is read again. Prints what it reached.
+_FOUR_READS_AT_COMMITS = """
+import os, subprocess, sys, threading
+from pathlib import Path
+from sidecar.stores import manifest as manifest_module
+from sidecar.stores.manifest import Manifest
+
+release = threading.Event()
+entered = threading.Semaphore(0)
+
+def hold():
+    entered.release()
+    release.wait()
+    return 1
+
+real = manifest_module.guarded_connect
+
+def connect(*args, **kwargs):
+    db = real(*args, **kwargs)
+    db.create_function("hold", 0, hold)
+    return db
+
+manifest_module.guarded_connect = connect
+path = Path(sys.argv[1])
+m = Manifest(path)
+m.set_meta("k", "0")
+threads = []
+for i in range(4):
+    t = threading.Thread(target=m._committed, args=("SELECT count(*), hold() FROM meta",))
+    t.start()
+    threads.append(t)
+    entered.acquire(timeout=2)  # a read capped out waits for a reader and never holds one
+    m.set_meta("k", str(i + 1))  # a commit while the reads begun so far are in flight
+release.set()
+for t in threads:
+    t.join()
+print("reads ended", flush=True)
+os.sync()
+shm = path.with_name(path.name + "-shm")
+if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+    print("no chattr", flush=True)
+    os._exit(0)
+try:
+    print("read", m._committed("SELECT value FROM meta WHERE name = 'k'"), m.get_meta("k"), flush=True)
+finally:
+    subprocess.run(["chattr", "-i", str(shm)], check=True)
+os._exit(0)
+"""
+
+
+def test_a_read_after_four_reads_in_flight_at_commits_survives_an_immutable_shm(tmp_path: Path) -> None:
+    """SQLite's WAL has four read-mark slots. Four of the manifest's readers (one per request
+    thread, uncapped) in reads at different snapshots at a commit left the writer's read after it
+    no slot to record the new end; once the ``-shm`` was immutable the next read wrote a mark
+    into the mapped file and the process died of SIGBUS (rc -7). The manifest reads on two
+    connections at most now (a third read waits for one): the settle read always finds a slot."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file immutable")
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FOUR_READS_AT_COMMITS, str(tmp_path / "manifest.sqlite")],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:  # a process killed by SIGBUS left the flag set
+        subprocess.run(
+            ["chattr", "-i", str(tmp_path / "manifest.sqlite-shm")], capture_output=True, check=False
+        )
+    if "no chattr" in done.stdout:
+        pytest.skip("cannot make a file immutable here")
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert "read [('4',)] 4" in done.stdout, done.stdout

@@ -188,6 +188,23 @@ def test_the_to_do_of_an_index_problem_names_the_disk_only_when_the_error_does(
     assert ("not for lack of disk space" in text) is not disk
 
 
+def test_the_to_do_of_an_immutable_index_names_chattr_not_the_disk(serve_in_process: Serve) -> None:
+    """An index update or memory write refused for an immutable ``-shm`` (its words name the file
+    and ``chattr -i``): the To do said "check free disk space and permissions of the home folder"
+    (the home was fine). It says to lift the flag, neither the disk nor a rebuild."""
+    from sidecar.index.problems import Problems
+    from sidecar.stores.frozen import immutable_words
+
+    health = serve_in_process(model=KEYWORD_ONLY).call("health")
+    problems = Problems()
+    problems.report("index", f"indexing a memory write failed: {immutable_words(Path('/h/index/m-shm'))}")
+    problems.report("memory_write", f"ops: {immutable_words(Path('/h/index/m-shm'))}")
+    health["problems"] = problems.describe()
+    text = render_status(health)
+    assert "/h/index/m-shm is immutable" in text and "lift the immutable flag the PROBLEM" in text, text
+    assert "chattr -i" in text and "free disk space" not in text and "--rebuild" not in text, text
+
+
 def test_a_failure_reported_during_work_that_went_well_is_not_cleared_by_it() -> None:
     """A memory write whose indexing failed (a full disk) while a sweep ran: the sweep's end
     clears only failures reported before it began, so the failure stays until work begun after

@@ -1877,3 +1877,57 @@ def test_a_failed_open_whose_close_fails_raises_the_opens_error(
     monkeypatch.setattr(Manifest, "close", fails)
     with pytest.raises(PermissionDeniedError, match="permission denied: bm25"):
         lifecycle.open_stores(cfg, Problems())
+
+
+def test_a_failed_keyword_index_or_parts_build_whose_close_fails_raises_the_opens_error(
+    tmp_path: Path, make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword index's folders closed after its memory or pages failed to open, and the
+    stores closed after the daemon's parts failed to build: a close raising (EIO) hid the open's
+    error, a permission denied, which decides between the read-only state and a retry. The
+    close's error is logged, the open's raised."""
+    import errno
+
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.daemon import compose
+    from sidecar.index.vectoring import Stores
+    from sidecar.model.embedder import EmbedderSlot
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.bm25_folder import Folder
+
+    def eio(_self: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def denied(*_a: Any, **_k: Any) -> None:
+        raise PermissionDeniedError("permission denied: memory")
+
+    real_folder = Folder.__init__
+
+    def pages_denied(self: Any, path: Path, *a: Any, **k: Any) -> None:
+        if path.name == "pages":
+            raise PermissionDeniedError("permission denied: pages")
+        real_folder(self, path, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Folder, "close", eio)
+        m.setattr(Bm25Index, "_open_memory", denied)
+        with pytest.raises(PermissionDeniedError, match="permission denied: memory"):
+            Bm25Index(tmp_path / "bm25")
+        m.setattr(Folder, "__init__", pages_denied)
+        with pytest.raises(PermissionDeniedError, match="permission denied: pages"):
+            Bm25Index(tmp_path / "bm25-2")
+    cfg = make_cfg(vault)
+    real_close = Stores.close
+    failed: list[Stores] = []
+
+    def close_eio(self: Stores) -> None:
+        failed.append(self)
+        raise OSError(errno.EIO, "Input/output error")
+
+    with monkeypatch.context() as m:
+        m.setattr(compose, "Vectoring", denied)
+        m.setattr(Stores, "close", close_eio)
+        with pytest.raises(PermissionDeniedError, match="permission denied: memory"):
+            compose.build(cfg, EmbedderSlot())
+    for stores in failed:  # closed for real: nothing left open by the test
+        real_close(stores)

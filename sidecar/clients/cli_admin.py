@@ -143,7 +143,7 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
         with Client(
             cfg.socket_path, config_file=cfg.source_file, serve_flags=serve_flags(args, cfg)
         ) as client:
-            first = client.call("health")
+            first = _served_health(client)
             before = first["index"]["sweeps"]
             params: dict[str, Any] = {"rebuild": bool(args.rebuild)}
             if args.confirm_deletions:
@@ -213,13 +213,23 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
     return _index_here(args, cfg, bar)
 
 
+def _served_health(client: Client) -> dict[str, Any]:
+    """Health of a daemon that serves its index; one refusing it (the index cannot be read: its
+    record has no counters) is an error in its own words, exit 7 (a KeyError's traceback was
+    shown instead)."""
+    health: dict[str, Any] = client.call("health")
+    if refusing := health.get("refusing"):
+        raise StorageError(f"the daemon cannot index now: {refusing}")
+    return health
+
+
 def _wait_for_sweep(
     client: Client, bar: Progress, ticket: int | None, before: int, asked: float
 ) -> dict[str, Any]:
     """Health once the sweep `sidecar index` asked for is done, the progress shown meanwhile."""
     said: set[tuple[str, str, int]] = set()
     while True:
-        health = client.call("health")
+        health = _served_health(client)
         idx = health["index"]
         _show_progress(bar, idx, health["embedder"])
         _say_waiting(bar, idx.get("waiting"), said)
@@ -278,7 +288,7 @@ def _wait_for_vectors(
             return health, True
         bar.update("embedding", idx["chunks"] - pending, idx["chunks"])
         time.sleep(0.5)
-        health = client.call("health")
+        health = _served_health(client)
 
 
 def _still_going_on(idx: dict[str, Any], embedder: dict[str, Any], stalled: bool = False) -> list[str]:

@@ -83,6 +83,10 @@ def index_todo(service: bool | None) -> str:
     )
 
 
+# The words of a write refused for an immutable file (``stores.frozen.immutable_words``).
+_IMMUTABLE = " is immutable (a backup tool's or an admin's flag)"
+
+
 def _disk_likely(problem: dict[str, Any]) -> bool:
     """Whether a problem most likely comes from the home's disk (full, read-only, permissions):
     every one of the areas that write to it, an index update only when its error says so."""
@@ -109,9 +113,16 @@ def _problem_lines(problems: dict[str, Any], todo: list[str], service: bool | No
         times = f", {p['count']} times" if p["count"] > 1 else ""
         out.append(f"PROBLEM ({area}, since {_ago(p['since'])}{times}): {shown(plain_error(p['error']))}")
     areas = {p["area"] for p in problems["active"]}
-    if any(_disk_likely(p) for p in problems["active"]):
+    # An immutable file (chattr +i) says which and what to do: neither the disk's room nor a rebuild.
+    frozen = [p for p in problems["active"] if _IMMUTABLE in str(p["error"])]
+    if frozen:
+        todo.append(
+            "lift the immutable flag the PROBLEM line names (chattr -i FILE, or chattr -R -i on the index "
+            "folder; chflags nouchg on macOS); the daemon catches up by itself"
+        )
+    if any(_disk_likely(p) and p not in frozen for p in problems["active"]):
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
-    if any(p["area"] == "index" and not _disk_likely(p) for p in problems["active"]):
+    if any(p["area"] == "index" and not _disk_likely(p) and p not in frozen for p in problems["active"]):
         todo.append(index_todo(service))
     if "home" in areas:
         todo.append(HOME_TODO)

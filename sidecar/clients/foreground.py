@@ -150,10 +150,15 @@ class Summary:
 
     def lines(self, h: dict[str, Any]) -> list[str]:
         out: list[str] = []
-        idx, emb = h["index"], h["embedder"]
         now = self.clock()
         vault = h.get("vault") or "none configured (only agent memory)"
         self._once("up", f"sidecar {h['version']} is listening on {h['socket']}; vault: {vault}", out)
+        if refusing := h.get("refusing"):
+            # The index cannot be read: its record has no counters (the thread died of a KeyError
+            # and said nothing more). Its words, once each; the daemon retries by itself.
+            self._once(f"refusing {refusing}", f"index: refusing: {refusing}", out)
+            return out
+        idx, emb = h["index"], h["embedder"]
         building = idx["phase"] in ("starting", "scanning", "indexing") and idx["sweeps"] == 0
         if building:
             prog = idx.get("progress") or {}

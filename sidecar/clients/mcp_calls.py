@@ -309,6 +309,9 @@ class ToolCalls:
                     "there, then `sidecar serve` again)"
                 )
             raise ToolError(text, exc.daemon, {"daemon": exc.daemon or "down", "message": text}) from exc
+        if health.get("refusing"):  # the index cannot be read: its record has no embedder
+            out = status_of(health, self.agent)
+            return f"sidecar: {out['message']}", out
         if not isinstance(health.get("index"), dict) or not isinstance(health.get("embedder"), dict):
             raise TypeError("the health answer has no index and embedder")  # not the daemon's answer
         out = status_of(health, self.agent)

@@ -206,6 +206,8 @@ _INBOX_PATH = re.compile(r"/agents/([a-z0-9][a-z0-9_-]{0,63})/")
 def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
     """What an agent needs of the daemon's ``health``; other agents' inboxes are left out (their
     names, paths and failed notes are theirs)."""
+    if refusing := health.get("refusing"):
+        return _refusing_status(health, str(refusing), agent)
     emb = health.get("embedder", {})
     idx = health.get("index", {})
     progress = idx.get("progress", {})
@@ -334,6 +336,32 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
         "problems": problems,
         **({"inbox": _inbox(inbox)} if inbox else {}),
         **({"pace": pace} if pace else {}),
+    }
+
+
+def _refusing_status(health: dict[str, Any], refusing: str, agent: str | None) -> dict[str, Any]:
+    """memory_status of a daemon that cannot read its index (health's ``refusing`` record: no
+    embedder, no counters): its words, what to do included, and its other problems. The shim
+    said "an answer this shim cannot read", sending the agent after another program."""
+    problems = [
+        {"area": p.get("area", ""), "error": plain_error(p.get("error", ""))}
+        for p in (health.get("problems") or {}).get("active", [])
+        if p.get("area") != "index"  # the refusal itself, said once
+        and not (
+            (p.get("area", "").startswith("memory_") or p.get("area") == "unreadable")
+            and _another_agents(p.get("error", ""), agent)
+        )
+    ]
+    parts = [
+        f"the index cannot be used now, so search and memory_get find nothing: {refusing}",
+        "memory_write, memory_edit, memory_delete and memory_list still work on your inbox",
+    ]
+    parts.extend(f"problem in {p['area']}: {p['error']}" for p in problems)
+    return {
+        "daemon": "running",
+        "message": shown("; ".join(parts) + "."),
+        "refusing": shown(refusing),
+        "problems": problems,
     }
 
 

@@ -278,6 +278,8 @@ TOOLS: list[dict[str, Any]] = [
             {
                 "daemon": {"type": "string", "enum": ["running", "down", "not answering"]},
                 "message": STR,
+                # Only while the index cannot be read: why, and what to do (no index, no embedder).
+                "refusing": STR,
                 "embedder": obj(
                     {
                         "state": STR,

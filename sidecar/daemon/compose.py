@@ -92,8 +92,12 @@ def build(
         repair = Repair(cfg, stores, vectors, slot, problems)
     except BaseException:
         # Not left open: the daemon's switch to writable is tried again in the same process, and
-        # an open keyword writer's lock made that "in use by another process".
-        stores.close()
+        # an open keyword writer's lock made that "in use by another process". An error of the
+        # close is logged: raised, it hid the build's, the one that says what is wrong.
+        try:
+            stores.close()
+        except Exception as exc:
+            log.warning("stores_close_failed error=%s (after a failed start)", exc)
         raise
     return Parts(problems, stores, vectors, supervisor, indexer, repair, clock)
 

@@ -238,7 +238,7 @@ class Dispatch:
             # after its client had given up on it, and a retry of an edit applied it twice.
             if not self._cond.wait_for(lambda: self._handlers is not None, _SWITCH_WAIT):
                 raise StorageError(
-                    "the disk has room again and the index is being reopened for writing; nothing "
+                    "the index may be written again and is being reopened for writing; nothing "
                     "was done: try again in a moment"
                 )
             handlers, generation = self._handlers, self._generation
@@ -353,7 +353,9 @@ class SwitchingHealth:
             {
                 "area": "index",
                 "error": (
-                    "switching to writable: the disk has room again and the index is being reopened "
+                    # Room on the disk or the permission back (an immutable flag lifted): which
+                    # one is not known here, and "the disk has room" was false for the latter.
+                    "switching to writable: the index may be written again and is being reopened "
                     f"for writing; other requests wait up to {_SWITCH_WAIT:.0f} s meanwhile"
                 ),
                 "since": since,

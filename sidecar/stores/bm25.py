@@ -58,6 +58,16 @@ from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, recor
 log = logging.getLogger(__name__)
 
 
+def _close_after_failure(folder: Folder) -> None:
+    """Close a folder after the open of the index failed; an error of the close is logged, never
+    raised: raised, it hid the open's error (a permission denied, which decides between the
+    read-only state and a retry, or damage)."""
+    try:
+        folder.close()
+    except Exception as exc:
+        log.warning("bm25_close_failed path=%s error=%s (after a failed open)", folder.path, exc)
+
+
 # ``filled`` in the folder of every agent's memory (``EVERYONE_DIR``) says it holds all memory (an
 # install from before it fills it from the manifest; until then a person's search reads the inboxes).
 _FILLED = "filled"
@@ -121,7 +131,7 @@ class Bm25Index(Bm25Search):
         try:
             self._pages = Folder(path / "pages", self.schema, read_only=read_only, layout=layout)
         except BaseException:
-            self._chunks.close()  # its writer's lock released: the next try would find it busy
+            _close_after_failure(self._chunks)  # its writer's lock released: the next try found it busy
             raise
         self._open: OrderedDict[str, Pair] = OrderedDict()  # least recently used first
         self._emptied: set[str] = set()  # agents whose documents ``delete_all`` dropped (uncommitted)
@@ -144,8 +154,8 @@ class Bm25Index(Bm25Search):
         except BaseException:
             # No file handles left, say: the vault's writers closed, or the next try (the reopen
             # of a lost index) finds their locks held and takes them for another daemon's.
-            self._chunks.close()
-            self._pages.close()
+            _close_after_failure(self._chunks)
+            _close_after_failure(self._pages)
             raise
 
     def _open_memory(self, path: Path, read_only: bool, layout: int) -> None:

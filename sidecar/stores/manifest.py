@@ -47,6 +47,14 @@ from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
+# The manifest's own reader connections, shared by every thread (a read takes a free one, waits
+# for one when all are reading). Capped: SQLite's WAL has 4 read-mark slots (WAL_NREADER - 1);
+# when all 4 were held by reads in flight at different snapshots at a commit, the writer's read
+# after it (``frozen.GuardedConnection._settle``) recorded no mark of the new end, and once the
+# ``-shm`` turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours
+# leave two slots for the settle read and another process's reader (doctor, a backup).
+READERS = 2
+
 log = logging.getLogger(__name__)
 
 
@@ -66,11 +74,15 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         self.generation = 0  # committed write transactions: what a cache of rows is keyed by
         self._note_days: tuple[int, DayFormats, list[NoteDay]] | None = None
         self._lock = threading.RLock()
-        # Searches read chunk views on connections of their own (one per thread): in WAL mode a
-        # reader sees the last commit and never waits for the writer, whose transactions hold
-        # ``_lock`` for tens of ms under a load of memory writes (a search waited up to 80 ms).
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        # Searches read chunk views on connections of their own (``READERS`` at most, shared by
+        # the threads): in WAL mode a reader sees the last commit and never waits for the writer,
+        # whose transactions hold ``_lock`` for tens of ms under a load of memory writes (a search
+        # waited up to 80 ms).
+        self._readers: list[sqlite3.Connection] = []  # every one open (closed by ``close``)
+        self._idle: list[sqlite3.Connection] = []  # those no read holds now
+        self._opening = 0  # readers being opened (counted against ``READERS``)
+        self._reader_free = threading.Condition(threading.Lock())
+        self._readers_shut = False  # closed: a read after it opens none (it fails on the writer)
         self._write_back_waits = False  # ``written_back`` said it waits for room (said once)
         self._counted = False  # in ``_open_writers``
         # The meta names of the indexer's row mark and the note row there, once it checked them:
@@ -185,18 +197,50 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         """A read of what is committed, on this thread's own connection (opened on first use).
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
         with it an old snapshot, open past its call."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        # Read-only (immutable): nothing writes, and a reader of its own would make files.
+        db = None if self.read_only else self._take_reader()
         if db is None:
-            # Read-only (immutable): nothing writes, and a reader of its own would make files.
-            db = None if self.read_only else self._open_reader()
-            if db is None:
-                return self._query(sql, args)
-        return db.execute(sql, args).fetchall()
+            return self._query(sql, args)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            self._give_back(db)
+
+    def _take_reader(self) -> sqlite3.Connection | None:
+        """A reader no read holds: an idle one, a new one while fewer than ``READERS`` are open,
+        else the first one given back. None (read through the writer) when none can be opened."""
+        with self._reader_free:
+            while not self._readers_shut and not self._idle and len(self._readers) + self._opening >= READERS:
+                self._reader_free.wait()
+            if self._readers_shut:
+                return None
+            if self._idle:
+                return self._idle.pop()
+            self._opening += 1
+        try:
+            return self._open_reader()
+        finally:
+            with self._reader_free:
+                self._opening -= 1
+                self._reader_free.notify()  # one not opened leaves room for another try
+
+    def _give_back(self, db: sqlite3.Connection) -> None:
+        with self._reader_free:
+            if db in self._readers:  # not closed meanwhile (``close``)
+                self._idle.append(db)
+            self._reader_free.notify()
+
+    def _readers_closed(self) -> None:
+        """After ``close`` closed the readers: none is idle, any read waiting for one goes on."""
+        with self._reader_free:
+            self._idle.clear()
+            self._readers_shut = True
+            self._reader_free.notify_all()
 
     def _open_reader(self) -> sqlite3.Connection | None:
-        """This thread's reader on the writer's own file; None (read through the writer) when the
-        file was deleted or replaced meanwhile (the daemon reports it; a restart repairs it) or
-        cannot be opened: a reader must never create an empty manifest or read another one."""
+        """A reader on the writer's own file; None (read through the writer) when the file was
+        deleted or replaced meanwhile (the daemon reports it; a restart repairs it) or cannot be
+        opened: a reader must never create an empty manifest or read another one."""
         try:
             if self.path.stat().st_ino != self.inode:
                 return None
@@ -210,9 +254,8 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         except sqlite3.Error:
             close_failed_open(db, self.path)  # was left open, one connection per try
             return None
-        with self._lock:
+        with self._lock, self._reader_free:
             self._readers.append(db)
-        self._local.db = db
         return db
 
     @contextmanager

@@ -162,6 +162,8 @@ class ManifestFile:
     _readers: list[sqlite3.Connection]
     _counted: bool
 
+    def _readers_closed(self) -> None: ...
+
     def _count_writer(self) -> None:
         with _writers_lock:
             _open_writers[self.path] += 1
@@ -439,6 +441,7 @@ class ManifestFile:
                 except BaseException as exc:  # raised below, once the rest is closed
                     failed = failed or exc
             self._readers.clear()
+            self._readers_closed()
             try:
                 if not self.read_only:
                     with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
@@ -476,6 +479,7 @@ class ManifestFile:
             with contextlib.suppress(sqlite3.Error):
                 reader.close()
         self._readers.clear()
+        self._readers_closed()
         self._release_writer()
         leave_open(self._db)
         self._left = True

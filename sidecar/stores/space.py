@@ -19,7 +19,7 @@ import secrets
 import sqlite3
 from pathlib import Path
 
-from sidecar.contracts.errors import is_disk_full
+from sidecar.contracts.errors import PermissionDeniedError, is_disk_full
 
 # About what SQLite's shared-memory file takes at open (32 KiB) with room to spare.
 PROBE_BYTES = 64 * 1024
@@ -135,7 +135,10 @@ def fault_words(exc: BaseException, path: Path) -> str:
     """How a failed write of the store at ``path`` reads in status and a reply: SQLite's "disk
     I/O error" for a write the OS refused for want of permission read as a dying disk (status said
     so while the same folder was only immutable); the store is asked then, and says
-    "permission denied: <where>"."""
+    "permission denied: <where>". A refusal that says its own words (an immutable ``-shm``:
+    which file, ``chattr -i``) keeps them: the folder's "permission denied" hid what to do."""
+    if isinstance(exc, PermissionDeniedError):
+        return str(exc)
     if isinstance(exc, sqlite3.Error) and not is_disk_full(exc):
         code = getattr(exc, "sqlite_errorcode", None)
         if code is None or code & 0xFF in _REFUSED_SQLITE:
