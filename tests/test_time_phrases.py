@@ -595,14 +595,25 @@ def test_two_periods_joined_in_one_clause_give_no_window(said: str) -> None:
 @pytest.mark.parametrize(
     ("said", "since", "until", "phrase"),
     [
-        # in one clause, not joined: the month named by its preposition is read, no giving way
-        ("notes from last March about last week", "2026-03-01", "2026-03-31", "from last March"),
+        # in one clause, not joined by and/or alone: it gives way as in another clause (the
+        # month names the notes' topic, the other phrase the time asked about)
+        ("notes from last March about last week", "2026-11-23", "2026-11-29", "last week"),
+        ("What did I write about the trip from March to May last week?", "2026-11-23", "2026-11-29", "last week"),
+        ("What did I add to my notes from last March yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
+        ("Which notes from March did I edit today?", "2026-12-02", "2026-12-02", "today"),
+        ("Was habe ich zu den Notizen vom März gestern ergänzt?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Was habe ich über letzten März gestern geschrieben?", "2026-12-01", "2026-12-01", "gestern"),
+        ("Welche Notizen vom März habe ich heute geändert?", "2026-12-02", "2026-12-02", "heute"),
+        ("Was habe ich über den Urlaub von März bis Mai gestern geschrieben?", "2026-12-01", "2026-12-01", "gestern"),
+        # a verb between the two periods: not joined, it gives way
+        ("Was habe ich letzten März gemacht und letzte Woche?", "2026-11-23", "2026-11-29", "letzte Woche"),
+        ("What did I do last March and then last week?", "2026-11-23", "2026-11-29", "last week"),
         # in another clause: it gives way
         ("Notizen aus März, was habe ich gestern notiert?", "2026-12-01", "2026-12-01", "gestern"),
         ("Last March, what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
     ],
 )
-def test_a_month_gives_way_only_to_a_phrase_in_another_clause(
+def test_a_month_gives_way_to_a_phrase_outside_it(
     said: str, since: str, until: str, phrase: str
 ) -> None:
     f = split_filters(said, TODAY)[1]

@@ -1172,18 +1172,9 @@ def _month_joined_before(text: str, start: int) -> bool:
     return joined.start() == 0 or not text[joined.start() - 1].isalnum()
 
 
-_BETWEEN_CLAUSES = re.compile(r"[.;:!?,\n()]")
-
-
 def _joined(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
     first, second = sorted((one, other), key=lambda m: m.start())
     return _JOINING.fullmatch(text, first.end(), second.start()) is not None
-
-
-def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
-    """Whether two phrases stand in different clauses (a punctuation mark between them)."""
-    first, second = sorted((one, other), key=lambda m: m.start())
-    return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
 
 
 _Found = tuple[tuple[int, int], re.Match[str], Window, bool]
@@ -1191,7 +1182,8 @@ _Found = tuple[tuple[int, int], re.Match[str], Window, bool]
 
 def _chosen(text: str, kept: list[_Found]) -> _Found | None:
     """The first phrase found (by position, the longest at it); a month read by its preposition
-    (giving way) yields to a phrase in another clause; two periods joined in one clause, either
+    (giving way) yields to any other phrase outside it ("notes from March … yesterday" asks
+    about yesterday); two periods joined by nothing but and/or (a comma), either
     of them giving way, are none ("last March and last week", "Notizen aus März und gestern"):
     either window alone hides the other's notes."""
     if not kept:
@@ -1203,8 +1195,8 @@ def _chosen(text: str, kept: list[_Found]) -> _Found | None:
         (best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside
     ):
         return None
-    if best[3]:
-        others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
+    if best[3]:  # a month read by its preposition gives way to any phrase outside it
+        others = [f for f in outside if not f[3]]
         best = min(others, key=lambda f: f[0]) if others else best
     return best
 
