@@ -2329,12 +2329,7 @@ def test_a_period_not_asked_about_whose_hits_fill_the_limit_leaves_room_for_othe
         ("My back hurt badly last March, what helps?", "last March", "vault/Health/Back"),
         ("Mein Rücken tat im vergangenen März weh. Was hilft?", "im vergangenen März", "vault/Health/Rücken"),
         ("Between March and May my back hurt, what helps?", "Between March and May", "vault/Health/Back"),
-        ("From March to May my back hurt, what helps?", "From March to May", "vault/Health/Back"),
-        (
-            "Von März bis Mai tat mein Rücken weh, was hilft?",
-            "Von März bis Mai",
-            "vault/Health/Rücken",
-        ),
+        ("From March to May I had back pain, what helps?", "From March to May", "vault/Health/Back"),
         (
             "Zwischen März und Mai tat mein Rücken weh, was hilft?",
             "Zwischen März und Mai",

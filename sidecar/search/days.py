@@ -770,17 +770,17 @@ _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträg
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
 
 
-# a lower-case word (a verb, a pronoun: "my back hurt", "tat mein Rücken weh") or "I"; a noun
-# after it makes a label of it ("von Januar bis März 2025 Kontoauszüge")
-_WORD_NEXT = re.compile(r"\s+(?-i:[a-zäöüß]|I\b)")
+# a subject pronoun ("From March to May I ran daily"): any other word may begin a label's noun
+# ("from March to May invoices", "von März bis Mai die Stromrechnung", "… meine Kontoauszüge")
+_WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
 def _opens_its_clause(m: re.Match[str]) -> bool:
-    """Whether the phrase begins its clause and the clause goes on with a verb or a pronoun ("From
-    March to May my back hurt, what helps?", "Von März bis Mai lief ich jeden Tag"): a period
-    said, as "since Monday" is, no label's (a label's range follows its noun, "Stromrechnung von
-    März bis Mai 2025", or goes before one, "von Januar bis März 2025 Kontoauszüge")."""
+    """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
+    ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
+    follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
