@@ -778,6 +778,29 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
 @pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
+        # still open or coming: read as "in May" is on its own, no year-old May
+        (dt.date(2026, 3, 15), "Which entries in May are coming up?", None, None, None),
+        (dt.date(2026, 3, 15), "Welche Einträge im Mai sind offen?", None, None, None),
+        (dt.date(2026, 3, 15), "Which notes in May are still pending?", None, None, None),
+        (dt.date(2026, 12, 7), "Which entries in May are coming up?", "2026-05-01", "2026-05-31", "in May"),
+        (dt.date(2026, 12, 7), "Welche Einträge im Mai sind offen?", "2026-05-01", "2026-05-31", "im Mai"),
+        # "aus" as "im" about plans: the coming one
+        (dt.date(2026, 12, 7), "Notizen aus März, was steht an?", "2027-03-01", "2027-03-31", "aus März"),
+        (dt.date(2026, 12, 7), "Notizen im März, was steht an?", "2027-03-01", "2027-03-31", "im März"),
+        # not about plans: the month gone by, as before
+        (dt.date(2026, 3, 15), "Welche Einträge im Mai habe ich geschrieben?", "2025-05-01", "2025-05-31", "im Mai"),
+    ],
+)
+def test_notes_in_a_month_still_open_keep_the_reading_of_in_a_month(
+    today: dt.date, said: str, since: str | None, until: str | None, phrase: str | None
+) -> None:
+    f = split_filters(said, today)[1]
+    assert (f.since, f.until, f.phrase) == (since, until, phrase), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "since", "until", "phrase"),
+    [
         (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
         (TODAY, "between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
         (TODAY, "Notizen von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),

@@ -725,10 +725,30 @@ def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         _month_number(m[2])  # "notes in may be lost": the verb
     if lead in ("von", "aus", "im", "in") and not (m[3] or m[4]) and _NAME_NEXT.match(m.string, m.end()):
         raise FilterError("a month's name before a name")
-    if lead in ("in", "im", "during") and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
-        # asked about plans ("Welche Einträge im Mai stehen an?"), read as "im Mai" is: the coming one
+    if lead in _LEADS_OF_PLANS and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
+        # asked about plans ("Welche Einträge im Mai stehen an?", "Notizen aus März, was steht
+        # an?"), read as "im Mai" is: the coming one
         return _named_month(t, m[2], m[3], m[4], ahead=True)
+    if lead in _LEADS_OF_PLANS and not (m[3] or m[4]) and _asks_open(m.string):
+        # "Which entries in May are coming up?", "Welche Einträge im Mai sind offen?": read as
+        # "in May" is (a month not yet begun is none), never a year-old May
+        return _named_month(t, m[2], None)
     return _named_month(t, m[2], m[3], m[4], gone=True)
+
+
+_LEADS_OF_PLANS = ("in", "im", "during", "aus")
+# Words of what is still to do or to come, beside those asks_ahead/asks_coming read.
+_OPEN = re.compile(
+    r"\b(?:coming\s+up|upcoming|pending|offen|anstehend\w*|ausstehend\w*)\b",
+    re.IGNORECASE,
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _asks_open(text: str) -> bool:
+    """Whether ``text`` names what is still open or coming (once per text: a long text of month
+    phrases looks it up per phrase)."""
+    return _OPEN.search(text) is not None
 
 
 # A range of months: "from March to May", "between March and May 2025", "von März bis Mai",
