@@ -799,6 +799,39 @@ def test_notes_in_a_month_still_open_keep_the_reading_of_in_a_month(
 
 
 @pytest.mark.parametrize(
+    "said",
+    [
+        # a comma list of months is one clause: no one month's window
+        "Notizen aus März, April und Mai",
+        "Notizen aus März 2025, April 2025",
+        "Notizen im März, April und Mai",
+        "Zeige mir die Notizen aus dem März, April",
+        "notes from March, April and May",
+        "notes in March, April and May",
+        "Was habe ich im März, April und Mai gemacht?",
+        "What did I do in March, April and May?",
+    ],
+)
+def test_a_list_of_months_gives_no_window(said: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase"),
+    [
+        # a comma before another word still ends the clause
+        ("Notizen aus März, was habe ich da geschrieben?", "aus März"),
+        ("In March, what did I do?", "In March"),
+        ("Was habe ich im März gemacht, April war ruhig", "im März"),
+    ],
+)
+def test_a_comma_before_no_month_still_ends_the_clause(said: str, phrase: str) -> None:
+    f = split_filters(said, TODAY)[1]
+    assert f.phrase == phrase, (said, f)
+
+
+@pytest.mark.parametrize(
     ("today", "said", "since", "until", "phrase"),
     [
         (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),

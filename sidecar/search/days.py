@@ -484,6 +484,8 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
     doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
     coming one: no window but the agenda's (the month gone by was read, and its notes listed)."""
+    if _LIST_AFTER.match(m.string, m.end()):
+        raise FilterError("a list of months")  # "im März, April und Mai": no one month's
     ahead = r.ahead or (not (m[2] or m[5] or m[3] or m[6]) and asks_coming(m))
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
@@ -506,12 +508,22 @@ class _Marks:
     stops: list[int]
 
 
+# A comma before a capitalised month goes on with a list of months, not a new clause ("Notizen
+# aus März, April und Mai", "notes from March 2025, April 2025"): the list is no one month's.
+_LIST_GOES_ON = re.compile(r"\s*(?=(?-i:[A-ZÄÖÜ]))" + _MONTH[1:-1].join(("(?:", ")")) + r"(?!\w)", re.IGNORECASE)
+
+_LIST_AFTER = re.compile(r"\s*," + _LIST_GOES_ON.pattern, re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=8)
 def _marks(text: str) -> _Marks:
     names = [n.span() for n in _ANY_NAMED_MONTH.finditer(text) if n.group(0)[0].isupper()]
-    return _Marks(
-        [e.start() for e in _MONTH_CLAUSE_END.finditer(text)], [a for a, _ in names], [b for _, b in names]
-    )
+    ends = [
+        e.start()
+        for e in _MONTH_CLAUSE_END.finditer(text)
+        if e.group(0) != "," or _LIST_GOES_ON.match(text, e.end()) is None
+    ]
+    return _Marks(ends, [a for a, _ in names], [b for _, b in names])
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
