@@ -1949,8 +1949,9 @@ def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each range read as a label looked at its clause from the text's start: 'Stromrechnung
-    März bis Mai. ' * 2000 took seconds. A pattern's matches are tried up to a bound, and a
-    period among the first few is still read."""
+    März bis Mai. ' * 2000 took seconds. A pattern's matches are tried while the characters
+    before them, summed, stay under a bound (each try's cost), and a period after a hundred
+    look-alikes is still read."""
     calls = 0
     clause_asks = days.clause_asks
 
@@ -1960,7 +1961,28 @@ def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
         return clause_asks(m)
 
     monkeypatch.setattr(days, "clause_asks", counting)
-    assert days.time_window("Stromrechnung März bis Mai. " * 200, TODAY)[1] is None
-    assert 0 < calls < 100, calls  # 200 look-alikes, each tried
+    assert days.time_window("Stromrechnung März bis Mai. " * 2000, TODAY)[1] is None
+    # the characters scanned before the tries stay under the bound: a few hundred, not 2000
+    assert 0 < calls < 400, calls
     said = "Stromrechnung März bis Mai. " * 5 + "Was habe ich von März bis Mai gemacht?"
     assert days.time_window(said, TODAY)[1] == (dt.date(2026, 3, 1), dt.date(2026, 5, 31))
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase"),
+    [
+        (
+            "Stromrechnung von März bis Mai 2025. " * 100 + "Was habe ich von Juni bis Juli 2025 gemacht?",
+            "von Juni bis Juli 2025",
+        ),
+        (
+            "Unterschied zwischen März und Mai. " * 100 + "Was habe ich zwischen Juni und Juli 2025 gemacht?",
+            "zwischen Juni und Juli 2025",
+        ),
+        ("Before last March I was sad. " * 100 + "What did I do last March?", "last March"),
+    ],
+)
+def test_a_period_after_many_look_alikes_is_read(said: str, phrase: str) -> None:
+    """A pattern's matches were tried 32 times per text: a real period after 32 look-alikes of
+    the same pattern (a pasted text, an agent's context) was dropped."""
+    assert days.time_window(said, dt.date(2026, 12, 7))[2] == phrase

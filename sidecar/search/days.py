@@ -1233,10 +1233,12 @@ def _chosen(text: str, kept: list[_Found]) -> _Found | None:
     return best
 
 
-# Matches of one pattern tried in a text before it is given up: reading a match costs a look at
-# its clause, and a long text of look-alikes ("Stromrechnung März bis Mai. " again and again)
-# took time by the square of its length; a message names its period among its first few.
-_TRIES = 32
+# Characters before the matches of one pattern tried in a text, summed, before it is given up:
+# reading a match looks at the text before it (where its clause and sentence begin), so a long
+# text of look-alikes ("Stromrechnung von März bis Mai 2025. " again and again) took time by the
+# square of its length. A count of tries dropped a real phrase after a few dozen look-alikes; this
+# gives a pasted text of a few hundred sentences all its matches.
+_SCAN_BUDGET = 1_000_000
 
 
 def time_window(
@@ -1263,9 +1265,11 @@ def time_window(
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        for tried, m in enumerate(pattern.finditer(text)):
-            if tried == _TRIES:
-                break  # a text of many look-alikes: each try reads the phrase's clause
+        scanned = 0
+        for m in pattern.finditer(text):
+            if scanned > _SCAN_BUDGET:
+                break  # a long text of many look-alikes: each try reads the text before it
+            scanned += m.start()
             said = True
             try:
                 days = window(today, m, reading)
