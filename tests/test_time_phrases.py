@@ -1986,3 +1986,23 @@ def test_a_period_after_many_look_alikes_is_read(said: str, phrase: str) -> None
     """A pattern's matches were tried 32 times per text: a real period after 32 look-alikes of
     the same pattern (a pasted text, an agent's context) was dropped."""
     assert days.time_window(said, dt.date(2026, 12, 7))[2] == phrase
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase"),
+    [
+        # a month's name with no preposition nor "last" before "and" is a person's
+        ("Was habe ich mit Mai und gestern besprochen?", "gestern"),
+        ("What did I talk about with April and yesterday?", "yesterday"),
+        ("Termine mit Mai und gestern", "gestern"),
+        # a month after a preposition or "last" joined to a period: no window
+        ("Notizen aus März und gestern", None),
+        ("notes from March and yesterday", None),
+        ("im vergangenen März und gestern", None),
+        ("Notizen aus dem März und gestern", None),
+    ],
+)
+def test_only_a_month_after_its_lead_is_a_period_joined_by_and(said: str, phrase: str | None) -> None:
+    """'Mai'/'April' as a person before 'und' was taken for a period joined to the next one, and
+    'mit Mai und gestern' had no window."""
+    assert days.time_window(said, dt.date(2026, 12, 7))[2] == phrase

@@ -1193,12 +1193,17 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
 _JOIN = r"\s*,?\s*(?:and|und|or|oder|sowie|plus|&|\+)(?:\s+(?:also|auch))?\s*"
 _JOINING = re.compile(_JOIN, re.IGNORECASE)
 # A month joined to the phrase after it: a month before "and" is no phrase of its own (see
-# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both.
-_MONTH_AND = re.compile(_MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
+# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both. Only
+# a month after a preposition or "last"/"letzten": "mit Mai und gestern" names a person.
+_MONTH_LEAD = (
+    r"(?:(?:im|in|aus|vom|von|from|seit|since|during|während|ab)\s+(?:de[mnr]\s+|the\s+)?"
+    r"(?:(?:letzten|vergangenen|last|past)\s+)?|(?:last|letzten|letztem|vergangenen)\s+)"
+)
+_MONTH_AND = re.compile(_MONTH_LEAD + _MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
 
 
 def _month_joined_before(text: str, start: int) -> bool:
-    joined = _MONTH_AND.search(text, max(0, start - 32), start)
+    joined = _MONTH_AND.search(text, max(0, start - 56), start)
     if joined is None or not joined.group(1)[0].isupper():  # "may" and "march" mostly verbs
         return False
     return joined.start() == 0 or not text[joined.start() - 1].isalnum()
