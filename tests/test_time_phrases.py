@@ -598,13 +598,23 @@ def test_two_periods_joined_in_one_clause_give_no_window(said: str) -> None:
         # in one clause, not joined by and/or alone: it gives way as in another clause (the
         # month names the notes' topic, the other phrase the time asked about)
         ("notes from last March about last week", "2026-11-23", "2026-11-29", "last week"),
-        ("What did I write about the trip from March to May last week?", "2026-11-23", "2026-11-29", "last week"),
+        (
+            "What did I write about the trip from March to May last week?",
+            "2026-11-23",
+            "2026-11-29",
+            "last week",
+        ),
         ("What did I add to my notes from last March yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
         ("Which notes from March did I edit today?", "2026-12-02", "2026-12-02", "today"),
         ("Was habe ich zu den Notizen vom März gestern ergänzt?", "2026-12-01", "2026-12-01", "gestern"),
         ("Was habe ich über letzten März gestern geschrieben?", "2026-12-01", "2026-12-01", "gestern"),
         ("Welche Notizen vom März habe ich heute geändert?", "2026-12-02", "2026-12-02", "heute"),
-        ("Was habe ich über den Urlaub von März bis Mai gestern geschrieben?", "2026-12-01", "2026-12-01", "gestern"),
+        (
+            "Was habe ich über den Urlaub von März bis Mai gestern geschrieben?",
+            "2026-12-01",
+            "2026-12-01",
+            "gestern",
+        ),
         # a verb between the two periods: not joined, it gives way
         ("Was habe ich letzten März gemacht und letzte Woche?", "2026-11-23", "2026-11-29", "letzte Woche"),
         ("What did I do last March and then last week?", "2026-11-23", "2026-11-29", "last week"),
@@ -613,9 +623,7 @@ def test_two_periods_joined_in_one_clause_give_no_window(said: str) -> None:
         ("Last March, what did I write yesterday?", "2026-12-01", "2026-12-01", "yesterday"),
     ],
 )
-def test_a_month_gives_way_to_a_phrase_outside_it(
-    said: str, since: str, until: str, phrase: str
-) -> None:
+def test_a_month_gives_way_to_a_phrase_outside_it(said: str, since: str, until: str, phrase: str) -> None:
     f = split_filters(said, TODAY)[1]
     assert (f.since, f.until, f.phrase) == (since, until, phrase), said
 
@@ -788,7 +796,13 @@ def test_notes_in_a_month_asked_about_plans_are_the_coming_one(
         (dt.date(2026, 12, 7), "Notizen aus März, was steht an?", "2027-03-01", "2027-03-31", "aus März"),
         (dt.date(2026, 12, 7), "Notizen im März, was steht an?", "2027-03-01", "2027-03-31", "im März"),
         # not about plans: the month gone by, as before
-        (dt.date(2026, 3, 15), "Welche Einträge im Mai habe ich geschrieben?", "2025-05-01", "2025-05-31", "im Mai"),
+        (
+            dt.date(2026, 3, 15),
+            "Welche Einträge im Mai habe ich geschrieben?",
+            "2025-05-01",
+            "2025-05-31",
+            "im Mai",
+        ),
     ],
 )
 def test_notes_in_a_month_still_open_keep_the_reading_of_in_a_month(

@@ -510,7 +510,9 @@ class _Marks:
 
 # A comma before a capitalised month goes on with a list of months, not a new clause ("Notizen
 # aus März, April und Mai", "notes from March 2025, April 2025"): the list is no one month's.
-_LIST_GOES_ON = re.compile(r"\s*(?=(?-i:[A-ZÄÖÜ]))" + _MONTH[1:-1].join(("(?:", ")")) + r"(?!\w)", re.IGNORECASE)
+_LIST_GOES_ON = re.compile(
+    r"\s*(?=(?-i:[A-ZÄÖÜ]))" + _MONTH[1:-1].join(("(?:", ")")) + r"(?!\w)", re.IGNORECASE
+)
 
 _LIST_AFTER = re.compile(r"\s*," + _LIST_GOES_ON.pattern, re.IGNORECASE)
 
