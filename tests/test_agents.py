@@ -2389,12 +2389,7 @@ def test_recalls_preview_labels_a_hit_the_merge_cut_by_the_slots_not_the_other_r
         ("My back hurt badly last March, what helps?", "last March", "vault/Health/Back"),
         ("Mein Rücken tat im vergangenen März weh. Was hilft?", "im vergangenen März", "vault/Health/Rücken"),
         ("Between March and May my back hurt, what helps?", "Between March and May", "vault/Health/Back"),
-        ("From March to May my back hurt, what helps?", "From March to May", "vault/Health/Back"),
-        (
-            "Von März bis Mai tat mein Rücken weh, was hilft?",
-            "Von März bis Mai",
-            "vault/Health/Rücken",
-        ),
+        ("From March to May I had back pain, what helps?", "From March to May", "vault/Health/Back"),
         (
             "Zwischen März und Mai tat mein Rücken weh, was hilft?",
             "Zwischen März und Mai",

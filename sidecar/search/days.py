@@ -484,6 +484,8 @@ def _month_in(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "in March", "im Mai 2025" (see _named_month). In a question in the present of happening or
     doing ("Was passiert im März?", "What am I doing in March?") a month without its year is the
     coming one: no window but the agenda's (the month gone by was read, and its notes listed)."""
+    if _LIST_AFTER.match(m.string, m.end()):
+        raise FilterError("a list of months")  # "im März, April und Mai": no one month's
     ahead = r.ahead or (not (m[2] or m[5] or m[3] or m[6]) and asks_coming(m))
     return _named_month(t, m[1] or m[4], m[2] or m[5], m[3] or m[6], ahead=ahead)
 
@@ -506,12 +508,24 @@ class _Marks:
     stops: list[int]
 
 
+# A comma before a capitalised month goes on with a list of months, not a new clause ("Notizen
+# aus März, April und Mai", "notes from March 2025, April 2025"): the list is no one month's.
+_LIST_GOES_ON = re.compile(
+    r"\s*(?=(?-i:[A-ZÄÖÜ]))" + _MONTH[1:-1].join(("(?:", ")")) + r"(?!\w)", re.IGNORECASE
+)
+
+_LIST_AFTER = re.compile(r"\s*," + _LIST_GOES_ON.pattern, re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=8)
 def _marks(text: str) -> _Marks:
     names = [n.span() for n in _ANY_NAMED_MONTH.finditer(text) if n.group(0)[0].isupper()]
-    return _Marks(
-        [e.start() for e in _MONTH_CLAUSE_END.finditer(text)], [a for a, _ in names], [b for _, b in names]
-    )
+    ends = [
+        e.start()
+        for e in _MONTH_CLAUSE_END.finditer(text)
+        if e.group(0) != "," or _LIST_GOES_ON.match(text, e.end()) is None
+    ]
+    return _Marks(ends, [a for a, _ in names], [b for _, b in names])
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
@@ -725,10 +739,30 @@ def _month_gone(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         _month_number(m[2])  # "notes in may be lost": the verb
     if lead in ("von", "aus", "im", "in") and not (m[3] or m[4]) and _NAME_NEXT.match(m.string, m.end()):
         raise FilterError("a month's name before a name")
-    if lead in ("in", "im", "during") and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
-        # asked about plans ("Welche Einträge im Mai stehen an?"), read as "im Mai" is: the coming one
+    if lead in _LEADS_OF_PLANS and (r.ahead or (not (m[3] or m[4]) and asks_coming(m))):
+        # asked about plans ("Welche Einträge im Mai stehen an?", "Notizen aus März, was steht
+        # an?"), read as "im Mai" is: the coming one
         return _named_month(t, m[2], m[3], m[4], ahead=True)
+    if lead in _LEADS_OF_PLANS and not (m[3] or m[4]) and _asks_open(m.string):
+        # "Which entries in May are coming up?", "Welche Einträge im Mai sind offen?": read as
+        # "in May" is (a month not yet begun is none), never a year-old May
+        return _named_month(t, m[2], None)
     return _named_month(t, m[2], m[3], m[4], gone=True)
+
+
+_LEADS_OF_PLANS = ("in", "im", "during", "aus")
+# Words of what is still to do or to come, beside those asks_ahead/asks_coming read.
+_OPEN = re.compile(
+    r"\b(?:coming\s+up|upcoming|pending|offen|anstehend\w*|ausstehend\w*)\b",
+    re.IGNORECASE,
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _asks_open(text: str) -> bool:
+    """Whether ``text`` names what is still open or coming (once per text: a long text of month
+    phrases looks it up per phrase)."""
+    return _OPEN.search(text) is not None
 
 
 # A range of months: "from March to May", "between March and May 2025", "von März bis Mai",
@@ -770,17 +804,17 @@ _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträg
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
 
 
-# a lower-case word (a verb, a pronoun: "my back hurt", "tat mein Rücken weh") or "I"; a noun
-# after it makes a label of it ("von Januar bis März 2025 Kontoauszüge")
-_WORD_NEXT = re.compile(r"\s+(?-i:[a-zäöüß]|I\b)")
+# a subject pronoun ("From March to May I ran daily"): any other word may begin a label's noun
+# ("from March to May invoices", "von März bis Mai die Stromrechnung", "… meine Kontoauszüge")
+_WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
 def _opens_its_clause(m: re.Match[str]) -> bool:
-    """Whether the phrase begins its clause and the clause goes on with a verb or a pronoun ("From
-    March to May my back hurt, what helps?", "Von März bis Mai lief ich jeden Tag"): a period
-    said, as "since Monday" is, no label's (a label's range follows its noun, "Stromrechnung von
-    März bis Mai 2025", or goes before one, "von Januar bis März 2025 Kontoauszüge")."""
+    """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
+    ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
+    follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
@@ -1161,18 +1195,20 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
 _JOIN = r"\s*,?\s*(?:and|und|or|oder|sowie|plus|&|\+)(?:\s+(?:also|auch))?\s*"
 _JOINING = re.compile(_JOIN, re.IGNORECASE)
 # A month joined to the phrase after it: a month before "and" is no phrase of its own (see
-# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both.
-_MONTH_AND = re.compile(_MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
+# _NO_RANGE: "März und April" is a list), but "Notizen aus März und gestern" asks for both. Only
+# a month after a preposition or "last"/"letzten": "mit Mai und gestern" names a person.
+_MONTH_LEAD = (
+    r"(?:(?:im|in|aus|vom|von|from|seit|since|during|während|ab)\s+(?:de[mnr]\s+|the\s+)?"
+    r"(?:(?:letzten|vergangenen|last|past)\s+)?|(?:last|letzten|letztem|vergangenen)\s+)"
+)
+_MONTH_AND = re.compile(_MONTH_LEAD + _MONTH + r"(?:,?\s+(?:19|20)\d\d)?" + _JOIN + r"$", re.IGNORECASE)
 
 
 def _month_joined_before(text: str, start: int) -> bool:
-    joined = _MONTH_AND.search(text, max(0, start - 32), start)
+    joined = _MONTH_AND.search(text, max(0, start - 56), start)
     if joined is None or not joined.group(1)[0].isupper():  # "may" and "march" mostly verbs
         return False
     return joined.start() == 0 or not text[joined.start() - 1].isalnum()
-
-
-_BETWEEN_CLAUSES = re.compile(r"[.;:!?,\n()]")
 
 
 def _joined(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
@@ -1180,18 +1216,13 @@ def _joined(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
     return _JOINING.fullmatch(text, first.end(), second.start()) is not None
 
 
-def _apart(text: str, one: re.Match[str], other: re.Match[str]) -> bool:
-    """Whether two phrases stand in different clauses (a punctuation mark between them)."""
-    first, second = sorted((one, other), key=lambda m: m.start())
-    return _BETWEEN_CLAUSES.search(text, first.end(), second.start()) is not None
-
-
 _Found = tuple[tuple[int, int], re.Match[str], Window, bool]
 
 
 def _chosen(text: str, kept: list[_Found]) -> _Found | None:
     """The first phrase found (by position, the longest at it); a month read by its preposition
-    (giving way) yields to a phrase in another clause; two periods joined in one clause, either
+    (giving way) yields to any other phrase outside it ("notes from March … yesterday" asks
+    about yesterday); two periods joined by nothing but and/or (a comma), either
     of them giving way, are none ("last March and last week", "Notizen aus März und gestern"):
     either window alone hides the other's notes."""
     if not kept:
@@ -1203,16 +1234,18 @@ def _chosen(text: str, kept: list[_Found]) -> _Found | None:
         (best[3] or f[3]) and _joined(text, best[1], f[1]) for f in outside
     ):
         return None
-    if best[3]:
-        others = [f for f in outside if not f[3] and _apart(text, best[1], f[1])]
+    if best[3]:  # a month read by its preposition gives way to any phrase outside it
+        others = [f for f in outside if not f[3]]
         best = min(others, key=lambda f: f[0]) if others else best
     return best
 
 
-# Matches of one pattern tried in a text before it is given up: reading a match costs a look at
-# its clause, and a long text of look-alikes ("Stromrechnung März bis Mai. " again and again)
-# took time by the square of its length; a message names its period among its first few.
-_TRIES = 32
+# Characters before the matches of one pattern tried in a text, summed, before it is given up:
+# reading a match looks at the text before it (where its clause and sentence begin), so a long
+# text of look-alikes ("Stromrechnung von März bis Mai 2025. " again and again) took time by the
+# square of its length. A count of tries dropped a real phrase after a few dozen look-alikes; this
+# gives a pasted text of a few hundred sentences all its matches.
+_SCAN_BUDGET = 1_000_000
 
 
 def time_window(
@@ -1239,9 +1272,11 @@ def time_window(
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        for tried, m in enumerate(pattern.finditer(text)):
-            if tried == _TRIES:
-                break  # a text of many look-alikes: each try reads the phrase's clause
+        scanned = 0
+        for m in pattern.finditer(text):
+            if scanned > _SCAN_BUDGET:
+                break  # a long text of many look-alikes: each try reads the text before it
+            scanned += m.start()
             said = True
             try:
                 days = window(today, m, reading)
