@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 
 # The vault's and the wiki's keyword index (``compact_bm25``) is rewritten at any deleted
 # document while it holds at most this many live ones (chunks and pages, a vault of some 700
-# notes), else once its deleted documents reach this share of its live ones. A rewrite from the
-# manifest costs 0.44 ms a document at load 2-3 (15,127 chunks in 6.7 s), 2.8 ms at load 14
-# (6,800 in 18.8 s), writers waiting: at most about a second an hour, or 6 s on a loaded machine.
+# notes): a rewrite from the manifest costs about 1.5 ms a document on a loaded machine (27,000
+# in 40 s), every write waiting meanwhile, so a few seconds at most. A larger one is rewritten
+# only once it shrank, as before the small bound: its deleted documents at least this many and
+# at least half of all (a rewrite at each tenth stalled a large vault's writes, an agent's memory
+# write and recall too, for tens of seconds every few thousand edits).
 _SHARED_SMALL = 2_000
-_SHARED_SHARE = 0.1
+_SHARED_MIN_DELETED = 1000
 # A memory index (``compact_memory``) is rewritten at any deleted document while it holds at
 # most this many live ones (an agent's memory: a rewrite of its notes costs a fraction of a
 # second), else once its deleted documents reach this share of its live ones (each rewrite costs
@@ -232,13 +234,14 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     comes. They held the disk (18x after 5,000 notes went) and moved every score away from a
     rebuild's, memory hits' too (scored on the vault's statistics): a few edits of one note put
     an agent's note second. Any deleted document while the index is small (a rewrite is cheap),
-    else from a tenth of its live ones. Only that pair is rewritten: the memory indexes have
-    their own (``compact_memory``), and an agent's index keeps its time of last use. Readers keep
+    else once it shrank (``_SHARED_MIN_DELETED`` deleted and half of all). Only that pair is
+    rewritten: the memory indexes have their own (``compact_memory``), and an agent's index
+    keeps its time of last use. Readers keep
     the old snapshot until the single commit; writers wait for it. A ``stop`` (the schedule's
     shutdown) rolls it back. Whether it was rewritten."""
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
-    if deleted == 0 or (live > _SHARED_SMALL and deleted < _SHARED_SHARE * live):
+    if deleted == 0 or (live > _SHARED_SMALL and (deleted < _SHARED_MIN_DELETED or deleted * 2 < total)):
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
