@@ -607,7 +607,7 @@ def test_no_rewrite_is_tried_while_the_disk_is_nearly_full(
     bm25 = s.harness.stores.bm25
     vault = bm25.deleted_docs()
     assert vault[0] > 0
-    monkeypatch.setattr(repair, "low_disk", lambda _path: 1 << 20)
+    monkeypatch.setattr(repair, "free_space", lambda _path: 1 << 20)
     assert repair.compact_bm25(s.harness.stores) is False
     assert repair.compact_memory(s.harness.stores) == []
     assert bm25.deleted_docs() == vault and _deleted(s, "memory/alpha") > 0
@@ -615,6 +615,44 @@ def test_no_rewrite_is_tried_while_the_disk_is_nearly_full(
     monkeypatch.undo()
     assert repair.compact_bm25(s.harness.stores) is True
     assert "memory/alpha" in repair.compact_memory(s.harness.stores)
+
+
+def test_no_rewrite_without_room_for_a_second_copy_nor_during_an_upgrade(
+    in_process: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    """A rewrite writes a whole second copy of the index before its commit: with more free than
+    two writer flushes but less than that copy (an index of 300 MB, 200 MB free) it took the
+    disk's last space, failed at the commit and did so every hour. It waits for room as the
+    upgrade's refill beside does, and while an upgrade refills the index beside."""
+    import logging
+
+    from sidecar.index import repair
+
+    caplog.set_level(logging.DEBUG, logger="sidecar.index.repair")
+    s = in_process
+    _churn(s)
+    write(s.cfg.vault.path / "Garden.md", "# Garden\n\nTomatoes need sun, water and a backup plan.\n")
+    s.harness.sweep()
+    stores = s.harness.stores
+    vault = stores.bm25.deleted_docs()
+    assert vault[0] > 0
+    monkeypatch.setattr(repair, "folder_size", lambda _path: 300_000_000, raising=False)
+    monkeypatch.setattr(repair, "free_space", lambda _path: 200_000_000, raising=False)
+    assert repair.compact_bm25(stores) is False
+    assert repair.compact_memory(stores) == []
+    assert "bm25_compact_skipped part=vault reason=low disk" in caplog.text
+    assert "bm25_compact_skipped part=memory/alpha reason=low disk" in caplog.text
+    monkeypatch.undo()
+    stores.upgrading = True
+    try:
+        assert repair.compact_bm25(stores) is False
+        assert repair.compact_memory(stores) == []
+    finally:
+        stores.upgrading = False
+    assert stores.bm25.deleted_docs() == vault and _deleted(s, "memory/alpha") > 0
+    assert "bm25_compact_skipped part=vault reason=upgrading" in caplog.text
+    assert repair.compact_bm25(stores) is True
+    assert "memory/alpha" in repair.compact_memory(stores)
 
 
 def test_stores_closed_under_a_stopped_rewrite_end_it_quietly(in_process: Any, monkeypatch: Any) -> None:
