@@ -592,6 +592,37 @@ def test_an_index_that_disagrees_with_the_manifest_is_rewritten_from_it(in_proce
     assert "ghost" not in {cid for cid, _ in bm25.search("x", 20, agent_scope="alpha")}
 
 
+def test_a_stopped_rewrite_of_a_disagreeing_index_is_not_logged_as_a_rebuild(
+    in_process: Any, monkeypatch: Any, caplog: Any
+) -> None:
+    """The rebuild of a memory index whose counts differ from the manifest is logged once it is
+    committed: logged before, a stop (or a failed commit) after it left a "rebuilt" line for an
+    index that was not."""
+    from sidecar.index.repair import compact_memory
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    ghost = Bm25Doc.of(
+        "ghost", "memory/alpha/ghost", "memory", "alpha", title="G", aliases=(), headings=(), body="x"
+    )
+    bm25.add([ghost])
+    bm25.commit()
+    stop = threading.Event()
+    real = Bm25Index._put
+
+    def put(self: Any, *args: Any) -> None:
+        stop.set()  # the stop comes as the first note is re-added
+        real(self, *args)
+
+    monkeypatch.setattr(Bm25Index, "_put", put)
+    assert compact_memory(s.harness.stores, stop) == []
+    monkeypatch.undo()
+    assert "ghost" in {cid for cid, _ in bm25.search("x", 20, agent_scope="alpha")}  # as it was
+    assert "index_rebuilt" not in caplog.text
+
+
 def test_no_rewrite_is_tried_while_the_disk_is_nearly_full(
     in_process: Any, monkeypatch: Any, caplog: Any
 ) -> None:
