@@ -855,7 +855,7 @@ def test_an_in_place_removal_cut_part_way_heals_once_handles_are_free(
                 return
             real_rmtree(path, ignore_errors=ignore_errors, **kw)
 
-        monkeypatch.setattr(upgrade.shutil, "rmtree", rmtree)
+        monkeypatch.setattr(shutil, "rmtree", rmtree)  # the module upgrade.py removes with
         assert upgrade.upgrade_bm25(h.stores) is False
         assert h.stores.bm25.unavailable is not None
         fault.on = False

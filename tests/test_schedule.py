@@ -464,3 +464,43 @@ def test_the_stop_waits_for_a_running_optimize_before_the_stores_close(
         release.set()
         job.join(5)
     assert schedule.join(5) == []
+
+
+def test_the_stop_waits_for_the_keyword_part_of_optimize_only() -> None:
+    """The stop's join waits for the keyword rewrites (they roll back at the stop), not for the
+    vector tables' compaction, which does not look at the stop: waiting for it spent the stop's
+    time bound there, logged a timeout and left the stop not clean."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from sidecar.daemon.schedule import Schedule, optimize
+
+    schedule = Schedule(BackgroundScheduler())
+    in_vectors, in_keyword, release, vectors_done = (threading.Event() for _ in range(4))
+
+    def vectors_optimize() -> None:
+        in_vectors.set()
+        assert vectors_done.wait(5)
+
+    def deleted_docs() -> tuple[int, int]:  # the keyword part's first look
+        in_keyword.set()
+        assert release.wait(5)
+        return 0, 0
+
+    bm25 = SimpleNamespace(deleted_docs=deleted_docs, read_only=True, unavailable=None)
+    vectors = SimpleNamespace(optimize=vectors_optimize, stores=SimpleNamespace(bm25=bm25, upgrading=False))
+    job = threading.Thread(
+        target=lambda: optimize(vectors, schedule.stop, schedule.tracked),  # type: ignore[arg-type]
+        daemon=True,
+    )
+    job.start()
+    try:
+        assert in_vectors.wait(5)
+        assert schedule.join(0) == []  # the vector tables' compaction: not waited for
+        vectors_done.set()
+        assert in_keyword.wait(5)
+        assert schedule.join(0) == ["optimize"]  # the keyword part: waited for
+    finally:
+        vectors_done.set()
+        release.set()
+        job.join(5)
+    assert schedule.join(5) == []

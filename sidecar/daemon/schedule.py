@@ -266,7 +266,7 @@ def build_scheduler(
     every = min(1.0, cfg.watch.poll_seconds, cfg.watch.retry_base_seconds)  # due() is a few compares
     schedule.every("tick", every, tick)
     scheduler.add_job(
-        schedule.tracked("optimize", lambda: optimize(vectors, schedule.stop)),
+        lambda: optimize(vectors, schedule.stop, schedule.tracked),
         "interval",
         minutes=cfg.index.optimize_minutes,
         id="optimize",
@@ -312,24 +312,36 @@ class _Relogged(logging.Filter):
 _RELOGGED = _Relogged()
 
 
-def optimize(vectors: Vectoring, stop: threading.Event | None = None) -> None:
+def optimize(
+    vectors: Vectoring,
+    stop: threading.Event | None = None,
+    track: Callable[[str, Callable[[], None]], Callable[[], None]] | None = None,
+) -> None:
     """Scheduled compaction of the vector tables (also done after every N writes), of the
     vault's keyword index (``compact_bm25``) and of each memory index (``compact_memory``) whose
-    deleted documents weigh in its scores. ``stop``: the schedule's
-    shutdown, which rolls a keyword rewrite back."""
+    deleted documents weigh in its scores. ``stop``: the schedule's shutdown, which rolls a
+    keyword rewrite back. ``track`` (``Schedule.tracked``) makes the keyword part alone a run the
+    daemon's stop waits for: the vector tables' compaction does not look at the stop, and
+    waiting for it took the stop's time from the other joins and left the stop not clean."""
+    if stop is not None and stop.is_set():
+        return  # dispatched as the daemon stops: nothing begun
     try:
         vectors.optimize()
     except StoreError as exc:
         log.error("optimize_failed error=%s", exc)
-    try:
+
+    def keyword() -> None:
         try:
-            compact_bm25(vectors.stores, stop)
-        except StoreError as exc:
-            log.error("bm25_compact_failed error=%s", exc)
-        compact_memory(vectors.stores, stop)
-    except sqlite3.ProgrammingError as exc:
-        if stop is None or not stop.is_set():
-            raise
-        # Run on past the stop's bound (``Schedule.join``): the stores closed under it. Nothing
-        # of a rewrite is committed before its end: the index is as it was.
-        log.info("bm25_compact_stopped part=keyword reason=stores closed error=%s", exc)
+            try:
+                compact_bm25(vectors.stores, stop)
+            except StoreError as exc:
+                log.error("bm25_compact_failed error=%s", exc)
+            compact_memory(vectors.stores, stop)
+        except sqlite3.ProgrammingError as exc:
+            if stop is None or not stop.is_set():
+                raise
+            # Run on past the stop's bound (``Schedule.join``): the stores closed under it.
+            # Nothing of a rewrite is committed before its end: the index is as it was.
+            log.info("bm25_compact_stopped part=keyword reason=stores closed error=%s", exc)
+
+    (keyword if track is None else track("optimize", keyword))()

@@ -24,7 +24,7 @@ from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
-from sidecar.stores.bm25_folder import low_disk
+from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
 from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
@@ -38,11 +38,13 @@ log = logging.getLogger(__name__)
 
 # The vault's and the wiki's keyword index (``compact_bm25``) is rewritten at any deleted
 # document while it holds at most this many live ones (chunks and pages, a vault of some 700
-# notes), else once its deleted documents reach this share of its live ones. A rewrite from the
-# manifest costs 0.44 ms a document at load 2-3 (15,127 chunks in 6.7 s), 2.8 ms at load 14
-# (6,800 in 18.8 s), writers waiting: at most about a second an hour, or 6 s on a loaded machine.
+# notes): a rewrite from the manifest costs about 1.5 ms a document on a loaded machine (27,000
+# in 40 s), every write waiting meanwhile, so a few seconds at most. A larger one is rewritten
+# only once it shrank, as before the small bound: its deleted documents at least this many and
+# at least half of all (a rewrite at each tenth stalled a large vault's writes, an agent's memory
+# write and recall too, for tens of seconds every few thousand edits).
 _SHARED_SMALL = 2_000
-_SHARED_SHARE = 0.1
+_SHARED_MIN_DELETED = 1000
 # A memory index (``compact_memory``) is rewritten at any deleted document while it holds at
 # most this many live ones (an agent's memory: a rewrite of its notes costs a fraction of a
 # second), else once its deleted documents reach this share of its live ones (each rewrite costs
@@ -233,18 +235,18 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     comes. They held the disk (18x after 5,000 notes went) and moved every score away from a
     rebuild's, memory hits' too (scored on the vault's statistics): a few edits of one note put
     an agent's note second. Any deleted document while the index is small (a rewrite is cheap),
-    else from a tenth of its live ones. Only that pair is rewritten: the memory indexes have
-    their own (``compact_memory``), and an agent's index keeps its time of last use. Readers keep
+    else once it shrank (``_SHARED_MIN_DELETED`` deleted and half of all). Only that pair is
+    rewritten: the memory indexes have their own (``compact_memory``), and an agent's index
+    keeps its time of last use. Readers keep
     the old snapshot until the single commit; writers wait for it. A ``stop`` (the schedule's
     shutdown) rolls it back. Whether it was rewritten."""
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
-    if deleted == 0 or (live > _SHARED_SMALL and deleted < _SHARED_SHARE * live):
+    if deleted == 0 or (live > _SHARED_SMALL and (deleted < _SHARED_MIN_DELETED or deleted * 2 < total)):
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
-    if (free := low_disk(stores.bm25.path)) is not None:  # a rewrite writes a second copy first
-        log.debug("bm25_compact_skipped part=vault reason=low disk free_mb=%d", free // 2**20)
+    if _no_room(stores, "vault", (stores.bm25.path / "chunks", stores.bm25.path / "pages")):
         return False
     started = time.monotonic()
     with stores.write_lock:  # no note written between the manifest's read and the commit
@@ -259,6 +261,29 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     return True
 
 
+def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> bool:
+    """Whether a keyword rewrite of ``folders`` is not to be tried now (logged at debug): while
+    an upgrade refills the index beside (it counted on the disk's room, and the old index is
+    about to go), or while the disk has less free than a second copy of them needs
+    (``copy_room``, as the upgrade's refill beside judges it). The rewrite writes the whole
+    copy before its commit: the check of two writer flushes let it take the disk's last space
+    from other programs, fail at the commit, and do so again every run."""
+    if stores.upgrading:
+        log.debug("bm25_compact_skipped part=%s reason=upgrading", part)
+        return True
+    free = free_space(stores.bm25.path)
+    needed = copy_room(sum(folder_size(f) for f in folders))
+    if free is not None and free < needed:
+        log.debug(
+            "bm25_compact_skipped part=%s reason=low disk free_mb=%d needed_mb=%d",
+            part,
+            free // 2**20,
+            needed // 2**20,
+        )
+        return True
+    return False
+
+
 def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[str]:
     """Rewrite each memory index (an agent's own, the one of every agent's memory) whose deleted
     documents weigh in its scores, in place (``Bm25Index.compact_memory``): Tantivy counts a
@@ -270,11 +295,6 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
     done: list[str] = []
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return done  # nothing can be written (a full disk, a lost index): no failure logged hourly
-    if (free := low_disk(stores.bm25.path)) is not None:
-        # A rewrite writes a second copy of the index's segments before its commit: on a disk
-        # this full it failed every hour, after taking the last space from other programs.
-        log.debug("bm25_compact_skipped part=memory reason=low disk free_mb=%d", free // 2**20)
-        return done
     for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
         live = held - gone
         if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
@@ -282,6 +302,8 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
         if stop is not None and stop.is_set():
             break
         part = EVERYONE_DIR if name == EVERYONE else f"memory/{name}"
+        if _no_room(stores, part, (stores.bm25.path / part,)):
+            continue
         started = time.monotonic()
         prefix = "memory/" if name == EVERYONE else f"memory/{name}/"
         try:

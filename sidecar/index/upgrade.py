@@ -16,10 +16,7 @@ old index removed first, the keyword arm answers nothing until the refill ends, 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -28,7 +25,7 @@ from sidecar.contracts.errors import PassingFaultError, StoreError, StoreNewerEr
 from sidecar.index.repair import UPGRADE_AREA, bm25_doc, fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index, open_bm25
-from sidecar.stores.bm25_folder import WRITER_HEAP
+from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
 from sidecar.stores.bm25_side import (
     discard,
     drop_previous,
@@ -46,9 +43,6 @@ from sidecar.stores.versions import BM25_LAYOUT
 log = logging.getLogger(__name__)
 
 UPGRADE_FAILED = "the keyword index could not be rebuilt for this version"
-# A refill beside needs room for a second copy: the old index's size with a margin (a new
-# index's segments before their merges), plus a writer's flush.
-_BESIDE_MARGIN = 1.5
 
 
 def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
@@ -59,7 +53,7 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         return False  # a lost index is opened again first (``reopen_bm25``), upgraded at a start
     index_dir = old.path.parent
     size, free = folder_size(old.path), free_space(index_dir)
-    if free is not None and free < size * _BESIDE_MARGIN + WRITER_HEAP:
+    if free is not None and free < copy_room(size):
         return _upgrade_in_place(stores, old, size, free, stop)
     started = time.monotonic()
     log.info("bm25_upgrade_started from_layout=%d to_layout=%d", old.layout, BM25_LAYOUT)
@@ -115,24 +109,6 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     return True
 
 
-def free_space(path: Path) -> int | None:
-    """The bytes free on ``path``'s disk; None when it cannot be told."""
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
-
-
-def folder_size(path: Path) -> int:
-    """The bytes of the files under ``path``."""
-    size = 0
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # removed meanwhile (a merge)
-                size += os.stat(os.path.join(folder, name)).st_size
-    return size
-
-
 def _upgrade_in_place(
     stores: Stores, old: Bm25Index, size: int, free: int, stop: threading.Event | None
 ) -> bool:
@@ -140,7 +116,7 @@ def _upgrade_in_place(
     the refill beside): on a disk without room for a second copy the refill beside failed at
     every start (the disk full for a moment each time) and the upgrade never ended. The keyword
     arm answers nothing and writes wait until the refill ends."""
-    beside = int(size * _BESIDE_MARGIN) + WRITER_HEAP
+    beside = copy_room(size)
     log.warning(
         "bm25_upgrade_in_place reason=no room beside free_mb=%.1f needed_mb=%.1f from_layout=%d to_layout=%d",
         free / 1e6,

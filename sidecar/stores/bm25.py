@@ -739,15 +739,10 @@ class Bm25Index(Bm25Search):
         notes: dict[str, list[Bm25Doc]] = {}
         for d in docs:
             notes.setdefault(d.key, []).append(d)
+        # One whose counts differ from ``docs`` is rewritten all the same (the safe path: the old
+        # index serves until the commit); skipped, it kept its drift and was skipped again every
+        # run until a restart's check refilled it. Logged as a rebuild once committed.
         held = (int(pair[0].searcher.num_docs), int(pair[1].searcher.num_docs))
-        if held != (len(docs), len(notes)):
-            # Rewritten from the manifest all the same (the safe path: the old index serves until
-            # the commit); skipped, it kept its drift and was skipped again every run until a
-            # restart's check refilled it.
-            log.warning(
-                "index_rebuilt store=bm25 part=%s reason=count mismatch expected=%s actual=%s",
-                _part(name), (len(docs), len(notes)), held,
-            )  # fmt: skip
         # An agent's last use is its index's last commit (``_last_use``): kept as it was.
         kept = {} if name == EVERYONE else _mtimes(pair)
         try:
@@ -774,6 +769,11 @@ class Bm25Index(Bm25Search):
             raise
         finally:
             _restore_mtimes(kept)
+        if held != (len(docs), len(notes)):
+            log.warning(
+                "index_rebuilt store=bm25 part=%s reason=count mismatch expected=%s actual=%s",
+                _part(name), (len(docs), len(notes)), held,
+            )  # fmt: skip
         if not docs and name != EVERYONE:  # the agent has no note left: no index, as a commit does
             self._remove_inbox(name)
         return True

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 WRITER_HEAP = 64_000_000  # what a writer holds before it flushes a segment to disk
 _WRITER_HEAP = WRITER_HEAP
+_COPY_MARGIN = 1.5  # a second copy of an index: its size and its segments before their merges
 _LOW_DISK = 2 * _WRITER_HEAP  # less free than two writer flushes: a failed write likely met a full disk
 
 
@@ -87,6 +88,31 @@ def low_disk(path: Path) -> int | None:
     except OSError:
         return None
     return free if free < _LOW_DISK else None
+
+
+def free_space(path: Path) -> int | None:
+    """The bytes free on ``path``'s disk; None when it cannot be told."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def folder_size(path: Path) -> int:
+    """The bytes of the files under ``path``."""
+    size = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile (a merge)
+                size += os.stat(os.path.join(folder, name)).st_size
+    return size
+
+
+def copy_room(size: int) -> int:
+    """The bytes free a second copy of an index of ``size`` bytes needs beside it (a refill
+    beside, a rewrite in place before its commit): its size with a margin (a new index's
+    segments before their merges), plus a writer's flush."""
+    return int(size * _COPY_MARGIN) + WRITER_HEAP
 
 
 def disk_hint(path: Path) -> str:
