@@ -466,3 +466,33 @@ def test_a_rare_word_of_the_other_language_cuts_no_vector_share(make_cfg: Any, t
     assert own == (("teapots", "shelf"), cut)
     assert plans(**{"search.rareTermAcrossLanguages": False})[0] == (("leaks",), cut)
     assert plans(**{"embedder.languages": "en"})[0] == (("leaks",), cut)
+
+
+def test_a_rare_word_of_the_other_language_still_lifts_the_chunk_holding_it(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The rare word of the other language cuts no vector share, but in a ranked search the
+    chunk quoting it as asked still gets the rareTerm boost: the note quoting a command's English
+    subcommand or a tool's name is often the one meant."""
+    v = tmp_path / "v"
+    write(
+        v / "Speicher.md",
+        "# Speicher\n\nDas ist nicht schwer: auch mit Threads wird der Speicher frei, und memory "
+        "leaks sind selten.\n",
+    )
+    write(v / "Zyklen.md", "# Referenzzyklen\n\nEin Zyklus aus Referenzen gibt den Speicher nie frei.\n")
+    for i in range(4):
+        write(v / f"Notiz {i}.md", f"# Notiz {i}\n\nDas ist eine Notiz mit der Nummer {i} und nicht mehr.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        question = "why do memory leaks happen with reference cycles"
+        res = r.search(SearchRequest(question, 10, 0.0))
+        assert r.plan(analyze(question))[1] > 0.3  # no vector-share cut
+    finally:
+        h.close()
+    assert res.analysis is not None and res.analysis.rare_words == ("leaks",)
+    assert "rareTerm" in _by_ref(res.hits, "vault/Speicher").boosts
+    assert "rareTerm" not in _by_ref(res.hits, "vault/Zyklen").boosts
