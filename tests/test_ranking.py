@@ -496,3 +496,43 @@ def test_a_rare_word_of_the_other_language_still_lifts_the_chunk_holding_it(
     assert res.analysis is not None and res.analysis.rare_words == ("leaks",)
     assert "rareTerm" in _by_ref(res.hits, "vault/Speicher").boosts
     assert "rareTerm" not in _by_ref(res.hits, "vault/Zyklen").boosts
+
+
+def test_a_name_in_a_note_of_the_other_language_still_lets_keywords_lead(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A name found only in German notes, asked about in English ("Brandauer"), is no word of
+    either language: the model reads it in neither, so it cuts the vector share as before. A word
+    typed in lower case may be of the other language, and so may one capitalised only because a
+    sentence begins with it. A German note whose only function words are "den", "zu", "von"
+    counts as German, not as English by a code line's "path/to"."""
+    v = tmp_path / "v"
+    write(
+        v / "Budget.md",
+        "# Budget\n\nDas ist der Plan: Brandauer will mit dem Budget nicht warten, und das ist gut.\n",
+    )
+    write(v / "Kopie.md", "# Kopie\n\nKopiert den Ordner von path/to/quelle zu path/to/ziel: rsnapq.\n")
+    for i in range(4):
+        write(v / f"Notiz {i}.md", f"# Notiz {i}\n\nDas ist eine Notiz mit der Nummer {i} und nicht mehr.\n")
+    questions = (
+        "what did Brandauer say about the budget",
+        "what did BRANDAUER say about the budget",
+        "what did brandauer say about the budget",
+        "Brandauer: what did he say about the budget?",
+        "Wie geht das mit rsnapq und was ist das",
+    )
+    cfg = make_cfg(v)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        name, caps, lower, first, german = (r.plan(analyze(q)) for q in questions)
+    finally:
+        h.close()
+    cut = 0.3  # search.rareTermVectorWeight
+    assert analyze(questions[0]).language == "en" and analyze(questions[-1]).language == "de"
+    assert name == (("Brandauer",), cut)
+    assert caps == (("BRANDAUER",), cut)
+    assert lower[0] == ("brandauer",) and lower[1] > cut
+    assert first[0] == ("Brandauer",) and first[1] > cut
+    assert german == (("rsnapq",), cut)
