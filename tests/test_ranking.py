@@ -466,3 +466,73 @@ def test_a_rare_word_of_the_other_language_cuts_no_vector_share(make_cfg: Any, t
     assert own == (("teapots", "shelf"), cut)
     assert plans(**{"search.rareTermAcrossLanguages": False})[0] == (("leaks",), cut)
     assert plans(**{"embedder.languages": "en"})[0] == (("leaks",), cut)
+
+
+def test_a_rare_word_of_the_other_language_still_lifts_the_chunk_holding_it(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """The rare word of the other language cuts no vector share, but in a ranked search the
+    chunk quoting it as asked still gets the rareTerm boost: the note quoting a command's English
+    subcommand or a tool's name is often the one meant."""
+    v = tmp_path / "v"
+    write(
+        v / "Speicher.md",
+        "# Speicher\n\nDas ist nicht schwer: auch mit Threads wird der Speicher frei, und memory "
+        "leaks sind selten.\n",
+    )
+    write(v / "Zyklen.md", "# Referenzzyklen\n\nEin Zyklus aus Referenzen gibt den Speicher nie frei.\n")
+    for i in range(4):
+        write(v / f"Notiz {i}.md", f"# Notiz {i}\n\nDas ist eine Notiz mit der Nummer {i} und nicht mehr.\n")
+    cfg = make_cfg(v)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        question = "why do memory leaks happen with reference cycles"
+        res = r.search(SearchRequest(question, 10, 0.0))
+        assert r.plan(analyze(question))[1] > 0.3  # no vector-share cut
+    finally:
+        h.close()
+    assert res.analysis is not None and res.analysis.rare_words == ("leaks",)
+    assert "rareTerm" in _by_ref(res.hits, "vault/Speicher").boosts
+    assert "rareTerm" not in _by_ref(res.hits, "vault/Zyklen").boosts
+
+
+def test_a_name_in_a_note_of_the_other_language_still_lets_keywords_lead(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A name found only in German notes, asked about in English ("Brandauer"), is no word of
+    either language: the model reads it in neither, so it cuts the vector share as before. A word
+    typed in lower case may be of the other language, and so may one capitalised only because a
+    sentence begins with it. A German note whose only function words are "den", "zu", "von"
+    counts as German, not as English by a code line's "path/to"."""
+    v = tmp_path / "v"
+    write(
+        v / "Budget.md",
+        "# Budget\n\nDas ist der Plan: Brandauer will mit dem Budget nicht warten, und das ist gut.\n",
+    )
+    write(v / "Kopie.md", "# Kopie\n\nKopiert den Ordner von path/to/quelle zu path/to/ziel: rsnapq.\n")
+    for i in range(4):
+        write(v / f"Notiz {i}.md", f"# Notiz {i}\n\nDas ist eine Notiz mit der Nummer {i} und nicht mehr.\n")
+    questions = (
+        "what did Brandauer say about the budget",
+        "what did BRANDAUER say about the budget",
+        "what did brandauer say about the budget",
+        "Brandauer: what did he say about the budget?",
+        "Wie geht das mit rsnapq und was ist das",
+    )
+    cfg = make_cfg(v)
+    h = Harness(cfg, load_model(cfg))
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        name, caps, lower, first, german = (r.plan(analyze(q)) for q in questions)
+    finally:
+        h.close()
+    cut = 0.3  # search.rareTermVectorWeight
+    assert analyze(questions[0]).language == "en" and analyze(questions[-1]).language == "de"
+    assert name == (("Brandauer",), cut)
+    assert caps == (("BRANDAUER",), cut)
+    assert lower[0] == ("brandauer",) and lower[1] > cut
+    assert first[0] == ("Brandauer",) and first[1] > cut
+    assert german == (("rsnapq",), cut)

@@ -437,6 +437,40 @@ def _doc(key: str, body: str, *, n: int = 0, title: str | None = None, headings:
     )
 
 
+def test_held_with_counts_own_memory_only(tmp_path: Path) -> None:
+    """held_with counts the notes holding a word with each marker word in the vault and the wiki
+    plus only the asking agent's own memory: another agent's notes neither add nor vote."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    idx = Bm25Index(tmp_path / "bm25")
+    try:
+        idx.add(
+            [
+                _doc("vault/v", "der zyxwort ist nicht hier und das mit"),
+                _doc("memory/alpha/a", "the zyxwort is of the kind that you can see"),
+            ]
+        )
+        idx.add([_doc("memory/beta/b", "the zyxwort and this")])
+        idx.commit()
+        de = ("und", "der", "das", "ist", "nicht", "mit")
+        en = ("the", "and", "is", "of", "you", "can", "this")
+
+        def counts(agent: str | None) -> tuple[int, int]:
+            return (
+                sum(idx.held_with("zyxwort", de, pages=True, agent=agent)),
+                sum(idx.held_with("zyxwort", en, pages=True, agent=agent)),
+            )
+
+        assert counts(None) == (6, 0)
+        assert counts("alpha") == (6, 5)
+        assert counts("beta") == (6, 3)
+        assert counts("gamma") == (6, 0)
+        assert idx.held_with("", de, pages=True) == [0] * len(de)
+        assert idx.held_with("zyxwort", en) == [0] * len(en)  # without an agent: no memory
+    finally:
+        idx.close()
+
+
 def test_no_agents_memory_moves_another_agents_scores(tmp_path: Path) -> None:
     """The keyword statistics are the vault's and the wiki's: an agent's own note scores the same
     whether or not other agents' private notes hold the query's words. With every inbox in one

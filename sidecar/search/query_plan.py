@@ -40,11 +40,29 @@ _PRESENT_ENDINGS = ("e", "st", "t", "en", "n")
 
 # Function words that tell a note's language: frequent, and of one of the two languages only.
 _MARKERS = {
-    "de": ("und", "der", "das", "ist", "nicht", "mit", "ein", "eine", "sich", "wird", "auch"),
+    "de": (
+        *("und", "der", "das", "ist", "nicht", "mit", "ein", "eine", "sich", "wird", "auch"),
+        *("den", "zu", "von", "für"),  # a tldr page without any of the others has these
+    ),
     "en": ("the", "and", "is", "of", "to", "with", "you", "that", "this", "are", "can"),
 }
 # A word shaped like a code or identifier: a digit, an underscore, or a capital after the first letter.
 _CODE_SHAPE = re.compile(r"[\d_]|.[A-Z]")
+
+
+def _typed_as_name(word: str, text: str) -> bool:
+    """Whether ``word`` is typed as a name in ``text``: all in capitals ("NAS"), or with a
+    capital where a sentence does not begin ("ask Brandauer"). A capital first in a sentence is
+    the sentence's, not the word's ("Jekyll" of "Jekyll themes?" reads as lower case)."""
+    if len(word) > 1 and word.isupper():
+        return True
+    if not word[:1].isupper():
+        return False
+    for m in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", text):
+        before = text[: m.start()].rstrip(" \t\n\"'«»„“”‚‘’([")
+        if before and before[-1] not in ".!?:":
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -131,7 +149,10 @@ class QueryPlan:
         the cut left a question the keyword arm cannot read to the keyword arm (the vector arm is
         the one arm that reads across languages). It keeps the rareTerm boost: the note quoting
         the word as asked is often the one meant (a command's English subcommand, "Jekyll").
-        A word shaped like a code cuts in any language: no model reads "kq7z3"."""
+        A word shaped like a code cuts in any language: no model reads "kq7z3"; so does a word
+        typed as a name (a capital inside a sentence, or all capitals: "Brandauer", "Zotero"),
+        which the model cannot read in either language. The notes' language is a majority: they
+        hold more function words of it than of the query's with the word (``_written_in``)."""
         lang = qa.language
         if not rare or not self.cfg.rare_term_across_languages or lang not in _MARKERS:
             return tuple(rare)
@@ -140,7 +161,11 @@ class QueryPlan:
             return tuple(rare)
         try:
             return tuple(
-                w for w in rare if _CODE_SHAPE.search(w) or not self._written_in(w, other, lang, agent)
+                w
+                for w in rare
+                if _CODE_SHAPE.search(w)
+                or _typed_as_name(w, qa.text)
+                or not self._written_in(w, other, lang, agent)
             )
         except StoreError:  # a damaged index: the search reports it
             return tuple(rare)
