@@ -225,7 +225,8 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
 ) -> None:
     """A failure of a kind outside the storage errors while the index was reopened read-only after a
     failed switch ended the space check with every request held, and health saying a switch was
-    under way, for good. Requests are refused (``storage``) until the next try, which succeeds."""
+    under way, for good. Requests are refused (``storage``; health answers a record saying so) until
+    the next try, which succeeds."""
     start = read_only_start
     real_finish, real_build = Indexer.finish_interrupted, readonly_start.build_read_only
 
@@ -240,8 +241,10 @@ def test_an_unforeseen_failure_of_the_read_only_reopen_leaves_nothing_held(
     start.free()
     assert start.d._switch_to_writable() is False
     assert start.handlers() == "Refusing"
-    err = start.refused("health")
+    err = start.refused("search", {"query": "harbour"})
     assert err.code == "storage" and "cannot be read now" in str(err)
+    health = start.ask("health")  # a record in health's shape, saying so in words
+    assert health["index"]["state"] == "refusing" and "cannot be read now" in health["refusing"], health
     monkeypatch.setattr(readonly_start, "build_read_only", real_build)
     fill(start.disk)
     assert start.d._space_check() is False  # still full: read-only again
