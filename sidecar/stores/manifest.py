@@ -55,6 +55,10 @@ SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 # ``-shm`` turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours
 # leave two slots for the settle read and another process's reader (doctor, a backup).
 READERS = 2
+# How long a read waits for one of them before it reads through the writer's connection (under
+# its lock, as the writer's own reads): ``health`` and searches were queued behind two long reads
+# (a big vault's note days), and behind a read that never returned (a hung disk) forever.
+READER_WAIT_S = 0.05
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +384,7 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         return max(0, int(pages) * int(page_size) - self.path.stat().st_size)
 
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        """A read of what is committed, on this thread's own connection (opened on first use).
+        """A read of what is committed, on a reader connection (``_take_reader``) or the writer's.
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
         with it an old snapshot, open past its call."""
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
@@ -394,10 +398,17 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
 
     def _take_reader(self) -> sqlite3.Connection | None:
         """A reader no read holds: an idle one, a new one while fewer than ``READERS`` are open,
-        else the first one given back. None (read through the writer) when none can be opened."""
+        else the first one given back within ``READER_WAIT_S``. None (read through the writer)
+        when none can be opened, when all are reading and the writer is idle or this thread holds
+        it (inside a transaction), or when none came back in time. A read through the writer holds
+        its lock, so no commit runs meanwhile and the commit's settle read still finds a slot."""
+        deadline = time.monotonic() + READER_WAIT_S
         with self._reader_free:
             while not self._readers_shut and not self._idle and len(self._readers) + self._opening >= READERS:
-                self._reader_free.wait()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._writer_free():
+                    return None
+                self._reader_free.wait(left)
             if self._readers_shut:
                 return None
             if self._idle:
@@ -409,6 +420,14 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
             with self._reader_free:
                 self._opening -= 1
                 self._reader_free.notify()  # one not opened leaves room for another try
+
+    def _writer_free(self) -> bool:
+        """Whether this thread could take the writer's lock now (no one holds it, or this thread
+        does). Never waits, so it is safe under ``_reader_free``."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._lock.release()
+        return True
 
     def _give_back(self, db: sqlite3.Connection) -> None:
         with self._reader_free:
