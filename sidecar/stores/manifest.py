@@ -435,12 +435,16 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
                 self._idle.append(db)
             self._reader_free.notify()
 
-    def _readers_closed(self) -> None:
-        """After ``close`` closed the readers: none is idle, any read waiting for one goes on."""
+    def _readers_taken(self) -> list[sqlite3.Connection]:
+        """For ``close``: every reader, none registered or taken after it (a read then goes
+        through the writer), any read waiting for one goes on."""
         with self._reader_free:
+            readers = list(self._readers)
+            self._readers.clear()
             self._idle.clear()
             self._readers_shut = True
             self._reader_free.notify_all()
+        return readers
 
     def _open_reader(self) -> sqlite3.Connection | None:
         """A reader on the writer's own file; None (read through the writer) when the file was
@@ -459,9 +463,14 @@ class Manifest(ManifestFile, ManifestAside, VectorBook):
         except sqlite3.Error:
             close_failed_open(db, self.path)  # was left open, one connection per try
             return None
-        with self._lock, self._reader_free:
-            self._readers.append(db)
-        return db
+        # Under ``_reader_free`` alone: a thread holding ``_lock`` (in a transaction) may wait on
+        # it, so taking ``_lock`` here too could deadlock.
+        with self._reader_free:
+            if not self._readers_shut:
+                self._readers.append(db)
+                return db
+        close_failed_open(db, self.path)  # closed meanwhile: its readers are gone
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
