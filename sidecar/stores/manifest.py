@@ -49,11 +49,13 @@ from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR, VectorBook, _in_grou
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 # The manifest's own reader connections, shared by every thread (a read takes a free one, waits
-# for one when all are reading). Capped: SQLite's WAL has 4 read-mark slots (WAL_NREADER - 1);
-# when all 4 were held by reads in flight at different snapshots at a commit, the writer's read
-# after it (``frozen.GuardedConnection._settle``) recorded no mark of the new end, and once the
-# ``-shm`` turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours
-# leave two slots for the settle read and another process's reader (doctor, a backup).
+# briefly for one when all are reading, then reads through the writer's: ``READER_WAIT_S``).
+# Capped: SQLite's WAL has 4 read-mark slots (WAL_NREADER - 1); when all 4 were held by reads in
+# flight at different snapshots at a commit, the writer's read after it
+# (``frozen.GuardedConnection._settle``) recorded no mark of the new end, and once the ``-shm``
+# turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours leave two
+# slots for the settle read and another process's reader (doctor, a backup); two other processes
+# in reads at that commit while ours read still take both.
 READERS = 2
 # How long a read waits for one of them before it reads through the writer's connection (under
 # its lock, as the writer's own reads): ``health`` and searches were queued behind two long reads
