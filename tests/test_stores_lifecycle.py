@@ -1931,3 +1931,96 @@ def test_a_failed_keyword_index_or_parts_build_whose_close_fails_raises_the_open
             compose.build(cfg, EmbedderSlot())
     for stores in failed:  # closed for real: nothing left open by the test
         real_close(stores)
+
+
+def test_a_read_finding_both_readers_held_reads_through_the_idle_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both manifest readers in long reads (a big vault's note days, a hung disk): another read
+    (``health``'s agents with memory, a search's) reads through the idle writer's connection; it
+    waited for one of them, without bound."""
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+
+    def hold() -> int:
+        entered.release()
+        release.wait()
+        return 1
+
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("hold", 0, hold)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    m = Manifest(tmp_path / "m.sqlite")
+    m.set_meta("k", "1")
+    held = [threading.Thread(target=m._committed, args=("SELECT hold()",)) for _ in range(2)]
+    try:
+        for t in held:
+            t.start()
+            assert entered.acquire(timeout=30)
+        assert len(m._readers) == 2 and not m._idle  # both readers are held
+        answered: list[Any] = []
+        asker = threading.Thread(target=lambda: answered.append(m.agents_with_memory()), daemon=True)
+        asker.start()
+        asker.join(60)  # a guard against a hang, not a timing
+        assert answered == [set()]
+    finally:
+        release.set()
+        for t in held:
+            t.join()
+    m.close()
+
+
+def test_a_read_inside_a_transaction_while_both_readers_open_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread holding the manifest's writer lock (in a transaction) reads what is committed
+    while two other threads open the readers: it reads through the writer's connection, and the
+    readers register without that lock. Before, the openers waited for the lock to register and
+    the holder waited for a reader: all three forever."""
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    m = Manifest(tmp_path / "m.sqlite")
+    m.set_meta("k", "1")
+    connected = threading.Semaphore(0)
+    release = threading.Event()
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("hold", 0, release.wait)  # an opener's read stays in flight
+        connected.release()  # the opener registers its reader next
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    answered: list[Any] = []
+
+    def holder() -> None:
+        with m.transaction():
+            openers = [
+                threading.Thread(target=m._committed, args=("SELECT hold()",), daemon=True) for _ in range(2)
+            ]
+            for t in openers:
+                t.start()
+            for _ in openers:
+                assert connected.acquire(timeout=30)
+            answered.append(m._committed("SELECT value FROM meta WHERE name = 'k'"))
+            release.set()
+            for t in openers:  # their readers registered and read while the transaction runs
+                t.join(30)  # a guard against a hang, not a timing
+                answered.append(not t.is_alive())
+
+    h = threading.Thread(target=holder, daemon=True)
+    h.start()
+    h.join(90)  # a guard against a hang, not a timing
+    assert answered == [[("1",)], True, True]
+    m.close()
+    assert not m._readers

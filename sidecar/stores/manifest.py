@@ -48,12 +48,18 @@ from sidecar.stores.vectorbook import NO_VECTOR, VectorBook, _in_groups
 SOURCE_RANK = {"memory": 0, "wiki": 1, "vault": 2}
 
 # The manifest's own reader connections, shared by every thread (a read takes a free one, waits
-# for one when all are reading). Capped: SQLite's WAL has 4 read-mark slots (WAL_NREADER - 1);
-# when all 4 were held by reads in flight at different snapshots at a commit, the writer's read
-# after it (``frozen.GuardedConnection._settle``) recorded no mark of the new end, and once the
-# ``-shm`` turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours
-# leave two slots for the settle read and another process's reader (doctor, a backup).
+# briefly for one when all are reading, then reads through the writer's: ``READER_WAIT_S``).
+# Capped: SQLite's WAL has 4 read-mark slots (WAL_NREADER - 1); when all 4 were held by reads in
+# flight at different snapshots at a commit, the writer's read after it
+# (``frozen.GuardedConnection._settle``) recorded no mark of the new end, and once the ``-shm``
+# turned immutable the next read wrote one into the mapped file: SIGBUS. Two of ours leave two
+# slots for the settle read and another process's reader (doctor, a backup); two other processes
+# in reads at that commit while ours read still take both.
 READERS = 2
+# How long a read waits for one of them before it reads through the writer's connection (under
+# its lock, as the writer's own reads): ``health`` and searches were queued behind two long reads
+# (a big vault's note days), and behind a read that never returned (a hung disk) forever.
+READER_WAIT_S = 0.05
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +200,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         return max(0, int(pages) * int(page_size) - self.path.stat().st_size)
 
     def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        """A read of what is committed, on this thread's own connection (opened on first use).
+        """A read of what is committed, on a reader connection (``_take_reader``) or the writer's.
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
         with it an old snapshot, open past its call."""
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
@@ -208,10 +214,17 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
 
     def _take_reader(self) -> sqlite3.Connection | None:
         """A reader no read holds: an idle one, a new one while fewer than ``READERS`` are open,
-        else the first one given back. None (read through the writer) when none can be opened."""
+        else the first one given back within ``READER_WAIT_S``. None (read through the writer)
+        when none can be opened, when all are reading and the writer is idle or this thread holds
+        it (inside a transaction), or when none came back in time. A read through the writer holds
+        its lock, so no commit runs meanwhile and the commit's settle read still finds a slot."""
+        deadline = time.monotonic() + READER_WAIT_S
         with self._reader_free:
             while not self._readers_shut and not self._idle and len(self._readers) + self._opening >= READERS:
-                self._reader_free.wait()
+                left = deadline - time.monotonic()
+                if left <= 0 or self._writer_free():
+                    return None
+                self._reader_free.wait(left)
             if self._readers_shut:
                 return None
             if self._idle:
@@ -224,18 +237,30 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                 self._opening -= 1
                 self._reader_free.notify()  # one not opened leaves room for another try
 
+    def _writer_free(self) -> bool:
+        """Whether this thread could take the writer's lock now (no one holds it, or this thread
+        does). Never waits, so it is safe under ``_reader_free``."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._lock.release()
+        return True
+
     def _give_back(self, db: sqlite3.Connection) -> None:
         with self._reader_free:
             if db in self._readers:  # not closed meanwhile (``close``)
                 self._idle.append(db)
             self._reader_free.notify()
 
-    def _readers_closed(self) -> None:
-        """After ``close`` closed the readers: none is idle, any read waiting for one goes on."""
+    def _readers_taken(self) -> list[sqlite3.Connection]:
+        """For ``close``: every reader, none registered or taken after it (a read then goes
+        through the writer), any read waiting for one goes on."""
         with self._reader_free:
+            readers = list(self._readers)
+            self._readers.clear()
             self._idle.clear()
             self._readers_shut = True
             self._reader_free.notify_all()
+        return readers
 
     def _open_reader(self) -> sqlite3.Connection | None:
         """A reader on the writer's own file; None (read through the writer) when the file was
@@ -254,9 +279,14 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         except sqlite3.Error:
             close_failed_open(db, self.path)  # was left open, one connection per try
             return None
-        with self._lock, self._reader_free:
-            self._readers.append(db)
-        return db
+        # Under ``_reader_free`` alone: a thread holding ``_lock`` (in a transaction) may wait on
+        # it, so taking ``_lock`` here too could deadlock.
+        with self._reader_free:
+            if not self._readers_shut:
+                self._readers.append(db)
+                return db
+        close_failed_open(db, self.path)  # closed meanwhile: its readers are gone
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

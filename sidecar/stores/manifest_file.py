@@ -162,7 +162,8 @@ class ManifestFile:
     _readers: list[sqlite3.Connection]
     _counted: bool
 
-    def _readers_closed(self) -> None: ...
+    def _readers_taken(self) -> list[sqlite3.Connection]:
+        raise NotImplementedError  # ``Manifest``'s: the readers, taken under their own lock
 
     def _count_writer(self) -> None:
         with _writers_lock:
@@ -435,13 +436,11 @@ class ManifestFile:
             failed: BaseException | None = None
             # Readers first: the last connection to close checkpoints the WAL into the file and
             # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
-            for reader in self._readers:
+            for reader in self._readers_taken():
                 try:
                     reader.close()
                 except BaseException as exc:  # raised below, once the rest is closed
                     failed = failed or exc
-            self._readers.clear()
-            self._readers_closed()
             try:
                 if not self.read_only:
                     with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
@@ -475,11 +474,9 @@ class ManifestFile:
         shm = self.path.with_name(self.path.name + "-shm")
         if self.read_only or not frozen(shm):
             return False
-        for reader in self._readers:
+        for reader in self._readers_taken():
             with contextlib.suppress(sqlite3.Error):
                 reader.close()
-        self._readers.clear()
-        self._readers_closed()
         self._release_writer()
         leave_open(self._db)
         self._left = True
