@@ -746,6 +746,7 @@ def test_a_build_started_after_a_later_build_of_its_release_is_said(
     assert f"the index was last written by build {new} of this release, later than" in said_status
     said_doctor = _older_code(this_release(), None, other)
     assert said_doctor is not None and f"last written by build {new}" in said_doctor[0]
+    assert "rebuild" not in said_doctor[1] and "nothing is wrong" in said_doctor[1], said_doctor
     assert not check_index(cfg).warning  # its last writer is this build now
     writers, logged = _start_of_build(cfg, monkeypatch, caplog, old, "run-4")  # OLD's next start
     assert "before" not in writers and "index_written_by" not in logged

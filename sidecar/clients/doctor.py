@@ -478,8 +478,10 @@ def _older_code(
     if other and other.get("build"):
         return (
             f"the index was last written by build {other['build']} of this release, later than the "
-            "daemon's (a downgrade)",
-            f"run that one, or {rebuild}",
+            "daemon's (a downgrade, judged by the order the builds first wrote the index, not by "
+            "their age)",
+            "if that build is the newer one, run it; if the daemon's is newer (an older build ran in "
+            "between), nothing is wrong: this goes at the daemon's next start",
         )
     return None
 
