@@ -130,13 +130,6 @@ class SearchConfig:
         "capital not first in a sentence, or all capitals) cuts it in any language. false: every "
         "rare word cuts it.",
     )
-    across_language_shift: float = _opt(
-        0.0,
-        "Vector share added (up to 0.9) for a German or English query whose words the notes hold "
-        "mostly with the other language's function words, when the model reads both. 0: off.",
-        min=0.0,
-        max=0.5,
-    )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
     )

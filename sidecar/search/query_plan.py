@@ -123,15 +123,12 @@ class QueryPlan:
             languages = _own_settings(serving).get("search.stemFirst", ())
         return lang if lang in languages else None
 
-    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = (), across: bool = False) -> float:
+    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
         and for queries naming something rare the model cannot read (see ``rare_words``; pass
-        only those that cut it, ``cutting``); more for a query whose words the notes write mostly
-        in the other language (``across``, see ``across_languages``)."""
+        only those that cut it, ``cutting``)."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
-        if across and cfg.across_language_shift > 0:
-            weight = max(weight, min(0.9, weight + cfg.across_language_shift))
         if not self.reads(qa):
             weight = min(weight, cfg.foreign_vector_weight)
         if rare:
@@ -142,29 +139,7 @@ class QueryPlan:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
         rare = self.rare_words(qa, agent)
-        across = self.across_languages(qa, agent)
-        return rare, self.vector_weight(qa, self.cutting(rare, qa, agent), across)
-
-    def across_languages(self, qa: QueryAnalysis, agent: str | None = None) -> bool:
-        """Whether the notes holding a German or English query's content words write them mostly
-        in the other language (an English question over a German vault), when the model reads
-        both: the keyword arm cannot read the question across languages, the vector arm can
-        (``search.acrossLanguageShift``). Summed over the words, as ``_written_in`` counts."""
-        lang = qa.language
-        if self.cfg.across_language_shift <= 0 or lang not in _MARKERS:
-            return False
-        other = "en" if lang == "de" else "de"
-        if not self.reads(qa) or not self._reads_language(other):
-            return False
-        bm25 = self.stores.bm25
-        mine = theirs = 0
-        try:
-            for w in dict.fromkeys(qa.content_words):
-                mine += sum(bm25.held_with(w, _MARKERS[lang], pages=True, agent=agent))
-                theirs += sum(bm25.held_with(w, _MARKERS[other], pages=True, agent=agent))
-        except StoreError:  # a damaged index: the search reports it
-            return False
-        return theirs > mine
+        return rare, self.vector_weight(qa, self.cutting(rare, qa, agent))
 
     def cutting(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that cut the vector share. Not a word the notes holding
