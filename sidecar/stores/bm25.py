@@ -746,27 +746,8 @@ class Bm25Index(Bm25Search):
         # An agent's last use is its index's last commit (``_last_use``): kept as it was.
         kept = {} if name == EVERYONE else _mtimes(pair)
         try:
-            with engine("compact"):
-                for folder in pair:
-                    folder.writer.delete_all_documents()
-                    folder.dirty = True
-                for chunks in notes.values():
-                    if stop is not None and stop.is_set():
-                        break
-                    self._put_note(pair, chunks)
-            if stop is not None and stop.is_set():
-                for folder in pair:
-                    folder.recover_writer(deliberate=True)
+            if not self._fill_in_place(pair, notes.values(), stop):
                 return False
-            for folder in pair:
-                folder.commit()  # the same live notes either way: one committed alone is no harm
-        except BaseException as exc:
-            for folder in pair:
-                if folder.dirty:
-                    folder.recover_writer()
-            if isinstance(exc, StoreError):
-                raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
-            raise
         finally:
             _restore_mtimes(kept)
         if held != (len(docs), len(notes)):
@@ -791,34 +772,56 @@ class Bm25Index(Bm25Search):
             pair = (self._chunks, self._pages)
             if self.read_only or self._retired or self._closed or any(f.dirty or f.closed for f in pair):
                 return False
-            try:
-                with engine("compact"):
-                    for folder in pair:
-                        folder.writer.delete_all_documents()
-                        folder.dirty = True
-                    self.umlauts.clear()  # learned again from the live notes, as by a rebuild
-                    for chunks in _by_note(docs):
-                        if stop is not None and stop.is_set():
-                            break
-                        self._learn(chunks)
-                        self._put_note(pair, chunks)
-                if stop is not None and stop.is_set():
-                    for folder in pair:
-                        folder.recover_writer(deliberate=True)
-                    self.umlauts.forget_unsaved()
-                    return False
+            self.umlauts.clear()  # learned again from the live notes, as by a rebuild
+            filled = self._fill_in_place(
+                pair, _by_note(docs), stop, learn=self._learn, undo=self.umlauts.forget_unsaved
+            )
+            if filled:
+                self.umlauts.save()
+            return filled
+
+    def _fill_in_place(
+        self,
+        pair: Pair,
+        notes: Iterable[Sequence[Bm25Doc]],
+        stop: threading.Event | None,
+        *,
+        learn: Callable[[Sequence[Bm25Doc]], None] | None = None,
+        undo: Callable[[], None] | None = None,
+    ) -> bool:
+        """``pair`` emptied in its own writers and filled with ``notes`` (each note's chunks
+        together; ``learn`` sees each first), one commit of each folder: searches keep the old
+        snapshot until it, a failure (raised, with the disk's words) or a kill before it leaves
+        the old index whole, a ``stop`` rolls it back (False). ``undo`` runs at either rollback."""
+        try:
+            with engine("compact"):
                 for folder in pair:
-                    folder.commit()  # the same live notes either way: one committed alone is no harm
-            except BaseException as exc:
+                    folder.writer.delete_all_documents()
+                    folder.dirty = True
+                for chunks in notes:
+                    if stop is not None and stop.is_set():
+                        break
+                    if learn is not None:
+                        learn(chunks)
+                    self._put_note(pair, chunks)
+            if stop is not None and stop.is_set():
                 for folder in pair:
-                    if folder.dirty:
-                        folder.recover_writer()
-                self.umlauts.forget_unsaved()
-                if isinstance(exc, StoreError):
-                    raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
-                raise
-            self.umlauts.save()
-            return True
+                    folder.recover_writer(deliberate=True)
+                if undo is not None:
+                    undo()
+                return False
+            for folder in pair:
+                folder.commit()  # the same live notes either way: one committed alone is no harm
+        except BaseException as exc:
+            for folder in pair:
+                if folder.dirty:
+                    folder.recover_writer()
+            if undo is not None:
+                undo()
+            if isinstance(exc, StoreError):
+                raise StoreError(f"{exc}{disk_hint(self.path)}") from exc
+            raise
+        return True
 
     def _put_note(self, pair: Pair, chunks: Sequence[Bm25Doc]) -> None:
         """One note's chunks and its page into ``pair``'s writers."""
