@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.wire import hit_json
+from sidecar.contracts.wire_json import hit_json
 from sidecar.notes import links
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever

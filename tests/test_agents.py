@@ -31,7 +31,7 @@ from sidecar.clients.cli_render import render_status
 from sidecar.clients.client import Client
 from sidecar.clients.mcp_calls import ToolCalls
 from sidecar.clients.mcp_texts import status_of, text_of_search
-from sidecar.contracts import wire
+from sidecar.contracts import wire, wire_json
 from sidecar.contracts.errors import SidecarError
 from sidecar.contracts.protocol import Request, check_known
 from sidecar.daemon.handlers import Handlers, ServiceState
@@ -853,7 +853,7 @@ def _same_json(a: Any, b: Any) -> bool:
 
 
 def test_replies_parse_into_typed_results_and_back_byte_for_byte(served: Served) -> None:
-    """What the CLI and the shim parse (contracts.wire) is the whole reply: nothing is lost or
+    """What the CLI and the shim parse (contracts.wire_json) is the whole reply: nothing is lost or
     reordered on the way back, for search, recall and why, with and without a window."""
     replies = [
         served.call("search", {"query": "garlic gestern", "preview": True}),
@@ -868,18 +868,18 @@ def test_replies_parse_into_typed_results_and_back_byte_for_byte(served: Served)
     }
     for reply in replies:
         assert reply["hits"], reply
-        result = wire.parse_search(reply)
-        assert _same_json(wire.search_json(result, preview="analysis" in reply), reply)
-    masked = wire.parse_search(replies[2]).hits
+        result = wire_json.parse_search(reply)
+        assert _same_json(wire_json.search_json(result, preview="analysis" in reply), reply)
+    masked = wire_json.parse_search(replies[2]).hits
     assert any(h.masked for h in masked) and all(SECRET not in h.text for h in masked)
-    recalled = wire.parse_search(replies[3])
+    recalled = wire_json.parse_search(replies[3])
     assert recalled.context and recalled.analysis and recalled.analysis.history_turns == 0
     for query in ("tomatoes sun water", "nothing at all here"):
         why = served.call("why", {"reference": "vault/Garden", "query": query})
-        assert _same_json(wire.explanation_json(wire.parse_explanation(why)), why)
+        assert _same_json(wire_json.explanation_json(wire_json.parse_explanation(why)), why)
     missing = served.call("why", {"reference": "vault/Nope", "query": "garden"})
     assert missing["exists"] is False and "reason" in missing
-    assert _same_json(wire.explanation_json(wire.parse_explanation(missing)), missing)
+    assert _same_json(wire_json.explanation_json(wire_json.parse_explanation(missing)), missing)
 
 
 def test_hit_fields_are_the_documented_ones(served: Served) -> None:
@@ -1569,7 +1569,8 @@ def test_a_search_while_index_updates_fail_says_the_answer_may_be_stale(served: 
     the MCP and CLI texts say recent changes may be missing (an empty answer read as "no such
     note"); once updates work again nothing is said."""
     from sidecar.clients.mcp_texts import text_of_search
-    from sidecar.contracts.wire import parse_search, stale_note
+    from sidecar.contracts.notices import stale_note
+    from sidecar.contracts.wire_json import parse_search
 
     problems = served.h.problems
     assert "staleSince" not in served.call("search", {"query": "zzyzx nothing"})
@@ -2764,7 +2765,8 @@ def test_a_file_dated_in_the_future_does_not_head_listings_for_ever(served: Serv
     )
     place = served.call("why", {"reference": "vault/Uhr/Zukunft", "query": query})["chunks"][0]["outcome"]
     assert place.startswith("hit #2,"), place
-    block = render_block(wire.parse_search(out).hits, 2000, lambda parts: [len(p.split()) for p in parts])
+    hits = wire_json.parse_search(out).hits
+    block = render_block(hits, 2000, lambda parts: [len(p.split()) for p in parts])
     assert f"dated {changed} (its file's date {future} lies in the future)" in block, block
     # A window after today's date holds it no more.
     later = dt.date.today() + dt.timedelta(days=2 * 365)
@@ -2809,7 +2811,7 @@ def test_list_shows_no_future_time_as_the_last_change_seen_here() -> None:
     """A file dated ahead whose status change time is ahead too, with no index time (a file not
     indexed): its future mtime was shown as 'its last change seen here' beside 'its file's date
     lies in the future'; search gives such a note no day, and neither does the list."""
-    from sidecar.contracts.wire import modified_said
+    from sidecar.contracts.notices import modified_said
     from sidecar.memory.ops import _modified
 
     ahead = time.time() + 5 * 365 * 86_400

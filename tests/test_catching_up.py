@@ -18,7 +18,7 @@ from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
 from sidecar.clients.mcp_tools import TOOLS
 from sidecar.contracts.errors import StoreError
-from sidecar.contracts.wire import catching_up_note
+from sidecar.contracts.notices import catching_up_note
 from sidecar.daemon.indexing import CATCHING_UP_MIN, IndexLoop
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.in_process import InProcessServer

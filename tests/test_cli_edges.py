@@ -612,7 +612,7 @@ def test_preview_text_names_the_gate_that_kept_each_candidate_out() -> None:
     """`sidecar preview` prints readable lines (no raw JSON): the query, the gates, the hits and
     each kept-out candidate with the gate and the figures it compared."""
     from sidecar.clients.cli_preview import preview_lines
-    from sidecar.contracts.wire import parse_search
+    from sidecar.contracts.wire_json import parse_search
 
     hit = {
         "reference": "vault/Plugins/Audio recorder",
@@ -646,7 +646,7 @@ def test_preview_says_recall_ran_partly_on_keywords_while_vectors_are_pending() 
     """While chunks wait for their vectors, `sidecar preview` says recall weighs those by their
     keywords alone, and marks a hit that passed without a similarity (it said nothing)."""
     from sidecar.clients.cli_preview import preview_lines
-    from sidecar.contracts.wire import parse_search
+    from sidecar.contracts.wire_json import parse_search
 
     hit = {
         "reference": "vault/Obsidian Sync einrichten",

@@ -38,7 +38,7 @@ _HITS = [
 def test_a_hit_listed_above_one_of_higher_relevance_says_why() -> None:
     """Only hits above a later one of higher relevance carry a reason, naming their boosts in
     words. Was: 0.63 listed above 0.74 with no word of why (an agent read the order as wrong)."""
-    from sidecar.contracts.wire import ranked_up
+    from sidecar.contracts.notices import ranked_up
 
     said = ranked_up([_hit(*h) for h in _HITS])
     assert said == [
@@ -60,7 +60,7 @@ def test_memory_search_says_what_orders_its_hits(tmp_path: Path) -> None:
     structured content (``rankedUp``)."""
     from sidecar.clients.mcp_calls import ToolCalls
     from sidecar.clients.mcp_tools import TOOLS
-    from sidecar.contracts.wire import hit_json
+    from sidecar.contracts.wire_json import hit_json
 
     described = next(t for t in TOOLS if t["name"] == "memory_search")["description"]
     assert "listed best first by their ranking score" in described and "without boosts" in described
@@ -81,7 +81,7 @@ def test_sidecar_search_says_why_a_hit_is_listed_above_one_of_higher_relevance(
     from sidecar.clients import cli_query
     from sidecar.clients.cli_parser import build_parser
     from sidecar.config import load_config
-    from sidecar.contracts.wire import hit_json
+    from sidecar.contracts.wire_json import hit_json
 
     answer = {"hits": [hit_json(_hit(*h)) for h in _HITS]}
     monkeypatch.setattr(cli_query, "_call", lambda *_a, **_k: answer)
@@ -99,7 +99,7 @@ def test_a_hit_ranked_up_names_only_what_can_have_lifted_it() -> None:
     above a 0.74 log page (the log page's demotion did it), and for any boost the hit held."""
     import dataclasses
 
-    from sidecar.contracts.wire import ranked_up
+    from sidecar.contracts.notices import ranked_up
 
     demoted = [_hit("wiki/a", 0.40, 0.50, {"source": 1.1}), _hit("wiki/logs/b", 0.74, 0.45, {"log": 0.6})]
     assert ranked_up(demoted)[0] == (
@@ -121,7 +121,7 @@ def test_a_hit_ranked_up_names_boosts_that_lift_it_together_and_a_source_demotio
     weight under 1 is said so. Was: "its place in the keyword and meaning results" for both."""
     import dataclasses
 
-    from sidecar.contracts.wire import ranked_up
+    from sidecar.contracts.notices import ranked_up
 
     together = [_hit("vault/a", 0.50, 0.9, {"rareTerm": 1.15, "slug": 1.15}), _hit("vault/b", 0.62, 0.8, {})]
     assert ranked_up(together)[0] == (
@@ -138,7 +138,7 @@ def test_a_hit_ranked_up_by_its_rank_or_by_most_of_the_gap_says_so() -> None:
     """The "rank" boost's words were the general words themselves ("its place in the keyword and
     meaning results"): a hit lifted by it and one lifted by nothing known read alike. And a boost
     closing most of the gap, the rest the ranking score's own scale, was not named."""
-    from sidecar.contracts.wire import ranked_up
+    from sidecar.contracts.notices import ranked_up
 
     by_rank = ranked_up([_hit("a", 0.5, 0.9, {"rank": 0.12}), _hit("b", 0.6, 0.8, {})])
     assert (

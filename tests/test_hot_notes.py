@@ -18,7 +18,8 @@ import pytest
 
 from sidecar.clients.cli_render import render_status
 from sidecar.clients.mcp_texts import status_of, text_of_search
-from sidecar.contracts.wire import state_json, waiting_vectors
+from sidecar.contracts.notices import waiting_vectors
+from sidecar.contracts.wire_json import state_json
 from sidecar.daemon.hot import BUDGET_SHARE, BUDGET_WINDOW_S, HOT_MAX_S, SETTLE_S, HotNotes
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.watchdog import status_line

@@ -77,7 +77,7 @@ def test_a_rebuild_keeps_the_links_resolved_and_says_which_are_not_yet(
     is "resolving" (not among ``unresolved``, said by the CLI and the MCP answer), and resolved
     at the end. Was: 0 links, then every link "unresolved" until the rebuild's end."""
     from sidecar.clients.cli_hits import render_links
-    from sidecar.contracts.wire import links_state_note
+    from sidecar.contracts.notices import links_state_note
     from sidecar.notes.links import LinkGraph, unresolved_paths
 
     write(vault / "Hub.md", _HUB)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import RemoteError
-from sidecar.contracts.wire import resolved_notes
+from sidecar.contracts.notices import resolved_notes
 from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
 from sidecar.vault.sources import CANVAS_TWIN_REASON, path_for_key

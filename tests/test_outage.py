@@ -439,7 +439,7 @@ def test_hits_of_notes_whose_deletion_is_held_say_so(tmp_path: Path, serve_in_pr
     gone. Each such hit is marked now (``deletionHeld``; the CLI and the MCP text say it), the
     recall block says which, and a hit of a note still there is not marked."""
     from sidecar.clients.mcp_texts import text_of_search
-    from sidecar.contracts.wire import DELETION_HELD_MARK
+    from sidecar.contracts.notices import DELETION_HELD_MARK
 
     v = tmp_path / "v"
     for i in range(6):

@@ -393,7 +393,7 @@ def test_index_op_sweeps_new_notes(in_process: InProcessServer, vault: Path) -> 
 def test_preview_analysis_carries_the_querys_language(in_process: InProcessServer) -> None:
     """docs/protocol.md: `preview` returns `analysis` with the language (`de`, `en` or null), and
     the typed reply the CLI and the shim parse keeps it."""
-    from sidecar.contracts import wire
+    from sidecar.contracts import wire_json
 
     english = in_process.call("search", {"query": "how do the tomatoes get their water", "preview": True})
     german = in_process.call("search", {"query": "wie bekommen die Tomaten ihr Wasser", "preview": True})
@@ -401,9 +401,10 @@ def test_preview_analysis_carries_the_querys_language(in_process: InProcessServe
     assert english["analysis"]["language"] == "en"
     assert german["analysis"]["language"] == "de"
     assert "language" in neither["analysis"] and neither["analysis"]["language"] is None
-    parsed = wire.parse_search(german).analysis
+    parsed = wire_json.parse_search(german).analysis
     assert parsed is not None and parsed.language == "de"
-    assert wire.search_json(wire.parse_search(german), preview=True)["analysis"] == german["analysis"]
+    again = wire_json.search_json(wire_json.parse_search(german), preview=True)
+    assert again["analysis"] == german["analysis"]
 
 
 def test_inline_filters_combine_with_the_parameters_as_documented(in_process: InProcessServer) -> None:

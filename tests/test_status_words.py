@@ -343,7 +343,7 @@ def test_the_restart_status_advises_is_the_one_of_what_runs_the_daemon(serve_in_
 def test_a_searchs_note_of_chunks_left_to_a_switch_names_both_causes() -> None:
     """Chunks left to a switch are cut again during it, or their vector was lost from the previous
     model's table: the note named the first only."""
-    from sidecar.contracts.wire import switch_note
+    from sidecar.contracts.notices import switch_note
 
     assert switch_note(1).startswith(
         "1 chunk waits for the new model's vectors (cut again during the model switch, or whose "

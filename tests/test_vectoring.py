@@ -1898,7 +1898,7 @@ def test_notes_left_to_a_switch_are_found_by_their_words_and_said_so(make_cfg: A
     from dataclasses import replace
 
     from sidecar.clients.mcp_texts import _state_notes
-    from sidecar.contracts.wire import state_json
+    from sidecar.contracts.wire_json import state_json
     from sidecar.search.request import SearchRequest
 
     h = _cut_again_during_a_switch(make_cfg, tmp_path)

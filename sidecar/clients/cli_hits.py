@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sidecar.contracts.notices import anchor_missing, links_state_note
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import anchor_missing, links_state_note
 
 
 def render_links(r: dict[str, Any]) -> str:

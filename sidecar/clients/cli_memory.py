@@ -13,10 +13,10 @@ from sidecar.clients.client import Client
 from sidecar.clients.mcp_texts import trash_dropped_note
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, RemoteError
+from sidecar.contracts.notices import modified_said, refused_note
 from sidecar.contracts.printable import escape_controls as shown
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import LIST_LIMIT_RANGE
-from sidecar.contracts.wire import modified_said, refused_note
 
 
 def cmd_mcp(args: argparse.Namespace, cfg: Config) -> int:

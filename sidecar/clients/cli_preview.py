@@ -4,16 +4,9 @@ a parsed ``recall`` reply in, lines out."""
 
 from __future__ import annotations
 
+from sidecar.contracts.notices import dates_said, ignored_phrase_note, switch_note, waiting_vectors
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import (
-    Analysis,
-    Hit,
-    SearchResult,
-    dates_said,
-    ignored_phrase_note,
-    switch_note,
-    waiting_vectors,
-)
+from sidecar.contracts.wire import Analysis, Hit, SearchResult
 
 # What each gate compares, as the preview explains a candidate it kept out.
 _WHY = {

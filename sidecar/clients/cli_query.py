@@ -16,18 +16,13 @@ from sidecar.clients.cli_preview import preview_lines, recall_pending_note
 from sidecar.clients.client import Client, local_today
 from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
-from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.printable import escape_terminal
-from sidecar.contracts.wire import (
+from sidecar.contracts.notices import (
     DELETION_HELD_MARK,
-    Window,
     catching_up_note,
     dates_said,
     ignored_phrase_note,
     indexing_note,
     offline_note,
-    parse_explanation,
-    parse_search,
     pending_note,
     ranked_up,
     refused_note,
@@ -37,6 +32,10 @@ from sidecar.contracts.wire import (
     waiting_vectors,
     window_said,
 )
+from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.printable import escape_terminal
+from sidecar.contracts.wire import Window
+from sidecar.contracts.wire_json import parse_explanation, parse_search
 
 
 def cmd_search(args: argparse.Namespace, cfg: Config) -> int:

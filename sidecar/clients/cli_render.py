@@ -9,9 +9,10 @@ from typing import Any
 from sidecar import __version__
 from sidecar.clients.foreground import all_vectors_words, backlog, duration, per_second, time_left
 from sidecar.contracts.errors import is_io_fault
+from sidecar.contracts.notices import catching_up_note, clock_said
 from sidecar.contracts.plainerror import cause_of, plain_error
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import catching_up_note, clock_said, hold_advice
+from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.notify import restart_words
 from sidecar.runtime.release import build_id, said
 from sidecar.stores.aside import KEEP_MOVED_ASIDE_DAYS

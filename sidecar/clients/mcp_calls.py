@@ -20,17 +20,9 @@ from sidecar.clients.mcp_texts import (
     trash_dropped_note,
 )
 from sidecar.contracts.errors import DaemonNotRunningError, NoAnswerError, ProtocolError, RemoteError
+from sidecar.contracts.notices import anchor_missing, links_state_note, ranked_up, resolved_notes
 from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import (
-    anchor_missing,
-    hit_json,
-    links_state_note,
-    parse_search,
-    ranked_up,
-    resolved_notes,
-    state_json,
-    window_json,
-)
+from sidecar.contracts.wire_json import hit_json, parse_search, state_json, window_json
 
 log = logging.getLogger(__name__)
 

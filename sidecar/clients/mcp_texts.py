@@ -10,9 +10,7 @@ import time
 from typing import Any
 
 from sidecar.clients.foreground import time_left
-from sidecar.contracts.plainerror import plain_error
-from sidecar.contracts.printable import escape_controls as shown
-from sidecar.contracts.wire import (
+from sidecar.contracts.notices import (
     DELETION_HELD_MARK,
     catching_up_note,
     clock_said,
@@ -20,12 +18,14 @@ from sidecar.contracts.wire import (
     indexing_note,
     modified_said,
     offline_note,
-    parse_window,
     pending_note,
     stale_note,
     switch_note,
     window_said,
 )
+from sidecar.contracts.plainerror import plain_error
+from sidecar.contracts.printable import escape_controls as shown
+from sidecar.contracts.wire_json import parse_window
 
 LEGEND = "[wiki] curated pages · [vault] the user's notes · [memory] your own earlier notes"
 

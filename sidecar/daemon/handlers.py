@@ -1,6 +1,6 @@
 """One function per protocol op. Parameters are validated here (those search and recall share:
 ``searchparams``); errors are raised as typed SidecarErrors and the server turns them into error
-responses; search results become replies through ``sidecar.contracts.wire``. The note a reference
+responses; search results become replies through ``sidecar.contracts.wire_json``. The note a reference
 names: ``naming``; whether a link's heading or block is in its note: ``anchors``. The ops are cut
 by family into mixins of ``Handlers``: ``health_op`` (health), ``search_ops`` (search, recall,
 why), ``note_ops`` (get, related, outline); here the dispatch and the admin ops (reload, index).

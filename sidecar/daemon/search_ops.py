@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import NotFoundError, ProtocolError, SourceError
+from sidecar.contracts.notices import catching_up_note, held_note, no_value_note, offline_note, stale_note
 from sidecar.contracts.protocol import (
     MAX_QUERY_CHARS,
     MAX_REFERENCE_CHARS,
@@ -22,16 +23,8 @@ from sidecar.contracts.protocol import (
     param_bool,
     param_str,
 )
-from sidecar.contracts.wire import (
-    SearchResult,
-    catching_up_note,
-    explanation_json,
-    held_note,
-    no_value_note,
-    offline_note,
-    search_json,
-    stale_note,
-)
+from sidecar.contracts.wire import SearchResult
+from sidecar.contracts.wire_json import explanation_json, search_json
 from sidecar.daemon.naming import named_note
 from sidecar.daemon.searchparams import SEARCH_PARAMS, asker_today, search_request
 from sidecar.index.indexer import Indexer
