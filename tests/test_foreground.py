@@ -325,7 +325,7 @@ def test_a_search_reads_views_without_waiting_for_a_transaction_and_sees_each_co
 def test_a_memory_writes_own_embedding_is_counted_as_texts_embedded(mem: Any) -> None:
     """The model runs once for a memory write (its duplicate check, whose vector the indexing
     takes): the write's tally counts that text as embedded by the model, not as reused."""
-    from sidecar.index.vectoring import WRITE_RUN
+    from sidecar.index.vector_embed import WRITE_RUN
 
     server, model = mem
     vectors = server.harness.vectors

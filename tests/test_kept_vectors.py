@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.index.vectoring import EDITS_KEPT_PER_NOTE
+from sidecar.index.vector_rows import EDITS_KEPT_PER_NOTE
 from sidecar.stores.manifest import Manifest
 from tests.conftest import FakeEmbedder, Harness, write
 

@@ -989,7 +989,7 @@ def test_a_stop_during_a_batch_ends_it_after_one_slice_and_keeps_that_work(
 ) -> None:
     """SIGTERM while the model runs over a batch: the batch ends after the slice that runs (the
     stop waited for all 256 texts, 10-12 s, past its bound) and what was computed is stored."""
-    from sidecar.index.vectoring import MODEL_SLICE
+    from sidecar.index.vector_embed import MODEL_SLICE
     from tests.conftest import make_notes
 
     vault = tmp_path / "many"
@@ -1023,7 +1023,7 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
     catching up slowly (edits during the switch) no longer drags the new model's rate down (the
     lifetime average of every embedding was 3x off). Time is the models' own, made up here."""
     from sidecar.index.migration import attach
-    from sidecar.index.vectoring import RATE_BATCHES
+    from sidecar.index.vector_embed import RATE_BATCHES
     from tests.conftest import make_notes
 
     now = [0.0]
@@ -2585,7 +2585,7 @@ def test_vectors_embedded_is_said_per_table_and_for_memory_writes_too(
     line, and the writes' embedding is counted apart from the backfill's."""
     import logging
 
-    from sidecar.index.vectoring import WRITE_RUN
+    from sidecar.index.vector_embed import WRITE_RUN
 
     vault = tmp_path / "v"
     _long_notes(vault)

@@ -28,7 +28,8 @@ from sidecar.index.activity import Activity
 from sidecar.index.migration import attach
 from sidecar.index.problems import Problems
 from sidecar.index.repair import Repair
-from sidecar.index.vectoring import WRITE_RUN, Vectoring
+from sidecar.index.vector_embed import WRITE_RUN
+from sidecar.index.vectoring import Vectoring
 from sidecar.index.vectortables import tidy_paused
 from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.runtime import heap

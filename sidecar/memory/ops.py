@@ -39,7 +39,8 @@ from sidecar.index.indexer import Indexer
 from sidecar.index.keyword_faults import handles_seen
 from sidecar.index.problems import Problems
 from sidecar.index.repair import ready_inbox
-from sidecar.index.vectoring import WRITE_YIELD_S, Stores
+from sidecar.index.vector_embed import WRITE_YIELD_S
+from sidecar.index.vectoring import Stores
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.inbox_types import Deleted, Written, check_agent, check_slug
