@@ -129,6 +129,11 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         assert f"Index: read-only: {index}" in said.stdout and "Index: ready" not in said.stdout, said.stdout
         assert "is immutable" in said.stdout.split("Index: read-only: ", 1)[1].splitlines()[0], said.stdout
         assert health["index"]["immutable"] is not None, health["index"]
+        # memory_status too: "index ready" read as if a memory write were searchable.
+        from sidecar.clients.mcp_texts import status_of
+
+        told = status_of(health, "ops")["message"]
+        assert told.startswith("index read-only: ") and "chattr -i" in told, told
         assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
     d.call("index", {}, agent="ops")  # the sweep that catches up
     deadline = time.monotonic() + 60
