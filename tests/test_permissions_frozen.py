@@ -125,6 +125,15 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         said = d.run_cli("status")
         assert said.returncode == 0 and "chattr -i" in said.stdout, said.stdout
         assert "free disk space" not in said.stdout and "--rebuild" not in said.stdout, said.stdout
+        # The headline says it: it said "Index: ready" above the PROBLEM line.
+        assert f"Index: read-only: {index}" in said.stdout and "Index: ready" not in said.stdout, said.stdout
+        assert "is immutable" in said.stdout.split("Index: read-only: ", 1)[1].splitlines()[0], said.stdout
+        assert health["index"]["immutable"] is not None, health["index"]
+        # memory_status too: "index ready" read as if a memory write were searchable.
+        from sidecar.clients.mcp_texts import status_of
+
+        told = status_of(health, "ops")["message"]
+        assert told.startswith("index read-only: ") and "chattr -i" in told, told
         assert d.proc is not None and d.proc.poll() is None, d.log.read_text()[-3000:]
     d.call("index", {}, agent="ops")  # the sweep that catches up
     deadline = time.monotonic() + 60
@@ -135,6 +144,8 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
     while "memory/canoe" not in found():
         assert time.monotonic() < deadline, d.log.read_text()[-3000:]
         time.sleep(0.2)
+    said = d.run_cli("status")
+    assert "Index: ready" in said.stdout and "read-only" not in said.stdout, said.stdout
     assert d.stop() == 0
     assert not list(index.glob("*.broken-*"))
 
@@ -257,3 +268,97 @@ def test_a_read_after_four_reads_in_flight_at_commits_survives_an_immutable_shm(
         pytest.skip("cannot make a file immutable here")
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "read [('4',)] 4" in done.stdout, done.stdout
+
+
+# Run in a process of its own, so that a SIGBUS kills only it: a manifest with commits in its
+# write-ahead log, its -shm made immutable, then closed the way a failure closes it; prints what
+# each step reached and, once the flag is gone, what a new open reads.
+_CLOSED_AFTER_THE_FLAG = """
+import sqlite3, subprocess, sys
+from pathlib import Path
+from sidecar.stores.manifest import Manifest
+
+path, how = Path(sys.argv[1]), sys.argv[2]
+shm = path.with_name(path.name + "-shm")
+
+def freeze():
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+        print("no chattr", flush=True)
+        sys.exit(0)
+
+try:
+    if how == "failed start":  # the keyword index's open fails after the flag came
+        m = Manifest(path)
+        for i in range(50):
+            m.set_meta(f"probe{i}", "1")
+        freeze()
+        m.close_after_failure()
+    else:  # the writer's own open fails after its connection made the commits
+        Manifest(path).close()
+        def shrink(self):
+            for i in range(50):
+                self._db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES (?, '1')", (f"probe{i}",))
+            freeze()
+            raise sqlite3.OperationalError("disk I/O error")
+        real, Manifest._shrink = Manifest._shrink, shrink
+        try:
+            Manifest(path)
+        except Exception as exc:
+            print("open failed", type(exc).__name__, flush=True)
+        Manifest._shrink = real
+    print("closed", flush=True)
+finally:
+    subprocess.run(["chattr", "-i", str(shm)], check=True)
+print("after", len(Manifest(path).meta_names("probe")), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["failed start", "failed open"])
+def test_a_manifest_closed_after_its_shm_turned_immutable_lives(tmp_path: Path, how: str) -> None:
+    """The flag set between the writer's open and a failure: the keyword index's open failing
+    after it (the start closes the manifest), or a step of the manifest's own open (its
+    connection closed). SQLite's close of the last connection checkpoints into the mapped
+    ``-shm``: the process died of SIGBUS (rc -7), as the stop once did. It closes without that
+    checkpoint now, and the next open replays the log: nothing written is lost."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file immutable")
+    path = tmp_path / "manifest.sqlite"
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CLOSED_AFTER_THE_FLAG, str(path), how],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:  # a process killed by SIGBUS left the flag set
+        subprocess.run(
+            ["chattr", "-i", str(path.with_name(path.name + "-shm"))], capture_output=True, check=False
+        )
+    if "no chattr" in done.stdout:
+        pytest.skip("cannot make a file immutable here")
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert "closed" in done.stdout.splitlines() and "after 50" in done.stdout, done.stdout
+    assert "manifest_closed_unwritten" in done.stderr and "reason=immutable" in done.stderr, done.stderr
+
+
+def test_a_write_back_refused_for_an_immutable_shm_says_so_not_the_disk(tmp_path: Path) -> None:
+    """``written_back`` (the switch to writable, the close of a failed start's stores) with the
+    manifest's ``-shm`` immutable: its checkpoint was refused and it answered False, which the
+    switch said as "cannot be written back into the file yet (not enough space)" with room on the
+    disk. It raises the refusal's own words (which file, ``chattr -i``) now; once the flag is gone
+    the log is written back."""
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.stores.manifest import Manifest
+
+    path = tmp_path / "manifest.sqlite"
+    m = Manifest(path)
+    try:
+        m.set_meta("k", "1")
+        shm = path.with_name(path.name + "-shm")
+        with _immutable(shm, recursive=False):
+            with pytest.raises(PermissionDeniedError) as refused:
+                m.written_back()
+            assert f"permission denied: {shm} is immutable" in str(refused.value), refused.value
+            assert "chattr -i" in str(refused.value) and "space" not in str(refused.value), refused.value
+        assert m.written_back()
+    finally:
+        m.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -2024,3 +2025,77 @@ def test_a_read_inside_a_transaction_while_both_readers_open_finishes(
     assert answered == [[("1",)], True, True]
     m.close()
     assert not m._readers
+
+
+def test_a_read_through_the_writer_gives_way_to_a_write_that_queues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both manifest readers held, a long read goes through the writer's connection under its
+    lock: a memory write queued behind it waited for the whole read (a big vault's note days, a
+    search spilling over). The read gives way now: the write commits first, and the read, read
+    again after it, sees the write (the read's bound comes from the row the write changes: a
+    billion steps before it, ten after)."""
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    reading = threading.Event()
+
+    def hold() -> int:
+        entered.release()
+        release.wait()
+        return 1
+
+    def began() -> int:
+        reading.set()
+        return 1
+
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("hold", 0, hold)
+        db.create_function("began", 0, began)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    m = Manifest(tmp_path / "m.sqlite")
+    m.set_meta("limit", "1000000000")
+    held = [threading.Thread(target=m._committed, args=("SELECT hold()",)) for _ in range(2)]
+    order: list[Any] = []
+    long_read = (
+        "WITH RECURSIVE c(n) AS (SELECT began() UNION ALL SELECT n + 1 FROM c WHERE n < "
+        "(SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'limit')) SELECT count(*) FROM c"
+    )
+
+    def reader() -> None:
+        try:
+            order.append(("read", m._committed(long_read)))
+        except sqlite3.Error as exc:
+            order.append(("read failed", str(exc)))
+
+    def writer() -> None:
+        m.set_meta("limit", "10")
+        order.append("write")
+
+    try:
+        for t in held:
+            t.start()
+            assert entered.acquire(timeout=30)
+        r = threading.Thread(target=reader, daemon=True)
+        r.start()
+        assert reading.wait(30)  # the read runs, on the writer's connection
+        w = threading.Thread(target=writer, daemon=True)
+        w.start()
+        w.join(20)  # a guard against a hang, not a timing
+        if w.is_alive():  # before: the write waits for the read's billion steps; stop it
+            m._db.interrupt()
+            w.join(30)
+        r.join(30)
+        assert order == ["write", ("read", [(10,)])], order
+    finally:
+        release.set()
+        for t in held:
+            t.join()
+    m.close()

@@ -86,6 +86,12 @@ def index_todo(service: bool | None) -> str:
 
 # The words of a write refused for an immutable file (``stores.frozen.immutable_words``).
 _IMMUTABLE = " is immutable (a backup tool's or an admin's flag)"
+# What to do about it (the Index line or a PROBLEM line names the file): neither the disk's room
+# nor a rebuild.
+IMMUTABLE_TODO = (
+    "lift the immutable flag the Index or PROBLEM line names (chattr -i FILE, or chattr -R -i on the "
+    "index folder; chflags nouchg on macOS); the daemon catches up by itself"
+)
 
 
 def _disk_likely(problem: dict[str, Any]) -> bool:
@@ -116,11 +122,8 @@ def _problem_lines(problems: dict[str, Any], todo: list[str], service: bool | No
     areas = {p["area"] for p in problems["active"]}
     # An immutable file (chattr +i) says which and what to do: neither the disk's room nor a rebuild.
     frozen = [p for p in problems["active"] if _IMMUTABLE in str(p["error"])]
-    if frozen:
-        todo.append(
-            "lift the immutable flag the PROBLEM line names (chattr -i FILE, or chattr -R -i on the index "
-            "folder; chflags nouchg on macOS); the daemon catches up by itself"
-        )
+    if frozen and IMMUTABLE_TODO not in todo:
+        todo.append(IMMUTABLE_TODO)
     if any(_disk_likely(p) and p not in frozen for p in problems["active"]):
         todo.append("check free disk space and permissions of the home folder; the daemon retries by itself")
     if any(p["area"] == "index" and not _disk_likely(p) and p not in frozen for p in problems["active"]):
@@ -222,7 +225,7 @@ def render_status(h: dict[str, Any]) -> str:
     lines += _release_lines(h, idx)
     if h.get("clock"):
         lines.append(f"  {shown(clock_said(h['clock']))}")
-    lines.append(_index_line(h))
+    lines.append(_immutable_line(idx) or _index_line(h))
     in_place = idx.get("keyword_upgrade_in_place")
     if in_place:
         lines.append(
@@ -251,7 +254,7 @@ def render_status(h: dict[str, Any]) -> str:
             "goes offline and the others are indexed on"
         )
     lines += _count_lines(idx)
-    todo: list[str] = []
+    todo: list[str] = [IMMUTABLE_TODO] if idx.get("immutable") else []
     lines += _vector_lines(h, todo)
     lines += _root_lines(h["roots"], todo)
     lines += skipped_lines(idx)
@@ -326,6 +329,18 @@ def _count_lines(idx: dict[str, Any]) -> list[str]:
     for source, c in sorted(idx["by_source"].items()):
         lines.append(f"    {source:<7} {c['files']:>7,} notes {c['chunks']:>8,} chunks")
     return lines
+
+
+def _immutable_line(idx: dict[str, Any]) -> str | None:
+    """The Index line of `status` while a file of the index is immutable, else None: "Index:
+    ready" beside a PROBLEM line saying nothing can be written read as if all were well."""
+    frozen = idx.get("immutable")
+    if not frozen:
+        return None
+    return (
+        f"Index: read-only: {shown(frozen)}{_IMMUTABLE}; searches answer from the index as it is, "
+        "changed notes and memory writes are not indexed until the flag is lifted"
+    )
 
 
 def _index_line(h: dict[str, Any]) -> str:

@@ -203,6 +203,19 @@ _MEMORY_ROOT = re.compile(r"\bmemory/([a-z0-9][a-z0-9_-]{0,63})")
 _INBOX_PATH = re.compile(r"/agents/([a-z0-9][a-z0-9_-]{0,63})/")
 
 
+def _index_said(idx: dict[str, Any], state: str) -> str:
+    """The index's state for memory_status: ``state``, or read-only while a file of the index is
+    immutable ("index ready" alone read as if memory writes were searchable)."""
+    frozen = idx.get("immutable")
+    if not frozen:
+        return state
+    return (
+        f"index read-only: {frozen} is immutable (a backup tool's or an admin's flag): searches "
+        "answer from the index as it is, memory writes are saved but not searchable until the "
+        "person lifts the flag (chattr -i)"
+    )
+
+
 def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
     """What an agent needs of the daemon's ``health``; other agents' inboxes are left out (their
     names, paths and failed notes are theirs)."""
@@ -251,7 +264,7 @@ def status_of(health: dict[str, Any], agent: str | None = None) -> dict[str, Any
     elif not idx.get("complete", True):
         building = " (not every note is read yet: notes not read cannot be found)"
     parts = [
-        f"index {index['state']}{building}",
+        _index_said(idx, f"index {index['state']}{building}"),
         f"{index['files']} notes, {index['chunks']} chunks",
     ]
     if catching := idx.get("catching_up"):

@@ -29,6 +29,7 @@ from sidecar.runtime.notify import under_service_manager
 from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
+from sidecar.stores.frozen import frozen_in_index
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.supervisor import Supervisor
 
@@ -172,6 +173,9 @@ class HealthOp:
                 # False while a new or rebuilt index has not read every note (a build cut short,
                 # a folder offline): its searches say so (``indexing``).
                 "complete": not self.indexer.reading_first_time,
+                # The index's file made immutable (chattr +i: a backup tool's or an admin's flag),
+                # else None: nothing can be written to it meanwhile, searches read it as it is.
+                "immutable": str(p) if (p := frozen_in_index(self.cfg.index_dir)) is not None else None,
                 # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
                 # a newer release's, replaced by a rebuild asked for after a downgrade; ``retired``:
                 # a previous model's vectors no switch used, its model gone.

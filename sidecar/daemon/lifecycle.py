@@ -78,6 +78,7 @@ from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import remove_old_moved_aside
+from sidecar.stores.frozen import FrozenShmError
 from sidecar.stores.space import disk_full_at
 from sidecar.stores.vectors import warm as warm_vector_library
 from sidecar.vault.homeguard import HomeGuard, held
@@ -521,6 +522,13 @@ class Daemon(ConfigReload, ReadOnlyStart):
             if parts.stores.manifest.written_back():
                 parts.stores.close()
                 return None
+        except FrozenShmError as exc:  # its log cannot be written back while the flag stays
+            log.warning(
+                "index_kept_open reason=immutable (%s); read-only answers read through the writable "
+                "connection",
+                exc,
+            )
+            return parts
         except (StoreError, sqlite3.Error, OSError) as exc:
             log.warning("index_close_failed error=%s", exc)
             return None

@@ -39,6 +39,7 @@ from sidecar.memory.inbox import Inboxes
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime.notify import Notifier
 from sidecar.search.retrieval import Retriever
+from sidecar.stores.frozen import FrozenShmError
 from sidecar.stores.space import disk_full_at
 
 log = logging.getLogger(__name__)
@@ -396,7 +397,12 @@ class ReadOnlyStart:
         if parts is None:
             return
         manifest = parts.stores.manifest
-        if not manifest.read_only and not manifest.written_back():
+        try:
+            back = manifest.read_only or manifest.written_back()
+        except FrozenShmError:  # not the disk's space: the immutable -shm, said in its own words
+            self._kept = parts
+            raise
+        if not back:
             self._kept = parts
             raise DiskFullError(
                 f"the write-ahead log of {manifest.path} cannot be written back into the file yet "

@@ -67,7 +67,25 @@ def frozen(path: Path) -> bool:
         return False
 
 
-# Connections left open at the stop (``leave_open``): one per manifest the stop closes, never more.
+def frozen_in_index(index_dir: Path) -> Path | None:
+    """The first file of the index that is immutable or append-only (the index folder, its
+    manifest's three files, the keyword index's folder), None when none is: while one is, nothing
+    can be written to the index (``health``'s ``index.immutable``). A few path questions."""
+    manifest = index_dir / "manifest.sqlite"
+    for path in (
+        index_dir,
+        manifest,
+        manifest.with_name(manifest.name + "-wal"),
+        manifest.with_name(manifest.name + "-shm"),
+        index_dir / "bm25",
+    ):
+        if frozen(path):
+            return path
+    return None
+
+
+# Connections left open (``leave_open``): one per manifest the stop closes, and one per close
+# while the daemon runs only where SQLite's checkpoint at close cannot be switched off.
 _left_open: list[sqlite3.Connection] = []
 
 
@@ -76,10 +94,89 @@ def leave_open(db: sqlite3.Connection) -> None:
     database's last connection checkpoints and writes that file's mapping, and the kernel kills
     the process with SIGBUS. Referenced for the life of the process, one reference more than any
     holder gives back, so neither a collection nor the interpreter's exit closes it; the exit
-    unmaps it, and the next open replays the write-ahead log (nothing lost). For the stop only:
-    a close while the daemon runs must close (each kept connection holds descriptors)."""
+    unmaps it, and the next open replays the write-ahead log (nothing lost). While the daemon runs
+    a close goes through ``close_unwritten`` instead (each kept connection holds descriptors),
+    which comes here only where the checkpoint at close cannot be switched off."""
     _left_open.append(db)
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
+
+
+# SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE (sqlite3.h, SQLite 3.16): the close of a database's last
+# connection then neither checkpoints nor removes the write-ahead log, and writes nothing into
+# the -shm; the next open replays the log.
+_NO_CKPT_ON_CLOSE = 1006
+
+
+def no_checkpoint_at_close(db: sqlite3.Connection, path: Path) -> bool:
+    """Switch off the checkpoint at ``db``'s close (``_NO_CKPT_ON_CLOSE``; ``path``: its database
+    file); whether that was done. Python 3.12 has ``setconfig`` for it; on Python 3.11 (Linux)
+    SQLite's own call is made on the connection's handle (``_db_config_311``); elsewhere False."""
+    setconfig = getattr(db, "setconfig", None)
+    if setconfig is not None:
+        try:
+            setconfig(_NO_CKPT_ON_CLOSE, True)
+        except (sqlite3.Error, ValueError):
+            return False
+        return True
+    return _db_config_311(db, path)
+
+
+def _db_config_311(db: sqlite3.Connection, path: Path) -> bool:
+    """``sqlite3_db_config(handle, NO_CKPT_ON_CLOSE, 1, &done)`` through ctypes on CPython 3.11
+    (``_handle_311``). Linux only: a variadic call through ctypes passes its arguments where C
+    expects them there (not on macOS on arm64)."""
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        # The extension module sqlite3 is built on: SQLite's symbols are found through it.
+        lib = ctypes.CDLL(sys.modules["_sqlite3"].__file__ or "")
+        config = lib.sqlite3_db_config
+    except (OSError, AttributeError, KeyError):
+        return False
+    handle = _handle_311(lib, db, path)
+    if handle is None:
+        return False
+    done = ctypes.c_int(0)
+    rc = config(ctypes.c_void_p(handle), ctypes.c_int(_NO_CKPT_ON_CLOSE), ctypes.c_int(1), ctypes.byref(done))
+    return rc == 0 and done.value == 1
+
+
+def _handle_311(lib: Any, db: sqlite3.Connection, path: Path) -> int | None:
+    """SQLite's handle of ``db``: CPython 3.11's connection object holds it right after its
+    object header (Modules/_sqlite/connection.h, the same from 3.8 to 3.13). Checked by asking
+    SQLite for the handle's file (``sqlite3_db_filename``: ``path``) before it is used; None when
+    that is not so, or ``db`` is closed."""
+    handle = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
+    if not handle:
+        return None
+    try:
+        file_of = lib.sqlite3_db_filename
+        file_of.restype, file_of.argtypes = ctypes.c_char_p, [ctypes.c_void_p, ctypes.c_char_p]
+        named = file_of(handle, b"main")
+        return int(handle) if named and os.path.samefile(os.fsdecode(named), path) else None
+    except (OSError, AttributeError):
+        return None
+
+
+def close_unwritten(db: sqlite3.Connection, path: Path) -> str | None:
+    """``db.close()`` (``path``: its database file), which writes nothing into the database's
+    ``-shm`` while that file is immutable: the close of the last connection checkpoints into the
+    mapped file, and the kernel answered with SIGBUS (a start whose keyword index failed to open
+    after the flag came, a failed switch to writable closing its stores). Its checkpoint is
+    switched off then (``no_checkpoint_at_close``: the log stays, the next open replays it), and
+    where that cannot be done the connection is left open (``leave_open``). None when it closed
+    as always, else what was done instead, in words for the log."""
+    shm = path.with_name(path.name + "-shm")
+    if not frozen(shm):
+        db.close()
+        return None
+    if not no_checkpoint_at_close(db, path):
+        leave_open(db)
+        return "left open: its checkpoint at close could not be switched off here"
+    db.close()
+    return "closed without its checkpoint"
 
 
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):

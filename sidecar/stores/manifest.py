@@ -28,7 +28,7 @@ from sidecar.contracts.errors import StoreError, store_error_class
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.stores.embedtext import split_embed_text
-from sidecar.stores.frozen import guarded_connect
+from sidecar.stores.frozen import FrozenShmError, guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_chunks import ManifestChunks
 from sidecar.stores.manifest_file import (
@@ -60,6 +60,11 @@ READERS = 2
 # its lock, as the writer's own reads): ``health`` and searches were queued behind two long reads
 # (a big vault's note days), and behind a read that never returned (a hung disk) forever.
 READER_WAIT_S = 0.05
+# A read through the writer's connection gives way to a write that queues for its lock: SQLite
+# asks every this many virtual machine steps (tens of microseconds) whether one waits, and the read
+# is stopped there and read again after it. A long read (a big vault's note days) held a memory
+# write for as long as it ran.
+YIELD_STEPS = 1000
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,12 @@ _NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
 
 class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
+
+    # Writes waiting for ``_lock`` (``transaction``): a read through the writer's connection gives
+    # way to them (``_read_through_writer``).
+    _writes_waiting = 0
+    # Guards that count's changes; one for every manifest (held for an addition only).
+    _waiting_count = threading.Lock()
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
@@ -151,13 +162,17 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         only a writer reads those commits then. Not tried while the disk has less room than the
         file must grow by: a failed try left the file grown into whatever space the user had
         freed, at every retry (the space check's, every few seconds), up to the log's size. Tried
-        on a full disk when the file need not grow: the checkpoint then only frees space."""
+        on a full disk when the file need not grow: the checkpoint then only frees space.
+        Raises ``FrozenShmError`` while the ``-shm`` is immutable (the checkpoint writes it): said
+        as "not enough space", status sent the user to free space the disk had."""
         wal = self.path.with_name(self.path.name + "-wal")
         with self._lock:
             try:
                 if self._needs():
                     return False
                 busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except FrozenShmError:
+                raise
             except (sqlite3.Error, OSError):
                 return False
             self._write_back_waits = False
@@ -204,25 +219,65 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
         with it an old snapshot, open past its call."""
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
-        db = None if self.read_only else self._take_reader()
-        if db is None:
+        if self.read_only:
             return self._query(sql, args)
-        try:
-            return db.execute(sql, args).fetchall()
-        finally:
-            self._give_back(db)
+        while True:
+            db = self._take_reader()
+            if db is not None:
+                try:
+                    return db.execute(sql, args).fetchall()
+                finally:
+                    self._give_back(db)
+            rows = self._read_through_writer(sql, args)
+            if rows is not None:
+                return rows
+
+    def _read_through_writer(self, sql: str, args: Sequence[Any]) -> list[Any] | None:
+        """``sql`` read on the writer's connection, under its lock (no commit runs amid it, so the
+        commit's settle read still finds a read-mark slot: ``READERS``); None when a write queued
+        for the lock before the read began or while it ran (the read is stopped: the caller tries
+        again, on a reader or here), so that a long read never holds a memory write for more than
+        ``YIELD_STEPS`` steps. Inside this thread's own transaction it reads to the end: the writes
+        waiting wait for that transaction anyway."""
+        if self._owned_here():
+            return self._query(sql, args)
+        with self._lock:
+            if self._writes_waiting:
+                return None
+            gave_way = False
+
+            def give_way() -> bool:
+                nonlocal gave_way
+                gave_way = self._writes_waiting > 0
+                return gave_way
+
+            self._db.set_progress_handler(give_way, YIELD_STEPS)
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError:
+                if not gave_way:
+                    raise
+                return None
+            finally:
+                self._db.set_progress_handler(None, 0)
+
+    def _owned_here(self) -> bool:
+        """Whether this thread holds the writer's lock (inside a transaction of its own)."""
+        # RLock's own question (Condition asks it too); typeshed does not list it.
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def _take_reader(self) -> sqlite3.Connection | None:
         """A reader no read holds: an idle one, a new one while fewer than ``READERS`` are open,
         else the first one given back within ``READER_WAIT_S``. None (read through the writer)
-        when none can be opened, when all are reading and the writer is idle or this thread holds
-        it (inside a transaction), or when none came back in time. A read through the writer holds
-        its lock, so no commit runs meanwhile and the commit's settle read still finds a slot."""
+        when none can be opened, when all are reading and the writer is idle (no write waits for
+        it) or this thread holds it (inside a transaction), or when none came back in time. A read
+        through the writer holds its lock, so no commit runs meanwhile and the commit's settle read
+        still finds a slot; it gives way to a write that queues (``_read_through_writer``)."""
         deadline = time.monotonic() + READER_WAIT_S
         with self._reader_free:
             while not self._readers_shut and not self._idle and len(self._readers) + self._opening >= READERS:
                 left = deadline - time.monotonic()
-                if left <= 0 or self._writer_free():
+                if left <= 0 or self._owned_here() or (self._writer_free() and not self._writes_waiting):
                     return None
                 self._reader_free.wait(left)
             if self._readers_shut:
@@ -289,8 +344,24 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         return None
 
     @contextmanager
+    def _write_lock(self) -> Iterator[None]:
+        """The writer's lock, taken for a write: counted in ``_writes_waiting`` while it waits, so
+        that a read through the writer's connection gives way (``_read_through_writer``)."""
+        with self._waiting_count:
+            self._writes_waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._waiting_count:
+                self._writes_waiting -= 1
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._write_lock():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db

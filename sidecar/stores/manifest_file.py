@@ -24,7 +24,7 @@ from pathlib import Path
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
-from sidecar.stores.frozen import frozen, guarded_connect, leave_open
+from sidecar.stores.frozen import close_unwritten, frozen, guarded_connect, leave_open
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -141,11 +141,12 @@ def _older(path: Path, version: int) -> StoreError:
 def close_failed_open(db: sqlite3.Connection | None, path: Path) -> None:
     """Close the connection of an open that failed; an error of the close is logged, never
     raised: raised, it hid the open's error, the one that says what is wrong (and decides whether
-    the file is damage or a fault that passes)."""
+    the file is damage or a fault that passes). Without writing into an immutable ``-shm``
+    (``frozen.close_unwritten``: a flag set after the writer's open, its close a SIGBUS)."""
     if db is None:
         return
     try:
-        db.close()
+        _close(db, path)
     except Exception as exc:
         log.warning("manifest_close_failed path=%s error=%s (after a failed open)", path, exc)
 
@@ -449,7 +450,7 @@ class ManifestFile:
                 try:
                     self._release_writer()
                 finally:
-                    self._db.close()
+                    _close(self._db, self.path)
             if failed is not None:
                 try:
                     raise failed
@@ -494,6 +495,21 @@ class ManifestFile:
                 _open_writers[self.path] -= 1
                 if _open_writers[self.path] <= 0:
                     del _open_writers[self.path]
+
+
+def _close(db: sqlite3.Connection, path: Path) -> None:
+    """Close ``db``, a connection to the manifest at ``path``; while its ``-shm`` is immutable
+    without the checkpoint SQLite's last close writes into that file's mapping (SIGBUS: a start
+    whose keyword index failed to open after the flag came, a failed switch closing its stores),
+    said in the log (the next open replays the write-ahead log, nothing is lost)."""
+    done = close_unwritten(db, path)
+    if done is not None:
+        log.warning(
+            "manifest_closed_unwritten path=%s reason=immutable (%s; the next open replays its "
+            "write-ahead log, nothing is lost)",
+            path,
+            done,
+        )
 
 
 def _vacuum_room(live: int, folder: Path) -> tuple[Path, int, int] | None:

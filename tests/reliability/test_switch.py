@@ -197,6 +197,34 @@ def test_a_retry_does_not_grow_the_manifest_into_space_that_cannot_hold_its_log(
     assert start.handlers() == "Handlers" and _found(start)
 
 
+def test_kept_stores_whose_shm_turned_immutable_say_the_flag_not_the_disk(
+    read_only_start: ReadOnlyStart, monkeypatch: Any
+) -> None:
+    """Kept writable stores, room on the disk again, and the manifest's ``-shm`` made immutable
+    (a backup tool's flag): the write-back's checkpoint was refused and the switch said "cannot
+    be written back into the file yet (not enough space)", so status sent the user to free space
+    the disk had. It says the flag and ``chattr -i`` now, the stores stay kept and answering, and
+    once the flag is gone the switch succeeds."""
+    start = read_only_start
+    _kept(start, monkeypatch)
+    start.free()
+    shm = start.d.cfg.index_dir / "manifest.sqlite-shm"
+    if subprocess.run(["chattr", "+i", str(shm)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot make a file immutable here")
+    try:
+        assert start.d._switch_to_writable() is False
+        health = start.ask("health")
+        index = [p["error"] for p in health["problems"]["active"] if p["area"] == "index"]
+        assert index and f"{shm} is immutable" in index[0] and "chattr -i" in index[0], index
+        assert "space" not in index[0].split("(", 1)[0] and "not enough space" not in index[0], index
+        assert health["index"]["immutable"] == str(shm), health["index"]
+        assert start.handlers() == "Handlers" and _found(start)
+    finally:
+        subprocess.run(["chattr", "-i", str(shm)], capture_output=True, check=True)
+    assert start.d._switch_to_writable() is True
+    assert start.handlers() == "Handlers" and _found(start)
+
+
 def test_memory_writes_are_refused_at_once_through_kept_stores(
     tmp_path: Path, vault: Path, monkeypatch: Any
 ) -> None:
