@@ -924,3 +924,29 @@ def test_a_list_whose_look_at_a_skipped_vault_note_hangs_answers_and_marks_the_v
         assert looks == [huge]  # told at once: one thread into the share
     finally:
         release.set()
+
+
+def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault learnt slow (a listing took longer than probeTimeoutSeconds but answered): the
+    watch's walk waits for each call as the vault's scans do, so a listing that answers late
+    is walked, not left out of the watch and walked again each time it answered (each retry
+    a sweep of every root), and nothing is marked."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, "watch.scanTimeoutSeconds": 60})
+    sup = Supervisor(cfg)
+    st = sup.status(Root("vault", vault, exclude="wiki"))
+    st.slow = True
+    late = threading.Event()  # never set: the listing answers after its wait, as a slow share's
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Projects":
+            late.wait(3)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    watcher = Watcher([vault], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    walked, answered, _linked = watcher._walked([vault])
+    assert answered == [vault] and vault / "Projects" in walked
+    assert st.hanging is None and st.slow

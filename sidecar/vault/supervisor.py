@@ -435,15 +435,19 @@ class Supervisor:
         is set up, each listing and stat waited for probeTimeoutSeconds (the watcher's one
         thread carries every root's events): NoAnswer at once while the vault hangs, and one
         call that does not answer marks the roots it lies in hanging (the vault; the inbox it
-        was in, or each inbox known for the agents folder itself; a slow share's is not judged:
-        its calls may take longer), so status says so and the watch leaves the folder out
-        rather than watch it in part. Raises NoAnswer (what ``walk`` raises otherwise)."""
+        was in, or each inbox known for the agents folder itself; a vault learnt slow is waited
+        for as long as its scans' calls, an inbox learnt slow is not judged), so status says so
+        and the watch leaves the folder out rather than watch it in part. Raises NoAnswer (what
+        ``walk`` raises otherwise)."""
         vault = self.cfg.vault.path
         timeout = self.cfg.watch.probe_timeout_seconds
         if vault is not None and path == vault:
             st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
             if st.hanging is not None:
                 raise NoAnswer(_still_hangs(st), st.hanging)
+            # A vault learnt slow: each call waited for as its scans' are (given up on sooner, the
+            # walk left it out of the watch and was tried again each time it answered late).
+            timeout = self._bound(st)
         asking = Asking()
 
         def given_up() -> bool:
@@ -461,10 +465,11 @@ class Supervisor:
         what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
         if not self.stopping.is_set():
             for st in self._walked_roots(path, rel):
-                if not st.slow and st.hanging is None:  # as ``_hung``: learnt slow should it answer
+                if st.hanging is None and (not st.slow or timeout >= self._bound(st)):
+                    # as ``_hung``: learnt slow should it answer (a slow one is a hung share now)
                     st._stuck, st.hung_on = stuck, f"{what} (the file watch's walk)"
                     st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
-                    self._gave_up(st, slow=False)
+                    self._gave_up(st, slow=st.slow)
             log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
         raise NoAnswer(f"{what} in {path} did not answer within {timeout:g} s (hung share?)", stuck)
 
