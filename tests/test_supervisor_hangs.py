@@ -175,48 +175,108 @@ def test_a_real_path_look_up_of_the_folder_named_that_hangs_marks_the_root_hangi
         h.close()
 
 
-def test_the_remembered_folder_on_a_dead_share_marks_nothing_and_its_deletions_wait(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+def _moved_off_a_dead_nas(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: threading.Event, keep: int
+) -> tuple[Any, set[str], list[str]]:
+    """A vault of 7 notes (5 in its top folder) indexed on a NAS (``/mnt/nas``, a mount point
+    of its own), copied to a local folder with only the first ``keep`` of its top folder's notes
+    (and one new note), the configuration then naming the copy; every look into the old folder
+    hangs until ``release`` (a hard mount of a dead share). The harness over the copy, the notes
+    indexed before, the looks into the old folder."""
+    import json
+    import shutil
+
+    from tests.conftest import FakeEmbedder, Harness, make_vault, write
+
+    old = make_vault(tmp_path / "nas" / "vault")
+    for i in range(4):
+        write(old / f"Log{i}.md", f"# Log {i}\n\nentry {i}\n")
+    h = Harness(make_cfg(old, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    h.sweep()
+    known = set(h.stores.manifest.file_states("vault/"))
+    for name in ("vault", "wiki"):  # as the NAS left it: its own mount point, its own device
+        memo = json.loads(h.stores.manifest.get_meta(f"root:{name}") or "{}")
+        memo.update(mount=name == "vault", dev=memo["dev"] + 1, under="/mnt/nas")
+        h.stores.manifest.set_meta(f"root:{name}", json.dumps(memo))
+    h.close()
+    new = tmp_path / "local" / "vault"
+    shutil.copytree(old, new)
+    notes = sorted(p for p in new.glob("*.md"))
+    for p in notes[keep:]:
+        p.unlink()
+    write(new / "Fresh.md", "# Fresh\n\nnew note\n")
+    looks: list[str] = []
+    real_realpath, real_stat = os.path.realpath, os.stat
+
+    def dead(p: Any) -> None:
+        if isinstance(p, (str, os.PathLike)) and os.fspath(p).startswith(str(old)):
+            looks.append(os.fspath(p))
+            release.wait(20)
+
+    def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
+        dead(p)
+        return real_realpath(p, *args, **kwargs)
+
+    def stat(p: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        dead(p)
+        return real_stat(p, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", realpath)
+    monkeypatch.setattr(os, "stat", stat)
+    return Harness(make_cfg(new, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder()), known, looks
+
+
+def test_a_vault_moved_off_a_dead_nas_is_swept_and_its_deletions_applied_while_the_old_mount_hangs(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A vault moved off a NAS that died (the configuration names a local copy): the real path
-    of the folder remembered does not answer. The vault named now is healthy: it is not marked
-    hanging, its new notes are indexed, a note missing is not deleted on no evidence (its deletion
-    waits), and the look into the dead share leaves one stuck thread, not one per sweep (was: the
-    new vault "still hangs" for as long as the old share did, nothing of it indexed)."""
+    """A vault moved off a NAS whose mount hangs: the old folder's real path does not answer, so
+    whether the two are one folder cannot be told, and the folder named now is judged as one
+    never swept before: the note the copy lacks leaves the index, the new one is indexed, none
+    of it "hangs", the new folder is remembered, and the dead share is looked into once per
+    root, not at every sweep (was: the deletion waited at every sweep for as long as the old
+    mount hung, status silent about why, the old folder remembered and asked again)."""
     import json
 
-    from tests.conftest import FakeEmbedder, Harness, write
-
-    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
     release = threading.Event()
-    looks: list[str] = []
+    h, known, looks = _moved_off_a_dead_nas(make_cfg, tmp_path, monkeypatch, release, keep=4)
     try:
         h.sweep()
-        known = set(h.stores.manifest.file_states("vault/"))
-        old = "/mnt/dead-nas/vault"
-        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
-        h.stores.manifest.set_meta("root:vault", json.dumps({**memo, "path": old}))
-        real = os.path.realpath
-
-        def realpath(p: Any, *args: Any, **kwargs: Any) -> str:
-            if str(p) == old:
-                looks.append(old)
-                release.wait(20)  # a hard mount of a dead share never answers
-            return real(p, *args, **kwargs)
-
-        monkeypatch.setattr(os.path, "realpath", realpath)
-        h.sweep()  # nothing missing: the vault is healthy
-        write(vault / "Fresh.md", "# Fresh\n\nnew note\n")
-        gone = sorted(vault.rglob("*.md"))[0]
-        gone.unlink()
-        h.sweep()
-        assert h.supervisor.roots["vault"].hanging is None
-        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
-        assert "hangs" not in (roots["vault"]["error"] or ""), roots
         states = set(h.stores.manifest.file_states("vault/"))
         assert "vault/Fresh" in states
-        assert known <= states  # the missing note waits: no evidence the old folder is another
-        assert looks == [old]  # one stuck thread into the dead share, not one per sweep
+        lacking = {k for k in known if k not in states}
+        assert lacking == {"vault/Log3"}, lacking  # the one note the copy lacks: deleted
+        assert h.supervisor.roots["vault"].hanging is None
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "events" and roots["vault"]["hold"] is None, roots
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        assert memo["path"] == str(h.cfg.vault.path) and memo.get("under") != "/mnt/nas", memo
+        asked = len(looks)
+        assert asked == 2, looks  # the vault's old folder and its wiki's, once each
+        h.sweep()
+        assert len(looks) == asked  # remembered: the dead share is not asked again
+    finally:
+        release.set()
+        h.close()
+
+
+def test_a_vault_moved_off_a_dead_nas_that_lost_most_notes_holds_them_as_a_mass_deletion(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy of the vault moved off a dead NAS lacks most notes (a copy cut short): judged as
+    a new folder, the loss is still a mass deletion, held with the new folder remembered, and
+    nothing leaves the index."""
+    import json
+
+    release = threading.Event()
+    h, known, _looks = _moved_off_a_dead_nas(make_cfg, tmp_path, monkeypatch, release, keep=0)
+    try:
+        h.sweep()
+        states = set(h.stores.manifest.file_states("vault/"))
+        assert known <= states and "vault/Fresh" in states
+        roots = {r["name"]: r for r in h.supervisor.describe(lambda _p: True)}
+        assert roots["vault"]["hold"]["kind"] == "mass", roots
+        memo = json.loads(h.stores.manifest.get_meta("root:vault") or "{}")
+        assert memo["path"] == str(h.cfg.vault.path) and memo["hold"]["kind"] == "mass", memo
     finally:
         release.set()
         h.close()
@@ -693,3 +753,200 @@ def test_a_daemon_whose_vault_hangs_at_start_says_so_and_its_watch_asks_nothing_
             release.set()
             d.shutdown()
             d.notifier.close()
+
+
+def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[Path]:
+    """``os.scandir`` of ``folder`` waits for ``release`` (a share whose readdir hangs); the
+    folders asked so, in order."""
+    real = os.scandir
+    asked: list[Path] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == folder:
+            asked.append(folder)
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return asked
+
+
+def test_a_watch_whose_walk_of_the_vault_hangs_marks_it_hanging_and_keeps_the_inboxes_events(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk of the vault when a watch is set up, asked through the supervisor: a listing
+    that does not answer marks the vault hanging (status names the listing), the vault is left
+    out of the watch whole, and the inboxes' events still come (was: the watcher's one thread
+    waited in the walk as long as the share hung, every inbox without events meanwhile)."""
+    from tests.conftest import write
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    inbox = cfg.agents_dir / "ada" / "memory"
+    inbox.mkdir(parents=True)
+    sup = Supervisor(cfg)
+    sup.status(Root("memory", inbox, agent="ada"))
+    release = threading.Event()
+    asked = _hang_listing_of(monkeypatch, vault / "Projects", release)
+    seen = threading.Event()
+
+    def on_change(changed: set[str], _gone: frozenset[str]) -> None:
+        if any(p.startswith(str(inbox)) for p in changed):
+            seen.set()
+
+    stop = threading.Event()
+    watcher = Watcher(
+        [vault, cfg.agents_dir], on_change, stop, 50, 0.2, stat=sup.watched_stat, walk=sup.watched_walk
+    )
+    runs = threading.Thread(target=watcher.run, daemon=True)
+    runs.start()
+    try:
+        for i in range(100):  # written until one is told: the watch is set up at a moment unknown
+            write(inbox / f"note{i}.md", "# Note\n\nsaved\n")
+            if seen.wait(0.2):
+                break
+        assert seen.is_set()
+        assert watcher.watching == [cfg.agents_dir]
+        roots = {r["name"]: r for r in sup.describe(lambda _p: True)}
+        assert roots["vault"]["mode"] == "offline", roots
+        error = roots["vault"]["error"] or ""
+        assert "listing Projects" in error and "still hangs" in error, roots
+        assert asked == [vault / "Projects"]  # one thread into the share, not one per try
+    finally:
+        stop.set()
+        release.set()
+        runs.join(10)
+    assert sup.roots["vault"].hanging is None  # it answered: asked again at the next watch
+
+
+def test_a_watchers_own_walk_that_hangs_leaves_the_folder_out_and_asks_it_again_once_it_answers(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the daemon's supervisor the watcher bounds its walk itself: the folder whose
+    walk hangs is left out (the others walked whole), the next try is told at once while the
+    first is still in its call, and the watch is set up again once it answers."""
+    other = vault.parent / "other"
+    (other / "sub").mkdir(parents=True)
+    release = threading.Event()
+    asked = _hang_listing_of(monkeypatch, vault / "Recipes", release)
+    watcher = Watcher([vault, other], lambda *_: None, threading.Event(), 50, 0.2)
+    try:
+        walked, answered, _linked = watcher._walked([vault, other])
+        assert answered == [other] and walked == [other, other / "sub"]
+        assert watcher._walked([vault, other])[1] == [other]  # told at once
+        assert asked == [vault / "Recipes"]
+        assert not watcher._walk_answered()
+    finally:
+        release.set()
+    watcher._walk_stuck[vault].join(10)
+    assert watcher._walk_answered()
+    assert watcher._walked([vault, other])[1] == [vault, other]
+
+
+def test_a_memory_write_whose_look_at_the_inbox_hangs_is_refused_and_marks_the_inbox(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write's look at an inbox not yet marked hanging (is it a private folder? is there
+    room?) that does not answer: the write is refused (`storage`, "did not answer", nothing
+    written) after probeTimeoutSeconds, the inbox is marked hanging, the next write and a delete
+    are told at once with no second call into the share, and once the look answers a write goes
+    through (was: the write's request thread waited as long as the share hung)."""
+    from sidecar.contracts.errors import RemoteError
+    from sidecar.memory import inbox_notes
+    from tests.conftest import write
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    looks: list[Any] = []
+    real = inbox_notes.private_dirs
+
+    def private_dirs(*args: Any, **kwargs: Any) -> Any:
+        if not release.is_set():
+            looks.append(threading.current_thread())
+            release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_notes, "private_dirs", private_dirs)
+    try:
+        refused = r"not written: the inbox .* did not answer.*nothing written"
+        with pytest.raises(RemoteError, match=refused) as err:
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert err.value.code == "storage"
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "still hangs" in roots["memory/ada"]["error"], roots
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing written"):
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        with pytest.raises(RemoteError, match=r"share hangs.*nothing deleted"):
+            served.call("delete", {"slug": "plan"}, agent="ada")
+        assert len(looks) == 1  # one thread into the share
+        assert sorted(p.name for p in inbox.iterdir()) == ["plan.md"]
+    finally:
+        release.set()
+    looks[0].join(10)
+    served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+    assert (inbox / "fresh.md").exists()
+
+
+def test_a_list_whose_look_at_a_skipped_vault_note_hangs_answers_and_marks_the_vault(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list of the vault names its notes left out by the scans (too large) with their times,
+    looked up on the share: a look-up that does not answer marks the vault hanging and the list
+    answers from the index without that note, the next list told at once (was: the request
+    thread waited in the look-up as long as the share hung, nothing said)."""
+    from tests.conftest import write
+
+    write(vault / "Huge.md", "# Huge\n\n" + "words and more words\n" * 200)
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3, "index.maxFileBytes": 2000})
+    listed = served.call("list", {"source": "vault"}, agent="ada")
+    assert "vault/Huge" in {n["reference"] for n in listed["notes"]}
+    release = threading.Event()
+    huge = vault / "Huge.md"
+    looks: list[Path] = []
+    real = Path.lstat
+
+    def lstat(self: Path) -> os.stat_result:
+        if self == huge:
+            looks.append(self)
+            release.wait(20)
+        return real(self)
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    try:
+        listed = served.call("list", {"source": "vault"}, agent="ada")
+        assert "vault/Garden" in {n["reference"] for n in listed["notes"]}
+        assert "vault/Huge" not in {n["reference"] for n in listed["notes"]}
+        roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+        assert "still hangs" in (roots["vault"]["error"] or ""), roots
+        served.call("list", {"source": "vault"}, agent="ada")
+        assert looks == [huge]  # told at once: one thread into the share
+    finally:
+        release.set()
+
+
+def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vault learnt slow (a listing took longer than probeTimeoutSeconds but answered): the
+    watch's walk waits for each call as the vault's scans do, so a listing that answers late
+    is walked, not left out of the watch and walked again each time it answered (each retry
+    a sweep of every root), and nothing is marked."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, "watch.scanTimeoutSeconds": 60})
+    sup = Supervisor(cfg)
+    st = sup.status(Root("vault", vault, exclude="wiki"))
+    st.slow = True
+    late = threading.Event()  # never set: the listing answers after its wait, as a slow share's
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == vault / "Projects":
+            late.wait(3)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    watcher = Watcher([vault], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    walked, answered, _linked = watcher._walked([vault])
+    assert answered == [vault] and vault / "Projects" in walked
+    assert st.hanging is None and st.slow

@@ -469,8 +469,8 @@ def test_a_note_written_while_the_watch_turns_folder_by_folder_is_swept(
     late = vault / "late.md"
     real_walk = w._walk
 
-    def walk(paths: Any, limit: int = w.MAX_FLAT_FOLDERS) -> Any:
-        out = real_walk(paths, limit)
+    def walk(paths: Any, limit: int = w.MAX_FLAT_FOLDERS, asking: Any = None) -> Any:
+        out = real_walk(paths, limit, asking)
         if (vault / "b").exists() and not late.exists():  # the flat watch's walk
             write(late, "# Late\n")
         return out

@@ -250,7 +250,7 @@ def render_status(h: dict[str, Any]) -> str:
         )
         lines.append(
             f"  waiting {waiting['seconds']:.0f} s for {shown(waiting['root'])} to answer "
-            f"{waited_call(waiting)} {why}; after {waiting['timeout_seconds']:.0f} s the root "
+            f"{waited_call(waiting)} {why}; after {waiting['timeout_seconds']:g} s the root "
             "goes offline and the others are indexed on"
         )
     lines += _count_lines(idx)

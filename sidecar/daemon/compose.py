@@ -162,10 +162,14 @@ def build_watcher(
     supervisor: Supervisor | None = None,
 ) -> Watcher:
     """File events of the vault and the agents' inboxes, with their paths, to ``on_change``; a
-    watched folder's stat asked through ``supervisor`` (one that hangs marks its roots hanging)."""
+    watched folder's stat and walk asked through ``supervisor`` (one that hangs marks its roots
+    hanging)."""
     watch = [p for p in (cfg.vault.path, cfg.agents_dir) if p is not None and cfg.watch.events]
     stat = supervisor.watched_stat if supervisor is not None else None
-    return Watcher(watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds, stat=stat)
+    walk = supervisor.watched_walk if supervisor is not None else None
+    return Watcher(
+        watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds, stat=stat, walk=walk
+    )
 
 
 def model_stem(cfg: Config) -> bool:

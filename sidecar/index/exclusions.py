@@ -167,10 +167,10 @@ class Exclusions:
         if self._ignore_stuck is not None:
             # Said, not only waited out: a new Excluded files rule went unapplied without a word.
             # Cleared by the first read that ends (``_keep_rules``).
-            log.error("obsidian_settings_hung path=%s timeout=%.0fs", vault / ".obsidian", timeout)
+            log.error("obsidian_settings_hung path=%s timeout=%gs", vault / ".obsidian", timeout)
             self.problems.report(
                 "obsidian_settings",
-                f"reading Obsidian's settings in {vault / '.obsidian'} did not answer within {timeout:.0f} s "
+                f"reading Obsidian's settings in {vault / '.obsidian'} did not answer within {timeout:g} s "
                 "(hung share?); the rules read before stay until it answers",
             )
         if formats is None:

@@ -264,7 +264,7 @@ class UnreadableNotes:
         finally:
             self._reopening.release()
         if done is None:
-            log.warning("unreadable_recheck_hung notes=%d timeout=%.0fs", len(ask), timeout)
+            log.warning("unreadable_recheck_hung notes=%d timeout=%gs", len(ask), timeout)
             stuck, call = self._reopen_stuck, list(now)
             if stuck is not None and call:
                 # Its root hangs as when a sweep's read does (judged once the probe timeout has

@@ -18,6 +18,7 @@ import sqlite3
 import time
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar.config import Config
@@ -164,8 +165,12 @@ class MemoryOps:
         content = param_str(p, "content", max_len=self.cfg.server.max_frame_bytes)  # size: inbox checks bytes
         front_matter = p.get("frontmatter")
         self._inbox_answers(agent, "written")
-        self.inboxes.path_of(agent, slug)  # validates before any similarity work
-        self.inboxes.precheck(agent, slug, content, front_matter)
+
+        def validate() -> None:  # the inbox (a private folder) and its room, before any similarity work
+            self.inboxes.path_of(agent, slug)
+            self.inboxes.precheck(agent, slug, content, front_matter)
+
+        self._inbox_checked(agent, "written", validate)
         duplicates, fresh = self._near_duplicates(agent, slug, content)
         if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
             best = duplicates[0]
@@ -415,6 +420,7 @@ class MemoryOps:
         slug = check_slug(p.get("slug"))
         key = f"memory/{agent}/{slug}"
         self._inbox_answers(agent, "deleted")
+        self._inbox_checked(agent, "deleted", lambda: self.inboxes.path_of(agent, slug))
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = self.inboxes.delete(agent, slug)
@@ -519,24 +525,65 @@ class MemoryOps:
                 f"not {done}: the inbox's share hangs ({hung}); nothing {done}: try again once it answers"
             )
 
+    def _inbox_checked(self, agent: str, done: str, fn: Callable[[], T]) -> T:
+        """``fn``, a change's look at the agent's inbox before it changes anything (is it a
+        private folder? is there room?), bounded as ``_inbox_look``'s are: one that does not
+        answer within probeTimeoutSeconds marks the inbox hanging (status says so) and refuses
+        the change with nothing done (its own calls are not bounded: given up on halfway, a
+        write could land after its client was told it did not). Raises what ``fn`` raises."""
+        name = f"memory/{agent}"
+        since = time.monotonic()
+        try:
+            return bounded_call(
+                fn, self.cfg.watch.probe_timeout_seconds, self._hanging, name, f"inbox-{agent}"
+            )
+        except NoAnswer as exc:
+            if exc.stuck is not None:
+                self.indexer.supervisor.read_hangs(name, "looking up the inbox", exc.stuck, since)
+            raise StorageError(
+                f"not {done}: the inbox {agent_inbox(self.cfg, agent)} did not answer ({exc}); nothing "
+                f"{done}: try again once it answers"
+            ) from exc
+
     def _inbox_look(self, agent: str, what: str, fn: Callable[[], T], unknown: T) -> T:
         """``fn``, a request's look at the agent's inbox (``what`` it does), bounded as ``get``'s
         reads are: ``unknown`` at once while a call on the inbox still hangs, and when this one
         does not answer within probeTimeoutSeconds, which marks the inbox hanging (status says
         so, its sweeps are retried with their backoff): a search or list on an inbox whose share
         hangs answers from the index instead of waiting as long as the share does."""
-        name = f"memory/{agent}"
+        return self._root_look(f"memory/{agent}", what, fn, unknown)
+
+    def _root_look(self, name: str, what: str, fn: Callable[[], T], unknown: T) -> T:
+        """``_inbox_look`` for any root (``name``: vault, wiki, memory/<agent>)."""
         supervisor = self.indexer.supervisor
         if supervisor.still_hangs(name) is not None:
             return unknown
         since = time.monotonic()
         timeout = self.cfg.watch.probe_timeout_seconds
         try:
-            return bounded_call(fn, timeout, self._hanging, name, f"inbox-{agent}")
+            return bounded_call(fn, timeout, self._hanging, name, f"look-{name}")
         except NoAnswer as exc:
             if exc.stuck is not None:
                 supervisor.read_hangs(name, what, exc.stuck, since)
             return unknown
+
+    def _stamps(self, name: str, paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
+        """(mtime, ctime) of each file (``lstat``: a link's own, not its target's), looked up
+        in one call on the root ``name`` bounded as ``_root_look`` is: none while it hangs (a
+        list answered without those files instead of waiting as long as the share does). A
+        file that cannot be looked up is left out."""
+
+        def look() -> dict[str, tuple[int, int]]:
+            out = {}
+            for key, path in paths.items():
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                out[key] = (st.st_mtime_ns, st.st_ctime_ns)
+            return out
+
+        return self._root_look(name, "looking up its unindexed files", look, {}) if paths else {}
 
     def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
         """The inbox's files (bounded: ``_inbox_look``; None when it hangs), as ``_listed``."""
@@ -603,35 +650,35 @@ class MemoryOps:
                 out.append(unindexed_note(reference, src, (mtime_ns, ctime_ns), why))
         # Left out by the folder scans (too large, hidden, ...): never in the manifest.
         left_out = self.indexer.changes.skipped_notes()
-        for key, (path, reason) in sorted(left_out.items()):
+        asked: dict[str, dict[str, Path]] = {}
+        for key, (path, _reason) in sorted(left_out.items()):
             src = key.split("/", 1)[0]  # memory: the inbox listing below says why, with advice
             if key in known or src == "memory" or source not in (src, "all"):
                 continue
-            reference = public_reference(key, agent)
-            if not _under(reference, prefix):
-                continue
-            try:
-                st = path.lstat()  # a link refused: not when its target changed
-            except OSError:
-                continue
-            known.add(key)
-            times = (st.st_mtime_ns, st.st_ctime_ns)
-            out.append(unindexed_note(reference, src, times, f"skipped: {reason}"))
+            if _under(public_reference(key, agent), prefix):
+                asked.setdefault(src, {})[key] = path
+        for src, paths in sorted(asked.items()):
+            stamps = self._stamps(src, paths)  # bounded: the vault's share may hang
+            for key in paths:
+                if key in stamps:
+                    known.add(key)
+                    why = f"skipped: {left_out[key][1]}"
+                    out.append(unindexed_note(public_reference(key, agent), src, stamps[key], why))
         inbox = agent_inbox(self.cfg, agent)
         if listing is not None:
             names = sorted((n, linked) for n, linked in listing if is_markdown_name(n))
-            for name, linked in names:
-                key = f"memory/{agent}/{name[:-3]}"
-                if key in known or not _under(f"memory/{name[:-3]}", prefix):
-                    continue
-                try:
-                    st = (inbox / name).lstat()  # a link: not when its target changed
-                except OSError:
+            keyed = {
+                f"memory/{agent}/{name[:-3]}": (name, linked)
+                for name, linked in names
+                if f"memory/{agent}/{name[:-3]}" not in known and _under(f"memory/{name[:-3]}", prefix)
+            }
+            stamps = self._stamps(f"memory/{agent}", {k: inbox / n for k, (n, _l) in keyed.items()})
+            for key, (name, linked) in keyed.items():
+                if key not in stamps:
                     continue
                 left = left_out[key][1] if key in left_out else None
                 why = _why_not_indexed(name, linked=linked, left_out=left)
-                times = (st.st_mtime_ns, st.st_ctime_ns)
-                out.append(unindexed_note(public_reference(key, agent), "memory", times, why))
+                out.append(unindexed_note(public_reference(key, agent), "memory", stamps[key], why))
         return out
 
 

@@ -430,6 +430,59 @@ class Supervisor:
                         self._hung(st, exc.stuck, since)
             raise
 
+    def watched_walk(self, path: Path, walk: Callable[[Asking], T]) -> T:
+        """A walk of a folder the file watch covers (the vault, the agents folder) when a watch
+        is set up, each listing and stat waited for probeTimeoutSeconds (the watcher's one
+        thread carries every root's events): NoAnswer at once while the vault hangs, and one
+        call that does not answer marks the roots it lies in hanging (the vault; the inbox it
+        was in, or each inbox known for the agents folder itself; a vault learnt slow is waited
+        for as long as its scans' calls, an inbox learnt slow is not judged), so status says so
+        and the watch leaves the folder out rather than watch it in part. Raises NoAnswer (what
+        ``walk`` raises otherwise)."""
+        vault = self.cfg.vault.path
+        timeout = self.cfg.watch.probe_timeout_seconds
+        if vault is not None and path == vault:
+            st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
+            if st.hanging is not None:
+                raise NoAnswer(_still_hangs(st), st.hanging)
+            # A vault learnt slow: each call waited for as its scans' are (given up on sooner, the
+            # walk left it out of the watch and was tried again each time it answered late).
+            timeout = self._bound(st)
+        asking = Asking()
+
+        def given_up() -> bool:
+            now = asking.now
+            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
+
+        value, stuck = run_with_timeout(
+            lambda: walk(asking), self.cfg.watch.scan_timeout_seconds, "watch-walk", None, given_up
+        )
+        if stuck is None:
+            return value  # type: ignore[return-value]  # the walk's own result
+        asking.abandon()  # it ends at its next call once this one answers
+        now = asking.now
+        call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
+        what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
+        if not self.stopping.is_set():
+            for st in self._walked_roots(path, rel):
+                if st.hanging is None and (not st.slow or timeout >= self._bound(st)):
+                    # as ``_hung``: learnt slow should it answer (a slow one is a hung share now)
+                    st._stuck, st.hung_on = stuck, f"{what} (the file watch's walk)"
+                    st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
+                    self._gave_up(st, slow=st.slow)
+            log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
+        raise NoAnswer(f"{what} in {path} did not answer within {timeout:g} s (hung share?)", stuck)
+
+    def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
+        """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
+        vault = self.cfg.vault.path
+        if vault is not None and path == vault:
+            return [self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))]
+        agent = rel.split("/", 1)[0] if rel not in (".", "") else None
+        with self._lock:
+            inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
+        return [st for st in inboxes if agent is None or Path(st.path).parent.name == agent]
+
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
         request's look at one of its notes is not started beside it."""
@@ -730,24 +783,58 @@ class Supervisor:
         if self.meta is not None and value != self._remembered(root):
             self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
 
-    def _reconfigured(self, root: Root, before: Any) -> bool:
+    def _reconfigured(self, root: Root, before: Any) -> bool | None:
         """Whether the configuration names another folder than the one swept before: the two
         differ by their real paths too (a vault named through a symlink is spelled either way,
         as the symlink when the share answered slowly at start). The folder named now is asked
         as a probe of the root (``_probe``): one that times out marks the root hanging. The
         folder remembered may lie on a share the root has left (a vault moved off a dead NAS):
         its look is bounded on its own and marks nothing, one stuck thread for it at most (the
-        next sweep is told at once while it is still in). Raises NoAnswer either way (the
-        deletions wait)."""
+        next sweep is told at once while it is still in), and None says it did not answer.
+        Raises NoAnswer when the folder named now does not (the deletions wait)."""
         now = root.path
         if not isinstance(before, str) or before == str(now):
             return False
         real_now = self._probe(root, "realpath", lambda: os.path.realpath(now))
         timeout = self.cfg.watch.probe_timeout_seconds
-        real_before = self.probes.ask(
-            ("realpath-remembered", before), lambda: os.path.realpath(before), timeout, root.name, self.beat
-        )
+        try:
+            real_before = self.probes.ask(
+                ("realpath-remembered", before),
+                lambda: os.path.realpath(before),
+                timeout,
+                root.name,
+                self.beat,
+            )
+        except NoAnswer:
+            return None
         return real_before != real_now
+
+    def _folder_judged(
+        self, root: Root, memo: dict[str, Any], present: int, lost: int
+    ) -> tuple[bool, dict[str, Any]] | None:
+        """Whether the configuration names another folder than the one swept before
+        (``_reconfigured``), and what is remembered of the root to judge its deletions by; None
+        when its ``lost`` notes wait: the root hangs now (marked so), no evidence of anything."""
+        try:
+            reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
+        except NoAnswer:
+            return None if lost > 0 else (False, memo)
+        if reconfigured is not None:
+            return reconfigured, memo
+        # The folder named now answered, the one swept before does not (a vault moved off a dead
+        # NAS whose mount hangs): whether they are one folder cannot be told, so what was
+        # remembered of the old one (its mount, its device) says nothing of this one, which is
+        # judged as a folder never swept before (emptied or a mass loss: still held) and
+        # remembered from now on. Waiting for the old mount held its deletions for as long as
+        # it hung (the path was remembered only after a sweep with nothing to judge).
+        log.warning(
+            "root_former_folder_silent root=%s from=%s to=%s missing=%d: judged as a new folder",
+            root.name, memo.get("path"), root.path, lost,
+        )  # fmt: skip
+        ident = self.status(root).identity
+        memo = {**(_memo_of(ident, root) if ident is not None else {}), **_hold_of(memo)}
+        self._remember(root, memo)
+        return False, memo
 
     def hold_deletions(
         self,
@@ -794,14 +881,10 @@ class Supervisor:
         memo = self._remembered(root)
         now = self.hold_clock()
         kind: str | None = None
-        try:
-            reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
-        except NoAnswer:
-            # The root hangs now (marked so), or the folder it was swept from does not answer:
-            # no evidence of anything; its deletions wait for a sweep that can tell.
-            if missing > moved:
-                return "wait"
-            reconfigured = False
+        judged = self._folder_judged(root, memo, present, missing - moved)
+        if judged is None:
+            return "wait"  # the root hangs now (marked so): its deletions wait for a sweep that can tell
+        reconfigured, memo = judged
         if confirmed or root.source == "memory" or reconfigured:
             if confirmed and memo.get("hold"):
                 log.warning(
@@ -1088,6 +1171,11 @@ def _memo_of(ident: Identity, root: Root) -> dict[str, Any]:
     if ident.under is not None:
         memo["under"] = ident.under
     return memo
+
+
+def _hold_of(memo: dict[str, Any]) -> dict[str, Any]:
+    """The hold a root's remembered state carries, if any (kept when the rest is replaced)."""
+    return {"hold": memo["hold"]} if isinstance(memo.get("hold"), dict) else {}
 
 
 def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:

@@ -122,7 +122,7 @@ class SharedProbes:
                 if not shared:
                     with self._lock:  # the stuck one is what the next call under the key meets
                         self._flights[key] = flight
-                raise NoAnswer(f"no answer within {timeout:.0f} s (hung share?)", flight.thread)
+                raise NoAnswer(f"no answer within {timeout:g} s (hung share?)", flight.thread)
             if beat is not None:
                 beat()
         if flight.error is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import logging
 import os
 import stat
@@ -40,8 +41,8 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
-from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat
+from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, Asking, _listed, asked, is_debris
+from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat, run_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -96,21 +97,29 @@ def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> l
     return _walk(paths, limit)[0]
 
 
-def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Path], bool]:
-    """``watchable_folders``, and whether a folder symlink was met on the way."""
+Walked = tuple[list[Path], bool]
+# How a watched folder's walk is asked: (the folder, the walk told of each call by its Asking).
+AskWalk = Callable[[Path, Callable[[Asking], Walked]], Walked]
+
+
+def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS, asking: Asking | None = None) -> Walked:
+    """``watchable_folders``, and whether a folder symlink was met on the way. ``asking`` is
+    told of each stat and listing (relative to the first of ``paths``): a share that hangs is
+    given up on there."""
+    asking = asking if asking is not None else Asking()
+    top = paths[0] if paths else Path()
     out: list[Path] = []
     linked = False
     stack = []
     for p in paths:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), asked(asking, "stat", _rel(p, top)):
             if p.is_dir():
                 stack.append(p)
     while stack and len(out) < limit:
         folder = stack.pop()
         out.append(folder)
         try:
-            with os.scandir(folder) as it:
-                entries = list(it)
+            entries = _listed(folder, _rel(folder, top), asking)
         except OSError:
             continue
         for e in entries:
@@ -119,13 +128,59 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> tuple[list[Pa
             # Per entry: a symlink loop (x.md -> x.md) or a dangling link raises here, and must
             # not drop the rest of its folder from the watch.
             try:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
-                elif not linked and e.is_symlink() and e.is_dir(follow_symlinks=True):
-                    linked = True
+                with asked(asking, "stat", _rel(Path(e.path), top)):  # a stat where d_type is unknown
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+                    elif not linked and e.is_symlink():
+                        linked = e.is_dir(follow_symlinks=True)
             except OSError:
                 continue
     return out, linked
+
+
+def _walk_one(path: Path, limit: int, asking: Asking) -> Walked:
+    """``_walk`` of one watched folder."""
+    return _walk([path], limit, asking)
+
+
+def _rel(path: Path, top: Path) -> str:
+    """``path`` relative to ``top`` as the calls on a share are named ("." for ``top``)."""
+    try:
+        return path.relative_to(top).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def bounded_walk(
+    path: Path, walk: Callable[[Asking], Walked], timeout: float, stuck: dict[Path, threading.Thread]
+) -> Walked:
+    """``walk`` of a watched folder, given up on once one of its calls has not answered for
+    ``timeout`` (NoAnswer), and at once while an earlier walk of the folder is still in its
+    call (``stuck``: one thread left in a share that hangs, not one per try)."""
+    earlier = stuck.get(path)
+    if earlier is not None and earlier.is_alive():
+        raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
+    asking = Asking()
+
+    def given_up() -> bool:
+        now = asking.now
+        return now is not None and time.monotonic() - now[2] >= timeout
+
+    # The whole walk of a big tree may take long on a slow share: only one call that does not
+    # answer ends it (each listing's entries start the clock again).
+    value, left = run_with_timeout(lambda: walk(asking), float("inf"), "watch-walk", None, given_up)
+    if left is None:
+        stuck.pop(path, None)
+        return value  # type: ignore[return-value]  # the walk's own result
+    asking.abandon()  # it ends at its next call once this one answers
+    stuck[path] = left
+    raise NoAnswer(_walk_hung(path, asking.now, timeout), left)
+
+
+def _walk_hung(path: Path, now: tuple[str, str, float] | None, timeout: float) -> str:
+    """Why a watched folder's walk was given up on, in words."""
+    call = f"{now[0]} {now[1]}" if now is not None else "a call"
+    return f"{call} in {path} did not answer within {timeout:g} s (hung share?)"
 
 
 # Obsidian's settings that decide what is indexed and how (Excluded files; the daily notes' name
@@ -249,6 +304,7 @@ class Watcher:
         probe_timeout: float = 5.0,
         *,
         stat: Callable[[Path], os.stat_result] | None = None,
+        walk: AskWalk | None = None,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -263,6 +319,12 @@ class Watcher:
         # How a watched folder's stat is asked: the daemon's supervisor's (a hang marks the roots
         # in it hanging); by default bounded here alone.
         self._ask_stat = stat or (lambda p: bounded_stat(p, self.probe_timeout, self._stuck, "watch"))
+        # How a watched folder is walked when a watch is set up, each call with a deadline: the
+        # daemon's supervisor's (a hang marks the roots in it hanging); by default bounded here.
+        self._walk_stuck: dict[Path, threading.Thread] = {}
+        self._ask_walk: AskWalk = walk or (
+            lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck)
+        )
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).
         self._recheck: set[str] = set()
@@ -374,7 +436,8 @@ class Watcher:
             log.warning("watch_restarted reason=events lost: %s", self._lost)
             self._lost = None
             self._catch_up = True
-        walked, linked = _walk(existing)
+        walked, existing, linked = self._walked(existing)
+        self.watching = existing
         linked = linked and len(walked) < MAX_FLAT_FOLDERS
         if linked and not self.linked:
             log.info("watcher_flat reason=a folder symlink inside (never followed)")
@@ -439,6 +502,10 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set(), frozenset())
                 return
+            if self._walk_answered():
+                log.info("watcher_restart reason=a watched folder whose walk hung answers again")
+                self._catch_up = True  # its changes meanwhile had no events
+                return
             if self.partial is not None and self._room_again(existing[0]):
                 log.info("watcher_restart reason=inotify watches to spare again")
                 self._catch_up = True  # what the polls have not found yet
@@ -448,6 +515,41 @@ class Watcher:
                 # grew into new folders): a folder made from then on gets none, silently. Probed
                 # once a minute; the roots are polled until there is room again.
                 self._check_limit(existing)
+
+    def _walked(self, existing: list[Path]) -> tuple[list[Path], list[Path], bool]:
+        """The folders under the watched ones (``_walk``, each asked with a deadline per call):
+        the folders found, the watched folders that answered, and whether a folder symlink was
+        met. A watched folder whose walk does not answer (a share that hangs) is left out of
+        this watch whole, never watched in part, and the others keep their events: the watch
+        starts again once it answers (``_walk_answered``, or its stat's identity changes)."""
+        walked: list[Path] = []
+        answered: list[Path] = []
+        linked = False
+        for path in existing:
+            limit = MAX_FLAT_FOLDERS - len(walked)
+            try:
+                found, link = self._ask_walk(path, functools.partial(_walk_one, path, limit))
+            except NoAnswer as exc:
+                if exc.stuck is not None:
+                    self._walk_stuck[path] = exc.stuck
+                log.error(
+                    "watcher_walk_hung path=%s error=%s: left out of the watch until it answers", path, exc
+                )
+                continue
+            walked += found
+            answered.append(path)
+            linked = linked or link
+        if not answered:
+            # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
+            raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
+        return walked, answered, linked
+
+    def _walk_answered(self) -> bool:
+        """Whether a walk given up on (its folder left out of the watch) has answered since."""
+        done = [p for p, t in self._walk_stuck.items() if not t.is_alive()]
+        for p in done:
+            del self._walk_stuck[p]
+        return bool(done)
 
     def _room_again(self, path: Path) -> bool:
         """While the limit is used up: whether a new watch may cover every folder now, because the
