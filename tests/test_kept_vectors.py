@@ -4,6 +4,7 @@ to) keeps those of its last few edits only, and cannot push out those of notes t
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,100 @@ def test_finding_a_vector_to_share_reads_the_text_index_not_the_whole_table(tmp_
             assert any("chunks_by_text" in p for p in plan), plan
     finally:
         m.close()
+
+
+class _Rebooted:
+    """The ``time`` module as ``sidecar.index.vectoring`` sees it after a reboot: the counter
+    since boot starts again from 0 (the wall clock goes on)."""
+
+    def __init__(self) -> None:
+        self._booted = time.perf_counter()
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() - self._booted
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def _folder(vault: Path, name: str, word: str) -> dict[Path, bytes]:
+    paths = [
+        write(vault / name / f"{word}{i}.md", f"# {word} {i}\n\nThe {word} of hill {i} opens at noon.\n")
+        for i in range(10)
+    ]
+    return {p: p.read_bytes() for p in paths}
+
+
+def _delete(h: Harness, folder: dict[Path, bytes]) -> None:
+    for p in folder:
+        p.unlink()
+    h.indexer.sweep(confirm_deletions={"vault"})
+
+
+def test_vectors_kept_after_a_reboot_are_not_pushed_out_by_older_ones(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder deleted after a reboot keeps its vectors ahead of one deleted before it. The kept
+    vectors were stamped with a counter since boot (the batch timer had replaced the wall clock):
+    after a reboot the new ones counted as the oldest, the budget pushed them out and kept the
+    older folder's, and the folder restored was embedded again in full."""
+    before = _folder(vault, "Before", "market")
+    after = _folder(vault, "After", "ferry")
+    cfg = make_cfg(vault, **{"index.keepDeletedVectorsMax": 10})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, before)
+        assert h.stores.manifest.kept_count() == 10
+    finally:
+        h.close()
+    monkeypatch.setattr("sidecar.index.vectoring.time", _Rebooted())
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        _delete(h, after)
+        assert h.stores.manifest.kept_count() == 10
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        for p, data in after.items():
+            p.write_bytes(data)
+        h.sweep()
+        assert not [t for t in model.embedded if "ferry" in t]
+    finally:
+        h.close()
+
+
+def test_vectors_an_older_version_kept_count_as_kept_at_the_upgrade(make_cfg: Any, vault: Path) -> None:
+    """Rows an older version stamped with seconds since boot are stamped with the wall clock at
+    the next start: compared with the wall clock they were years old, and the first prune after
+    the upgrade dropped every one (a folder deleted the day before was embedded again)."""
+    folder = _folder(vault, "Moved", "ferry")
+    other = write(vault / "Other.md", "# Other\n\nA note deleted after the upgrade.\n")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, folder)
+        with h.stores.manifest.transaction() as db:
+            db.execute("UPDATE kept_vectors SET kept_at = ?", (3 * 86400.0,))  # three days since boot
+            db.execute("INSERT INTO kept_later(chunk_id, embed_hash, kept_at) VALUES ('c', 'h', 60.0)")
+    finally:
+        h.close()
+    started = time.time()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        manifest = h.stores.manifest
+        stamps = [at for (at,) in manifest._query("SELECT kept_at FROM kept_vectors")]
+        stamps += [at for (at,) in manifest._query("SELECT kept_at FROM kept_later")]
+        assert len(stamps) == 11 and all(started <= at <= time.time() for at in stamps)
+        other.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        for p, data in folder.items():
+            p.write_bytes(data)
+        h.sweep()
+        assert not [t for t in model.embedded if "ferry" in t]
+    finally:
+        h.close()

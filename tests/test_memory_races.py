@@ -291,8 +291,9 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
 ) -> None:
     """Killed between the exchange and the swap back, the write leaves the person's save under
     its temp name; the next start removed every such temp file unread. Now it is kept in .trash
-    as a kept text. Only a second name of the note itself goes: a copy of its text or an empty
-    file may be a file a write replaced, still open in an editor, and is kept too."""
+    as a kept text. A second name of the note itself goes, and so does a copy of its text (it
+    carries nothing); an empty file may be a file a write replaced, still open in an editor, and
+    waits in .trash."""
     if replace.RENAME is None:
         pytest.skip("no renameat2 here")
     first = inboxes.write("claude", "n", "v1", None, must_exist=False)
@@ -310,10 +311,33 @@ def test_a_save_left_at_the_temp_name_by_a_crash_is_kept_at_the_next_start(
     assert restarted.clean_temp() == 4
     assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
     kept = _kept_texts(inboxes)
-    assert {"PERSON SAVE\n", first.path.read_text(encoding="utf-8")} <= set(kept)
-    assert len(kept) == 3 and "" not in kept  # and the copy of v1 the killed write had kept
+    assert "PERSON SAVE\n" in kept and first.path.read_text(encoding="utf-8") not in kept
+    assert len(kept) == 2 and "" not in kept  # and the copy of v1 the killed write had kept
     assert [p.read_bytes() for p in (inbox / ".trash").glob(".n--*.held")] == [b""]
     assert restarted.clean_temp() == 0
+
+
+@pytest.mark.parametrize("when", ["start", "daily prune"])
+def test_a_leftover_holding_the_notes_own_text_is_removed_and_any_other_kept(
+    inboxes: Inboxes, when: str
+) -> None:
+    """A killed write's leftover whose text is the note's own carries nothing: it is removed,
+    at a start and by the daily prune (it was kept in .trash as one more copy of the note, which
+    took a place of the caps' and a line of every listing of kept texts). One holding any other
+    text, a byte apart too, is kept."""
+    first = inboxes.write("claude", "n", "v1", None, must_exist=False)
+    inbox = _inbox(inboxes)
+    kept_before = _kept_texts(inboxes) if (inbox / ".trash").exists() else []
+    text = first.path.read_bytes()
+    (inbox / ".n.0000beef.tmp").write_bytes(text)  # the note's text
+    (inbox / ".n.0000cafe.tmp").write_bytes(text + b"x")  # another
+    if when == "start":
+        assert Inboxes(inboxes.cfg).clean_temp() == 2
+    else:
+        inboxes.prune_trash()
+    assert not [p for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert sorted(_kept_texts(inboxes)) == sorted([*kept_before, (text + b"x").decode()])
+    assert first.path.read_bytes() == text
 
 
 def test_a_failed_rescue_leaves_the_save_to_the_next_start_and_the_swap_back_is_synced(

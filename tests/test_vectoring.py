@@ -1043,7 +1043,7 @@ def test_the_switch_eta_uses_the_new_models_recent_rate(make_cfg: Any, tmp_path:
     vault = tmp_path / "many"
     make_notes(vault, 40)
     h = Harness(make_cfg(vault), Timed())
-    h.vectors.clock = lambda: now[0]
+    h.vectors.timer = lambda: now[0]
     try:
         h.indexer.sweep()
         while h.vectors.embed_pending(batch=8):
@@ -1294,7 +1294,7 @@ def test_status_counts_the_batch_the_model_computes_and_its_pace(make_cfg: Any, 
             return super().embed_passages(texts)
 
     h = Harness(make_cfg(vault), Timed())
-    h.vectors.clock = lambda: now[0]
+    h.vectors.timer = lambda: now[0]
     try:
         h.indexer.sweep()
         assert h.vectors.embed_pending(batch=40) > 16

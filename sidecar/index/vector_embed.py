@@ -64,7 +64,7 @@ class VectorEmbedding:
 
     stores: Stores
     manifest: Manifest
-    clock: Callable[[], float]
+    timer: Callable[[], float]
     keep_max: int
     embedded: int
     reused: int
@@ -182,7 +182,7 @@ class VectorEmbedding:
         rows, adopted = self._adopt(vs, rows)
         if not rows:
             return adopted
-        t0 = self.clock()
+        t0 = self.timer()
         try:
             rows, vecs = self._vectors_for(vs, rows, wait, stop, counted=timed)
             computed = self.computing
@@ -195,12 +195,12 @@ class VectorEmbedding:
                 # Not stored (a full disk): the vectors wait for the retry instead of the model
                 # running over the same batch again, and the time counts once the batch is stored.
                 self._stash(vs, rows, vecs)
-                self._failed_seconds += self.clock() - t0
+                self._failed_seconds += self.timer() - t0
                 raise
         finally:
             if timed:
                 self.computing = 0
-        seconds = self.clock() - t0 + self._failed_seconds
+        seconds = self.timer() - t0 + self._failed_seconds
         self._failed_seconds = 0.0
         self.embed_seconds += seconds
         self.stored += stored

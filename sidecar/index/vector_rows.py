@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 # in an afternoon, and a folder moved the day before was embedded again in full.
 EDITS_KEPT_PER_NOTE = 3
 
+# Kept vectors stamped this far behind the wall clock were not stamped by it: versions before
+# this one stamped them with a counter that restarts at every boot (seconds since boot), which
+# the age cut-off of the wall clock would have pruned all at once at the upgrade.
+NOT_WALL_CLOCK_S = 20 * 365 * 86400.0
+
 # Why a table's rows of chunks the index no longer has are there, by why the table is checked:
 # at a start (an upgrade's first sweep cut notes anew) a bare count read as damage.
 _ORPHANS_WHY = {
@@ -160,6 +165,24 @@ class VectorRows:
                 store.name,
                 len(vecs),
                 _ORPHANS_WHY[cause],
+            )
+
+    def mend_kept_times(self) -> None:
+        """At a start: kept vectors (and chunks remembered to keep) whose stamp is no wall-clock
+        time (``NOT_WALL_CLOCK_S``) count as kept now. They are a cache: each then stays up to
+        ``keep_seconds`` more, bounded by ``keep_max`` as any other; pruned at once, every note
+        deleted or excluded in the week before the upgrade was embedded again when it came back."""
+        now = self.clock()
+        try:
+            mended = self.manifest.restamp_kept(now - NOT_WALL_CLOCK_S, now)
+        except sqlite3.Error as exc:  # a cache: the start goes on (they age as they were stamped)
+            log.warning("vectors_kept_not_restamped error=%s", exc)
+            return
+        if mended:
+            log.info(
+                "vectors_kept_restamped rows=%d (stamped by a counter since boot by an older "
+                "version: counted as kept now)",
+                mended,
             )
 
     def settle(self) -> None:

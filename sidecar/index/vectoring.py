@@ -147,7 +147,9 @@ class Vectoring(VectorRows, VectorEmbedding):
         # Chunks the model computed in the backfill batch running now, not stored yet: status
         # counts them done (its count moved in steps of a whole batch, minutes apart on a slow CPU).
         self.computing = 0
-        self.clock = time.perf_counter
+        # Times the embedding batches (steady). Its own: it replaced ``clock`` once, and the kept
+        # vectors were stamped with a counter that restarts at every boot.
+        self.timer: Callable[[], float] = time.perf_counter
         self._failed_seconds = 0.0  # time of batches not stored yet (counted once one is)
         # Vectors of a batch that could not be stored, by (table, text hash), for its retry.
         self._stashed: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -169,6 +171,8 @@ class Vectoring(VectorRows, VectorEmbedding):
         self.first_sweep_done = False
         self._held: tuple[VectorStore, set[str]] | None = None
         self.adopted = 0  # held vectors taken for chunks the rebuilt manifest named again
+        if not self.manifest.read_only:
+            self.mend_kept_times()
 
     def counts(self, kind: str = BACKFILL_RUN) -> Counts:
         """Per table, (texts the model embedded, vectors stored, seconds storing them) so far by

@@ -144,8 +144,10 @@ class Tidy:
         """One leftover of a killed write, or an empty file a write replaced. Only a second name
         of the note itself is removed at once: any other may be a file a write replaced, which a
         program can still be writing into. An empty one waits (see ``_settle_empty``); one
-        holding the newest text kept of its note takes that copy's place; any other is kept.
-        False when it was left as it was."""
+        holding the newest text kept of its note takes that copy's place; one holding the note's
+        own text is removed (a copy of the note carries nothing; only a write killed over a note
+        already holding its text, open in an editor that saves into the old file, would lose a
+        later save); any other is kept. False when it was left as it was."""
         try:
             fd = open_regular(name, dir_fd=dir_fd, follow=False)
         except NotRegularError:
@@ -176,6 +178,12 @@ class Tidy:
                     ledger.change(trash.fd, target, 0, move)
                     log.info("inbox_temp_removed agent=%s file=%s kept=.trash/%s", agent, name, target)
                     return True
+                if note is not None and note[1] == st.st_size and _note_text(inbox_fd, slug) == data:
+                    # The note's own text: a copy in .trash carries nothing (it took a place of
+                    # the caps' and a line of every listing of kept texts).
+                    os.unlink(name, dir_fd=dir_fd)
+                    log.info("inbox_temp_removed agent=%s file=%s reason=the note's text", agent, name)
+                    return True
                 target = _move_kept(ledger, dir_fd, name, trash.fd, slug)
         finally:
             os.close(fd)
@@ -203,3 +211,13 @@ class Tidy:
                 continue
             except (OSError, SourceError) as exc:  # the prune's other work goes on (the caps)
                 log.warning("inbox_held_not_settled agent=%s file=.trash/%s error=%s", agent, name, exc)
+
+
+def _note_text(inbox_fd: int, slug: str) -> bytes | None:
+    """The note's text (None: no regular file, or longer than any text a leftover is compared by)."""
+    try:
+        fd = open_regular(f"{slug}.md", dir_fd=inbox_fd, follow=False)
+    except (NotRegularError, FileNotFoundError):
+        return None
+    data = read_fd(fd, _MAX_EXISTING + 1)
+    return data if len(data) <= _MAX_EXISTING else None

@@ -222,6 +222,14 @@ class VectorBook:
             out.update((cid, (h, float(at))) for cid, h, at in rows)
         return out
 
+    def restamp_kept(self, before: float, now: float) -> int:
+        """Kept vectors and remembered chunks stamped before ``before`` stamped ``now`` instead;
+        how many (see ``VectorRows.mend_kept_times``)."""
+        with self.transaction() as db:
+            n = db.execute("UPDATE kept_vectors SET kept_at = ? WHERE kept_at < ?", (now, before)).rowcount
+            n += db.execute("UPDATE kept_later SET kept_at = ? WHERE kept_at < ?", (now, before)).rowcount
+        return int(n)
+
     def forget_kept_later(self) -> None:
         with self.transaction() as db:
             db.execute("DELETE FROM kept_later")
