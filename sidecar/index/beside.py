@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class Swapped:
 
     written_meanwhile: int
     everything: bool
+    lock_seconds: float  # the write lock held for the swap (the last catch-up, commit, renames)
 
 
 def refill_beside(
@@ -71,10 +73,14 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
         fill_bm25(new, stores.manifest, stop)  # the manifest read in one query, no lock held
         if stop is not None and stop.is_set():
             return None
+        new = _caught_up_unlocked(stores, old, new, side)
+        if stop is not None and stop.is_set():
+            return None
         with stores.write_lock:
             if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
                 return None
             keys, everything = old.changes()
+            held = time.monotonic()
             catch_up(new, stores.manifest, keys, everything=everything)
             new.commit()
             # The agents' own indexes as the old index had them: one removed as idle stays
@@ -89,6 +95,7 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
             swap_in(index_dir)
             _open_swapped_in(stores, old, index_dir)
             old.retire(stores.bm25)
+            held = time.monotonic() - held
         drop_previous(index_dir)
     finally:
         if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
@@ -96,7 +103,24 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
         if new is not None:
             new.close()
             discard(index_dir)
-    return Swapped(len(keys), everything)
+    return Swapped(len(keys), everything, held)
+
+
+def _caught_up_unlocked(stores: Stores, old: Bm25Index, new: Bm25Index, side: Path) -> Bm25Index:
+    """The notes written during the fill, written into ``new`` with no lock held, committed, and
+    ``new`` closed and opened again (its background merges of the fill waited for here): the
+    swap's hold of the write lock is then what was written during this pass alone. Each key is
+    taken, and the noting begun anew, under the lock for a moment, so no write is half done; one
+    written again after that is noted again and caught up at the swap."""
+    with stores.write_lock:
+        keys, everything = old.changes()
+        if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
+            old.changes_since()
+    if not everything:
+        catch_up(new, stores.manifest, keys, everything=False)
+        new.commit()
+    new.close()
+    return Bm25Index(side)
 
 
 def _open_swapped_in(stores: Stores, old: Bm25Index, index_dir: Path) -> None:

@@ -282,11 +282,13 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
             )
         return False
     log.info(
-        "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f",
+        "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
+        "lock_seconds=%.2f",
         deleted,
         live,
         "all" if swapped.everything else swapped.written_meanwhile,
         time.monotonic() - started,
+        swapped.lock_seconds,
     )
     return True
 
