@@ -3,8 +3,9 @@
 vault got once half of it was deleted) and beside (``index.beside``: filled in a side folder while
 the old index takes writes, the lock held for the notes written meanwhile and the swap).
 
-    python bench/kwcompact.py [--vault ../shared/eval/vaults/obsidian-help] [--notes N] [--share 0.3]
+    python bench/kwcompact.py [--vault DIR] [--notes N] [--share 0.3] [--ways "in place,beside"]
 
+DIR: the eval corpora's Obsidian help vault unless given.
 The vault (its first ``--notes`` notes in path order, copied, when given) is swept keyword-only
 into a temporary home (nothing is written to the vault). Before
 each way, ``--share`` of the vault's notes are written again into the index (as edits do: their
@@ -33,7 +34,7 @@ from sidecar.index.bm25fill import bm25_doc
 from sidecar.index.repair import compact_bm25
 from sidecar.model.embedder import EmbedderSlot
 
-_SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "eval" / "vaults" / "obsidian-help"
+_HELP = Path(__file__).resolve().parents[2] / "shared" / "eval" / "vaults" / "obsidian-help"
 
 
 class TimedLock:
@@ -114,7 +115,7 @@ def beside(stores: Any) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vault", type=Path, default=_SHARED)
+    ap.add_argument("--vault", type=Path, default=_HELP)
     ap.add_argument("--notes", type=int, default=0, help="only the first N notes (path order)")
     ap.add_argument("--share", type=float, default=0.3)
     ap.add_argument("--ways", default="in place,beside", help="which ways, comma-separated")
