@@ -51,7 +51,7 @@ def refill_beside(
     index was replaced meanwhile (a repair), or, without ``wait``, when another refill beside
     runs (one at a time: they share the side folder). Raises StoreError or OSError after a
     failure (a full disk): the old index answers on, or, when none could be opened after the
-    swap, the stores hold it marked lost (``_lose``)."""
+    swap, the stores hold it marked lost (``lose``)."""
     beside = stores.beside_lock
     if not beside.acquire(blocking=wait):
         return None
@@ -129,7 +129,7 @@ def _open_swapped_in(stores: Stores, old: Bm25Index, index_dir: Path) -> None:
     error goes on: kept closed and renamed, it failed every write ("IndexWriter was consumed").
     The old object points at ``bm25`` again (left at ``bm25.previous``, a search holding it made
     an empty inbox there); when the old index will not open either, it is marked lost
-    (``_lose``) and opened again in the background (``upgrade.reopen_bm25``)."""
+    (``lose``) and opened again in the background (``upgrade.reopen_bm25``)."""
     try:
         stores.bm25 = Bm25Index(index_dir / "bm25")
     except StoreError:
