@@ -80,22 +80,31 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
             if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
                 return None
             keys, everything = old.changes()
-            held = time.monotonic()
+            held = steps = time.monotonic()
             catch_up(new, stores.manifest, keys, everything=everything)
             new.commit()
             # The agents' own indexes as the old index had them: one removed as idle stays
             # removed, the others keep their time of last use (taken for used at each compaction,
             # an idle agent's index was never removed).
             kept = new.inboxes_as_in(old.path)
+            taken = [time.monotonic() - steps]
             new.close()
             new = None
             put_back_times(kept)
+            taken.append(time.monotonic() - steps - sum(taken))
             old.close()  # its searchers still answer searches under way
+            taken.append(time.monotonic() - steps - sum(taken))
             old.move(lambda: swap_out(index_dir))
             swap_in(index_dir)
             _open_swapped_in(stores, old, index_dir)
             old.retire(stores.bm25)
             held = time.monotonic() - held
+            log.debug(  # where the swap's hold of the write lock went
+                "bm25_swap_steps catch_up=%.2f close_new=%.2f close_old=%.2f open=%.2f notes=%d",
+                *taken,
+                held - sum(taken),
+                len(keys),
+            )
         drop_previous(index_dir)
     finally:
         if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
