@@ -120,7 +120,14 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.3)
     ap.add_argument("--ways", default="in place,beside", help="which ways, comma-separated")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="kwcompact-"))
+    work = home = Path(tempfile.mkdtemp(prefix="kwcompact-"))
+    try:
+        run(args, home)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, home: Path) -> None:
     vault = args.vault.resolve()
     if args.notes:
         vault = home / "vault"
