@@ -369,3 +369,39 @@ def test_health_while_switching_to_writable_keeps_the_uptime_by_the_steady_clock
     switching = readonly.SwitchingHealth(last)
     steady[0] += 5.0
     assert switching.dispatch(Request("health"))["uptime_seconds"] == 15.0
+
+
+def test_the_daily_housekeeping_ends_between_the_manifests_writes_at_a_stop(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop waits for the daily housekeeping (``test_schedule``), which ends at its next
+    look at the stop: between two of the manifest's writes (each committed alone), and before
+    a step not begun; it went on writing a manifest the stop was closing."""
+    from sidecar.daemon.lifecycle import Daemon
+
+    daemon = Daemon(make_cfg(vault))
+    steps: list[str] = []
+
+    class Manifest:
+        def store_embed_heads(self, between: Any) -> int:
+            steps.append("split 1")
+            daemon.stop.set()  # the stop comes during the first batch
+            between()
+            steps.append("split 2")
+            return 0
+
+        def give_back(self, between: Any) -> int:
+            steps.append("give back")
+            return 0
+
+    daemon.parts = types.SimpleNamespace(  # type: ignore[assignment]
+        stores=types.SimpleNamespace(manifest=Manifest()), clock=SteadyClock(None)
+    )
+    removed: list[int] = []
+    monkeypatch.setattr(daemon, "_remove_old_copies", lambda: removed.append(1))
+    with caplog.at_level("INFO"):
+        daemon._daily()
+    assert steps == ["split 1"]
+    assert "manifest_give_back_stopped" in caplog.text and "manifest_give_back_failed" not in caplog.text
+    daemon._daily()  # stopped before it begins a step: nothing more is done
+    assert steps == ["split 1"] and removed == [1]

@@ -1174,6 +1174,7 @@ def test_a_new_keyword_index_is_refilled_before_the_first_sweep_reads_notes(
     stop ends a refill between notes."""
     import threading
 
+    from sidecar.index import bm25fill
     from sidecar.index import repair as repair_mod
 
     harness.sweep()
@@ -1195,7 +1196,7 @@ def test_a_new_keyword_index_is_refilled_before_the_first_sweep_reads_notes(
 
     stop = threading.Event()
     stop.set()
-    monkeypatch.setattr(repair_mod, "_FILL_BATCH", 1)
+    monkeypatch.setattr(bm25fill, "_FILL_BATCH", 1)
     repair_mod.fill_bm25(harness.stores.bm25, harness.stores.manifest, stop)  # stopped: nothing committed
     harness.stores.bm25.commit()  # the next write's commit keeps what was there (the emptying is undone)
     assert harness.stores.bm25.search("spark plugs", 5)

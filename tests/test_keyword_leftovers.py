@@ -834,7 +834,8 @@ def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
     and the reopen in the background closes that folder and opens the index again. Was: the
     stores kept the index they held, nothing was said, and the folder kept its writer's lock."""
     from sidecar.contracts.errors import StoreError
-    from sidecar.index.upgrade import _lose, reopen_bm25
+    from sidecar.index.beside import lose
+    from sidecar.index.upgrade import reopen_bm25
 
     def breaks(**_kw: Any) -> None:
         raise KeyboardInterrupt
@@ -846,7 +847,7 @@ def test_a_lost_index_whose_close_raised_is_in_the_stores_said_and_reopened(
     stores.bm25 = held
     try:
         with caplog.at_level("ERROR"), pytest.raises(KeyboardInterrupt):
-            _lose(stores, old, StoreError("no file handles left"))
+            lose(stores, old, StoreError("no file handles left"))
     finally:
         monkeypatch.undo()
         if stores.bm25 is held:  # the harness closes what the stores hold

@@ -132,7 +132,7 @@ def _alpha_writes_a_quokka(cfg: Any) -> None:
 def _swapped_in_will_not_open(monkeypatch: pytest.MonkeyPatch) -> None:
     """The upgrade's open of the index swapped in (``bm25``) fails for want of file handles; any
     other folder opens."""
-    import sidecar.index.upgrade as upgrade
+    import sidecar.index.beside as beside
     from sidecar.contracts.errors import StoreError
     from sidecar.stores.bm25 import Bm25Index
 
@@ -141,7 +141,7 @@ def _swapped_in_will_not_open(monkeypatch: pytest.MonkeyPatch) -> None:
             raise StoreError(f"BM25 index {path} cannot be opened: Too many open files")
         return Bm25Index(path, **kw)
 
-    monkeypatch.setattr(upgrade, "Bm25Index", opened)
+    monkeypatch.setattr(beside, "Bm25Index", opened)  # the swap's open (``refill_beside``)
 
 
 def _found(h: Harness, query: str) -> set[str]:
@@ -540,6 +540,7 @@ class _NoHandles:
     of the old one put back and of the reopen are patched; the rest is real."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, old_too: bool = True) -> None:
+        import sidecar.index.beside as beside
         import sidecar.index.upgrade as upgrade
 
         self.on = True
@@ -555,8 +556,9 @@ class _NoHandles:
                 raise self._error(path)
             return real_open(path, **kw)
 
-        monkeypatch.setattr(upgrade, "Bm25Index", index)
-        monkeypatch.setattr(upgrade, "open_bm25", opened)
+        for module in (upgrade, beside):  # in place and the reopen; the swap's (``refill_beside``)
+            monkeypatch.setattr(module, "Bm25Index", index)
+            monkeypatch.setattr(module, "open_bm25", opened)
 
     @staticmethod
     def _error(path: Path) -> Exception:

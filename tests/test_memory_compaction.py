@@ -476,44 +476,6 @@ def test_after_vault_edits_an_agents_memory_scores_as_after_a_rebuild(in_process
     assert {a: _scores(stores.bm25, a) for a in ("alpha", None)} == after
 
 
-def test_a_large_vault_index_is_rewritten_only_once_it_shrank(in_process: Any) -> None:
-    """Above the small bound the vault's index is rewritten only once it shrank (deleted
-    documents at least ``_SHARED_MIN_DELETED`` and half of all): the rewrite holds every write
-    for what its live notes cost (40 s for 27,000 on a loaded machine), and at each tenth it
-    stalled a large vault's writes every few thousand edits."""
-    from sidecar.index import repair
-    from sidecar.stores.bm25 import Bm25Doc
-
-    s = in_process
-    bm25 = s.harness.stores.bm25
-    docs = [
-        Bm25Doc.of(f"vault/n{i}", f"vault/n{i}", "vault", "", title="N", aliases=(), headings=(), body="w")
-        for i in range(60)
-    ]
-    bm25.add(docs)
-    bm25.commit()
-    small, least = repair._SHARED_SMALL, repair._SHARED_MIN_DELETED
-    try:
-        repair._SHARED_SMALL, repair._SHARED_MIN_DELETED = 10, 20  # the index is "large" now
-        for d in docs[:15]:  # a quarter of the notes: over a tenth, under the least count
-            bm25.delete_key(d.key)
-        bm25.commit()
-        assert repair.compact_bm25(s.harness.stores) is False
-        for d in docs[15:25]:  # 25 of 60 notes: over the least count, not yet half of all
-            bm25.delete_key(d.key)
-        bm25.commit()
-        deleted, total = bm25.deleted_docs()
-        assert deleted >= 20 and deleted * 2 < total
-        assert repair.compact_bm25(s.harness.stores) is False
-        for d in docs[25:40]:
-            bm25.delete_key(d.key)
-        bm25.commit()
-        assert repair.compact_bm25(s.harness.stores) is True
-    finally:
-        repair._SHARED_SMALL, repair._SHARED_MIN_DELETED = small, least
-    assert bm25.deleted_docs()[0] == 0
-
-
 def test_the_vault_compaction_rewrites_no_memory_index(in_process: Any) -> None:
     """The vault's rewrite leaves every memory index as it was: an idle agent's last use is
     kept (its index is removed as idle later), no meta.json of memory is written."""
@@ -705,3 +667,31 @@ def test_stores_closed_under_a_stopped_rewrite_end_it_quietly(in_process: Any, m
 
     monkeypatch.setattr(type(stores.manifest), "chunks_under", chunks_under)
     optimize(s.harness.vectors, stop)
+
+
+def test_an_index_with_nothing_deleted_that_disagrees_with_the_manifest_is_rewritten(
+    in_process: Any, caplog: Any
+) -> None:
+    """A memory index holding no deleted document whose count differs from the manifest's (a
+    note the manifest does not hold) is rewritten from the manifest too, and logged as a
+    rebuild: judged by its deleted documents alone, it kept the drift until a restart."""
+    from sidecar.index.repair import compact_memory
+    from sidecar.stores.bm25 import Bm25Doc
+
+    s = in_process
+    _churn(s)
+    bm25 = s.harness.stores.bm25
+    ghost = Bm25Doc.of(
+        "ghost", "memory/beta/ghost", "memory", "beta", title="G", aliases=(), headings=(), body="x"
+    )
+    bm25.add([ghost])
+    bm25.commit()
+    assert _deleted(s, "memory/beta") == 0
+    wanted = s.harness.stores.manifest.inbox_counts()["beta"]
+    assert bm25.inbox_counts()["beta"] != wanted
+    assert "memory/beta" in compact_memory(s.harness.stores)
+    assert bm25.inbox_counts()["beta"] == wanted
+    assert "index_rebuilt store=bm25 part=memory/beta reason=count mismatch" in caplog.text
+    assert "ghost" not in {cid for cid, _ in bm25.search("x", 20, agent_scope="beta")}
+    # Counts that agree and nothing deleted: left as they are (no rewrite every hour).
+    assert "memory/beta" not in compact_memory(s.harness.stores)

@@ -504,3 +504,39 @@ def test_the_stop_waits_for_the_keyword_part_of_optimize_only() -> None:
         release.set()
         job.join(5)
     assert schedule.join(5) == []
+
+
+def test_the_stop_waits_for_the_daily_housekeeping_in_progress(tmp_path: Path) -> None:
+    """The daily housekeeping writes the manifest a step at a time: the stop waits for a run in
+    progress (``join``) before the stores close; it was not tracked, and its next step met the
+    closed manifest. A run dispatched after the stop does not begin."""
+    began, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def daily() -> None:
+        ran.append(1)
+        began.set()
+        release.wait(5)
+
+    nothing = SimpleNamespace(schedule_sweep=lambda: None, sweep_roots=lambda _: None, polled=lambda: False)
+    schedule = build_scheduler(
+        load_config(flags={"home": str(tmp_path / "home")}, env={}),
+        nothing,  # type: ignore[arg-type]
+        SimpleNamespace(due=lambda poll_all=False: []),  # type: ignore[arg-type]
+        SimpleNamespace(tick=lambda: None),  # type: ignore[arg-type]
+        vectors=SimpleNamespace(),  # type: ignore[arg-type]
+        retry_embedder=lambda: None,
+        notify=None,
+        daily=daily,
+    )
+    job = schedule.scheduler.get_job("daily")
+    run = threading.Thread(target=job.func, daemon=True)  # as the scheduler's pool runs it
+    run.start()
+    assert began.wait(5)
+    schedule.shutdown()
+    assert schedule.join(0) == ["daily"]  # the stop's join sees it running
+    release.set()
+    run.join(5)
+    assert schedule.join(0) == []
+    job.func()  # dispatched after the stop: not begun
+    assert ran == [1]

@@ -605,11 +605,17 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 self._dispatch.close_if_held(Stopping())
 
     def _daily(self) -> None:
+        """The daily housekeeping, a job the stop waits for (``Schedule.tracked``): it looks at
+        the stop between its steps and between the manifest's short writes, and ends there (each
+        step leaves what it touched whole: a file of .trash removed or not, a model copy renamed
+        away before it is removed, the manifest's writes each a transaction of its own)."""
         # No skip after a clock jump: every resume from suspend counts as one, so on a laptop the
         # daily run would never age .trash. The prune's "now" is the earlier of the wall and the
         # steady clock, which a forward step does not move: a step ages nothing anyway.
         if self._inboxes is not None:
             self._inboxes.prune_trash()
+        if self._stopping():
+            return
         # The loaded models' prepared copies marked used again, those no daemon used for a month
         # removed. Not while a model loads or its vectors are not attached yet: a switch loads
         # the previous model (whose copy serves meanwhile) only after the new one.
@@ -617,8 +623,23 @@ class Daemon(ConfigReload, ReadOnlyStart):
             prepared.tidy(self.cfg.prepared_dir)
         else:
             log.info("model_cache_tidy_skipped reason=a model is loading; tried again tomorrow")
+        if self._stopping():
+            return
         self._remove_old_copies()
+        if self._stopping():
+            return
         self._give_back_manifest()
+
+    def _stopping(self) -> bool:
+        """Whether the daemon stops (the housekeeping ends at its next step)."""
+        return self.stop.is_set() or self._work_stop.is_set()
+
+    def _between_steps(self) -> None:
+        """Between two of the manifest's short writes: searches served first; at a stop, the
+        housekeeping ends here (the write before is committed, the next not begun)."""
+        FOREGROUND.yield_to(0.5)
+        if self._stopping():
+            raise _HousekeepingStoppedError
 
     def _remove_old_copies(self) -> None:
         """Copies of stores moved aside (damaged, a newer release's, a gone model's vectors)
@@ -639,8 +660,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         if parts is None:
             return
         try:
-            parts.stores.manifest.store_embed_heads(between=lambda: FOREGROUND.yield_to(0.5))
-            parts.stores.manifest.give_back(between=lambda: FOREGROUND.yield_to(0.5))
+            parts.stores.manifest.store_embed_heads(between=self._between_steps)
+            parts.stores.manifest.give_back(between=self._between_steps)
+        except _HousekeepingStoppedError:
+            log.info("manifest_give_back_stopped reason=the daemon stops (the rest is done tomorrow)")
         except sqlite3.Error as exc:  # a full disk, a busy file: the next day tries again
             log.warning("manifest_give_back_failed error=%s", exc)
 
@@ -796,6 +819,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 stuck = True
                 log.warning("shutdown_timeout thread=%s", t.name)
         return stuck
+
+
+class _HousekeepingStoppedError(Exception):
+    """The daemon stops: the housekeeping ends between two of the manifest's writes."""
 
 
 def _unheard(*_lines: str) -> None:

@@ -277,7 +277,10 @@ def build_scheduler(
     scheduler.add_job(heap.trim, "interval", seconds=60, id="trim")
     if daily is not None:  # housekeeping: old texts in the inboxes' .trash, unused model copies
         first = datetime.fromtimestamp(time.time() + DAILY_FIRST_S, scheduler.timezone)
-        scheduler.add_job(daily, "interval", hours=24, id="daily", next_run_time=first)
+        # A run the stop waits for (``join``): it writes the manifest a step at a time and ends
+        # at its next look at the stop; left running, its next step met the closed manifest.
+        tracked = schedule.tracked("daily", daily)
+        scheduler.add_job(tracked, "interval", hours=24, id="daily", next_run_time=first)
     if notify is not None:  # its own thread: a long repair in the tick must not delay it
         seconds = min(5.0, cfg.watchdog_usec / 2e6) if cfg.watchdog_usec else 5.0
         schedule.every("notify", seconds, notify)

@@ -13,12 +13,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError
 from sidecar.contracts.wire import memory_agent
+from sidecar.index.beside import UPGRADE_AREA, refill_beside
+from sidecar.index.bm25fill import bm25_doc, fill_bm25
 from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
@@ -26,32 +28,30 @@ from sidecar.model.embedder import Embedder, EmbedderSlot
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
 from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
-from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.lifecycle import discard_vectors, move_aside, open_vectors, salvage_vectors
-from sidecar.stores.manifest import Manifest
-from sidecar.stores.manifest_rows import ChunkView
 from sidecar.stores.vectors import VectorStore, table_name
 from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
 
 
-# The vault's and the wiki's keyword index (``compact_bm25``) is rewritten at any deleted
-# document while it holds at most this many live ones (chunks and pages, a vault of some 700
-# notes): a rewrite from the manifest costs about 1.5 ms a document on a loaded machine (27,000
-# in 40 s), every write waiting meanwhile, so a few seconds at most. A larger one is rewritten
-# only once it shrank, as before the small bound: its deleted documents at least this many and
-# at least half of all (a rewrite at each tenth stalled a large vault's writes, an agent's memory
-# write and recall too, for tens of seconds every few thousand edits).
+# The vault's and the wiki's keyword index (``compact_bm25``) is rewritten in place at any
+# deleted document while it holds at most this many live ones (chunks and pages, a vault of some
+# 700 notes): a rewrite in its own writers costs about 1.5 ms a document on a loaded machine,
+# every write waiting meanwhile, so a few seconds at most. A larger one is refilled beside once
+# this share of its documents is deleted (``index.beside``: filled in a side folder while the old
+# index answers and takes writes, the write lock held only for the notes written meanwhile and
+# the swap). In place at each tenth it stalled a large vault's writes (an agent's memory write
+# and recall too) for tens of seconds every few thousand edits, so a large one waited until half
+# of it was deleted, its scores drifting all along.
 _SHARED_SMALL = 2_000
-_SHARED_MIN_DELETED = 1000
+_SHARED_SHARE = 0.2
 # A memory index (``compact_memory``) is rewritten at any deleted document while it holds at
 # most this many live ones (an agent's memory: a rewrite of its notes costs a fraction of a
 # second), else once its deleted documents reach this share of its live ones (each rewrite costs
 # what its live notes cost, the write lock held).
 _MEMORY_SMALL = 2_000
 _MEMORY_SHARE = 0.2
-_FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 # A vector table is moved aside and embedded again at most this many times per run of the daemon:
 # one that cannot be read again right after is not damaged by chance, and each rebuild costs the
 # model run of every chunk whose vector cannot be read (hours with e5 on a large vault when none
@@ -61,8 +61,6 @@ MAX_VECTOR_REBUILDS = 2
 MEMORY_AGENTS_KEPT = 1.0
 _clock = time.monotonic  # the clock of that, replaced by tests
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
-# The problem area of a keyword index that could not be upgraded or opened (``index.upgrade``).
-UPGRADE_AREA = "keyword_index"
 
 
 def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
@@ -229,23 +227,25 @@ def learn_umlauts(stores: Stores) -> None:
 
 
 def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
-    """Rewrite the vault's and the wiki's keyword index in place (``Bm25Index.compact_shared``)
-    once its deleted documents weigh in its scores: Tantivy keeps a deleted document, and counts
-    its words, until its segment is merged, which for a small vault or one that shrank never
-    comes. They held the disk (18x after 5,000 notes went) and moved every score away from a
-    rebuild's, memory hits' too (scored on the vault's statistics): a few edits of one note put
-    an agent's note second. Any deleted document while the index is small (a rewrite is cheap),
-    else once it shrank (``_SHARED_MIN_DELETED`` deleted and half of all). Only that pair is
-    rewritten: the memory indexes have their own (``compact_memory``), and an agent's index
-    keeps its time of last use. Readers keep
-    the old snapshot until the single commit; writers wait for it. A ``stop`` (the schedule's
-    shutdown) rolls it back. Whether it was rewritten."""
+    """Rewrite the vault's and the wiki's keyword index once its deleted documents weigh in its
+    scores: Tantivy keeps a deleted document, and counts its words, until its segment is merged,
+    which for a small vault or one that shrank never comes. They held the disk (18x after 5,000
+    notes went) and moved every score away from a rebuild's, memory hits' too (scored on the
+    vault's statistics): a few edits of one note put an agent's note second. A small index
+    (``_SHARED_SMALL``) at any deleted document, in place (``Bm25Index.compact_shared``: only
+    that pair, the memory indexes have their own ``compact_memory``; writers wait for its single
+    commit); a larger one once a fifth of it is deleted, refilled beside (``_compact_beside``).
+    Readers keep the old snapshot until the commit or the swap. A ``stop`` (the schedule's
+    shutdown) rolls it back. Whether it was rewritten; a failure raises StoreError (the old index
+    answers on, the next run tries again)."""
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
-    if deleted == 0 or (live > _SHARED_SMALL and (deleted < _SHARED_MIN_DELETED or deleted * 2 < total)):
+    if deleted == 0 or (live > _SHARED_SMALL and deleted < _SHARED_SHARE * total):
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
+    if live > _SHARED_SMALL:
+        return _compact_beside(stores, stop, deleted, live)
     if _no_room(stores, "vault", (stores.bm25.path / "chunks", stores.bm25.path / "pages")):
         return False
     started = time.monotonic()
@@ -258,6 +258,38 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         return False
     seconds = time.monotonic() - started
     log.info("bm25_compacted part=vault deleted=%d live=%d seconds=%.2f", deleted, live, seconds)
+    return True
+
+
+def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, live: int) -> bool:
+    """A large index refilled whole from the manifest beside the one that answers, then swapped
+    in (``beside.refill_beside``, as an upgrade's refill): in place its fill held the write lock
+    for ~40 s at 27,000 documents, every watcher write and memory write waiting. The memory
+    indexes are refilled with it (their deleted documents go too; an idle agent's index keeps
+    its last use). Needs room for a second copy of the whole index (else left for a later run);
+    skipped while an upgrade refills beside. A stop leaves the old index and no side folder."""
+    if _no_room(stores, "vault", (stores.bm25.path,)):
+        return False
+    started = time.monotonic()
+    try:
+        swapped = refill_beside(stores, stop, wait=False)
+    except OSError as exc:  # a full disk: the old index answers on (or, lost, is said so)
+        raise StoreError(f"the keyword index could not be refilled beside: {exc.strerror or exc}") from exc
+    if swapped is None:
+        if stop is not None and stop.is_set():
+            log.info(
+                "bm25_compact_stopped part=vault way=beside (the old index answers; side folder removed)"
+            )
+        return False
+    log.info(
+        "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
+        "lock_seconds=%.2f",
+        deleted,
+        live,
+        "all" if swapped.everything else swapped.written_meanwhile,
+        time.monotonic() - started,
+        swapped.lock_seconds,
+    )
     return True
 
 
@@ -295,9 +327,13 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
     done: list[str] = []
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return done  # nothing can be written (a full disk, a lost index): no failure logged hourly
+    wanted = _memory_wanted(stores)
     for name, (gone, held) in stores.bm25.memory_deleted_docs().items():
         live = held - gone
-        if gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live):
+        # An index that holds other notes than the manifest's (a drift) is rewritten from it
+        # even with nothing deleted: skipped, it kept the drift until a restart's check.
+        differs = live != wanted.get(name, 0)
+        if not differs and (gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live)):
             continue
         if stop is not None and stop.is_set():
             break
@@ -309,7 +345,10 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
         try:
             with stores.write_lock:  # no note written between the manifest's read and the commit
                 docs = [bm25_doc(v) for v in stores.manifest.chunks_under(prefix)]
-                rewritten = stores.bm25.compact_memory(name, docs, stop)
+                # Chosen for its counts alone: left as it is when, under the lock, they agree
+                # after all (a write committed between the two reads), as no rewrite is needed.
+                only_drift = gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live)
+                rewritten = stores.bm25.compact_memory(name, docs, stop, drift_only=only_drift)
         except (StoreError, DaemonRunningError) as exc:  # a full disk: the old index stays whole,
             log.error("bm25_compact_failed part=%s error=%s", part, exc)  # the next run tries again
             continue
@@ -322,54 +361,13 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
     return done
 
 
-def fill_bm25(
-    index: Bm25Index,
-    manifest: Manifest,
-    stop: threading.Event | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> None:
-    """Every indexed chunk of the manifest into ``index`` (emptied first), committed. A stop
-    ends it between notes, uncommitted: a daemon told to stop within its service's timeout must
-    not wait for a refill of a large vault (the next start refills, its counts not matching).
-    ``progress`` is told the chunks added so far after each batch."""
-    index.delete_all()
-    docs: list[Bm25Doc] = []
-    added = 0
-    for v in manifest.all_chunks():  # in note order: a note's chunks go in together (its page)
-        # Looked at for every chunk (a flag's read), not at each batch only: after a stop the
-        # stores are closed soon, and a batch of 5,000 chunks went on reading the manifest.
-        if stop is not None and stop.is_set():
-            index.rollback()  # the emptying too: the index stays as it was
-            return
-        if len(docs) >= _FILL_BATCH and docs[-1].key != v.key:
-            index.add(docs)
-            added += len(docs)
-            if progress is not None:
-                progress(added)
-            docs = []
-        docs.append(bm25_doc(v))
-    if stop is not None and stop.is_set():
-        index.rollback()
-        return
-    index.add(docs)
-    if stop is not None and stop.is_set():  # came during the last batch: no commit begun
-        index.rollback()
-        return
-    index.commit()
-
-
-def bm25_doc(v: ChunkView) -> Bm25Doc:
-    """A chunk's keyword document, from the manifest."""
-    return Bm25Doc.of(
-        v.chunk_id,
-        v.key,
-        v.source,
-        v.agent,
-        title=v.title,
-        aliases=v.aliases,
-        headings=v.headings,
-        body=v.text,
-    )
+def _memory_wanted(stores: Stores) -> dict[str, int]:
+    """The documents (chunks and pages) each memory index must hold as the manifest says: each
+    agent's own, and all memory for the index of every agent's memory (``EVERYONE``)."""
+    counts = stores.manifest.inbox_counts()
+    out = {agent: chunks + pages for agent, (chunks, pages) in counts.items()}
+    out[EVERYONE] = sum(out.values())
+    return out
 
 
 def check_bm25(stores: Stores, stop: threading.Event | None = None) -> None:

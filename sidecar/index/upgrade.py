@@ -22,22 +22,16 @@ import time
 from pathlib import Path
 
 from sidecar.contracts.errors import PassingFaultError, StoreError, StoreNewerError
-from sidecar.index.repair import UPGRADE_AREA, bm25_doc, fill_bm25
+from sidecar.index.beside import UPGRADE_AREA, lose, refill_beside
+from sidecar.index.bm25fill import fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index, open_bm25
 from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
 from sidecar.stores.bm25_side import (
-    discard,
-    drop_previous,
     remove_index,
     settle,
-    side_folder,
-    swap_in,
-    swap_out,
-    swap_undone,
 )
 from sidecar.stores.lifecycle import move_aside
-from sidecar.stores.manifest import Manifest
 from sidecar.stores.versions import BM25_LAYOUT
 
 log = logging.getLogger(__name__)
@@ -46,8 +40,9 @@ UPGRADE_FAILED = "the keyword index could not be rebuilt for this version"
 
 
 def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
-    """The keyword index refilled in this version's layout beside the old one, then swapped in;
-    True once it is. Nothing is done for an index of this layout, or one open read-only."""
+    """The keyword index refilled in this version's layout beside the old one, then swapped in
+    (``beside.refill_beside``); True once it is. Nothing is done for an index of this layout, or
+    one open read-only."""
     old = stores.bm25
     if old.layout == BM25_LAYOUT or old.read_only or old.unavailable is not None:
         return False  # a lost index is opened again first (``reopen_bm25``), upgraded at a start
@@ -58,51 +53,28 @@ def upgrade_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     started = time.monotonic()
     log.info("bm25_upgrade_started from_layout=%d to_layout=%d", old.layout, BM25_LAYOUT)
     stores.upgrading = True
-    new: Bm25Index | None = None
     try:
-        side = side_folder(index_dir)
-        with stores.write_lock:  # a moment: every write from now on is noted
-            old.changes_since()
-        new = Bm25Index(side)
-        fill_bm25(new, stores.manifest, stop)  # the manifest read in one query, no lock held
-        if stop is not None and stop.is_set():
-            log.info("bm25_upgrade_stopped (the next start refills)")
-            return False
-        with stores.write_lock:
-            if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
-                return False
-            keys, everything = old.changes()
-            _catch_up(new, stores.manifest, keys, everything=everything)
-            new.commit()
-            new.close()
-            new = None
-            old.close()  # its searchers still answer searches under way
-            old.move(lambda: swap_out(index_dir))
-            swap_in(index_dir)
-            _open_swapped_in(stores, old, index_dir)
-            old.retire(stores.bm25)
-        drop_previous(index_dir)
+        swapped = refill_beside(stores, stop)  # waits for a compaction's refill beside, if one runs
     except (StoreError, OSError) as exc:
         # A full disk, most likely: the old index answers on; the next start tries again.
-        if stores.bm25.unavailable is None:  # else said by ``_lose``: no index answers
+        if stores.bm25.unavailable is None:  # else said by ``lose``: no index answers
             log.error("bm25_upgrade_failed error=%s (the old index answers; retried at the next start)", exc)
             _report_old_answers(stores, exc)
         else:
             log.error("bm25_upgrade_failed error=%s (no index answers until it is opened again)", exc)
-        if stores.bm25 is old and old.unavailable is None:
-            old.changes_since(False)
         return False
     finally:
         stores.upgrading = False
-        if new is not None:
-            new.close()
-            discard(index_dir)
+    if swapped is None:
+        if stop is not None and stop.is_set():
+            log.info("bm25_upgrade_stopped (the next start refills)")
+        return False
     log.info(
         "index_rebuilt store=bm25 reason=layout %d to %d chunks=%d written_meanwhile=%s seconds=%.2f",
         old.layout,
         BM25_LAYOUT,
         stores.bm25.num_docs(),
-        "all" if everything else len(keys),
+        "all" if swapped.everything else swapped.written_meanwhile,
         time.monotonic() - started,
     )
     stores.problems.clear(UPGRADE_AREA)
@@ -148,7 +120,7 @@ def _upgrade_in_place(
             try:
                 stores.bm25 = Bm25Index(old.path)
             except (StoreError, OSError) as again:
-                _lose(stores, old, again)
+                lose(stores, old, again)
                 return False
             old.retire(stores.bm25)
         stores.problems.report(
@@ -179,29 +151,6 @@ def _filled(stores: Stores, done: int, total: int) -> None:
     stores.upgrade_in_place = (done, total)
 
 
-def _open_swapped_in(stores: Stores, old: Bm25Index, index_dir: Path) -> None:
-    """The new index opened where the swap put it, as ``stores.bm25``. When it cannot be (too
-    many open files, a full disk), the swap is undone and the old index opened again before the
-    error goes on: kept closed and renamed, it failed every write ("IndexWriter was consumed").
-    The old object points at ``bm25`` again (left at ``bm25.previous``, a search holding it made
-    an empty inbox there); when the old index will not open either, it is marked lost
-    (``_lose``) and opened again in the background (``reopen_bm25``)."""
-    try:
-        stores.bm25 = Bm25Index(index_dir / "bm25")
-    except StoreError:
-        current = index_dir / "bm25"
-        try:
-            swap_undone(index_dir)
-            old.move(lambda: current)
-            stores.bm25 = open_bm25(current)
-        except (StoreError, OSError) as again:
-            old.move(lambda: current)  # where ``settle`` puts it back, if the undo was cut short
-            _lose(stores, old, again)
-            raise
-        old.retire(stores.bm25)  # a search holding the old object reads the one opened again
-        raise
-
-
 def _report_old_answers(stores: Stores, exc: BaseException) -> None:
     """The upgrade failed and the old index answers: said, with when it is tried again."""
     stores.problems.report(
@@ -211,28 +160,8 @@ def _report_old_answers(stores: Stores, exc: BaseException) -> None:
     )
 
 
-def _lose(stores: Stores, index: Bm25Index, exc: BaseException) -> None:
-    """No keyword index could be opened (the old one, the swap undone, or the new one in place):
-    ``index`` (closed) stays in the stores marked lost, so that searches and writes fail with a
-    StoreError saying so (a sweep's batch fails and is redone; a memory write is saved and said
-    not searchable yet, and indexed once it opens), and it is said as a problem until
-    ``reopen_bm25`` opens one. All of it also when the close in ``lost`` raises (it is marked
-    lost all the same): the stores kept the index they held, which nothing reopened, said nowhere."""
-    try:
-        index.lost(str(exc))
-    finally:
-        stores.bm25 = index
-        log.error("bm25_unavailable error=%s (opened again in the background)", exc)
-        stores.problems.report(
-            UPGRADE_AREA,
-            f"the keyword index could not be opened ({exc}); keyword search finds nothing and notes "
-            "and memory cannot be indexed until it is (they are kept and indexed then); it is tried "
-            "again by itself every few seconds",
-        )
-
-
 def reopen_bm25(stores: Stores) -> bool:
-    """A keyword index marked lost (``_lose``) opened again, as ``stores.bm25``: the old one
+    """A keyword index marked lost (``lose``) opened again, as ``stores.bm25``: the old one
     where the undone swap put it back (a swap undone half-way is finished by ``settle``), or, in
     place, a new one refilled from the manifest. True when the stores hold an open index (also
     when none was lost); StoreError or OSError while it still cannot be opened (too many open
@@ -284,17 +213,3 @@ def _open_or_replace(path: Path) -> Bm25Index:
         moved = move_aside(path)
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", exc, moved)
         return open_bm25(path)
-
-
-def _catch_up(new: Bm25Index, manifest: Manifest, keys: set[str], *, everything: bool) -> None:
-    """The notes written or deleted during the refill, into ``new`` as the manifest holds them
-    now (the write lock held); every note when the old index was emptied meanwhile (a rebuild)."""
-    if everything:
-        fill_bm25(new, manifest)
-        return
-    for key in sorted(keys):
-        docs = [bm25_doc(v) for v in manifest.indexed_chunks_of(key)]
-        if docs:
-            new.replace_note(key, docs)
-        else:
-            new.delete_key(key)

@@ -74,6 +74,10 @@ class Stores:
     # The keyword index is being refilled in this version's layout beside the old one, which
     # answers meanwhile (``index.upgrade``).
     upgrading: bool = False
+    # Held by a refill of the keyword index beside the old one (an upgrade, a large vault's
+    # compaction: ``index.beside``): one at a time, they share the side folder and the noting of
+    # the notes written meanwhile.
+    beside_lock: Lock = field(default_factory=Lock, repr=False, compare=False)
     # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
     # nothing until it ends): (chunks added, chunks in all), else None.
     upgrade_in_place: tuple[int, int] | None = None

@@ -23,8 +23,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from sidecar.contracts.errors import DiskFullError, StorageError, StoreError
 from sidecar.contracts.wire import memory_agent
+from sidecar.index.bm25fill import bm25_doc
 from sidecar.index.records import Prepared, file_record, records
-from sidecar.index.repair import bm25_doc, inboxes_before_write
+from sidecar.index.repair import inboxes_before_write
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.links import (

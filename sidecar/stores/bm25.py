@@ -692,7 +692,14 @@ class Bm25Index(Bm25Search):
             out[name] = (gone + gone_p, held + held_p)
         return out
 
-    def compact_memory(self, name: str, docs: Sequence[Bm25Doc], stop: threading.Event | None = None) -> bool:
+    def compact_memory(
+        self,
+        name: str,
+        docs: Sequence[Bm25Doc],
+        stop: threading.Event | None = None,
+        *,
+        drift_only: bool = False,
+    ) -> bool:
         """A memory index (an agent's own, or ``EVERYONE``) rewritten in its own writers from
         ``docs`` (the notes it holds, from the manifest), in one commit of each of its two
         folders: its deleted documents then weigh in no score. Searches keep the old snapshot
@@ -702,7 +709,8 @@ class Bm25Index(Bm25Search):
         agent's index keeps its time of last use (an idle one is not taken for used). One that
         does not hold exactly ``docs``' notes is rewritten too (logged as a rebuild); an agent's
         left with no note is removed. Left as it is (False) when it is not there, fails, waits
-        for a commit, or is being refilled."""
+        for a commit, or is being refilled; and, with ``drift_only`` (chosen for a count that
+        differed, nothing deleted to drop), when it holds exactly ``docs``' count after all."""
         self._usable()
         with self._lock:
             if self.read_only or self._retired or self._closed:
@@ -712,7 +720,7 @@ class Bm25Index(Bm25Search):
             if pair is None:
                 return False
             try:
-                return self._rewrite(name, pair, docs, stop)
+                return self._rewrite(name, pair, docs, stop, drift_only=drift_only)
             finally:
                 if opened:  # opened for this alone: let go as an eviction does
                     with self._inbox_lock:
@@ -735,7 +743,15 @@ class Bm25Index(Bm25Search):
             return None  # a change waits for its commit: the next run
         return pair
 
-    def _rewrite(self, name: str, pair: Pair, docs: Sequence[Bm25Doc], stop: threading.Event | None) -> bool:
+    def _rewrite(
+        self,
+        name: str,
+        pair: Pair,
+        docs: Sequence[Bm25Doc],
+        stop: threading.Event | None,
+        *,
+        drift_only: bool,
+    ) -> bool:
         notes: dict[str, list[Bm25Doc]] = {}
         for d in docs:
             notes.setdefault(d.key, []).append(d)
@@ -743,6 +759,8 @@ class Bm25Index(Bm25Search):
         # index serves until the commit); skipped, it kept its drift and was skipped again every
         # run until a restart's check refilled it. Logged as a rebuild once committed.
         held = (int(pair[0].searcher.num_docs), int(pair[1].searcher.num_docs))
+        if drift_only and held == (len(docs), len(notes)):
+            return False
         # An agent's last use is its index's last commit (``_last_use``): kept as it was.
         kept = {} if name == EVERYONE else _mtimes(pair)
         try:
@@ -831,6 +849,29 @@ class Bm25Index(Bm25Search):
             self._put(pair[0], d.chunk_id, d, body)
             bodies.append(body)
         self._put(pair[1], chunks[0].key, chunks[0], "\n".join(bodies))
+
+    def inboxes_as_in(self, other: Path) -> dict[Path, tuple[int, int]]:
+        """After a refill beside, before the swap (committed, the write lock held): the agents'
+        own indexes as the index in ``other`` has them. One it has not (removed as idle: its
+        agent's memory is in the index of every agent's memory) is removed here too, rebuilt
+        when its agent is back; each other's use note (``used``) is copied. Returned: the times
+        of last use of this index's ``meta.json`` files, put back once it is closed
+        (``put_back_times``): taken for used at each refill, an idle agent's index was never
+        removed."""
+        kept: dict[Path, tuple[int, int]] = {}
+        with self._lock:
+            for agent in self.agents():
+                was = other / "memory" / agent
+                if not was.is_dir():
+                    self._remove_inbox(agent)
+                    continue
+                base = self.path / "memory" / agent
+                with contextlib.suppress(OSError):
+                    if (was / "used").is_file():
+                        shutil.copy2(was / "used", base / "used")
+                for meta, times in _meta_times(was).items():
+                    kept[base / meta.parent.name / meta.name] = times
+        return kept
 
     def collection_size(self) -> int:
         """Chunks whose words make the keyword statistics: the vault's and the wiki's."""
@@ -946,6 +987,11 @@ def _restore_mtimes(kept: dict[Path, tuple[int, int]]) -> None:
             os.utime(meta, ns=times)
         except OSError as exc:  # the index then looks used: removed as idle a while later
             log.debug("bm25_use_time_not_kept path=%s error=%s", meta, exc)
+
+
+def put_back_times(kept: dict[Path, tuple[int, int]]) -> None:
+    """The (access, modification) times ``inboxes_as_in`` kept, put back (the files that are)."""
+    _restore_mtimes({meta: times for meta, times in kept.items() if meta.exists()})
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:

@@ -1,0 +1,222 @@
+"""The compaction of a large vault's keyword index, refilled beside the one that answers and
+swapped in (``repair.compact_bm25`` -> ``index.beside``): it runs once a fifth of the index is
+deleted, the write lock is free while it fills, the notes written meanwhile are in the new index,
+and a stop or a kill during it leaves a whole index and no side folder."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write
+
+NOTES = 30
+QUERIES = ("tomatoes sun", "lantern harbour", "outboard engine", "backup night")
+
+
+@pytest.fixture
+def large(in_process: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The small vault with ``NOTES`` more notes, taken for a large one (its index holds more
+    than ``_SHARED_SMALL`` live documents), and alpha's memory."""
+    from sidecar.index import repair
+
+    s = in_process
+    for i in range(NOTES):
+        write(s.cfg.vault.path / f"Log/Note{i}.md", f"# Note {i}\n\nThe lantern {i} by the harbour, zq{i}.\n")
+    s.harness.sweep()
+    s.call("write", {"slug": "note-0", "content": "The backup runs at three in the night."}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="alpha")  # alpha's own index made
+    monkeypatch.setattr(repair, "_SHARED_SMALL", 10)
+    return s
+
+
+def _delete(s: Any, first: int, last: int) -> None:
+    for i in range(first, last):
+        (s.cfg.vault.path / f"Log/Note{i}.md").unlink()
+    s.harness.sweep()
+
+
+def _scores(bm25: Any) -> list[list[tuple[str, float]]]:
+    return [
+        sorted((cid, round(score, 5)) for cid, score in bm25.search(q, 20, agent_scope=agent))
+        for q in QUERIES
+        for agent in ("alpha", None)
+    ]
+
+
+def _agrees(stores: Any) -> bool:
+    bm25, manifest = stores.bm25, stores.manifest
+    return (bm25.num_docs(), bm25.num_pages()) == (
+        manifest.indexed_chunk_count(),
+        manifest.indexed_page_count(),
+    )
+
+
+def test_a_large_vault_index_is_refilled_beside_once_a_fifth_is_deleted(large: Any) -> None:
+    """A large vault's index waited until half of it was deleted (its scores drifting all along:
+    a rewrite in place held every write for ~40 s at 27,000 documents). Refilled beside, it is
+    rewritten once a fifth is: then it holds no deleted document, scores as a rebuild, and no
+    side folder is left."""
+    from sidecar.index.repair import compact_bm25, rebuild_bm25
+
+    s = large
+    stores = s.harness.stores
+    old = stores.bm25
+    deleted, total = old.deleted_docs()
+    assert deleted == 0
+    n = 0
+    while (deleted + 2) * 5 < total:  # each note deleted: its chunk and its page
+        _delete(s, n, n + 1)
+        n += 1
+        deleted, total = old.deleted_docs()
+    assert deleted > 0 and deleted * 5 < total
+    assert compact_bm25(stores) is False  # under a fifth
+    _delete(s, n, n + 2)
+    deleted, total = old.deleted_docs()
+    assert deleted * 5 >= total and deleted * 2 < total  # a fifth, far from half
+    assert compact_bm25(stores) is True
+    assert stores.bm25 is not old and stores.bm25.deleted_docs()[0] == 0
+    assert _agrees(stores)
+    index_dir = s.cfg.index_dir
+    assert sorted(p.name for p in index_dir.glob("bm25*")) == ["bm25"]
+    after = _scores(stores.bm25)
+    assert any(after)
+    rebuild_bm25(stores)
+    assert _scores(stores.bm25) == after
+
+
+def test_writes_during_the_refill_beside_do_not_wait_and_are_in_the_new_index(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the new index is filled the write lock is free: a sweep's edit and deletion and a
+    memory write made then go to the old index, are searchable there at once, and are written
+    into the new one at the swap (as the manifest holds them then)."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real = beside.fill_bm25
+    seen: dict[str, Any] = {}
+
+    def writes() -> None:
+        seen["lock_free"] = stores.write_lock.acquire(blocking=False)
+        if seen["lock_free"]:
+            stores.write_lock.release()
+        write(s.cfg.vault.path / "Log/Note20.md", "# Note 20\n\nThe lantern now by the mill, zqnew.\n")
+        (s.cfg.vault.path / "Log/Note21.md").unlink()
+        s.harness.sweep()
+        s.call("write", {"slug": "late", "content": "Quince jelly for the winter."}, agent="alpha")
+        seen["old_finds"] = bool(stores.bm25.search("zqnew", 5))
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real(index, manifest, stop, progress)
+        other = threading.Thread(target=writes)  # the watcher's and a memory write's threads
+        other.start()
+        other.join(60)
+        assert not other.is_alive()
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    assert compact_bm25(stores) is True
+    assert seen == {"lock_free": True, "old_finds": True}
+    bm25 = stores.bm25
+    # Deleted: only the two notes' documents the catch-up replaced (24 before the refill).
+    assert bm25.deleted_docs()[0] == 4 and _agrees(stores)
+    note = {v.chunk_id for v in stores.manifest.chunks_of("vault/Log/Note20")}
+    assert {cid for cid, _ in bm25.search("zqnew", 5)} == note
+    assert not bm25.search("zq21", 5) and not bm25.search("zq20", 5)
+    assert bm25.search("quince jelly", 5, agent_scope="alpha")
+
+
+def test_a_stop_or_a_kill_during_the_refill_beside_leaves_a_whole_index(
+    large: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stop during the fill (the schedule's shutdown) returns with the old index answering and
+    the side folder removed; a kill there leaves the old index whole, and the next start's
+    settle removes the side folder (no copy left growing)."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import open_bm25
+    from sidecar.stores.bm25_side import settle
+    from tests.test_memory_compaction import _copy_as_killed
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    before, deleted = _scores(old), old.deleted_docs()
+    stop = threading.Event()
+    real = beside.fill_bm25
+
+    def stopped(index: Any, manifest: Any, stop_: Any = None, progress: Any = None) -> None:
+        stop.set()  # the stop comes as the fill begins; the fill looks at it at each chunk
+        real(index, manifest, stop_, progress)
+
+    monkeypatch.setattr(beside, "fill_bm25", stopped)
+    assert compact_bm25(stores, stop) is False
+    assert stores.bm25 is old and _scores(old) == before and old.deleted_docs() == deleted
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    s.call("write", {"slug": "after", "content": "Written after the stop."}, agent="alpha")
+    assert old.search("written stop", 5, agent_scope="alpha")  # it takes writes as ever
+    assert old._changed is None  # no more noting
+    before = _scores(old)
+    killed = tmp_path / "killed"
+
+    def kill(index: Any, manifest: Any, stop_: Any = None, progress: Any = None) -> None:
+        real(index, manifest, stop_, progress)  # the side folder filled, not swapped in
+        _copy_as_killed(s.cfg.index_dir, killed)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(beside, "fill_bm25", kill)
+    with pytest.raises(KeyboardInterrupt):
+        compact_bm25(stores)
+    assert (killed / "bm25.next").is_dir()  # as the kill left it
+    settle(killed)
+    assert sorted(p.name for p in killed.glob("bm25*")) == ["bm25"]
+    reopened = open_bm25(killed / "bm25")
+    try:
+        assert _scores(reopened) == before
+    finally:
+        reopened.close()
+    assert stores.bm25 is old and _scores(old) == before  # the running index too
+
+
+def test_the_refill_beside_keeps_the_agents_indexes_as_they_were(large: Any) -> None:
+    """The refill beside rewrites the memory indexes with the vault's: an agent's own index keeps
+    its time of last use (taken for used at each compaction, an idle agent's index was never
+    removed), and one removed as idle is not made again (its agent's memory stays in the index
+    of every agent's memory; it is rebuilt when the agent is back)."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    s.call("write", {"slug": "note-1", "content": "Beta keeps the rope in the shed."}, agent="beta")
+    s.call("search", {"query": "rope"}, agent="beta")
+    stores = s.harness.stores
+    bm25 = stores.bm25
+    base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
+    aged = time.time() - 40 * 86400
+    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+        if path.exists():
+            os.utime(path, (aged, aged))
+    with bm25._inbox_lock:
+        bm25._open.pop("alpha", None)
+    bm25._used_at.clear()
+    bm25._used_at["beta"] = time.time()  # beta just searched: not idle
+    assert bm25.remove_idle(30 * 86400) == ["alpha"]
+    assert not base.exists()
+    beta = s.cfg.index_dir / "bm25" / "memory" / "beta" / "chunks" / "meta.json"
+    os.utime(beta, (aged, aged))
+    _delete(s, 0, 12)
+    assert compact_bm25(stores) is True
+    new = stores.bm25
+    assert new is not bm25
+    assert not base.exists() and new.inbox_missing("alpha")  # rebuilt when alpha is back
+    assert beta.stat().st_mtime == pytest.approx(aged, abs=1)
+    assert new.search("rope shed", 5, agent_scope="beta")
+    assert new.search("backup night", 5)  # a person's search finds alpha's memory
