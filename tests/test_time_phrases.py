@@ -2034,6 +2034,23 @@ def test_a_period_after_many_look_alikes_is_read(said: str, phrase: str) -> None
     assert days.time_window(said, dt.date(2026, 12, 7))[2] == phrase
 
 
+def test_a_long_text_of_year_back_look_alikes_reads_none_of_them_through() -> None:
+    """Each 'vor einem Jahr' asked whether the whole message asks only what happened then, reading
+    all of it: 'Wärmepumpe vor einem Jahr. ' * 1200 took 42 s. A message of more than a short
+    question's words is not asked; a short one still is."""
+    asked: list[str] = []
+
+    def plain(text: str, rest: str) -> bool:
+        asked.append(rest)
+        return query.asks_only_when(text, rest)
+
+    said = "Wärmepumpe vor einem Jahr. " * 1200 + "Was war vor einem Jahr?"
+    assert days.time_window(said, TODAY, plain=plain)[1] is None
+    assert asked == []
+    assert days.time_window("Was war vor einem Jahr?", TODAY, plain=plain)[2] == "vor einem Jahr"
+    assert len(asked) == 1
+
+
 _DEC_TO_FEB_GONE = ("2025-12-01", "2026-02-28")
 _DEC_TO_FEB_BEGUN = ("2026-12-01", "2027-02-28")
 

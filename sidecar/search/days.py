@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from sidecar.search.tense import (
     says_done,
     says_nowadays,
 )
-from sidecar.search.words import fold, numbered_file
+from sidecar.search.words import WORD, fold, numbered_file
 
 
 class FilterError(ValueError):
@@ -341,6 +342,17 @@ class _LoosePhraseError(FilterError):
     a word of time inside it too ("heute vor einem Jahr" is not today)."""
 
 
+# A message that asks only what happened a year back is a short question: past this many words
+# it says more, and is not read through for each "vor einem Jahr" in it (a long text of them took
+# time by the square of its length).
+_PLAIN_WORDS = 40
+
+
+def _more_words(text: str, limit: int) -> bool:
+    """Whether ``text`` has more than ``limit`` words; reads at most that many."""
+    return next(itertools.islice(WORD.finditer(text), limit, None), None) is not None
+
+
 def _year_ago(around: bool) -> PhraseWindow:
     """ "a year ago", "vor 2 Jahren" (``around``: the week about that day), "heute vor einem Jahr",
     "a year ago today" (that day). Only for a message asking what happened then and nothing else
@@ -349,7 +361,10 @@ def _year_ago(around: bool) -> PhraseWindow:
     words find; "vor einem Jahr" is said loosely."""
 
     def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-        if r.plain is not None and not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :]):
+        if r.plain is not None and (
+            _more_words(m.string, _PLAIN_WORDS)
+            or not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :])
+        ):
             raise _LoosePhraseError("a year back beside other words")
         day = _months_back(t, 12 * _num(m[1]))
         return _around(day) if around else _one(day)
