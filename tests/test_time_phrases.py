@@ -898,6 +898,28 @@ def test_a_comma_before_no_month_still_ends_the_clause(said: str, phrase: str) -
             "2026-05-31",
             "From March to May",
         ),
+        # "between"/"zwischen" goes before no noun: opening its clause, any word or a comma next
+        (
+            TODAY,
+            "Between March and May my back hurt, what helps?",
+            "2026-03-01",
+            "2026-05-31",
+            "Between March and May",
+        ),
+        (
+            TODAY,
+            "Zwischen März und Mai tat mein Rücken weh, was hilft?",
+            "2026-03-01",
+            "2026-05-31",
+            "Zwischen März und Mai",
+        ),
+        (
+            TODAY,
+            "Between March and May, what did I write?",
+            "2026-03-01",
+            "2026-05-31",
+            "Between March and May",
+        ),
         (
             TODAY,
             "Was habe ich im Garten zwischen März und Mai 2025 gemacht?",

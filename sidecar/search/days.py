@@ -851,18 +851,23 @@ _WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
-def _opens_its_clause(m: re.Match[str]) -> bool:
+def _opens_its_clause(m: re.Match[str], lead: str) -> bool:
     """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
     ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
     follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
-    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung").
+    A range "between"/"zwischen" goes before no noun: any word or a comma after it will do
+    ("Between March and May my back hurt", "Zwischen März und Mai tat mein Rücken weh")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
+    follows = _GOES_ON if lead in ("between", "zwischen") else _WORD_NEXT
     return (
-        _NOT_SPACE.search(m.string, start, m.start()) is None
-        and _WORD_NEXT.match(m.string, m.end()) is not None
+        _NOT_SPACE.search(m.string, start, m.start()) is None and follows.match(m.string, m.end()) is not None
     )
+
+
+_GOES_ON = re.compile(r"\s*(?:,|\w)")
 
 
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -881,7 +886,7 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
         raise FilterError("two months compared")
     coming = not (m[3] or m[4] or m[6] or m[7]) and asks_coming(m)
     if lead not in _RANGE_ANYWHERE and not (
-        (lead and _opens_its_clause(m))
+        (lead and _opens_its_clause(m, lead))
         or (r.ahead and clause_asks(m))
         or coming
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
@@ -997,8 +1002,9 @@ def _clause_asks_for(m: re.Match[str]) -> bool:
     return _asks_for_between(m.string, *_clause_span(m))
 
 
-# A clause is read once for all the phrases in it (a text of look-alikes holds many in one).
-@functools.lru_cache(maxsize=256)
+# A clause is read once for all the phrases in it (a text of look-alikes holds many in one; a
+# pattern's matches come in order, so the clause just read is the one kept).
+@functools.lru_cache(maxsize=32)
 def _asks_for_between(text: str, begin: int, end: int) -> bool:
     return _ASKS_FOR.search(text, begin, end) is not None
 
@@ -1084,7 +1090,7 @@ def _text_asks_for(text: str) -> bool:
     return _ASKS_FOR.search(text) is not None
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _clause_states(text: str, begin: int, end: int) -> tuple[bool, bool]:
     """Whether a clause says something was done (a past form, a relative clause of one's doings)
     and whether it has a subject that states (see _STATED_BY); once per clause."""

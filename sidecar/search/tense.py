@@ -181,8 +181,9 @@ def _to_come(text: str) -> bool:
     return _TO_COME.search(text) is not None
 
 
-# A clause is read once for all the phrases in it (a text of look-alikes holds many in one).
-@functools.lru_cache(maxsize=256)
+# A clause is read once for all the phrases in it (a text of look-alikes holds many in one; a
+# pattern's matches come in order, so the clause just read is the one kept).
+@functools.lru_cache(maxsize=32)
 def _past_between(text: str, begin: int, end: int) -> bool:
     return _past_form(text[begin:end])
 
@@ -263,7 +264,7 @@ def asks_coming(m: re.Match[str]) -> bool:
     return _asks_coming_between(m.string, *own_clause_span(m))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _asks_coming_between(text: str, begin: int, end: int) -> bool:
     clause = text[begin:end]
     return (
