@@ -2146,6 +2146,7 @@ def test_today_said_of_the_present_at_large_stays_words(said: str) -> None:
         ("Wie sieht mein Tag heute aus?", "heute"),
         ("How many steps did I walk today?", "today"),
         ("Notizen von heute", "heute"),
+        ("Finde alle heute geänderten Dateien", "heute"),  # "alle": all of them, not everyone
         ("heute?", "heute"),
         ("seit heute", "seit heute"),
     ],

@@ -284,7 +284,7 @@ def _asks_coming_between(text: str, begin: int, end: int) -> bool:
 # nothing happened, is planned or due that day.
 _STILL = re.compile(r"(?:\b(?:noch|still)\s+$)|(?:^\s*(?:noch|still)\b)", re.IGNORECASE)
 _PEOPLE_BEFORE = re.compile(
-    r"\b(?:people|folks|kids|everyone|everybody|man|leute|menschen|kinder|jugendliche|alle)\s+$",
+    r"\b(?:people|folks|kids|everyone|everybody|man|leute|menschen|kinder|jugendliche)\s+$",
     re.IGNORECASE,
 )
 _HOW_TO = re.compile(
