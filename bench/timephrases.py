@@ -5,6 +5,7 @@ that two versions can be compared on the same machine load.
     python bench/timephrases.py                          # this checkout, the labeled questions
     python bench/timephrases.py --code /tmp/main-code    # another version, the same questions
     python bench/timephrases.py --sentences VAULT --choices /tmp/out.tsv
+    python bench/timephrases.py --long                   # long messages of look-alikes
 
 The queries: every question of ``bench/questions-*.jsonl`` (579), each with ten time phrases
 appended in turn ("… last week", "… am 3. März", …) and alone, about 6,400 texts. Each text is
@@ -12,7 +13,11 @@ read ``--rounds`` times (interleaved, so that a slow stretch of the machine touc
 figure is the median of the rounds' mean µs per text. ``--sentences`` reads every sentence of the
 Markdown notes under a folder instead (no timing) and writes the phrase each one yields to
 ``--choices`` (text, phrase, since, until): ``diff`` two such files to see where two versions read
-a sentence differently.
+a sentence differently. ``--long`` reads a few messages of about 34 KB, each a sentence that looks
+like a time phrase said again and again and a real one at its end (a pasted text, an agent's
+context), and prints for each the seconds it took (the fastest of ``--rounds``, at most 3) and the
+phrase read: a reading that looks at the text before each look-alike costs by the square of its
+length, a bound on the look-alikes tried misses the phrase at the end.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TODAY = dt.date(2026, 12, 2)  # a Wednesday, as the tests' fixed day
@@ -53,6 +60,34 @@ def questions() -> list[str]:
     return [q + s for q in texts for s in SUFFIXES]
 
 
+# (a sentence that looks like a phrase, the question at the end)
+LONG = (
+    ("Stromrechnung von März bis Mai 2025. ", "Was habe ich von Juni bis Juli 2025 gemacht?"),
+    ("Stromrechnung März bis Mai ", "Was habe ich von Juni bis Juli 2025 gemacht?"),
+    ("Before last March I was sad. ", "What did I do last March?"),
+    ("Ich bin seit gestern krank. ", "Was habe ich seit gestern notiert?"),
+    ("Notizen aus März ", "Was habe ich gestern notiert?"),
+    ("Wärmepumpe vor einem Jahr. ", "Was war vor einem Jahr?"),
+    ("Meeting am Wochenende, ", "was habe ich letzte Woche gemacht?"),
+)
+LONG_BYTES = 34_000
+
+
+def long_messages(split_filters: Callable[..., Any], rounds: int) -> list[dict[str, object]]:
+    rows = []
+    for unit, question in LONG:
+        text = (unit * (LONG_BYTES // len(unit.encode()))).rstrip(" ,.") + ". " + question
+        best, phrase = float("inf"), None
+        for _ in range(min(rounds, 3)):
+            start = time.perf_counter()
+            phrase = split_filters(text, TODAY)[1].phrase
+            best = min(best, time.perf_counter() - start)
+        rows.append(
+            {"unit": unit, "kb": len(text.encode()) // 1000, "seconds": round(best, 3), "phrase": phrase}
+        )
+    return rows
+
+
 def sentences(folder: Path) -> list[str]:
     out = []
     for note in sorted(folder.rglob("*.md")):
@@ -67,11 +102,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--sentences", type=Path, help="read the sentences of the notes under this folder")
     ap.add_argument("--choices", type=Path, help="with --sentences: write each sentence's phrase here")
+    ap.add_argument("--long", action="store_true", help="time long messages of look-alikes instead")
     args = ap.parse_args()
     sys.path.insert(0, str((args.code or HERE.parent).resolve()))
     # query.py imports FilterError in every version (it moved to days.py): older exports run too
     from sidecar.search.query import FilterError, split_filters
 
+    if args.long:
+        for row in long_messages(split_filters, args.rounds):
+            print(json.dumps(row, ensure_ascii=False))
+        return
     if args.sentences:
         rows = []
         for s in sentences(args.sentences):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.search import days, query
+from sidecar.search import days, query, tense
 from sidecar.search.query import split_filters
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
@@ -849,9 +849,9 @@ def test_a_comma_before_no_month_still_ends_the_clause(said: str, phrase: str) -
     ("today", "said", "since", "until", "phrase"),
     [
         (TODAY, "notes from March to May", "2026-03-01", "2026-05-31", "from March to May"),
-        (TODAY, "between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
+        (TODAY, "notes between March and May 2025", "2025-03-01", "2025-05-31", "between March and May 2025"),
         (TODAY, "Notizen von März bis Mai", "2026-03-01", "2026-05-31", "von März bis Mai"),
-        (TODAY, "zwischen März und Mai", "2026-03-01", "2026-05-31", "zwischen März und Mai"),
+        (TODAY, "Notizen zwischen März und Mai", "2026-03-01", "2026-05-31", "zwischen März und Mai"),
         (TODAY, "Was habe ich März bis Mai 2025 gemacht?", "2025-03-01", "2025-05-31", "März bis Mai 2025"),
         (TODAY, "notes March–May", "2026-03-01", "2026-05-31", "March–May"),
         (TODAY, "Notizen März-Mai 2025", "2025-03-01", "2025-05-31", "März-Mai 2025"),
@@ -873,7 +873,7 @@ def test_a_comma_before_no_month_still_ends_the_clause(said: str, phrase: str) -
         (TODAY, "notes from October to December", "2026-10-01", _TODAY, "from October to December"),
         (
             dt.date(2027, 1, 3),
-            "zwischen Oktober und Dezember",
+            "Was habe ich zwischen Oktober und Dezember gemacht?",
             "2026-10-01",
             "2026-12-31",
             "zwischen Oktober und Dezember",
@@ -898,12 +898,63 @@ def test_a_comma_before_no_month_still_ends_the_clause(said: str, phrase: str) -
             "2026-05-31",
             "From March to May",
         ),
+        # "between"/"zwischen" goes before no noun: opening its clause, any word or a comma next
         (
             TODAY,
-            "Garten zwischen März und Mai 2025",
+            "Between March and May my back hurt, what helps?",
+            "2026-03-01",
+            "2026-05-31",
+            "Between March and May",
+        ),
+        (
+            TODAY,
+            "Zwischen März und Mai tat mein Rücken weh, was hilft?",
+            "2026-03-01",
+            "2026-05-31",
+            "Zwischen März und Mai",
+        ),
+        (
+            TODAY,
+            "Between March and May, what did I write?",
+            "2026-03-01",
+            "2026-05-31",
+            "Between March and May",
+        ),
+        (
+            TODAY,
+            "Was habe ich im Garten zwischen März und Mai 2025 gemacht?",
             "2025-03-01",
             "2025-05-31",
             "zwischen März und Mai 2025",
+        ),
+        # a request to compare a thing over the range: its window holds both months
+        (
+            TODAY,
+            "Compare my spending between March and May",
+            "2026-03-01",
+            "2026-05-31",
+            "between March and May",
+        ),
+        (
+            TODAY,
+            "Compare the costs between March and May",
+            "2026-03-01",
+            "2026-05-31",
+            "between March and May",
+        ),
+        (
+            TODAY,
+            "Vergleiche meine Ausgaben zwischen März und Mai",
+            "2026-03-01",
+            "2026-05-31",
+            "zwischen März und Mai",
+        ),
+        (
+            TODAY,
+            "Meine Ausgaben zwischen März und Mai vergleichen",
+            "2026-03-01",
+            "2026-05-31",
+            "zwischen März und Mai",
         ),
         # "während" reads it as "during" does
         (
@@ -947,6 +998,13 @@ def test_a_range_of_months_is_its_window(
         "Von März bis Mai meine Kontoauszüge",
         "invoice from March to May",
         "Quartalsbericht März–Mai 2025",
+        # "zwischen"/"between" in a label too, as "von"/"from" ("Garten von März bis Mai 2025")
+        "Quartalsbericht zwischen März und Mai 2025",
+        "Stromrechnung zwischen März und Mai 2025",
+        "quarterly report between March and May 2025",
+        "Garten zwischen März und Mai 2025",
+        "zwischen März und Mai",
+        "between March and May 2025",
         "the March–May 2025 report",
         "my March to May notes",
         # a verb, a name, a day, a range that ends before it begins, a third month
@@ -975,7 +1033,7 @@ def test_a_range_of_months_is_its_window(
         "Unterschied zwischen März und Mai 2025",
         "difference between March 2025 and May 2025",
         "Vergleich zwischen März und Mai",
-        "Compare the costs between March and May",
+        "Compare between March and May",
         "Was ist der Unterschied zwischen März und Mai?",
     ],
 )
@@ -997,14 +1055,13 @@ def test_a_range_of_months_alone_keeps_its_words_for_the_search() -> None:
         # asked while it runs: the range begun, up to today (the notes just written are in it)
         (dt.date(2026, 1, 20), "Was habe ich von November bis Februar gemacht?", "2025-11-01", "2026-01-20"),
         (dt.date(2026, 1, 20), "notes from November to February", "2025-11-01", "2026-01-20"),
-        (dt.date(2026, 3, 15), "Notizen von März bis Mai", "2026-03-01", "2026-03-15"),
+        (dt.date(2026, 3, 20), "Notizen von Februar bis Mai", "2026-02-01", "2026-03-20"),
         (dt.date(2026, 4, 20), "Notizen von März bis Mai", "2026-03-01", "2026-04-20"),
         (dt.date(2026, 4, 20), "What did I write between March and May?", "2026-03-01", "2026-04-20"),
-        (dt.date(2026, 12, 7), "notes from December to February", "2026-12-01", "2026-12-07"),
         (TODAY, "Was habe ich von November bis Februar gemacht?", "2026-11-01", _TODAY),
         # its first month not begun this year: last year's
         (dt.date(2026, 1, 20), "Notizen von März bis Mai", "2025-03-01", "2025-05-31"),
-        (dt.date(2026, 1, 20), "zwischen Oktober und Dezember", "2025-10-01", "2025-12-31"),
+        (dt.date(2026, 1, 20), "Notizen zwischen Oktober und Dezember", "2025-10-01", "2025-12-31"),
         # the single month the same day agrees: this one so far
         (dt.date(2026, 3, 15), "Notizen aus März", "2026-03-01", "2026-03-15"),
         (dt.date(2026, 3, 15), "notes from March", "2026-03-01", "2026-03-15"),
@@ -1959,27 +2016,16 @@ def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytes
     assert counting.scans <= 1, counting.scans
 
 
-def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_long_message_of_look_alikes_finds_its_clauses_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each range read as a label looked at its clause from the text's start: 'Stromrechnung
-    März bis Mai. ' * 2000 took seconds. A pattern's matches are tried while the characters
-    before them, summed, stay under a bound (each try's cost), and a period after a hundred
-    look-alikes is still read."""
-    calls = 0
-    clause_asks = days.clause_asks
-
-    def counting(m: re.Match[str]) -> bool:
-        nonlocal calls
-        calls += 1
-        return clause_asks(m)
-
-    monkeypatch.setattr(days, "clause_asks", counting)
-    assert days.time_window("Stromrechnung März bis Mai. " * 2000, TODAY)[1] is None
-    # the characters scanned before the tries stay under the bound: a few hundred, not 2000
-    assert 0 < calls < 400, calls
-    said = "Stromrechnung März bis Mai. " * 5 + "Was habe ich von März bis Mai gemacht?"
+    März bis Mai. ' * 2000 took seconds; a bound on the characters read before the tries then
+    dropped a real period after a few hundred look-alikes. The clause edges are found once per
+    text, every match is tried, and the period at the end is read."""
+    counting = _CountingScans(tense._CLAUSE_EDGE)
+    monkeypatch.setattr(tense, "_CLAUSE_EDGE", counting)
+    said = "Stromrechnung März bis Mai. " * 2000 + "Was habe ich von März bis Mai gemacht?"
     assert days.time_window(said, TODAY)[1] == (dt.date(2026, 3, 1), dt.date(2026, 5, 31))
+    assert counting.scans <= 1, counting.scans
 
 
 @pytest.mark.parametrize(
@@ -1994,12 +2040,122 @@ def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
             "zwischen Juni und Juli 2025",
         ),
         ("Before last March I was sad. " * 100 + "What did I do last March?", "last March"),
+        # hundreds of them: a pasted text, an agent's context of a few pages
+        (
+            "Stromrechnung von März bis Mai 2025. " * 600 + "Was habe ich von Juni bis Juli 2025 gemacht?",
+            "von Juni bis Juli 2025",
+        ),
+        ("Before last March I was sad. " * 800 + "What did I do last March?", "last March"),
+        ("Ich bin seit gestern krank. " * 800 + "Was habe ich seit gestern notiert?", "seit gestern"),
     ],
 )
 def test_a_period_after_many_look_alikes_is_read(said: str, phrase: str) -> None:
-    """A pattern's matches were tried 32 times per text: a real period after 32 look-alikes of
+    """A pattern's matches were tried 32 times per text, then while the characters before them
+    summed stayed under a million: a real period after 32, then after a few hundred look-alikes of
     the same pattern (a pasted text, an agent's context) was dropped."""
     assert days.time_window(said, dt.date(2026, 12, 7))[2] == phrase
+
+
+def test_a_long_text_of_year_back_look_alikes_reads_none_of_them_through() -> None:
+    """Each 'vor einem Jahr' asked whether the whole message asks only what happened then, reading
+    all of it: 'Wärmepumpe vor einem Jahr. ' * 1200 took 42 s. A message of more than a short
+    question's words is not asked; a short one still is."""
+    asked: list[str] = []
+
+    def plain(text: str, rest: str) -> bool:
+        asked.append(rest)
+        return query.asks_only_when(text, rest)
+
+    said = "Wärmepumpe vor einem Jahr. " * 1200 + "Was war vor einem Jahr?"
+    assert days.time_window(said, TODAY, plain=plain)[1] is None
+    assert asked == []
+    assert days.time_window("Was war vor einem Jahr?", TODAY, plain=plain)[2] == "vor einem Jahr"
+    assert len(asked) == 1
+
+
+_DEC_TO_FEB_GONE = ("2025-12-01", "2026-02-28")
+_DEC_TO_FEB_BEGUN = ("2026-12-01", "2027-02-28")
+
+
+@pytest.mark.parametrize(
+    ("today", "said", "window"),
+    [
+        # begun this month, asked about the past or with no tense: the last one whole
+        (dt.date(2026, 12, 7), "Was habe ich von Dezember bis Februar gemacht?", _DEC_TO_FEB_GONE),
+        (dt.date(2026, 12, 7), "What did I do from December to February?", _DEC_TO_FEB_GONE),
+        (dt.date(2026, 12, 7), "notes from December to February", _DEC_TO_FEB_GONE),
+        (dt.date(2026, 12, 7), "Notizen zwischen Dezember und Februar", _DEC_TO_FEB_GONE),
+        (dt.date(2026, 3, 15), "Notizen von März bis Mai", ("2025-03-01", "2025-05-31")),
+        (dt.date(2026, 3, 15), "What did I write between March and May?", ("2025-03-01", "2025-05-31")),
+        # asked about the agenda: the coming one, whole
+        (dt.date(2026, 12, 7), "Was habe ich von Dezember bis Februar vor?", _DEC_TO_FEB_BEGUN),
+        # asked in the present of doing: the one begun, whole, also past the year's turn
+        (dt.date(2026, 12, 7), "What am I doing from December to February?", _DEC_TO_FEB_BEGUN),
+        (dt.date(2026, 12, 7), "Was mache ich von Dezember bis Februar?", _DEC_TO_FEB_BEGUN),
+        (dt.date(2027, 1, 5), "What am I doing from December to February?", _DEC_TO_FEB_BEGUN),
+        (dt.date(2027, 1, 5), "Was mache ich von Dezember bis Februar?", _DEC_TO_FEB_BEGUN),
+        # a month in: the one begun, up to today, as before
+        (dt.date(2027, 1, 5), "Was habe ich von Dezember bis Februar gemacht?", ("2026-12-01", "2027-01-05")),
+        # in the present of doing, none begun: no window, as "Was mache ich im März?" is none
+        (dt.date(2026, 12, 7), "What am I doing from March to May?", None),
+    ],
+)
+def test_a_range_begun_this_month_is_the_one_a_person_means(
+    today: dt.date, said: str, window: tuple[str, str] | None
+) -> None:
+    """'von Dezember bis Februar' asked on December 7th was December 1st to 7th: a range whose
+    first month had just begun covered only its days so far, for a question about the past and
+    one about what one does alike."""
+    f = split_filters(said, today)[1]
+    assert ((f.since, f.until) if f.phrase else None) == window, (said, f)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "wie finde ich heute noch alte Dateien",
+        "Kann man heute noch Faxe senden?",
+        "Gibt es noch heute Disketten?",
+        "Was nutzt man heute für Backups?",
+        "Wie synchronisiere ich heute meinen Vault?",
+        "how do people today sync their vault",
+        "How do I sync my vault today?",
+        "How to back up a vault today",
+        "Do kids today still use floppy disks?",
+        "Is it still today the best way to sync?",
+    ],
+)
+def test_today_said_of_the_present_at_large_stays_words(said: str) -> None:
+    """'heute'/'today' in a how-to question or beside 'noch'/'still' or people in general was a
+    window of today: the notes that answer 'wie finde ich heute noch alte Dateien', written any
+    day, were hidden."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.phrase) == (None, None), (said, f)
+
+
+@pytest.mark.parametrize(
+    ("said", "phrase"),
+    [
+        ("Was habe ich heute gemacht?", "heute"),
+        ("Wie habe ich heute geschlafen?", "heute"),
+        ("How did I sleep today?", "today"),
+        ("Was muss ich heute noch erledigen?", "heute"),
+        ("What do I still need to do today?", "today"),
+        ("Was steht heute noch an?", "heute"),
+        ("Was mache ich heute noch?", "heute"),
+        ("Wie sieht mein Tag heute aus?", "heute"),
+        ("How many steps did I walk today?", "today"),
+        ("Notizen von heute", "heute"),
+        ("Finde alle heute geänderten Dateien", "heute"),  # "alle": all of them, not everyone
+        ("heute?", "heute"),
+        ("seit heute", "seit heute"),
+    ],
+)
+def test_today_tied_to_the_day_is_its_window(said: str, phrase: str) -> None:
+    """A past form, a plan or a duty in its clause, or no how-to question, ties 'heute'/'today'
+    to this day."""
+    f = split_filters(said, TODAY)[1]
+    assert (f.since, f.until, f.phrase) == (_TODAY, _TODAY, phrase), (said, f)
 
 
 @pytest.mark.parametrize(

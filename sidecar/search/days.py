@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,8 +22,9 @@ from sidecar.search.tense import (
     ends_asked,
     phrase_alone,
     says_done,
+    says_nowadays,
 )
-from sidecar.search.words import fold, numbered_file
+from sidecar.search.words import WORD, fold, numbered_file
 
 
 class FilterError(ValueError):
@@ -97,6 +99,11 @@ _NUM = (
 )
 _WD = "(" + "|".join(_WEEKDAYS) + ")"
 Window = tuple[dt.date, dt.date]
+
+
+class _Whole(tuple[dt.date, dt.date]):
+    """A window read whole, not ended at today: a period asked about while it runs, as the one
+    begun ("What am I doing from December to February?" asked on December 7th)."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +342,17 @@ class _LoosePhraseError(FilterError):
     a word of time inside it too ("heute vor einem Jahr" is not today)."""
 
 
+# A message that asks only what happened a year back is a short question: past this many words
+# it says more, and is not read through for each "vor einem Jahr" in it (a long text of them took
+# time by the square of its length).
+_PLAIN_WORDS = 40
+
+
+def _more_words(text: str, limit: int) -> bool:
+    """Whether ``text`` has more than ``limit`` words; reads at most that many."""
+    return next(itertools.islice(WORD.finditer(text), limit, None), None) is not None
+
+
 def _year_ago(around: bool) -> PhraseWindow:
     """ "a year ago", "vor 2 Jahren" (``around``: the week about that day), "heute vor einem Jahr",
     "a year ago today" (that day). Only for a message asking what happened then and nothing else
@@ -343,12 +361,25 @@ def _year_ago(around: bool) -> PhraseWindow:
     words find; "vor einem Jahr" is said loosely."""
 
     def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-        if r.plain is not None and not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :]):
+        if r.plain is not None and (
+            _more_words(m.string, _PLAIN_WORDS)
+            or not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :])
+        ):
             raise _LoosePhraseError("a year back beside other words")
         day = _months_back(t, 12 * _num(m[1]))
         return _around(day) if around else _one(day)
 
     return window
+
+
+def _today(t: dt.date, m: re.Match[str], r: Reading) -> Window:
+    """ "today", "heute", "this morning": today; words where "today" or "heute" alone is said of
+    the present at large ("wie finde ich heute noch alte Dateien", "how do people today sync their
+    vault", see ``tense.says_nowadays``): a window of today hid the notes, written any day, that
+    answer a how-to question."""
+    if not r.ahead and m.group(0).lower() in _TODAY and says_nowadays(m):
+        raise FilterError("today as nowadays")
+    return t, t
 
 
 def _weekday_before(today: dt.date, weekday: str) -> Window:
@@ -506,6 +537,7 @@ class _Marks:
     ends: list[int]
     starts: list[int]
     stops: list[int]
+    clause_ends: list[int]  # every mark that ends a clause, commas before a month too
 
 
 # A comma before a capitalised month goes on with a list of months, not a new clause ("Notizen
@@ -525,7 +557,8 @@ def _marks(text: str) -> _Marks:
         for e in _MONTH_CLAUSE_END.finditer(text)
         if e.group(0) != "," or _LIST_GOES_ON.match(text, e.end()) is None
     ]
-    return _Marks(ends, [a for a, _ in names], [b for _, b in names])
+    clause_ends = [e.start() for e in _MONTH_CLAUSE_END.finditer(text)]
+    return _Marks(ends, [a for a, _ in names], [b for _, b in names], clause_ends)
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
@@ -659,7 +692,7 @@ _PERIODS: tuple[Phrase, ...] = (
     (_LAST_YEAR, lambda t, m, r: _year(t, 1)),
     (r"(?:the\s+)?day\s+before\s+yesterday|vorgestern", lambda t, m, r: _one(t - dt.timedelta(days=2))),
     (r"(?:yesterday|gestern)", lambda t, m, r: _one(t - dt.timedelta(days=1))),
-    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", lambda t, m, r: (t, t)),
+    (r"(?:today|heute|this\s+(?:morning|afternoon|evening))", _today),
     # "in November", "im Mai 2025", "in March of last year": that month (see _named_month)
     (
         r"(?:(?<!notes\s)(?<!note\s)(?<!entries\s)(?<!entry\s)(?<!notizen\s)(?<!notiz\s)(?<!einträge\s)"
@@ -697,7 +730,7 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     # With a weekday or another weekend beside it a list or a range ("on Friday and at the
     # weekend"); in quotes someone's words: words, as a weekday alone is (see _weekday_alone).
     text = m.string
-    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+    if not _one_weekday_unquoted(text):
         raise FilterError("a weekend in a list or a quote")
     # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
     # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
@@ -769,9 +802,13 @@ def _asks_open(text: str) -> bool:
 # "zwischen März und Mai", "März bis Mai 2025", "March–May". A year on the last month holds for
 # both unless the first has its own; without one it is the last range begun (its first month
 # the last one begun: "März bis Mai" asked in December this year's, asked in April this one up to
-# today, as "Notizen aus März" asked in March is this March so far; "November bis Februar" asked
-# in January November of last year up to today); asked about the agenda, the coming one. Its
-# first month's first day to its last month's last day.
+# today; "November bis Februar" asked in January November of last year up to today), but not one
+# begun this month: its few days are no range anyone asks about, so the last one whole ("What did
+# I do from December to February?", "notes from December to February" asked on December 7th:
+# December to February a year before, not December 1st to 7th). Asked about the agenda, the
+# coming one; asked in the present of doing ("What am I doing from December to February?", "Was
+# mache ich von Dezember bis Februar?"), the one begun whole, or none when none has begun (see
+# asks_coming, as for "in March"). Its first month's first day to its last month's last day.
 _RANGE_TO = (
     r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
 )
@@ -789,16 +826,20 @@ _RANGE_FORMS = (
     + _MONTH
     + _YEAR_OF,
 )
-# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von" or none
-# a range is mostly a label's ("Stromrechnung März bis Mai 2025", "invoice from March to May":
-# its paper written after it), read only after note words or where its clause asks for the notes
-# (see _month_range); alone it is words, as a month with its year alone is ("März–Mai 2025" is
-# mostly a report's title searched for).
-_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during", "während")
+# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von",
+# "between"/"zwischen" or none a range is mostly a label's ("Stromrechnung März bis Mai 2025",
+# "invoice from March to May", "Quartalsbericht zwischen März und Mai 2025": its paper written
+# after it), read only after note words, where its clause asks for the notes or a request is
+# made ("Compare my spending between March and May", see _month_range); alone it is words, as a
+# month with its year alone is ("März–Mai 2025" is mostly a report's title searched for).
+_RANGE_ANYWHERE = ("in", "im", "during", "während")
 # "the difference between March and May", "Vergleich zwischen März und Mai 2025": two months
-# compared, not a period asked about.
+# compared, not a period asked about; with a thing between ("compare my spending between March
+# and May") that thing over the period, whose window holds both months.
 _COMPARED = re.compile(
-    r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+(?:\w+\s+){0,2}$", re.IGNORECASE
+    r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+"
+    r"(?:(?:the|a|der|die|das|den|dem|ein|einen|einem)\s+)?$",
+    re.IGNORECASE,
 )
 _NOTE_WORDS_BEFORE = re.compile(r"(?:notes?|entries|entry|notizen|notiz|einträge|eintrag)\s+$", re.IGNORECASE)
 _DAY_BEFORE = re.compile(r"(?:\d\.?|\d(?:st|nd|rd|th)|\bof)\s*$", re.IGNORECASE)
@@ -810,18 +851,23 @@ _WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
-def _opens_its_clause(m: re.Match[str]) -> bool:
+def _opens_its_clause(m: re.Match[str], lead: str) -> bool:
     """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
     ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
     follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
-    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung").
+    A range "between"/"zwischen" goes before no noun: any word or a comma after it will do
+    ("Between March and May my back hurt", "Zwischen März und Mai tat mein Rücken weh")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
+    follows = _GOES_ON if lead in ("between", "zwischen") else _WORD_NEXT
     return (
-        _NOT_SPACE.search(m.string, start, m.start()) is None
-        and _WORD_NEXT.match(m.string, m.end()) is not None
+        _NOT_SPACE.search(m.string, start, m.start()) is None and follows.match(m.string, m.end()) is not None
     )
+
+
+_GOES_ON = re.compile(r"\s*(?:,|\w)")
 
 
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -838,22 +884,24 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     _one_month_in_its_clause(m)
     if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
         raise FilterError("two months compared")
+    coming = not (m[3] or m[4] or m[6] or m[7]) and asks_coming(m)
     if lead not in _RANGE_ANYWHERE and not (
-        (lead and _opens_its_clause(m))
+        (lead and _opens_its_clause(m, lead))
         or (r.ahead and clause_asks(m))
+        or coming
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
         or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
-        or _ASKS_FOR.search(_clause(m))
+        or _clause_asks_for(m)
     ):
         raise FilterError("a range in a label")
     first_number, last_number = _month_number(m[2]), _month_number(m[5])
     crosses = int(last_number < first_number)  # "November bis Februar": into the next year
     first_year, last_year = _year_of(t, m[3], m[4]), _year_of(t, m[6], m[7])
     if first_year is None and last_year is None:
-        if r.ahead:  # the agenda: the coming one
+        if r.ahead or coming:  # the agenda or what one does then: the coming one, or the one begun
             first_year = _named_month(t, m[2], None, ahead=True)[0].year
-        else:  # the last one begun (time_window ends one in progress at today)
-            first_year = t.year if first_number <= t.month else t.year - 1
+        else:  # the last one begun (time_window ends one in progress at today), not this month
+            first_year = t.year if first_number < t.month else t.year - 1
     if first_year is None:
         assert last_year is not None
         first_year = last_year - crosses
@@ -862,7 +910,7 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     first, last = dt.date(first_year, first_number, 1), _month_end(dt.date(last_year, last_number, 1))
     if last < first:
         raise FilterError("a range that ends before it begins")
-    return first, last
+    return _Whole((first, last)) if coming else (first, last)
 
 
 _DAYS: tuple[Phrase, ...] = (
@@ -910,7 +958,7 @@ def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays words: a window there listed a
     year of daily notes for a question about a doctor."""
     asked = clause_says_done(m, of_a_thing=False) and clause_asks(m)
-    asked = asked or _ASKS_FOR.search(_clause(m)) is not None
+    asked = asked or _clause_asks_for(m)
     keywords = _after_keywords(m) and not _noun_and_verb(m.string, 0, m.start())
     if not (phrase_alone(m) or keywords or asked):
         raise FilterError("a duration of a state")
@@ -925,30 +973,47 @@ _SUBJECT = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they|ma
 def _after_keywords(m: re.Match[str]) -> bool:
     """Whether the phrase ends the text and only keywords come before it ("garlic seit 3 Tagen"):
     no punctuation, no subject."""
-    before, after = m.string[: m.start()], m.string[m.end() :]
-    return (
-        re.fullmatch(r"[\w\s-]*", before) is not None
-        and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
-        and _SUBJECT.search(before) is None
+    text = m.string
+    return (  # (what follows first: only the text's last phrase reads what is before it)
+        _ENDS_TEXT.fullmatch(text, m.end()) is not None
+        and _KEYWORDS.fullmatch(text, 0, m.start()) is not None
+        and _SUBJECT.search(text, 0, m.start()) is None
     )
+
+
+_ENDS_TEXT = re.compile(r"\s*[?!.]*\s*")
+_KEYWORDS = re.compile(r"[\w\s-]*")
 
 
 _CLAUSE_END = re.compile(r"[.!?;:,\n]")
 
 
-def _clause(m: re.Match[str]) -> str:
-    """The phrase's own clause: from the punctuation before it to the one after it."""
-    text = m.string
-    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
-    end = _CLAUSE_END.search(text, m.end())
-    return text[begin : end.start() if end else len(text)]
+def _clause_span(m: re.Match[str]) -> tuple[int, int]:
+    """The phrase's own clause: from the punctuation before it to the one after it (see
+    _CLAUSE_END), as positions in its text."""
+    ends = _marks(m.string).clause_ends
+    i = bisect.bisect_left(ends, m.start()) - 1
+    k = bisect.bisect_left(ends, m.end())
+    return ends[i] + 1 if i >= 0 else 0, ends[k] if k < len(ends) else len(m.string)
+
+
+def _clause_asks_for(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause asks for the notes (see _ASKS_FOR)."""
+    return _asks_for_between(m.string, *_clause_span(m))
+
+
+# A clause is read once for all the phrases in it (a text of look-alikes holds many in one; a
+# pattern's matches come in order, so the clause just read is the one kept).
+@functools.lru_cache(maxsize=32)
+def _asks_for_between(text: str, begin: int, end: int) -> bool:
+    return _ASKS_FOR.search(text, begin, end) is not None
 
 
 # A request, or the notes named, anywhere: "I need my notes since Monday", "Ich bin seit gestern
 # krank. Zeig mir meine Notizen." ask for the period's notes, whatever is stated beside.
 _ASKS_FOR = re.compile(
-    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|brauche|suche|möchte|hätte|zeig\w*"
-    r"|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
+    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|compare|brauche|suche|möchte|hätte|zeig\w*"
+    r"|vergleich(?:e|en|t)?|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
     re.IGNORECASE,
 )
 # A subject that is one: these pronouns are no object ("notes about it since Monday" is keywords),
@@ -993,6 +1058,7 @@ _ASKING = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=8)
 def _asks_doings(text: str) -> bool:
     """Whether ``text`` asks about someone's doings: a clause with a past form and a pronoun, in a
     question ("…, how did it go?", "… Was habe ich gegessen?", "…, was hat sie gesagt?")."""
@@ -1012,13 +1078,24 @@ def _states(m: re.Match[str]) -> bool:
     clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
     Montag gelesen habe"); "…, welcher Arzt war gut?" asks about no doings of one's own."""
     text = m.string
-    if _ASKS_FOR.search(text) or clause_asks(m) or _asks_doings(text):
+    if _text_asks_for(text) or clause_asks(m) or _asks_doings(text):
         return False
-    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
-    clause = _clause(m)
-    if says_done(clause) or _RELATIVE.search(clause):
-        return False
-    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
+    begin, end = _clause_span(m)
+    done, stated = _clause_states(text, begin, end)
+    return not done and (stated or _noun_and_verb(text, begin, m.start()))
+
+
+@functools.lru_cache(maxsize=8)
+def _text_asks_for(text: str) -> bool:
+    return _ASKS_FOR.search(text) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _clause_states(text: str, begin: int, end: int) -> tuple[bool, bool]:
+    """Whether a clause says something was done (a past form, a relative clause of one's doings)
+    and whether it has a subject that states (see _STATED_BY); once per clause."""
+    clause = text[begin:end]
+    return bool(says_done(clause) or _RELATIVE.search(clause)), _STATED_BY.search(clause) is not None
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
@@ -1166,6 +1243,14 @@ _ANY_WEEKDAY = re.compile(
     r"(?<!\w)(?:" + _WD[1:-1] + r"|tues?|wed|thu(?:rs?)?|fri|weekend|wochenende)s?(?!\w)", re.IGNORECASE
 )
 _QUOTED = re.compile(r"[\"`“”„«»‹›]|(?<!\w)['‘’]|['‘’](?!\w)")
+
+
+@functools.lru_cache(maxsize=8)
+def _one_weekday_unquoted(text: str) -> bool:
+    """Whether ``text`` names one weekday or weekend and quotes nothing (once per text)."""
+    return len(_ANY_WEEKDAY.findall(text)) == 1 and _QUOTED.search(text) is None
+
+
 _WEEKDAY_PHRASES = tuple(
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn) for pat, fn in _WEEKDAY_DAYS
 )
@@ -1175,7 +1260,7 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     """A weekday after "on"/"am" or notes "from"/"vom" it, read only as the message's one time
     phrase (time_window calls it when no other was said: "on Monday two weeks ago" is the week
     two weeks ago), its one weekday, and outside quotes; one pass over the text for each test."""
-    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
+    if not _one_weekday_unquoted(text):
         return None
     for pattern, window in _WEEKDAY_PHRASES:
         m = pattern.search(text)
@@ -1240,14 +1325,6 @@ def _chosen(text: str, kept: list[_Found]) -> _Found | None:
     return best
 
 
-# Characters before the matches of one pattern tried in a text, summed, before it is given up:
-# reading a match looks at the text before it (where its clause and sentence begin), so a long
-# text of look-alikes ("Stromrechnung von März bis Mai 2025. " again and again) took time by the
-# square of its length. A count of tries dropped a real phrase after a few dozen look-alikes; this
-# gives a pasted text of a few hundred sentences all its matches.
-_SCAN_BUDGET = 1_000_000
-
-
 def time_window(
     text: str,
     today: dt.date,
@@ -1272,11 +1349,10 @@ def time_window(
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        scanned = 0
+        # Every match may be tried: what a try reads of the text around it is found once per text
+        # (the clauses, see _marks and tense._layout) or once per clause, so a long text of
+        # look-alikes costs by its length, and a real phrase after hundreds of them is read.
         for m in pattern.finditer(text):
-            if scanned > _SCAN_BUDGET:
-                break  # a long text of many look-alikes: each try reads the text before it
-            scanned += m.start()
             said = True
             try:
                 days = window(today, m, reading)
@@ -1286,7 +1362,8 @@ def time_window(
             except FilterError:
                 continue  # prose naming no day ("since 2026-02-30"): words, not a window
             if not reading.ahead:
-                days = (days[0], min(days[1], today))
+                if not isinstance(days, _Whole):
+                    days = (days[0], min(days[1], today))
                 if days[0] > today:
                     continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
             if days[0] > days[1]:
