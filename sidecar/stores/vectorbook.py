@@ -230,7 +230,9 @@ class VectorBook:
         tables = ("kept_vectors", "kept_later")
         with self.transaction() as db:
             ends = [
-                db.execute(f"SELECT min(kept_at), max(kept_at) FROM {t} WHERE kept_at < ?", (before,)).fetchone()
+                db.execute(
+                    f"SELECT min(kept_at), max(kept_at) FROM {t} WHERE kept_at < ?", (before,)
+                ).fetchone()
                 for t in tables
             ]
             lows = [lo for lo, _ in ends if lo is not None]
