@@ -220,35 +220,133 @@ def test_vectors_kept_after_a_reboot_are_not_pushed_out_by_older_ones(
         h.close()
 
 
-def test_vectors_an_older_version_kept_count_as_kept_at_the_upgrade(make_cfg: Any, vault: Path) -> None:
+def _stamps(h: Harness) -> dict[str, float]:
+    return dict(h.stores.manifest._query("SELECT embed_hash, kept_at FROM kept_vectors"))
+
+
+def test_vectors_an_older_version_kept_count_as_kept_at_the_upgrade(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Rows an older version stamped with seconds since boot are stamped with the wall clock at
     the next start: compared with the wall clock they were years old, and the first prune after
-    the upgrade dropped every one (a folder deleted the day before was embedded again)."""
+    the upgrade dropped every one (a folder deleted the day before was embedded again). They keep
+    their order and the time between them. Rows the wall clock stamped are left as they are: a
+    folder deleted 8 days before is pruned by the next deletion (restamped at every start, kept
+    vectors never aged out of a daemon restarted once a week)."""
     folder = _folder(vault, "Moved", "ferry")
+    old = _folder(vault, "Old", "market")
     other = write(vault / "Other.md", "# Other\n\nA note deleted after the upgrade.\n")
     cfg = make_cfg(vault)
     h = Harness(cfg, FakeEmbedder())
     try:
         h.sweep()
+        _delete(h, old)
+        walled = set(_stamps(h))
         _delete(h, folder)
-        with h.stores.manifest.transaction() as db:
-            db.execute("UPDATE kept_vectors SET kept_at = ?", (3 * 86400.0,))  # three days since boot
-            db.execute("INSERT INTO kept_later(chunk_id, embed_hash, kept_at) VALUES ('c', 'h', 60.0)")
+        week_ago = time.time() - 8 * 86400
+        with h.stores.manifest.transaction() as db:  # an hour apart, from three days since boot
+            db.execute("UPDATE kept_vectors SET kept_at = ? + rowid * 3600", (3 * 86400.0,))
+            db.executemany(
+                "UPDATE kept_vectors SET kept_at = ? WHERE embed_hash = ?", [(week_ago, k) for k in walled]
+            )
+            db.execute("INSERT INTO kept_later(chunk_id, embed_hash, kept_at) VALUES ('c', 'h', 86400.0)")
+        before = _stamps(h)
     finally:
         h.close()
+    counted = sorted(set(before) - walled, key=before.__getitem__)
+    assert len(walled) == 10 and len(counted) == 10
     started = time.time()
+    caplog.set_level("INFO", logger="sidecar")
     h = Harness(cfg, FakeEmbedder())
     try:
         manifest = h.stores.manifest
-        stamps = [at for (at,) in manifest._query("SELECT kept_at FROM kept_vectors")]
-        stamps += [at for (at,) in manifest._query("SELECT kept_at FROM kept_later")]
-        assert len(stamps) == 11 and all(started <= at <= time.time() for at in stamps)
+        after = _stamps(h)
+        assert {k: after[k] for k in walled} == dict.fromkeys(walled, week_ago)
+        [(later,)] = manifest._query("SELECT kept_at FROM kept_later")
+        stamps = [after[k] for k in counted]
+        assert started <= stamps[-1] <= time.time()
+        assert stamps == sorted(stamps) and len(set(stamps)) == 10
+        for k in counted:  # the time between them as it was (three days fit in half the week)
+            assert after[k] - stamps[-1] == pytest.approx(before[k] - before[counted[-1]])
+        assert later - stamps[-1] == pytest.approx(86400.0 - before[counted[-1]])
+        assert "vectors_kept_restamped rows=11 " in caplog.text
         other.unlink()
         h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        assert not walled & set(_stamps(h))
         model = h.slot.model
         assert isinstance(model, FakeEmbedder)
         model.embedded.clear()
         for p, data in folder.items():
+            p.write_bytes(data)
+        h.sweep()
+        assert not [t for t in model.embedded if "ferry" in t]
+    finally:
+        h.close()
+
+
+def test_vectors_kept_over_a_long_uptime_keep_their_order_in_half_the_week(
+    make_cfg: Any, vault: Path
+) -> None:
+    """Seconds since boot that span more than half the week are squeezed into it, in their order:
+    each restamped row stays at least half a week, the newest a whole one."""
+    folder = _folder(vault, "Moved", "ferry")
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, folder)
+        with h.stores.manifest.transaction() as db:  # ten days apart: ninety days of uptime
+            db.execute("UPDATE kept_vectors SET kept_at = rowid * 10 * 86400.0")
+        before = _stamps(h)
+    finally:
+        h.close()
+    order = sorted(before, key=before.__getitem__)
+    started = time.time()
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        after = _stamps(h)
+        stamps = [after[k] for k in order]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 10
+        assert started <= stamps[-1] <= time.time()
+        assert stamps[-1] - stamps[0] == pytest.approx(h.vectors.keep_seconds / 2)
+    finally:
+        h.close()
+
+
+def test_vectors_kept_while_the_clock_was_ahead_do_not_push_out_newer_ones(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows stamped while the wall clock was set ahead (then corrected) count as kept at the next
+    start: else no age cut-off reached them, the cap kept them ahead of every newer deletion, and
+    a folder deleted and restored since was embedded again in full. A stamp less than a day ahead
+    (clocks of two machines a little apart) is left as it is."""
+    ahead = _folder(vault, "Ahead", "market")
+    after = _folder(vault, "After", "ferry")
+    cfg = make_cfg(vault, **{"index.keepDeletedVectorsMax": 10})
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, ahead)
+        soon = time.time() + 3600
+        with h.stores.manifest.transaction() as db:
+            db.execute("UPDATE kept_vectors SET kept_at = ?", (time.time() + 30 * 86400,))
+            db.execute("INSERT INTO kept_later(chunk_id, embed_hash, kept_at) VALUES ('c', 'h', ?)", (soon,))
+    finally:
+        h.close()
+    started = time.time()
+    caplog.set_level("INFO", logger="sidecar")
+    h = Harness(cfg, FakeEmbedder())
+    try:
+        manifest = h.stores.manifest
+        assert all(started <= at <= time.time() for at in _stamps(h).values())
+        assert manifest._query("SELECT kept_at FROM kept_later") == [(soon,)]
+        assert "vectors_kept_restamped rows=10 (stamped more than a day ahead" in caplog.text
+        _delete(h, after)
+        assert manifest.kept_count() == 10
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        for p, data in after.items():
             p.write_bytes(data)
         h.sweep()
         assert not [t for t in model.embedded if "ferry" in t]

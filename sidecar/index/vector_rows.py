@@ -34,6 +34,9 @@ EDITS_KEPT_PER_NOTE = 3
 # this one stamped them with a counter that restarts at every boot (seconds since boot), which
 # the age cut-off of the wall clock would have pruned all at once at the upgrade.
 NOT_WALL_CLOCK_S = 20 * 365 * 86400.0
+# Kept vectors stamped this far ahead of the wall clock at a start were stamped while it was set
+# ahead (a Pi without a clock battery, a wrong manual setting), since corrected.
+AHEAD_OF_WALL_CLOCK_S = 86400.0
 
 # Why a table's rows of chunks the index no longer has are there, by why the table is checked:
 # at a start (an upgrade's first sweep cut notes anew) a bare count read as damage.
@@ -169,20 +172,32 @@ class VectorRows:
 
     def mend_kept_times(self) -> None:
         """At a start: kept vectors (and chunks remembered to keep) whose stamp is no wall-clock
-        time (``NOT_WALL_CLOCK_S``) count as kept now. They are a cache: each then stays up to
-        ``keep_seconds`` more, bounded by ``keep_max`` as any other; pruned at once, every note
-        deleted or excluded in the week before the upgrade was embedded again when it came back."""
+        time (``NOT_WALL_CLOCK_S``) count as kept now, in their order: the newest now, the others
+        as much earlier as they were kept before it, squeezed into half of ``keep_seconds``, so
+        each stays at least that long and their edits stay apart (``prune_edits`` counts distinct
+        stamps). Pruned at once, every note deleted or excluded in the week before the upgrade was
+        embedded again when it came back. Rows stamped more than ``AHEAD_OF_WALL_CLOCK_S`` in the
+        future (a clock set ahead, then corrected) count as kept now too: else no age cut-off
+        reached them and the cap kept them ahead of every newer deletion, for years."""
         now = self.clock()
         try:
-            mended = self.manifest.restamp_kept(now - NOT_WALL_CLOCK_S, now)
+            behind, ahead = self.manifest.restamp_kept(
+                now - NOT_WALL_CLOCK_S, now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
+            )
         except sqlite3.Error as exc:  # a cache: the start goes on (they age as they were stamped)
             log.warning("vectors_kept_not_restamped error=%s", exc)
             return
-        if mended:
+        if behind:
             log.info(
                 "vectors_kept_restamped rows=%d (stamped by a counter since boot by an older "
-                "version: counted as kept now)",
-                mended,
+                "version: counted as kept now, in their order)",
+                behind,
+            )
+        if ahead:
+            log.info(
+                "vectors_kept_restamped rows=%d (stamped more than a day ahead of the wall clock: "
+                "a clock set ahead, then corrected; counted as kept now)",
+                ahead,
             )
 
     def settle(self) -> None:

@@ -141,9 +141,10 @@ class Tidy:
             yield True
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> bool:
-        """One leftover of a killed write, or an empty file a write replaced. Only a second name
-        of the note itself is removed at once: any other may be a file a write replaced, which a
-        program can still be writing into. An empty one waits (see ``_settle_empty``); one
+        """One leftover of a killed write, or an empty file a write replaced. A second name of the
+        note itself is removed at once, and so is a copy of the note's own text (below); any
+        other may be a file a write replaced, which a program can still be writing into, and is
+        kept. An empty one waits (see ``_settle_empty``); one
         holding the newest text kept of its note takes that copy's place; one holding the note's
         own text is removed (a copy of the note carries nothing; only a write killed over a note
         already holding its text, open in an editor that saves into the old file, would lose a

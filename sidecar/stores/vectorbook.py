@@ -222,13 +222,35 @@ class VectorBook:
             out.update((cid, (h, float(at))) for cid, h, at in rows)
         return out
 
-    def restamp_kept(self, before: float, now: float) -> int:
-        """Kept vectors and remembered chunks stamped before ``before`` stamped ``now`` instead;
-        how many (see ``VectorRows.mend_kept_times``)."""
+    def restamp_kept(self, before: float, now: float, spread: float, ahead: float) -> tuple[int, int]:
+        """Kept vectors and remembered chunks stamped before ``before`` restamped up to ``now``
+        in their order: the newest ``now``, the others their distance from it earlier, squeezed
+        into ``spread`` seconds if they span more; those stamped after ``ahead`` stamped ``now``.
+        How many of each (see ``VectorRows.mend_kept_times``)."""
+        tables = ("kept_vectors", "kept_later")
         with self.transaction() as db:
-            n = db.execute("UPDATE kept_vectors SET kept_at = ? WHERE kept_at < ?", (now, before)).rowcount
-            n += db.execute("UPDATE kept_later SET kept_at = ? WHERE kept_at < ?", (now, before)).rowcount
-        return int(n)
+            ends = [
+                db.execute(
+                    f"SELECT min(kept_at), max(kept_at) FROM {t} WHERE kept_at < ?", (before,)
+                ).fetchone()
+                for t in tables
+            ]
+            lows = [lo for lo, _ in ends if lo is not None]
+            behind = 0
+            if lows:
+                newest = max(hi for _, hi in ends if hi is not None)
+                span = newest - min(lows)
+                scale = min(1.0, spread / span) if span > 0 else 1.0
+                for t in tables:
+                    behind += db.execute(
+                        f"UPDATE {t} SET kept_at = ? - (? - kept_at) * ? WHERE kept_at < ?",
+                        (now, newest, scale, before),
+                    ).rowcount
+            over = sum(
+                db.execute(f"UPDATE {t} SET kept_at = ? WHERE kept_at > ?", (now, ahead)).rowcount
+                for t in tables
+            )
+        return int(behind), int(over)
 
     def forget_kept_later(self) -> None:
         with self.transaction() as db:
