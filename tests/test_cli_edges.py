@@ -226,7 +226,7 @@ def test_a_write_without_an_answer_says_it_may_have_been_made(
     argv = ["memory", "write", "n", "--agent", "me", "--content", "x", "--socket", str(silent_socket)]
     assert main([*argv, "--home", str(tmp_path / "home")]) == ExitCode.NO_ANSWER == 8
     err = capsys.readouterr().err
-    assert "did not answer 'write' within 0s" in err and "may still have been written" in err
+    assert "did not answer 'write' within 0.5 s" in err and "may still have been written" in err
     assert main([*argv, "--home", str(tmp_path / "home"), "--json"]) == ExitCode.NO_ANSWER
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["code"] == "no_answer" and "check" in error["message"]

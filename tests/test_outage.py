@@ -288,7 +288,7 @@ def test_recall_gives_up_on_a_silent_daemon_after_its_timeout(
     where = ["--socket", str(silent_socket), "--home", str(tmp_path / "home")]
     assert main(["recall", "Wo wohnt Anna?", "--agent", "claude", "--timeout", "1", *where]) == 8
     out = capsys.readouterr()
-    assert out.out == "" and "did not answer 'recall' within 1s" in out.err and "--timeout" in out.err
+    assert out.out == "" and "did not answer 'recall' within 1 s" in out.err and "--timeout" in out.err
     assert main(["search", "Anna", "--timeout", "1", *where]) == ExitCode.NO_ANSWER
     with pytest.raises(SystemExit) as bad:
         main(["recall", "hi", "--timeout", "0", *where])  # 0.5 s at least

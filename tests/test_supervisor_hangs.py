@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -937,12 +938,30 @@ def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
     sup = Supervisor(cfg)
     st = sup.status(Root("vault", vault, exclude="wiki"))
     st.slow = True
-    late = threading.Event()  # never set: the listing answers after its wait, as a slow share's
+    # The supervisor's clock, injected: the listing of Projects answers once the walk's waiter
+    # has looked at it 5 s (by that clock) after the listing began, past probeTimeoutSeconds.
+    from sidecar.vault import supervisor as supervisor_module
+
+    ahead = [0.0]
+    looked_late = threading.Event()
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def monotonic(self) -> float:
+            if ahead[0]:
+                looked_late.set()
+            return time.monotonic() + ahead[0]
+
+    monkeypatch.setattr(supervisor_module, "time", Clock())
     real = os.scandir
 
     def scandir(path: Any = ".") -> Any:
         if Path(path) == vault / "Projects":
-            late.wait(3)
+            ahead[0] = 5.0
+            assert looked_late.wait(20)  # the waiter saw the call 5 s old and waited on
+            ahead[0] = 0.0
         return real(path)
 
     monkeypatch.setattr(os, "scandir", scandir)

@@ -184,7 +184,7 @@ class Client:
             line = self._readline()
         except TimeoutError as exc:  # it has the request: what became of it is not known
             self.close()
-            raise NoAnswerError(op, f"the daemon did not answer {op!r} within {self.timeout:.0f}s") from exc
+            raise NoAnswerError(op, f"the daemon did not answer {op!r} within {self.timeout:g} s") from exc
         except OSError as exc:
             self.close()
             raise DaemonNotRunningError(f"the connection to the daemon broke: {exc}") from exc

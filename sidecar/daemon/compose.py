@@ -168,7 +168,14 @@ def build_watcher(
     stat = supervisor.watched_stat if supervisor is not None else None
     walk = supervisor.watched_walk if supervisor is not None else None
     return Watcher(
-        watch, on_change, stop, cfg.watch.debounce_ms, cfg.watch.probe_timeout_seconds, stat=stat, walk=walk
+        watch,
+        on_change,
+        stop,
+        cfg.watch.debounce_ms,
+        cfg.watch.probe_timeout_seconds,
+        stat=stat,
+        walk=walk,
+        walk_timeout=cfg.watch.scan_timeout_seconds,
     )
 
 

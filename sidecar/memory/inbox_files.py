@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from sidecar.memory import replace
 from sidecar.memory.trash import KEPT, Fd, Trash, trash_dir
 from sidecar.vault.confine import NotRegularError, open_regular, read_fd
-from sidecar.vault.sources import inbox_copy_reason, is_markdown_name
+from sidecar.vault.sources import Asking, asked, inbox_copy_reason, is_markdown_name
 
 # A note changed this recently by another program may be in the middle of its save (an editor
 # truncates, then writes its buffer; a slow or network disk stretches that gap): looked at again
@@ -106,6 +106,32 @@ def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
     return (
         (name, size) for name, size in _file_sizes(inbox_fd) if is_markdown_name(name) and not _is_copy(name)
     )
+
+
+def _note_sizes_asked(inbox_fd: int, asking: Asking) -> dict[str, int]:
+    """``_note_sizes``, each call into the folder told to ``asking`` (the listing, each entry's
+    answer, each note's stat), so its caller bounds each call, not their sum: an inbox of
+    thousands of notes on a slow share takes long, and each of its calls still answers."""
+    entries = []
+    asking.ask("listing", ".")
+    try:
+        with os.scandir(inbox_fd) as it:
+            for e in it:
+                entries.append(e)
+                asking.ask("listing", ".")  # a large folder comes in many answers
+    finally:
+        asking.answered()
+    out = {}
+    for e in entries:
+        if not is_markdown_name(e.name) or _is_copy(e.name):
+            continue
+        with asked(asking, "stat", e.name):
+            try:
+                if e.is_file(follow_symlinks=False):
+                    out[e.name] = e.stat(follow_symlinks=False).st_size
+            except OSError:  # gone meanwhile
+                continue
+    return out
 
 
 def _is_copy(name: str) -> bool:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import NotFoundError
-from sidecar.memory.inbox_files import _move_kept, _note_sizes, _State
+from sidecar.memory.inbox_files import _move_kept, _note_sizes, _note_sizes_asked, _State
 from sidecar.memory.inbox_text import _names_as_text, _now, _plain, _unstamped
 from sidecar.memory.inbox_types import (
     Deleted,
@@ -34,7 +34,7 @@ from sidecar.memory.trash import Fd, Trash, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, split_front_matter
 from sidecar.vault.confine import open_regular, private_dirs, read_fd
 from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.sources import agent_inbox
+from sidecar.vault.sources import Asking, agent_inbox, asked
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.memory.inbox")
@@ -123,6 +123,31 @@ class Notes:
                 sizes = dict(_note_sizes(inbox_fd))
         except FileNotFoundError:
             return
+        self._check_room_of(sum(sizes.values()), name, len(content.encode("utf-8")) - sizes.get(name, 0))
+
+    def look(self, agent: str, asking: Asking, *, room: bool) -> dict[str, int] | None:
+        """A change's look at the inbox before anything is done, each call into the share told
+        to ``asking`` (its caller bounds each call, not their sum): its folders opened and checked
+        (NotPrivateError: not a private folder), and with ``room`` (and memory.maxInboxBytes set)
+        the size of each of its notes, for ``check_room``. None when no room is counted or the
+        inbox is not there yet (the write makes it)."""
+        agent = check_agent(agent)
+        try:
+            with contextlib.ExitStack() as stack:
+                with asked(asking, "stat", "."):  # the folders of the path, one at a time
+                    _agent_fd, inbox_fd = stack.enter_context(self._dirs(agent, create=False))
+                if not room or self.cfg.memory.max_inbox_bytes <= 0:
+                    return None
+                return _note_sizes_asked(inbox_fd, asking)
+        except FileNotFoundError:
+            return None
+
+    def check_room(self, slug: str, content: Any, front_matter: Any, sizes: dict[str, int] | None) -> None:
+        """``precheck`` on the note sizes a ``look`` found (None: no room counted)."""
+        self._check_content(content, front_matter)
+        if sizes is None or self.cfg.memory.max_inbox_bytes <= 0:
+            return
+        name = f"{check_slug(slug)}.md"
         self._check_room_of(sum(sizes.values()), name, len(content.encode("utf-8")) - sizes.get(name, 0))
 
     @contextlib.contextmanager

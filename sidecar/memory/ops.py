@@ -61,13 +61,17 @@ from sidecar.vault.homeguard import HomeChangedError, held
 from sidecar.vault.sources import (
     LINK_REASON,
     SLUG_RE,
+    Asking,
     Root,
     agent_inbox,
     inbox_copy_reason,
     inbox_refusal,
+    inbox_root,
     is_markdown_name,
     public_reference,
+    vault_roots,
 )
+from sidecar.vault.supervisor import RootUnreachable
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 
 log = logging.getLogger(__name__)
@@ -131,6 +135,9 @@ class MemoryOps:
         # A look at an agent's inbox for a request (is it refused? what is in it?) that still
         # hangs, per inbox: one stuck thread per inbox on a share that hangs.
         self._hanging = SharedProbes()
+        # A change's look at an inbox under way, per inbox: the changes beside it wait for its
+        # answer (``_inbox_checked``).
+        self._looks = SharedProbes()
 
     def usage(self, agent: str) -> dict[str, Any] | None:
         """The agent's inbox against its limits, counted within a bound (``BoundedCounts``: an
@@ -166,11 +173,9 @@ class MemoryOps:
         front_matter = p.get("frontmatter")
         self._inbox_answers(agent, "written")
 
-        def validate() -> None:  # the inbox (a private folder) and its room, before any similarity work
-            self.inboxes.path_of(agent, slug)
-            self.inboxes.precheck(agent, slug, content, front_matter)
-
-        self._inbox_checked(agent, "written", validate)
+        # The inbox (a private folder) and its room, before any similarity work.
+        sizes = self._inbox_checked(agent, "written", room=True)
+        self.inboxes.check_room(slug, content, front_matter, sizes)
         duplicates, fresh = self._near_duplicates(agent, slug, content)
         if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
             best = duplicates[0]
@@ -420,7 +425,7 @@ class MemoryOps:
         slug = check_slug(p.get("slug"))
         key = f"memory/{agent}/{slug}"
         self._inbox_answers(agent, "deleted")
-        self._inbox_checked(agent, "deleted", lambda: self.inboxes.path_of(agent, slug))
+        self._inbox_checked(agent, "deleted", room=False)
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = self.inboxes.delete(agent, slug)
@@ -525,21 +530,30 @@ class MemoryOps:
                 f"not {done}: the inbox's share hangs ({hung}); nothing {done}: try again once it answers"
             )
 
-    def _inbox_checked(self, agent: str, done: str, fn: Callable[[], T]) -> T:
-        """``fn``, a change's look at the agent's inbox before it changes anything (is it a
-        private folder? is there room?), bounded as ``_inbox_look``'s are: one that does not
-        answer within probeTimeoutSeconds marks the inbox hanging (status says so) and refuses
-        the change with nothing done (its own calls are not bounded: given up on halfway, a
-        write could land after its client was told it did not). Raises what ``fn`` raises."""
+    def _inbox_checked(self, agent: str, done: str, *, room: bool) -> dict[str, int] | None:
+        """A change's look at the agent's inbox before it changes anything (is it a private
+        folder? with ``room``, the size of each note: ``Inboxes.look``), each call into the share
+        bounded on its own (``Supervisor.looked``: probeTimeoutSeconds each, a share learnt
+        slow as long as a whole scan), so a slow inbox of many notes is looked at and written to.
+        One call that does not answer marks the inbox hanging (status says so) and refuses the
+        change with nothing done (the change's own calls are not bounded: given up on halfway, a
+        write could land after its client was told it did not). Changes arriving meanwhile
+        share the look under way (its answer is the same for each: one thread into the share,
+        not one per change). Raises what the look raises (NotPrivateError)."""
         name = f"memory/{agent}"
-        since = time.monotonic()
+        supervisor = self.indexer.supervisor
+        root = inbox_root(self.cfg, agent)
+        watch = self.cfg.watch
+        # Never reached: the look ends within its own bounds (scanTimeoutSeconds as a whole).
+        wait = watch.scan_timeout_seconds + watch.probe_timeout_seconds + 5
         try:
-            return bounded_call(
-                fn, self.cfg.watch.probe_timeout_seconds, self._hanging, name, f"inbox-{agent}"
+            return self._looks.ask(
+                (name, room),
+                lambda: supervisor.looked(root, lambda asking: self.inboxes.look(agent, asking, room=room)),
+                wait,
+                f"inbox-{agent}",
             )
-        except NoAnswer as exc:
-            if exc.stuck is not None:
-                self.indexer.supervisor.read_hangs(name, "looking up the inbox", exc.stuck, since)
+        except (RootUnreachable, NoAnswer) as exc:
             raise StorageError(
                 f"not {done}: the inbox {agent_inbox(self.cfg, agent)} did not answer ({exc}); nothing "
                 f"{done}: try again once it answers"
@@ -568,22 +582,40 @@ class MemoryOps:
             return unknown
 
     def _stamps(self, name: str, paths: dict[str, Path]) -> dict[str, tuple[int, int]]:
-        """(mtime, ctime) of each file (``lstat``: a link's own, not its target's), looked up
-        in one call on the root ``name`` bounded as ``_root_look`` is: none while it hangs (a
-        list answered without those files instead of waiting as long as the share does). A
+        """(mtime, ctime) of each file (``lstat``: a link's own, not its target's) of the root
+        ``name``, each look-up bounded on its own (``Supervisor.looked``: probeTimeoutSeconds
+        each, not their sum: a slow share answering each in time is no hung one): none while a
+        call on the root hangs, or once one does not answer (the root is then marked hanging:
+        a list answered without those files instead of waiting as long as the share does). A
         file that cannot be looked up is left out."""
+        supervisor = self.indexer.supervisor
+        root = self._root_named(name)
+        if not paths or root is None or supervisor.still_hangs(name) is not None:
+            return {}
 
-        def look() -> dict[str, tuple[int, int]]:
+        def look(asking: Asking) -> dict[str, tuple[int, int]]:
             out = {}
             for key, path in paths.items():
+                asking.ask("stat", key)
                 try:
                     st = path.lstat()
                 except OSError:
                     continue
+                finally:
+                    asking.answered()
                 out[key] = (st.st_mtime_ns, st.st_ctime_ns)
             return out
 
-        return self._root_look(name, "looking up its unindexed files", look, {}) if paths else {}
+        try:
+            return supervisor.looked(root, look)
+        except RootUnreachable:
+            return {}
+
+    def _root_named(self, name: str) -> Root | None:
+        """The configured root called ``name`` (vault, wiki, memory/<agent>)."""
+        if name.startswith("memory/"):
+            return inbox_root(self.cfg, name.removeprefix("memory/"))
+        return next((r for r in vault_roots(self.cfg) if r.name == name), None)
 
     def _inbox_listing(self, agent: str) -> Sequence[tuple[str, bool]] | None:
         """The inbox's files (bounded: ``_inbox_look``; None when it hangs), as ``_listed``."""

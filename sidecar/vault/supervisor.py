@@ -202,6 +202,8 @@ class Supervisor:
         self._lock = threading.Lock()
         # Calls given up on sooner than probeTimeoutSeconds, to be judged then (``read_hangs``).
         self._judging: set[threading.Thread] = set()
+        # The watch's walk of a folder given up on, by folder, while it is still in its call.
+        self._walks: dict[str, threading.Thread] = {}
         self._meta_swept = False  # the rows of inboxes retired before this start are gone
         # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
         # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
@@ -354,6 +356,16 @@ class Supervisor:
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
 
+    def looked(self, root: Root, fn: Callable[[Asking], T]) -> T:
+        """A request's look at a root (``fn``, told of each call by the ``Asking`` it gets: a
+        memory change's look at its inbox, a list's look-ups of unindexed files), each call
+        waited for as a scan's are: probeTimeoutSeconds each, not their sum (a slow share of
+        many files answers each in time); a share learnt slow, as long as a whole scan. One that
+        does not answer marks the root hanging (status says so; should it answer late, it is
+        learnt slow and waited for next time). RootUnreachable then, and at once while a call on
+        it still hangs; what ``fn`` raises otherwise (no home check, no OSError rewritten)."""
+        return self._asked(root, self._fresh(root), fn, whole=False)
+
     def _fresh(self, root: Root) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
         scan given up on at a call that answered since makes the root slow."""
@@ -441,6 +453,13 @@ class Supervisor:
         ``walk`` raises otherwise)."""
         vault = self.cfg.vault.path
         timeout = self.cfg.watch.probe_timeout_seconds
+        # An earlier walk of this folder still in its call: told at once (one thread left in a
+        # share that hangs, not one per try). The agents folder is walked again while one inbox
+        # in it hangs for another reason (a read of one note): the others keep their watch.
+        with self._lock:
+            earlier = self._walks.get(str(path))
+        if earlier is not None and earlier.is_alive():
+            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
         if vault is not None and path == vault:
             st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
             if st.hanging is not None:
@@ -460,6 +479,8 @@ class Supervisor:
         if stuck is None:
             return value  # type: ignore[return-value]  # the walk's own result
         asking.abandon()  # it ends at its next call once this one answers
+        with self._lock:
+            self._walks[str(path)] = stuck
         now = asking.now
         call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
         what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"

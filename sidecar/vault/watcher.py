@@ -152,11 +152,16 @@ def _rel(path: Path, top: Path) -> str:
 
 
 def bounded_walk(
-    path: Path, walk: Callable[[Asking], Walked], timeout: float, stuck: dict[Path, threading.Thread]
+    path: Path,
+    walk: Callable[[Asking], Walked],
+    timeout: float,
+    stuck: dict[Path, threading.Thread],
+    total: float = 600.0,
 ) -> Walked:
     """``walk`` of a watched folder, given up on once one of its calls has not answered for
-    ``timeout`` (NoAnswer), and at once while an earlier walk of the folder is still in its
-    call (``stuck``: one thread left in a share that hangs, not one per try)."""
+    ``timeout`` (NoAnswer), or the whole after ``total`` (a scan's bound, scanTimeoutSeconds),
+    and at once while an earlier walk of the folder is still in its call (``stuck``: one thread
+    left in a share that hangs, not one per try)."""
     earlier = stuck.get(path)
     if earlier is not None and earlier.is_alive():
         raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
@@ -166,15 +171,18 @@ def bounded_walk(
         now = asking.now
         return now is not None and time.monotonic() - now[2] >= timeout
 
-    # The whole walk of a big tree may take long on a slow share: only one call that does not
-    # answer ends it (each listing's entries start the clock again).
-    value, left = run_with_timeout(lambda: walk(asking), float("inf"), "watch-walk", None, given_up)
+    # The whole walk of a big tree may take long on a slow share: one call that does not answer
+    # ends it (each listing's entries start the clock again), or the whole past a scan's bound.
+    value, left = run_with_timeout(lambda: walk(asking), total, "watch-walk", None, given_up)
     if left is None:
         stuck.pop(path, None)
         return value  # type: ignore[return-value]  # the walk's own result
     asking.abandon()  # it ends at its next call once this one answers
     stuck[path] = left
-    raise NoAnswer(_walk_hung(path, asking.now, timeout), left)
+    now = asking.now
+    if now is None or time.monotonic() - now[2] < timeout:  # each call answered: the whole is too long
+        raise NoAnswer(f"the walk of {path} did not end within {total:g} s (hung share?)", left)
+    raise NoAnswer(_walk_hung(path, now, timeout), left)
 
 
 def _walk_hung(path: Path, now: tuple[str, str, float] | None, timeout: float) -> str:
@@ -305,6 +313,7 @@ class Watcher:
         *,
         stat: Callable[[Path], os.stat_result] | None = None,
         walk: AskWalk | None = None,
+        walk_timeout: float = 600.0,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -323,7 +332,7 @@ class Watcher:
         # daemon's supervisor's (a hang marks the roots in it hanging); by default bounded here.
         self._walk_stuck: dict[Path, threading.Thread] = {}
         self._ask_walk: AskWalk = walk or (
-            lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck)
+            lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
         # New folders that restarted a folder-by-folder watch: looked at again once the next
         # watch is set up (files written into them before it existed got no event).

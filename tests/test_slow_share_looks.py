@@ -1,0 +1,250 @@
+"""A request's looks into a share that is slow but answers (each call within
+watch.probeTimeoutSeconds, their sum past it): a memory change's look at its inbox and a list's
+look-ups of unindexed files bound each call, not the whole; the watch's walk leaves one thread
+in a share that hangs, not one per try. The slow calls are stand-ins (a sleep well under the
+probe timeout, or a call held until the test lets it go); nothing here measures speed."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import RemoteError
+from sidecar.memory import inbox_files, inbox_notes
+from sidecar.vault.sources import Asking, Root
+from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.watcher import Watcher, bounded_walk
+from tests.conftest import write
+
+
+class _SlowEntry:
+    """A folder entry whose stat takes ``delay`` (a note's look-up on a slow share)."""
+
+    def __init__(self, entry: os.DirEntry[str], delay: float) -> None:
+        self._entry = entry
+        self.name = entry.name
+        self._delay = delay
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_file(follow_symlinks=follow_symlinks)
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return self._entry.is_dir(follow_symlinks=follow_symlinks)
+
+    def is_symlink(self) -> bool:
+        return self._entry.is_symlink()
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        time.sleep(self._delay)
+        return self._entry.stat(follow_symlinks=follow_symlinks)
+
+
+class _SlowListing:
+    def __init__(self, entries: list[os.DirEntry[str]], delay: float) -> None:
+        self._entries = [_SlowEntry(e, delay) for e in entries]
+
+    def __enter__(self) -> _SlowListing:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Any:
+        return iter(self._entries)
+
+
+def test_a_write_to_a_slow_inbox_of_many_notes_is_made(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each note's stat answers in 0.1 s (the probe timeout is 0.5 s), the twelve together take
+    longer: the write's look at the inbox's room waits for each, and the note is written (the
+    whole look under one deadline refused every write, and marked the inbox hanging)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    for i in range(12):
+        write(inbox / f"note{i}.md", f"# Note {i}\n\nRotate the zeppelin disks, part {i}.\n")
+    served.harness.sweep()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if isinstance(path, int):  # the inbox, opened by descriptor
+            with real(path) as it:
+                return _SlowListing(list(it), 0.1)
+        return real(path)
+
+    monkeypatch.setattr(inbox_files.os, "scandir", scandir)
+    served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+    assert (inbox / "fresh.md").exists()
+    roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+    assert not roots["memory/ada"]["error"]
+
+
+def test_a_write_whose_look_does_not_answer_in_time_is_refused_then_made_once_learnt_slow(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One call of the look (opening the inbox's folders) takes longer than the probe timeout:
+    the first write is refused with nothing written (a call that does not answer in time is a
+    hang). It answered after all: the inbox is learnt slow, and the next writes, whose same call
+    takes 0.6 s (probe timeout 0.3 s), wait for it as its scans do and are made."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    real = inbox_notes.private_dirs
+    held = threading.Event()
+
+    def private_dirs(*args: Any, **kwargs: Any) -> Any:
+        if not held.is_set():
+            held.wait(20)  # the first look: answers once the test lets it go
+        else:
+            time.sleep(0.6)  # slow, and answering
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_notes, "private_dirs", private_dirs)
+    with pytest.raises(RemoteError, match="did not answer"):
+        served.call("write", {"slug": "fresh0", "content": "# Fresh 0\n\nnew\n"}, agent="ada")
+    st = served.harness.supervisor.roots["memory/ada"]
+    stuck = st.hanging
+    assert stuck is not None  # status says the inbox hangs
+    held.set()
+    stuck.join(20)
+    results = []
+    for i in (1, 2):
+        served.call("write", {"slug": f"fresh{i}", "content": f"# Fresh {i}\n\nnew\n"}, agent="ada")
+        results.append((inbox / f"fresh{i}.md").exists())
+    assert results == [True, True]
+    assert not (inbox / "fresh0.md").exists()
+    assert st.slow and st.hanging is None
+
+
+def test_writes_beside_a_look_under_way_share_it(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writes to one inbox whose look hangs: one thread goes into the share, and both are
+    refused with nothing written (each started its own before the first one's deadline)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 1.0})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    real = inbox_notes.private_dirs
+    release = threading.Event()
+    asked: list[threading.Thread] = []
+    first = threading.Event()
+
+    def private_dirs(*args: Any, **kwargs: Any) -> Any:
+        asked.append(threading.current_thread())
+        first.set()
+        release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_notes, "private_dirs", private_dirs)
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        try:
+            served.call("write", {"slug": f"fresh{i}", "content": f"# Fresh {i}\n\nnew\n"}, agent="ada")
+            errors.append("written")
+        except RemoteError as exc:
+            errors.append(str(exc))
+
+    try:
+        a = threading.Thread(target=one, args=(0,))
+        a.start()
+        assert first.wait(20)
+        b = threading.Thread(target=one, args=(1,))
+        b.start()
+        a.join(30)
+        b.join(30)
+        assert len(asked) == 1, asked
+        assert len(errors) == 2 and all("did not answer" in e or "hangs" in e for e in errors), errors
+        assert not (inbox / "fresh0.md").exists() and not (inbox / "fresh1.md").exists()
+    finally:
+        release.set()
+
+
+def test_a_list_with_several_skipped_notes_on_a_slow_share_names_them_all(
+    serve_in_process: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six skipped (too large) notes whose look-ups answer in 0.1 s each (the probe timeout is
+    0.5 s): the list names all six, and the vault is not marked hanging (their sum under one
+    deadline left them all out and took the vault offline)."""
+    for i in range(6):
+        write(vault / f"Huge{i}.md", "# Huge\n\n" + "words and more words\n" * 200)
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5, "index.maxFileBytes": 2000})
+    real = Path.lstat
+
+    def lstat(self: Path) -> os.stat_result:
+        if self.name.startswith("Huge"):
+            time.sleep(0.1)  # each look answers, well within the probe timeout
+        return real(self)
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    listed = served.call("list", {"source": "vault"}, agent="ada")
+    huge = sorted(n["reference"] for n in listed["notes"] if "Huge" in n["reference"])
+    roots = {r["name"]: r for r in served.call("health", {})["roots"]}
+    assert len(huge) == 6, huge
+    assert not roots["vault"]["error"]
+
+
+def test_the_watchs_walk_of_the_agents_folder_leaves_one_thread_in_a_hung_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk of the agents folder hangs in one inbox: it is marked hanging, and each later
+    try is told at once while that walk is still in its call (one thread left in the share, not
+    one per try: the watch is retried with its backoff while no watched folder answers)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    inbox = cfg.agents_dir / "ada" / "memory"
+    inbox.mkdir(parents=True)
+    sup = Supervisor(cfg)
+    sup.status(Root("memory", inbox, agent="ada"))
+    release = threading.Event()
+    real = os.scandir
+    asked: list[Any] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            asked.append(threading.current_thread())
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    try:
+        for _ in range(3):
+            with pytest.raises(OSError, match="no watched folder answered"):
+                watcher._walked([cfg.agents_dir])
+        assert len(asked) == 1, asked
+        assert sup.roots["memory/ada"].hanging is not None
+    finally:
+        release.set()
+
+
+def test_the_watchers_own_walk_is_bounded_as_a_whole(tmp_path: Path) -> None:
+    """The watcher's own walk (no supervisor) whose calls each answer but which does not end
+    within its whole bound (a scan's, scanTimeoutSeconds) is given up on: NoAnswer, not a wait
+    as long as the walk takes."""
+    release = threading.Event()
+
+    def walk(asking: Asking) -> Any:
+        release.wait(20)  # between calls: no call of it is in (each answered)
+        return [], False
+
+    out: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            bounded_walk(tmp_path, walk, 5.0, {}, 0.3)
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    release.set()
+    t.join(10)
+    assert out and "did not end within 0.3 s" in str(out[0]), out
