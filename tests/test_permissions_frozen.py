@@ -362,3 +362,64 @@ def test_a_write_back_refused_for_an_immutable_shm_says_so_not_the_disk(tmp_path
         assert m.written_back()
     finally:
         m.close()
+
+
+def test_a_write_refused_for_an_immutable_shm_stops_no_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the ``-shm`` immutable no reader opens, so every read goes through the writer's
+    connection; a write there waits for the writer's lock and is refused once it has it. Counted
+    as a queued write, it stopped the read running there, which was read again from its start
+    for a write that could not run. Not counted now: the read runs once (its rows go on for
+    200,000 steps after the write began, more than ten give-ways' worth)."""
+    import threading
+
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    starts: list[int] = []
+    state = {"write_began": False, "after": 0}
+    began_now = threading.Event()
+
+    def began() -> int:
+        starts.append(1)
+        began_now.set()
+        return 1
+
+    def go_on(n: int) -> int:
+        if state["write_began"]:
+            state["after"] += 1
+            return int(state["after"] < 200_000)
+        return 1
+
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("began", 0, began)
+        db.create_function("go_on", 1, go_on)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    path = tmp_path / "manifest.sqlite"
+    m = Manifest(path)
+    try:
+        m.set_meta("k", "1")
+        answered: list[Any] = []
+        refused: list[BaseException] = []
+        with _immutable(path.with_name(path.name + "-shm"), recursive=False):
+            read = "WITH RECURSIVE c(n) AS (SELECT began() UNION ALL SELECT n + 1 FROM c WHERE go_on(n)) SELECT count(*) > 0 FROM c"
+            reader = threading.Thread(target=lambda: answered.append(m._committed(read)), daemon=True)
+            reader.start()
+            assert began_now.wait(30)  # a guard against a hang, not a timing
+            state["write_began"] = True
+            try:
+                m.set_meta("k", "2")
+            except PermissionDeniedError as exc:
+                refused.append(exc)
+            reader.join(60)
+        assert answered == [[(1,)]] and refused, (answered, refused)
+        assert len(starts) == 1, len(starts)
+    finally:
+        m.close()

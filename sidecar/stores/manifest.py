@@ -28,7 +28,7 @@ from sidecar.contracts.errors import StoreError, store_error_class
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.stores.embedtext import split_embed_text
-from sidecar.stores.frozen import FrozenShmError, guarded_connect
+from sidecar.stores.frozen import FrozenShmError, frozen, guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_chunks import ManifestChunks
 from sidecar.stores.manifest_file import (
@@ -61,10 +61,15 @@ READERS = 2
 # (a big vault's note days), and behind a read that never returned (a hung disk) forever.
 READER_WAIT_S = 0.05
 # A read through the writer's connection gives way to a write that queues for its lock: SQLite
-# asks every this many virtual machine steps (tens of microseconds) whether one waits, and the read
-# is stopped there and read again after it. A long read (a big vault's note days) held a memory
-# write for as long as it ran.
-YIELD_STEPS = 1000
+# asks every this many virtual machine steps whether one waits, and the read is stopped there and
+# read again after it. A long read (a big vault's note days) held a memory write for as long as it
+# ran. Each question takes the GIL back from the daemon's other threads: at every 1,000 steps a
+# read with one busy Python thread beside it took twice as long.
+YIELD_STEPS = 20_000
+# How many times one read through the writer gives way. Once: a read that gave way to every write
+# was restarted without end while writes kept coming (an indexing run), where before only the write
+# waited; after it the read keeps the lock to its end and the writes wait, as they did.
+GIVE_WAY_TIMES = 1
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +81,14 @@ _NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
 class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
-    # Writes waiting for ``_lock`` (``transaction``): a read through the writer's connection gives
-    # way to them (``_read_through_writer``).
-    _writes_waiting = 0
-    # Guards that count's changes; one for every manifest (held for an addition only).
-    _waiting_count = threading.Lock()
-
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
         self.read_only = read_only
+        # Writes waiting for this manifest's ``_lock`` (``transaction``) that can run (not one
+        # refused for an immutable ``-shm``): a read through its writer's connection gives way to
+        # them (``_read_through_writer``). Each manifest's own: another's writes are no reason.
+        self._writes_waiting = 0
+        self._waiting_count = threading.Lock()  # guards that count's changes (an addition only)
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
         self.day_formats: DayFormats = ()
@@ -221,6 +225,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
         if self.read_only:
             return self._query(sql, args)
+        gave_way = 0
         while True:
             db = self._take_reader()
             if db is not None:
@@ -228,18 +233,20 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                     return db.execute(sql, args).fetchall()
                 finally:
                     self._give_back(db)
-            rows = self._read_through_writer(sql, args)
+            rows = self._read_through_writer(sql, args, may_give_way=gave_way < GIVE_WAY_TIMES)
             if rows is not None:
                 return rows
+            gave_way += 1
 
-    def _read_through_writer(self, sql: str, args: Sequence[Any]) -> list[Any] | None:
+    def _read_through_writer(self, sql: str, args: Sequence[Any], *, may_give_way: bool) -> list[Any] | None:
         """``sql`` read on the writer's connection, under its lock (no commit runs amid it, so the
-        commit's settle read still finds a read-mark slot: ``READERS``); None when a write queued
-        for the lock before the read began or while it ran (the read is stopped: the caller tries
-        again, on a reader or here), so that a long read never holds a memory write for more than
-        ``YIELD_STEPS`` steps. Inside this thread's own transaction it reads to the end: the writes
-        waiting wait for that transaction anyway."""
-        if self._owned_here():
+        commit's settle read still finds a read-mark slot: ``READERS``). Where it ``may_give_way``:
+        None when a write queued for the lock before the read began or while it ran (the read is
+        stopped: the caller tries again, on a reader or here), so that a long read holds a memory
+        write for no more than ``YIELD_STEPS`` steps. Else (it gave way ``GIVE_WAY_TIMES``
+        already) read to its end like any read under the lock, the writes waiting meanwhile; so
+        inside this thread's own transaction too: the writes waiting wait for that anyway."""
+        if self._owned_here() or not may_give_way:
             return self._query(sql, args)
         with self._lock:
             if self._writes_waiting:
@@ -263,7 +270,8 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
 
     def _owned_here(self) -> bool:
         """Whether this thread holds the writer's lock (inside a transaction of its own)."""
-        # RLock's own question (Condition asks it too); typeshed does not list it.
+        # RLock's own question (Condition asks it too): private, there in 3.11 to 3.13 (the C
+        # RLock and the Python one); typeshed does not list it.
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def _take_reader(self) -> sqlite3.Connection | None:
@@ -346,14 +354,19 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
         """The writer's lock, taken for a write: counted in ``_writes_waiting`` while it waits, so
-        that a read through the writer's connection gives way (``_read_through_writer``)."""
-        with self._waiting_count:
-            self._writes_waiting += 1
+        that a read through the writer's connection gives way (``_read_through_writer``). Not
+        counted while the ``-shm`` is immutable: the write will be refused (``FrozenShmError``),
+        and a read stopped for it was read again for nothing."""
+        counted = not frozen(self.path.with_name(self.path.name + "-shm"))
+        if counted:
+            with self._waiting_count:
+                self._writes_waiting += 1
         try:
             self._lock.acquire()
         finally:
-            with self._waiting_count:
-                self._writes_waiting -= 1
+            if counted:
+                with self._waiting_count:
+                    self._writes_waiting -= 1
         try:
             yield
         finally:
