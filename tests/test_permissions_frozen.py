@@ -409,7 +409,10 @@ def test_a_write_refused_for_an_immutable_shm_stops_no_read(
         answered: list[Any] = []
         refused: list[BaseException] = []
         with _immutable(path.with_name(path.name + "-shm"), recursive=False):
-            read = "WITH RECURSIVE c(n) AS (SELECT began() UNION ALL SELECT n + 1 FROM c WHERE go_on(n)) SELECT count(*) > 0 FROM c"
+            read = (
+                "WITH RECURSIVE c(n) AS (SELECT began() UNION ALL SELECT n + 1 FROM c WHERE go_on(n)) "
+                "SELECT count(*) > 0 FROM c"
+            )
             reader = threading.Thread(target=lambda: answered.append(m._committed(read)), daemon=True)
             reader.start()
             assert began_now.wait(30)  # a guard against a hang, not a timing

@@ -87,8 +87,8 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         # Writes waiting for this manifest's ``_lock`` (``transaction``) that can run (not one
         # refused for an immutable ``-shm``): a read through its writer's connection gives way to
         # them (``_read_through_writer``). Each manifest's own: another's writes are no reason.
-        self._writes_waiting = 0
-        self._waiting_count = threading.Lock()  # guards that count's changes (an addition only)
+        # ``_waiting_count`` guards its changes (held for an addition only).
+        self._writes_waiting, self._waiting_count = 0, threading.Lock()
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
         self.day_formats: DayFormats = ()
