@@ -82,8 +82,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
-        self.path = path
-        self.read_only = read_only
+        self.path, self.read_only = path, read_only
         # Writes waiting for this manifest's ``_lock`` (``transaction``) that can run (not one
         # refused for an immutable ``-shm``): a read through its writer's connection gives way to
         # them (``_read_through_writer``). Each manifest's own: another's writes are no reason.
