@@ -532,3 +532,26 @@ def test_a_write_refused_for_an_immutable_shm_stops_no_read(
         assert len(starts) == 1, len(starts)
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("flagged", ["vectors", "bm25/pages/meta.json", "bm25/memory-all/chunks"])
+def test_a_flag_inside_the_index_is_found_not_only_on_five_paths(tmp_path: Path, flagged: str) -> None:
+    """``health``'s ``index.immutable`` (and with it status's "Index: read-only" headline) asked
+    five paths: the index folder, the manifest's three files and the keyword index's folder. A
+    flag on the vector table's folder or on a file inside the keyword index (a backup tool
+    flagging files one by one) said "Index: ready" while the writes there failed. Every entry a
+    few levels down is asked now."""
+    from sidecar.stores.frozen import frozen_in_index
+    from sidecar.stores.manifest import Manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    Manifest(index / "manifest.sqlite").close()
+    for folder in ("bm25/pages", "bm25/memory-all/chunks", "vectors/table.lance/data"):
+        (index / folder).mkdir(parents=True)
+    for name in ("bm25/pages/meta.json", "bm25/pages/a.idx", "vectors/table.lance/data/0.lance"):
+        (index / name).write_text("{}")
+    assert frozen_in_index(index) is None
+    with _immutable(index / flagged, recursive=False):
+        assert frozen_in_index(index) == index / flagged
+    assert frozen_in_index(index) is None

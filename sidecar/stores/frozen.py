@@ -67,20 +67,54 @@ def frozen(path: Path) -> bool:
         return False
 
 
+# How far ``frozen_in_index`` looks: the index's folders this many levels down (the keyword
+# index's files at the third, its memory indexes' and the vector tables' at the fourth), no more
+# than ``FROZEN_ENTRIES`` entries, and of a folder of more than ``FROZEN_CROWDED`` entries only
+# its folders: a big vault's vector table holds thousands of data files, each written once and
+# never again (a write adds new ones: the folder's own flag is what stops it). A health answer
+# stays within milliseconds.
+FROZEN_DEPTH = 4
+FROZEN_ENTRIES = 2000
+FROZEN_CROWDED = 256
+
+
 def frozen_in_index(index_dir: Path) -> Path | None:
-    """The first file of the index that is immutable or append-only (the index folder, its
-    manifest's three files, the keyword index's folder), None when none is: while one is, nothing
-    can be written to the index (``health``'s ``index.immutable``). A few path questions."""
+    """The first file or folder of the index that is immutable or append-only, None when none
+    is: while one is, writes to the index fail (``health``'s ``index.immutable``). The manifest's
+    three files and the index folder first, then every entry ``FROZEN_DEPTH`` levels down, level
+    by level in name order (``FROZEN_DEPTH``, ``FROZEN_ENTRIES``, ``FROZEN_CROWDED``): a flag on the vector table's folder or on
+    a keyword index's ``meta.json`` said "ready" while only five paths were asked."""
     manifest = index_dir / "manifest.sqlite"
-    for path in (
-        index_dir,
+    first = (
         manifest,
         manifest.with_name(manifest.name + "-wal"),
         manifest.with_name(manifest.name + "-shm"),
-        index_dir / "bm25",
-    ):
+    )
+    for path in (index_dir, *first):
         if frozen(path):
             return path
+    asked = 0
+    level = [index_dir]
+    for _ in range(FROZEN_DEPTH):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as listing:
+                    entries = list(listing)
+            except OSError:
+                continue  # gone or unreadable meanwhile: its own error is said elsewhere
+            if len(entries) > FROZEN_CROWDED:
+                entries = [e for e in entries if e.is_dir(follow_symlinks=False)]
+            for entry in sorted(entries, key=lambda e: e.name):
+                if asked >= FROZEN_ENTRIES:
+                    return None
+                asked += 1
+                path = Path(entry.path)
+                if path not in first and frozen(path):
+                    return path
+                if entry.is_dir(follow_symlinks=False):
+                    below.append(path)
+        level = below
     return None
 
 
