@@ -6,12 +6,12 @@ reads, as two long searches hold them) against writes. The long read is a counti
   read takes (it is read again after the write where it gives way);
 - ``steady``: a one-row write every ``--every`` ms for the whole read (an indexing run's pace):
   how long the read takes and how often it started, and the longest a write waited;
-- ``busy``: no write, one busy Python thread beside the read: how long the read takes (the
-  progress handler takes the GIL back at each of its questions).
+- ``busy``: no write, one busy Python thread beside the read: how long the read takes (a
+  progress handler took the GIL back at each of its questions).
 
     python bench/manifest_yield.py --steps 3000000 --runs 3
     python bench/manifest_yield.py --scene steady --runs 3
-    python bench/manifest_yield.py --scene busy --steps 2000000 --runs 5 --yield-steps 1000
+    python bench/manifest_yield.py --scene busy --steps 2000000 --runs 5
     PYTHONPATH=<older checkout> python bench/manifest_yield.py   # the same against older code
 
 Prints one line per run.
@@ -144,11 +144,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3_000_000)
     parser.add_argument("--every", type=float, default=20.0, help="ms between steady writes")
     parser.add_argument("--for", dest="for_s", type=float, default=20.0, help="s of steady writes at most")
-    parser.add_argument("--yield-steps", type=int, help="the progress handler's steps (YIELD_STEPS)")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    if args.yield_steps:
-        manifest_module.YIELD_STEPS = args.yield_steps
     gates = Gates()
     real = manifest_module.guarded_connect
 

@@ -82,8 +82,9 @@ def frozen_in_index(index_dir: Path) -> Path | None:
     """The first file or folder of the index that is immutable or append-only, None when none
     is: while one is, writes to the index fail (``health``'s ``index.immutable``). The manifest's
     three files and the index folder first, then every entry ``FROZEN_DEPTH`` levels down, level
-    by level in name order (``FROZEN_DEPTH``, ``FROZEN_ENTRIES``, ``FROZEN_CROWDED``): a flag on the vector table's folder or on
-    a keyword index's ``meta.json`` said "ready" while only five paths were asked."""
+    by level in name order (at most ``FROZEN_ENTRIES``; ``FROZEN_CROWDED``): a flag on the vector
+    table's folder or on a keyword index's ``meta.json`` said "ready" while only five paths were
+    asked."""
     manifest = index_dir / "manifest.sqlite"
     first = (
         manifest,
