@@ -338,6 +338,112 @@ def test_a_manifest_closed_after_its_shm_turned_immutable_lives(tmp_path: Path, 
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "closed" in done.stdout.splitlines() and "after 50" in done.stdout, done.stdout
     assert "manifest_closed_unwritten" in done.stderr and "reason=immutable" in done.stderr, done.stderr
+    if _checkpoint_switch_expected():  # not the fallback, which keeps a connection open
+        assert "manifest_left_open" not in done.stderr and "without its checkpoint" in done.stderr, (
+            done.stderr
+        )
+
+
+def _checkpoint_switch_expected() -> bool:
+    """Whether this Python can switch SQLite's checkpoint at close off: 3.12's ``setconfig``, or
+    SQLite's own call on CPython 3.11 on Linux."""
+    if sys.version_info >= (3, 12):
+        return True
+    return sys.implementation.name == "cpython" and sys.platform.startswith("linux")
+
+
+def test_the_checkpoint_at_close_switched_off_leaves_the_log_for_the_next_open(tmp_path: Path) -> None:
+    """``no_checkpoint_at_close`` on a plain connection, its database's last: a close without it
+    writes the log back and removes the -wal; with it the -wal stays and the next open reads every
+    row from it. Where the call is made through ctypes (CPython 3.11) a handle read wrong, or a
+    call SQLite ignored, fails here, where a close after the flag only fell back to leaving the
+    connection open, unseen."""
+    from sidecar.stores.frozen import no_checkpoint_at_close
+
+    if not _checkpoint_switch_expected():
+        pytest.skip("this Python cannot switch SQLite's checkpoint at close off")
+    path = tmp_path / "plain.sqlite"
+    wal = path.with_name(path.name + "-wal")
+    plain = sqlite3.connect(path, isolation_level=None)
+    plain.execute("PRAGMA journal_mode=WAL")
+    plain.execute("CREATE TABLE t(x)")
+    plain.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(50)])
+    plain.close()
+    assert not wal.exists()  # the plain close wrote it back
+    db = sqlite3.connect(path, isolation_level=None)
+    db.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(50)])
+    assert no_checkpoint_at_close(db, path)
+    db.close()
+    assert wal.exists() and wal.stat().st_size > 0
+    again = sqlite3.connect(path)
+    try:
+        assert again.execute("SELECT count(*) FROM t").fetchone()[0] == 100
+    finally:
+        again.close()
+
+
+# Run in a process of its own (a SIGBUS kills only it): three connections of one database, its
+# -shm made immutable, each closed through ``close_unwritten`` where the checkpoint at close cannot
+# be switched off (another Python's case, made here by answering False); prints what each close
+# did and how many connections stay open.
+_FALLBACK_CLOSES = """
+import os, sqlite3, subprocess, sys
+from pathlib import Path
+from sidecar.stores import frozen
+
+frozen.no_checkpoint_at_close = lambda db, path: False
+path = Path(sys.argv[1])
+shm = path.with_name(path.name + "-shm")
+dbs = [sqlite3.connect(path, isolation_level=None) for _ in range(3)]
+dbs[0].execute("PRAGMA journal_mode=WAL")
+dbs[0].execute("CREATE TABLE t(x)")
+dbs[0].executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(50)])
+for db in dbs:
+    db.execute("SELECT count(*) FROM t").fetchall()
+os.sync()
+if subprocess.run(["chattr", "+i", str(shm)], capture_output=True).returncode != 0:
+    print("no chattr", flush=True)
+    os._exit(0)
+try:
+    for db in dbs:
+        print("closed:", frozen.close_unwritten(db, path), flush=True)
+    print("kept", len(frozen._left_open), flush=True)
+finally:
+    subprocess.run(["chattr", "-i", str(shm)], check=True)
+os._exit(0)
+"""
+
+
+def test_closes_that_cannot_switch_the_checkpoint_off_keep_one_connection_per_file(tmp_path: Path) -> None:
+    """Where the checkpoint at close cannot be switched off (a Python with SQLite built in, macOS),
+    a close while the -shm is immutable leaves its connection open: each close kept one, and its
+    descriptors, for the life of the process. One per database file now: while it is open the
+    file's other connections' closes are not the last, write nothing, and close as always."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file immutable")
+    path = tmp_path / "manifest.sqlite"
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FALLBACK_CLOSES, str(path)],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:  # a process killed by SIGBUS left the flag set
+        subprocess.run(
+            ["chattr", "-i", str(path.with_name(path.name + "-shm"))], capture_output=True, check=False
+        )
+    if "no chattr" in done.stdout:
+        pytest.skip("cannot make a file immutable here")
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    closes = [line for line in done.stdout.splitlines() if line.startswith("closed:")]
+    assert len(closes) == 3 and closes[0].startswith("closed: left open"), done.stdout
+    assert all("is kept open" in line for line in closes[1:]), done.stdout
+    assert "kept 1" in done.stdout, done.stdout
+    again = sqlite3.connect(path)
+    try:
+        assert again.execute("SELECT count(*) FROM t").fetchone()[0] == 50
+    finally:
+        again.close()
 
 
 def test_a_write_back_refused_for_an_immutable_shm_says_so_not_the_disk(tmp_path: Path) -> None:
@@ -362,3 +468,90 @@ def test_a_write_back_refused_for_an_immutable_shm_says_so_not_the_disk(tmp_path
         assert m.written_back()
     finally:
         m.close()
+
+
+def test_a_write_refused_for_an_immutable_shm_stops_no_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the ``-shm`` immutable no reader opens, so every read goes through the writer's
+    connection; a write there waits for the writer's lock and is refused once it has it. Counted
+    as a queued write, it stopped the read running there, which was read again from its start
+    for a write that could not run. Not counted now: the read runs once (its rows go on for
+    200,000 steps after the write began, more than ten give-ways' worth)."""
+    import threading
+
+    from sidecar.contracts.errors import PermissionDeniedError
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    starts: list[int] = []
+    state = {"write_began": False, "after": 0}
+    began_now = threading.Event()
+
+    def began() -> int:
+        starts.append(1)
+        began_now.set()
+        return 1
+
+    def go_on(n: int) -> int:
+        if state["write_began"]:
+            state["after"] += 1
+            return int(state["after"] < 200_000)
+        return 1
+
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("began", 0, began)
+        db.create_function("go_on", 1, go_on)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    path = tmp_path / "manifest.sqlite"
+    m = Manifest(path)
+    try:
+        m.set_meta("k", "1")
+        answered: list[Any] = []
+        refused: list[BaseException] = []
+        with _immutable(path.with_name(path.name + "-shm"), recursive=False):
+            read = (
+                "WITH RECURSIVE c(n) AS (SELECT began() UNION ALL SELECT n + 1 FROM c WHERE go_on(n)) "
+                "SELECT count(*) > 0 FROM c"
+            )
+            reader = threading.Thread(target=lambda: answered.append(m._committed(read)), daemon=True)
+            reader.start()
+            assert began_now.wait(30)  # a guard against a hang, not a timing
+            state["write_began"] = True
+            try:
+                m.set_meta("k", "2")
+            except PermissionDeniedError as exc:
+                refused.append(exc)
+            reader.join(60)
+        assert answered == [[(1,)]] and refused, (answered, refused)
+        assert len(starts) == 1, len(starts)
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("flagged", ["vectors", "bm25/pages/meta.json", "bm25/memory-all/chunks"])
+def test_a_flag_inside_the_index_is_found_not_only_on_five_paths(tmp_path: Path, flagged: str) -> None:
+    """``health``'s ``index.immutable`` (and with it status's "Index: read-only" headline) asked
+    five paths: the index folder, the manifest's three files and the keyword index's folder. A
+    flag on the vector table's folder or on a file inside the keyword index (a backup tool
+    flagging files one by one) said "Index: ready" while the writes there failed. Every entry a
+    few levels down is asked now."""
+    from sidecar.stores.frozen import frozen_in_index
+    from sidecar.stores.manifest import Manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    Manifest(index / "manifest.sqlite").close()
+    for folder in ("bm25/pages", "bm25/memory-all/chunks", "vectors/table.lance/data"):
+        (index / folder).mkdir(parents=True)
+    for name in ("bm25/pages/meta.json", "bm25/pages/a.idx", "vectors/table.lance/data/0.lance"):
+        (index / name).write_text("{}")
+    assert frozen_in_index(index) is None
+    with _immutable(index / flagged, recursive=False):
+        assert frozen_in_index(index) == index / flagged
+    assert frozen_in_index(index) is None

@@ -67,37 +67,92 @@ def frozen(path: Path) -> bool:
         return False
 
 
+# How far ``frozen_in_index`` looks: the index's folders this many levels down (the keyword
+# index's files at the third, its memory indexes' and the vector tables' at the fourth), no more
+# than ``FROZEN_ENTRIES`` entries, and of a folder of more than ``FROZEN_CROWDED`` entries only
+# its folders: a big vault's vector table holds thousands of data files, each written once and
+# never again (a write adds new ones: the folder's own flag is what stops it). A health answer
+# stays within milliseconds.
+FROZEN_DEPTH = 4
+FROZEN_ENTRIES = 2000
+FROZEN_CROWDED = 256
+
+
 def frozen_in_index(index_dir: Path) -> Path | None:
-    """The first file of the index that is immutable or append-only (the index folder, its
-    manifest's three files, the keyword index's folder), None when none is: while one is, nothing
-    can be written to the index (``health``'s ``index.immutable``). A few path questions."""
+    """The first file or folder of the index that is immutable or append-only, None when none
+    is: while one is, writes to the index fail (``health``'s ``index.immutable``). The manifest's
+    three files and the index folder first, then every entry ``FROZEN_DEPTH`` levels down, level
+    by level in name order (at most ``FROZEN_ENTRIES``; ``FROZEN_CROWDED``): a flag on the vector
+    table's folder or on a keyword index's ``meta.json`` said "ready" while only five paths were
+    asked."""
     manifest = index_dir / "manifest.sqlite"
-    for path in (
-        index_dir,
+    first = (
         manifest,
         manifest.with_name(manifest.name + "-wal"),
         manifest.with_name(manifest.name + "-shm"),
-        index_dir / "bm25",
-    ):
+    )
+    for path in (index_dir, *first):
         if frozen(path):
             return path
+    asked = 0
+    level = [index_dir]
+    for _ in range(FROZEN_DEPTH):
+        below: list[Path] = []
+        for folder in level:
+            try:
+                with os.scandir(folder) as listing:
+                    entries = list(listing)
+            except OSError:
+                continue  # gone or unreadable meanwhile: its own error is said elsewhere
+            if len(entries) > FROZEN_CROWDED:
+                entries = [e for e in entries if e.is_dir(follow_symlinks=False)]
+            for entry in sorted(entries, key=lambda e: e.name):
+                if asked >= FROZEN_ENTRIES:
+                    return None
+                asked += 1
+                path = Path(entry.path)
+                if path not in first and frozen(path):
+                    return path
+                if entry.is_dir(follow_symlinks=False):
+                    below.append(path)
+        level = below
     return None
 
 
-# Connections left open (``leave_open``): one per manifest the stop closes, and one per close
-# while the daemon runs only where SQLite's checkpoint at close cannot be switched off.
+# Connections left open (``leave_open``): one per manifest the stop closes, and while the daemon
+# runs one per database file at most (``close_unwritten``), only where SQLite's checkpoint at close
+# cannot be switched off.
 _left_open: list[sqlite3.Connection] = []
+# The database files (device, inode) one of those is a connection of: while it stays open, another
+# connection's close is never the file's last, so it neither checkpoints nor writes the -shm.
+_kept_files: set[tuple[int, int]] = set()
+
+# What ``close_unwritten`` did instead of a plain close (in words for the log).
+CLOSED_UNWRITTEN = "closed without its checkpoint"
+CLOSED_BESIDE_KEPT = "closed: a connection of the same file is kept open, so this close was not the last"
+LEFT_OPEN = "left open: its checkpoint at close could not be switched off here"
 
 
-def leave_open(db: sqlite3.Connection) -> None:
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def leave_open(db: sqlite3.Connection, path: Path | None = None) -> None:
     """Never close ``db``, a writer whose ``-shm`` is immutable at the stop: SQLite's close of a
     database's last connection checkpoints and writes that file's mapping, and the kernel kills
     the process with SIGBUS. Referenced for the life of the process, one reference more than any
     holder gives back, so neither a collection nor the interpreter's exit closes it; the exit
     unmaps it, and the next open replays the write-ahead log (nothing lost). While the daemon runs
     a close goes through ``close_unwritten`` instead (each kept connection holds descriptors),
-    which comes here only where the checkpoint at close cannot be switched off."""
+    which comes here only where the checkpoint at close cannot be switched off (``path``: the
+    database file, recorded so that its other connections close as always)."""
     _left_open.append(db)
+    if path is not None and (kept := _file_id(path)) is not None:
+        _kept_files.add(kept)
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
 
 
@@ -123,8 +178,10 @@ def no_checkpoint_at_close(db: sqlite3.Connection, path: Path) -> bool:
 
 def _db_config_311(db: sqlite3.Connection, path: Path) -> bool:
     """``sqlite3_db_config(handle, NO_CKPT_ON_CLOSE, 1, &done)`` through ctypes on CPython 3.11
-    (``_handle_311``). Linux only: a variadic call through ctypes passes its arguments where C
-    expects them there (not on macOS on arm64)."""
+    (``_handle_311``); True only when SQLite answered SQLITE_OK and reported the setting on (its
+    ``done``). Linux only: a variadic call through ctypes passes its arguments where C expects them
+    there (not on macOS on arm64). Tested: the -wal outlives the close of the file's last
+    connection, which it does not when the call did nothing."""
     if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
         return False
     if not sys.platform.startswith("linux"):
@@ -145,9 +202,12 @@ def _db_config_311(db: sqlite3.Connection, path: Path) -> bool:
 
 def _handle_311(lib: Any, db: sqlite3.Connection, path: Path) -> int | None:
     """SQLite's handle of ``db``: CPython 3.11's connection object holds it right after its
-    object header (Modules/_sqlite/connection.h, the same from 3.8 to 3.13). Checked by asking
-    SQLite for the handle's file (``sqlite3_db_filename``: ``path``) before it is used; None when
-    that is not so, or ``db`` is closed."""
+    object header (Modules/_sqlite/connection.h; ``object.__basicsize__`` is the header's size on
+    this build, a debug build's too). What is checked: that the handle is not NULL (``db``
+    closed) and that SQLite names ``path`` as its main database (``sqlite3_db_filename``), which
+    catches a valid handle of another database. That question reads through the pointer itself:
+    a different layout would crash it, not fail it, which is why only CPython 3.11 is asked, whose
+    layout is known (3.12 has ``setconfig``)."""
     handle = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
     if not handle:
         return None
@@ -165,18 +225,23 @@ def close_unwritten(db: sqlite3.Connection, path: Path) -> str | None:
     ``-shm`` while that file is immutable: the close of the last connection checkpoints into the
     mapped file, and the kernel answered with SIGBUS (a start whose keyword index failed to open
     after the flag came, a failed switch to writable closing its stores). Its checkpoint is
-    switched off then (``no_checkpoint_at_close``: the log stays, the next open replays it), and
-    where that cannot be done the connection is left open (``leave_open``). None when it closed
-    as always, else what was done instead, in words for the log."""
+    switched off then (``no_checkpoint_at_close``: the log stays, the next open replays it).
+    Where that cannot be done (another Python, another system) the connection is left open
+    (``leave_open``), one per database file: once one is, the file's other connections close as
+    always, their close not being the last. None when it closed as always, else what was done
+    instead: ``CLOSED_UNWRITTEN``, ``CLOSED_BESIDE_KEPT`` or ``LEFT_OPEN``."""
     shm = path.with_name(path.name + "-shm")
     if not frozen(shm):
         db.close()
         return None
-    if not no_checkpoint_at_close(db, path):
-        leave_open(db)
-        return "left open: its checkpoint at close could not be switched off here"
-    db.close()
-    return "closed without its checkpoint"
+    if no_checkpoint_at_close(db, path):
+        db.close()
+        return CLOSED_UNWRITTEN
+    if _file_id(path) in _kept_files:
+        db.close()
+        return CLOSED_BESIDE_KEPT
+    leave_open(db, path)
+    return LEFT_OPEN
 
 
 class FrozenShmError(sqlite3.OperationalError, PermissionDeniedError):

@@ -13,6 +13,7 @@ rows as Python holds them (``manifest_rows``), how a chunk's model text is store
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -28,7 +29,7 @@ from sidecar.contracts.errors import StoreError, store_error_class
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
 from sidecar.stores.embedtext import split_embed_text
-from sidecar.stores.frozen import FrozenShmError, guarded_connect
+from sidecar.stores.frozen import FrozenShmError, frozen, guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
 from sidecar.stores.manifest_chunks import ManifestChunks
 from sidecar.stores.manifest_file import (
@@ -60,11 +61,16 @@ READERS = 2
 # its lock, as the writer's own reads): ``health`` and searches were queued behind two long reads
 # (a big vault's note days), and behind a read that never returned (a hung disk) forever.
 READER_WAIT_S = 0.05
-# A read through the writer's connection gives way to a write that queues for its lock: SQLite
-# asks every this many virtual machine steps (tens of microseconds) whether one waits, and the read
-# is stopped there and read again after it. A long read (a big vault's note days) held a memory
-# write for as long as it ran.
-YIELD_STEPS = 1000
+# A read through the writer's connection gives way to a write that queues for its lock: the write
+# interrupts it (``sqlite3_interrupt``, made for a call from another thread), and the read is read
+# again after it. A long read (a big vault's note days) held a memory write for as long as it ran.
+# Not SQLite's progress handler: each of its questions takes the GIL back from the daemon's other
+# threads, and asked every 1,000 steps a read with one busy Python thread beside it took twice as
+# long (every 100,000 steps still half as long again on a loaded machine).
+# How many times one read through the writer gives way. Once: a read that gave way to every write
+# was restarted without end while writes kept coming (an indexing run), where before only the write
+# waited; after it the read keeps the lock to its end and the writes wait, as they did.
+GIVE_WAY_TIMES = 1
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +82,20 @@ _NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
 class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
 
-    # Writes waiting for ``_lock`` (``transaction``): a read through the writer's connection gives
-    # way to them (``_read_through_writer``).
-    _writes_waiting = 0
-    # Guards that count's changes; one for every manifest (held for an addition only).
-    _waiting_count = threading.Lock()
-
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
-        self.path = path
-        self.read_only = read_only
+        self.path, self.read_only = path, read_only
+        # Writes waiting for this manifest's ``_lock`` (``transaction``) that can run (not one
+        # refused for an immutable ``-shm``): a read through its writer's connection gives way to
+        # them (``_read_through_writer``). Each manifest's own: another's writes are no reason.
+        # ``_waiting_count`` guards its changes and the next two (held for a few steps only):
+        # whether a read through the writer that a queued write may interrupt runs, and whether
+        # one did.
+        self._writes_waiting, self._waiting_count, self._interruptible, self._interrupted = (
+            0,
+            threading.Lock(),
+            False,
+            False,
+        )
         # The vault's daily-note name formats (Obsidian's settings, set by each sweep's read of
         # them): a note's date is read with them (``note_date``).
         self.day_formats: DayFormats = ()
@@ -221,6 +232,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
         if self.read_only:
             return self._query(sql, args)
+        gave_way = 0
         while True:
             db = self._take_reader()
             if db is not None:
@@ -228,42 +240,45 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                     return db.execute(sql, args).fetchall()
                 finally:
                     self._give_back(db)
-            rows = self._read_through_writer(sql, args)
+            rows = self._read_through_writer(sql, args, may_give_way=gave_way < GIVE_WAY_TIMES)
             if rows is not None:
                 return rows
+            gave_way += 1
 
-    def _read_through_writer(self, sql: str, args: Sequence[Any]) -> list[Any] | None:
+    def _read_through_writer(self, sql: str, args: Sequence[Any], *, may_give_way: bool) -> list[Any] | None:
         """``sql`` read on the writer's connection, under its lock (no commit runs amid it, so the
-        commit's settle read still finds a read-mark slot: ``READERS``); None when a write queued
-        for the lock before the read began or while it ran (the read is stopped: the caller tries
-        again, on a reader or here), so that a long read never holds a memory write for more than
-        ``YIELD_STEPS`` steps. Inside this thread's own transaction it reads to the end: the writes
-        waiting wait for that transaction anyway."""
-        if self._owned_here():
+        commit's settle read still finds a read-mark slot: ``READERS``). Where it ``may_give_way``:
+        None when a write queued for the lock before the read began or while it ran (the write
+        interrupts it, ``_write_lock``: the caller tries again, on a reader or here). Else (it gave
+        way ``GIVE_WAY_TIMES`` already) read to its end like any read under the lock, the writes
+        waiting meanwhile; so inside this thread's own transaction too: the writes waiting wait
+        for that anyway."""
+        if self._owned_here() or not may_give_way:
             return self._query(sql, args)
         with self._lock:
-            if self._writes_waiting:
-                return None
-            gave_way = False
-
-            def give_way() -> bool:
-                nonlocal gave_way
-                gave_way = self._writes_waiting > 0
-                return gave_way
-
-            self._db.set_progress_handler(give_way, YIELD_STEPS)
+            with self._waiting_count:  # a write counted after this interrupts the read
+                if self._writes_waiting:
+                    return None
+                self._interruptible, self._interrupted = True, False
             try:
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.OperationalError:
-                if not gave_way:
+                if not self._interrupted:
                     raise
                 return None
             finally:
-                self._db.set_progress_handler(None, 0)
+                with self._waiting_count:
+                    self._interruptible = False
+                    if self._interrupted:
+                        # An interrupt that came as the read ended stays set until a statement
+                        # begins while none runs: this one, so the write's own never sees it.
+                        with contextlib.suppress(sqlite3.Error):
+                            self._db.execute("SELECT 1").fetchall()
 
     def _owned_here(self) -> bool:
         """Whether this thread holds the writer's lock (inside a transaction of its own)."""
-        # RLock's own question (Condition asks it too); typeshed does not list it.
+        # RLock's own question (Condition asks it too): private, there in 3.11 to 3.13 (the C
+        # RLock and the Python one); typeshed does not list it.
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
     def _take_reader(self) -> sqlite3.Connection | None:
@@ -346,14 +361,22 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     @contextmanager
     def _write_lock(self) -> Iterator[None]:
         """The writer's lock, taken for a write: counted in ``_writes_waiting`` while it waits, so
-        that a read through the writer's connection gives way (``_read_through_writer``)."""
-        with self._waiting_count:
-            self._writes_waiting += 1
+        that a read through the writer's connection gives way (``_read_through_writer``). Not
+        counted while the ``-shm`` is immutable: the write will be refused (``FrozenShmError``),
+        and a read stopped for it was read again for nothing."""
+        counted = not frozen(self.path.with_name(self.path.name + "-shm"))
+        if counted:
+            with self._waiting_count:
+                self._writes_waiting += 1
+                if self._interruptible and not self._interrupted:
+                    self._interrupted = True
+                    self._db.interrupt()  # the read through the writer's connection gives way
         try:
             self._lock.acquire()
         finally:
-            with self._waiting_count:
-                self._writes_waiting -= 1
+            if counted:
+                with self._waiting_count:
+                    self._writes_waiting -= 1
         try:
             yield
         finally:

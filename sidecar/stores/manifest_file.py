@@ -24,7 +24,15 @@ from pathlib import Path
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
 from sidecar.stores.embedtext import embed_hash, split_embed_text
-from sidecar.stores.frozen import close_unwritten, frozen, guarded_connect, leave_open
+from sidecar.stores.frozen import (
+    CLOSED_BESIDE_KEPT,
+    CLOSED_UNWRITTEN,
+    LEFT_OPEN,
+    close_unwritten,
+    frozen,
+    guarded_connect,
+    leave_open,
+)
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
 from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
 
@@ -479,7 +487,7 @@ class ManifestFile:
             with contextlib.suppress(sqlite3.Error):
                 reader.close()
         self._release_writer()
-        leave_open(self._db)
+        leave_open(self._db, self.path)
         self._left = True
         log.warning(
             "manifest_close_skipped path=%s reason=immutable (left open at the stop: the next "
@@ -503,13 +511,20 @@ def _close(db: sqlite3.Connection, path: Path) -> None:
     whose keyword index failed to open after the flag came, a failed switch closing its stores),
     said in the log (the next open replays the write-ahead log, nothing is lost)."""
     done = close_unwritten(db, path)
-    if done is not None:
-        log.warning(
-            "manifest_closed_unwritten path=%s reason=immutable (%s; the next open replays its "
-            "write-ahead log, nothing is lost)",
-            path,
-            done,
-        )
+    if done is None:
+        return
+    # Each its own event: a fallback (the checkpoint could not be switched off) shows in the log.
+    event = {
+        CLOSED_UNWRITTEN: "manifest_closed_unwritten",
+        CLOSED_BESIDE_KEPT: "manifest_closed_beside_kept",
+        LEFT_OPEN: "manifest_left_open",
+    }[done]
+    log.warning(
+        "%s path=%s reason=immutable (%s; the next open replays its write-ahead log, nothing is lost)",
+        event,
+        path,
+        done,
+    )
 
 
 def _vacuum_room(live: int, folder: Path) -> tuple[Path, int, int] | None:
