@@ -187,6 +187,11 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    other_arm_scores: bool = _opt(
+        True,
+        "Give a candidate that only one arm found the other arm's real score (its cosine, or its "
+        "keyword score), looked up for it. false: a chunk outside an arm's candidates scores 0 there.",
+    )
     page_support: float = _opt(
         # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
         # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)
