@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sidecar.search.fusion import Candidate, Scale, fuse
+from sidecar.search.recall import recall
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
@@ -109,3 +110,21 @@ def test_a_looked_up_score_is_evidence_not_a_place_in_the_arms_order() -> None:
     assert out["looked"].vec_norm == pytest.approx(0.8)
     assert out["looked"].boosts["rank"] == pytest.approx(0.1 * 0.5 * 1.0, abs=1e-4)  # its keyword first place
     assert out["found"].boosts["rank"] == pytest.approx(0.1 * (0.5 * 1.0 + 0.5 * 11 / 12), abs=1e-4)
+
+
+def test_recall_keeps_each_candidates_own_arms(crowded: Any) -> None:
+    """Recall's gates were set on the scores of the arms that found a chunk: a keyword-only chunk
+    shows no cosine there (no looked-up one), while a search of the same words reports its cosine."""
+    h = crowded(**{"search.candidates": 10})
+    try:
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        req = SearchRequest(QUERY, 3, 0.0)  # each arm's 10 candidates
+        found = r.search(req).hits
+        striped = [hit for hit in found if hit.reference.startswith("vault/Striped")]
+        assert striped and all(hit.vec_score is not None for hit in striped)
+        result = recall(r, QUERY, [], req, lambda texts: [len(t.split()) for t in texts], explain=True)
+        shown = [*result.hits, *result.dropped]
+        recalled = [hit for hit in shown if hit.reference.startswith("vault/Striped")]
+        assert recalled and all(hit.similarity is None and hit.vec_score is None for hit in recalled)
+    finally:
+        h.close()

@@ -67,7 +67,10 @@ class Ranker:
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
+        other_arm: bool = True,
     ) -> Ranking:
+        """The candidates fused, ruled, folded and capped. ``other_arm``: a candidate one arm found
+        gets the other arm's score looked up (with ``search.otherArmScores``; recall asks not to)."""
         bm, stem = found.keywords, found.stem
         # Each vector query's hits, with the chunks whose cosine was looked up (none by default).
         vec_lists: list[tuple[VecList, frozenset[str]]] = [(vl, frozenset()) for vl in found.vectors]
@@ -93,7 +96,7 @@ class Ranker:
         answered = found.keywords_answered
         unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
         looked_bm: frozenset[str] = frozenset()
-        if cfg.other_arm_scores:
+        if cfg.other_arm_scores and other_arm:
             # A chunk one arm found is scored by the other arm too, not given 0 there for lying
             # past that arm's candidates: its real keyword score, its real cosine.
             extra = self._keyword_scores_of(req, found, views, searched, bm_scores)
