@@ -15,6 +15,7 @@ from sidecar.search.recall import recall
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
+from tests.index_helpers import with_agents
 
 # The fake embedder counts words, stopwords too, while the keyword arm drops them: notes of
 # stopwords alone are the query's nearest vectors and hold none of its words.
@@ -126,5 +127,36 @@ def test_recall_keeps_each_candidates_own_arms(crowded: Any) -> None:
         shown = [*result.hits, *result.dropped]
         recalled = [hit for hit in shown if hit.reference.startswith("vault/Striped")]
         assert recalled and all(hit.similarity is None and hit.vec_score is None for hit in recalled)
+    finally:
+        h.close()
+
+
+def test_a_memory_chunks_looked_up_keyword_score_is_its_search_score(make_cfg: Any, vault: Path) -> None:
+    """The keyword look-up restricted to chunk ids scores a memory chunk as the keyword arm does,
+    from the index of all memory (a person's search) and from the agent's own (the agent's): the
+    filter adds nothing; a chunk holding none of the words is left out."""
+    notes = {
+        "alpha": {
+            "trip": "# Trip\n\nThe kayak of alpha waits at the lake.\n",
+            "gear": "# Gear\n\nA paddle and a long list of other gear.\n",
+        }
+    }
+    h = Harness(with_agents(make_cfg, vault, notes), FakeEmbedder())
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        (trip,) = [c.chunk_id for c in h.stores.manifest.chunks_of("memory/alpha/trip")]
+        (gear,) = [c.chunk_id for c in h.stores.manifest.chunks_of("memory/alpha/gear")]
+        for agent in (None, "alpha"):
+            full = dict(bm25.search("kayak lake", 50, None, agent))
+            looked = bm25.search(
+                "kayak lake",
+                2,
+                None,
+                agent,
+                keys=["memory/alpha/trip", "memory/alpha/gear"],
+                chunk_ids=[trip, gear],
+            )
+            assert looked == [(trip, pytest.approx(full[trip]))], agent
     finally:
         h.close()
