@@ -187,6 +187,15 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    other_arm_scores: bool = _opt(
+        # e5 MRR@10, off -> on: de 0.681 -> 0.684, blind-de 0.466 -> 0.472, compound-de 0.591 ->
+        # 0.631, en-de 0.397 -> 0.400, separable-de 0.779 -> 0.776, the rest equal (BENCHMARKS.md,
+        # issue 13; help, SciFact, XQuAD and identifiers not yet measured)
+        True,
+        "Give a search's candidate that only one arm found the other arm's real score (its cosine, or "
+        "its keyword score), looked up for it; recall keeps the arms' own. false: a chunk outside an "
+        "arm's candidates scores 0 there.",
+    )
     page_support: float = _opt(
         # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
         # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)

@@ -26,6 +26,9 @@ class Candidate:
     embedded: bool = True  # False: no vector (not yet, or past index.maxVectorChunksPerNote)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
     page_bm25: float | None = None  # the BM25 score of the chunk's whole note
+    # The arms ("vec", "bm25") whose score of this chunk was looked up, not found among that arm's
+    # candidates: it counts as evidence, not as a place in the arm's order (``rank_share``).
+    looked_up: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ def fuse(
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
 
+    A chunk only one arm found carries the other arm's score when it was looked up (``looked_up``,
+    ``search.otherArmScores``): pool membership is not evidence, a chunk just past an arm's
+    candidates is not unrelated there.
+
     ``keywords_answered``: the keyword arm ran and did not fail. When it found none of the query's
     words in any candidate, the ranking rests on the vector arm alone, but relevance counts the
     missing keyword evidence as none: a clear match by meaning alone reaches ``vector_weight`` (the
@@ -170,8 +177,8 @@ def fuse(
     rv = wv  # the vector arm's share of relevance
     if keywords_answered and not bm:
         rv = 0.0 if unread else vector_weight
-    rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
-    rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
+    rank_v = rrf(_found(raw_vec, candidates, "vec"), RANK_BONUS_K) if rank_share > 0 else {}
+    rank_b = rrf(_found(raw_bm, candidates, "bm25"), RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
     for c in candidates:
         cid = c.chunk_id
@@ -194,6 +201,12 @@ def fuse(
     # the name that sorts first.
     out.sort(key=_order)
     return out
+
+
+def _found(scores: Mapping[str, float], candidates: Sequence[Candidate], arm: str) -> dict[str, float]:
+    """The scores of the chunks the arm found itself (not looked up for the other arm's)."""
+    looked = {c.chunk_id for c in candidates if arm in c.looked_up}
+    return {k: v for k, v in scores.items() if k not in looked} if looked else dict(scores)
 
 
 def _order(s: Scored) -> tuple[float, float, float, str, int]:
