@@ -87,7 +87,7 @@ def test_a_chunk_one_arm_found_gets_the_other_arms_real_score(crowded: Any) -> N
 
 def test_other_arm_scores_off_leaves_a_one_arm_chunk_without_one(crowded: Any) -> None:
     """``search.otherArmScores: false``: pool membership alone decides, as before."""
-    h = crowded(**{"search.candidates": 10, "search.otherArmScores": False})
+    h = crowded(**{"search.candidates": 10, "search.otherArmScores": "none"})
     try:
         _, found, cands = _ranked(h)
         arm_vec = {cid for cid, _, _ in found.vectors[0]}
@@ -160,3 +160,30 @@ def test_a_memory_chunks_looked_up_keyword_score_is_its_search_score(make_cfg: A
             assert looked == [(trip, pytest.approx(full[trip]))], agent
     finally:
         h.close()
+
+
+def test_a_looked_up_score_far_below_the_arms_last_is_left_out() -> None:
+    """With ``looked_near`` a looked-up keyword score counts only from that share of the arm's
+    last own candidate's calibrated score: a page holding one common word of the question, far
+    below every candidate the arm found, is not lifted by it; one near the arm's last is."""
+    scale = Scale(cosine_floor=0.8, cosine_full=0.9, bm25_ideal=10.0)
+    own = [
+        Candidate("own1", "vault/a", "vault", 1, 2, vec=0.85, bm25=8.0),
+        Candidate("own2", "vault/b", "vault", 1, 2, vec=0.84, bm25=5.0),
+    ]
+    near = Candidate("near", "vault/c", "vault", 1, 2, vec=0.86, bm25=4.5, looked_up=frozenset({"bm25"}))
+    far = Candidate("far", "vault/d", "vault", 1, 2, vec=0.86, bm25=1.0, looked_up=frozenset({"bm25"}))
+
+    def fused(**kw: Any) -> dict[str, Any]:
+        out = fuse([*own, near, far], vector_weight=0.5, source_boosts={}, scale=scale, **kw)
+        return {s.candidate.chunk_id: s for s in out}
+
+    every = fused()
+    kept = fused(looked_near=0.8)
+    assert every["near"].bm25_norm > 0
+    assert kept["near"].bm25_norm == pytest.approx(every["near"].bm25_norm)
+    assert every["far"].bm25_norm > 0
+    assert kept["far"].bm25_norm == 0 and kept["far"].candidate.bm25 is None
+    assert not kept["far"].candidate.looked_up
+    assert kept["far"].score < every["far"].score
+    assert kept["own2"].bm25_norm == pytest.approx(every["own2"].bm25_norm)

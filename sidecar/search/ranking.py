@@ -20,7 +20,17 @@ from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import cosine_range
 from sidecar.notes.links import cited_by
 from sidecar.search.arms import Found, VecList
-from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
+from sidecar.search.fusion import (
+    LOOKED_NEAR,
+    Candidate,
+    Rules,
+    Scale,
+    Scored,
+    apply_rules,
+    cap_per_note,
+    fold,
+    fuse,
+)
 from sidecar.search.keyword_gaps import (
     PAGE_FAILURE,
     _inbox_failure_reported,
@@ -96,12 +106,14 @@ class Ranker:
         answered = found.keywords_answered
         unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
         looked_bm: frozenset[str] = frozenset()
-        if cfg.other_arm_scores and other_arm:
+        mode = cfg.other_arm_scores if other_arm else "none"
+        if mode in ("both", "keyword", "half", "near", "keyword-near"):
             # A chunk one arm found is scored by the other arm too, not given 0 there for lying
             # past that arm's candidates: its real keyword score, its real cosine.
             extra = self._keyword_scores_of(req, found, views, searched, bm_scores)
             looked_bm = frozenset(extra)
             bm_scores.update(extra)
+        if mode in ("both", "cosine", "half", "near"):
             vec_lists = self._cosines_of(found, views)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
@@ -139,6 +151,8 @@ class Ranker:
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
                 keywords_answered=answered,
                 unread=unread,
+                looked_weight=0.5 if mode == "half" else 1.0,
+                looked_near=LOOKED_NEAR if mode in ("near", "keyword-near") else 0.0,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
