@@ -187,16 +187,6 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
-    other_arm_scores: str = _opt(
-        # Temporary measurement key (issue 13, BENCHMARKS.md): which looked-up score counts.
-        "both",
-        "Give a search's candidate that only one arm found the other arm's real score, looked up for "
-        "it; recall keeps the arms' own. both: its cosine and its keyword score; cosine or keyword: "
-        "that one alone; half: both at half their calibrated weight; near: a looked-up score only "
-        "when it reaches 0.8 of the arm's last candidate's calibrated score; keyword-near: the "
-        "keyword score alone, as near; none: a chunk outside an arm's candidates scores 0 there.",
-        choices=("both", "cosine", "keyword", "half", "near", "keyword-near", "none"),
-    )
     page_support: float = _opt(
         # nDCG@10 SciFact / help set: 0 -> 0.709 / 0.726, 0.05 -> 0.703, 0.1 -> 0.699 / 0.740,
         # 0.2 -> 0.696 / 0.724 (BENCHMARKS.md)

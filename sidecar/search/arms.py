@@ -39,7 +39,6 @@ from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import BmParts, bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest
 from sidecar.stores.bm25_search import SHARED, SearchFault
-from sidecar.stores.vectors import VectorStore
 
 if TYPE_CHECKING:
     from sidecar.search.query_plan import Separated
@@ -83,10 +82,6 @@ class Found:
     spelled: Mapping[str, str] = field(default_factory=dict)
     # German verbs split from their particle, joined again (``Retriever.separated``).
     joined: tuple[str, ...] = ()
-    # The vector arm's query vectors (one per list of ``vectors``) and the table it searched:
-    # ranking asks it for the cosines of chunks only the keyword arm found (``Ranker.rank``).
-    probes: tuple[np.ndarray[Any, Any], ...] = ()
-    table: VectorStore | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ class EarlyVectors:
     """The vector arm of a search, started before the keyword arm; for one serving table."""
 
     serving: VectorSet
-    found: Future[tuple[list[np.ndarray[Any, Any]], list[VecList]]]  # the query vectors, their hits
+    found: Future[list[VecList]]
 
 
 class Arms:
@@ -229,16 +224,11 @@ class Arms:
         if not qa.words and vectors is None:
             return found([], None)
         try:
-            table, probes, hits = self._vector_hits(serving, vectors, text, req, early=early)
+            hits = self._vector_hits(serving, vectors, text, req, early=early)
             problems.clear("vector_search")
             pending, continuous, left = self.pending_vectors()
             return replace(
-                found(hits, bm_note),
-                pending=pending,
-                pending_continuous=continuous,
-                left_to_switch=left,
-                probes=tuple(probes),
-                table=table,
+                found(hits, bm_note), pending=pending, pending_continuous=continuous, left_to_switch=left
             )
         except (EmbedderError, StoreError) as exc:
             if self.stores.serving is not serving:
@@ -262,28 +252,23 @@ class Arms:
         req: SearchRequest,
         *,
         early: EarlyVectors | None,
-    ) -> tuple[VectorStore, list[np.ndarray[Any, Any]], list[VecList]]:
-        """The table searched, the query vectors and each one's hits from ``serving``; a search
-        overtaken by a model switch (its table dropped under it) asks the new serving table, with
-        that table's model, once."""
+    ) -> list[VecList]:
+        """Each vector query's hits from ``serving``; a search overtaken by a model switch (its
+        table dropped under it) asks the new serving table, with that table's model, once."""
         fetch = self._fetch(req)
         try:
             if early is not None and early.serving is serving:
-                return (serving.store, *early.found.result())
+                return early.found.result()
             # No early start, or the serving table changed meanwhile.
             queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
-            return (
-                serving.store,
-                queries,
-                [serving.store.search(q, fetch, req.sources, req.agent) for q in queries],
-            )
+            return [serving.store.search(q, fetch, req.sources, req.agent) for q in queries]
         except (EmbedderError, StoreError) as exc:
             current = self.stores.serving
             if current is None or current is serving or vectors is not None:
                 raise  # the given query vectors are the old model's: not for the new table
             log.info("vector_search_retried reason=model switch error=%s", exc)
             query = self.query_vector(current.model, text)
-            return current.store, [query], [current.store.search(query, fetch, req.sources, req.agent)]
+            return [current.store.search(query, fetch, req.sources, req.agent)]
 
     def _fetch(self, req: SearchRequest) -> int:
         return max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
@@ -296,8 +281,8 @@ class Arms:
             return None
         fetch = self._fetch(req)
 
-        def run() -> tuple[list[np.ndarray[Any, Any]], list[VecList]]:
+        def run() -> list[VecList]:
             query = self.query_vector(serving.model, text)
-            return [query], [serving.store.search(query, fetch, req.sources, req.agent)]
+            return [serving.store.search(query, fetch, req.sources, req.agent)]
 
         return EarlyVectors(serving, _vector_pool().submit(run))

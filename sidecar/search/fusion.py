@@ -26,9 +26,6 @@ class Candidate:
     embedded: bool = True  # False: no vector (not yet, or past index.maxVectorChunksPerNote)
     hub: float = 0.0  # how much nearer than average the chunk lies to the table's centre
     page_bm25: float | None = None  # the BM25 score of the chunk's whole note
-    # The arms ("vec", "bm25") whose score of this chunk was looked up, not found among that arm's
-    # candidates: it counts as evidence, not as a place in the arm's order (``rank_share``).
-    looked_up: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -76,9 +73,6 @@ RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few 
 # The rank bonus's constant: the first of an arm 1, the fifth 0.73, the tenth 0.55 (3 and 30
 # measured lower on the German and help sets; BENCHMARKS.md, fifteenth session).
 RANK_BONUS_K = 10
-# ``search.otherArmScores: near``: a looked-up score counts from this share of the calibrated
-# score of the arm's last own candidate (issue 13; a temporary measurement value).
-LOOKED_NEAR = 0.8
 
 
 def minmax(scores: Mapping[str, float]) -> dict[str, float]:
@@ -118,8 +112,6 @@ def fuse(
     rank_share: float = 0.0,
     keywords_answered: bool = False,
     unread: bool = False,
-    looked_weight: float = 1.0,
-    looked_near: float = 0.0,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -142,10 +134,6 @@ def fuse(
     BM25 alone, as every chunk is when there is no vector arm. Otherwise a note edited a moment
     ago (or not yet reached by a cold start's backfill) loses to any note the vector arm favours.
 
-    A chunk only one arm found carries the other arm's score when it was looked up (``looked_up``,
-    ``search.otherArmScores``): pool membership is not evidence, a chunk just past an arm's
-    candidates is not unrelated there.
-
     ``keywords_answered``: the keyword arm ran and did not fail. When it found none of the query's
     words in any candidate, the ranking rests on the vector arm alone, but relevance counts the
     missing keyword evidence as none: a clear match by meaning alone reaches ``vector_weight`` (the
@@ -159,22 +147,6 @@ def fuse(
     best_bm = max(raw_bm.values(), default=0.0)
     cal_vec = {k: scale.vec(v) for k, v in raw_vec.items()}
     cal_bm = {k: scale.bm25(v, best_bm) for k, v in raw_bm.items()}
-    dropped: dict[str, set[str]] = {}
-    if looked_weight != 1.0 or looked_near > 0:
-        dropped = _weigh_looked_up(candidates, cal_vec, cal_bm, looked_weight, looked_near)
-        if dropped:
-            candidates = [
-                replace(
-                    c,
-                    vec=None if "vec" in dropped.get(c.chunk_id, ()) else c.vec,
-                    bm25=None if "bm25" in dropped.get(c.chunk_id, ()) else c.bm25,
-                    looked_up=c.looked_up - dropped.get(c.chunk_id, set()),
-                )
-                for c in candidates
-            ]
-            raw_vec = {k: v for k, v in raw_vec.items() if "vec" not in dropped.get(k, ())}
-            raw_bm = {k: v for k, v in raw_bm.items() if "bm25" not in dropped.get(k, ())}
-            candidates = [c for c in candidates if c.vec is not None or c.bm25 is not None]
     if page_share > 0 and method == "calibrated":
         # A chunk's keyword evidence is partly its note's: the words of a question spread over
         # the sections of the page that answers it.
@@ -198,8 +170,8 @@ def fuse(
     rv = wv  # the vector arm's share of relevance
     if keywords_answered and not bm:
         rv = 0.0 if unread else vector_weight
-    rank_v = rrf(_found(raw_vec, candidates, "vec"), RANK_BONUS_K) if rank_share > 0 else {}
-    rank_b = rrf(_found(raw_bm, candidates, "bm25"), RANK_BONUS_K) if rank_share > 0 else {}
+    rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
+    rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
     for c in candidates:
         cid = c.chunk_id
@@ -222,38 +194,6 @@ def fuse(
     # the name that sorts first.
     out.sort(key=_order)
     return out
-
-
-def _weigh_looked_up(
-    candidates: Sequence[Candidate],
-    cal_vec: dict[str, float],
-    cal_bm: dict[str, float],
-    weight: float,
-    near: float,
-) -> dict[str, set[str]]:
-    """Looked-up scores (``looked_up``) at ``weight`` of their calibrated value; with ``near``, one
-    below that share of the arm's last own candidate's calibrated score is dropped. Returns the
-    arms dropped per chunk (the calibrated maps are changed in place)."""
-    dropped: dict[str, set[str]] = {}
-    for arm, cal in (("vec", cal_vec), ("bm25", cal_bm)):
-        looked = {c.chunk_id for c in candidates if arm in c.looked_up} & cal.keys()
-        if not looked:
-            continue
-        own = [v for k, v in cal.items() if k not in looked]
-        floor = near * min(own) if own else float("inf")
-        for k in looked:
-            if near > 0 and (cal[k] < floor or cal[k] <= 0.0):
-                del cal[k]
-                dropped.setdefault(k, set()).add(arm)
-            else:
-                cal[k] *= weight
-    return dropped
-
-
-def _found(scores: Mapping[str, float], candidates: Sequence[Candidate], arm: str) -> dict[str, float]:
-    """The scores of the chunks the arm found itself (not looked up for the other arm's)."""
-    looked = {c.chunk_id for c in candidates if arm in c.looked_up}
-    return {k: v for k, v in scores.items() if k not in looked} if looked else dict(scores)
 
 
 def _order(s: Scored) -> tuple[float, float, float, str, int]:

@@ -8,7 +8,7 @@ reads the same ``Ranking``. The state it works on is the ``Retriever``'s own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -19,18 +19,8 @@ from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import cosine_range
 from sidecar.notes.links import cited_by
-from sidecar.search.arms import Found, VecList
-from sidecar.search.fusion import (
-    LOOKED_NEAR,
-    Candidate,
-    Rules,
-    Scale,
-    Scored,
-    apply_rules,
-    cap_per_note,
-    fold,
-    fuse,
-)
+from sidecar.search.arms import Found
+from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
 from sidecar.search.keyword_gaps import (
     PAGE_FAILURE,
     _inbox_failure_reported,
@@ -77,14 +67,9 @@ class Ranker:
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
-        other_arm: bool = True,
     ) -> Ranking:
-        """The candidates fused, ruled, folded and capped. ``other_arm``: a candidate one arm found
-        gets the other arm's score looked up (with ``search.otherArmScores``; recall asks not to)."""
-        bm, stem = found.keywords, found.stem
-        # Each vector query's hits, with the chunks whose cosine was looked up (none by default).
-        vec_lists: list[tuple[VecList, frozenset[str]]] = [(vl, frozenset()) for vl in found.vectors]
-        ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl, _ in vec_lists for c, _, _ in vl]))
+        bm, vec_lists, stem = found.keywords, found.vectors, found.stem
+        ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
         # Not the old entries of moved notes while they are removed: ``views`` leaves them out.
         views = {k: v for k, v in self.stores.manifest.views(ids).items() if passes(v, req.filters)}
         cfg = self.cfg
@@ -105,19 +90,9 @@ class Ranker:
         # words are judged by its own gates, not here: only a search's words.
         answered = found.keywords_answered
         unread = answered and parts is None and not any(cid in views for cid, _ in bm) and self.unread(qa)
-        looked_bm: frozenset[str] = frozenset()
-        mode = cfg.other_arm_scores if other_arm else "none"
-        if mode in ("both", "keyword", "half", "near", "keyword-near"):
-            # A chunk one arm found is scored by the other arm too, not given 0 there for lying
-            # past that arm's candidates: its real keyword score, its real cosine.
-            extra = self._keyword_scores_of(req, found, views, searched, bm_scores)
-            looked_bm = frozenset(extra)
-            bm_scores.update(extra)
-        if mode in ("both", "cosine", "half", "near"):
-            vec_lists = self._cosines_of(found, views)
         best: dict[str, Scored] = {}
         # Each vector query is fused with BM25 on its own; a chunk keeps its better score.
-        for vec, looked_vec in vec_lists or [([], frozenset())]:
+        for vec in vec_lists or [[]]:
             vec_scores = {cid: cos for cid, cos, _ in vec}
             hubs = {cid: hub for cid, _, hub in vec}
             cands = [
@@ -133,9 +108,6 @@ class Ranker:
                     v.has_vector,
                     hubs.get(cid, 0.0),
                     pages.get(v.key),
-                    frozenset(
-                        arm for arm, looked in (("vec", looked_vec), ("bm25", looked_bm)) if cid in looked
-                    ),
                 )
                 for cid, v in views.items()
                 if cid in vec_scores or cid in bm_scores
@@ -151,8 +123,6 @@ class Ranker:
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
                 keywords_answered=answered,
                 unread=unread,
-                looked_weight=0.5 if mode == "half" else 1.0,
-                looked_near=LOOKED_NEAR if mode in ("near", "keyword-near") else 0.0,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:
@@ -175,58 +145,6 @@ class Ranker:
             ruled = self._link_lift(ruled, cfg.link_lift)
         folded = fold(ruled, cfg.fold)
         return Ranking(cap_per_note(folded, rules.max_hits_per_note), views, ruled, folded, scale)
-
-    def _keyword_scores_of(
-        self,
-        req: SearchRequest,
-        found: Found,
-        views: Mapping[str, ChunkView],
-        searched: BmParts,
-        bm_scores: Mapping[str, float],
-    ) -> dict[str, float]:
-        """The keyword scores of the candidates only the vector arm found: the arm's own query
-        restricted to those chunks (the restriction scores nothing, so each score is what the arm
-        gives the chunk). Those holding none of the words stay without one. The arm's scale is
-        untouched: every such chunk scores below the arm's last candidate."""
-        missing = [cid for cid in views if cid not in bm_scores]
-        if not missing or not found.keywords_answered or not any(text for text, _ in searched):
-            return {}
-        try:
-            return dict(
-                self.stores.bm25.search(
-                    searched,
-                    len(missing),
-                    req.sources,
-                    req.agent,
-                    keys=sorted({views[cid].key for cid in missing}),
-                    chunk_ids=missing,
-                    stem=found.stem,
-                    faults=[],  # the arm has said what it could not read
-                )
-            )
-        except StoreError as exc:  # the arm's own scores still rank: never fail a search for it
-            log.warning("keyword_scores_failed error=%s", exc)
-            return {}
-
-    def _cosines_of(
-        self, found: Found, views: Mapping[str, ChunkView]
-    ) -> list[tuple[VecList, frozenset[str]]]:
-        """Each vector query's hits with the cosines (and hubness) of the other candidates added,
-        computed from their stored vectors as the arm computes its own, and which those are."""
-        table = found.table
-        if table is None or len(found.probes) != len(found.vectors):
-            return [(vl, frozenset()) for vl in found.vectors]
-        out: list[tuple[VecList, frozenset[str]]] = []
-        for probe, hits in zip(found.probes, found.vectors, strict=True):
-            have = {cid for cid, _, _ in hits}
-            missing = [cid for cid, v in views.items() if cid not in have and v.has_vector]
-            try:
-                extra = table.similarities(probe, missing) if missing else []
-            except StoreError as exc:  # the arm's own cosines still rank
-                log.warning("vector_scores_failed error=%s", exc)
-                extra = []
-            out.append(([*hits, *extra], frozenset(cid for cid, _, _ in extra)))
-        return out
 
     def _link_lift(self, ranked: list[Scored], lift: float) -> list[Scored]:
         """A note the best ten notes of this result link to rises (``search.linkLift``)."""

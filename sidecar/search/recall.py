@@ -211,10 +211,7 @@ def _recall(
     rare, weight = r.plan(qa, req.agent)
     parts = _recall_parts(r, rc, qa, turns)
     found = r.arms(req, seen, qa, vectors, weight, parts=parts, spelled=spelled)
-    # Each candidate scored by the arms that found it (no score looked up for the other arm, as a
-    # search does): the gates below were set on those scores, and looked-up cosines let six more
-    # off-topic messages of the German set into the block (BENCHMARKS.md, issue 13).
-    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts, other_arm=False)
+    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
     degraded = found.degraded
     views = ranking.views
     floor = max(req.min_score, rc.score_floor)

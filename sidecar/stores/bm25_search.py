@@ -196,15 +196,12 @@ class Bm25Search(Bm25Inboxes):
         agent_scope: str | None = None,
         *,
         key: str | None = None,
-        keys: Sequence[str] | None = None,
-        chunk_ids: Sequence[str] | None = None,
         stem: str | None = None,
         faults: list[SearchFault] | None = None,
         read: set[str] | None = None,
     ) -> list[tuple[str, float]]:
         """(chunk_id, bm25 score) for chunks matching any word of ``text``, best first (of one note
-        when ``key`` is given, of the notes ``keys``; of the chunks ``chunk_ids`` alone, which
-        then also name the notes, when given: the keyword score of chunks the vector arm found).
+        when ``key`` is given).
 
         ``text`` is a string or (text, weight) parts (a follow-up's history words count less than
         the message's). It is analysed per field (never parsed as query syntax); ``sources``
@@ -219,16 +216,7 @@ class Bm25Search(Bm25Inboxes):
         """
         if self._successor is not None:  # a search that took this index before the swap
             return self._successor.search(
-                text,
-                limit,
-                sources,
-                agent_scope,
-                key=key,
-                keys=keys,
-                chunk_ids=chunk_ids,
-                stem=stem,
-                faults=faults,
-                read=read,
+                text, limit, sources, agent_scope, key=key, stem=stem, faults=faults, read=read
             )
         return self._search(
             False,
@@ -237,8 +225,6 @@ class Bm25Search(Bm25Inboxes):
             sources=sources,
             agent_scope=agent_scope,
             key=key,
-            keys=keys,
-            chunk_ids=chunk_ids,
             stem=stem,
             faults=faults,
             read=read,
@@ -339,7 +325,6 @@ class Bm25Search(Bm25Inboxes):
         agent_scope: str | None,
         key: str | None,
         keys: Sequence[str] | None = None,
-        chunk_ids: Sequence[str] | None = None,
         stem: str | None = None,
         faults: list[SearchFault] | None = None,
         read: set[str] | None = None,
@@ -379,7 +364,6 @@ class Bm25Search(Bm25Inboxes):
                     terms=terms,
                     limit=limit,
                     keys=wanted_keys,
-                    chunk_ids=chunk_ids,
                     shared_folder=shared_folder,
                     shared=shared,
                 )
@@ -399,7 +383,6 @@ class Bm25Search(Bm25Inboxes):
                 limit,
                 sources=None if sources is None else [s for s in sources if s != "memory"],
                 keys=shared_keys,
-                chunk_ids=chunk_ids,
             )
             _told(read, SHARED)
         for agent, agent_keys in inbox_keys.items():
@@ -410,7 +393,6 @@ class Bm25Search(Bm25Inboxes):
                     terms=terms,
                     limit=limit,
                     keys=agent_keys,
-                    chunk_ids=chunk_ids,
                     shared_folder=shared_folder,
                     shared=shared,
                 )
@@ -432,7 +414,6 @@ class Bm25Search(Bm25Inboxes):
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        chunk_ids: Sequence[str] | None = None,
         shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
@@ -445,13 +426,7 @@ class Bm25Search(Bm25Inboxes):
             return []
         folder = self._everyone[1] if pages else self._everyone[0]
         return self._on_vault_scale(
-            folder,
-            terms=terms,
-            limit=limit,
-            keys=keys,
-            chunk_ids=chunk_ids,
-            shared_folder=shared_folder,
-            shared=shared,
+            folder, terms=terms, limit=limit, keys=keys, shared_folder=shared_folder, shared=shared
         )
 
     def _inbox_hits(
@@ -462,7 +437,6 @@ class Bm25Search(Bm25Inboxes):
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        chunk_ids: Sequence[str] | None = None,
         shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
@@ -474,13 +448,7 @@ class Bm25Search(Bm25Inboxes):
         if folder.searcher.num_docs == 0:
             return []
         hits = self._on_vault_scale(
-            folder,
-            terms=terms,
-            limit=limit,
-            keys=keys,
-            chunk_ids=chunk_ids,
-            shared_folder=shared_folder,
-            shared=shared,
+            folder, terms=terms, limit=limit, keys=keys, shared_folder=shared_folder, shared=shared
         )
         self.failing.pop(f"{agent}/{'pages' if pages else 'chunks'}", None)
         if self._open.get(agent) is not pair:  # opened for this search alone (see ``_inbox``)
@@ -494,7 +462,6 @@ class Bm25Search(Bm25Inboxes):
         terms: Terms,
         limit: int,
         keys: Sequence[str] | None,
-        chunk_ids: Sequence[str] | None = None,
         shared_folder: Folder,
         shared: tantivy.Searcher,
     ) -> list[tuple[str, float]]:
@@ -508,12 +475,8 @@ class Bm25Search(Bm25Inboxes):
         weighted = self._scorer.terms(
             self._scorer.counts(folder, searcher), self._scorer.counts(shared_folder, shared), terms
         )
-        hits = (
-            self._query(searcher, weighted, limit, sources=None, keys=keys, chunk_ids=chunk_ids)
-            if weighted
-            else []
-        )
-        if not hits and chunk_ids is None:  # chunks of the other arm may hold none of the words
+        hits = self._query(searcher, weighted, limit, sources=None, keys=keys) if weighted else []
+        if not hits:
             self._check_files(folder)
         return hits
 
@@ -531,11 +494,7 @@ class Bm25Search(Bm25Inboxes):
             raise StoreError(f"BM25 index {folder.path} is damaged: {why}")
 
     def _restricted(
-        self,
-        terms: Terms,
-        sources: Sequence[str] | None,
-        keys: Sequence[str] | None,
-        chunk_ids: Sequence[str] | None = None,
+        self, terms: Terms, sources: Sequence[str] | None, keys: Sequence[str] | None
     ) -> tantivy.Query:
         schema = self.schema
         should = [
@@ -548,8 +507,6 @@ class Bm25Search(Bm25Inboxes):
             restrict.append(tantivy.Query.term_set_query(schema, "source", list(sources)))
         if keys is not None:
             restrict.append(tantivy.Query.term_set_query(schema, "key", list(keys)))
-        if chunk_ids is not None:
-            restrict.append(tantivy.Query.term_set_query(schema, "chunk_id", list(chunk_ids)))
         # Restrictions score nothing: a hit's score is its text's match alone.
         clauses += [(tantivy.Occur.Must, tantivy.Query.const_score_query(q, 0.0)) for q in restrict]
         return tantivy.Query.boolean_query(clauses)
@@ -562,9 +519,8 @@ class Bm25Search(Bm25Inboxes):
         *,
         sources: Sequence[str] | None,
         keys: Sequence[str] | None,
-        chunk_ids: Sequence[str] | None = None,
     ) -> list[tuple[str, float]]:
-        query = self._restricted(terms, sources, keys, chunk_ids)
+        query = self._restricted(terms, sources, keys)
         with engine("search"):  # damaged segment files
             result = searcher.search(query, limit=limit, count=False)
             return [

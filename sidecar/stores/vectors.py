@@ -87,14 +87,6 @@ class _Exact:
     agents: np.ndarray[Any, Any]
     keys: list[str]
 
-    def rows_of(self) -> dict[str, int]:
-        """Each chunk id's row, made once per copy (a copy is replaced, never changed)."""
-        at = self.__dict__.get("_rows_of")
-        if at is None:
-            at = {cid: r for r, cid in enumerate(self.ids)}
-            object.__setattr__(self, "_rows_of", at)
-        return at
-
     def appended(self, rows: Sequence[tuple[str, str, str, str]], vectors: np.ndarray[Any, Any]) -> _Exact:
         """This copy with rows added at the end, as LanceDB's add appends them."""
         return _Exact(
@@ -509,37 +501,6 @@ class VectorStore(AnnIndexing):
             rows = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
             hubs = (rows @ centre - float(centre @ centre)).tolist()
         return [(i, 1.0 - float(d), float(h)) for i, d, h in zip(ids, dists, hubs, strict=True)]
-
-    def similarities(
-        self, vector: np.ndarray[Any, Any], chunk_ids: Sequence[str]
-    ) -> list[tuple[str, float, float]]:
-        """(chunk_id, cosine similarity, hubness) of the query ``vector`` against the stored
-        vectors of ``chunk_ids``, as ``search`` computes them: the vector arm's score of chunks it
-        did not find among its nearest (the keyword arm did). Chunks without a row are left out."""
-        if not chunk_ids:
-            return []
-        centre = self.centroid()
-        exact = self._exact_copy()
-        query = np.asarray(vector, dtype=np.float32)
-        if exact is not None:
-            at = exact.rows_of()
-            rows = np.asarray([at[c] for c in chunk_ids if c in at], dtype=np.int64)
-            matrix, norms = exact.vectors[rows], exact.norms[rows]
-            ids = [exact.ids[r] for r in rows.tolist()]
-        else:
-            stored = self.vectors_of(chunk_ids)
-            ids = list(stored)
-            matrix = np.asarray([stored[c] for c in ids], dtype=np.float32).reshape(-1, self.dim)
-            norms = _norms(matrix)
-        if not ids:
-            return []
-        with np.errstate(divide="ignore", invalid="ignore"):  # as _search_exact, to the float32 step
-            sims = np.einsum("ij,j->i", matrix, query) / (norms * np.float32(np.linalg.norm(query)))
-        dists = np.nan_to_num(np.float32(1.0) - sims.astype(np.float32), nan=2.0)
-        hubs = [0.0] * len(ids)
-        if centre is not None:
-            hubs = (matrix @ centre - float(centre @ centre)).tolist()
-        return [(i, 1.0 - float(d), float(h)) for i, d, h in zip(ids, dists.tolist(), hubs, strict=True)]
 
     def _exact_copy(self) -> _Exact | None:
         """The in-memory copy for an exact search (read when there is none, kept in step by the
