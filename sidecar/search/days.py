@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from sidecar.search.tense import (
     asks_ahead,
     asks_coming,
+    asks_plans,
     clause_asks,
     clause_says_done,
     ends_asked,
@@ -104,6 +105,11 @@ Window = tuple[dt.date, dt.date]
 class _Whole(tuple[dt.date, dt.date]):
     """A window read whole, not ended at today: a period asked about while it runs, as the one
     begun ("What am I doing from December to February?" asked on December 7th)."""
+
+
+class _Planned(_Whole):
+    """A window of plans, kept when it lies ahead of today as the agenda's is ("What do I have to
+    do between January and March?" asked in December: the coming January to March)."""
 
 
 @dataclass(frozen=True)
@@ -808,7 +814,10 @@ def _asks_open(text: str) -> bool:
 # December to February a year before, not December 1st to 7th). Asked about the agenda, the
 # coming one; asked in the present of doing ("What am I doing from December to February?", "Was
 # mache ich von Dezember bis Februar?"), the one begun whole, or none when none has begun (see
-# asks_coming, as for "in March"). Its first month's first day to its last month's last day.
+# asks_coming, as for "in March"); asked about one's duties or appointments ("What do I have to do
+# between January and March?", "Welche Termine habe ich zwischen Januar und März?", see
+# asks_plans), the one begun whole or the coming one, kept ahead of today as the agenda's is.
+# Its first month's first day to its last month's last day.
 _RANGE_TO = (
     r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
 )
@@ -826,16 +835,19 @@ _RANGE_FORMS = (
     + _MONTH
     + _YEAR_OF,
 )
-# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von",
-# "between"/"zwischen" or none a range is mostly a label's ("Stromrechnung März bis Mai 2025",
-# "invoice from March to May", "Quartalsbericht zwischen März und Mai 2025": its paper written
-# after it), read only after note words, where its clause asks for the notes or a request is
-# made ("Compare my spending between March and May", see _month_range); alone it is words, as a
-# month with its year alone is ("März–Mai 2025" is mostly a report's title searched for).
-_RANGE_ANYWHERE = ("in", "im", "during", "während")
+# Leads that read a range wherever it stands, as "in March" is read ("between March and May" names a
+# period: "Ausgaben zwischen März und Mai", "mood between October and December" ask for its notes);
+# after "from"/"von" or none a range is mostly a label's ("Stromrechnung März bis Mai 2025",
+# "invoice from March to May": its paper written after it), read only after note words or where
+# its clause asks for the notes (see _month_range); alone it is words, as a month with its year
+# alone is ("März–Mai 2025" is mostly a report's title searched for). A range "between" with its
+# year inside a title ("Quartalsbericht zwischen März und Mai 2025") is read too: no word tells that
+# title from a search of a thing over the period ("Ausgaben zwischen März und Mai 2025").
+_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during", "während")
 # "the difference between March and May", "Vergleich zwischen März und Mai 2025": two months
 # compared, not a period asked about; with a thing between ("compare my spending between March
-# and May") that thing over the period, whose window holds both months.
+# and May", "difference in spending between March and May", "Unterschied der Ausgaben zwischen
+# März und Mai") that thing over the period, whose window holds both months.
 _COMPARED = re.compile(
     r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+"
     r"(?:(?:the|a|der|die|das|den|dem|ein|einen|einem)\s+)?$",
@@ -851,23 +863,18 @@ _WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
-def _opens_its_clause(m: re.Match[str], lead: str) -> bool:
+def _opens_its_clause(m: re.Match[str]) -> bool:
     """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
     ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
     follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
-    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung").
-    A range "between"/"zwischen" goes before no noun: any word or a comma after it will do
-    ("Between March and May my back hurt", "Zwischen März und Mai tat mein Rücken weh")."""
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
-    follows = _GOES_ON if lead in ("between", "zwischen") else _WORD_NEXT
     return (
-        _NOT_SPACE.search(m.string, start, m.start()) is None and follows.match(m.string, m.end()) is not None
+        _NOT_SPACE.search(m.string, start, m.start()) is None
+        and _WORD_NEXT.match(m.string, m.end()) is not None
     )
-
-
-_GOES_ON = re.compile(r"\s*(?:,|\w)")
 
 
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -884,9 +891,11 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     _one_month_in_its_clause(m)
     if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
         raise FilterError("two months compared")
-    coming = not (m[3] or m[4] or m[6] or m[7]) and asks_coming(m)
+    yearless = not (m[3] or m[4] or m[6] or m[7])
+    planned = yearless and not r.ahead and asks_plans(m)
+    coming = planned or (yearless and asks_coming(m))
     if lead not in _RANGE_ANYWHERE and not (
-        (lead and _opens_its_clause(m, lead))
+        (lead and _opens_its_clause(m))
         or (r.ahead and clause_asks(m))
         or coming
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
@@ -910,6 +919,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     first, last = dt.date(first_year, first_number, 1), _month_end(dt.date(last_year, last_number, 1))
     if last < first:
         raise FilterError("a range that ends before it begins")
+    if planned:
+        return _Planned((first, last))
     return _Whole((first, last)) if coming else (first, last)
 
 
@@ -1012,8 +1023,8 @@ def _asks_for_between(text: str, begin: int, end: int) -> bool:
 # A request, or the notes named, anywhere: "I need my notes since Monday", "Ich bin seit gestern
 # krank. Zeig mir meine Notizen." ask for the period's notes, whatever is stated beside.
 _ASKS_FOR = re.compile(
-    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|compare|brauche|suche|möchte|hätte|zeig\w*"
-    r"|vergleich(?:e|en|t)?|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
+    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|brauche|suche|möchte|hätte|zeig\w*"
+    r"|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
     re.IGNORECASE,
 )
 # A subject that is one: these pronouns are no object ("notes about it since Monday" is keywords),
@@ -1364,7 +1375,7 @@ def time_window(
             if not reading.ahead:
                 if not isinstance(days, _Whole):
                     days = (days[0], min(days[1], today))
-                if days[0] > today:
+                if days[0] > today and not isinstance(days, _Planned):
                     continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
             if days[0] > days[1]:
                 continue

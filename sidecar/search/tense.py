@@ -276,40 +276,71 @@ def _asks_coming_between(text: str, begin: int, end: int) -> bool:
     )
 
 
-# "today"/"heute" said of the present at large, not of this day: next to "noch"/"still" ("Kann man
-# heute noch Faxe senden?", "is that done still today"), after people in general ("people today",
-# "die Leute heute", "was nutzt man heute"), or in a how-to question, "how" and a verb of someone
-# ("wie finde ich heute noch alte Dateien", "how do people today sync their vault"; not "Wie
-# sieht mein Tag heute aus?", "how many steps today": the day's own). Its clause then says
-# nothing happened, is planned or due that day.
-_STILL = re.compile(r"(?:\b(?:noch|still)\s+$)|(?:^\s*(?:noch|still)\b)", re.IGNORECASE)
+# "today"/"heute" said of the present at large, not of this day: after "noch"/"still" ("Gibt es
+# noch heute Disketten?", "is it still today the best way"), after people in general ("people
+# today", "die Leute heute", "was nutzt man heute"), or in a how-to question of a method anyone
+# uses, "how" and a verb of a generic subject ("how do people today sync their vault", "how to
+# back up a vault today", "wie macht man heute Backups"). Not a question about one's own day: "I"
+# or "my" in its clause ("Wie fühle ich mich heute?", "How do I plan my day today?", "Habe ich
+# noch heute Termine?"), nor "heute noch", which is "before the day ends" ("Was ist heute noch zu
+# tun?", "Was kommt heute noch?"), as "still … today" is in English ("What is still open
+# today?"). A window of today that hides the answer costs the search little only when no note is
+# dated today; a daily note is, so only these plain forms are read as the present at large.
+_STILL = re.compile(r"\b(?:noch|still)\s+$", re.IGNORECASE)
 _PEOPLE_BEFORE = re.compile(
     r"\b(?:people|folks|kids|everyone|everybody|man|leute|menschen|kinder|jugendliche)\s+$",
     re.IGNORECASE,
 )
 _HOW_TO = re.compile(
     r"\W*(?:(?:and|und|but|aber|so|also)\s+)?(?:how\s+(?:to\b|(?:do|does|can|could|should|would|will)\s+"
-    r"(?:i|you|we|they|one|people|folks|anyone|someone)\b)|wie\s+\w+\s+(?:ich|man|wir|du|ihr|jemand|leute)\b)",
+    r"(?:you|one|people|folks|anyone|someone)\b)|wie\s+\w+\s+(?:man|jemand|leute|du|ihr)\b)",
     re.IGNORECASE,
+)
+_OWN = re.compile(
+    r"\b(?:i|me|my|mine|myself|we|us|our|ich|mich|mir|mein\w*|wir|uns|unser\w*)\b|['’]m\b", re.IGNORECASE
 )
 
 
 def says_nowadays(m: re.Match[str]) -> bool:
     """Whether "today"/"heute" (the whole match) is said of the present at large (see _STILL,
     _PEOPLE_BEFORE, _HOW_TO), with no past form, plan or duty in its clause to tie it to this day
-    ("Wie habe ich heute geschlafen?", "Was muss ich heute noch erledigen?", "Was mache ich heute
-    noch?" are about the day)."""
+    ("Wie habe ich heute geschlafen?", "Was muss ich heute noch erledigen?"), no word of one's own
+    (see _OWN), in a question."""
     text = m.string
     begin, end = own_clause_span(m)
     if _to_come(text) or _past_between(text, begin, end) or _PAST.search(text, begin, end):
         return False
-    if _asks_coming_between(text, begin, end):
-        return False
+    if _asks_coming_between(text, begin, end) or _OWN.search(text, begin, end) or not clause_asks(m):
+        return False  # (keywords "Leute heute Meeting", "Meeting with people today" are the day's)
     return (
         _STILL.search(text[max(begin, m.start() - 8) : m.start()]) is not None
-        or _STILL.search(text[m.end() : min(end, m.end() + 8)]) is not None
         or _PEOPLE_BEFORE.search(text[max(begin, m.start() - 16) : m.start()]) is not None
         or _HOW_TO.match(text, begin) is not None
+    )
+
+
+# A question about one's duties or appointments, in the phrase's own clause, in the present: "What
+# do I have to do between January and March?", "Was muss ich zwischen Januar und März erledigen?",
+# "Welche Termine habe ich zwischen Januar und März?", "What meetings do I have between December and
+# February?". Their period is the coming one, as the agenda's; read back they listed last year's.
+# Not with a past form ("Welche Termine hatte ich …", "What meetings did I have …").
+_PLANS = re.compile(
+    r"\b(?:(?:have|has)\s+to|need\s+to|to\s+do|zu\s+tun|muss|musst|müssen|erledigen"
+    r"|termine?|meetings?|appointments?|aufgaben|tasks?|todos?|to-dos?|deadlines?)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_plans(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause asks about one's duties or appointments (see _PLANS)."""
+    text = m.string
+    begin, end = own_clause_span(m)
+    return (
+        clause_asks(m)
+        and _PLANS.search(text, begin, end) is not None
+        and _OWN.search(text, begin, end) is not None
+        and not _past_between(text, begin, end)
+        and _PAST.search(text) is None
     )
 
 
