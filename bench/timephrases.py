@@ -13,11 +13,12 @@ read ``--rounds`` times (interleaved, so that a slow stretch of the machine touc
 figure is the median of the rounds' mean µs per text. ``--sentences`` reads every sentence of the
 Markdown notes under a folder instead (no timing) and writes the phrase each one yields to
 ``--choices`` (text, phrase, since, until): ``diff`` two such files to see where two versions read
-a sentence differently. ``--long`` reads a few messages of about 34 KB, each a sentence that looks
-like a time phrase said again and again and a real one at its end (a pasted text, an agent's
-context), and prints for each the seconds it took (the fastest of ``--rounds``, at most 3) and the
-phrase read: a reading that looks at the text before each look-alike costs by the square of its
-length, a bound on the look-alikes tried misses the phrase at the end.
+a sentence differently. ``--long`` reads a few messages as long as the daemon takes (4,000
+characters, ``MAX_QUERY_CHARS``), each a sentence that looks like a time phrase said again and again
+and a real one at its end (a pasted text, an agent's context), and prints for each the seconds it
+took (the fastest of ``--rounds``, at most 3) and the phrase read: a reading that looks at the text
+before each look-alike costs by the square of its length, a bound on the look-alikes tried misses
+the phrase at the end.
 """
 
 from __future__ import annotations
@@ -70,21 +71,19 @@ LONG = (
     ("Wärmepumpe vor einem Jahr. ", "Was war vor einem Jahr?"),
     ("Meeting am Wochenende, ", "was habe ich letzte Woche gemacht?"),
 )
-LONG_BYTES = 34_000
+LONG_CHARS = 4000  # MAX_QUERY_CHARS: the longest query, recall message or why the daemon takes
 
 
 def long_messages(split_filters: Callable[..., Any], rounds: int) -> list[dict[str, object]]:
     rows = []
     for unit, question in LONG:
-        text = (unit * (LONG_BYTES // len(unit.encode()))).rstrip(" ,.") + ". " + question
+        text = ((unit * (LONG_CHARS // len(unit))).rstrip(" ,.") + ". " + question)[-LONG_CHARS:]
         best, phrase = float("inf"), None
         for _ in range(min(rounds, 3)):
             start = time.perf_counter()
             phrase = split_filters(text, TODAY)[1].phrase
             best = min(best, time.perf_counter() - start)
-        rows.append(
-            {"unit": unit, "kb": len(text.encode()) // 1000, "seconds": round(best, 3), "phrase": phrase}
-        )
+        rows.append({"unit": unit, "chars": len(text), "seconds": round(best, 3), "phrase": phrase})
     return rows
 
 

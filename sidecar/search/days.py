@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import functools
-import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,6 +16,7 @@ from dataclasses import dataclass, replace
 from sidecar.search.tense import (
     asks_ahead,
     asks_coming,
+    asks_plans,
     clause_asks,
     clause_says_done,
     ends_asked,
@@ -24,7 +24,7 @@ from sidecar.search.tense import (
     says_done,
     says_nowadays,
 )
-from sidecar.search.words import WORD, fold, numbered_file
+from sidecar.search.words import fold, numbered_file
 
 
 class FilterError(ValueError):
@@ -104,6 +104,11 @@ Window = tuple[dt.date, dt.date]
 class _Whole(tuple[dt.date, dt.date]):
     """A window read whole, not ended at today: a period asked about while it runs, as the one
     begun ("What am I doing from December to February?" asked on December 7th)."""
+
+
+class _Planned(_Whole):
+    """A window of plans, kept when it lies ahead of today as the agenda's is ("What do I have to
+    do between January and March?" asked in December: the coming January to March)."""
 
 
 @dataclass(frozen=True)
@@ -342,17 +347,6 @@ class _LoosePhraseError(FilterError):
     a word of time inside it too ("heute vor einem Jahr" is not today)."""
 
 
-# A message that asks only what happened a year back is a short question: past this many words
-# it says more, and is not read through for each "vor einem Jahr" in it (a long text of them took
-# time by the square of its length).
-_PLAIN_WORDS = 40
-
-
-def _more_words(text: str, limit: int) -> bool:
-    """Whether ``text`` has more than ``limit`` words; reads at most that many."""
-    return next(itertools.islice(WORD.finditer(text), limit, None), None) is not None
-
-
 def _year_ago(around: bool) -> PhraseWindow:
     """ "a year ago", "vor 2 Jahren" (``around``: the week about that day), "heute vor einem Jahr",
     "a year ago today" (that day). Only for a message asking what happened then and nothing else
@@ -361,10 +355,7 @@ def _year_ago(around: bool) -> PhraseWindow:
     words find; "vor einem Jahr" is said loosely."""
 
     def window(t: dt.date, m: re.Match[str], r: Reading) -> Window:
-        if r.plain is not None and (
-            _more_words(m.string, _PLAIN_WORDS)
-            or not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :])
-        ):
+        if r.plain is not None and not r.plain(m.string, m.string[: m.start()] + " " + m.string[m.end() :]):
             raise _LoosePhraseError("a year back beside other words")
         day = _months_back(t, 12 * _num(m[1]))
         return _around(day) if around else _one(day)
@@ -374,9 +365,9 @@ def _year_ago(around: bool) -> PhraseWindow:
 
 def _today(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     """ "today", "heute", "this morning": today; words where "today" or "heute" alone is said of
-    the present at large ("wie finde ich heute noch alte Dateien", "how do people today sync their
-    vault", see ``tense.says_nowadays``): a window of today hid the notes, written any day, that
-    answer a how-to question."""
+    the present at large ("Wie macht man heute Backups?", "how do people today sync their vault",
+    see ``tense.says_nowadays``): a window of today hid the notes, written any day, that answer a
+    how-to question."""
     if not r.ahead and m.group(0).lower() in _TODAY and says_nowadays(m):
         raise FilterError("today as nowadays")
     return t, t
@@ -537,7 +528,6 @@ class _Marks:
     ends: list[int]
     starts: list[int]
     stops: list[int]
-    clause_ends: list[int]  # every mark that ends a clause, commas before a month too
 
 
 # A comma before a capitalised month goes on with a list of months, not a new clause ("Notizen
@@ -557,8 +547,7 @@ def _marks(text: str) -> _Marks:
         for e in _MONTH_CLAUSE_END.finditer(text)
         if e.group(0) != "," or _LIST_GOES_ON.match(text, e.end()) is None
     ]
-    clause_ends = [e.start() for e in _MONTH_CLAUSE_END.finditer(text)]
-    return _Marks(ends, [a for a, _ in names], [b for _, b in names], clause_ends)
+    return _Marks(ends, [a for a, _ in names], [b for _, b in names])
 
 
 def _one_month_in_its_clause(m: re.Match[str]) -> None:
@@ -730,7 +719,7 @@ def _weekend_done(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     # With a weekday or another weekend beside it a list or a range ("on Friday and at the
     # weekend"); in quotes someone's words: words, as a weekday alone is (see _weekday_alone).
     text = m.string
-    if not _one_weekday_unquoted(text):
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
         raise FilterError("a weekend in a list or a quote")
     # A question about what happened, in the weekend's own clause: "Ich war am Wochenende krank,
     # was hilft gegen Husten?" asks about a cough (the weekend's clause is no question).
@@ -808,7 +797,10 @@ def _asks_open(text: str) -> bool:
 # December to February a year before, not December 1st to 7th). Asked about the agenda, the
 # coming one; asked in the present of doing ("What am I doing from December to February?", "Was
 # mache ich von Dezember bis Februar?"), the one begun whole, or none when none has begun (see
-# asks_coming, as for "in March"). Its first month's first day to its last month's last day.
+# asks_coming, as for "in March"); asked about one's duties or appointments ("What do I have to do
+# between January and March?", "Welche Termine habe ich zwischen Januar und März?", see
+# asks_plans), the one begun whole or the coming one, kept ahead of today as the agenda's is.
+# Its first month's first day to its last month's last day.
 _RANGE_TO = (
     r"(?:\s*[-–—]\s*|\s+(?:to|till|until|through|thru|bis(?:\s+(?:zum|einschließlich|inklusive))?)\s+)"
 )
@@ -826,16 +818,19 @@ _RANGE_FORMS = (
     + _MONTH
     + _YEAR_OF,
 )
-# Leads that read a range wherever it stands, as "in March" is read; after "from"/"von",
-# "between"/"zwischen" or none a range is mostly a label's ("Stromrechnung März bis Mai 2025",
-# "invoice from March to May", "Quartalsbericht zwischen März und Mai 2025": its paper written
-# after it), read only after note words, where its clause asks for the notes or a request is
-# made ("Compare my spending between March and May", see _month_range); alone it is words, as a
-# month with its year alone is ("März–Mai 2025" is mostly a report's title searched for).
-_RANGE_ANYWHERE = ("in", "im", "during", "während")
+# Leads that read a range wherever it stands, as "in March" is read ("between March and May" names a
+# period: "Ausgaben zwischen März und Mai", "mood between October and December" ask for its notes);
+# after "from"/"von" or none a range is mostly a label's ("Stromrechnung März bis Mai 2025",
+# "invoice from March to May": its paper written after it), read only after note words or where
+# its clause asks for the notes (see _month_range); alone it is words, as a month with its year
+# alone is ("März–Mai 2025" is mostly a report's title searched for). A range "between" with its
+# year inside a title ("Quartalsbericht zwischen März und Mai 2025") is read too: no word tells that
+# title from a search of a thing over the period ("Ausgaben zwischen März und Mai 2025").
+_RANGE_ANYWHERE = ("between", "zwischen", "in", "im", "during", "während")
 # "the difference between March and May", "Vergleich zwischen März und Mai 2025": two months
 # compared, not a period asked about; with a thing between ("compare my spending between March
-# and May") that thing over the period, whose window holds both months.
+# and May", "difference in spending between March and May", "Unterschied der Ausgaben zwischen
+# März und Mai") that thing over the period, whose window holds both months.
 _COMPARED = re.compile(
     r"\b(?:differences?|compar\w*|unterschied\w*|vergleich\w*|differenz\w*)\s+"
     r"(?:(?:the|a|der|die|das|den|dem|ein|einen|einem)\s+)?$",
@@ -851,23 +846,18 @@ _WORD_NEXT = re.compile(r"\s+(?:I|[Ww]e|ich|wir)\b")
 _NOT_SPACE = re.compile(r"\S")
 
 
-def _opens_its_clause(m: re.Match[str], lead: str) -> bool:
+def _opens_its_clause(m: re.Match[str]) -> bool:
     """Whether the phrase begins its clause and a subject pronoun follows ("From March to May I
     ran daily, which shoes?"): a period said, as "since Monday" is, no label's (a label's range
     follows its noun, "Stromrechnung von März bis Mai 2025", or goes before one, "von Januar bis
-    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung").
-    A range "between"/"zwischen" goes before no noun: any word or a comma after it will do
-    ("Between March and May my back hurt", "Zwischen März und Mai tat mein Rücken weh")."""
+    März 2025 Kontoauszüge", "from March to May invoices", "von März bis Mai die Stromrechnung")."""
     ends = _marks(m.string).ends
     before = bisect.bisect_left(ends, m.start())
     start = ends[before - 1] + 1 if before else 0
-    follows = _GOES_ON if lead in ("between", "zwischen") else _WORD_NEXT
     return (
-        _NOT_SPACE.search(m.string, start, m.start()) is None and follows.match(m.string, m.end()) is not None
+        _NOT_SPACE.search(m.string, start, m.start()) is None
+        and _WORD_NEXT.match(m.string, m.end()) is not None
     )
-
-
-_GOES_ON = re.compile(r"\s*(?:,|\w)")
 
 
 def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
@@ -884,14 +874,16 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     _one_month_in_its_clause(m)
     if lead in ("between", "zwischen") and _COMPARED.search(text, max(0, m.start() - 40), m.start()):
         raise FilterError("two months compared")
-    coming = not (m[3] or m[4] or m[6] or m[7]) and asks_coming(m)
+    yearless = not (m[3] or m[4] or m[6] or m[7])
+    planned = yearless and not r.ahead and asks_plans(m)
+    coming = planned or (yearless and asks_coming(m))
     if lead not in _RANGE_ANYWHERE and not (
-        (lead and _opens_its_clause(m, lead))
+        (lead and _opens_its_clause(m))
         or (r.ahead and clause_asks(m))
         or coming
         or _NOTE_WORDS_BEFORE.search(text, max(0, m.start() - 12), m.start())
         or (clause_asks(m) and clause_says_done(m, of_a_thing=False))
-        or _clause_asks_for(m)
+        or _ASKS_FOR.search(_clause(m))
     ):
         raise FilterError("a range in a label")
     first_number, last_number = _month_number(m[2]), _month_number(m[5])
@@ -910,6 +902,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     first, last = dt.date(first_year, first_number, 1), _month_end(dt.date(last_year, last_number, 1))
     if last < first:
         raise FilterError("a range that ends before it begins")
+    if planned:
+        return _Planned((first, last))
     return _Whole((first, last)) if coming else (first, last)
 
 
@@ -958,7 +952,7 @@ def _for(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     gut?", "Ich habe seit 3 Tagen Husten, was hilft?") and stays words: a window there listed a
     year of daily notes for a question about a doctor."""
     asked = clause_says_done(m, of_a_thing=False) and clause_asks(m)
-    asked = asked or _clause_asks_for(m)
+    asked = asked or _ASKS_FOR.search(_clause(m)) is not None
     keywords = _after_keywords(m) and not _noun_and_verb(m.string, 0, m.start())
     if not (phrase_alone(m) or keywords or asked):
         raise FilterError("a duration of a state")
@@ -973,47 +967,30 @@ _SUBJECT = re.compile(r"\b(?:i|ich|we|wir|you|du|ihr|he|er|she|sie|it|es|they|ma
 def _after_keywords(m: re.Match[str]) -> bool:
     """Whether the phrase ends the text and only keywords come before it ("garlic seit 3 Tagen"):
     no punctuation, no subject."""
-    text = m.string
-    return (  # (what follows first: only the text's last phrase reads what is before it)
-        _ENDS_TEXT.fullmatch(text, m.end()) is not None
-        and _KEYWORDS.fullmatch(text, 0, m.start()) is not None
-        and _SUBJECT.search(text, 0, m.start()) is None
+    before, after = m.string[: m.start()], m.string[m.end() :]
+    return (
+        re.fullmatch(r"[\w\s-]*", before) is not None
+        and re.fullmatch(r"\s*[?!.]*\s*", after) is not None
+        and _SUBJECT.search(before) is None
     )
-
-
-_ENDS_TEXT = re.compile(r"\s*[?!.]*\s*")
-_KEYWORDS = re.compile(r"[\w\s-]*")
 
 
 _CLAUSE_END = re.compile(r"[.!?;:,\n]")
 
 
-def _clause_span(m: re.Match[str]) -> tuple[int, int]:
-    """The phrase's own clause: from the punctuation before it to the one after it (see
-    _CLAUSE_END), as positions in its text."""
-    ends = _marks(m.string).clause_ends
-    i = bisect.bisect_left(ends, m.start()) - 1
-    k = bisect.bisect_left(ends, m.end())
-    return ends[i] + 1 if i >= 0 else 0, ends[k] if k < len(ends) else len(m.string)
-
-
-def _clause_asks_for(m: re.Match[str]) -> bool:
-    """Whether the phrase's own clause asks for the notes (see _ASKS_FOR)."""
-    return _asks_for_between(m.string, *_clause_span(m))
-
-
-# A clause is read once for all the phrases in it (a text of look-alikes holds many in one; a
-# pattern's matches come in order, so the clause just read is the one kept).
-@functools.lru_cache(maxsize=32)
-def _asks_for_between(text: str, begin: int, end: int) -> bool:
-    return _ASKS_FOR.search(text, begin, end) is not None
+def _clause(m: re.Match[str]) -> str:
+    """The phrase's own clause: from the punctuation before it to the one after it."""
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_END.search(text, m.end())
+    return text[begin : end.start() if end else len(text)]
 
 
 # A request, or the notes named, anywhere: "I need my notes since Monday", "Ich bin seit gestern
 # krank. Zeig mir meine Notizen." ask for the period's notes, whatever is stated beside.
 _ASKS_FOR = re.compile(
-    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|compare|brauche|suche|möchte|hätte|zeig\w*"
-    r"|vergleich(?:e|en|t)?|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
+    r"\b(?:need|want|looking|search(?:ing)?|find|show|list|brauche|suche|möchte|hätte|zeig\w*"
+    r"|notes?|notiz(?:en)?|einträge|eintrag|entries|entry)\b",
     re.IGNORECASE,
 )
 # A subject that is one: these pronouns are no object ("notes about it since Monday" is keywords),
@@ -1058,7 +1035,6 @@ _ASKING = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=8)
 def _asks_doings(text: str) -> bool:
     """Whether ``text`` asks about someone's doings: a clause with a past form and a pronoun, in a
     question ("…, how did it go?", "… Was habe ich gegessen?", "…, was hat sie gesagt?")."""
@@ -1078,24 +1054,13 @@ def _states(m: re.Match[str]) -> bool:
     clause in the phrase's own clause ("Everything I've read since Monday", "Alles, was ich seit
     Montag gelesen habe"); "…, welcher Arzt war gut?" asks about no doings of one's own."""
     text = m.string
-    if _text_asks_for(text) or clause_asks(m) or _asks_doings(text):
+    if _ASKS_FOR.search(text) or clause_asks(m) or _asks_doings(text):
         return False
-    begin, end = _clause_span(m)
-    done, stated = _clause_states(text, begin, end)
-    return not done and (stated or _noun_and_verb(text, begin, m.start()))
-
-
-@functools.lru_cache(maxsize=8)
-def _text_asks_for(text: str) -> bool:
-    return _ASKS_FOR.search(text) is not None
-
-
-@functools.lru_cache(maxsize=32)
-def _clause_states(text: str, begin: int, end: int) -> tuple[bool, bool]:
-    """Whether a clause says something was done (a past form, a relative clause of one's doings)
-    and whether it has a subject that states (see _STATED_BY); once per clause."""
-    clause = text[begin:end]
-    return bool(says_done(clause) or _RELATIVE.search(clause)), _STATED_BY.search(clause) is not None
+    begin = max((e.end() for e in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+    clause = _clause(m)
+    if says_done(clause) or _RELATIVE.search(clause):
+        return False
+    return _STATED_BY.search(clause) is not None or _noun_and_verb(text, begin, m.start())
 
 
 def _unless_a_state(period: PhraseWindow) -> PhraseWindow:
@@ -1243,14 +1208,6 @@ _ANY_WEEKDAY = re.compile(
     r"(?<!\w)(?:" + _WD[1:-1] + r"|tues?|wed|thu(?:rs?)?|fri|weekend|wochenende)s?(?!\w)", re.IGNORECASE
 )
 _QUOTED = re.compile(r"[\"`“”„«»‹›]|(?<!\w)['‘’]|['‘’](?!\w)")
-
-
-@functools.lru_cache(maxsize=8)
-def _one_weekday_unquoted(text: str) -> bool:
-    """Whether ``text`` names one weekday or weekend and quotes nothing (once per text)."""
-    return len(_ANY_WEEKDAY.findall(text)) == 1 and _QUOTED.search(text) is None
-
-
 _WEEKDAY_PHRASES = tuple(
     (re.compile(r"(?<!\w)(?:" + pat + r")(?![\w'’])", re.IGNORECASE), fn) for pat, fn in _WEEKDAY_DAYS
 )
@@ -1260,7 +1217,7 @@ def _weekday_alone(text: str, today: dt.date, reading: Reading) -> tuple[re.Matc
     """A weekday after "on"/"am" or notes "from"/"vom" it, read only as the message's one time
     phrase (time_window calls it when no other was said: "on Monday two weeks ago" is the week
     two weeks ago), its one weekday, and outside quotes; one pass over the text for each test."""
-    if not _one_weekday_unquoted(text):
+    if len(_ANY_WEEKDAY.findall(text)) != 1 or _QUOTED.search(text):
         return None
     for pattern, window in _WEEKDAY_PHRASES:
         m = pattern.search(text)
@@ -1325,6 +1282,14 @@ def _chosen(text: str, kept: list[_Found]) -> _Found | None:
     return best
 
 
+# Characters before the matches of one pattern tried in a text, summed, before it is given up:
+# reading a match looks at the text before it (where its clause and sentence begin), so a long
+# text of look-alikes ("Stromrechnung von März bis Mai 2025. " again and again) took time by the
+# square of its length. A count of tries dropped a real phrase after a few dozen look-alikes; this
+# gives a pasted text of a few hundred sentences all its matches.
+_SCAN_BUDGET = 1_000_000
+
+
 def time_window(
     text: str,
     today: dt.date,
@@ -1349,10 +1314,11 @@ def time_window(
     for pattern, window, need in _PHRASES:
         if need is not None and not held[need]:
             continue
-        # Every match may be tried: what a try reads of the text around it is found once per text
-        # (the clauses, see _marks and tense._layout) or once per clause, so a long text of
-        # look-alikes costs by its length, and a real phrase after hundreds of them is read.
+        scanned = 0
         for m in pattern.finditer(text):
+            if scanned > _SCAN_BUDGET:
+                break  # a long text of many look-alikes: each try reads the text before it
+            scanned += m.start()
             said = True
             try:
                 days = window(today, m, reading)
@@ -1364,7 +1330,7 @@ def time_window(
             if not reading.ahead:
                 if not isinstance(days, _Whole):
                     days = (days[0], min(days[1], today))
-                if days[0] > today:
+                if days[0] > today and not isinstance(days, _Planned):
                     continue  # a day to come ("seit 2027-01-01 gilt …"): words, not a window
             if days[0] > days[1]:
                 continue

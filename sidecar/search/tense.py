@@ -6,23 +6,15 @@ form, a future or a duty; the whole question for the agenda. Imports nothing of 
 
 from __future__ import annotations
 
-import bisect
-import functools
 import re
-from dataclasses import dataclass
 
 from sidecar.search.words import WORD
 
 
 def phrase_alone(m: re.Match[str]) -> bool:
-    """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?"). Stops
-    at the first other word: a long text of look-alikes reads a few words per phrase, not all."""
-    text = m.string
-    return all(
-        w.group(0).lower() in ("and", "und", "or", "oder")
-        for scan in (WORD.finditer(text, 0, m.start()), WORD.finditer(text, m.end()))
-        for w in scan
-    )
+    """Whether the phrase is the whole message, a conjunction aside ("und am Donnerstag?")."""
+    around = WORD.findall(m.string[: m.start()] + " " + m.string[m.end() :])
+    return all(w.lower() in ("and", "und", "or", "oder") for w in around)
 
 
 _ASKED_END = re.compile(r"\?[?!\s]*$")
@@ -56,57 +48,6 @@ _CLAUSE_EDGE = re.compile(
     r"welche[rnms]?|wie|how)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"[.!?;\n]")
-_CLAUSE_STOP = re.compile(r"[.!?;,\n]")
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """Where a text's clause edges (see _CLAUSE_EDGE), sentence ends and clause stops stand, found
-    once per text: looked for from the text's start for each phrase (most of which are read as
-    words), a long text of look-alikes took time by the square of its length."""
-
-    edge_starts: list[int]
-    edge_ends: list[int]
-    openers: list[str]
-    sentence_ends: list[int]
-    stops: list[int]
-
-
-@functools.lru_cache(maxsize=8)
-def _layout(text: str) -> _Layout:
-    edges = list(_CLAUSE_EDGE.finditer(text))
-    return _Layout(
-        [e.start() for e in edges],
-        [e.end() for e in edges],
-        [e.group(0).lower() for e in edges],
-        [e.start() for e in _SENTENCE_END.finditer(text)],
-        [e.start() for e in _CLAUSE_STOP.finditer(text)],
-    )
-
-
-def _edge_clause(m: re.Match[str]) -> tuple[int, str, int, int]:
-    """The phrase's clause between edges (see _CLAUSE_EDGE): where the last edge before the phrase
-    begins (0: none) and that edge, lower case; where its sentence begins; where the first edge
-    after the phrase begins (the text's end: none)."""
-    lay = _layout(m.string)
-    i = bisect.bisect_right(lay.edge_ends, m.start()) - 1
-    begin, opener = (lay.edge_starts[i], lay.openers[i]) if i >= 0 else (0, "")
-    j = bisect.bisect_left(lay.sentence_ends, begin) - 1
-    sentence = lay.sentence_ends[j] + 1 if j >= 0 else 0
-    k = bisect.bisect_left(lay.edge_starts, m.end())
-    return begin, opener, sentence, lay.edge_starts[k] if k < len(lay.edge_starts) else len(m.string)
-
-
-def own_clause_span(m: re.Match[str]) -> tuple[int, int]:
-    """The phrase's own clause: from the punctuation before it to the one after it (see
-    _CLAUSE_STOP), as positions in its text."""
-    stops = _layout(m.string).stops
-    i = bisect.bisect_left(stops, m.start()) - 1
-    k = bisect.bisect_left(stops, m.end())
-    return stops[i] + 1 if i >= 0 else 0, stops[k] if k < len(stops) else len(m.string)
-
-
 # Past forms in the weekday's own clause ("passiert" only beside "ist"/"sind": "Was passiert am
 # Freitag?" is the Friday to come).
 _DONE = re.compile(
@@ -166,26 +107,19 @@ def clause_says_done(m: re.Match[str], *, of_a_thing: bool = True) -> bool:
     ("since a year") belongs to no thing (``of_a_thing`` False): "What did I write about garlic
     since a year?" asks about the writing of that year, as "the party on Saturday" does not."""
     text = m.string
-    if _to_come(text):
+    if _TO_COME.search(text):
         return False
-    begin, opener, sentence, end = _edge_clause(m)
+    begin, opener = 0, ""
+    for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
+        begin, opener = edge.start(), edge.group(0).lower()
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
     if opener in _SUBORDINATE and WORD.search(text, sentence, begin):
         return False  # a conjunction inside the sentence, not the question's first word
+    after = _CLAUSE_EDGE.search(text, m.end())
+    clause = text[begin : after.start() if after else len(text)]
     if of_a_thing and _OF_A_THING.search(text[max(begin, m.start() - 60) : m.start()]):
         return False
-    return _past_between(text, begin, end)
-
-
-@functools.lru_cache(maxsize=8)
-def _to_come(text: str) -> bool:
-    return _TO_COME.search(text) is not None
-
-
-# A clause is read once for all the phrases in it (a text of look-alikes holds many in one; a
-# pattern's matches come in order, so the clause just read is the one kept).
-@functools.lru_cache(maxsize=32)
-def _past_between(text: str, begin: int, end: int) -> bool:
-    return _past_form(text[begin:end])
+    return _past_form(clause)
 
 
 _QUESTION_WORDS = re.compile(r"what|which|where|who|was|wo|wann|wer|welche[rnms]?|wie|how", re.IGNORECASE)
@@ -197,10 +131,14 @@ def clause_asks(m: re.Match[str]) -> bool:
     a question mark ("Und was war am Wochenende?"). Not "I was sick on the weekend, what helps?":
     English "was" inside a sentence is no question word, and a comma ends the clause."""
     text = m.string
-    begin, opener, sentence, end = _edge_clause(m)
+    begin, opener = 0, ""
+    for edge in _CLAUSE_EDGE.finditer(text, 0, m.start()):
+        begin, opener = edge.start(), edge.group(0)
+    sentence = max(text.rfind(c, 0, begin) for c in ".!?;\n") + 1
     if _QUESTION_WORDS.fullmatch(opener) and not WORD.search(text, sentence, begin):
         return True
-    return text[end : end + 1] == "?"
+    after = _CLAUSE_EDGE.search(text, m.end())
+    return after is not None and after.group(0) == "?"
 
 
 # A question about the agenda: a named day or month in it is the coming one, a period runs to its
@@ -257,16 +195,25 @@ _HABIT = re.compile(
     r"|meistens|immer)\b|\bhappens\s+to\b",
     re.IGNORECASE,
 )
+_CLAUSE_STOP = re.compile(r"[.!?;,\n]")
+
+
+def _own_clause_span(m: re.Match[str]) -> tuple[int, int]:
+    """The phrase's own clause: from the punctuation before it to the one after it."""
+    text = m.string
+    begin = max((e.end() for e in _CLAUSE_STOP.finditer(text, 0, m.start())), default=0)
+    end = _CLAUSE_STOP.search(text, m.end())
+    return begin, end.start() if end else len(text)
+
+
+def _own_clause(m: re.Match[str]) -> str:
+    begin, end = _own_clause_span(m)
+    return m.string[begin:end]
 
 
 def asks_coming(m: re.Match[str]) -> bool:
     """Whether the month's own clause asks about the month to come (see _COMING)."""
-    return _asks_coming_between(m.string, *own_clause_span(m))
-
-
-@functools.lru_cache(maxsize=32)
-def _asks_coming_between(text: str, begin: int, end: int) -> bool:
-    clause = text[begin:end]
+    clause = _own_clause(m)
     return (
         _WHAT_OPENS.match(clause) is not None
         and _COMING.search(clause) is not None
@@ -276,40 +223,71 @@ def _asks_coming_between(text: str, begin: int, end: int) -> bool:
     )
 
 
-# "today"/"heute" said of the present at large, not of this day: next to "noch"/"still" ("Kann man
-# heute noch Faxe senden?", "is that done still today"), after people in general ("people today",
-# "die Leute heute", "was nutzt man heute"), or in a how-to question, "how" and a verb of someone
-# ("wie finde ich heute noch alte Dateien", "how do people today sync their vault"; not "Wie
-# sieht mein Tag heute aus?", "how many steps today": the day's own). Its clause then says
-# nothing happened, is planned or due that day.
-_STILL = re.compile(r"(?:\b(?:noch|still)\s+$)|(?:^\s*(?:noch|still)\b)", re.IGNORECASE)
+# "today"/"heute" said of the present at large, not of this day: after "noch"/"still" ("Gibt es
+# noch heute Disketten?", "is it still today the best way"), after people in general ("people
+# today", "die Leute heute", "was nutzt man heute"), or in a how-to question of a method anyone
+# uses, "how" and a verb of a generic subject ("how do people today sync their vault", "how to
+# back up a vault today", "wie macht man heute Backups"). Not a question about one's own day: "I"
+# or "my" in its clause ("Wie fühle ich mich heute?", "How do I plan my day today?", "Habe ich
+# noch heute Termine?"), nor "heute noch", which is "before the day ends" ("Was ist heute noch zu
+# tun?", "Was kommt heute noch?"), as "still … today" is in English ("What is still open
+# today?"). A window of today that hides the answer costs the search little only when no note is
+# dated today; a daily note is, so only these plain forms are read as the present at large.
+_STILL = re.compile(r"\b(?:noch|still)\s+$", re.IGNORECASE)
 _PEOPLE_BEFORE = re.compile(
     r"\b(?:people|folks|kids|everyone|everybody|man|leute|menschen|kinder|jugendliche)\s+$",
     re.IGNORECASE,
 )
 _HOW_TO = re.compile(
     r"\W*(?:(?:and|und|but|aber|so|also)\s+)?(?:how\s+(?:to\b|(?:do|does|can|could|should|would|will)\s+"
-    r"(?:i|you|we|they|one|people|folks|anyone|someone)\b)|wie\s+\w+\s+(?:ich|man|wir|du|ihr|jemand|leute)\b)",
+    r"(?:you|one|people|folks|anyone|someone)\b)|wie\s+\w+\s+(?:man|jemand|leute|du|ihr)\b)",
     re.IGNORECASE,
+)
+_OWN = re.compile(
+    r"\b(?:i|me|my|mine|myself|we|us|our|ich|mich|mir|mein\w*|wir|uns|unser\w*)\b|['’]m\b", re.IGNORECASE
 )
 
 
 def says_nowadays(m: re.Match[str]) -> bool:
     """Whether "today"/"heute" (the whole match) is said of the present at large (see _STILL,
     _PEOPLE_BEFORE, _HOW_TO), with no past form, plan or duty in its clause to tie it to this day
-    ("Wie habe ich heute geschlafen?", "Was muss ich heute noch erledigen?", "Was mache ich heute
-    noch?" are about the day)."""
+    ("Wie habe ich heute geschlafen?", "Was muss ich heute noch erledigen?"), no word of one's own
+    (see _OWN), in a question."""
     text = m.string
-    begin, end = own_clause_span(m)
-    if _to_come(text) or _past_between(text, begin, end) or _PAST.search(text, begin, end):
+    begin, end = _own_clause_span(m)
+    clause = text[begin:end]
+    if _TO_COME.search(text) or _past_form(clause) or _PAST.search(clause):
         return False
-    if _asks_coming_between(text, begin, end):
-        return False
+    if asks_coming(m) or _OWN.search(clause) or not clause_asks(m):
+        return False  # (keywords "Leute heute Meeting", "Meeting with people today" are the day's)
     return (
         _STILL.search(text[max(begin, m.start() - 8) : m.start()]) is not None
-        or _STILL.search(text[m.end() : min(end, m.end() + 8)]) is not None
         or _PEOPLE_BEFORE.search(text[max(begin, m.start() - 16) : m.start()]) is not None
         or _HOW_TO.match(text, begin) is not None
+    )
+
+
+# A question about one's duties or appointments, in the phrase's own clause, in the present: "What
+# do I have to do between January and March?", "Was muss ich zwischen Januar und März erledigen?",
+# "Welche Termine habe ich zwischen Januar und März?", "What meetings do I have between December and
+# February?". Their period is the coming one, as the agenda's; read back they listed last year's.
+# Not with a past form ("Welche Termine hatte ich …", "What meetings did I have …").
+_PLANS = re.compile(
+    r"\b(?:(?:have|has)\s+to|need\s+to|to\s+do|zu\s+tun|muss|musst|müssen|erledigen"
+    r"|termine?|meetings?|appointments?|aufgaben|tasks?|todos?|to-dos?|deadlines?)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_plans(m: re.Match[str]) -> bool:
+    """Whether the phrase's own clause asks about one's duties or appointments (see _PLANS)."""
+    clause = _own_clause(m)
+    return (
+        clause_asks(m)
+        and _PLANS.search(clause) is not None
+        and _OWN.search(clause) is not None
+        and not _past_form(clause)
+        and _PAST.search(m.string) is None
     )
 
 
