@@ -220,3 +220,140 @@ def test_the_refill_beside_keeps_the_agents_indexes_as_they_were(large: Any) -> 
     assert beta.stat().st_mtime == pytest.approx(aged, abs=1)
     assert new.search("rope shed", 5, agent_scope="beta")
     assert new.search("backup night", 5)  # a person's search finds alpha's memory
+
+
+def test_health_and_status_say_a_compaction_beside_runs(large: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For minutes at 60,000 documents the disk holds a second copy and writes are slower: health
+    says the rewrite runs (its phase and the chunks filled of all) and status says it in words;
+    both say nothing once it ends. Health said nothing of it."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real = beside.fill_bm25
+    seen: list[Any] = []
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real(index, manifest, stop, progress)
+        health = s.call("health")  # from another thread, through the daemon's handlers
+        seen.append(health["index"]["keyword_compaction"])
+        seen.append(render_status(health))
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    assert compact_bm25(stores) is True
+    total = stores.manifest.indexed_chunk_count()
+    assert seen[0] == {"phase": "filling", "done": total, "total": total}
+    assert (
+        f"rewriting the keyword index beside the live one ({total:,} of {total:,} chunks); searches "
+        "answer from the live index" in seen[1]
+    )
+    health = s.call("health")
+    assert health["index"]["keyword_compaction"] is None
+    assert "rewriting the keyword index" not in render_status(health)
+
+
+# The steps of a refill beside, in their order, as ``_recorded`` names them: (step, its nth call).
+_BEFORE_THE_RENAMES = [
+    ("commit new", 1),  # the fill's final commit
+    ("catch_up", 1),  # the notes written during the fill, no lock held
+    ("commit new", 2),
+    ("close new", 1),  # waits for the fill's merges
+    ("open new", 2),  # the reopen
+    ("catch_up", 2),  # under the write lock, at the swap
+    ("commit new", 3),
+    ("inboxes", 1),
+    ("close new", 2),
+]
+# Steps a stop must not reach once asked before the renames (closing the new index is its
+# clean-up).
+_NOT_AFTER_A_STOP = {"fill", "catch_up", "commit new", "open new", "inboxes", "close old", "swap_out"}
+
+
+def _recorded(
+    monkeypatch: pytest.MonkeyPatch, stores: Any, at: tuple[str, int], stop: threading.Event
+) -> list[str]:
+    """The refill's steps as they are called, the stop set as the step ``at`` ends (a stop asked
+    while it ran: no timing)."""
+    from sidecar.index import beside
+    from sidecar.stores.bm25 import Bm25Index
+
+    old = stores.bm25
+    steps: list[str] = []  # each step as it begins; "stop" where the stop was set
+
+    def wrapped(name: str, real: Any, of_new: bool = False) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if of_new:  # a method: the old index's or the new one's
+                called = f"{name} {'old' if args[0] is old else 'new'}"
+            else:
+                called = name
+            steps.append(called)
+            nth = steps.count(called)
+            got = real(*args, **kwargs)
+            if (called, nth) == at:
+                steps.append("stop")
+                stop.set()
+            return got
+
+        return call
+
+    def opened(path: Any, **kwargs: Any) -> Any:
+        return wrapped("open new", Bm25Index)(path, **kwargs)
+
+    monkeypatch.setattr(beside, "fill_bm25", wrapped("fill", beside.fill_bm25))
+    monkeypatch.setattr(beside, "catch_up", wrapped("catch_up", beside.catch_up))
+    monkeypatch.setattr(beside, "swap_out", wrapped("swap_out", beside.swap_out))
+    monkeypatch.setattr(beside, "Bm25Index", opened)
+    monkeypatch.setattr(Bm25Index, "commit", wrapped("commit", Bm25Index.commit, of_new=True))
+    monkeypatch.setattr(Bm25Index, "close", wrapped("close", Bm25Index.close, of_new=True))
+    monkeypatch.setattr(
+        Bm25Index, "inboxes_as_in", wrapped("inboxes", Bm25Index.inboxes_as_in)
+    )
+    return steps
+
+
+@pytest.mark.parametrize("at", _BEFORE_THE_RENAMES, ids=[f"{n} {i}" for n, i in _BEFORE_THE_RENAMES])
+def test_a_stop_during_any_step_before_the_renames_ends_the_refill_there(
+    large: Any, monkeypatch: pytest.MonkeyPatch, at: tuple[str, int]
+) -> None:
+    """A stop asked while a step of the refill runs (the fill's final commit, the catch-up, its
+    commit, the close that waits for merges, the reopen, the swap's catch-up and commit) ends
+    it as that step ends: no later step begins, the side folder is dropped and the old index
+    answers, whole. It went on to the catch-up, its commit, the reopen and the swap (26.8 s
+    after a stop at the fill's commit on a loaded machine, against the stop's 10 s)."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop = threading.Event()
+    steps = _recorded(monkeypatch, stores, at, stop)
+    assert compact_bm25(stores, stop) is False
+    assert "stop" in steps
+    assert not set(steps[steps.index("stop") :]) & _NOT_AFTER_A_STOP, steps
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    stop.clear()
+    assert compact_bm25(stores, stop) is True  # the next run does it
+    assert stores.bm25 is not old and _agrees(stores)
+
+
+def test_a_stop_once_the_old_index_is_closed_lets_the_swap_end(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the old index is closed the swap is not given up at a stop (its renames are short;
+    a kill among them is finished by the next start): the new index answers."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop = threading.Event()
+    steps = _recorded(monkeypatch, stores, ("close old", 1), stop)
+    assert compact_bm25(stores, stop) is True
+    assert "swap_out" in steps and stores.bm25 is not old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,25 +44,45 @@ class Swapped:
     lock_seconds: float  # the write lock held for the swap (the last catch-up, commit, renames)
 
 
+# Told where a refill beside is: its phase ("filling", "catching up", "swapping") and the
+# chunks written of the chunks in all (of the fill; the notes of a catch-up).
+Progress = Callable[[str, int, int], None]
+
+
 def refill_beside(
-    stores: Stores, stop: threading.Event | None = None, *, wait: bool = True
+    stores: Stores,
+    stop: threading.Event | None = None,
+    *,
+    wait: bool = True,
+    progress: Progress | None = None,
 ) -> Swapped | None:
     """``stores.bm25`` refilled from the manifest in a side folder in this version's layout and
     swapped in (the old index answering until the swap); None when a stop ended it, when the
     index was replaced meanwhile (a repair), or, without ``wait``, when another refill beside
-    runs (one at a time: they share the side folder). Raises StoreError or OSError after a
+    runs (one at a time: they share the side folder). A stop is looked at before each step
+    up to the renames (the fill's commit, the catch-up, its commit, the reopen, the swap's
+    catch-up and commits): until the renames begin the old index is whole and the side folder
+    is dropped, so a stop waits at most for the one step under way, not for the rest of the
+    refill. ``progress`` is told each phase. Raises StoreError or OSError after a
     failure (a full disk): the old index answers on, or, when none could be opened after the
     swap, the stores hold it marked lost (``lose``)."""
     beside = stores.beside_lock
     if not beside.acquire(blocking=wait):
         return None
     try:
-        return _refill(stores, stop)
+        return _refill(stores, stop, progress or _untold)
     finally:
         beside.release()
 
 
-def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
+def _untold(phase: str, done: int, total: int) -> None:
+    pass
+
+
+def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) -> Swapped | None:
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
     old = stores.bm25
     index_dir = old.path.parent
     new: Bm25Index | None = None
@@ -70,19 +91,32 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
         with stores.write_lock:  # a moment: every write from now on is noted
             old.changes_since()
         new = Bm25Index(side)
-        fill_bm25(new, stores.manifest, stop)  # the manifest read in one query, no lock held
-        if stop is not None and stop.is_set():
+        total = stores.manifest.indexed_chunk_count()
+        progress("filling", 0, total)
+        fill_bm25(  # the manifest read in one query, no lock held; no commit begun after a stop
+            new, stores.manifest, stop, lambda done: progress("filling", done, total)
+        )
+        if stopped():
             return None
-        new = _caught_up_unlocked(stores, old, new, side)
-        if stop is not None and stop.is_set():
+        reopened = _caught_up_unlocked(stores, old, new, side, stop, progress)
+        if reopened is None or stopped():  # ``new`` (closed or not) closed and dropped below
             return None
+        new = reopened
         with stores.write_lock:
-            if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
+            # Each step below waits on the disk (seconds on a loaded machine, the commit tens of
+            # them): a stop asked while one ran ends the refill before the next, the side folder
+            # dropped, as long as the renames have not begun.
+            if stores.bm25 is not old or stopped():  # replaced meanwhile (a repair): stale
                 return None
             keys, everything = old.changes()
+            progress("swapping", 0, len(keys))
             held = steps = time.monotonic()
-            catch_up(new, stores.manifest, keys, everything=everything)
+            catch_up(new, stores.manifest, keys, everything=everything, stop=stop)
+            if stopped():
+                return None
             new.commit()
+            if stopped():
+                return None
             # The agents' own indexes as the old index had them: one removed as idle stays
             # removed, the others keep their time of last use (taken for used at each compaction,
             # an idle agent's index was never removed).
@@ -90,8 +124,13 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
             taken = [time.monotonic() - steps]
             new.close()
             new = None
+            if stopped():  # closed and whole, but not swapped in: dropped below as any stop's
+                discard(index_dir)
+                return None
             put_back_times(kept)
             taken.append(time.monotonic() - steps - sum(taken))
+            # From here on the swap is not ended by a stop: the old index is closed, then the
+            # folders renamed (a kill among them is finished by the next start's ``settle``).
             old.close()  # its searchers still answer searches under way
             taken.append(time.monotonic() - steps - sum(taken))
             old.move(lambda: swap_out(index_dir))
@@ -115,20 +154,39 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
     return Swapped(len(keys), everything, held)
 
 
-def _caught_up_unlocked(stores: Stores, old: Bm25Index, new: Bm25Index, side: Path) -> Bm25Index:
+def _caught_up_unlocked(
+    stores: Stores,
+    old: Bm25Index,
+    new: Bm25Index,
+    side: Path,
+    stop: threading.Event | None,
+    progress: Progress,
+) -> Bm25Index | None:
     """The notes written during the fill, written into ``new`` with no lock held, committed, and
     ``new`` closed and opened again (its background merges of the fill waited for here): the
     swap's hold of the write lock is then what was written during this pass alone. Each key is
     taken, and the noting begun anew, under the lock for a moment, so no write is half done; one
-    written again after that is noted again and caught up at the swap."""
+    written again after that is noted again and caught up at the swap. None when a stop came
+    before one of its steps (``new`` left to the caller to close and drop)."""
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
     with stores.write_lock:
         keys, everything = old.changes()
         if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
             old.changes_since()
+    progress("catching up", 0, len(keys))
     if not everything:
-        catch_up(new, stores.manifest, keys, everything=False)
+        catch_up(new, stores.manifest, keys, everything=False, stop=stop)
+        if stopped():
+            return None
         new.commit()
+        if stopped():
+            return None
     new.close()
+    if stopped():  # closed: nothing to wait for; the side folder is dropped by the caller
+        return None
     return Bm25Index(side)
 
 
