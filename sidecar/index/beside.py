@@ -79,10 +79,16 @@ def _untold(phase: str, done: int, total: int) -> None:
     pass
 
 
-def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) -> Swapped | None:
-    def stopped() -> bool:
-        return stop is not None and stop.is_set()
+class _StoppedError(Exception):
+    """A stop asked before the renames: the refill is given up (the side folder dropped)."""
 
+
+def _looked_at(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise _StoppedError
+
+
+def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) -> Swapped | None:
     old = stores.bm25
     index_dir = old.path.parent
     new: Bm25Index | None = None
@@ -96,37 +102,31 @@ def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) ->
         fill_bm25(  # the manifest read in one query, no lock held; no commit begun after a stop
             new, stores.manifest, stop, lambda done: progress("filling", done, total)
         )
-        if stopped():
-            return None
-        reopened = _caught_up_unlocked(stores, old, new, side, stop, progress)
-        if reopened is None or stopped():  # ``new`` (closed or not) closed and dropped below
-            return None
-        new = reopened
+        _looked_at(stop)
+        new = _caught_up_unlocked(stores, old, new, side, stop=stop, progress=progress)
+        _looked_at(stop)
         with stores.write_lock:
-            # Each step below waits on the disk (seconds on a loaded machine, the commit tens of
+            if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
+                return None
+            # Each step below waits on the disk (seconds on a loaded machine, a commit tens of
             # them): a stop asked while one ran ends the refill before the next, the side folder
             # dropped, as long as the renames have not begun.
-            if stores.bm25 is not old or stopped():  # replaced meanwhile (a repair): stale
-                return None
+            _looked_at(stop)
             keys, everything = old.changes()
             progress("swapping", 0, len(keys))
             held = steps = time.monotonic()
             catch_up(new, stores.manifest, keys, everything=everything, stop=stop)
-            if stopped():
-                return None
+            _looked_at(stop)
             new.commit()
-            if stopped():
-                return None
+            _looked_at(stop)
             # The agents' own indexes as the old index had them: one removed as idle stays
             # removed, the others keep their time of last use (taken for used at each compaction,
             # an idle agent's index was never removed).
             kept = new.inboxes_as_in(old.path)
             taken = [time.monotonic() - steps]
             new.close()
+            _looked_at(stop)  # closed and whole, but not swapped in: dropped as at any stop
             new = None
-            if stopped():  # closed and whole, but not swapped in: dropped below as any stop's
-                discard(index_dir)
-                return None
             put_back_times(kept)
             taken.append(time.monotonic() - steps - sum(taken))
             # From here on the swap is not ended by a stop: the old index is closed, then the
@@ -145,6 +145,8 @@ def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) ->
                 len(keys),
             )
         drop_previous(index_dir)
+    except _StoppedError:
+        return None  # ``new`` (closed or not: a second close does nothing) closed and dropped below
     finally:
         if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
             old.changes_since(False)
@@ -159,19 +161,16 @@ def _caught_up_unlocked(
     old: Bm25Index,
     new: Bm25Index,
     side: Path,
+    *,
     stop: threading.Event | None,
     progress: Progress,
-) -> Bm25Index | None:
+) -> Bm25Index:
     """The notes written during the fill, written into ``new`` with no lock held, committed, and
     ``new`` closed and opened again (its background merges of the fill waited for here): the
     swap's hold of the write lock is then what was written during this pass alone. Each key is
     taken, and the noting begun anew, under the lock for a moment, so no write is half done; one
-    written again after that is noted again and caught up at the swap. None when a stop came
-    before one of its steps (``new`` left to the caller to close and drop)."""
-
-    def stopped() -> bool:
-        return stop is not None and stop.is_set()
-
+    written again after that is noted again and caught up at the swap. Raises _StoppedError at a
+    stop asked before one of its steps (``new`` left to the caller to close and drop)."""
     with stores.write_lock:
         keys, everything = old.changes()
         if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
@@ -179,14 +178,11 @@ def _caught_up_unlocked(
     progress("catching up", 0, len(keys))
     if not everything:
         catch_up(new, stores.manifest, keys, everything=False, stop=stop)
-        if stopped():
-            return None
+        _looked_at(stop)
         new.commit()
-        if stopped():
-            return None
+        _looked_at(stop)
     new.close()
-    if stopped():  # closed: nothing to wait for; the side folder is dropped by the caller
-        return None
+    _looked_at(stop)
     return Bm25Index(side)
 
 
