@@ -371,6 +371,39 @@ def test_health_while_switching_to_writable_keeps_the_uptime_by_the_steady_clock
     assert switching.dispatch(Request("health"))["uptime_seconds"] == 15.0
 
 
+_DAILY_STEPS = ["prune trash", "tidy models", "remove old copies", "give back"]
+
+
+@pytest.mark.parametrize("during", _DAILY_STEPS[:-1])
+def test_a_stop_during_a_step_of_the_daily_housekeeping_begins_no_other(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, during: str
+) -> None:
+    """A stop asked while one of the daily housekeeping's steps runs ends it as that step ends:
+    the stop waits for the job (``test_schedule``), and each later step (the model copies'
+    tidy, the old copies' removal, the manifest's give-back) would be waited for too."""
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+
+    daemon = Daemon(make_cfg(vault))
+    steps: list[str] = []
+
+    def step(name: str) -> Any:
+        def run(*_: Any) -> None:
+            steps.append(name)
+            if name == during:
+                daemon.stop.set()
+
+        return run
+
+    daemon._inboxes = types.SimpleNamespace(prune_trash=step("prune trash"))  # type: ignore[assignment]
+    monkeypatch.setattr(lifecycle.prepared, "tidy", step("tidy models"))
+    monkeypatch.setattr(daemon, "_models_settled", lambda: True)
+    monkeypatch.setattr(daemon, "_remove_old_copies", step("remove old copies"))
+    monkeypatch.setattr(daemon, "_give_back_manifest", step("give back"))
+    daemon._daily()
+    assert steps == _DAILY_STEPS[: _DAILY_STEPS.index(during) + 1]
+
+
 def test_the_daily_housekeeping_ends_between_the_manifests_writes_at_a_stop(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -220,3 +220,333 @@ def test_the_refill_beside_keeps_the_agents_indexes_as_they_were(large: Any) -> 
     assert beta.stat().st_mtime == pytest.approx(aged, abs=1)
     assert new.search("rope shed", 5, agent_scope="beta")
     assert new.search("backup night", 5)  # a person's search finds alpha's memory
+
+
+def test_health_and_status_say_a_compaction_beside_runs(large: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For minutes at 60,000 documents the disk holds a second copy and writes are slower: health
+    says the rewrite runs (its phase and the chunks filled of all) and status says it in words;
+    both say nothing once it ends. Health said nothing of it."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real = beside.fill_bm25
+    seen: list[Any] = []
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real(index, manifest, stop, progress)
+        health = s.call("health")  # from another thread, through the daemon's handlers
+        seen.append(health["index"]["keyword_compaction"])
+        seen.append(render_status(health))
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    assert compact_bm25(stores) is True
+    total = stores.manifest.indexed_chunk_count()
+    assert seen[0] == {"phase": "filling", "done": total, "total": total}
+    assert (
+        f"rewriting the keyword index beside the live one ({total:,} of {total:,} chunks); searches "
+        "answer from the live index" in seen[1]
+    )
+    health = s.call("health")
+    assert health["index"]["keyword_compaction"] is None
+    assert "rewriting the keyword index" not in render_status(health)
+
+
+# The steps of a refill beside, in their order, as ``_recorded`` names them: (step, its nth call).
+_BEFORE_THE_RENAMES = [
+    ("commit new", 1),  # the fill's final commit
+    ("catch_up", 1),  # the notes written during the fill, no lock held
+    ("commit new", 2),
+    ("close new", 1),  # waits for the fill's merges
+    ("open new", 2),  # the reopen
+    ("catch_up", 2),  # under the write lock, at the swap
+    ("commit new", 3),
+    ("inboxes", 1),
+    ("close new", 2),
+]
+# Steps a stop must not reach once asked before the renames (closing the new index is its
+# clean-up).
+_NOT_AFTER_A_STOP = {"fill", "catch_up", "commit new", "open new", "inboxes", "close old", "swap_out"}
+
+
+def _recorded(
+    monkeypatch: pytest.MonkeyPatch, stores: Any, at: tuple[str, int], stop: threading.Event
+) -> list[str]:
+    """The refill's steps as they are called, the stop set as the step ``at`` ends (a stop asked
+    while it ran: no timing)."""
+    from sidecar.index import beside
+    from sidecar.stores.bm25 import Bm25Index
+
+    old = stores.bm25
+    steps: list[str] = []  # each step as it begins; "stop" where the stop was set
+
+    def wrapped(name: str, real: Any, of_new: bool = False) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # A method's: the old index's or the new one's.
+            called = f"{name} {'old' if args[0] is old else 'new'}" if of_new else name
+            steps.append(called)
+            nth = steps.count(called)
+            got = real(*args, **kwargs)
+            if (called, nth) == at:
+                steps.append("stop")
+                stop.set()
+            return got
+
+        return call
+
+    def opened(path: Any, **kwargs: Any) -> Any:
+        return wrapped("open new", Bm25Index)(path, **kwargs)
+
+    monkeypatch.setattr(beside, "fill_bm25", wrapped("fill", beside.fill_bm25))
+    monkeypatch.setattr(beside, "catch_up", wrapped("catch_up", beside.catch_up))
+    monkeypatch.setattr(beside, "swap_out", wrapped("swap_out", beside.swap_out))
+    monkeypatch.setattr(beside, "Bm25Index", opened)
+    monkeypatch.setattr(Bm25Index, "commit", wrapped("commit", Bm25Index.commit, of_new=True))
+    monkeypatch.setattr(Bm25Index, "close", wrapped("close", Bm25Index.close, of_new=True))
+    monkeypatch.setattr(Bm25Index, "inboxes_as_in", wrapped("inboxes", Bm25Index.inboxes_as_in))
+    return steps
+
+
+@pytest.mark.parametrize("at", _BEFORE_THE_RENAMES, ids=[f"{n} {i}" for n, i in _BEFORE_THE_RENAMES])
+def test_a_stop_during_any_step_before_the_renames_ends_the_refill_there(
+    large: Any, monkeypatch: pytest.MonkeyPatch, at: tuple[str, int]
+) -> None:
+    """A stop asked while a step of the refill runs (the fill's final commit, the catch-up, its
+    commit, the close that waits for merges, the reopen, the swap's catch-up and commit) ends
+    it as that step ends: no later step begins, the side folder is dropped and the old index
+    answers, whole. It went on to the catch-up, its commit, the reopen and the swap (26.8 s
+    after a stop at the fill's commit on a loaded machine, against the stop's 10 s)."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop = threading.Event()
+    steps = _recorded(monkeypatch, stores, at, stop)
+    assert compact_bm25(stores, stop) is False
+    assert "stop" in steps
+    assert not set(steps[steps.index("stop") :]) & _NOT_AFTER_A_STOP, steps
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    stop.clear()
+    assert compact_bm25(stores, stop) is True  # the next run does it
+    assert stores.bm25 is not old and _agrees(stores)
+
+
+def test_a_stop_once_the_old_index_is_closed_lets_the_swap_end(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the old index is closed the swap is not given up at a stop (its renames are short;
+    a kill among them is finished by the next start): the new index answers."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop = threading.Event()
+    steps = _recorded(monkeypatch, stores, ("close old", 1), stop)
+    assert compact_bm25(stores, stop) is True
+    assert "swap_out" in steps and stores.bm25 is not old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+
+
+# A write made at any point of the refill is in the new index; a kill or a full disk loses none.
+
+
+def _writes(s: Any) -> None:
+    write(s.cfg.vault.path / "Log/Note20.md", "# Note 20\n\nThe lantern now by the mill, zqnew.\n")
+    (s.cfg.vault.path / "Log/Note21.md").unlink()
+    (s.cfg.vault.path / "Log/Note22.md").rename(s.cfg.vault.path / "Log/Moved22.md")
+    s.harness.sweep()
+    s.call("write", {"slug": "late", "content": "Quince jelly for the winter."}, agent="alpha")
+
+
+def _check(s: Any) -> None:
+    stores = s.harness.stores
+    bm25 = stores.bm25
+    assert _agrees(stores)
+    note = {v.chunk_id for v in stores.manifest.chunks_of("vault/Log/Note20")}
+    assert {cid for cid, _ in bm25.search("zqnew", 5)} == note
+    assert not bm25.search("zq21", 5)
+    moved = {v.chunk_id for v in stores.manifest.chunks_of("vault/Log/Moved22")}
+    assert moved and {cid for cid, _ in bm25.search("zq22", 5)} == moved
+    assert bm25.search("quince jelly", 5, agent_scope="alpha")
+    assert bm25.search("quince jelly", 5)
+
+
+def _threaded(fn: Any) -> None:
+    t = threading.Thread(target=fn)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+
+
+def test_writes_between_the_unlocked_catch_up_and_the_swap_are_in_the_new_index(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written while the new index is opened again after the catch-up made with no lock held:
+    caught up at the swap."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real = beside.Bm25Index
+    calls = []
+
+    def opened(path: Path, *a: Any, **k: Any) -> Any:
+        calls.append(path)
+        if len(calls) == 2:  # the reopen after the unlocked catch-up
+            _threaded(lambda: _writes(s))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(beside, "Bm25Index", opened)
+    assert compact_bm25(stores) is True
+    assert len(calls) >= 2
+    _check(s)
+
+
+def test_writes_during_the_unlocked_catch_up_are_in_the_new_index(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written while the notes written during the fill are caught up with no lock held (one of
+    them edited during the fill, then again): the later text is in the new index, not the first."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real_fill = beside.fill_bm25
+    real_cu = beside.catch_up
+    n: list[set[str]] = []
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real_fill(index, manifest, stop, progress)
+        write(s.cfg.vault.path / "Log/Note20.md", "# Note 20\n\nfirst edit zqfirst.\n")
+        _threaded(s.harness.sweep)
+
+    def cu(new: Any, manifest: Any, keys: Any, *, everything: bool, stop: Any = None) -> None:
+        n.append(set(keys))
+        if len(n) == 1:
+            _threaded(lambda: _writes(s))
+        real_cu(new, manifest, keys, everything=everything, stop=stop)
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    monkeypatch.setattr(beside, "catch_up", cu)
+    assert compact_bm25(stores) is True
+    _check(s)
+    assert not stores.bm25.search("zqfirst", 5)
+
+
+def test_a_kill_between_the_renames_leaves_a_whole_index_for_the_next_start(
+    large: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The folder as a kill between the swap's two renames leaves it: the next start's settle
+    finishes the swap, and the new index holds the writes made during the fill."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import open_bm25
+    from sidecar.stores.bm25_side import settle
+    from tests.test_memory_compaction import _copy_as_killed
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    real_fill = beside.fill_bm25
+    killed = tmp_path / "killed"
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real_fill(index, manifest, stop, progress)
+        _threaded(lambda: _writes(s))
+
+    def swap_in(index_dir: Path) -> Path:
+        _copy_as_killed(index_dir, killed)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    monkeypatch.setattr(beside, "swap_in", swap_in)
+    with pytest.raises(KeyboardInterrupt):
+        compact_bm25(stores)
+    settle(killed)
+    assert sorted(p.name for p in killed.glob("bm25*")) == ["bm25"]
+    idx = open_bm25(killed / "bm25")
+    try:
+        assert (idx.num_docs(), idx.num_pages()) == (
+            stores.manifest.indexed_chunk_count(),
+            stores.manifest.indexed_page_count(),
+        )
+        assert idx.search("quince jelly", 5, agent_scope="alpha")
+        assert idx.search("zqnew", 5)
+    finally:
+        idx.close()
+
+
+def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room while the new index is filled: the compaction fails, the old index answers and
+    takes later writes, no side folder is left and nothing more is noted for a catch-up."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores import bm25 as bm25mod
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    real_add = bm25mod.Bm25Index.add
+
+    def add(self: Any, docs: Any) -> None:
+        if self is not old:
+            raise StoreError("No space left on device (os error 28)")
+        real_add(self, docs)
+
+    monkeypatch.setattr(bm25mod.Bm25Index, "add", add)
+    with pytest.raises(StoreError):
+        compact_bm25(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    assert stores.bm25 is old and old._changed is None
+    monkeypatch.setattr(bm25mod.Bm25Index, "add", real_add)
+    _writes(s)
+    _check(s)
+
+
+@pytest.mark.parametrize("failing", [2, 3], ids=["the catch-up's commit", "the swap's commit"])
+def test_a_full_disk_at_a_commit_of_the_new_index_leaves_the_old_one_answering(
+    large: Any, monkeypatch: pytest.MonkeyPatch, failing: int
+) -> None:
+    """No room at the catch-up's commit (no lock held) or the swap's (under the lock): the side
+    folder goes and the old index answers and takes later writes."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores import bm25 as bm25mod
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    real = bm25mod.Bm25Index.commit
+    n: list[int] = []
+
+    def commit(self: Any, *a: Any, **k: Any) -> Any:
+        if self is not old:
+            n.append(1)
+            if len(n) == failing:  # 1: the fill's, 2: the catch-up's, 3: the swap's
+                raise StoreError("No space left on device (os error 28)")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(bm25mod.Bm25Index, "commit", commit)
+    with pytest.raises(StoreError):
+        compact_bm25(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    assert stores.bm25 is old and old._changed is None
+    monkeypatch.setattr(bm25mod.Bm25Index, "commit", real)
+    _writes(s)
+    _check(s)

@@ -695,3 +695,29 @@ def test_an_index_with_nothing_deleted_that_disagrees_with_the_manifest_is_rewri
     assert "ghost" not in {cid for cid, _ in bm25.search("x", 20, agent_scope="beta")}
     # Counts that agree and nothing deleted: left as they are (no rewrite every hour).
     assert "memory/beta" not in compact_memory(s.harness.stores)
+
+
+def test_an_index_taken_for_drifted_whose_counts_agree_under_the_lock_is_left_as_it_is(
+    in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The manifest's counts are read once, before the indexes' and without the lock: a memory
+    write committed in between makes an index with nothing deleted look drifted. Under the lock
+    its counts agree after all, so it is left as it is (no rewrite, no rebuild logged)."""
+    from sidecar.index import repair
+
+    s = in_process
+    s.call("write", {"slug": "first", "content": "The backup runs at three."}, agent="alpha")
+    s.call("search", {"query": "backup"}, agent="alpha")  # alpha's own index made
+    stores = s.harness.stores
+    assert repair.compact_memory(stores) == []  # counts agree, nothing deleted
+    real = repair._memory_wanted
+
+    def wanted_then_a_write(st: Any) -> dict[str, int]:
+        got = real(st)
+        s.call("write", {"slug": "second", "content": "Quince jelly for the winter."}, agent="alpha")
+        return got
+
+    monkeypatch.setattr(repair, "_memory_wanted", wanted_then_a_write)
+    with caplog.at_level("INFO"):
+        assert repair.compact_memory(stores) == []
+    assert "bm25_compacted" not in caplog.text and "index_rebuilt" not in caplog.text

@@ -213,6 +213,20 @@ def _release_lines(h: dict[str, Any], idx: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _compaction_said(c: dict[str, Any]) -> str:
+    """A large vault's keyword index rewritten beside the live one, in its phase's words."""
+    if c["phase"] == "filling":
+        step = f"{c['done']:,} of {c['total']:,} chunks"
+    elif c["phase"] == "catching up":
+        step = f"adding the {c['total']:,} notes written meanwhile"
+    else:
+        step = f"swapping it in ({c['total']:,} notes written meanwhile added first)"
+    return (
+        f"rewriting the keyword index beside the live one ({step}); searches answer from the live "
+        "index, writes are slower meanwhile"
+    )
+
+
 def render_status(h: dict[str, Any]) -> str:
     idx = h["index"]
     lines = [
@@ -239,6 +253,9 @@ def render_status(h: dict[str, Any]) -> str:
             "  keyword index: being rebuilt in the background for this version's reading of words; "
             "searches answer from the old index until it is swapped in"
         )
+    compaction = idx.get("keyword_compaction")
+    if compaction:
+        lines.append(f"  {_compaction_said(compaction)}")
     lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
     if waiting:  # a call that has not answered for a second or more: what indexing waits for

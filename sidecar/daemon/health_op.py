@@ -148,6 +148,9 @@ class HealthOp:
                 # Refilled in place instead (no room for a copy beside): the keyword arm finds
                 # nothing until it ends; {done, total} chunks, else None.
                 "keyword_upgrade_in_place": _in_place(self.vectors.stores.upgrade_in_place),
+                # A large vault's keyword index rewritten beside the live one (its deleted notes
+                # dropped), which answers searches meanwhile: {phase, done, total}, else None.
+                "keyword_compaction": _compaction(self.vectors.stores.keyword_compaction),
                 # While a person's search reads the agents' own keyword indexes instead of the one
                 # of all memory (being filled, damaged, read-only): why, and how many agents'
                 # memory it finds by no word meanwhile (their own index removed as unused).
@@ -245,6 +248,10 @@ class HealthOp:
 
 def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
     return None if progress is None else {"done": progress[0], "total": progress[1]}
+
+
+def _compaction(state: tuple[str, int, int] | None) -> dict[str, Any] | None:
+    return None if state is None else {"phase": state[0], "done": state[1], "total": state[2]}
 
 
 def _sweep_pace(act: Activity) -> dict[str, Any]:

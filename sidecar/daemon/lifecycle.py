@@ -796,7 +796,8 @@ class Daemon(ConfigReload, ReadOnlyStart):
         if self._scheduler is not None:
             # A scheduled rewrite of the keyword index rolls back at its next look at the stop;
             # the stores are closed after it (closed under it, it died of a closed database).
-            # One still running past the bound is left: nothing it did is committed.
+            # One still running past the bound is left: nothing it did is committed, except a
+            # keyword refill beside already in its renames (the next start's settle ends them).
             left = self._scheduler.join(self.stop_clock.left(_JOIN_TIMEOUT))
             if left:
                 stuck = True

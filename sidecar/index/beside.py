@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,25 +44,51 @@ class Swapped:
     lock_seconds: float  # the write lock held for the swap (the last catch-up, commit, renames)
 
 
+# Told where a refill beside is: its phase ("filling", "catching up", "swapping") and the
+# chunks written of the chunks in all (of the fill; the notes of a catch-up).
+Progress = Callable[[str, int, int], None]
+
+
 def refill_beside(
-    stores: Stores, stop: threading.Event | None = None, *, wait: bool = True
+    stores: Stores,
+    stop: threading.Event | None = None,
+    *,
+    wait: bool = True,
+    progress: Progress | None = None,
 ) -> Swapped | None:
     """``stores.bm25`` refilled from the manifest in a side folder in this version's layout and
     swapped in (the old index answering until the swap); None when a stop ended it, when the
     index was replaced meanwhile (a repair), or, without ``wait``, when another refill beside
-    runs (one at a time: they share the side folder). Raises StoreError or OSError after a
+    runs (one at a time: they share the side folder). A stop is looked at before each step
+    up to the renames (the fill's commit, the catch-up, its commit, the reopen, the swap's
+    catch-up and commits): until the renames begin the old index is whole and the side folder
+    is dropped, so a stop waits at most for the one step under way, not for the rest of the
+    refill. ``progress`` is told each phase. Raises StoreError or OSError after a
     failure (a full disk): the old index answers on, or, when none could be opened after the
     swap, the stores hold it marked lost (``lose``)."""
     beside = stores.beside_lock
     if not beside.acquire(blocking=wait):
         return None
     try:
-        return _refill(stores, stop)
+        return _refill(stores, stop, progress or _untold)
     finally:
         beside.release()
 
 
-def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
+def _untold(phase: str, done: int, total: int) -> None:
+    pass
+
+
+class _StoppedError(Exception):
+    """A stop asked before the renames: the refill is given up (the side folder dropped)."""
+
+
+def _looked_at(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise _StoppedError
+
+
+def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) -> Swapped | None:
     old = stores.bm25
     index_dir = old.path.parent
     new: Bm25Index | None = None
@@ -70,28 +97,40 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
         with stores.write_lock:  # a moment: every write from now on is noted
             old.changes_since()
         new = Bm25Index(side)
-        fill_bm25(new, stores.manifest, stop)  # the manifest read in one query, no lock held
-        if stop is not None and stop.is_set():
-            return None
-        new = _caught_up_unlocked(stores, old, new, side)
-        if stop is not None and stop.is_set():
-            return None
+        total = stores.manifest.indexed_chunk_count()
+        progress("filling", 0, total)
+        fill_bm25(  # the manifest read in one query, no lock held; no commit begun after a stop
+            new, stores.manifest, stop, lambda done: progress("filling", done, total)
+        )
+        _looked_at(stop)
+        new = _caught_up_unlocked(stores, old, new, side, stop=stop, progress=progress)
+        _looked_at(stop)
         with stores.write_lock:
             if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
                 return None
+            # Each step below waits on the disk (seconds on a loaded machine, a commit tens of
+            # them): a stop asked while one ran ends the refill before the next, the side folder
+            # dropped, as long as the renames have not begun.
+            _looked_at(stop)
             keys, everything = old.changes()
+            progress("swapping", 0, len(keys))
             held = steps = time.monotonic()
-            catch_up(new, stores.manifest, keys, everything=everything)
+            catch_up(new, stores.manifest, keys, everything=everything, stop=stop)
+            _looked_at(stop)
             new.commit()
+            _looked_at(stop)
             # The agents' own indexes as the old index had them: one removed as idle stays
             # removed, the others keep their time of last use (taken for used at each compaction,
             # an idle agent's index was never removed).
             kept = new.inboxes_as_in(old.path)
             taken = [time.monotonic() - steps]
             new.close()
+            _looked_at(stop)  # closed and whole, but not swapped in: dropped as at any stop
             new = None
             put_back_times(kept)
             taken.append(time.monotonic() - steps - sum(taken))
+            # From here on the swap is not ended by a stop: the old index is closed, then the
+            # folders renamed (a kill among them is finished by the next start's ``settle``).
             old.close()  # its searchers still answer searches under way
             taken.append(time.monotonic() - steps - sum(taken))
             old.move(lambda: swap_out(index_dir))
@@ -106,6 +145,8 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
                 len(keys),
             )
         drop_previous(index_dir)
+    except _StoppedError:
+        return None  # ``new`` (closed or not: a second close does nothing) closed and dropped below
     finally:
         if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
             old.changes_since(False)
@@ -115,20 +156,33 @@ def _refill(stores: Stores, stop: threading.Event | None) -> Swapped | None:
     return Swapped(len(keys), everything, held)
 
 
-def _caught_up_unlocked(stores: Stores, old: Bm25Index, new: Bm25Index, side: Path) -> Bm25Index:
+def _caught_up_unlocked(
+    stores: Stores,
+    old: Bm25Index,
+    new: Bm25Index,
+    side: Path,
+    *,
+    stop: threading.Event | None,
+    progress: Progress,
+) -> Bm25Index:
     """The notes written during the fill, written into ``new`` with no lock held, committed, and
     ``new`` closed and opened again (its background merges of the fill waited for here): the
     swap's hold of the write lock is then what was written during this pass alone. Each key is
     taken, and the noting begun anew, under the lock for a moment, so no write is half done; one
-    written again after that is noted again and caught up at the swap."""
+    written again after that is noted again and caught up at the swap. Raises _StoppedError at a
+    stop asked before one of its steps (``new`` left to the caller to close and drop)."""
     with stores.write_lock:
         keys, everything = old.changes()
         if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
             old.changes_since()
+    progress("catching up", 0, len(keys))
     if not everything:
-        catch_up(new, stores.manifest, keys, everything=False)
+        catch_up(new, stores.manifest, keys, everything=False, stop=stop)
+        _looked_at(stop)
         new.commit()
+        _looked_at(stop)
     new.close()
+    _looked_at(stop)
     return Bm25Index(side)
 
 

@@ -46,6 +46,8 @@ def fill_bm25(
         index.rollback()
         return
     index.add(docs)
+    if progress is not None:
+        progress(added + len(docs))
     if stop is not None and stop.is_set():  # came during the last batch: no commit begun
         index.rollback()
         return
@@ -66,14 +68,23 @@ def bm25_doc(v: ChunkView) -> Bm25Doc:
     )
 
 
-def catch_up(new: Bm25Index, manifest: Manifest, keys: set[str], *, everything: bool) -> None:
+def catch_up(
+    new: Bm25Index,
+    manifest: Manifest,
+    keys: set[str],
+    *,
+    everything: bool,
+    stop: threading.Event | None = None,
+) -> None:
     """The notes written or deleted during a refill beside, into ``new`` as the manifest holds
-    them now (the write lock held); every note when the old index was emptied meanwhile (a
-    rebuild)."""
+    them now; every note when the old index was emptied meanwhile (a rebuild). A stop ends it
+    between notes (the refill is then dropped: what was written needs no undoing)."""
     if everything:
-        fill_bm25(new, manifest)
+        fill_bm25(new, manifest, stop)
         return
     for key in sorted(keys):
+        if stop is not None and stop.is_set():
+            return
         docs = [bm25_doc(v) for v in manifest.indexed_chunks_of(key)]
         if docs:
             new.replace_note(key, docs)

@@ -271,10 +271,16 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if _no_room(stores, "vault", (stores.bm25.path,)):
         return False
     started = time.monotonic()
+
+    def told(phase: str, done: int, total: int) -> None:
+        stores.keyword_compaction = (phase, done, total)
+
     try:
-        swapped = refill_beside(stores, stop, wait=False)
+        swapped = refill_beside(stores, stop, wait=False, progress=told)
     except OSError as exc:  # a full disk: the old index answers on (or, lost, is said so)
         raise StoreError(f"the keyword index could not be refilled beside: {exc.strerror or exc}") from exc
+    finally:
+        stores.keyword_compaction = None
     if swapped is None:
         if stop is not None and stop.is_set():
             log.info(

@@ -81,6 +81,10 @@ class Stores:
     # The refill in place instead (no room on the disk for a second copy; the keyword arm finds
     # nothing until it ends): (chunks added, chunks in all), else None.
     upgrade_in_place: tuple[int, int] | None = None
+    # A large vault's keyword index being rewritten beside the live one, which answers meanwhile
+    # (``repair.compact_bm25``): (phase, done, total), else None. Minutes at 60,000 documents, a
+    # second copy on the disk and writes slower: health says why.
+    keyword_compaction: tuple[str, int, int] | None = None
     # The notes written continuously now (``sidecar.daemon.hot``, set by the index loop), key ->
     # the chunks its last indexing added: those wait for a vector for a while, no backlog.
     continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)
