@@ -276,6 +276,27 @@ def test_a_request_that_hangs_is_answered_timeout_and_the_server_goes_on(
         release.set()
 
 
+def test_a_timeout_answer_says_the_request_timeout_as_set(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """server.requestTimeoutSeconds 1.5 is said as 1.5 s in the `timeout` answer (it said 2 s)."""
+    server: InProcessServer = serve_in_process(**{"server.workers": 1, "server.requestTimeoutSeconds": 1.5})
+    release = threading.Event()
+    counts = server.handlers.manifest.counts
+
+    def stuck() -> dict[str, Any]:
+        release.wait(30)
+        return counts()
+
+    monkeypatch.setattr(server.handlers.manifest, "counts", stuck)
+    try:
+        answer = exchange(server.socket, b'{"id": 1, "op": "health"}\n')
+        assert answer[0]["error"]["code"] == "timeout"
+        assert "within 1.5 s (server.requestTimeoutSeconds)" in answer[0]["error"]["message"]
+    finally:
+        release.set()
+
+
 def test_health_answers_while_searches_hold_every_read_worker(serve_in_process: Any) -> None:
     """health ran on the read lane: with its workers held by searches (held up to 15 s each while
     a read-only daemon switches to writable), `sidecar status` and the MCP memory_status gave up

@@ -248,3 +248,201 @@ def test_the_watchers_own_walk_is_bounded_as_a_whole(tmp_path: Path) -> None:
     release.set()
     t.join(10)
     assert out and "did not end within 0.3 s" in str(out[0]), out
+
+
+class _Clock:
+    """The supervisor module's clock, ``ahead`` seconds ahead of the real one once set."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+        self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        self.asked += 1
+        return time.monotonic() + self.ahead
+
+
+def test_a_requests_look_neither_beats_for_the_indexer_nor_says_what_indexing_waits_for(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write's look at an inbox learnt slow waits several of its waiter's ticks: no heartbeat
+    of the indexer is sent from it (a wedged indexer stayed hidden from the watchdog), and the
+    call a sweep waits for stays what status says indexing waits for (the look overwrote it,
+    then cleared it)."""
+    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault.sources import asked
+
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    beats: list[str] = []
+    sup = Supervisor(cfg, beat=lambda: beats.append(threading.current_thread().name))
+    inbox = cfg.agents_dir / "ada" / "memory"
+    inbox.mkdir(parents=True)
+    root = Root("memory", inbox, agent="ada")
+    sup.status(root).slow = True
+    sweeps = ("vault", "Projects", time.monotonic(), "listing")
+    sup.waiting = sweeps  # a sweep waits for a listing of the vault meanwhile
+    during: list[Any] = []
+
+    def look(asking: Asking) -> int:
+        with asked(asking, "stat", "."):
+            ticks = clock.asked
+            deadline = time.monotonic() + 20
+            while clock.asked < ticks + 3 and time.monotonic() < deadline:  # the waiter's ticks
+                time.sleep(0.05)
+            during.append(sup.waiting)
+        return 1
+
+    assert sup.looked(root, look) == 1
+    assert beats == []
+    assert during == [sweeps] and sup.waiting == sweeps
+
+
+def test_a_requests_look_at_a_slow_share_ends_at_its_cap_and_marks_nothing(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox learnt slow, one call of the look past a quarter of server.requestTimeoutSeconds
+    (30 s of 120 s; scanTimeoutSeconds 600): the look ends there, said as slow, and the inbox is
+    neither marked hanging nor unlearnt slow (it waited up to 600 s, past the request's and the
+    client's timeouts)."""
+    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault.sources import asked
+    from sidecar.vault.supervisor import LookCut
+
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    inbox = cfg.agents_dir / "ada" / "memory"
+    inbox.mkdir(parents=True)
+    root = Root("memory", inbox, agent="ada")
+    st = sup.status(root)
+    st.slow = True
+    release = threading.Event()
+
+    def look(asking: Asking) -> int:
+        with asked(asking, "stat", "."):
+            clock.ahead = 31.0  # past the cap by the supervisor's clock
+            release.wait(20)
+        return 1
+
+    try:
+        with pytest.raises(LookCut, match=r"did not end within 30 s"):
+            sup.looked(root, look)
+        assert sup.look_cap() == 30
+        assert st.slow and st.hanging is None and sup.still_hangs("memory/ada") is None
+    finally:
+        release.set()
+
+
+def test_a_write_whose_look_passes_its_cap_is_refused_as_slow_with_nothing_written(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through the daemon: the write is refused (`storage`, the inbox said slow) and
+    nothing is written, not answered `timeout` and written minutes later."""
+    from sidecar.vault import supervisor as supervisor_module
+
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    served.harness.supervisor.roots["memory/ada"].slow = True  # learnt slow earlier
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    real = inbox_notes.private_dirs
+    release = threading.Event()
+
+    def private_dirs(*args: Any, **kwargs: Any) -> Any:
+        clock.ahead = 31.0  # past the cap (30 s of the 120 s request timeout)
+        release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_notes, "private_dirs", private_dirs)
+    try:
+        with pytest.raises(RemoteError, match="is slow") as err:
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert err.value.code == "storage" and "nothing written" in str(err.value)
+    finally:
+        release.set()
+    assert not (inbox / "fresh.md").exists()
+
+
+def test_a_write_whose_look_is_cut_by_the_stop_says_the_daemon_is_stopping(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's stop ends the wait for the look: the write is told `busy`, the daemon is
+    stopping, not that its inbox did not answer."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    sup = served.harness.supervisor
+    sup.roots["memory/ada"].slow = True
+    real = inbox_notes.private_dirs
+    release = threading.Event()
+
+    def private_dirs(*args: Any, **kwargs: Any) -> Any:
+        sup.stopping.set()  # the stop begins while the look waits
+        release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_notes, "private_dirs", private_dirs)
+    try:
+        with pytest.raises(RemoteError, match="the daemon is stopping") as err:
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+        assert err.value.code == "busy"
+    finally:
+        release.set()
+        sup.stopping.clear()
+    assert not (inbox / "fresh.md").exists()
+
+
+class _CountedEntry(_SlowEntry):
+    def __init__(self, entry: os.DirEntry[str], stats: dict[str, int]) -> None:
+        super().__init__(entry, 0.0)
+        self._stats = stats
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        self._stats[self.name] = self._stats.get(self.name, 0) + 1
+        return super().stat(follow_symlinks=follow_symlinks)
+
+
+def test_a_write_with_an_inbox_limit_stats_each_note_once(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room of the inbox is counted from the write's look (bounded): the write itself does not
+    stat every note again (it did, unbounded, on the share the look had just waited for)."""
+    served = serve_in_process(**{"memory.maxInboxBytes": 1_000_000})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    stats: dict[str, int] = {}
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if isinstance(path, int):  # the inbox, opened by descriptor
+            with real(path) as it:
+                listing = _SlowListing([], 0.0)
+                listing._entries = [_CountedEntry(e, stats) for e in it]
+                return listing
+        return real(path)
+
+    monkeypatch.setattr(inbox_files.os, "scandir", scandir)
+    served.call("write", {"slug": "fresh", "content": "# Fresh\n\nnew\n"}, agent="ada")
+    assert (inbox / "fresh.md").exists()
+    assert stats.get("plan.md") == 1, stats
+
+
+def test_a_refused_write_to_a_new_agent_leaves_no_root_in_status(serve_in_process: Any) -> None:
+    """A write to an agent with no inbox yet, refused (its front matter cannot be read): after a
+    sweep, status lists no inbox of it (its look made the root's status before the inbox was)."""
+    served = serve_in_process()
+    with pytest.raises(RemoteError):
+        served.call("write", {"slug": "x", "content": "---\nbad: [\n---\n# X\n"}, agent="zed")
+    served.harness.sweep()
+    roots = {r["name"] for r in served.call("health", {})["roots"]}
+    assert "memory/zed" not in roots

@@ -378,7 +378,7 @@ class Server:
             return error_frame(
                 req.id,
                 "timeout",
-                f"{quoted(req.op)} did not finish within {self.request_timeout:.0f} s "
+                f"{quoted(req.op)} did not finish within {self.request_timeout:g} s "
                 "(server.requestTimeoutSeconds); a write may still complete, check before retrying",
             )
 
@@ -446,7 +446,7 @@ class Server:
             raise
 
     def _overran(self, lane: _Lane, req: Request, fut: Future[bytes]) -> None:
-        log.error("request_timeout op=%s seconds=%.0f", req.op, self.request_timeout)
+        log.error("request_timeout op=%s seconds=%g", req.op, self.request_timeout)
         lane.overran(fut)
 
     async def serve(self, listener: socket.socket, stop: asyncio.Event) -> None:

@@ -103,9 +103,7 @@ def _note_sizes(inbox_fd: int) -> Iterator[tuple[str, int]]:
     """(name, size) of the inbox's notes: the files memory list shows as its notes (a hidden
     '.x.md', a sync-conflict copy or a numbered copy or a link is none: status counted them while
     list did not)."""
-    return (
-        (name, size) for name, size in _file_sizes(inbox_fd) if is_markdown_name(name) and not _is_copy(name)
-    )
+    return iter(_note_sizes_asked(inbox_fd, Asking()).items())  # told to nobody: unbounded
 
 
 def _note_sizes_asked(inbox_fd: int, asking: Asking) -> dict[str, int]:

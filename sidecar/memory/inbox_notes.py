@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
 from sidecar.contracts.errors import NotFoundError
-from sidecar.memory.inbox_files import _move_kept, _note_sizes, _note_sizes_asked, _State
+from sidecar.memory.inbox_files import _move_kept, _note_sizes_asked, _State
 from sidecar.memory.inbox_text import _names_as_text, _now, _plain, _unstamped
 from sidecar.memory.inbox_types import (
     Deleted,
@@ -85,7 +85,14 @@ class Notes:
 
         def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None: ...
 
-        def _check_room(self, inbox_fd: int, name: str, growth: int) -> None: ...
+        def _check_room(
+            self,
+            inbox_fd: int,
+            name: str,
+            growth: int,
+            sizes: dict[str, int] | None = None,
+            old: bytes | None = None,
+        ) -> None: ...
 
         def _check_room_of(self, used: int, name: str, growth: int) -> None: ...
 
@@ -112,18 +119,8 @@ class Notes:
         similarity work: a write of 1 MB was refused after 21 s of embedding it for the duplicate
         check (and held one of the two write workers meanwhile). ``write`` checks again, exactly:
         the room here leaves out the stamp a write adds, so it refuses nothing ``write`` would
-        let through."""
-        self._check_content(content, front_matter)
-        limit = self.cfg.memory.max_inbox_bytes
-        if limit <= 0:
-            return
-        name = f"{check_slug(slug)}.md"
-        try:
-            with self._dirs(check_agent(agent), create=False) as (_agent_fd, inbox_fd):
-                sizes = dict(_note_sizes(inbox_fd))
-        except FileNotFoundError:
-            return
-        self._check_room_of(sum(sizes.values()), name, len(content.encode("utf-8")) - sizes.get(name, 0))
+        let through. Unbounded: the daemon's writes look through ``look`` and ``check_room``."""
+        self.check_room(slug, content, front_matter, self.look(agent, Asking(), room=True))
 
     def look(self, agent: str, asking: Asking, *, room: bool) -> dict[str, int] | None:
         """A change's look at the inbox before anything is done, each call into the share told
@@ -143,7 +140,8 @@ class Notes:
             return None
 
     def check_room(self, slug: str, content: Any, front_matter: Any, sizes: dict[str, int] | None) -> None:
-        """``precheck`` on the note sizes a ``look`` found (None: no room counted)."""
+        """``precheck`` on the note sizes a ``look`` found (None: no room counted); pass the same
+        sizes to ``write``, which then stats no note again."""
         self._check_content(content, front_matter)
         if sizes is None or self.cfg.memory.max_inbox_bytes <= 0:
             return
@@ -219,8 +217,11 @@ class Notes:
         front_matter: dict[str, Any] | None,
         *,
         must_exist: bool,
+        sizes: dict[str, int] | None = None,
     ) -> Written:
-        """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note."""
+        """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note.
+        ``sizes``: the note sizes this write's ``look`` found, its room counted from them (each
+        note stat once per write, not again here); None: counted here."""
         path = self.path_of(agent, slug)
         name = path.name
         self._check_content(content, front_matter)
@@ -253,7 +254,7 @@ class Notes:
             meta["updated"] = _now()
             text, counts = self._sized(meta, body, content, edit_of=existing if must_exist else None)
             data = text.encode("utf-8")
-            self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0))
+            self._check_room(inbox_fd, name, len(data) - (len(old) if old is not None else 0), sizes, old)
             # The text being replaced stays recoverable, as a deleted note does (a rewrite that
             # changes only the 'updated' stamp names no previous: there is nothing to lose; its
             # file replaced is still kept, see ``_replace``).

@@ -45,12 +45,25 @@ class Room:
             log.warning("memory_trash_cap_failed error=%s", exc)
             return ()
 
-    def _check_room(self, inbox_fd: int, name: str, growth: int) -> None:
+    def _check_room(
+        self,
+        inbox_fd: int,
+        name: str,
+        growth: int,
+        sizes: dict[str, int] | None = None,
+        old: bytes | None = None,
+    ) -> None:
         """Refuse a write that takes the inbox's notes past ``memory.maxInboxBytes`` (an agent in
         a loop would otherwise fill the disk the index shares). Writes of other notes running at
-        the same time may pass it by a note each."""
+        the same time may pass it by a note each. ``sizes``: the other notes as the write's look
+        found them (its own, ``old``, as read now), so no note is stat again."""
         if self.cfg.memory.max_inbox_bytes > 0 and growth > 0:
-            self._check_room_of(_notes_bytes(inbox_fd), name, growth)
+            if sizes is None:
+                used = _notes_bytes(inbox_fd)
+            else:
+                others = sum(size for n, size in sizes.items() if n != name)
+                used = others + (len(old) if old is not None else 0)
+            self._check_room_of(used, name, growth)
 
     def _check_room_of(self, used: int, name: str, growth: int) -> None:
         limit = self.cfg.memory.max_inbox_bytes

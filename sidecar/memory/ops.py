@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sidecar.config import Config
-from sidecar.contracts.errors import EmbedderError, ProtocolError, SidecarError, StorageError, StoreError
+from sidecar.contracts.errors import (
+    BusyError,
+    EmbedderError,
+    ProtocolError,
+    SidecarError,
+    StorageError,
+    StoreError,
+    stopping_message,
+)
 from sidecar.contracts.plainerror import plain_error
 from sidecar.contracts.protocol import (
     LIST_LIMIT_DEFAULT,
@@ -71,7 +79,7 @@ from sidecar.vault.sources import (
     public_reference,
     vault_roots,
 )
-from sidecar.vault.supervisor import RootUnreachable
+from sidecar.vault.supervisor import LookCut, RootUnreachable, StopCut
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 
 log = logging.getLogger(__name__)
@@ -188,7 +196,9 @@ class MemoryOps:
         # entry without a file (found by search, "no note" on get).
         with self.inboxes.locked(agent, slug):
             try:
-                written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+                written = self.inboxes.write(
+                    agent, slug, content, front_matter, must_exist=must_exist, sizes=sizes
+                )
             except HomeChangedError as exc:  # the home's share unmounted: nothing made on its mount point
                 problems.report("home", held(exc.why))
                 raise
@@ -553,6 +563,10 @@ class MemoryOps:
                 wait,
                 f"inbox-{agent}",
             )
+        except StopCut as exc:  # the look was cut by the stop, not by the share
+            raise BusyError(stopping_message(f"the change (nothing {done})")) from exc
+        except LookCut as exc:  # slow, not hung: said so, and nothing marked
+            raise StorageError(f"not {done}: {exc}; nothing {done}: try again later") from exc
         except (RootUnreachable, NoAnswer) as exc:
             raise StorageError(
                 f"not {done}: the inbox {agent_inbox(self.cfg, agent)} did not answer ({exc}); nothing "

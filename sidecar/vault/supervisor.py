@@ -151,6 +151,11 @@ class StopCut(RootUnreachable):
     logs it as a stop and leaves the root's state alone)."""
 
 
+class LookCut(RootUnreachable):
+    """A request's look at a share learnt slow (or long) ended at its cap (``Supervisor.looked``):
+    the share is not hung and nothing is marked; the request is refused with nothing done."""
+
+
 class Supervisor:
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
@@ -363,8 +368,24 @@ class Supervisor:
         many files answers each in time); a share learnt slow, as long as a whole scan. One that
         does not answer marks the root hanging (status says so; should it answer late, it is
         learnt slow and waited for next time). RootUnreachable then, and at once while a call on
-        it still hangs; what ``fn`` raises otherwise (no home check, no OSError rewritten)."""
-        return self._asked(root, self._fresh(root), fn, whole=False)
+        it still hangs; what ``fn`` raises otherwise (no home check, no OSError rewritten).
+
+        The whole look ends at ``look_cap`` (LookCut: the share is slow, not hung; nothing is
+        marked), so a request on a share learnt slow is answered before the request's own
+        timeout and not after its client stopped waiting. It is the request's wait, not the
+        indexer's: no heartbeat for the indexer (a wedged indexer would stay hidden from the
+        watchdog) and the "waiting on" status, which tells what indexing waits for, untouched;
+        StopCut once the daemon stops."""
+        return self._asked(root, self._fresh(root), fn, whole=False, request=True)
+
+    def look_cap(self) -> float:
+        """How long a request's look (``looked``) may take as a whole: a quarter of
+        server.requestTimeoutSeconds (30 s at its default of 120 s), and never past
+        watch.scanTimeoutSeconds. A quarter: the answer then comes before the CLI's own wait
+        (60 s by default) ends, with the rest of the request's time left for its duplicate check
+        and the write itself; a slow share waited for longer held both write workers and every
+        agent's writes behind them."""
+        return min(self.cfg.server.request_timeout_seconds / 4, self.cfg.watch.scan_timeout_seconds)
 
     def _fresh(self, root: Root) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
@@ -602,13 +623,19 @@ class Supervisor:
                 self.cfg.watch.scan_timeout_seconds,
             )
 
-    def _asked(self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool) -> T:
+    def _asked(
+        self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool, request: bool = False
+    ) -> T:
         """``fn`` with an ``Asking``: given up once one call has not answered for the probe
         timeout (the whole after the scan timeout on a slow root), naming the call. Only a
-        ``whole`` scan of the root ends its being slow (a file event's look asks a few calls)."""
+        ``whole`` scan of the root ends its being slow (a file event's look asks a few calls).
+        A ``request``'s look (``looked``) ends at ``look_cap`` as a whole, and neither beats for
+        the indexer nor says what indexing waits for."""
         timeout = self.cfg.watch.probe_timeout_seconds
         asking = Asking()
         slow = st.slow
+        started = time.monotonic()
+        cap = self.look_cap() if request else None
 
         def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
             now = asking.now
@@ -618,18 +645,39 @@ class Supervisor:
             if self.beat is not None:
                 self.beat()
 
-        def hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
+        def call_hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
             now = asking.now
-            return self.stopping.is_set() or (
-                not slow and now is not None and time.monotonic() - now[2] >= timeout
-            )
+            return not slow and now is not None and time.monotonic() - now[2] >= timeout
+
+        def cut() -> bool:  # a request's look past its cap
+            return cap is not None and time.monotonic() - started >= cap
+
+        def hung() -> bool:
+            return self.stopping.is_set() or call_hung() or cut()
 
         try:
             value, stuck = run_with_timeout(
-                lambda: fn(asking), self.cfg.watch.scan_timeout_seconds, root.name, beat, hung
+                lambda: fn(asking),
+                self.cfg.watch.scan_timeout_seconds,
+                root.name,
+                None if request else beat,
+                hung,
             )
         finally:
-            self.waiting = None
+            if not request:
+                self.waiting = None
+        if stuck is not None and cap is not None and not self.stopping.is_set() and not call_hung() and cut():
+            # Slow, not hung: nothing marked. The call under way ends when the share answers,
+            # and the look stops at its next call.
+            asking.abandon()
+            now = asking.now
+            on = f" ({now[0]} {now[1]})" if now else ""
+            log.warning("look_cut root=%s%s cap=%gs: a request's look at a slow share", root.name, on, cap)
+            raise LookCut(
+                f"{root.path} is slow: the look at it{on} did not end within {cap:g} s (a quarter of "
+                "server.requestTimeoutSeconds, so that the request is answered before its client stops "
+                "waiting)"
+            )
         if stuck is None:
             late = asking.longest >= timeout
             if st.slow and whole and not late:
