@@ -130,6 +130,15 @@ class SearchConfig:
         "capital not first in a sentence, or all capitals) cuts it in any language. false: every "
         "rare word cuts it.",
     )
+    rare_term_compounds: str = _opt(
+        "cut",
+        "A rare word of a German or English query that is an ordinary compound of the query's "
+        "language (letters only, splitting into two or more parts of at least four letters, each a "
+        "word more notes than rareTermNotes hold in that language's stemmed form: "
+        "'Abtastrate', 'Bildschirmhelligkeit'): cut = treated as any rare word, boost = keeps the "
+        "rareTerm boost but cuts no vector share, none = neither.",
+        choices=("cut", "boost", "none"),
+    )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
     )
