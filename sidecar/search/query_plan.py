@@ -166,23 +166,24 @@ class QueryPlan:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
         rare = self.rare_words(qa, agent)
-        mode = self.cfg.rare_term_compounds
-        if mode == "cut" or not rare:
-            return rare, self.vector_weight(qa, self.cutting(rare, qa, agent))
-        compounds = set(self.compounds(rare, qa, agent))
-        if mode == "none":
-            rare = tuple(w for w in rare if w not in compounds)
-        cut = tuple(w for w in self.cutting(rare, qa, agent) if w not in compounds)
+        cut = self.cutting(rare, qa, agent)
+        if cut and self.cfg.rare_term_compounds:
+            # An ordinary compound keeps its rareTerm boost (the note holding it as asked is often
+            # the one meant) but cuts no share: dropping the boost too lost more than it won.
+            compounds = set(self.compounds(cut, qa, agent))
+            cut = tuple(w for w in cut if w not in compounds)
         return rare, self.vector_weight(qa, cut)
 
     def compounds(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that are ordinary compounds of the query's language,
-        German or English: letters only (no digit, underscore or capital inside), splitting into
-        two or more parts of at least ``_PART_MIN`` letters (a German linking "s" between them
-        allowed), each a word that more notes than a rare word's limit hold in the language's
-        stemmed form ("Abtast|rate", "Bildschirm|helligkeit"). The model reads such a word from
-        its parts; a name or code rarely splits so ("plant|uml": "uml" is too short, "zotero"
-        not at all)."""
+        German or English (``search.rareTermCompounds``): letters only (no digit, underscore or
+        capital inside), splitting into two or more parts of at least ``_PART_MIN`` letters (a
+        German linking "s" between them allowed), each a word that more notes than a rare word's
+        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien").
+        German capitalises every noun, so the capital that tells a name in English tells nothing
+        here. The model reads such a word from its parts; a name or code seldom splits so
+        ("plant|uml": "uml" is too short, "zotero" not at all). A compound whose parts the notes
+        hold only inside it ("Abtastrate" where no note writes "Rate") is not recognised."""
         lang = qa.language
         if lang not in _MARKERS:
             return ()
