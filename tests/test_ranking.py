@@ -13,6 +13,7 @@ import pytest
 from sidecar.contracts.wire import Analysis, Hit
 from sidecar.model.embedder import load_model
 from sidecar.search.query import analyze
+from sidecar.search.query_plan import _splits
 from sidecar.search.recall import recall
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
@@ -466,6 +467,63 @@ def test_a_rare_word_of_the_other_language_cuts_no_vector_share(make_cfg: Any, t
     assert own == (("teapots", "shelf"), cut)
     assert plans(**{"search.rareTermAcrossLanguages": False})[0] == (("leaks",), cut)
     assert plans(**{"embedder.languages": "en"})[0] == (("leaks",), cut)
+
+
+def test_an_ordinary_compound_of_the_question_language_cuts_no_vector_share(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """German writes every noun capitalised and joins nouns into compounds the model reads from
+    their parts: "Textbeschreibung", in one note, counted as a rare name and cut the vector
+    share, though "Text" and "Beschreibung" are words many notes hold. Such a compound (letters
+    only, two or more parts of at least four letters, each held by more notes than a rare word)
+    cuts no share; a name that splits into no such parts ("zotero") still cuts it, and so does a
+    word with a digit. The compound keeps its rareTerm boost (it stays among the rare words)."""
+    v = tmp_path / "v"
+    write(
+        v / "Diagramme.md",
+        "# Diagramme\n\nAus einer Textbeschreibung wird ein Diagramm, und das Programm zotero "
+        "liest sie. Der Server Haus7 steht im Keller.\n",
+    )
+    for i in range(4):
+        write(
+            v / f"Notiz {i}.md",
+            f"# Notiz {i}\n\nDer Text dieser Notiz ist die Beschreibung der Nummer {i}: ein Programm "
+            "liest ein Diagramm, und der Server steht im Keller.\n",
+        )
+    questions = (
+        "Wo steht die Textbeschreibung des Diagramms?",
+        "Wie liest das Programm zotero ein Diagramm?",
+        "Wo steht der Server Haus7?",
+    )
+    assert all(analyze(q).language == "de" for q in questions)
+
+    def plans(**flags: Any) -> list[tuple[tuple[str, ...], float]]:
+        cfg = make_cfg(v, **flags)
+        h = Harness(cfg, load_model(cfg))
+        try:
+            h.sweep()
+            r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+            return [r.plan(analyze(q)) for q in questions]
+        finally:
+            h.close()
+
+    cut = 0.3  # search.rareTermVectorWeight
+    compound, name, code = plans()
+    assert compound[0] == ("Textbeschreibung",) and compound[1] > cut
+    assert name == (("zotero",), cut)
+    assert code == (("Haus7",), cut)
+    assert plans(**{"search.rareTermCompounds": False})[0] == (("Textbeschreibung",), cut)
+
+
+def test_a_compound_is_two_or_more_words_of_the_notes_not_a_word_and_its_plural_s() -> None:
+    """The parts of a compound: at least four letters each, a linking "s" allowed between two
+    parts but not at the end ("licenses" is "license" and a plural s, no compound)."""
+    words = {"arbeit", "speicher", "text", "beschreibung", "license", "plan"}
+    assert _splits("arbeitsspeicher", words.__contains__)
+    assert _splits("textbeschreibung", words.__contains__)
+    assert not _splits("licenses", words.__contains__)
+    assert not _splits("plantuml", words.__contains__)  # "uml": too short for a part
+    assert not _splits("text", words.__contains__)  # one part is no compound
 
 
 def test_a_rare_word_of_the_other_language_still_lifts_the_chunk_holding_it(

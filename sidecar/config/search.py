@@ -130,6 +130,19 @@ class SearchConfig:
         "capital not first in a sentence, or all capitals) cuts it in any language. false: every "
         "rare word cuts it.",
     )
+    rare_term_compounds: bool = _opt(
+        # help2 (77 q, e5) MRR@10 0.767 -> 0.769 ("Stilregeln" 12th -> 7th), every other German,
+        # help and language set the same; dropping the boost as well lost de 0.681 -> 0.677 and
+        # short-de 0.565 -> 0.559 (BENCHMARKS.md, "A rare word that is an ordinary compound").
+        True,
+        "A rare word of a German or English query that is an ordinary compound of the query's "
+        "language keeps the rareTerm boost but cuts no vector share: letters only (no digit, "
+        "underscore or capital inside), it splits into two or more parts of at least four letters "
+        "(a linking s between them allowed), each a word that more notes than a rare word's limit "
+        "hold in the language's stemmed form ('Textbeschreibung', 'Einstellungsdateien'). The "
+        "model reads such a word from its parts; a name or code seldom splits so. false: every "
+        "rare word cuts it.",
+    )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
     )

@@ -9,7 +9,7 @@ on is the ``Retriever``'s own, made in ``Retriever.__init__``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -48,6 +48,33 @@ _MARKERS = {
 }
 # A word shaped like a code or identifier: a digit, an underscore, or a capital after the first letter.
 _CODE_SHAPE = re.compile(r"[\d_]|.[A-Z]")
+
+
+# Shortest part of a compound counted as a word ("rate" of "Abtastrate"; not "uml" of "plantuml").
+_PART_MIN = 4
+
+
+def _splits(word: str, ordinary: Callable[[str], bool]) -> bool:
+    """Whether ``word`` (lower case) is two or more parts of at least ``_PART_MIN`` letters each
+    ``ordinary``, a German linking "s" allowed after a part ("Arbeit|s|speicher")."""
+    n = len(word)
+    ends = {0}  # where a run of parts from the start ends
+    for i in range(n):
+        if i not in ends:
+            continue
+        for j in range(i + _PART_MIN, n + 1):
+            # The whole word is no part of itself: its stem may be common when the form is rare.
+            if j - i == n or not ordinary(word[i:j]):
+                continue
+            ends.add(j)
+            if j + 1 < n and word[j] == "s":  # a linking "s" between parts, not a plural's
+                ends.add(j + 1)
+    return n in ends
+
+
+def _plain(word: str) -> bool:
+    """Letters only, no capital after the first: what a compound of a language looks like."""
+    return word.isalpha() and word[1:] == word[1:].lower()
 
 
 def _typed_as_name(word: str, text: str) -> bool:
@@ -139,7 +166,41 @@ class QueryPlan:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
         rare = self.rare_words(qa, agent)
-        return rare, self.vector_weight(qa, self.cutting(rare, qa, agent))
+        cut = self.cutting(rare, qa, agent)
+        if cut and self.cfg.rare_term_compounds:
+            # An ordinary compound keeps its rareTerm boost (the note holding it as asked is often
+            # the one meant) but cuts no share: dropping the boost too lost more than it won.
+            compounds = set(self.compounds(cut, qa, agent))
+            cut = tuple(w for w in cut if w not in compounds)
+        return rare, self.vector_weight(qa, cut)
+
+    def compounds(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
+        """Those of the rare words ``rare`` that are ordinary compounds of the query's language,
+        German or English (``search.rareTermCompounds``): letters only (no digit, underscore or
+        capital inside), splitting into two or more parts of at least ``_PART_MIN`` letters (a
+        German linking "s" between them allowed), each a word that more notes than a rare word's
+        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien").
+        German capitalises every noun, so the capital that tells a name in English tells nothing
+        here. The model reads such a word from its parts; a name or code seldom splits so
+        ("plant|uml": "uml" is too short, "zotero" not at all). A compound whose parts the notes
+        hold only inside it ("Abtastrate" where no note writes "Rate") is not recognised."""
+        lang = qa.language
+        if lang not in _MARKERS:
+            return ()
+        field = f"body_{lang}"
+        bm25 = self.stores.bm25
+        try:
+            limit = self.rare_limit()
+            known: dict[str, bool] = {}
+
+            def ordinary(part: str) -> bool:
+                if part not in known:
+                    known[part] = bm25.doc_freq(part, pages=True, agent=agent, field=field) > limit
+                return known[part]
+
+            return tuple(w for w in rare if _plain(w) and _splits(w.lower(), ordinary))
+        except StoreError:  # a damaged index: the search reports it
+            return ()
 
     def cutting(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that cut the vector share. Not a word the notes holding
