@@ -189,6 +189,7 @@ def frozen_in_index(index_dir: Path) -> IndexFlags:
             entries = walk.listing(folder)
             if len(entries) > FROZEN_CROWDED:  # its files are written once: only its folders
                 entries = [e for e in entries if e.is_dir(follow_symlinks=False)]
+                walk.complete = False  # its files not asked (and its listing not read whole)
             for entry in sorted(entries, key=lambda e: e.name):
                 path = Path(entry.path)
                 flagged = walk.ask(path)
