@@ -129,6 +129,7 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         assert f"Index: read-only: {index}" in said.stdout and "Index: ready" not in said.stdout, said.stdout
         assert "is immutable" in said.stdout.split("Index: read-only: ", 1)[1].splitlines()[0], said.stdout
         assert health["index"]["immutable"] is not None, health["index"]
+        assert health["index"]["immutable_checked"] == "all", health["index"]  # a small index: all of it
         # memory_status too: "index ready" read as if a memory write were searchable.
         from sidecar.clients.mcp_texts import status_of
 
@@ -551,7 +552,90 @@ def test_a_flag_inside_the_index_is_found_not_only_on_five_paths(tmp_path: Path,
         (index / folder).mkdir(parents=True)
     for name in ("bm25/pages/meta.json", "bm25/pages/a.idx", "vectors/table.lance/data/0.lance"):
         (index / name).write_text("{}")
-    assert frozen_in_index(index) is None
+    assert frozen_in_index(index) == (None, True)
     with _immutable(index / flagged, recursive=False):
-        assert frozen_in_index(index) == index / flagged
-    assert frozen_in_index(index) is None
+        assert frozen_in_index(index) == (index / flagged, True)
+    assert frozen_in_index(index) == (None, True)
+
+
+def _big_index(index: Path) -> dict[str, Path]:
+    """An index of the real layout's names with more entries than a lowered bound reads: the
+    manifest, the keyword index's pair, an agent's memory pair (five levels down), a vector table
+    whose data folder is crowded and whose latest manifest its hint names (second naming)."""
+    from sidecar.stores.manifest import Manifest
+
+    index.mkdir()
+    Manifest(index / "manifest.sqlite").close()
+    table = index / "vectors" / "t.lance"
+    files = {
+        "pages_meta": index / "bm25/pages/meta.json",
+        "writer_lock": index / "bm25/chunks/.tantivy-writer.lock",
+        "agent_meta": index / "bm25/memory/zed/chunks/meta.json",
+        "everyone_meta": index / "bm25/memory-all/pages/meta.json",
+        "latest": table / "_versions" / f"{2**64 - 1 - 7:020d}.manifest",
+        "hint": table / "_versions/latest_version_hint.json",
+    }
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    files["hint"].write_text('{"version":7}')
+    (table / "data").mkdir()
+    for n in range(400):  # crowded, and more than the lowered bound
+        (table / "data" / f"{n:04d}.lance").write_text("")
+        (index / "bm25/pages" / f"{n:04d}.idx").write_text("")
+    return files
+
+
+def test_a_flag_past_the_bound_says_the_check_was_partial_and_a_written_file_is_never_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a big index (a vector table not compacted for a while: tens of thousands of files) the
+    walk stops at its bound: a flag beyond it was missed, and health said "ready" with no sign that
+    part of the index was not looked at. ``complete`` (health's ``index.immutable_checked``) says
+    so now, and the files a write touches (a keyword index's ``meta.json`` and lock file, an
+    agent's memory index five levels down, the vector table's latest manifest) are asked before
+    the walk, so a flag on them is found however big the index is. The bound lowered, not the
+    index made huge: the same walk."""
+    from sidecar.stores import frozen
+
+    monkeypatch.setattr(frozen, "FROZEN_ENTRIES", 120)
+    index = tmp_path / "index"
+    files = _big_index(index)
+    assert frozen.frozen_in_index(index) == (None, False)
+    for name in ("pages_meta", "writer_lock", "agent_meta", "everyone_meta", "latest", "hint"):
+        with _immutable(files[name], recursive=False):
+            assert frozen.frozen_in_index(index).found == files[name], name
+
+
+def test_a_crowded_folder_is_read_no_further_than_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crowded folder (a vector table's data files) was listed whole before its files were
+    passed over: 60,000 data and 20,000 version files read at every health call (35-124 ms). Its
+    listing stops past ``FROZEN_CROWDED`` now, and the whole walk reads ``FROZEN_ENTRIES`` at most:
+    the entries read are counted through the real listing."""
+    from sidecar.stores import frozen
+
+    index = tmp_path / "index"
+    _big_index(index)
+    for n in range(400, 3000):
+        (index / "vectors/t.lance/data" / f"{n:04d}.lance").write_text("")
+    read = [0]
+    real_scandir = os.scandir
+
+    @contextlib.contextmanager
+    def counted(path: Any) -> Iterator[Iterator[os.DirEntry[str]]]:
+        with real_scandir(path) as listing:
+
+            def entries() -> Iterator[os.DirEntry[str]]:
+                for entry in listing:
+                    read[0] += 1
+                    yield entry
+
+            yield entries()
+
+    monkeypatch.setattr(frozen.os, "scandir", counted)
+    found, complete = frozen.frozen_in_index(index)
+    # The data folder's 3,000 entries are not all read, nor the index's 3,400 and more.
+    assert read[0] <= 2 * (frozen.FROZEN_CROWDED + 2) + 30, read[0]
+    assert found is None and not complete

@@ -2203,3 +2203,21 @@ def test_a_read_through_the_writer_gives_way_once_not_to_every_write(
         for t in held:
             t.join()
     m.close()
+
+
+def test_a_write_whose_interrupt_raises_leaves_no_write_counted_as_queued(tmp_path: Path) -> None:
+    """A write queued behind a read through the writer interrupts it; when that call raises (the
+    writer's connection closed by a stop racing with the write) the write was still counted as
+    queued, and every later read through the writer gave way once for a write that never came."""
+    import sqlite3
+
+    from sidecar.stores.manifest import Manifest
+
+    m = Manifest(tmp_path / "m.sqlite")
+    writer = m._db
+    m._db.close()  # the stop's close, raced: interrupt() on it raises
+    m._interruptible = True  # as while a read through the writer runs
+    with pytest.raises(sqlite3.ProgrammingError):
+        m.set_meta("x", "1")
+    assert m._writes_waiting == 0
+    assert writer is m._db

@@ -178,7 +178,13 @@ class HealthOp:
                 "complete": not self.indexer.reading_first_time,
                 # The index's file made immutable (chattr +i: a backup tool's or an admin's flag),
                 # else None: nothing can be written to it meanwhile, searches read it as it is.
-                "immutable": str(p) if (p := frozen_in_index(self.cfg.index_dir)) is not None else None,
+                "immutable": str(flags.found)
+                if (flags := frozen_in_index(self.cfg.index_dir)).found
+                else None,
+                # "all": every entry of the index within the check's reach was asked; "partial": it
+                # stopped at its bound (a crowded folder, 2,000 entries), so a flag further in was
+                # not looked for (the files a write touches first always are).
+                "immutable_checked": "all" if flags.complete else "partial",
                 # Copies of damaged stores kept for inspection (removed after a month); ``newer``:
                 # a newer release's, replaced by a rebuild asked for after a downgrade; ``retired``:
                 # a previous model's vectors no switch used, its model gone.

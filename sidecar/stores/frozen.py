@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import re
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sidecar.contracts.errors import PermissionDeniedError
 
@@ -67,56 +68,139 @@ def frozen(path: Path) -> bool:
         return False
 
 
-# How far ``frozen_in_index`` looks: the index's folders this many levels down (the keyword
-# index's files at the third, its memory indexes' and the vector tables' at the fourth), no more
-# than ``FROZEN_ENTRIES`` entries, and of a folder of more than ``FROZEN_CROWDED`` entries only
-# its folders: a big vault's vector table holds thousands of data files, each written once and
-# never again (a write adds new ones: the folder's own flag is what stops it). A health answer
-# stays within milliseconds.
+# How far ``frozen_in_index`` looks: first the files and folders a write touches (``_written_first``),
+# then the index's entries this many levels down (the keyword index's files at the third, its memory
+# indexes' and the vector tables' at the fourth), level by level. No more than ``FROZEN_ENTRIES``
+# entries are read from folders and no more than that many asked, and a folder's listing is read no
+# further than ``FROZEN_CROWDED`` entries: a big vault's vector table holds tens of thousands of data
+# and version files, each written once and never again (a write adds new ones: the folder's own
+# flag is what stops it), and reading them whole cost tens of milliseconds at every health call.
 FROZEN_DEPTH = 4
 FROZEN_ENTRIES = 2000
 FROZEN_CROWDED = 256
 
+# The index's layout (stores/bm25.py, stores/bm25_search.py, the vector tables' LanceDB folders),
+# named here because this module imports the errors only. A keyword index: a Tantivy folder, whose
+# commit rewrites ``meta.json`` under its lock files; a pair of them for the vault and for each
+# agent's memory (``memory/<agent>/``) and for every agent's memory (``memory-all``). A vector
+# table: ``<name>.lance``, whose write adds files to its folders and a manifest to ``_versions``.
+_KEYWORD_PAIR = ("chunks", "pages")
+_KEYWORD_FILES = ("meta.json", ".managed.json", ".tantivy-writer.lock", ".tantivy-meta.lock")
+_LANCE_FOLDERS = ("_versions", "data", "_transactions", "_indices")
+_LANCE_HINT = "latest_version_hint.json"
+_U64_MAX = 2**64 - 1  # LanceDB's second naming of manifests: this minus the version, 20 digits
 
-def frozen_in_index(index_dir: Path) -> Path | None:
-    """The first file or folder of the index that is immutable or append-only, None when none
-    is: while one is, writes to the index fail (``health``'s ``index.immutable``). The manifest's
-    three files and the index folder first, then every entry ``FROZEN_DEPTH`` levels down, level
-    by level in name order (at most ``FROZEN_ENTRIES``; ``FROZEN_CROWDED``): a flag on the vector
-    table's folder or on a keyword index's ``meta.json`` said "ready" while only five paths were
-    asked."""
+
+class IndexFlags(NamedTuple):
+    """What ``frozen_in_index`` found: the first flagged entry (None: none), and whether every
+    entry within its reach was asked (False: it stopped at ``FROZEN_ENTRIES`` or passed over a
+    crowded folder's files, so a flag may be where it did not look)."""
+
+    found: Path | None
+    complete: bool
+
+
+class _Walk:
+    """The entries read and asked so far, each bounded by ``FROZEN_ENTRIES``."""
+
+    def __init__(self) -> None:
+        self.read = 0
+        self.asked: set[Path] = set()
+        self.complete = True
+
+    def ask(self, path: Path) -> bool | None:
+        """Whether ``path`` is flagged (False when asked before); None when the budget is spent."""
+        if path in self.asked:
+            return False
+        if len(self.asked) >= FROZEN_ENTRIES:
+            self.complete = False
+            return None
+        self.asked.add(path)
+        return frozen(path)
+
+    def listing(self, folder: Path) -> list[os.DirEntry[str]]:
+        """The entries of ``folder``, read lazily and no further than ``FROZEN_CROWDED + 1`` (a
+        crowded folder) or the budget; [] when it is gone or unreadable (its own error is said
+        elsewhere)."""
+        entries: list[os.DirEntry[str]] = []
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:
+                    if self.read >= FROZEN_ENTRIES or len(entries) > FROZEN_CROWDED:
+                        self.complete = False
+                        break
+                    self.read += 1
+                    entries.append(entry)
+        except OSError:
+            pass
+        return entries
+
+
+def _latest_manifests(versions: Path) -> list[Path]:
+    """The vector table's latest manifest, as its hint file names its version (either naming)."""
+    try:
+        version = int(json.loads((versions / _LANCE_HINT).read_text(encoding="utf-8"))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [versions / f"{version}.manifest", versions / f"{_U64_MAX - version:020d}.manifest"]
+
+
+def _written_first(index_dir: Path, walk: _Walk) -> list[Path]:
+    """The files and folders a write touches next: the manifest's three files, each keyword
+    index's folder, ``meta.json`` and lock files, each vector table's folders, version hint and
+    latest manifest (their folders listed as far as ``_Walk.listing`` reads)."""
     manifest = index_dir / "manifest.sqlite"
-    first = (
-        manifest,
-        manifest.with_name(manifest.name + "-wal"),
-        manifest.with_name(manifest.name + "-shm"),
-    )
-    for path in (index_dir, *first):
-        if frozen(path):
-            return path
-    asked = 0
+    paths = [index_dir, manifest, *(manifest.with_name(manifest.name + end) for end in ("-wal", "-shm"))]
+    bm25 = index_dir / "bm25"
+    memory = bm25 / "memory"
+    paths.append(memory)
+    agents = sorted(Path(e.path) for e in walk.listing(memory) if e.is_dir(follow_symlinks=False))
+    for folder in (bm25, bm25 / "memory-all", *agents):
+        paths.append(folder)
+        for pair in _KEYWORD_PAIR:
+            paths += [folder / pair, *(folder / pair / name for name in _KEYWORD_FILES)]
+    vectors = index_dir / "vectors"
+    paths.append(vectors)
+    for table in sorted(Path(e.path) for e in walk.listing(vectors) if e.name.endswith(".lance")):
+        versions = table / "_versions"
+        paths += [table, *(table / name for name in _LANCE_FOLDERS), versions / _LANCE_HINT]
+        paths += [versions / "_latest.manifest", *_latest_manifests(versions)]
+    return paths
+
+
+def frozen_in_index(index_dir: Path) -> IndexFlags:
+    """The first file or folder of the index that is immutable or append-only (``found``, None
+    when none is: while one is, writes to the index fail; ``health``'s ``index.immutable``), and
+    whether every entry within reach was asked (``complete``, ``index.immutable_checked``). The
+    files a write touches first (``_written_first``), then every entry ``FROZEN_DEPTH`` levels
+    down, level by level in name order, within ``FROZEN_ENTRIES`` and ``FROZEN_CROWDED``: a flag
+    past the bound was missed without a word, and a flag on the entries a write touches never is."""
+    walk = _Walk()
+    for path in _written_first(index_dir, walk):
+        flagged = walk.ask(path)
+        if flagged is None:
+            return IndexFlags(None, False)
+        if flagged:
+            return IndexFlags(path, walk.complete)
     level = [index_dir]
     for _ in range(FROZEN_DEPTH):
         below: list[Path] = []
         for folder in level:
-            try:
-                with os.scandir(folder) as listing:
-                    entries = list(listing)
-            except OSError:
-                continue  # gone or unreadable meanwhile: its own error is said elsewhere
-            if len(entries) > FROZEN_CROWDED:
+            entries = walk.listing(folder)
+            if len(entries) > FROZEN_CROWDED:  # its files are written once: only its folders
                 entries = [e for e in entries if e.is_dir(follow_symlinks=False)]
+                walk.complete = False  # its files not asked (and its listing not read whole)
             for entry in sorted(entries, key=lambda e: e.name):
-                if asked >= FROZEN_ENTRIES:
-                    return None
-                asked += 1
                 path = Path(entry.path)
-                if path not in first and frozen(path):
-                    return path
+                flagged = walk.ask(path)
+                if flagged is None:
+                    return IndexFlags(None, False)
+                if flagged:
+                    return IndexFlags(path, walk.complete)
                 if entry.is_dir(follow_symlinks=False):
                     below.append(path)
         level = below
-    return None
+    return IndexFlags(None, walk.complete)
 
 
 # Connections left open (``leave_open``): one per manifest the stop closes, and while the daemon

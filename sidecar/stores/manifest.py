@@ -13,7 +13,6 @@ rows as Python holds them (``manifest_rows``), how a chunk's model text is store
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
@@ -267,13 +266,10 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                     raise
                 return None
             finally:
+                # An interrupt that came as the read ended needs no clearing: SQLite clears it when
+                # the next statement starts while none is active, and every read here leaves none.
                 with self._waiting_count:
                     self._interruptible = False
-                    if self._interrupted:
-                        # An interrupt that came as the read ended stays set until a statement
-                        # begins while none runs: this one, so the write's own never sees it.
-                        with contextlib.suppress(sqlite3.Error):
-                            self._db.execute("SELECT 1").fetchall()
 
     def _owned_here(self) -> bool:
         """Whether this thread holds the writer's lock (inside a transaction of its own)."""
@@ -365,13 +361,15 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         counted while the ``-shm`` is immutable: the write will be refused (``FrozenShmError``),
         and a read stopped for it was read again for nothing."""
         counted = not frozen(self.path.with_name(self.path.name + "-shm"))
-        if counted:
-            with self._waiting_count:
-                self._writes_waiting += 1
-                if self._interruptible and not self._interrupted:
-                    self._interrupted = True
-                    self._db.interrupt()  # the read through the writer's connection gives way
         try:
+            if counted:
+                with self._waiting_count:
+                    self._writes_waiting += 1
+                    if self._interruptible and not self._interrupted:
+                        self._interrupted = True
+                        # The read through the writer's connection gives way. Inside the try: a
+                        # raise (the connection closed by a racing stop) leaves the count as it was.
+                        self._db.interrupt()
             self._lock.acquire()
         finally:
             if counted:
