@@ -140,6 +140,13 @@ class SearchConfig:
         min=0.0,
         max=1.0,
     )
+    unmatched_keyword_power: float = _opt(
+        1.0,
+        "The unmatched share is raised to this power before the cut (2: a small share barely "
+        "moves the weight).",
+        min=1.0,
+        max=4.0,
+    )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
     )

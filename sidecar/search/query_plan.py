@@ -137,7 +137,7 @@ class QueryPlan:
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
         if 0.0 < unmatched < 1.0:
-            weight += (1.0 - weight) * cfg.unmatched_keyword_cut * unmatched
+            weight += (1.0 - weight) * cfg.unmatched_keyword_cut * unmatched**cfg.unmatched_keyword_power
         if not self.reads(qa):
             weight = min(weight, cfg.foreign_vector_weight)
         if rare:
