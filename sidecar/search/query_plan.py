@@ -147,9 +147,19 @@ class QueryPlan:
     def plan(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float]:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
+        rare, weight, _ = self.shares(qa, agent)
+        return rare, weight
+
+    def shares(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float, float]:
+        """``plan``'s rare words and vector share (the ranking's), and the vector share relevance
+        is weighed at: the same without the lift for words no note holds. Relevance is the figure
+        the floors compare (minScore, recall's gates); the lift orders candidates among
+        themselves, and weighing relevance by it let a message of small talk with one unknown
+        word pass recall's gates on its cosine."""
         rare = self.rare_words(qa, agent)
+        cutting = self.cutting(rare, qa, agent)
         unmatched = self.unmatched_share(qa, agent) if self.cfg.unmatched_keyword_cut > 0 else 0.0
-        return rare, self.vector_weight(qa, self.cutting(rare, qa, agent), unmatched)
+        return rare, self.vector_weight(qa, cutting, unmatched), self.vector_weight(qa, cutting)
 
     def unmatched_share(self, qa: QueryAnalysis, agent: str | None = None) -> float:
         """The share of the query's content words, each weighed by its idf over the chunks (the
