@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.search.fusion import Candidate, Scale, fuse
 from sidecar.search.query import analyze
+from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -70,3 +72,52 @@ def test_missing_words_shrink_the_keyword_share(notes: Harness) -> None:
     assert r.plan(analyze("how do I water the tomatoes in my garden"))[1] == cfg.vector_weight
     assert r.plan(analyze("how do I wartr the tomatpes in my gardn"))[1] == cfg.vector_weight
     assert r.vector_weight(query, ("tomatoes",), share) == cfg.rare_term_vector_weight
+
+
+def test_relevance_stays_at_the_share_without_the_lift(notes: Harness) -> None:
+    """Only the ranking takes the lifted vector share: relevance (the figure minScore and
+    recall's gates compare) is what it is with the cut off, hit by hit, while the scores move."""
+    query = SearchRequest("how do I water the tomatpes in my garden", 10, 0.0)
+    lifted = _retriever(notes).search(query).hits
+    off = _retriever(notes, unmatched_keyword_cut=0.0).search(query).hits
+    assert lifted and {h.reference for h in lifted} == {h.reference for h in off}
+    relevance = {h.reference: h.relevance for h in off}
+    assert all(h.relevance == pytest.approx(relevance[h.reference]) for h in lifted)
+    score = {h.reference: h.score for h in off}
+    assert any(h.score != pytest.approx(score[h.reference]) for h in lifted)
+
+
+def test_relevance_weighs_the_arms_at_its_own_share() -> None:
+    """``fuse`` with ``relevance_weight``: the scores of the ranking's share, the relevance of
+    its own, also when the keyword arm found nothing (the missing keyword evidence counts as
+    none at the relevance share)."""
+    cands = [
+        Candidate("a", "a.md", "vault", 1, 2, vec=0.85, bm25=1.0),
+        Candidate("b", "b.md", "vault", 1, 2, vec=0.80, bm25=4.0),
+        Candidate("c", "c.md", "vault", 1, 2, vec=0.90, bm25=None),
+    ]
+    scale = Scale(0.7, 0.95, 5.0)
+    for found in (cands, [replace(c, bm25=None) for c in cands]):
+        both = {
+            s.candidate.chunk_id: s
+            for s in fuse(
+                found,
+                vector_weight=0.8,
+                relevance_weight=0.6,
+                source_boosts={},
+                scale=scale,
+                keywords_answered=True,
+            )
+        }
+        ranked = {
+            s.candidate.chunk_id: s
+            for s in fuse(found, vector_weight=0.8, source_boosts={}, scale=scale, keywords_answered=True)
+        }
+        plain = {
+            s.candidate.chunk_id: s
+            for s in fuse(found, vector_weight=0.6, source_boosts={}, scale=scale, keywords_answered=True)
+        }
+        for cid, s in both.items():
+            assert s.score == pytest.approx(ranked[cid].score)
+            assert s.relevance == pytest.approx(plain[cid].relevance)
+        assert any(both[c].relevance != pytest.approx(ranked[c].relevance) for c in both)
