@@ -112,6 +112,7 @@ def fuse(
     rank_share: float = 0.0,
     keywords_answered: bool = False,
     unread: bool = False,
+    relevance_weight: float | None = None,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -140,6 +141,9 @@ def fuse(
     query's share), not 1. Otherwise made-up words ("xyzzy quux"), which every model places near
     something, scored as a fair match. With ``unread`` too (the model broke the query's words into
     scraps: it has never read them) the cosine is no evidence either, and relevance is 0.
+
+    ``relevance_weight``: the vector share relevance is weighed at when it is not the ranking's
+    (``_relevance_shares``); None: ``vector_weight``.
     """
     scale = scale or Scale()
     raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
@@ -173,12 +177,14 @@ def fuse(
     rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
     rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
+    arms = {"has_vec": bool(vec), "has_bm": bool(bm), "answered": keywords_answered, "unread": unread}
+    rv, rb = _relevance_shares(relevance_weight, (rv, wb), **arms)
     for c in candidates:
         cid = c.chunk_id
         v, b = vec.get(cid, 0.0), bm.get(cid, 0.0)
         alone = not c.embedded and wb > 0
         fused = b if alone else wv * v + wb * b
-        relevance = cal_bm.get(cid, 0.0) if alone else rv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
+        relevance = cal_bm.get(cid, 0.0) if alone else rv * cal_vec.get(cid, 0.0) + rb * cal_bm.get(cid, 0.0)
         bonus = rank_share * (
             rank_b.get(cid, 0.0) if alone else wv * rank_v.get(cid, 0.0) + wb * rank_b.get(cid, 0.0)
         )
@@ -194,6 +200,32 @@ def fuse(
     # the name that sorts first.
     out.sort(key=_order)
     return out
+
+
+def _relevance_shares(
+    weight: float | None,
+    ranking: tuple[float, float],
+    *,
+    has_vec: bool,
+    has_bm: bool,
+    answered: bool,
+    unread: bool,
+) -> tuple[float, float]:
+    """The two arms' shares of relevance at the vector share ``weight``, by the rules ``fuse``
+    weighs the arms by (an arm that found nothing gives its share away, or counts as none);
+    ``ranking``, the ranking's shares, when ``weight`` is None or leaves no share. The ranking
+    may lean on one arm for what is no evidence of a match (the keyword arm's share shrinks for
+    query words no note holds) while the floors keep comparing the figure they were set on."""
+    if weight is None:
+        return ranking
+    wv = weight if has_vec else 0.0
+    wb = (1.0 - weight) if has_bm else 0.0
+    total = wv + wb
+    if total <= 0:
+        return ranking
+    if answered and not has_bm:
+        return (0.0 if unread else weight), 0.0
+    return wv / total, wb / total
 
 
 def _order(s: Scored) -> tuple[float, float, float, str, int]:
