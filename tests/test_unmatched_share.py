@@ -76,8 +76,9 @@ def test_missing_words_shrink_the_keyword_share(notes: Harness) -> None:
 
 def test_relevance_stays_at_the_share_without_the_lift(notes: Harness) -> None:
     """Only the ranking takes the lifted vector share: relevance (the figure minScore and
-    recall's gates compare) is what it is with the cut off, hit by hit, while the scores move."""
-    query = SearchRequest("how do I water the tomatpes in my garden", 10, 0.0)
+    recall's gates compare) is what it is with the cut off, hit by hit, while the scores move
+    (the keyword arm finds a dozen notes alike: no clear lead)."""
+    query = SearchRequest("a note about tomatpes on some day", 10, 0.0)
     lifted = _retriever(notes).search(query).hits
     off = _retriever(notes, unmatched_keyword_cut=0.0).search(query).hits
     assert lifted and {h.reference for h in lifted} == {h.reference for h in off}
@@ -92,7 +93,7 @@ def test_relevance_weighs_the_arms_at_its_own_share() -> None:
     its own, also when the keyword arm found nothing (the missing keyword evidence counts as
     none at the relevance share)."""
     cands = [
-        Candidate("a", "a.md", "vault", 1, 2, vec=0.85, bm25=1.0),
+        Candidate("a", "a.md", "vault", 1, 2, vec=0.85, bm25=3.0),
         Candidate("b", "b.md", "vault", 1, 2, vec=0.80, bm25=4.0),
         Candidate("c", "c.md", "vault", 1, 2, vec=0.90, bm25=None),
     ]
@@ -121,3 +122,40 @@ def test_relevance_weighs_the_arms_at_its_own_share() -> None:
             assert s.score == pytest.approx(ranked[cid].score)
             assert s.relevance == pytest.approx(plain[cid].relevance)
         assert any(both[c].relevance != pytest.approx(ranked[c].relevance) for c in both)
+
+
+def test_a_clear_keyword_lead_keeps_the_unlifted_share(notes: Harness) -> None:
+    """When the keyword arm's matched words single out one note ("water" only the garden note
+    holds, "garden" every note), the ranking stays at the share without the lift: hit by hit the
+    same scores as with the cut off, although the query has a word no note holds."""
+    query = analyze("how do I water the tomatpes in my garden")
+    r = _retriever(notes)
+    assert r.plan(query)[1] > r.cfg.vector_weight  # the plan lifts the share
+    request = SearchRequest("how do I water the tomatpes in my garden", 10, 0.0)
+    lifted = r.search(request).hits
+    off = _retriever(notes, unmatched_keyword_cut=0.0).search(request).hits
+    assert lifted and [h.reference for h in lifted] == [h.reference for h in off]
+    assert lifted[0].reference == "vault/Garden"
+    assert [h.score for h in lifted] == pytest.approx([h.score for h in off])
+
+
+def test_the_lead_is_judged_note_by_note_on_the_fused_scale() -> None:
+    """``fuse`` keeps the ranking at ``relevance_weight`` when the keyword arm's best note scores
+    at least twice its second (two chunks of one note are one note), and lifts it otherwise."""
+    scale = Scale(0.7, 0.95, 10.0)
+
+    def scores(cands: list[Candidate], weight: float, relevance_weight: float | None = None) -> list[float]:
+        fused = fuse(
+            cands, vector_weight=weight, relevance_weight=relevance_weight, source_boosts={}, scale=scale
+        )
+        return [s.score for s in sorted(fused, key=lambda s: s.candidate.chunk_id)]
+
+    lead = [
+        Candidate("a1", "a.md", "vault", 1, 2, vec=0.80, bm25=8.0),
+        Candidate("a2", "a.md", "vault", 3, 4, vec=0.82, bm25=7.5),
+        Candidate("b", "b.md", "vault", 1, 2, vec=0.90, bm25=3.9),
+    ]
+    assert scores(lead, 0.9, 0.6) == pytest.approx(scores(lead, 0.6))
+    close = [replace(c, bm25=4.1) if c.key == "b.md" else c for c in lead]
+    assert scores(close, 0.9, 0.6) == pytest.approx(scores(close, 0.9))
+    assert scores(close, 0.9, 0.6) != pytest.approx(scores(close, 0.6))

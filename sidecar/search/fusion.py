@@ -70,6 +70,9 @@ def _share_of_ideal(score: float, ideal: float, best: float) -> float:
 
 FUSIONS = ("calibrated", "rrf", "minmax")
 RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few weigh alike
+# A keyword lead this clear (the arm's best note at least this many times its second's, as the
+# fusion sees the arm) keeps the ranking at the share relevance is weighed at: see ``_clear_lead``.
+CLEAR_LEAD = 2.0
 # The rank bonus's constant: the first of an arm 1, the fifth 0.73, the tenth 0.55 (3 and 30
 # measured lower on the German and help sets; BENCHMARKS.md, fifteenth session).
 RANK_BONUS_K = 10
@@ -143,7 +146,8 @@ def fuse(
     scraps: it has never read them) the cosine is no evidence either, and relevance is 0.
 
     ``relevance_weight``: the vector share relevance is weighed at when it is not the ranking's
-    (``_relevance_shares``); None: ``vector_weight``.
+    (``_relevance_shares``); None: ``vector_weight``. The ranking takes it too when the keyword
+    arm gives one note a clear lead (``_clear_lead``).
     """
     scale = scale or Scale()
     raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
@@ -162,6 +166,8 @@ def fuse(
                 continue
             page = scale.page(c.page_bm25, best_page)
             cal_bm[c.chunk_id] = (1.0 - page_share) * cal_bm.get(c.chunk_id, 0.0) + page_share * page
+    if relevance_weight is not None and _clear_lead(candidates, cal_bm):
+        vector_weight = relevance_weight
     vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
     bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
@@ -200,6 +206,23 @@ def fuse(
     # the name that sorts first.
     out.sort(key=_order)
     return out
+
+
+def _clear_lead(candidates: Sequence[Candidate], keyword: Mapping[str, float]) -> bool:
+    """Whether the keyword arm's best note scores at least ``CLEAR_LEAD`` times its second's
+    (each note by its best chunk, on the calibrated scale the fusion weighs; a single note found
+    leads clearly). The vector share is lifted for query words no note holds because the arm
+    then ranks by the query's other, generic, words; a clear first place says its matched words
+    still single out one page (a question worded unlike the pages: "Schlagwörter" for "Tags")."""
+    best: dict[str, float] = {}
+    for c in candidates:
+        score = keyword.get(c.chunk_id, 0.0)
+        if score > best.get(c.key, 0.0):
+            best[c.key] = score
+    top = sorted(best.values(), reverse=True)[:2]
+    if not top:
+        return False
+    return len(top) == 1 or top[0] >= CLEAR_LEAD * top[1]
 
 
 def _relevance_shares(
