@@ -65,9 +65,9 @@ def test_missing_words_shrink_the_keyword_share(notes: Harness) -> None:
     share = r.unmatched_share(query)
     assert 0.0 < share < 1.0
     _, weight = r.plan(query)
-    assert weight == pytest.approx(cfg.vector_weight + (1.0 - cfg.vector_weight) * share)
+    assert weight == pytest.approx(cfg.vector_weight + (1.0 - cfg.vector_weight) * share**2)
     half = _retriever(notes, unmatched_keyword_cut=0.5)
-    assert half.plan(query)[1] == pytest.approx(cfg.vector_weight + (1.0 - cfg.vector_weight) * share / 2)
+    assert half.plan(query)[1] == pytest.approx(cfg.vector_weight + (1.0 - cfg.vector_weight) * share**2 / 2)
     assert _retriever(notes, unmatched_keyword_cut=0.0).plan(query)[1] == cfg.vector_weight
     assert r.plan(analyze("how do I water the tomatoes in my garden"))[1] == cfg.vector_weight
     assert r.plan(analyze("how do I wartr the tomatpes in my gardn"))[1] == cfg.vector_weight
@@ -141,7 +141,7 @@ def test_a_clear_keyword_lead_keeps_the_unlifted_share(notes: Harness) -> None:
 
 def test_the_lead_is_judged_note_by_note_on_the_fused_scale() -> None:
     """``fuse`` keeps the ranking at ``relevance_weight`` when the keyword arm's best note scores
-    at least twice its second (two chunks of one note are one note), and lifts it otherwise."""
+    at least 1.6 times its second (two chunks of one note are one note), and lifts it otherwise."""
     scale = Scale(0.7, 0.95, 10.0)
 
     def scores(cands: list[Candidate], weight: float, relevance_weight: float | None = None) -> list[float]:
@@ -153,9 +153,9 @@ def test_the_lead_is_judged_note_by_note_on_the_fused_scale() -> None:
     lead = [
         Candidate("a1", "a.md", "vault", 1, 2, vec=0.80, bm25=8.0),
         Candidate("a2", "a.md", "vault", 3, 4, vec=0.82, bm25=7.5),
-        Candidate("b", "b.md", "vault", 1, 2, vec=0.90, bm25=3.9),
+        Candidate("b", "b.md", "vault", 1, 2, vec=0.90, bm25=4.9),
     ]
     assert scores(lead, 0.9, 0.6) == pytest.approx(scores(lead, 0.6))
-    close = [replace(c, bm25=4.1) if c.key == "b.md" else c for c in lead]
+    close = [replace(c, bm25=5.1) if c.key == "b.md" else c for c in lead]
     assert scores(close, 0.9, 0.6) == pytest.approx(scores(close, 0.9))
     assert scores(close, 0.9, 0.6) != pytest.approx(scores(close, 0.6))

@@ -72,7 +72,7 @@ FUSIONS = ("calibrated", "rrf", "minmax")
 RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few weigh alike
 # A keyword lead this clear (the arm's best note at least this many times its second's, as the
 # fusion sees the arm) keeps the ranking at the share relevance is weighed at: see ``_clear_lead``.
-CLEAR_LEAD = 2.0
+CLEAR_LEAD = 1.6
 # The rank bonus's constant: the first of an arm 1, the fifth 0.73, the tenth 0.55 (3 and 30
 # measured lower on the German and help sets; BENCHMARKS.md, fifteenth session).
 RANK_BONUS_K = 10

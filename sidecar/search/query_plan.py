@@ -131,13 +131,14 @@ class QueryPlan:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
         and for queries naming something rare the model cannot read (see ``rare_words``; pass
         only those that cut it, ``cutting``); more for a query with words no note holds
-        (``unmatched``, see ``unmatched_share``). The cuts come after the lift: a rare word's
+        (``unmatched``, see ``unmatched_share``; by its square). The cuts come after the lift: a rare word's
         exact match is the keyword arm's best evidence, and a query the model cannot read has
         no better arm."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
         if 0.0 < unmatched < 1.0:
-            weight += (1.0 - weight) * cfg.unmatched_keyword_cut * unmatched**cfg.unmatched_keyword_power
+            # Squared: a long question with one unknown word barely moves (BENCHMARKS.md).
+            weight += (1.0 - weight) * cfg.unmatched_keyword_cut * unmatched**2
         if not self.reads(qa):
             weight = min(weight, cfg.foreign_vector_weight)
         if rare:
