@@ -154,6 +154,21 @@ class SearchConfig:
         min=0.0,
         max=10.0,
     )
+    unmatched_keyword_cut: float = _opt(
+        # 1.0: German MRR@10 compound-de 0.591 -> 0.765, en-de 0.397 -> 0.410 (BENCHMARKS.md,
+        # "Query words no note holds, third try").
+        1.0,
+        "The keyword arm's share of the ranking shrinks by this times the square of the share of "
+        "the query's content words (each weighed by its idf) that no note holds in any form the "
+        "keyword arm searches (as written, in a title, English- or German-stemmed, folded): a "
+        "typo, a spelling or a word of another language leaves the keyword arm ranking by the "
+        "query's generic words alone. Not when every word is unmatched (the keyword arm finds "
+        "nothing then), nor when the keyword arm's best note scores at least 1.6 times its second's "
+        "(its matched words still single out a page); relevance (what minScore and recall's "
+        "gates compare) keeps the share without it. 0: off.",
+        min=0.0,
+        max=1.0,
+    )
     boosts: SourceBoosts = field(default_factory=SourceBoosts)
     slug_boost: float = _opt(
         # Off, unlike the seed's 1.15: nearly every title shares a generic query word ("notes",

@@ -36,9 +36,9 @@ def explain(
     chunks = r.stores.manifest.chunks_of(key)
     if not chunks:
         return Explanation(indexed=False, analysis=analysis_of(qa, req.filters))
-    rare, weight = r.plan(qa, agent)
+    rare, weight, relevant = r.shares(qa, agent)
     found = r.arms(req, seen, qa, None, weight, spelled=spelled)
-    ranking = r.rank(req, qa, found, weight=weight, rare=rare)
+    ranking = r.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
     ids = [c.chunk_id for c in chunks]
     stem = found.stem
     words = [(bm25_text(qa), 1.0), *typed_part(spelled), *joined_part(found.joined)]

@@ -70,6 +70,9 @@ def _share_of_ideal(score: float, ideal: float, best: float) -> float:
 
 FUSIONS = ("calibrated", "rrf", "minmax")
 RRF_K = 60  # the constant of the rank-fusion paper; ranks beyond the first few weigh alike
+# A keyword lead this clear (the arm's best note at least this many times its second's, as the
+# fusion sees the arm) keeps the ranking at the share relevance is weighed at: see ``_clear_lead``.
+CLEAR_LEAD = 1.6
 # The rank bonus's constant: the first of an arm 1, the fifth 0.73, the tenth 0.55 (3 and 30
 # measured lower on the German and help sets; BENCHMARKS.md, fifteenth session).
 RANK_BONUS_K = 10
@@ -112,6 +115,7 @@ def fuse(
     rank_share: float = 0.0,
     keywords_answered: bool = False,
     unread: bool = False,
+    relevance_weight: float | None = None,
 ) -> list[Scored]:
     """Weighted sum of the two arms times the source boost, best first.
 
@@ -140,6 +144,10 @@ def fuse(
     query's share), not 1. Otherwise made-up words ("xyzzy quux"), which every model places near
     something, scored as a fair match. With ``unread`` too (the model broke the query's words into
     scraps: it has never read them) the cosine is no evidence either, and relevance is 0.
+
+    ``relevance_weight``: the vector share relevance is weighed at when it is not the ranking's
+    (``_relevance_shares``); None: ``vector_weight``. The ranking takes it too when the keyword
+    arm gives one note a clear lead (``_clear_lead``).
     """
     scale = scale or Scale()
     raw_vec = {c.chunk_id: c.vec - hub_damping * c.hub for c in candidates if c.vec is not None}
@@ -158,6 +166,8 @@ def fuse(
                 continue
             page = scale.page(c.page_bm25, best_page)
             cal_bm[c.chunk_id] = (1.0 - page_share) * cal_bm.get(c.chunk_id, 0.0) + page_share * page
+    if relevance_weight is not None and _clear_lead(candidates, cal_bm):
+        vector_weight = relevance_weight
     vec = cal_vec if method == "calibrated" else _arm(method, raw_vec, scale.vec)
     bm = cal_bm if method == "calibrated" else _arm(method, raw_bm, lambda x: scale.bm25(x, best_bm))
     # An arm that produced nothing (no model, no matching term) gives its share to the other.
@@ -173,12 +183,14 @@ def fuse(
     rank_v = rrf(raw_vec, RANK_BONUS_K) if rank_share > 0 else {}
     rank_b = rrf(raw_bm, RANK_BONUS_K) if rank_share > 0 else {}
     out: list[Scored] = []
+    arms = {"has_vec": bool(vec), "has_bm": bool(bm), "answered": keywords_answered, "unread": unread}
+    rv, rb = _relevance_shares(relevance_weight, (rv, wb), **arms)
     for c in candidates:
         cid = c.chunk_id
         v, b = vec.get(cid, 0.0), bm.get(cid, 0.0)
         alone = not c.embedded and wb > 0
         fused = b if alone else wv * v + wb * b
-        relevance = cal_bm.get(cid, 0.0) if alone else rv * cal_vec.get(cid, 0.0) + wb * cal_bm.get(cid, 0.0)
+        relevance = cal_bm.get(cid, 0.0) if alone else rv * cal_vec.get(cid, 0.0) + rb * cal_bm.get(cid, 0.0)
         bonus = rank_share * (
             rank_b.get(cid, 0.0) if alone else wv * rank_v.get(cid, 0.0) + wb * rank_b.get(cid, 0.0)
         )
@@ -194,6 +206,49 @@ def fuse(
     # the name that sorts first.
     out.sort(key=_order)
     return out
+
+
+def _clear_lead(candidates: Sequence[Candidate], keyword: Mapping[str, float]) -> bool:
+    """Whether the keyword arm's best note scores at least ``CLEAR_LEAD`` times its second's
+    (each note by its best chunk, on the calibrated scale the fusion weighs; a single note found
+    leads clearly). The vector share is lifted for query words no note holds because the arm
+    then ranks by the query's other, generic, words; a clear first place says its matched words
+    still single out one page (a question worded unlike the pages: "Schlagwörter" for "Tags")."""
+    best: dict[str, float] = {}
+    for c in candidates:
+        score = keyword.get(c.chunk_id, 0.0)
+        if score > best.get(c.key, 0.0):
+            best[c.key] = score
+    top = sorted(best.values(), reverse=True)[:2]
+    if not top:
+        return False
+    return len(top) == 1 or top[0] >= CLEAR_LEAD * top[1]
+
+
+def _relevance_shares(
+    weight: float | None,
+    ranking: tuple[float, float],
+    *,
+    has_vec: bool,
+    has_bm: bool,
+    answered: bool,
+    unread: bool,
+) -> tuple[float, float]:
+    """The two arms' shares of relevance at the vector share ``weight``, by the rules ``fuse``
+    weighs the arms by (an arm that found nothing gives its share away, or counts as none);
+    ``ranking``, the ranking's shares, when ``weight`` is None or leaves no share. The ranking
+    may lean on one arm for what is no evidence of a match (the keyword arm's share shrinks for
+    query words no note holds) while the floors keep comparing the figure they were set on."""
+    if weight is None:
+        return ranking
+    wv = weight if has_vec else 0.0
+    wb = (1.0 - weight) if has_bm else 0.0
+    total = wv + wb
+    if total <= 0:
+        return ranking
+    if answered and not has_bm:
+        return (0.0 if unread else weight), 0.0
+    return wv / total, wb / total
 
 
 def _order(s: Scored) -> tuple[float, float, float, str, int]:

@@ -8,6 +8,7 @@ on is the ``Retriever``'s own, made in ``Retriever.__init__``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from sidecar.model.embedder import model_name
 from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
+from sidecar.stores.bm25_text import german_fold
 
 # recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
 _GATES = {"recall.minSimilarity": "min_similarity", "recall.scoreFloor": "score_floor"}
@@ -46,6 +48,8 @@ _MARKERS = {
     ),
     "en": ("the", "and", "is", "of", "to", "with", "you", "that", "this", "are", "can"),
 }
+# The fields the keyword arm searches a query word in (``Bm25Index.search``).
+_KEYWORD_FIELDS = ("body", "title", "body_en", "body_de")
 # A word shaped like a code or identifier: a digit, an underscore, or a capital after the first letter.
 _CODE_SHAPE = re.compile(r"[\d_]|.[A-Z]")
 
@@ -150,12 +154,18 @@ class QueryPlan:
             languages = _own_settings(serving).get("search.stemFirst", ())
         return lang if lang in languages else None
 
-    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float:
+    def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = (), unmatched: float = 0.0) -> float:
         """Share of the vector arm: less for short queries, for languages the model reads poorly
         and for queries naming something rare the model cannot read (see ``rare_words``; pass
-        only those that cut it, ``cutting``)."""
+        only those that cut it, ``cutting``); more for a query with words no note holds
+        (``unmatched``, see ``unmatched_share``; by its square). The cuts come after the lift: a rare word's
+        exact match is the keyword arm's best evidence, and a query the model cannot read has
+        no better arm."""
         cfg = self.cfg
         weight = 1.0 - cfg.short_query_bm25_weight if qa.word_class == 1 else cfg.vector_weight
+        if 0.0 < unmatched < 1.0:
+            # Squared: a long question with one unknown word barely moves (BENCHMARKS.md).
+            weight += (1.0 - weight) * cfg.unmatched_keyword_cut * unmatched**2
         if not self.reads(qa):
             weight = min(weight, cfg.foreign_vector_weight)
         if rare:
@@ -165,6 +175,15 @@ class QueryPlan:
     def plan(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float]:
         """The query's rare words (in the vault, the wiki and ``agent``'s memory) and the vector
         share they lead to."""
+        rare, weight, _ = self.shares(qa, agent)
+        return rare, weight
+
+    def shares(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[tuple[str, ...], float, float]:
+        """``plan``'s rare words and vector share (the ranking's), and the vector share relevance
+        is weighed at: the same without the lift for words no note holds. Relevance is the figure
+        the floors compare (minScore, recall's gates); the lift orders candidates among
+        themselves, and weighing relevance by it let a message of small talk with one unknown
+        word pass recall's gates on its cosine."""
         rare = self.rare_words(qa, agent)
         cut = self.cutting(rare, qa, agent)
         if cut and self.cfg.rare_term_compounds:
@@ -172,7 +191,8 @@ class QueryPlan:
             # the one meant) but cuts no share: dropping the boost too lost more than it won.
             compounds = set(self.compounds(cut, qa, agent))
             cut = tuple(w for w in cut if w not in compounds)
-        return rare, self.vector_weight(qa, cut)
+        unmatched = self.unmatched_share(qa, agent) if self.cfg.unmatched_keyword_cut > 0 else 0.0
+        return rare, self.vector_weight(qa, cut, unmatched), self.vector_weight(qa, cut)
 
     def compounds(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that are ordinary compounds of the query's language,
@@ -201,6 +221,34 @@ class QueryPlan:
             return tuple(w for w in rare if _plain(w) and _splits(w.lower(), ordinary))
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def unmatched_share(self, qa: QueryAnalysis, agent: str | None = None) -> float:
+        """The share of the query's content words, each weighed by its idf over the chunks (the
+        vault's, the wiki's and ``agent``'s memory), that no chunk holds in any form the keyword
+        arm searches: as written, in a title (also folded: "Kuendigung" meets "Kündigung"),
+        English- or German-stemmed (ascii-folded). Such a word (a typo, a spelling the notes do
+        not use, an English word no German note holds) leaves the keyword arm ranking by the
+        query's other, often generic, words; idf, not a plain count, because a missing word
+        carries more than a generic one that is found. 0 on a damaged index (the search
+        reports it)."""
+        words = list(dict.fromkeys(qa.content_words))
+        if not words:
+            return 0.0
+        bm25 = self.stores.bm25
+        try:
+            n = max(bm25.collection_size(), 1)
+            total = missing = 0.0
+            for w in words:
+                df = max(
+                    *(bm25.doc_freq(w, agent=agent, field=f) for f in _KEYWORD_FIELDS),
+                    bm25.doc_freq(german_fold(w), agent=agent, field="title"),
+                )
+                idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+                total += idf
+                missing += idf if df == 0 else 0.0
+        except StoreError:  # a damaged index: the search reports it
+            return 0.0
+        return missing / total if total > 0 else 0.0
 
     def cutting(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that cut the vector share. Not a word the notes holding

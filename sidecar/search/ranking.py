@@ -67,6 +67,7 @@ class Ranker:
         weight: float,
         rare: Sequence[str] = (),
         parts: BmParts | None = None,
+        relevance_weight: float | None = None,
     ) -> Ranking:
         bm, vec_lists, stem = found.keywords, found.vectors, found.stem
         ids = list(dict.fromkeys([c for c, _ in bm] + [c for vl in vec_lists for c, _, _ in vl]))
@@ -123,6 +124,7 @@ class Ranker:
                 rank_share=cfg.rank_share if cfg.fusion == "calibrated" else 0.0,
                 keywords_answered=answered,
                 unread=unread,
+                relevance_weight=relevance_weight,
             )
             for s in fused:
                 if s.candidate.chunk_id not in best or s.score > best[s.candidate.chunk_id].score:

@@ -208,10 +208,10 @@ def _recall(
     # One reading of the recall settings for the whole call: a reload meanwhile must not give
     # the vectors one history share and the keywords (or the analysis) another.
     vectors = _recall_vectors(r, rc, seen, qa, turns)
-    rare, weight = r.plan(qa, req.agent)
+    rare, weight, relevant = r.shares(qa, req.agent)
     parts = _recall_parts(r, rc, qa, turns)
     found = r.arms(req, seen, qa, vectors, weight, parts=parts, spelled=spelled)
-    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts)
+    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts, relevance_weight=relevant)
     degraded = found.degraded
     views = ranking.views
     floor = max(req.min_score, rc.score_floor)

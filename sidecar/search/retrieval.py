@@ -127,9 +127,9 @@ class Retriever(QueryPlan, Arms, Ranker):
         ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
         seen, qa, spelled = self.read_spelling(text, req.agent)
         early = self.start_vectors(req, seen, qa)
-        rare, weight = self.plan(qa, req.agent)
+        rare, weight, relevant = self.shares(qa, req.agent)
         found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
-        r = self.rank(req, qa, found, weight=weight, rare=rare)
+        r = self.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
         mask_secrets = self.cfg.mask_secrets
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
