@@ -79,7 +79,9 @@ def runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Coun
         SimpleNamespace(tick=bump("tick")),  # type: ignore[arg-type]
         vectors=SimpleNamespace(  # type: ignore[arg-type]
             optimize=bump("optimize"),
-            stores=SimpleNamespace(bm25=SimpleNamespace(deleted_docs=lambda: (0, 0))),
+            stores=SimpleNamespace(
+                bm25=SimpleNamespace(deleted_docs=lambda: (0, 0)), look_for_flags=lambda: None
+            ),
         ),
         retry_embedder=bump("model-retry"),
         notify=bump("notify"),
@@ -487,7 +489,10 @@ def test_the_stop_waits_for_the_keyword_part_of_optimize_only() -> None:
         return 0, 0
 
     bm25 = SimpleNamespace(deleted_docs=deleted_docs, read_only=True, unavailable=None)
-    vectors = SimpleNamespace(optimize=vectors_optimize, stores=SimpleNamespace(bm25=bm25, upgrading=False))
+    vectors = SimpleNamespace(
+        optimize=vectors_optimize,
+        stores=SimpleNamespace(bm25=bm25, upgrading=False, look_for_flags=lambda: None),
+    )
     job = threading.Thread(
         target=lambda: optimize(vectors, schedule.stop, schedule.tracked),  # type: ignore[arg-type]
         daemon=True,

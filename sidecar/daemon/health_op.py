@@ -29,7 +29,6 @@ from sidecar.runtime.notify import under_service_manager
 from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.aside import moved_aside
-from sidecar.stores.frozen import frozen_in_index
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.supervisor import Supervisor
 
@@ -178,9 +177,7 @@ class HealthOp:
                 "complete": not self.indexer.reading_first_time,
                 # The index's file made immutable (chattr +i: a backup tool's or an admin's flag),
                 # else None: nothing can be written to it meanwhile, searches read it as it is.
-                "immutable": str(flags.found)
-                if (flags := frozen_in_index(self.cfg.index_dir)).found
-                else None,
+                "immutable": str(flags.found) if (flags := self.vectors.stores.flags()).found else None,
                 # "all": every entry of the index within the check's reach was asked; "partial": it
                 # stopped at its bound (a crowded folder, 2,000 entries), so a flag further in was
                 # not looked for (the files a write touches first always are).

@@ -447,6 +447,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
             self._unless_stopping()  # a switch to writable can take minutes: a stop ends it early
             step()
         self._unless_stopping()
+        parts.stores.look_for_flags()  # health's index.immutable reads it (and each written file)
         loop = self.loop = IndexLoop(cfg, indexer, self.slot, problems, stop=work, beat=beat)
         watcher = self.watcher = build_watcher(cfg, loop.changed, work, parts.supervisor)
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.covered()]

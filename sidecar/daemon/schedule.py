@@ -332,6 +332,7 @@ def optimize(
         vectors.optimize()
     except StoreError as exc:
         log.error("optimize_failed error=%s", exc)
+    vectors.stores.look_for_flags()  # hourly, off the request path (health's index.immutable)
 
     def keyword() -> None:
         try:

@@ -36,6 +36,7 @@ from sidecar.model.embedder import Embedder
 from sidecar.runtime.group import GroupCommit
 from sidecar.runtime.pace import Pace
 from sidecar.stores.bm25 import Bm25Index
+from sidecar.stores.frozen import IndexFlags, frozen, frozen_in_index
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore, drop_table
 
@@ -93,10 +94,39 @@ class Stores:
     # The parts of the keyword index whose last search failed for want of file handles, by
     # "<part>/<chunks|pages>", and why (``index.keyword_faults.handles_seen``).
     keyword_no_handles: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # The last whole look for immutable entries in the index (``look_for_flags``), made at the
+    # start and by the scheduled optimize job, off the request path; None before the first.
+    index_flags: IndexFlags | None = field(default=None, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:
         return self.serving.store if self.serving else None
+
+    def table_names(self) -> list[str]:
+        """The vector tables open now (the serving one, and the one a switch builds)."""
+        return [vs.store.name for vs in (self.serving, self.building) if vs is not None]
+
+    def look_for_flags(self) -> None:
+        """Walk the index for an immutable entry (``frozen_in_index``: up to 2,000 entries, tens
+        of milliseconds on a big index) and keep what it found for health, which at each call
+        asks only the files a write touches (``flags``): a walk at every health call read the
+        disk under status and cost that much each time."""
+        self.index_flags = frozen_in_index(self.manifest.path.parent)
+
+    def flags(self) -> IndexFlags:
+        """The index's immutable entry, if any (health's ``index.immutable``): the files a write
+        touches, asked now by the names of what is open (nothing listed), else the last whole
+        look's finding while it is still flagged; ``complete`` as that look said (False before
+        the first)."""
+        written = frozen_in_index(
+            self.manifest.path.parent, agents=self.bm25.agents(), tables=self.table_names(), deep=False
+        )
+        last = self.index_flags
+        if written.found is not None or last is None:
+            return written
+        if last.found is not None and not frozen(last.found):  # lifted since
+            return IndexFlags(None, last.complete)
+        return last
 
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]

@@ -15,6 +15,7 @@ import os
 import re
 import sqlite3
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -145,43 +146,64 @@ def _latest_manifests(versions: Path) -> list[Path]:
     return [versions / f"{version}.manifest", versions / f"{_U64_MAX - version:020d}.manifest"]
 
 
-def _written_first(index_dir: Path, walk: _Walk) -> list[Path]:
+def _written_first(
+    index_dir: Path, walk: _Walk, agents: Sequence[str] | None, tables: Sequence[str] | None
+) -> list[Path]:
     """The files and folders a write touches next: the manifest's three files, each keyword
     index's folder, ``meta.json`` and lock files, each vector table's folders, version hint and
-    latest manifest (their folders listed as far as ``_Walk.listing`` reads)."""
+    latest manifest. The agents' memory indexes and the vector tables by the names given (the
+    ones the daemon has open), else as their folders list them (as far as ``_Walk.listing``
+    reads)."""
     manifest = index_dir / "manifest.sqlite"
     paths = [index_dir, manifest, *(manifest.with_name(manifest.name + end) for end in ("-wal", "-shm"))]
     bm25 = index_dir / "bm25"
     memory = bm25 / "memory"
     paths.append(memory)
-    agents = sorted(Path(e.path) for e in walk.listing(memory) if e.is_dir(follow_symlinks=False))
-    for folder in (bm25, bm25 / "memory-all", *agents):
+    if agents is None:
+        agent_dirs = sorted(Path(e.path) for e in walk.listing(memory) if e.is_dir(follow_symlinks=False))
+    else:
+        agent_dirs = [memory / name for name in sorted(agents)]
+    for folder in (bm25, bm25 / "memory-all", *agent_dirs):
         paths.append(folder)
         for pair in _KEYWORD_PAIR:
             paths += [folder / pair, *(folder / pair / name for name in _KEYWORD_FILES)]
     vectors = index_dir / "vectors"
     paths.append(vectors)
-    for table in sorted(Path(e.path) for e in walk.listing(vectors) if e.name.endswith(".lance")):
+    if tables is None:
+        table_dirs = sorted(Path(e.path) for e in walk.listing(vectors) if e.name.endswith(".lance"))
+    else:
+        table_dirs = [vectors / f"{name}.lance" for name in sorted(tables)]
+    for table in table_dirs:
         versions = table / "_versions"
         paths += [table, *(table / name for name in _LANCE_FOLDERS), versions / _LANCE_HINT]
         paths += [versions / "_latest.manifest", *_latest_manifests(versions)]
     return paths
 
 
-def frozen_in_index(index_dir: Path) -> IndexFlags:
+def frozen_in_index(
+    index_dir: Path,
+    *,
+    agents: Sequence[str] | None = None,
+    tables: Sequence[str] | None = None,
+    deep: bool = True,
+) -> IndexFlags:
     """The first file or folder of the index that is immutable or append-only (``found``, None
     when none is: while one is, writes to the index fail; ``health``'s ``index.immutable``), and
     whether every entry within reach was asked (``complete``, ``index.immutable_checked``). The
-    files a write touches first (``_written_first``), then every entry ``FROZEN_DEPTH`` levels
-    down, level by level in name order, within ``FROZEN_ENTRIES`` and ``FROZEN_CROWDED``: a flag
-    past the bound was missed without a word, and a flag on the entries a write touches never is."""
+    files a write touches first (``_written_first``; ``agents``/``tables``: the memory indexes and
+    vector tables by name, no folder listed), then, with ``deep``, every entry ``FROZEN_DEPTH``
+    levels down, level by level in name order, within ``FROZEN_ENTRIES`` and ``FROZEN_CROWDED``: a
+    flag past the bound was missed without a word, and a flag on the entries a write touches never
+    is. Without ``deep`` nothing is listed, and ``complete`` is False unless a flag was found."""
     walk = _Walk()
-    for path in _written_first(index_dir, walk):
+    for path in _written_first(index_dir, walk, agents, tables):
         flagged = walk.ask(path)
         if flagged is None:
             return IndexFlags(None, False)
         if flagged:
             return IndexFlags(path, walk.complete)
+    if not deep:
+        return IndexFlags(None, False)
     level = [index_dir]
     for _ in range(FROZEN_DEPTH):
         below: list[Path] = []

@@ -219,11 +219,14 @@ class Supervisor:
             st = self.roots.get(root.name)
         if st is not None:
             return st
-        # Slow as an earlier run found it: a `sidecar index` of its own, or a daemon restarted,
-        # starts with the whole-scan bound (given up per call, it gave up at the same listing).
-        fresh = RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
+        fresh = self._new_status(root)
         with self._lock:
             return self.roots.setdefault(root.name, fresh)
+
+    def _new_status(self, root: Root) -> RootStatus:
+        # Slow as an earlier run found it: a `sidecar index` of its own, or a daemon restarted,
+        # starts with the whole-scan bound (given up per call, it gave up at the same listing).
+        return RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
 
     def _slow_remembered(self, name: str) -> bool:
         if self.meta is None:
@@ -375,8 +378,23 @@ class Supervisor:
         timeout and not after its client stopped waiting. It is the request's wait, not the
         indexer's: no heartbeat for the indexer (a wedged indexer would stay hidden from the
         watchdog) and the "waiting on" status, which tells what indexing waits for, untouched;
-        StopCut once the daemon stops."""
-        return self._asked(root, self._fresh(root), fn, whole=False, request=True)
+        StopCut once the daemon stops.
+
+        A root no sweep has listed yet (a new agent's inbox at its first write) is looked at under
+        a status of its own, kept only when the look marked it (hanging, slow, learning): status
+        lists the roots the indexing knows, not every inbox a request touched."""
+        with self._lock:
+            known = root.name in self.roots
+        if known:
+            return self._asked(root, self._fresh(root), fn, whole=False, request=True)
+        _not_waited_for(root, self.stopping)
+        st = self._new_status(root)
+        try:
+            return self._asked(root, st, fn, whole=False, request=True)
+        finally:
+            if st._stuck is not None or st.slow or st._learn:
+                with self._lock:
+                    self.roots.setdefault(root.name, st)
 
     def look_cap(self) -> float:
         """How long a request's look (``looked``) may take as a whole: a quarter of
