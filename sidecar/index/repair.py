@@ -339,7 +339,9 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
         # An index that holds other notes than the manifest's (a drift) is rewritten from it
         # even with nothing deleted: skipped, it kept the drift until a restart's check.
         differs = live != wanted.get(name, 0)
-        if not differs and (gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live)):
+        # Its deleted documents too few to rewrite it for (then only a drift does).
+        only_drift = gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live)
+        if only_drift and not differs:
             continue
         if stop is not None and stop.is_set():
             break
@@ -353,7 +355,6 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
                 docs = [bm25_doc(v) for v in stores.manifest.chunks_under(prefix)]
                 # Chosen for its counts alone: left as it is when, under the lock, they agree
                 # after all (a write committed between the two reads), as no rewrite is needed.
-                only_drift = gone == 0 or (live > _MEMORY_SMALL and gone < _MEMORY_SHARE * live)
                 rewritten = stores.bm25.compact_memory(name, docs, stop, drift_only=only_drift)
         except (StoreError, DaemonRunningError) as exc:  # a full disk: the old index stays whole,
             log.error("bm25_compact_failed part=%s error=%s", part, exc)  # the next run tries again

@@ -579,17 +579,14 @@ class MemoryOps:
         does not answer within probeTimeoutSeconds, which marks the inbox hanging (status says
         so, its sweeps are retried with their backoff): a search or list on an inbox whose share
         hangs answers from the index instead of waiting as long as the share does."""
-        return self._root_look(f"memory/{agent}", what, fn, unknown)
-
-    def _root_look(self, name: str, what: str, fn: Callable[[], T], unknown: T) -> T:
-        """``_inbox_look`` for any root (``name``: vault, wiki, memory/<agent>)."""
+        name = f"memory/{agent}"
         supervisor = self.indexer.supervisor
         if supervisor.still_hangs(name) is not None:
             return unknown
         since = time.monotonic()
         timeout = self.cfg.watch.probe_timeout_seconds
         try:
-            return bounded_call(fn, timeout, self._hanging, name, f"look-{name}")
+            return bounded_call(fn, timeout, self._hanging, name, f"inbox-{agent}")
         except NoAnswer as exc:
             if exc.stuck is not None:
                 supervisor.read_hangs(name, what, exc.stuck, since)

@@ -465,8 +465,7 @@ class Supervisor:
             root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
             timeout = self.cfg.watch.probe_timeout_seconds  # the watcher waits no longer
             return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
-        with self._lock:
-            inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
+        inboxes = self._inboxes_in(path)
         # The agents folder is asked even while an inbox in it hangs (one agent's inbox hung by a
         # read of one note must not end the watch of the others'); only its own look that is
         # still in tells the next at once (``SharedProbes``).
@@ -539,9 +538,12 @@ class Supervisor:
         if vault is not None and path == vault:
             return [self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))]
         agent = rel.split("/", 1)[0] if rel not in (".", "") else None
+        return [st for st in self._inboxes_in(path) if agent is None or Path(st.path).parent.name == agent]
+
+    def _inboxes_in(self, agents: Path) -> list[RootStatus]:
+        """The inboxes known (``<agents>/<agent>/memory``) of the agents folder ``agents``."""
         with self._lock:
-            inboxes = [st for st in self.roots.values() if Path(st.path).parent.parent == path]
-        return [st for st in inboxes if agent is None or Path(st.path).parent.name == agent]
+            return [st for st in self.roots.values() if Path(st.path).parent.parent == agents]
 
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
