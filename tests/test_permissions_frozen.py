@@ -639,3 +639,35 @@ def test_a_crowded_folder_is_read_no_further_than_its_bound(
     # The data folder's 3,000 entries are not all read, nor the index's 3,400 and more.
     assert read[0] <= 2 * (frozen.FROZEN_CROWDED + 2) + 30, read[0]
     assert found is None and not complete
+
+
+def test_health_asks_the_written_files_each_time_and_a_deeper_flag_from_the_last_walk(tmp_path: Path) -> None:
+    """A walk of the whole index at every health listed the index's folders under status (tens of
+    milliseconds on a big index, the disk read at each call): health asks the files a write
+    touches by the names of what is open, nothing listed, and a flag deeper in from the last
+    whole walk (the start's, the scheduled optimize's) while that file is still flagged."""
+    from types import SimpleNamespace
+
+    from sidecar.index.vectoring import Stores
+    from sidecar.stores.manifest import Manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    Manifest(index / "manifest.sqlite").close()
+    deep = index / "bm25" / "pages" / "segment.store"
+    deep.parent.mkdir(parents=True)
+    deep.write_bytes(b"x")
+    stores = SimpleNamespace(
+        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
+        bm25=SimpleNamespace(agents=list),
+        table_names=list,
+        index_flags=None,
+    )
+    flags = Stores.flags  # the method, on a stand-in of the stores it reads
+    assert flags(stores) == (None, False)  # type: ignore[arg-type]  # no walk yet: partial
+    with _immutable(deep, recursive=False):
+        Stores.look_for_flags(stores)  # type: ignore[arg-type]
+        assert flags(stores) == (deep, True)  # type: ignore[arg-type]
+        with _immutable(index / "bm25", recursive=False):
+            assert flags(stores) == (index / "bm25", True)  # type: ignore[arg-type]  # asked now
+    assert flags(stores) == (None, True)  # type: ignore[arg-type]  # lifted since the walk
