@@ -39,7 +39,7 @@ from sidecar.daemon.server import Server, bind_socket
 from sidecar.memory.inbox import Inboxes
 from sidecar.memory.ops import MemoryOps
 from sidecar.search.context import render_block
-from sidecar.search.days import FilterError
+from sidecar.search.day_calendar import FilterError
 from sidecar.search.fusion import Candidate, Scale, Scored
 from sidecar.search.query import analyze, asks_about_self, split_filters
 from sidecar.search.recall import _Coverage, _on_keywords

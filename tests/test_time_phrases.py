@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.search import days, query
+from sidecar.search import day_calendar, day_phrases, day_since, days, query
 from sidecar.search.query import split_filters
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
@@ -88,7 +88,7 @@ SINCE_FORMS = ["since {}", "seit {}", "seit dem {}", "from {} on"]
 def test_the_table_holds_every_period_the_parser_knows() -> None:
     """Each period pattern is said by a phrase of the table (a new phrase gets its since forms
     checked too)."""
-    for pattern, _ in days._PERIODS:
+    for pattern, _ in day_phrases._PERIODS:
         rx = re.compile(pattern, re.IGNORECASE)
         assert any(rx.fullmatch(phrase) for phrase, _, _ in PERIODS), pattern
 
@@ -1191,12 +1191,12 @@ def test_a_range_leaves_the_phrase_after_it() -> None:
 )
 def test_since_takes_a_german_date(value: str, day: str) -> None:
     """--since 04.12.2026 (a daily-note format German vaults use) was refused."""
-    assert days.parse_day(value, TODAY, name="since").isoformat() == day
+    assert day_calendar.parse_day(value, TODAY, name="since").isoformat() == day
 
 
 def test_a_german_date_that_is_no_day_is_refused() -> None:
-    with pytest.raises(days.FilterError, match="not a valid date"):
-        days.parse_day("31.02.2026", TODAY, name="since")
+    with pytest.raises(day_calendar.FilterError, match="not a valid date"):
+        day_calendar.parse_day("31.02.2026", TODAY, name="since")
 
 
 @pytest.mark.parametrize(
@@ -1210,15 +1210,15 @@ def test_a_german_date_that_is_no_day_is_refused() -> None:
 )
 def test_since_and_until_take_tomorrow_as_they_take_yesterday(value: str, day: str) -> None:
     """since:morgen / --since tomorrow were refused while since:gestern was accepted."""
-    assert days.parse_day(value, TODAY, name="since").isoformat() == day
+    assert day_calendar.parse_day(value, TODAY, name="since").isoformat() == day
     _, f = split_filters(f"Arzttermin until:{value}", TODAY)
     assert f.until == day
 
 
 def test_a_value_that_is_no_day_names_the_german_words_too() -> None:
     """The error listed only English words (today, yesterday) though German ones are read."""
-    with pytest.raises(days.FilterError) as caught:
-        days.parse_day("übermorgen", TODAY, name="since")
+    with pytest.raises(day_calendar.FilterError) as caught:
+        day_calendar.parse_day("übermorgen", TODAY, name="since")
     for word in ("heute", "gestern", "morgen", "Montag", "tomorrow"):
         assert word in str(caught.value), caught.value
 
@@ -1608,7 +1608,8 @@ def test_weekday_heavy_text_is_read_in_one_pass(monkeypatch: pytest.MonkeyPatch)
     6 s): the weekday rule looks at a text once, whatever its number of weekdays."""
     calls = []
     alone = days.phrase_alone
-    monkeypatch.setattr(days, "phrase_alone", lambda m: calls.append(m) or alone(m))
+    for module in (days, day_phrases, day_since):  # each module that asks it
+        monkeypatch.setattr(module, "phrase_alone", lambda m: calls.append(m) or alone(m))
     for text in ("Meeting am Montag. " * 200, "Meeting on Friday, " * 200 + "what did I do on Monday?"):
         assert days.time_window(text, TODAY)[1] is None
         assert len(calls) <= 1
@@ -2033,8 +2034,8 @@ def test_a_long_message_scans_its_month_names_once(unit: str, monkeypatch: pytes
     """Each month phrase that failed as one of two months in its clause scanned the clause's
     month names again: 'Notizen aus März ' * 2000 took by the square of its length (seconds).
     The names are found once per text, whatever the number of phrases in it."""
-    counting = _CountingScans(days._ANY_NAMED_MONTH)
-    monkeypatch.setattr(days, "_ANY_NAMED_MONTH", counting)
+    counting = _CountingScans(day_phrases._ANY_NAMED_MONTH)
+    monkeypatch.setattr(day_phrases, "_ANY_NAMED_MONTH", counting)
     text = unit * 150
     assert days.time_window(text, TODAY)[1] is None
     assert counting.scans <= 1, counting.scans
@@ -2055,7 +2056,8 @@ def test_a_long_message_of_look_alikes_reads_a_bounded_number_of_them(
         calls += 1
         return clause_asks(m)
 
-    monkeypatch.setattr(days, "clause_asks", counting)
+    for module in (days, day_since):  # each module that asks it
+        monkeypatch.setattr(module, "clause_asks", counting)
     assert days.time_window("Stromrechnung März bis Mai. " * 2000, TODAY)[1] is None
     # the characters scanned before the tries stay under the bound: a few hundred, not 2000
     assert 0 < calls < 400, calls

@@ -32,7 +32,7 @@ from sidecar.index.problems import Problems
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot, approx_token_count
 from sidecar.search.context import with_note
-from sidecar.search.days import FilterError
+from sidecar.search.day_calendar import FilterError
 from sidecar.search.explain import explain
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever

@@ -28,7 +28,7 @@ from sidecar.contracts.protocol import (
 )
 from sidecar.contracts.wire import SOURCES
 from sidecar.notes.markdown import filter_tag
-from sidecar.search.days import FilterError, parse_day
+from sidecar.search.day_calendar import FilterError, parse_day
 from sidecar.search.query import MAX_TAGS, Filters
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever

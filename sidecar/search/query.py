@@ -15,7 +15,8 @@ import unicodedata
 from dataclasses import dataclass, replace
 
 from sidecar.notes.markdown import filter_tag
-from sidecar.search.days import FilterError, parse_day, time_window
+from sidecar.search.day_calendar import FilterError, parse_day
+from sidecar.search.days import time_window
 from sidecar.search.tense import ends_asked
 from sidecar.search.words import WORD, fold, kinds_file, words_file
 

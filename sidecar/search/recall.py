@@ -14,7 +14,7 @@ import numpy as np
 from sidecar.config import RecallConfig
 from sidecar.contracts.wire import Hit, SearchResult
 from sidecar.search.context import render_block
-from sidecar.search.days import FilterError
+from sidecar.search.day_calendar import FilterError
 from sidecar.search.fusion import Scale, Scored
 from sidecar.search.query import (
     Filters,

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from sidecar.contracts.wire import SOURCES
-from sidecar.search.days import FilterError
+from sidecar.search.day_calendar import FilterError
 from sidecar.search.query import Filters
 
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # "\w" but the underscore: "_" alone is no word
