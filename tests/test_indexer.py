@@ -1073,7 +1073,7 @@ def test_a_conflict_copy_is_counted_by_sweeps_and_events_and_why_names_it(harnes
     """A sync tool's conflict copy, found by a full sweep or by its file event, is counted as
     skipped with its reason (the event filter dropped it, the scan did not count it, and `why`
     said a sweep would pick it up)."""
-    from sidecar.vault.sources import CONFLICT_REASON
+    from sidecar.vault.notenames import CONFLICT_REASON
 
     v = harness.cfg.vault.path
     write(v / "Garden (Dave's conflicted copy 2026-12-04).md", "# Garden\n\nzqconflict edit\n")

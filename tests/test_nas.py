@@ -18,6 +18,7 @@ import pytest
 
 from sidecar.contracts.errors import RemoteError
 from sidecar.daemon import note_ops
+from sidecar.vault import note_text
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
@@ -757,14 +758,14 @@ def test_an_inbox_gone_while_its_notes_are_indexed_is_not_made_anew(in_process: 
 def _hang_reads_of(monkeypatch: pytest.MonkeyPatch, name: str, release: threading.Event) -> None:
     """Reading the note ``name`` hangs until ``release`` (a FUSE helper that stopped answering,
     an SMB oplock, a hard NFS mount): its listing and stat answer, its read does not."""
-    real = sources_mod.read_fd
+    real = note_text.read_fd
 
     def read_fd(fd: int, limit: int) -> bytes:
         if os.readlink(f"/proc/self/fd/{fd}").endswith(name):
             release.wait(20)
         return real(fd, limit)
 
-    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    monkeypatch.setattr(note_text, "read_fd", read_fd)
 
 
 def _stuck_readers(root: str) -> int:
@@ -1047,14 +1048,14 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
     is counted and named as unreadable in status, through later sweeps, until it reads again
     (it was kept with only a log line, and its later edits went unread without a word)."""
     target = vault / "Notes" / "n3.md"
-    real = sources_mod.read_fd
+    real = note_text.read_fd
 
     def read_fd(fd: int, limit: int) -> bytes:
         if os.readlink(f"/proc/self/fd/{fd}").endswith("/Notes/n3.md"):
             raise PermissionError(13, "Permission denied")
         return real(fd, limit)
 
-    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    monkeypatch.setattr(note_text, "read_fd", read_fd)
     before = big.stores.manifest.chunk_ids("vault/Notes/n3")
     os.utime(target, ns=(1, 1))
     for _ in range(2):  # the second sweep does not read it again, and still names it
@@ -1065,7 +1066,7 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
         assert problem is not None and str(target) in problem["error"]
         (root,) = [r for r in big.supervisor.describe(lambda _p: True) if r["name"] == "vault"]
         assert root["unreadable"] == [str(target)]
-    monkeypatch.setattr(sources_mod, "read_fd", real)
+    monkeypatch.setattr(note_text, "read_fd", real)
     target.write_text("# Note 3\n\nReadable again: the wombat.\n")
     big.sweep()
     assert big.indexer.activity.scan_skipped == {}
@@ -1074,7 +1075,7 @@ def test_an_indexed_note_that_cannot_be_read_is_named_in_status(
     # Made unreadable again by a chmod (only its status time changes, its read fails), then
     # deleted (a file event): named until it is gone, also when a walk of its folder does not
     # read it again.
-    monkeypatch.setattr(sources_mod, "read_fd", read_fd)
+    monkeypatch.setattr(note_text, "read_fd", read_fd)
     os.chmod(target, 0o600)
     big.indexer.sweep(only=frozenset(), paths={str(target.parent)})  # a walk of its folder
     assert big.indexer.activity.scan_skipped == {"unreadable": 1}
@@ -3703,8 +3704,8 @@ def test_a_wikis_probe_starts_no_call_into_a_vault_that_hangs(
     as the wiki's scans are, with no thread of its own left stuck in the hung share (was: the
     wiki's probe started a second thread into it)."""
     from sidecar.vault import supervisor as supervisor_mod
-    from sidecar.vault.sources import roots
     from sidecar.vault.supervisor import Supervisor
+    from sidecar.vault.swept_roots import roots
 
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
     sup = Supervisor(cfg)

@@ -18,7 +18,8 @@ from sidecar.contracts.errors import RemoteError
 from sidecar.contracts.notices import resolved_notes
 from sidecar.notes.dayformat import compile_format, day_of_path
 from sidecar.stores.cjk import bigrams
-from sidecar.vault.sources import CANVAS_TWIN_REASON, path_for_key
+from sidecar.vault.notenames import CANVAS_TWIN_REASON
+from sidecar.vault.references import path_for_key
 from tests.conftest import KEYWORD_ONLY, DaemonProcess, FakeEmbedder, Harness, write
 from tests.index_helpers import edit_links, search
 

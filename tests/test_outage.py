@@ -240,7 +240,7 @@ def test_a_rebuild_without_a_daemon_is_refused_while_an_indexed_note_cannot_be_r
     opens it anyway: refused here by hand): a rebuild with no daemon running cleared the index
     and its sweep dropped that note, where the daemon refused. Refused now too, naming the note
     and how to get past it, nothing changed; readable again, the rebuild runs and keeps it."""
-    import sidecar.vault.sources as sources_mod
+    import sidecar.vault.note_text as note_text_mod
     from sidecar.contracts.errors import UnreadableError
     from sidecar.daemon.oneshot import index_once
     from sidecar.stores.manifest import Manifest
@@ -251,14 +251,14 @@ def test_a_rebuild_without_a_daemon_is_refused_while_an_indexed_note_cannot_be_r
     cfg = make_cfg(v, **{"embedder.enabled": False})
     assert index_once(cfg, rebuild=False)["changed"] == 3
     locked = v / "Work" / "w1.md"
-    real = sources_mod.open_regular
+    real = note_text_mod.open_regular
 
     def open_regular(path: Any, *args: Any, **kwargs: Any) -> int:
         if str(path) == str(locked) and not locked.stat().st_mode & 0o777:
             raise PermissionError(13, "Permission denied", str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(sources_mod, "open_regular", open_regular)
+    monkeypatch.setattr(note_text_mod, "open_regular", open_regular)
     locked.chmod(0)
     try:
         with pytest.raises(UnreadableError, match=f"not rebuilt: {locked} cannot be read now") as refused:

@@ -9,18 +9,11 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import NotFoundError, SourceError
-from sidecar.vault.sources import (
-    CONFLICT_REASON,
-    NoteFile,
-    NoteUnreadable,
-    Skipped,
-    key_for_reference,
-    path_for_key,
-    public_reference,
-    read_note,
-    roots,
-    scan,
-)
+from sidecar.vault.note_text import NoteUnreadable, read_note
+from sidecar.vault.notenames import CONFLICT_REASON
+from sidecar.vault.references import key_for_reference, path_for_key, public_reference
+from sidecar.vault.sources import NoteFile, Skipped, scan
+from sidecar.vault.swept_roots import roots
 from tests.conftest import write
 
 
@@ -197,24 +190,24 @@ def test_a_wiki_in_a_hidden_folder_is_read_and_a_folder_is_known_by_identity(
     """The wiki folder configured inside a hidden folder (no link on the way) is the wiki; a
     note's real path is placed under its root by the folder's identity, not its spelling (a
     case-insensitive file system reports the case on disk; here: the root named through a link)."""
-    from sidecar.vault import sources
+    from sidecar.vault import note_text, sources, swept_roots
 
     vault = tmp_path / "vault"
     write(vault / "a" / ".wiki" / "Page.md", "# Page\n\nhidden wiki\n")
     cfg = make_cfg(vault, **{"vault.wikiSubfolder": "a/.wiki"})
-    (wiki,) = [r for r in sources.roots(cfg) if r.source == "wiki"]
+    (wiki,) = [r for r in swept_roots.roots(cfg) if r.source == "wiki"]
     assert sources.root_refusal(wiki) is None
     assert [n.key for n in sources.scan(wiki, 1 << 20) if isinstance(n, sources.NoteFile)] == ["wiki/Page"]
     os.symlink(vault, tmp_path / "alias")
     real = (vault / "a" / "x.md").resolve()
-    assert sources._below(real, tmp_path / "alias") == Path("a/x.md")
-    assert sources._below(tmp_path / "elsewhere.md", tmp_path / "alias") is None
+    assert note_text._below(real, tmp_path / "alias") == Path("a/x.md")
+    assert note_text._below(tmp_path / "elsewhere.md", tmp_path / "alias") is None
 
 
 def test_invalid_bytes_are_replaced_up_to_one_percent_of_the_text_as_the_readme_says() -> None:
     """README: a note with invalid UTF-8 bytes is indexed with replacement characters when they are
     at most 1 % of its characters; one bad byte in a note of 99 characters is `not UTF-8`."""
-    from sidecar.vault.sources import NoteUnreadable, decode_note
+    from sidecar.vault.note_text import NoteUnreadable, decode_note
 
     def note(chars: int) -> bytes:  # ``chars`` characters once decoded, one of them a bad byte
         return b"a" * (chars - 1) + b"\xff"
@@ -265,7 +258,7 @@ def test_an_unchanged_inbox_is_not_listed_again_and_a_new_note_is_seen(
     the file system's clock keeps its times)."""
     import time
 
-    from sidecar.vault import sources
+    from sidecar.vault import swept_roots
 
     cfg = make_cfg(vault)
     inbox = cfg.agents_dir / "a" / "memory"
@@ -282,7 +275,7 @@ def test_an_unchanged_inbox_is_not_listed_again_and_a_new_note_is_seen(
 
     assert memory_roots() == set() and len(listings) == 1
     assert memory_roots() == set() and len(listings) == 1  # just changed: listed again
-    monkeypatch.setattr(sources, "_SETTLED_NS", 0)  # as if it changed long ago
+    monkeypatch.setattr(swept_roots, "_SETTLED_NS", 0)  # as if it changed long ago
     time.sleep(0.05)
     memory_roots()
     assert memory_roots() == set() and listings == []  # not listed again

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import watchfiles
 
-from sidecar.vault.sources import BASE_REASON, EXCALIDRAW_REASON
+from sidecar.vault.notenames import BASE_REASON, EXCALIDRAW_REASON
 from sidecar.vault.watcher import Watcher, watch_step
 from tests.conftest import FakeEmbedder, Harness, write
 

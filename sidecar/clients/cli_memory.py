@@ -70,7 +70,7 @@ def cmd_memory(args: argparse.Namespace, cfg: Config) -> int:
 
 def _slug(args: argparse.Namespace) -> str:
     """The SLUG, checked as the daemon checks it: a bad one is a bad command line (exit 2)."""
-    from sidecar.vault.sources import SLUG_RE
+    from sidecar.vault.notenames import SLUG_RE
 
     if not args.slug:
         raise UsageError(

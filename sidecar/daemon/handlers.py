@@ -29,8 +29,8 @@ from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.sources import roots as note_roots
 from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.swept_roots import roots as note_roots
 from sidecar.vault.timeout import SharedProbes
 
 

@@ -32,7 +32,8 @@ from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import heap
 from sidecar.runtime.backoff import Backoff
 from sidecar.stores.space import fault_words
-from sidecar.vault.sources import Root, is_note_name, vault_roots
+from sidecar.vault.notenames import is_note_name
+from sidecar.vault.sources import Root, vault_roots
 from sidecar.vault.watcher import obsidian_setting
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from sidecar.contracts.wire import SOURCES
 from sidecar.notes.links import LinkGraph
 from sidecar.notes.linktext import pasted_link
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.sources import key_for_reference, path_for_key
+from sidecar.vault.references import key_for_reference, path_for_key
 from sidecar.vault.timeout import NoAnswer
 
 # A look at the file behind a key within the probe timeout (``Handlers._on_disk``).

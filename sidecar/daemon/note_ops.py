@@ -42,14 +42,9 @@ from sidecar.notes.redact import mask, masked_line
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.ignore import OWN_RULES
-from sidecar.vault.sources import (
-    TOO_LARGE,
-    NoteUnreadable,
-    path_for_key,
-    public_reference,
-    read_inbox_note,
-    read_note,
-)
+from sidecar.vault.note_text import NoteUnreadable, read_inbox_note, read_note
+from sidecar.vault.notenames import TOO_LARGE
+from sidecar.vault.references import path_for_key, public_reference
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 

@@ -40,7 +40,8 @@ from sidecar.memory.inbox_types import check_agent, check_slug
 from sidecar.memory.ops import audit_warning, deleted_reply, unindexed_note
 from sidecar.runtime.release import build_id
 from sidecar.stores.space import LOW_BYTES
-from sidecar.vault.sources import Root, agent_inbox, public_reference
+from sidecar.vault.references import public_reference
+from sidecar.vault.sources import Root, agent_inbox
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from sidecar.search.explain import explain
 from sidecar.search.recall import recall
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.sources import path_for_key
+from sidecar.vault.references import path_for_key
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.timeout import NoAnswer, SharedProbes
 

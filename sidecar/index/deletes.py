@@ -16,10 +16,8 @@ from sidecar.contracts.wire import memory_agent
 from sidecar.index.diff import ChangeFinder
 from sidecar.index.writes import Writer
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.sources import (
-    inboxes_in_use,
-)
 from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.swept_roots import inboxes_in_use
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.index.indexer")

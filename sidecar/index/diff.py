@@ -34,15 +34,9 @@ from sidecar.index.unreadable import UnreadableNotes, kept_by
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.homeguard import held
-from sidecar.vault.sources import (
-    NoteFile,
-    Root,
-    Skipped,
-    inbox_root,
-    roots,
-    vault_roots,
-)
+from sidecar.vault.sources import NoteFile, Root, Skipped, inbox_root, vault_roots
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
+from sidecar.vault.swept_roots import roots
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +172,7 @@ class ChangeFinder(MoveFinder, CaseSpellings, SkipReport, EventPaths, Unreadable
             self._report_unreadable()
 
     def roots(self) -> list[Root]:
-        """The roots to sweep: those of ``sources.roots`` (inboxes with notes), plus the inboxes
+        """The roots to sweep: those of ``swept_roots.roots`` (inboxes with notes), plus the inboxes
         of agents still in the index whose notes or folder are gone, until their entries are.
         While the home's agents folder is gone or replaced (its share unmounted), what is there
         is not listed: the indexed agents' inboxes are unreachable roots (nothing deleted)."""

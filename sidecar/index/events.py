@@ -23,25 +23,27 @@ from sidecar.index.spellings import _Sibling, _twin_names
 from sidecar.index.unreadable import _at_or_below, _prefix, _unreadable, kept_by
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.manifest_rows import FileState
-from sidecar.vault.sources import (
+from sidecar.vault.notenames import (
     CANVAS_TWIN_REASON,
     LINK_REASON,
     NOTE_SUFFIXES,
     TOO_LARGE,
     TWIN_REASON,
+    is_note_name,
+    twin_reason,
+)
+from sidecar.vault.sources import (
     Asking,
     NoteFile,
     Root,
     Skipped,
     asked,
-    is_note_name,
     kind_skipped,
     link_refusal,
     name_refusal,
     real_path,
     refusal_of,
     scan,
-    twin_reason,
     unreadable_skip,
 )
 from sidecar.vault.supervisor import RootUnreachable, StopCut, Supervisor

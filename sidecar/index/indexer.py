@@ -47,12 +47,8 @@ from sidecar.runtime.release import WRITERS_META, record_writer
 from sidecar.stores.manifest_rows import FileState
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.ignore import IgnoreRules
-from sidecar.vault.sources import (
-    NoteFile,
-    Root,
-    path_for_key,
-    stamp_ns,
-)
+from sidecar.vault.references import path_for_key
+from sidecar.vault.sources import NoteFile, Root, stamp_ns
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.weekstart import WeekStart
 

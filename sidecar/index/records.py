@@ -21,7 +21,8 @@ from sidecar.notes.frontmatter import aliases_of
 from sidecar.notes.linktext import Link, extract_links
 from sidecar.stores.embedtext import embed_hash
 from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, HeldNote
-from sidecar.vault.sources import NoteFile, NoteUnreadable, decode_note, read_inbox_note, read_note
+from sidecar.vault.note_text import NoteUnreadable, decode_note, read_inbox_note, read_note
+from sidecar.vault.sources import NoteFile
 
 log = logging.getLogger(__name__)
 

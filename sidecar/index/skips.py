@@ -16,7 +16,8 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.index.toolong import AREA as TOO_LONG_AREA
 from sidecar.index.toolong import too_long_folders, too_long_problem
-from sidecar.vault.sources import TOO_LARGE, Root, Skipped, inbox_root, is_note_name, vault_roots
+from sidecar.vault.notenames import TOO_LARGE, is_note_name
+from sidecar.vault.sources import Root, Skipped, inbox_root, vault_roots
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.index.diff")

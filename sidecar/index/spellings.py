@@ -17,7 +17,8 @@ from pathlib import Path
 from sidecar.notes.markdown import is_attachment
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.manifest_rows import folded
-from sidecar.vault.sources import NOTE_SUFFIXES, Asking, Root, _listed, asked
+from sidecar.vault.notenames import NOTE_SUFFIXES
+from sidecar.vault.sources import Asking, Root, _listed, asked
 
 
 class _Sibling:

@@ -2,7 +2,7 @@
 
 A folder renamed longer (or moved deeper) can push its notes' paths past PATH_MAX: the system then
 refuses every call on them (ENAMETOOLONG), so they leave the index; a skip count alone did not say
-why notes vanished from search. Pure: imports only ``sources`` (the reason and note names).
+why notes vanished from search. Pure: imports only ``notenames`` (the reason and note names).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sidecar.contracts.printable import few_names
-from sidecar.vault.sources import PATH_TOO_LONG, is_note_name
+from sidecar.vault.notenames import PATH_TOO_LONG, is_note_name
 
 AREA = "path_too_long"
 _SHOWN = 3  # folders named in the line; the count says how many more

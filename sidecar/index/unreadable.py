@@ -22,14 +22,8 @@ from sidecar.config import Config
 from sidecar.index.problems import Problems
 from sidecar.index.retries import _Stamp
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.sources import (
-    NoteFile,
-    Root,
-    Skipped,
-    inbox_root,
-    read_refusal,
-    vault_roots,
-)
+from sidecar.vault.note_text import read_refusal
+from sidecar.vault.sources import NoteFile, Root, Skipped, inbox_root, vault_roots
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 from sidecar.vault.timeout import run_with_timeout
 

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from sidecar.memory import replace
 from sidecar.memory.trash import KEPT, Fd, Trash, trash_dir
 from sidecar.vault.confine import NotRegularError, open_regular, read_fd
-from sidecar.vault.sources import Asking, asked, inbox_copy_reason, is_markdown_name
+from sidecar.vault.notenames import inbox_copy_reason, is_markdown_name
+from sidecar.vault.sources import Asking, asked
 
 # A note changed this recently by another program may be in the middle of its save (an editor
 # truncates, then writes its buffer; a slow or network disk stretches that gap): looked at again

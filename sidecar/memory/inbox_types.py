@@ -13,7 +13,7 @@ from typing import Any
 from sidecar.config import agent_name_problem, valid_agent
 from sidecar.contracts.errors import SourceError, StorageError
 from sidecar.contracts.printable import quoted
-from sidecar.vault.sources import SLUG_RE
+from sidecar.vault.notenames import SLUG_RE
 
 
 class MemoryWriteError(SourceError):

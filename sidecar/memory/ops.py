@@ -66,19 +66,9 @@ from sidecar.stores.manifest import Manifest
 from sidecar.stores.space import fault_words
 from sidecar.stores.vectorbook import NEXT_ONLY, NO_VECTOR
 from sidecar.vault.homeguard import HomeChangedError, held
-from sidecar.vault.sources import (
-    LINK_REASON,
-    SLUG_RE,
-    Asking,
-    Root,
-    agent_inbox,
-    inbox_copy_reason,
-    inbox_refusal,
-    inbox_root,
-    is_markdown_name,
-    public_reference,
-    vault_roots,
-)
+from sidecar.vault.notenames import LINK_REASON, SLUG_RE, inbox_copy_reason, is_markdown_name
+from sidecar.vault.references import public_reference
+from sidecar.vault.sources import Asking, Root, agent_inbox, inbox_refusal, inbox_root, vault_roots
 from sidecar.vault.supervisor import LookCut, RootUnreachable, StopCut
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call
 

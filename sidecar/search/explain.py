@@ -20,7 +20,7 @@ from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever
 from sidecar.stores.manifest_rows import ChunkView
-from sidecar.vault.sources import public_reference
+from sidecar.vault.references import public_reference
 
 
 def explain(

@@ -18,7 +18,7 @@ from sidecar.search.results import analysis_of, to_hit
 from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.manifest_rows import ChunkView, NoteDay
-from sidecar.vault.sources import public_reference
+from sidecar.vault.references import public_reference
 
 Order = Callable[[NoteDay], tuple[str, int, int, str]]
 

@@ -13,7 +13,7 @@ from sidecar.search.fusion import Scored
 from sidecar.search.query import Filters, QueryAnalysis
 from sidecar.stores.lastchange import last_change, local_day
 from sidecar.stores.manifest_rows import ChunkView
-from sidecar.vault.sources import public_reference
+from sidecar.vault.references import public_reference
 
 
 @functools.lru_cache(maxsize=2048)  # hits repeat across queries; a chunk took 0.3-1.5 ms to mask

@@ -41,7 +41,8 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.sources import COUNTED_SUFFIXES, NOTE_SUFFIXES, Asking, _listed, asked, is_debris
+from sidecar.vault.notenames import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
+from sidecar.vault.sources import Asking, _listed, asked
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat, run_with_timeout
 
 log = logging.getLogger(__name__)

@@ -237,7 +237,8 @@ def test_a_link_swapped_after_the_check_is_not_read(tmp_path: Path) -> None:
     """The file a note's path opens is checked, not only the link seen by the scan: a link
     swapped to a file outside the root between scan and read is refused (a race made real by
     reading after the swap)."""
-    from sidecar.vault.sources import NoteUnreadable, Root, read_note
+    from sidecar.vault.note_text import NoteUnreadable, read_note
+    from sidecar.vault.sources import Root
 
     vault = tmp_path / "vault"
     write(vault / "real.md", "# real\n\ninside text\n")
