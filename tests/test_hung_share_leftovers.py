@@ -184,7 +184,8 @@ def _read_only(cfg: Any) -> tuple[Any, Any]:
 
     looks = FolderLooks.of(cfg)
     rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
-    refusing = Refusing("the index cannot be read: bm25 locked", InboxOnly(cfg, rule.inboxes_writable, time.time(), looks))
+    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
+    refusing = Refusing("the index cannot be read: bm25 locked", only)
     return rule, refusing
 
 
@@ -210,16 +211,19 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
 
     monkeypatch.setattr(os, "scandir", scandir)
     try:
-        with pytest.raises(StorageError, match=r"listing \. in .*ops/memory did not answer within 0.3 s \(hung share\?\)"):
+        hung = r"listing \. in .*ops/memory did not answer within 0.3 s \(hung share\?\)"
+        with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("list", {}, agent="ops"))
         with pytest.raises(StorageError, match=r"an earlier look at .*ops/memory \(listing \.\) still hangs"):
             refusing.dispatch(Request("list", {}, agent="ops"))
         assert listed == ["listing"]
     finally:
         release.set()
-    monkeypatch.setattr(os, "scandir", real)
-    time.sleep(0.2)  # the stuck listing ends once let go
-    assert [n["reference"] for n in refusing.dispatch(Request("list", {}, agent="ops"))["notes"]] == ["memory/canoe"]
+    for t in threading.enumerate():
+        if t.name == "probe-inbox-look":
+            t.join(10)  # the stuck listing ends once let go: the inbox is asked again
+    listed_now = refusing.dispatch(Request("list", {}, agent="ops"))["notes"]
+    assert [n["reference"] for n in listed_now] == ["memory/canoe"]
 
 
 def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
@@ -241,7 +245,8 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
 
     monkeypatch.setattr(os, "access", access)
     try:
-        with pytest.raises(StorageError, match=r"not written: stat ops/memory in .*agents did not answer within 0.3 s"):
+        hung = r"not written: stat ops/memory in .*agents did not answer within 0.3 s"
+        with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
         assert "memory writes" in rule.message()  # told at once: the look still hangs
     finally:

@@ -757,7 +757,8 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
             by = "a request's look cut at its cap" if look["by"] == "look" else "its scan"
             lines.append(
                 f"    slow: {by} waits {look['seconds']:.0f} s on {look['call']} {shown(look['path'])}; "
-                "a request's look at it (a memory write's, a list's) is refused as slow until that call answers"
+                "a request's look at it (a memory write's, a list's) is refused as slow until that "
+                "call answers"
             )
         if r.get("waiting_deletions"):
             # A deletion under way (rm -r, a sync, a branch switch) is judged whole once it ends.
