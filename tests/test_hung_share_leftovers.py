@@ -252,3 +252,66 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
     finally:
         release.set()
     assert not (inbox / "canoe.md").exists()
+
+
+def _hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
+    """Listing ``folder`` hangs until ``release`` (a stalled listing of one inbox's share)."""
+    real = os.scandir
+    asked_: list[str] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == folder:
+            asked_.append(threading.current_thread().name)
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return asked_
+
+
+def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's walk of the agents folder hangs in ada's inbox: bob's note written meanwhile
+    comes as a file event (the agents folder was left out of the watch whole until ada's listing
+    answered, so only the sweeps found it); ada's folder is asked once, and watched again once
+    its listing answers."""
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    release = threading.Event()
+    asked_ = _hang_listing(monkeypatch, ada, release)
+    seen: set[str] = set()
+    came = threading.Event()
+
+    def on_change(paths: set[str], _gone: frozenset[str]) -> None:
+        seen.update(paths)
+        if str(bob / "plan.md") in paths:
+            came.set()
+
+    stop = threading.Event()
+    watcher = Watcher([cfg.agents_dir], on_change, stop, 100, 0.2, walk=sup.watched_walk)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while sup.roots["memory/ada"].hanging is None:
+            assert time.monotonic() < deadline, "the walk did not hang in ada's inbox"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the notify watch is set up after the walk
+        write(bob / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+        assert came.wait(20), seen
+        assert list(watcher.left_out) == [cfg.agents_dir / "ada"] and len(asked_) == 1, asked_
+        release.set()  # ada's listing answers: the watch starts again, ada's folder in it
+        while cfg.agents_dir / "ada" in watcher.left_out:
+            assert time.monotonic() < deadline + 30, "ada's folder was not watched again"
+            time.sleep(0.1)
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)

@@ -169,6 +169,15 @@ class LookCut(RootUnreachable):
     the share is not hung and nothing is marked; the request is refused with nothing done."""
 
 
+class WalkHung(NoAnswer):
+    """A watch's walk given up on at a call; ``agent``: the agent's folder of the agents folder
+    that call lay in (None: the folder itself, or the vault)."""
+
+    def __init__(self, message: str, stuck: threading.Thread | None, agent: str | None) -> None:
+        super().__init__(message, stuck)
+        self.agent = agent
+
+
 class Supervisor:
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
@@ -547,16 +556,43 @@ class Supervisor:
         was in, or each inbox known for the agents folder itself; a vault learnt slow is waited
         for as long as its scans' calls, an inbox learnt slow is not judged), so status says so
         and the watch leaves the folder out rather than watch it in part. Raises NoAnswer (what
-        ``walk`` raises otherwise)."""
+        ``walk`` raises otherwise).
+
+        The agents folder is walked around an agent whose inbox hangs (``Asking.avoid``: that
+        agent's folder is not asked, and the watch goes folder by folder without it), and a walk
+        that hangs in one agent's folder is walked again without it: one agent's hung inbox left
+        every other agent's notes without file events until it answered."""
+        vault = self.cfg.vault.path
+        if vault is not None and path == vault:
+            return self._walk_once(path, walk, {})
+        avoid: dict[str, threading.Thread] = {}
+        for st in self._inboxes_in(path):
+            if (stuck := st.hanging) is not None:
+                avoid[Path(st.path).parent.name] = stuck
+        while True:
+            try:
+                return self._walk_once(path, walk, avoid)
+            except WalkHung as exc:
+                if exc.agent is None or exc.agent in avoid or exc.stuck is None:
+                    raise
+                avoid[exc.agent] = exc.stuck  # the others are walked (and watched) without it
+
+    def _walk_once(self, path: Path, walk: Callable[[Asking], T], avoid: dict[str, threading.Thread]) -> T:
+        """One walk of ``path`` for the watch (``watched_walk``), ``avoid``'s folders not asked.
+        NoAnswer names, as ``agent``, the agent's folder of the agents folder its call hung in."""
         vault = self.cfg.vault.path
         timeout = self.cfg.watch.probe_timeout_seconds
         # An earlier walk of this folder still in its call: told at once (one thread left in a
-        # share that hangs, not one per try). The agents folder is walked again while one inbox
-        # in it hangs for another reason (a read of one note): the others keep their watch.
+        # share that hangs, not one per try); one still in an agent's folder leaves that agent
+        # out (the others keep their watch).
         with self._lock:
-            earlier = self._walks.get(str(path))
-        if earlier is not None and earlier.is_alive():
-            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
+            earlier = {k: t for k, t in self._walks.items() if t.is_alive()}
+            self._walks = earlier
+        if (stuck_here := earlier.get(str(path))) is not None:
+            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", stuck_here)
+        for key, thread in earlier.items():
+            if Path(key).parent == path:
+                avoid.setdefault(Path(key).name, thread)
         if vault is not None and path == vault:
             st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
             if st.hanging is not None:
@@ -565,6 +601,7 @@ class Supervisor:
             # walk left it out of the watch and was tried again each time it answered late).
             timeout = self._bound(st)
         asking = Asking()
+        asking.avoid = dict(avoid)
 
         def given_up() -> bool:
             now = asking.now
@@ -576,10 +613,11 @@ class Supervisor:
         if stuck is None:
             return value  # type: ignore[return-value]  # the walk's own result
         asking.abandon()  # it ends at its next call once this one answers
-        with self._lock:
-            self._walks[str(path)] = stuck
         now = asking.now
         call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
+        agent = rel.split("/", 1)[0] if (vault is None or path != vault) and rel not in (".", "") else None
+        with self._lock:  # by the agent's folder it hangs in, for the agents folder
+            self._walks[str(path / agent) if agent is not None else str(path)] = stuck
         what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
         if not self.stopping.is_set():
             for st in self._walked_roots(path, rel):
@@ -589,7 +627,11 @@ class Supervisor:
                     st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
                     self._gave_up(st, slow=st.slow)
             log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
-        raise NoAnswer(f"{what} in {path} did not answer within {timeout:g} s (hung share?)", stuck)
+        raise WalkHung(
+            f"{what} in {path} did not answer within {timeout:g} s (hung share?)",
+            stuck,
+            None if self.stopping.is_set() else agent,
+        )
 
     def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
         """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
