@@ -489,7 +489,9 @@ class ReadOnly:
             return self.looks.run(agents, look)
         except NoAnswer as exc:
             # Not "the disk is full": the write is refused for the share that hangs, in those words.
-            raise StorageError(f"not written: {exc}; nothing written, try again once it answers") from exc
+            raise StorageError(
+                f"memory change refused: {exc}; nothing changed, try again once it answers"
+            ) from exc
         except OSError:  # the agents folder gone: refused with the read-only message
             return False
 
