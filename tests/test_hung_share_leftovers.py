@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.clients.cli_render import _each_root
 from sidecar.contracts.errors import StorageError
 from sidecar.contracts.protocol import Request
 from sidecar.vault import supervisor as supervisor_module
@@ -72,6 +73,8 @@ def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answ
         (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
         assert described["look_waiting"]["by"] == "look" and described["look_waiting"]["call"] == "stat"
         assert described["error"] is None and st.hanging is None  # slow, not hung: nothing marked
+        said = "\n".join(_each_root([described], []))
+        assert "slow: a request's look cut at its cap waits" in said and " on stat ." in said, said
     finally:
         release.set()
     started[0].join(10)
