@@ -478,11 +478,9 @@ class Supervisor:
             )
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
-        if not st._under_way:
-            # Only between scans: one under way owns what it records (a look beside a sweep
-            # reset the sweep's record of the call it was given up on, and the share that still
-            # hung was said healthy).
-            st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
+        # (What is reset here is a hang whose call answered: one still in raised above, and one
+        # recorded later by a scan under way is kept against a second's: ``_record_hang``.)
+        st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
 
     def _learnt_slow(self, st: RootStatus) -> None:
