@@ -318,3 +318,40 @@ def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
         release.set()
         stop.set()
         thread.join(10)
+
+
+def test_an_agents_folder_too_large_to_watch_folder_by_folder_waits_whole_for_its_hung_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Around a hung inbox the agents folder is watched folder by folder; with more folders
+    than such a watch takes, a recursive watch would ask the hung inbox (and hang the watcher
+    in it): the agents folder is left out whole, as before, until that inbox answers."""
+    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    release = threading.Event()
+    asked_ = _hang_listing(monkeypatch, ada, release)
+    watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    try:
+        _walked, answered, _flat = watcher._walked([cfg.agents_dir])  # around ada: folder by folder
+        assert answered == [cfg.agents_dir] and list(watcher.left_out) == [cfg.agents_dir / "ada"]
+        # The agents folder, bob's folder and his inbox: as many as a folder-by-folder watch takes.
+        monkeypatch.setattr(watcher_module, "MAX_FLAT_FOLDERS", 3)
+        for _ in range(2):
+            with pytest.raises(OSError, match="no watched folder answered"):
+                watcher._walked([cfg.agents_dir])
+        assert watcher.left_out == {} and len(asked_) == 1, asked_
+        assert cfg.agents_dir / "ada" in watcher._walk_stuck  # watched again once it answers
+        # The vault walked after it takes the count past what a folder-by-folder watch takes:
+        # the vault is watched (recursively), the agents folder waits whole.
+        monkeypatch.setattr(watcher_module, "MAX_FLAT_FOLDERS", 4)
+        _walked, answered, _flat = watcher._walked([cfg.agents_dir, vault])
+        assert answered == [vault] and watcher.left_out == {}, answered
+    finally:
+        release.set()

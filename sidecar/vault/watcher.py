@@ -551,6 +551,7 @@ class Watcher:
         answered: list[Path] = []
         linked = False
         self.left_out = {}
+        partial: list[Path] = []  # the watched folders whose walk went around a folder in them
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
             left: dict[Path, threading.Thread] = {}
@@ -563,23 +564,30 @@ class Watcher:
                     "watcher_walk_hung path=%s error=%s: left out of the watch until it answers", path, exc
                 )
                 continue
-            if left and len(walked) + len(found) >= MAX_FLAT_FOLDERS:
-                # Too many folders to watch one by one, and a recursive watch would ask the
-                # folder left out (and hang in it): the whole folder waits, as before.
-                self._walk_stuck.update(left)
-                log.error("watcher_walk_hung path=%s: a folder in it hangs; left out of the watch", path)
-                continue
-            if left:
-                log.warning(
-                    "watcher_partial path=%s left_out=%s: a folder in it hangs; the rest keeps its events",
-                    path,
-                    ",".join(map(str, sorted(left))),
-                )
             self._walk_stuck.update(left)  # the watch starts again once one of them answers
-            self.left_out.update(left)
+            if left:
+                partial.append(path)
+                self.left_out.update(left)
             walked += found
             answered.append(path)
             linked = linked or link
+        if partial and len(walked) >= MAX_FLAT_FOLDERS:
+            # Too many folders to watch one by one, and a recursive watch would ask the folders
+            # left out (and hang in them): the watched folders holding one wait whole, as before.
+            log.error(
+                "watcher_walk_hung paths=%s: a folder in them hangs and too many folders to watch "
+                "one by one: left out of the watch until it answers",
+                ",".join(map(str, partial)),
+            )
+            answered = [p for p in answered if p not in partial]
+            walked = [f for f in walked if not any(f == p or f.is_relative_to(p) for p in partial)]
+            self.left_out = {}
+        for path in partial if self.left_out else ():
+            log.warning(
+                "watcher_partial path=%s left_out=%s: a folder in it hangs; the rest keeps its events",
+                path,
+                ",".join(str(f) for f in sorted(self.left_out) if f.is_relative_to(path)),
+            )
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
