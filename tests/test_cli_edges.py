@@ -348,6 +348,19 @@ def test_unknown_options_are_named(argv: list[str], needle: str, capsys: pytest.
     assert needle in capsys.readouterr().err
 
 
+def test_json_errors_hold_for_one_command_line_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --json command run by main() in this process leaves the next command's usage errors on
+    stderr as plain lines (the switch was left on: they went to stdout as JSON)."""
+    assert main(["index", "--home", str(tmp_path / "h"), "--vault", str(tmp_path / "none"), "--json"]) != 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        build_parser("search").parse_args(["search", "--bogus"])
+    said = capsys.readouterr()
+    assert said.out == "" and "search: unrecognized option --bogus" in said.err
+
+
 def test_memory_list_takes_no_slug(daemon: DaemonProcess) -> None:
     _one_line(_run(daemon, "memory", "list", "--agent", "me", "extra"), ExitCode.USAGE, "takes no SLUG")
 

@@ -71,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc.code, int) or not _not_restarted_by_launchd(argv, exc.code):
             raise
         return int(ExitCode.OK)
+    finally:
+        # --json holds for this command line only: a process that runs main() again (the MCP
+        # shim's host, a test) printed the next command's errors as JSON on stdout.
+        set_json_errors(False)
     return int(ExitCode.OK) if _not_restarted_by_launchd(argv, code) else code
 
 

@@ -647,6 +647,7 @@ def _troubled(root: dict[str, Any]) -> bool:
         or root.get("absent")
         or root.get("hold")
         or root.get("unreadable")
+        or root.get("look_waiting")
         or root["mode"] in ("offline", "held")
     )
 
@@ -750,6 +751,14 @@ def _each_root(roots: list[dict[str, Any]], todo: list[str]) -> list[str]:
             lines.append(
                 f"    {r['held_deletions']:,} deletions held ({hold['kind']}) since {_ago(hold['since'])}"
                 f"{when}; {hold_advice(hold['kind'], hold['confirm'])}"
+            )
+        if (look := r.get("look_waiting")) and not r.get("error"):
+            # A slow share's call past probeTimeoutSeconds, no hang said: why a write is refused.
+            by = "a request's look cut at its cap" if look["by"] == "look" else "its scan"
+            lines.append(
+                f"    slow: {by} waits {look['seconds']:.0f} s on {look['call']} {shown(look['path'])}; "
+                "a request's look at it (a memory write's, a list's) is refused as slow until that "
+                "call answers"
             )
         if r.get("waiting_deletions"):
             # A deletion under way (rm -r, a sync, a branch switch) is judged whole once it ends.

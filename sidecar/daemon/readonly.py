@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar import __version__
 from sidecar.config import Config
@@ -41,9 +41,62 @@ from sidecar.memory.ops import audit_warning, deleted_reply, unindexed_note
 from sidecar.runtime.release import build_id
 from sidecar.stores.space import LOW_BYTES
 from sidecar.vault.references import public_reference
-from sidecar.vault.sources import Root, agent_inbox
+from sidecar.vault.sources import Asking, Root, agent_inbox, asked
+from sidecar.vault.timeout import NoAnswer, run_with_timeout
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class FolderLooks:
+    """The read-only modes' looks at the agents folder and its inboxes (a list from the inbox, the
+    room check before a write is saved), each call waited for watch.probeTimeoutSeconds and the
+    whole for watch.scanTimeoutSeconds, as a sweep's are: no index is open, so no sweep marks a
+    hung share for them, and an unbounded look held the request (and the socket's worker) for as
+    long as the share hung. One that does not answer leaves its thread in the share; the next look
+    at the same folder is told at once while that thread is still in its call (one stuck thread per
+    folder, not one per request)."""
+
+    def __init__(self, per_call: float, whole: float) -> None:
+        self.per_call = per_call
+        self.whole = whole
+        self._lock = threading.Lock()
+        self._stuck: dict[str, tuple[threading.Thread, str]] = {}
+
+    @classmethod
+    def of(cls, cfg: Config) -> FolderLooks:
+        return cls(cfg.watch.probe_timeout_seconds, cfg.watch.scan_timeout_seconds)
+
+    def run(self, folder: Path, fn: Callable[[Asking], T]) -> T:
+        """``fn`` told of each call by the ``Asking`` it gets; NoAnswer (naming the call) when one
+        does not answer, and at once while an earlier look's call at ``folder`` is still in."""
+        key = str(folder)
+        with self._lock:
+            earlier = self._stuck.get(key)
+            if earlier is not None and not earlier[0].is_alive():
+                del self._stuck[key]
+                earlier = None
+        if earlier is not None:
+            why = f"an earlier look at {folder} ({earlier[1]}) still hangs (hung share?)"
+            raise NoAnswer(why, earlier[0])
+        asking = Asking()
+
+        def call_hung() -> bool:
+            now = asking.now
+            return now is not None and time.monotonic() - now[2] >= self.per_call
+
+        value, stuck = run_with_timeout(lambda: fn(asking), self.whole, "inbox-look", None, call_hung)
+        if stuck is None:
+            return value  # type: ignore[return-value]  # fn's own result
+        asking.abandon()  # it ends at its next call once this one answers
+        now = asking.now
+        what = f"{now[0]} {now[1]}" if now is not None else "its look"
+        with self._lock:
+            self._stuck[key] = (stuck, what)
+        wait = f"{self.per_call:g} s" if now is not None else f"{self.whole:g} s"
+        log.error("inbox_look_hung folder=%s call=%s timeout=%s", folder, what, wait)
+        raise NoAnswer(f"{what} in {folder} did not answer within {wait} (hung share?)", stuck)
 
 
 class Refusing:
@@ -74,10 +127,17 @@ class InboxOnly:
     and the health record of that state. One for the daemon's life: its ``Inboxes`` (the note
     locks, the kept texts' caps) is not made anew at every retry of the index."""
 
-    def __init__(self, cfg: Config, writable: Callable[[str | None], bool], started: float) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        writable: Callable[[str | None], bool],
+        started: float,
+        looks: FolderLooks | None = None,
+    ) -> None:
         self.cfg = cfg
         self.inboxes = Inboxes(cfg)
         self.writable = writable  # ``ReadOnly.inboxes_writable``: asked at each request
+        self.looks = looks if looks is not None else FolderLooks.of(cfg)  # the list's, bounded
         self.started = started
         self.problems = Problems()  # the audit log's failures, shown by ``health``
         self.since = time.time()  # when the index was first found unreadable (health's "since")
@@ -124,18 +184,26 @@ class InboxOnly:
         inbox = agent_inbox(self.cfg, agent)
         root = Root("memory", inbox, agent=agent)
         short = why.split(";", maxsplit=1)[0]
-        notes = []
-        try:
-            with os.scandir(inbox) as entries:
+
+        def look(asking: Asking) -> list[dict[str, Any]]:
+            notes = []
+            with asked(asking, "listing", "."), os.scandir(inbox) as entries:
                 found = [e for e in entries if e.name.lower().endswith(".md") and not e.name.startswith(".")]
-                for e in found:
-                    reference = public_reference(root.key_of_path(Path(e.path)), agent)
-                    if not under_prefix(reference.split("/", 1)[1], prefix, "memory"):
-                        continue
+            for e in found:
+                reference = public_reference(root.key_of_path(Path(e.path)), agent)
+                if not under_prefix(reference.split("/", 1)[1], prefix, "memory"):
+                    continue
+                with asked(asking, "stat", e.name):
                     st = e.stat(follow_symlinks=False)
-                    notes.append(unindexed_note(reference, "memory", (st.st_mtime_ns, st.st_ctime_ns), short))
+                notes.append(unindexed_note(reference, "memory", (st.st_mtime_ns, st.st_ctime_ns), short))
+            return notes
+
+        try:
+            notes = self.looks.run(inbox, look)
         except FileNotFoundError:
-            pass  # no inbox yet: no notes
+            notes = []  # no inbox yet: no notes
+        except NoAnswer as exc:
+            raise StorageError(f"the inbox cannot be listed: {exc}; try again once it answers") from exc
         except OSError as exc:
             raise StorageError(f"the inbox {inbox} cannot be read: {exc.strerror or exc}") from exc
         notes.sort(key=lambda n: n["reference"])
@@ -374,9 +442,10 @@ class ReadOnly:
     WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
     MEMORY = frozenset({"write", "edit", "delete"})
 
-    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path) -> None:
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path, looks: FolderLooks) -> None:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
+        self.looks = looks  # the room check's calls on the agents' share, bounded
         self.failed: str | None = None  # why the last switch to writable failed, if not for space
         # Why the switch waits for a thread of a failed one, while it does (``Daemon._switch_waits``).
         self.waiting: Callable[[], str | None] = lambda: None
@@ -398,16 +467,32 @@ class ReadOnly:
         full disk holding the inboxes it is refused with the read-only message, nothing written."""
         if self.kept:  # the kept writable stores' indexer would write onto the full disk
             return False
-        folder = self.agents_dir if agent is None else self.agents_dir / agent / "memory"
-        try:
+        agents = self.agents_dir
+        folder = agents if agent is None else agents / agent / "memory"
+
+        def look(asking: Asking) -> bool:
             # The disk's room, not its device number: another device is not always another disk
             # with room (a btrfs subvolume of the same full disk, an agents disk full too).
-            if shutil.disk_usage(self.agents_dir).free < LOW_BYTES:
-                return False
-            while not folder.exists() and folder != self.agents_dir:  # made by the write
-                folder = folder.parent
+            with asked(asking, "stat", "."):
+                if shutil.disk_usage(agents).free < LOW_BYTES:
+                    return False
+            at = folder
+            while at != agents:  # made by the write
+                with asked(asking, "stat", str(at.relative_to(agents))):
+                    if at.exists():
+                        break
+                at = at.parent
             # access(2) answers for an immutable folder and a read-only mount, root's too.
-            return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+            with asked(asking, "stat", str(at.relative_to(agents))):
+                return at.is_dir() and os.access(at, os.W_OK | os.X_OK)
+
+        try:
+            return self.looks.run(agents, look)
+        except NoAnswer as exc:
+            # Not "the disk is full": the write is refused for the share that hangs, in those words.
+            raise StorageError(
+                f"memory change refused: {exc}; nothing changed, try again once it answers"
+            ) from exc
         except OSError:  # the agents folder gone: refused with the read-only message
             return False
 
@@ -424,10 +509,14 @@ class ReadOnly:
             free = 0
         waiting = self.waiting()
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
+        try:
+            writable = self.inboxes_writable()
+        except StorageError:  # the agents folder hangs: no write is saved meanwhile
+            writable = False
         waits = (
             "indexing and rebuilds wait until there is space (memory writes are saved in the "
             "inboxes and found by search then)"
-            if self.inboxes_writable()
+            if writable
             else "indexing, memory writes and rebuilds wait until there is space"
         )
         # A failure of another kind said "the disk holding the index is full: 24.5 MB free".

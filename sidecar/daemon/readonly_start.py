@@ -31,7 +31,15 @@ from sidecar.contracts.errors import (
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read_only
 from sidecar.daemon.handlers import Handlers, ServiceState
-from sidecar.daemon.readonly import Dispatch, InboxOnly, ReadOnly, Refusing, SwitchingHealth, unreadable_words
+from sidecar.daemon.readonly import (
+    Dispatch,
+    FolderLooks,
+    InboxOnly,
+    ReadOnly,
+    Refusing,
+    SwitchingHealth,
+    unreadable_words,
+)
 from sidecar.daemon.reloading import RELOAD_WAITS
 from sidecar.daemon.watchdog import Watchdog
 from sidecar.memory.counting import BoundedCounts
@@ -120,8 +128,9 @@ class ReadOnlyStart:
         written (``Refusing``)."""
         cfg = self.cfg
         if self._inbox_only is None:  # one for the daemon's life (its note locks, its problems)
-            rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir)
-            self._inbox_only = InboxOnly(cfg, rule.inboxes_writable, self.started)
+            looks = FolderLooks.of(cfg)  # one stuck thread per folder, whichever look it was
+            rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
+            self._inbox_only = InboxOnly(cfg, rule.inboxes_writable, self.started, looks)
         return Refusing(why, self._inbox_only)
 
     def _read_only_handlers(self, failed: str | None = None) -> Handlers:
@@ -140,7 +149,10 @@ class ReadOnlyStart:
         try:
             self._read_only_parts = parts
             parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
-            refusal = self._refusal = ReadOnly(cfg.index_dir, parts.stores.manifest.path, cfg.agents_dir)
+            # The earlier read-only spell's looks: a thread it left in a hung share is still known.
+            looks = self._refusal.looks if self._refusal is not None else FolderLooks.of(cfg)
+            manifest_path = parts.stores.manifest.path
+            refusal = self._refusal = ReadOnly(cfg.index_dir, manifest_path, cfg.agents_dir, looks)
             refusal.failed = failed
             refusal.waiting = self._switch_waits
             manifest = parts.stores.manifest

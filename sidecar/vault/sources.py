@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -196,6 +197,9 @@ class Asking:
         self.now: tuple[str, str, float] | None = None
         self.longest = 0.0
         self._abandoned = False
+        # Folders (relative paths) not to ask at all, each with the thread still in a call there:
+        # a watch's walk goes around an inbox whose share hangs (``Supervisor.watched_walk``).
+        self.avoid: dict[str, threading.Thread] = {}
 
     def ask(self, call: str, rel: str) -> None:
         self._ended()

@@ -130,6 +130,19 @@ class RootStatus:
     _mark_unsaved: bool = field(default=False, repr=False)
     _mark_text: str | None = field(default=None, repr=False)  # the row's JSON (None: no mark)
     _mark_failed: bool = field(default=False, repr=False)  # its last write failed (logged once)
+    # The scans and looks of this root under way now (each one's ``Asking``: its call and since
+    # when), for a look started beside them to see one that already waits past its bound.
+    _under_way: set[Asking] = field(default_factory=set, repr=False)
+    # A request's look ended at its cap (``LookCut``) whose call is still in the share: the next
+    # request's look is refused at once while it is (one thread per root, not one per write).
+    _cut: tuple[threading.Thread, Asking] | None = field(default=None, repr=False)
+
+    def cut_look(self) -> tuple[threading.Thread, Asking] | None:
+        """The request's look cut at its cap that is still in its call, if any."""
+        cut = self._cut
+        if cut is not None and (not cut[0].is_alive() or cut[1].now is None):
+            self._cut = cut = None  # it answered: the next look asks the share again
+        return cut
 
     @property
     def hanging(self) -> threading.Thread | None:
@@ -154,6 +167,15 @@ class StopCut(RootUnreachable):
 class LookCut(RootUnreachable):
     """A request's look at a share learnt slow (or long) ended at its cap (``Supervisor.looked``):
     the share is not hung and nothing is marked; the request is refused with nothing done."""
+
+
+class WalkHung(NoAnswer):
+    """A watch's walk given up on at a call; ``agent``: the agent's folder of the agents folder
+    that call lay in (None: the folder itself, or the vault)."""
+
+    def __init__(self, message: str, stuck: threading.Thread | None, agent: str | None) -> None:
+        super().__init__(message, stuck)
+        self.agent = agent
 
 
 class Supervisor:
@@ -386,15 +408,48 @@ class Supervisor:
         with self._lock:
             known = root.name in self.roots
         if known:
-            return self._asked(root, self._fresh(root), fn, whole=False, request=True)
+            st = self._fresh(root)
+            self._not_beside(root, st)
+            return self._asked(root, st, fn, whole=False, request=True)
         _not_waited_for(root, self.stopping)
         st = self._new_status(root)
         try:
             return self._asked(root, st, fn, whole=False, request=True)
         finally:
-            if st._stuck is not None or st.slow or st._learn:
+            if st._stuck is not None or st.slow or st._learn or st._cut is not None:
                 with self._lock:
                     self.roots.setdefault(root.name, st)
+
+    def _not_beside(self, root: Root, st: RootStatus) -> None:
+        """LookCut at once, with no thread started into the share, while a request's earlier look
+        cut at its cap is still in its call, or while a scan of the root under way (a sweep of a
+        share learnt slow waits as long as its whole scan may) has waited on one call longer than
+        this look may take: each write's look left one more thread in the share until its call
+        answered, and was cut at the same cap anyway."""
+        if (cut := st.cut_look()) is not None and (now := cut[1].now) is not None:
+            waited = time.monotonic() - now[2]
+            log.warning("look_refused root=%s call=%s %s waited=%.0fs", root.name, now[0], now[1], waited)
+            raise LookCut(
+                f"{root.path} is slow: an earlier request's look at it ({now[0]} {now[1]}) has waited "
+                f"{_duration(waited)} and not answered yet, so none is started beside it"
+            )
+        if (late := self._waits_on(st, self.look_cap())) is not None:
+            call, rel, waited = late
+            log.warning("look_refused root=%s call=%s %s waited=%.0fs (a scan)", root.name, call, rel, waited)
+            raise LookCut(
+                f"{root.path} is slow: its scan under way has waited {_duration(waited)} on {call} {rel}, "
+                "longer than a request's look may take, so none is started beside it"
+            )
+
+    def _waits_on(self, st: RootStatus, bound: float) -> tuple[str, str, float] | None:
+        """The call of a scan or look of the root under way that has waited ``bound`` seconds or
+        more (call, path, seconds), if any."""
+        now_ = time.monotonic()
+        with self._lock:
+            calls = [a.now for a in st._under_way]
+        late = [(c, r, now_ - since) for c, r, since in (n for n in calls if n is not None)]
+        longest = max(late, key=lambda c: c[2], default=None)
+        return longest if longest is not None and longest[2] >= bound else None
 
     def look_cap(self) -> float:
         """How long a request's look (``looked``) may take as a whole: a quarter of
@@ -412,8 +467,19 @@ class Supervisor:
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(st))
+        # A scan under way whose call already waits past its bound is about to be given up on (it
+        # marks the root hanging then): the share hangs, and a look started now would be a second
+        # thread stuck beside it. Said so now, not started.
+        if not st.slow and (late := self._waits_on(st, self._bound(st))) is not None:
+            call, rel, waited = late
+            raise RootUnreachable(
+                f"{call} {rel} in {root.path} has not answered for {_duration(waited)}, past "
+                f"{self._bound(st):g} s (hung share?); no call is started beside it"
+            )
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
+        # (What is reset here is a hang whose call answered: one still in raised above, and one
+        # recorded later by a scan under way is kept against a second's: ``_record_hang``.)
         st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
         return st
 
@@ -488,16 +554,43 @@ class Supervisor:
         was in, or each inbox known for the agents folder itself; a vault learnt slow is waited
         for as long as its scans' calls, an inbox learnt slow is not judged), so status says so
         and the watch leaves the folder out rather than watch it in part. Raises NoAnswer (what
-        ``walk`` raises otherwise)."""
+        ``walk`` raises otherwise).
+
+        The agents folder is walked around an agent whose inbox hangs (``Asking.avoid``: that
+        agent's folder is not asked, and the watch goes folder by folder without it), and a walk
+        that hangs in one agent's folder is walked again without it: one agent's hung inbox left
+        every other agent's notes without file events until it answered."""
+        vault = self.cfg.vault.path
+        if vault is not None and path == vault:
+            return self._walk_once(path, walk, {})
+        avoid: dict[str, threading.Thread] = {}
+        for st in self._inboxes_in(path):
+            if (stuck := st.hanging) is not None:
+                avoid[Path(st.path).parent.name] = stuck
+        while True:
+            try:
+                return self._walk_once(path, walk, avoid)
+            except WalkHung as exc:
+                if exc.agent is None or exc.agent in avoid or exc.stuck is None:
+                    raise
+                avoid[exc.agent] = exc.stuck  # the others are walked (and watched) without it
+
+    def _walk_once(self, path: Path, walk: Callable[[Asking], T], avoid: dict[str, threading.Thread]) -> T:
+        """One walk of ``path`` for the watch (``watched_walk``), ``avoid``'s folders not asked.
+        NoAnswer names, as ``agent``, the agent's folder of the agents folder its call hung in."""
         vault = self.cfg.vault.path
         timeout = self.cfg.watch.probe_timeout_seconds
         # An earlier walk of this folder still in its call: told at once (one thread left in a
-        # share that hangs, not one per try). The agents folder is walked again while one inbox
-        # in it hangs for another reason (a read of one note): the others keep their watch.
+        # share that hangs, not one per try); one still in an agent's folder leaves that agent
+        # out (the others keep their watch).
         with self._lock:
-            earlier = self._walks.get(str(path))
-        if earlier is not None and earlier.is_alive():
-            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
+            earlier = {k: t for k, t in self._walks.items() if t.is_alive()}
+            self._walks = earlier
+        if (stuck_here := earlier.get(str(path))) is not None:
+            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", stuck_here)
+        for key, thread in earlier.items():
+            if Path(key).parent == path:
+                avoid.setdefault(Path(key).name, thread)
         if vault is not None and path == vault:
             st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
             if st.hanging is not None:
@@ -506,6 +599,7 @@ class Supervisor:
             # walk left it out of the watch and was tried again each time it answered late).
             timeout = self._bound(st)
         asking = Asking()
+        asking.avoid = dict(avoid)
 
         def given_up() -> bool:
             now = asking.now
@@ -517,10 +611,11 @@ class Supervisor:
         if stuck is None:
             return value  # type: ignore[return-value]  # the walk's own result
         asking.abandon()  # it ends at its next call once this one answers
-        with self._lock:
-            self._walks[str(path)] = stuck
         now = asking.now
         call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
+        agent = rel.split("/", 1)[0] if (vault is None or path != vault) and rel not in (".", "") else None
+        with self._lock:  # by the agent's folder it hangs in, for the agents folder
+            self._walks[str(path / agent) if agent is not None else str(path)] = stuck
         what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
         if not self.stopping.is_set():
             for st in self._walked_roots(path, rel):
@@ -530,7 +625,11 @@ class Supervisor:
                     st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
                     self._gave_up(st, slow=st.slow)
             log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
-        raise NoAnswer(f"{what} in {path} did not answer within {timeout:g} s (hung share?)", stuck)
+        raise WalkHung(
+            f"{what} in {path} did not answer within {timeout:g} s (hung share?)",
+            stuck,
+            None if self.stopping.is_set() else agent,
+        )
 
     def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
         """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
@@ -675,6 +774,8 @@ class Supervisor:
         def hung() -> bool:
             return self.stopping.is_set() or call_hung() or cut()
 
+        with self._lock:
+            st._under_way.add(asking)
         try:
             value, stuck = run_with_timeout(
                 lambda: fn(asking),
@@ -684,12 +785,16 @@ class Supervisor:
                 hung,
             )
         finally:
+            with self._lock:
+                st._under_way.discard(asking)
             if not request:
                 self.waiting = None
         if stuck is not None and cap is not None and not self.stopping.is_set() and not call_hung() and cut():
             # Slow, not hung: nothing marked. The call under way ends when the share answers,
-            # and the look stops at its next call.
+            # and the look stops at its next call; till then the next request's look is refused
+            # at once (``_not_beside``), and status says what it waits on.
             asking.abandon()
+            st._cut = (stuck, asking)
             now = asking.now
             on = f" ({now[0]} {now[1]})" if now else ""
             log.warning("look_cut root=%s%s cap=%gs: a request's look at a slow share", root.name, on, cap)
@@ -706,12 +811,8 @@ class Supervisor:
             self._set_slow(st, late or (st.slow and not whole), "a listing or stat")
             return value  # type: ignore[return-value]  # fn's own result
         asking.abandon()  # it stops at its next call once this one answers
-        st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
         now = asking.now
-        if now is not None:
-            call, rel, _since = now
-            st.hung_on = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
-            st._asking, st._given_up = asking, now
+        _record_hang(st, stuck, asking)
         _not_waited_for(root, self.stopping)
         self._gave_up(st, slow=slow)
         if now is None or slow:  # the whole scan past scanTimeoutSeconds
@@ -725,7 +826,7 @@ class Supervisor:
                     else ""
                 )
             )
-        log.error("scan_hung root=%s call=%s path=%s timeout=%gs", root.name, call, rel, timeout)
+        log.error("scan_hung root=%s call=%s path=%s timeout=%gs", root.name, now[0], now[1], timeout)
         raise RootUnreachable(
             f"{st.hung_on} in {root.path} did not answer within {timeout:g} s (hung share?); "
             "notes of this root are not read until it answers (should it answer late, a slow "
@@ -1248,9 +1349,21 @@ class Supervisor:
                         "confirm": f"sidecar index --confirm-deletions {st.name}",
                     },
                     "unreadable": st.unreadable[:20],
+                    "look_waiting": self._look_waiting(st),
                 }
             )
         return out
+
+    def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None:
+        """A call on the root that has waited past probeTimeoutSeconds and is not a hang said
+        (a request's look cut at its cap, still in its call; a scan of a share learnt slow):
+        what it waits on and how long, for status to say why a write is refused as slow."""
+        cut = st.cut_look()
+        now = cut[1].now if cut is not None else None
+        if now is not None:
+            return _waiting_on(now[0], now[1], time.monotonic() - now[2], "look")
+        late = self._waits_on(st, self.cfg.watch.probe_timeout_seconds)
+        return None if late is None else _waiting_on(*late, "scan")
 
 
 def _memo_of(ident: Identity, root: Root) -> dict[str, Any]:
@@ -1285,6 +1398,26 @@ def _after(seconds: float, fn: Callable[[], None]) -> None:
     timer = threading.Timer(seconds, fn)
     timer.daemon = True
     timer.start()
+
+
+def _waiting_on(call: str, path: str, seconds: float, by: str) -> dict[str, Any]:
+    return {"call": call, "path": path, "seconds": round(seconds, 1), "by": by}
+
+
+def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> None:
+    """A scan of the root given up on at ``asking``'s call, ``stuck`` still in it: the root hangs
+    until that call answers. A hang another scan recorded meanwhile whose call is still in is
+    kept (replaced by this one, the root was said healthy once this call answered while the
+    other still hung, and the next look stalled on it again)."""
+    if st.hanging is not None:
+        return
+    st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+    now = asking.now
+    if now is not None:
+        st.hung_on = f"{now[0]} {now[1]}" if now[0] == "listing" else f"looking up {now[1]}"
+        st._asking, st._given_up = asking, now
+    else:  # the whole past its bound, no call named (an earlier scan's record is not this one's)
+        st.hung_on, st._asking, st._given_up = None, None, None
 
 
 def _still_hangs(st: RootStatus) -> str:

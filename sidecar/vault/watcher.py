@@ -104,9 +104,10 @@ AskWalk = Callable[[Path, Callable[[Asking], Walked]], Walked]
 
 
 def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS, asking: Asking | None = None) -> Walked:
-    """``watchable_folders``, and whether a folder symlink was met on the way. ``asking`` is
-    told of each stat and listing (relative to the first of ``paths``): a share that hangs is
-    given up on there."""
+    """``watchable_folders``, and whether the watch must go folder by folder: a folder symlink
+    was met on the way, or a folder ``asking`` says to avoid was left out (a recursive watch
+    would ask it). ``asking`` is told of each stat and listing (relative to the first of
+    ``paths``): a share that hangs is given up on there."""
     asking = asking if asking is not None else Asking()
     top = paths[0] if paths else Path()
     out: list[Path] = []
@@ -126,6 +127,9 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS, asking: Asking |
         for e in entries:
             if e.name.startswith(".") or not decodable(e.name):
                 continue
+            if asking.avoid and _rel(Path(e.path), top) in asking.avoid:
+                linked = True  # left out: not asked, and no recursive watch may reach it
+                continue
             # Per entry: a symlink loop (x.md -> x.md) or a dangling link raises here, and must
             # not drop the rest of its folder from the watch.
             try:
@@ -142,6 +146,15 @@ def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS, asking: Asking |
 def _walk_one(path: Path, limit: int, asking: Asking) -> Walked:
     """``_walk`` of one watched folder."""
     return _walk([path], limit, asking)
+
+
+def _walk_noting(path: Path, limit: int, left: dict[Path, threading.Thread], asking: Asking) -> Walked:
+    """``_walk_one``, noting in ``left`` the folders it went around (``Asking.avoid``) and the
+    thread still in a call in each (the last walk's, when it is asked again)."""
+    found = _walk_one(path, limit, asking)
+    left.clear()
+    left.update({path / rel: stuck for rel, stuck in asking.avoid.items()})
+    return found
 
 
 def _rel(path: Path, top: Path) -> str:
@@ -323,6 +336,9 @@ class Watcher:
         self.watching: list[Path] = []
         self.flat = False  # watching folder by folder (a name that does not decode was met)
         self.linked = False  # watching folder by folder (the tree holds a folder symlink)
+        # Folders the last watch went around (an agent's folder whose inbox hangs), each with
+        # the thread still in a call there: watched again once it answers.
+        self.left_out: dict[Path, threading.Thread] = {}
         self.retry = RETRY
         self.probe_timeout = probe_timeout
         self._stuck = SharedProbes()  # a stat of a watched folder that still hangs
@@ -449,7 +465,7 @@ class Watcher:
         walked, existing, linked = self._walked(existing)
         self.watching = existing
         linked = linked and len(walked) < MAX_FLAT_FOLDERS
-        if linked and not self.linked:
+        if linked and not self.linked and not self.left_out:
             log.info("watcher_flat reason=a folder symlink inside (never followed)")
         self.linked = linked
         flat = self.flat or linked
@@ -535,10 +551,13 @@ class Watcher:
         walked: list[Path] = []
         answered: list[Path] = []
         linked = False
+        self.left_out = {}
+        partial: list[Path] = []  # the watched folders whose walk went around a folder in them
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
+            left: dict[Path, threading.Thread] = {}
             try:
-                found, link = self._ask_walk(path, functools.partial(_walk_one, path, limit))
+                found, link = self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
             except NoAnswer as exc:
                 if exc.stuck is not None:
                     self._walk_stuck[path] = exc.stuck
@@ -546,9 +565,30 @@ class Watcher:
                     "watcher_walk_hung path=%s error=%s: left out of the watch until it answers", path, exc
                 )
                 continue
+            self._walk_stuck.update(left)  # the watch starts again once one of them answers
+            if left:
+                partial.append(path)
+                self.left_out.update(left)
             walked += found
             answered.append(path)
             linked = linked or link
+        if partial and len(walked) >= MAX_FLAT_FOLDERS:
+            # Too many folders to watch one by one, and a recursive watch would ask the folders
+            # left out (and hang in them): the watched folders holding one wait whole, as before.
+            log.error(
+                "watcher_walk_hung paths=%s: a folder in them hangs and too many folders to watch "
+                "one by one: left out of the watch until it answers",
+                ",".join(map(str, partial)),
+            )
+            answered = [p for p in answered if p not in partial]
+            walked = [f for f in walked if not any(f == p or f.is_relative_to(p) for p in partial)]
+            self.left_out = {}
+        for path in partial if self.left_out else ():
+            log.warning(
+                "watcher_partial path=%s left_out=%s: a folder in it hangs; the rest keeps its events",
+                path,
+                ",".join(str(f) for f in sorted(self.left_out) if f.is_relative_to(path)),
+            )
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")

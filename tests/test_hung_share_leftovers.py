@@ -1,0 +1,357 @@
+"""Hung and slow shares, the calls left in them: a look started beside a scan under way, a
+request's look cut at its cap, and read-only mode's list and room check. The hanging calls are
+stand-ins (a call held until the test lets it go, a clock set ahead); nothing here measures speed."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients.cli_render import _each_root
+from sidecar.contracts.errors import StorageError
+from sidecar.contracts.protocol import Request
+from sidecar.vault import supervisor as supervisor_module
+from sidecar.vault.sources import Asking, Root, asked
+from sidecar.vault.supervisor import LookCut, RootUnreachable, Supervisor
+from tests.conftest import write
+
+
+class _Clock:
+    """The supervisor module's clock, ``ahead`` seconds ahead of the real one once set."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+
+def _inbox(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:
+    inbox = cfg.agents_dir / agent / "memory"
+    inbox.mkdir(parents=True, exist_ok=True)
+    return inbox, Root("memory", inbox, agent=agent)
+
+
+def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answers(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox learnt slow whose look is cut at its cap: the next writes' looks are refused at
+    once while its call is still in (each started one more thread into the share), status says
+    what it waits on, and once that call answered the inbox is looked at again."""
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    st = sup.status(root)
+    st.slow = True
+    release = threading.Event()
+    started: list[threading.Thread] = []
+
+    def look(asking: Asking) -> int:
+        started.append(threading.current_thread())
+        with asked(asking, "stat", "."):
+            clock.ahead += 31.0  # past the cap (30 s of the 120 s request timeout)
+            release.wait(20)
+        return 1
+
+    try:
+        with pytest.raises(LookCut, match=r"did not end within 30 s"):
+            sup.looked(root, look)
+        for _ in range(3):
+            with pytest.raises(LookCut, match=r"an earlier request's look at it \(stat \.\) has waited"):
+                sup.looked(root, look)
+        assert len(started) == 1, started
+        (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
+        assert described["look_waiting"]["by"] == "look" and described["look_waiting"]["call"] == "stat"
+        assert described["error"] is None and st.hanging is None  # slow, not hung: nothing marked
+        said = "\n".join(_each_root([described], []))
+        assert "slow: a request's look cut at its cap waits" in said and " on stat ." in said, said
+    finally:
+        release.set()
+    started[0].join(10)
+    clock.ahead = 0.0
+
+    def quick(asking: Asking) -> int:
+        with asked(asking, "stat", "."):
+            return 2
+
+    assert sup.looked(root, quick) == 2
+    assert [r["look_waiting"] for r in sup.describe(lambda _p: True)] == [None]
+
+
+def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep of an inbox learnt slow waits on one listing (its whole scan may take
+    scanTimeoutSeconds, so it is not given up on): a write's look beside it, past the cap
+    already, is refused at once rather than started into the share (status said the inbox
+    healthy and each write's look stalled on it again)."""
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    sup.status(root).slow = True
+    release, waiting = threading.Event(), threading.Event()
+
+    def sweep(asking: Asking) -> int:
+        with asked(asking, "listing", "."):
+            clock.ahead = 45.0
+            waiting.set()
+            release.wait(20)
+        return 1
+
+    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
+    scan.start()
+    looked: list[str] = []
+
+    def look(asking: Asking) -> int:
+        looked.append("asked")
+        with asked(asking, "stat", "."):
+            release.wait(20)
+        return 1
+
+    try:
+        assert waiting.wait(10)
+        with pytest.raises(LookCut, match=r"its scan under way has waited 45 s on listing \."):
+            sup.looked(root, look)
+        assert looked == []
+        (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
+        assert described["look_waiting"]["by"] == "scan"
+    finally:
+        release.set()
+    scan.join(10)
+
+
+def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two looks of one root under way (a sweep, a request's look beside it), each given up on
+    at its own call: the root hangs until the call recorded first answers. The second no longer
+    replaces it: once its own call answered the root was said healthy while the first still
+    hung, and the next look stalled on it again."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    first, second = threading.Event(), threading.Event()
+    errors: list[str] = []
+
+    def held(name: str, gate: threading.Event) -> Any:
+        def fn(asking: Asking) -> int:
+            with asked(asking, "stat", name):
+                gate.wait(20)
+            return 1
+
+        def run() -> None:
+            try:
+                sup.bounded(root, fn)
+            except RootUnreachable as exc:
+                errors.append(str(exc))
+
+        return threading.Thread(target=run, daemon=True)
+
+    a, b = held("a.md", first), held("b.md", second)
+    try:
+        a.start()
+        time.sleep(0.1)  # the second starts while the first's call is under its bound
+        b.start()
+        a.join(10)
+        b.join(10)
+        assert len(errors) == 2, errors
+        assert sup.status(root).hanging is not None
+        stuck = [t for t in threading.enumerate() if t.name == "probe-memory/ada"]
+        second.set()  # the second's call answers; the first's still hangs
+        for t in stuck:
+            t.join(1)  # the second's thread ends; the first's stays in its call
+        assert sum(t.is_alive() for t in stuck) == 1
+        st = sup.status(root)
+        assert st.hanging is not None and "a.md" in (st.hung_on or ""), st.hung_on
+        with pytest.raises(RootUnreachable, match=r"still hangs"):
+            sup.bounded(root, lambda _asking: 1)
+    finally:
+        first.set()
+        second.set()
+
+
+def _read_only(cfg: Any) -> tuple[Any, Any]:
+    from sidecar.daemon.readonly import FolderLooks, InboxOnly, ReadOnly, Refusing
+
+    looks = FolderLooks.of(cfg)
+    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
+    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
+    refusing = Refusing("the index cannot be read: bm25 locked", only)
+    return rule, refusing
+
+
+def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index cannot be read and the memory list is answered from the inbox: a listing that
+    hangs is refused after probeTimeoutSeconds, naming it, and the next list is told at once
+    (one thread in the share); the list waited as long as the share hung."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    inbox, _root = _inbox(cfg, "ops")
+    write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
+    _rule, refusing = _read_only(cfg)
+    release = threading.Event()
+    listed: list[str] = []
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            listed.append("listing")
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    try:
+        hung = r"listing \. in .*ops/memory did not answer within 0.3 s \(hung share\?\)"
+        with pytest.raises(StorageError, match=hung):
+            refusing.dispatch(Request("list", {}, agent="ops"))
+        with pytest.raises(StorageError, match=r"an earlier look at .*ops/memory \(listing \.\) still hangs"):
+            refusing.dispatch(Request("list", {}, agent="ops"))
+        assert listed == ["listing"]
+    finally:
+        release.set()
+    for t in threading.enumerate():
+        if t.name == "probe-inbox-look":
+            t.join(10)  # the stuck listing ends once let go: the inbox is asked again
+    listed_now = refusing.dispatch(Request("list", {}, agent="ops"))["notes"]
+    assert [n["reference"] for n in listed_now] == ["memory/canoe"]
+
+
+def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room check before a write is saved in the inbox (read-only mode) on a share whose
+    look-up hangs: the write is refused after probeTimeoutSeconds naming the call, nothing
+    written, and the disk-full message (asked by status) does not wait on it."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    inbox, _root = _inbox(cfg, "ops")
+    rule, refusing = _read_only(cfg)
+    release = threading.Event()
+    real = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == inbox:
+            release.wait(20)
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    try:
+        hung = r"memory change refused: stat ops/memory in .*agents did not answer within 0.3 s .*nothing"
+        with pytest.raises(StorageError, match=hung):
+            refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
+        assert "memory writes" in rule.message()  # told at once: the look still hangs
+    finally:
+        release.set()
+    assert not (inbox / "canoe.md").exists()
+
+
+def _hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
+    """Listing ``folder`` hangs until ``release`` (a stalled listing of one inbox's share)."""
+    real = os.scandir
+    asked_: list[str] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == folder:
+            asked_.append(threading.current_thread().name)
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return asked_
+
+
+def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's walk of the agents folder hangs in ada's inbox: bob's note written meanwhile
+    comes as a file event (the agents folder was left out of the watch whole until ada's listing
+    answered, so only the sweeps found it); ada's folder is asked once, and watched again once
+    its listing answers."""
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    release = threading.Event()
+    asked_ = _hang_listing(monkeypatch, ada, release)
+    seen: set[str] = set()
+    came = threading.Event()
+
+    def on_change(paths: set[str], _gone: frozenset[str]) -> None:
+        seen.update(paths)
+        if str(bob / "plan.md") in paths:
+            came.set()
+
+    stop = threading.Event()
+    watcher = Watcher([cfg.agents_dir], on_change, stop, 100, 0.2, walk=sup.watched_walk)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while sup.roots["memory/ada"].hanging is None:
+            assert time.monotonic() < deadline, "the walk did not hang in ada's inbox"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the notify watch is set up after the walk
+        write(bob / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+        assert came.wait(20), seen
+        assert list(watcher.left_out) == [cfg.agents_dir / "ada"] and len(asked_) == 1, asked_
+        release.set()  # ada's listing answers: the watch starts again, ada's folder in it
+        while cfg.agents_dir / "ada" in watcher.left_out:
+            assert time.monotonic() < deadline + 30, "ada's folder was not watched again"
+            time.sleep(0.1)
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)
+
+
+def test_an_agents_folder_too_large_to_watch_folder_by_folder_waits_whole_for_its_hung_inbox(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Around a hung inbox the agents folder is watched folder by folder; with more folders
+    than such a watch takes, a recursive watch would ask the hung inbox (and hang the watcher
+    in it): the agents folder is left out whole, as before, until that inbox answers."""
+    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    release = threading.Event()
+    asked_ = _hang_listing(monkeypatch, ada, release)
+    watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    try:
+        _walked, answered, _flat = watcher._walked([cfg.agents_dir])  # around ada: folder by folder
+        assert answered == [cfg.agents_dir] and list(watcher.left_out) == [cfg.agents_dir / "ada"]
+        # The agents folder, bob's folder and his inbox: as many as a folder-by-folder watch takes.
+        monkeypatch.setattr(watcher_module, "MAX_FLAT_FOLDERS", 3)
+        for _ in range(2):
+            with pytest.raises(OSError, match="no watched folder answered"):
+                watcher._walked([cfg.agents_dir])
+        assert watcher.left_out == {} and len(asked_) == 1, asked_
+        assert cfg.agents_dir / "ada" in watcher._walk_stuck  # watched again once it answers
+        # The vault walked after it takes the count past what a folder-by-folder watch takes:
+        # the vault is watched (recursively), the agents folder waits whole.
+        monkeypatch.setattr(watcher_module, "MAX_FLAT_FOLDERS", 4)
+        _walked, answered, _flat = watcher._walked([cfg.agents_dir, vault])
+        assert answered == [vault] and watcher.left_out == {}, answered
+    finally:
+        release.set()
