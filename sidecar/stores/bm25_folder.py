@@ -283,7 +283,10 @@ class Folder:
             with engine("reload", self.path):
                 self.index.reload()
                 searcher = self.index.searcher()
-        except StoreError as exc:  # the searcher it has answers; the next look tries again
+        except StoreError as exc:
+            # The searcher it has answers; tried again when meta.json changes (a commit's reload
+            # says a lasting fault), not at every look.
+            self._meta_seen = stamp
             log.warning("bm25_reload_failed path=%s error=%s", self.path, exc)
             return searcher
         self._searcher, self._meta_seen = searcher, stamp
