@@ -149,6 +149,8 @@ class Folder:
     writer costs 2 MB and six threads, and an inbox is written now and then (twenty agents' open
     writers held 107 MB and 336 threads)."""
 
+    _searcher: tantivy.Searcher  # see ``searcher``
+
     def __init__(
         self,
         path: Path,
@@ -182,6 +184,8 @@ class Folder:
         # (device, inode): see ``damage``.
         self._files: dict[str, tuple[int, int, int]] = {}
         self._where: tuple[int, int] | None = None
+        # meta.json's (mtime, size, inode) when the searcher was made (None: not known): see searcher
+        self._meta_seen: tuple[int, int, int] | None = None
         try:
             self.index, self._writer, self.searcher = self._open()
         except BaseException as exc:
@@ -259,6 +263,42 @@ class Folder:
             return
         self.index, self._writer, self.searcher = index, writer, searcher
         self._note_files()
+
+    @property
+    def searcher(self) -> tantivy.Searcher:
+        """The searcher of the index as its files are now. A commit starts Tantivy's merges in
+        the background; one that ends after the reload that followed the commit writes a new
+        meta.json (deleted documents dropped: other counts for BM25's statistics), which a fresh
+        start reads. Kept, the daemon answered with the counts before the merge until its next
+        commit, a restart with those after it. A folder that keeps its writer is reloaded when
+        its meta.json changed since (a stat per look); a lazy one's merges end before its reload
+        (its writer ends at each commit)."""
+        searcher = self._searcher
+        if self.lazy or self.closed:
+            return searcher
+        stamp = _meta_stamp(self.path)
+        if stamp is None or stamp == self._meta_seen:
+            return searcher
+        try:
+            with engine("reload", self.path):
+                self.index.reload()
+                searcher = self.index.searcher()
+        except StoreError as exc:
+            # The searcher it has answers; tried again when meta.json changes (a commit's reload
+            # says a lasting fault), not at every look.
+            self._meta_seen = stamp
+            log.warning("bm25_reload_failed path=%s error=%s", self.path, exc)
+            return searcher
+        self._searcher, self._meta_seen = searcher, stamp
+        self._note_files()
+        log.debug("bm25_reloaded path=%s reason=meta.json changed (a merge ended)", self.path)
+        return searcher
+
+    @searcher.setter
+    def searcher(self, searcher: tantivy.Searcher) -> None:
+        # Stamped before the reload that made ``searcher`` would be exact; unknown here, the next
+        # look stats meta.json and reloads once more at most.
+        self._searcher, self._meta_seen = searcher, None
 
     def _note_files(self) -> None:
         """Remember the segment files the searcher reads, each as first seen: Tantivy never
@@ -371,9 +411,10 @@ class Folder:
         self.leftover_failures = 0
         if self.lazy:
             self._release()
+        stamp = _meta_stamp(self.path)  # before the reload: a merge ending after it is seen
         with engine("reload", self.path):
             self.index.reload()
-            self.searcher = self.index.searcher()
+            self._searcher, self._meta_seen = self.index.searcher(), stamp
         self._note_files()
         self.dirty = False
         self.commits += 1
@@ -398,7 +439,7 @@ class Folder:
         if self.read_only:
             # Its readers map the segment files: let go now (the daemon goes on writing the same
             # folder, whose merges delete those files; a map kept their space on a disk that ran full).
-            self.__dict__.pop("searcher", None)
+            self.__dict__.pop("_searcher", None)
             self.__dict__.pop("index", None)
             return
         if self._writer is None:
@@ -627,6 +668,16 @@ def _checksum_holds(path: Path) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     return isinstance(crc, int) and zlib.crc32(data[: -8 - size]) == crc
+
+
+def _meta_stamp(folder: Path) -> tuple[int, int, int] | None:
+    """meta.json's (mtime, size, inode): Tantivy writes it anew (a rename) at every commit and at
+    the end of every merge. None when it cannot be read (the searcher's own use says why)."""
+    try:
+        st = os.stat(folder / "meta.json")
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 def _segment_files(folder: Path) -> list[str]:

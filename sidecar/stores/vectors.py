@@ -1,6 +1,7 @@
 """Vectors in LanceDB: the semantic arm. One table per model (id, dimension, pooling), so
 vectors of different models never mix. Rows hold the chunk id, key, source, agent and vector;
-the chunk text lives in the manifest. Imports ``errors``.
+the chunk text lives in the manifest. Imports ``errors``; its parts ``vector_index`` (the ANN
+index) and ``centre`` (the table's centre, for hubness).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sidecar.contracts.errors import (
     store_error_class,
 )
 from sidecar.stores import vector_index
+from sidecar.stores.centre import centre_path, forget_centre, read_centre, write_centre
 from sidecar.stores.salvage import Salvage
 from sidecar.stores.vector_index import AnnIndexing
 
@@ -196,7 +198,8 @@ class VectorStore(AnnIndexing):
         # and one begun before it (trained on rows that are gone) is not recorded, even if it
         # ends only later.
         self._ending, self._epoch, self._epoch_why = False, 0, ""
-        self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)  # (row count, mean)
+        # (row count, mean); -1: the kept one not read yet (``centroid``)
+        self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)
         # Row count for the centroid check, kept between writes: count_rows on every query cost a
         # round trip through lancedb's event loop. ``_generation`` counts writes, so a count read
         # while a write lands is not kept.
@@ -204,7 +207,8 @@ class VectorStore(AnnIndexing):
         self._generation = 0
         self._rows_lock = threading.Lock()
         self._exact: _Exact | None = None
-        self._exact_lock = threading.Lock()  # one reader fills the copy; the others wait for it
+        # One reader fills the copy, one search takes the centre; the others wait for it.
+        self._exact_lock, self._centre_lock = threading.Lock(), threading.Lock()
         # Rows the index was trained on (None: no index, or built by a version that kept no
         # record; see ``ann_due``).
         self.trained_rows: int | None = None
@@ -335,6 +339,10 @@ class VectorStore(AnnIndexing):
                     self._drop_indices()  # kept, it would hold none of the new rows
                 finally:  # the rows are gone: the record of the index trained on them goes too
                     self._forget_index()
+                    # and their centre: the refilled rows' own is taken at the first search
+                    with self._centre_lock:
+                        self._centroid = (0, None)
+                        forget_centre(self._centre_path(), self.name)
             finally:
                 self._ending = False
             self._count_write()
@@ -596,22 +604,40 @@ class VectorStore(AnnIndexing):
 
     def centroid(self) -> np.ndarray[Any, Any] | None:
         """Mean of (a sample of) the stored vectors, kept until the table grew or shrank by a
-        tenth; None below ``CENTROID_MIN_ROWS`` rows, where a mean says little."""
+        tenth; None below ``CENTROID_MIN_ROWS`` rows, where a mean says little. Kept with the
+        table (``stores.centre``): a fresh start uses the centre the last one took, so the same
+        index gives the same hubness in whatever process serves it."""
         count = self._row_count()
-        known, centre = self._centroid
         if count < CENTROID_MIN_ROWS:
             return None
+        known, centre = self._centroid
         if centre is not None and abs(count - known) <= known // 10:
             return centre
+        with self._centre_lock:  # one search takes and writes it, the others wait for it
+            if self._centroid[0] < 0:  # not looked for yet by this open: the kept one, if any
+                self._centroid = read_centre(self._centre_path(), self.dim) or (0, None)
+            known, centre = self._centroid
+            if centre is not None and abs(count - known) <= known // 10:
+                return centre
+            centre = self._sampled_mean(count)
+            if centre is None:
+                return None
+            centre.setflags(write=False)
+            self._centroid = (count, centre)
+            write_centre(self._centre_path(), count, centre, self.name)
+            return centre
+
+    def _sampled_mean(self, count: int) -> np.ndarray[Any, Any] | None:
+        """The mean of ``CENTROID_SAMPLE`` rows at most, chosen by the row count."""
         take = np.random.default_rng(count).choice(count, min(count, CENTROID_SAMPLE), replace=False)
-        table = self._wrap(
-            "sample", lambda: self._table.take_offsets(sorted(take.tolist())).select(["vector"]).to_arrow()
-        )
+        offsets = sorted(take.tolist())
+        table = self._wrap("sample", lambda: self._table.take_offsets(offsets).select(["vector"]).to_arrow())
         flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         rows = np.asarray(flat, dtype=np.float32).reshape(-1, self.dim)
-        centre = rows.mean(axis=0) if len(rows) else None
-        self._centroid = (count, centre)
-        return centre
+        return rows.mean(axis=0) if len(rows) else None
+
+    def _centre_path(self) -> Path:
+        return centre_path(self.path / f"{self.name}.lance")
 
     def optimize(self) -> None:
         """Compact fragments and drop old versions (this process is the only reader and writer)."""

@@ -1,0 +1,172 @@
+"""The same index gives the same answer in whatever process serves it: the daemon that built and
+changed it, and the same build started again on the same home (a real daemon, real stores, the
+real model)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import write
+
+MODEL = {"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"}  # the faster of the two built-in models
+WORDS = [
+    *("garden", "boat", "engine", "bread", "backup", "restic", "kayak", "paddle", "tomato"),
+    *("propeller", "heat", "pump", "invoice", "tax", "roof", "gutter", "bicycle", "chain"),
+    *("router", "firmware", "passport", "renewal", "dentist", "appointment"),
+]
+QUERIES = (
+    "kayak paddle",
+    "restic backup of the router firmware",
+    "heat pump invoice",
+    "bicycle chain",
+    "passport renewal appointment",
+    "roof gutter tomato",
+)
+
+
+def _notes(vault: Path, n: int) -> None:
+    """``n`` notes of a paragraph or two each, more than the table needs for a centre (200 rows)."""
+    rng = random.Random(11)
+    for i in range(n):
+        body = "\n\n".join(" ".join(rng.choice(WORDS) for _ in range(24)) for _ in range(rng.randint(1, 2)))
+        write(vault / f"folder{i % 5}" / f"note-{i:03d}.md", f"# Note {i}\n\n{body}\n")
+
+
+def _answers(d: Any) -> list[list[tuple[Any, ...]]]:
+    """Every hit of every query, as a person and as an agent, with its scores and boosts."""
+    out = []
+    for agent in (None, "claude"):
+        for query in QUERIES:
+            hits = d.call("search", {"query": query, "limit": 10}, agent=agent)["hits"]
+            out.append(
+                [
+                    (h["reference"], h["lines"], h["score"], h["vecScore"], h["bm25Score"], h["boosts"])
+                    for h in hits
+                ]
+            )
+    return out
+
+
+def test_a_restart_gives_the_answers_of_the_daemon_that_built_and_changed_the_index(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """Built, searched, changed (notes edited, deleted, added; memory written, edited, deleted),
+    searched: the same build started again on the same home answers every query with the same
+    hits and the same scores. The daemon that built the index kept the table's centre (hubness)
+    of the rows of its first search, a fresh start took the changed rows': every score moved."""
+    vault = tmp_path / "vault"
+    _notes(vault, 240)
+    d = daemon_factory(vault, env=MODEL).start(timeout=600)
+    assert d.health()["index"]["chunks"] >= 200
+    assert _answers(d)  # the first searches: the live state (centre, statistics) is taken now
+    for i in (3, 17, 42, 77, 101):  # a few notes edited, deleted and added, within a tenth
+        write(vault / f"folder{i % 5}" / f"note-{i:03d}.md", f"# Note {i}\n\nkayak paddle heat pump {i}\n")
+    for i in (8, 55, 130):
+        (vault / f"folder{i % 5}" / f"note-{i:03d}.md").unlink()
+    for i in range(3):
+        write(vault / "new" / f"added-{i}.md", f"# Added {i}\n\nrestic backup bicycle chain router {i}\n")
+    d.call("write", {"slug": "pump", "content": "The heat pump invoice is paid."}, agent="claude")
+    d.call("write", {"slug": "kayak", "content": "Kayak paddle in the loft."}, agent="claude")
+    d.call("edit", {"slug": "kayak", "content": "Kayak paddle and boat engine in the loft."}, agent="claude")
+    d.call("delete", {"slug": "pump"}, agent="claude")
+    ticket = d.call("index", {})["ticket"]
+    d.wait_for(
+        lambda h: (
+            h["index"]["asked_done"] >= ticket
+            and h["index"]["state"] == "ready"
+            and h["index"]["pending_vectors"] == 0
+        ),
+        timeout=300,
+    )
+    assert d.health()["index"]["files"] == 240 - 3 + 3 + 1
+    live = _answers(d)
+    assert any(h[5].get("hub") for hits in live for h in hits)  # hubness takes part
+    d.stop()
+    d.start(timeout=300)
+    assert _answers(d) == live
+
+
+def _segments(folder: Path) -> int:
+    return len(json.loads((folder / "meta.json").read_text(encoding="utf-8"))["segments"])
+
+
+def test_a_merge_that_ends_after_a_commit_is_searched_as_a_fresh_open_reads_it(tmp_path: Path) -> None:
+    """Tantivy merges segments in the background after a commit; the merge's end drops deleted
+    documents (other counts for BM25) and writes meta.json again. The daemon searched with the
+    counts of the reload right after the commit until its next commit, a fresh open (a restart)
+    with the merged ones: the same files, other scores."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    rng = random.Random(5)
+
+    def doc(i: int) -> Bm25Doc:
+        body = " ".join(rng.choice(WORDS) for _ in range(200))
+        return Bm25Doc.of(
+            f"vault/n{i}#0", f"vault/n{i}", "vault", "", title=f"n{i}", aliases=(), headings=(), body=body
+        )
+
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        idx.add([doc(i) for i in range(3000)])  # a large first segment: its merge takes a while
+        idx.commit()
+        n, chunks, merged = 3000, path / "chunks", False
+        while not merged:  # commits of a few notes, deleting others, until one ended in a merge
+            before = _segments(chunks)
+            idx.add([doc(n + k) for k in range(100)])
+            for _ in range(20):
+                idx.delete_key(f"vault/n{rng.randrange(n)}")
+            idx.commit()
+            n += 100
+            assert n < 3000 + 100 * 40, "no merge of the keyword index"
+            deadline = time.monotonic() + 60  # a merge that began: wait for its end
+            while _segments(chunks) >= 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            merged = _segments(chunks) <= before
+        fresh = Bm25Index(path, read_only=True)
+        try:
+            for query in QUERIES:
+                assert idx.search(query, 20) == fresh.search(query, 20)
+        finally:
+            fresh.close()
+    finally:
+        idx.close()
+
+
+def test_a_vector_tables_centre_is_kept_with_the_table(tmp_path: Path) -> None:
+    """The centre for hubness is kept beside the table: a new open of the same files, after
+    rows changed by less than a tenth, gives every hit the hubness the first one gave (it took
+    its own from the changed rows before); a damaged record is taken again from the rows, and
+    an emptied table forgets it."""
+    import numpy as np
+
+    from sidecar.stores.centre import CENTRE_RECORD
+    from sidecar.stores.vectors import VectorStore
+
+    dim, rng = 16, np.random.default_rng(2)
+    vecs = rng.standard_normal((300, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    folder = tmp_path / "vectors"
+    store = VectorStore(folder, "test@1", dim, "mean")
+    store.add([(f"c{i}", f"vault/n{i}", "vault", "") for i in range(300)], vecs)
+    query = vecs[7]
+    store.search(query, 10)  # the centre is taken now, of these 300 rows
+    store.delete_keys([f"vault/n{i}" for i in range(10)])
+    store.add([(f"d{i}", f"vault/d{i}", "vault", "") for i in range(10)], -vecs[:10])
+    live = store.search(query, 20)
+    record = folder / f"{store.name}.lance" / CENTRE_RECORD
+    assert record.is_file()
+
+    again = VectorStore(folder, "test@1", dim, "mean")
+    assert again.search(query, 20) == live
+    record.write_text("{not json", encoding="utf-8")
+    third = VectorStore(folder, "test@1", dim, "mean")
+    assert [c for c, _, _ in third.search(query, 20)] == [c for c, _, _ in live]  # cosines alike
+    assert third.search(query, 20) != live  # the changed rows' own centre
+    assert json.loads(record.read_text(encoding="utf-8"))["rows"] == 300  # written anew
+    third.clear()
+    assert not record.exists()
