@@ -49,6 +49,13 @@ def _scores(bm25: Any) -> list[list[tuple[str, float]]]:
     ]
 
 
+def _dropped(stores: Any) -> None:
+    """A refill given up at a stop ended (the step left running, the new index closed, the side
+    folder removed in their own thread): the refill lock free again."""
+    assert stores.beside_lock.acquire(timeout=60)
+    stores.beside_lock.release()
+
+
 def _agrees(stores: Any) -> bool:
     bm25, manifest = stores.bm25, stores.manifest
     return (bm25.num_docs(), bm25.num_pages()) == (
@@ -160,6 +167,7 @@ def test_a_stop_or_a_kill_during_the_refill_beside_leaves_a_whole_index(
 
     monkeypatch.setattr(beside, "fill_bm25", stopped)
     assert compact_bm25(stores, stop) is False
+    _dropped(stores)
     assert stores.bm25 is old and _scores(old) == before and old.deleted_docs() == deleted
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
     s.call("write", {"slug": "after", "content": "Written after the stop."}, agent="alpha")
@@ -328,6 +336,7 @@ def test_a_stop_during_any_step_before_the_renames_ends_the_refill_there(
     stop = threading.Event()
     steps = _recorded(monkeypatch, stores, at, stop)
     assert compact_bm25(stores, stop) is False
+    _dropped(stores)
     assert "stop" in steps
     assert not set(steps[steps.index("stop") :]) & _NOT_AFTER_A_STOP, steps
     assert stores.bm25 is old and _agrees(stores)

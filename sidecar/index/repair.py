@@ -276,7 +276,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
         stores.keyword_compaction = (phase, done, total)
 
     try:
-        swapped = refill_beside(stores, stop, wait=False, progress=told)
+        swapped = refill_beside(stores, stop, wait=False, progress=told, give_way=True)
     except OSError as exc:  # a full disk: the old index answers on (or, lost, is said so)
         raise StoreError(f"the keyword index could not be refilled beside: {exc.strerror or exc}") from exc
     finally:
