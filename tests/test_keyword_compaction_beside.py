@@ -750,7 +750,7 @@ def test_a_refill_reads_the_manifest_a_page_of_notes_at_a_time(
             "WHERE f.state = 'indexed' ORDER BY c.key, c.ord"
         )
     ]
-    monkeypatch.setattr(manifest_chunks, "_PAGE_NOTES", 3)
+    monkeypatch.setattr(manifest_chunks, "_PAGE_NOTES", 3, raising=False)  # (raising: so it fails on main)
     real = Manifest._query
     notes_read: list[int] = []
 
