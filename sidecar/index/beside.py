@@ -145,12 +145,16 @@ class _Refill:
         self.quit = _Quit(stop, self.old, give_way)
         self.given_up = threading.Event()  # no more progress told (health said it ran)
         self._progress = progress
+        self._told = threading.Lock()
         self.new: Bm25Index | None = None
         self.left: _LeftRunningError | None = None  # a step left running at a stop
 
     def progress(self, phase: str, done: int, total: int) -> None:
-        if not self.given_up.is_set():
-            self._progress(phase, done, total)
+        # Under a lock with ``given_up``: a step left running told a phase after its caller
+        # had cleared it, and health said a compaction ran that had ended.
+        with self._told:
+            if not self.given_up.is_set():
+                self._progress(phase, done, total)
 
     def _looked_at(self) -> None:
         if self.quit.is_set():
@@ -218,7 +222,8 @@ class _Refill:
                 old.changes_since(False)
 
     def _said_given_up(self) -> None:
-        self.given_up.set()
+        with self._told:
+            self.given_up.set()
         if self.quit.why == "rebuild":
             log.info("bm25_refill_gave_way reason=rebuild (the old index was emptied; the refill is dropped)")
         elif self.quit.why == "behind":

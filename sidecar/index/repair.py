@@ -284,7 +284,8 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if swapped is None:
         if stop is not None and stop.is_set():
             log.info(
-                "bm25_compact_stopped part=vault way=beside (the old index answers; side folder removed)"
+                "bm25_compact_stopped part=vault way=beside (the old index answers; the side folder is "
+                "removed as the step under way ends)"
             )
         return False
     log.info(
