@@ -7,10 +7,11 @@ the old index, writes go to it as ever (the write lock is taken for moments) and
 noted (``Bm25Index.changes_since``). At the swap, under the write lock, each of those is written
 into the new index as the manifest holds it then, the new index committed and renamed in: the
 lock is held for what was written meanwhile, not for the whole fill. A stop or a failure leaves
-the old index answering and the side folder removed; a kill at any point leaves the old index
-or the new one whole and the side folder to the next start (``bm25_side.settle`` finishes the
-swap or removes it). It needs the disk's room for a second copy (``bm25_folder.copy_room``):
-the callers judge it.
+the old index answering and the side folder removed (after a stop, by the thread of the step that
+was under way: the stop does not wait for it); a compaction also gives way to a rebuild; a
+kill at any point leaves the old index or the new one whole and the side folder to the next
+start (``bm25_side.settle`` finishes the swap or removes it). It needs the disk's room for a
+second copy (``bm25_folder.copy_room``): the callers judge it.
 """
 
 from __future__ import annotations
