@@ -3,7 +3,7 @@
 vault got once half of it was deleted) and beside (``index.beside``: filled in a side folder while
 the old index takes writes, the lock held for the notes written meanwhile and the swap).
 
-    python bench/kwcompact.py [--vault DIR] [--notes N] [--share 0.3] [--ways "in place,beside"]
+    python bench/kwcompact.py [--vault DIR] [--notes N] [--share 0.3] [--ways "in place,beside,stop"]
 
 DIR: the eval corpora's Obsidian help vault unless given.
 The vault (its first ``--notes`` notes in path order, copied, when given) is swept keyword-only
@@ -12,7 +12,9 @@ each way, ``--share`` of the vault's notes are written again into the index (as 
 old documents stay deleted in their segments). Meanwhile one thread writes a note into the index
 as the watcher does (the write lock, a note replaced, a commit), 20 ms after the last one ended.
 Printed per way: the compaction's seconds, the longest hold of the write lock by the compaction
-and by the writer, and the writer's latency (asked to committed) p50 / p99 / max.
+and by the writer, and the writer's latency (asked to committed) p50 / p99 / max. The way "stop"
+is beside with a stop asked as the fill's final commit begins: how long after it the compaction
+returned, and when the abandoned commit and the side folder's removal ended in their thread.
 """
 
 from __future__ import annotations
@@ -113,6 +115,35 @@ def beside(stores: Any) -> None:
     assert compact_bm25(stores)
 
 
+def stopped(stores: Any) -> None:
+    """Beside, a stop asked as the fill's final commit begins (the longest step): printed, how
+    long after the stop the compaction returned (the daemon's stop waits for it, 10 s at most)."""
+    from sidecar.stores.bm25 import Bm25Index
+
+    old, stop = stores.bm25, threading.Event()
+    real = Bm25Index.commit
+    asked: list[float] = []
+
+    def commit(self: Any) -> None:
+        if self is not old and not asked:
+            asked.append(time.perf_counter())
+            stop.set()
+        real(self)
+
+    Bm25Index.commit = commit  # type: ignore[method-assign]
+    try:
+        assert not compact_bm25(stores, stop)
+    finally:
+        Bm25Index.commit = real  # type: ignore[method-assign]
+    back = time.perf_counter() - asked[0]
+    print(f"stop asked at the fill's commit: returned {back:.2f} s later", flush=True)
+    while not stores.beside_lock.acquire(timeout=1):  # the abandoned commit ends in its thread
+        pass
+    stores.beside_lock.release()
+    ended = time.perf_counter() - asked[0]
+    print(f"the abandoned step and the side folder's removal ended {ended:.2f} s after it")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vault", type=Path, default=_HELP)
@@ -146,7 +177,7 @@ def run(args: argparse.Namespace, home: Path) -> None:
     for v in stores.manifest.all_chunks():
         if memory_agent(v.key) is None:
             notes.setdefault(v.key, []).append(bm25_doc(v))
-    ways = {"in place": in_place, "beside": beside}
+    ways = {"in place": in_place, "beside": beside, "stop": stopped}
     for name in args.ways.split(","):
         way = ways[name.strip()]
         churn(stores, notes, args.share)

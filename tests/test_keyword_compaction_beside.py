@@ -49,6 +49,13 @@ def _scores(bm25: Any) -> list[list[tuple[str, float]]]:
     ]
 
 
+def _dropped(stores: Any) -> None:
+    """A refill given up at a stop ended (the step left running, the new index closed, the side
+    folder removed in their own thread): the refill lock free again."""
+    assert stores.beside_lock.acquire(timeout=60)
+    stores.beside_lock.release()
+
+
 def _agrees(stores: Any) -> bool:
     bm25, manifest = stores.bm25, stores.manifest
     return (bm25.num_docs(), bm25.num_pages()) == (
@@ -160,6 +167,7 @@ def test_a_stop_or_a_kill_during_the_refill_beside_leaves_a_whole_index(
 
     monkeypatch.setattr(beside, "fill_bm25", stopped)
     assert compact_bm25(stores, stop) is False
+    _dropped(stores)
     assert stores.bm25 is old and _scores(old) == before and old.deleted_docs() == deleted
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
     s.call("write", {"slug": "after", "content": "Written after the stop."}, agent="alpha")
@@ -328,6 +336,7 @@ def test_a_stop_during_any_step_before_the_renames_ends_the_refill_there(
     stop = threading.Event()
     steps = _recorded(monkeypatch, stores, at, stop)
     assert compact_bm25(stores, stop) is False
+    _dropped(stores)
     assert "stop" in steps
     assert not set(steps[steps.index("stop") :]) & _NOT_AFTER_A_STOP, steps
     assert stores.bm25 is old and _agrees(stores)
@@ -377,6 +386,21 @@ def _check(s: Any) -> None:
     assert moved and {cid for cid, _ in bm25.search("zq22", 5)} == moved
     assert bm25.search("quince jelly", 5, agent_scope="alpha")
     assert bm25.search("quince jelly", 5)
+
+
+def _write_lock_held(stores: Any) -> bool:
+    """Whether some thread holds the stores' write lock (asked from a thread of its own)."""
+    got: list[bool] = []
+
+    def probe() -> None:
+        if stores.write_lock.acquire(blocking=False):
+            stores.write_lock.release()
+            got.append(False)
+        else:
+            got.append(True)
+
+    _threaded(probe)
+    return got[0]
 
 
 def _threaded(fn: Any) -> None:
@@ -550,3 +574,196 @@ def test_a_full_disk_at_a_commit_of_the_new_index_leaves_the_old_one_answering(
     monkeypatch.setattr(bm25mod.Bm25Index, "commit", real)
     _writes(s)
     _check(s)
+
+
+# A stop is not waited for: a step that waits on the disk is left to end in its own thread.
+
+# (the step blocked, its nth call on the new index; where the stop is asked: "in it" while it
+# runs, "before" as the step before it ends, so that it is the abandoned index's close).
+_BLOCKED = [
+    ("commit", 1, "in it"),  # the fill's final commit (12.9 s measured under load)
+    ("close", 1, "in it"),  # the catch-up's close, waiting for the fill's merges
+    ("commit", 3, "in it"),  # the swap's commit, under the write lock
+    ("close", 1, "before"),  # an abandoned new index's close, waiting for its merges
+]
+
+
+@pytest.mark.parametrize("blocked", _BLOCKED, ids=[f"{n} {i} {w}" for n, i, w in _BLOCKED])
+def test_a_stop_does_not_wait_for_the_step_under_way(
+    large: Any, monkeypatch: pytest.MonkeyPatch, blocked: tuple[str, int, str]
+) -> None:
+    """A stop asked while a step of the refill waits on the disk (a commit, a close waiting for
+    merges) returns without waiting for it (its thread ends it, then closes the new index and
+    removes the side folder); a stop asked between steps does not wait for the abandoned index's
+    close. Both were waited for: a commit can take longer than the stop's 10 s under load, and
+    the service manager then kills the daemon. The old index answers, whole."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    before = _scores(old)
+    name, nth, where = blocked
+    stop, gate = threading.Event(), threading.Event()
+    calls: list[str] = []
+    real_step = getattr(Bm25Index, name)
+    real_fill = beside.fill_bm25
+
+    def step(self: Any, *a: Any, **k: Any) -> Any:
+        if self is not old:
+            calls.append(name)
+            if len(calls) == nth:
+                if where == "in it":
+                    stop.set()  # asked while the step runs
+                gate.wait(60)  # the step takes long (a loaded disk)
+        return real_step(self, *a, **k)
+
+    def fill(index: Any, manifest: Any, stop_: Any = None, progress: Any = None) -> None:
+        real_fill(index, manifest, stop_, progress)
+        if where == "before":
+            stop.set()  # asked as the fill ends: the next step is the abandoned index's close
+
+    monkeypatch.setattr(Bm25Index, name, step)
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    got: list[bool] = []
+    compaction = threading.Thread(target=lambda: got.append(compact_bm25(stores, stop)))
+    compaction.start()
+    compaction.join(30)  # a bound for a hang, not a measure: the step waits until the gate opens
+    returned_first = not compaction.is_alive()
+    gate.set()
+    compaction.join(60)
+    assert returned_first, "the stop waited for the step under way"
+    assert got == [False]
+    _dropped(stores)
+    assert stores.bm25 is old and _scores(old) == before and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+
+
+def test_a_compaction_gives_way_to_a_rebuild(large: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild begun while the new index is filled (it empties the old one) ends the
+    compaction: its swap had refilled the whole index under the write lock, every write waiting
+    (40 s and more at 60,000 documents). The rebuild's index agrees with the manifest and no side
+    folder is left."""
+    from sidecar.index import beside, bm25fill
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    real_fill = beside.fill_bm25
+    locked: list[bool] = []
+
+    def counted(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        locked.append(_write_lock_held(stores))
+        real_fill(index, manifest, stop, progress)
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real_fill(index, manifest, stop, progress)
+
+        def rebuild() -> None:
+            s.harness.indexer.clear()
+            s.harness.sweep()
+
+        _threaded(rebuild)
+
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    monkeypatch.setattr(bm25fill, "fill_bm25", counted)  # a swap's whole refill (``catch_up``)
+    assert compact_bm25(stores) is False
+    _dropped(stores)
+    assert locked == [], "the swap refilled the whole index under the write lock"
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    assert stores.bm25.search("lantern harbour", 5) and old._changed is None  # nothing more noted
+
+
+def test_a_compaction_behind_many_writes_gives_way_and_an_upgrade_does_not(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More notes written during each pass than a swap writes under the lock (a model switch
+    cutting every note again): after its passes with no lock held the compaction gives way (the
+    next run tries again) instead of writing them all under the lock; an upgrade's refill,
+    which must end, swaps all the same, every write in the new index."""
+    from sidecar.index import beside
+    from sidecar.index.beside import refill_beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    monkeypatch.setattr(beside, "_SWAP_NOTES", 2, raising=False)  # (raising: so it fails on main)
+    real_cu = beside.catch_up
+    edits: list[int] = []
+
+    def busy() -> None:  # three notes written again by another thread
+        n = len(edits)
+        edits.append(n)
+        for i in (20, 21, 22):
+            write(s.cfg.vault.path / f"Log/Note{i}.md", f"# Note {i}\n\nEdit {n} of it, zqedit{n}x{i}.\n")
+        s.harness.sweep()
+
+    def cu(new: Any, manifest: Any, keys: Any, *, everything: bool, stop: Any = None) -> None:
+        real_cu(new, manifest, keys, everything=everything, stop=stop)
+        if not _write_lock_held(stores):  # the unlocked passes only
+            _threaded(busy)
+
+    real_fill = beside.fill_bm25
+
+    def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+        real_fill(index, manifest, stop, progress)
+        _threaded(busy)
+
+    monkeypatch.setattr(beside, "catch_up", cu)
+    monkeypatch.setattr(beside, "fill_bm25", fill)
+    assert compact_bm25(stores) is False
+    _dropped(stores)
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+    assert len(edits) == 1 + beside._PASSES
+    swapped = refill_beside(stores)  # the upgrade's call
+    assert swapped is not None and stores.bm25 is not old and _agrees(stores)
+    last = len(edits) - 1
+    assert stores.bm25.search(f"zqedit{last}x21", 5)
+
+
+def test_a_refill_reads_the_manifest_a_page_of_notes_at_a_time(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fill reads the manifest's chunks a page of notes at a time, in note order, every
+    chunk once: it read all of them in one query, a 67,000-document vault's text held in memory
+    for the whole refill (228 against 331 MB growth at 61,355 documents, bench/kwfillmem.py)."""
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores import manifest_chunks
+    from sidecar.stores.manifest import Manifest
+
+    s = large
+    stores = s.harness.stores
+    manifest = stores.manifest
+    whole = [
+        (r[0], r[1])
+        for r in manifest.read(
+            "SELECT c.key, c.chunk_id FROM chunks c JOIN files f ON f.key = c.key "
+            "WHERE f.state = 'indexed' ORDER BY c.key, c.ord"
+        )
+    ]
+    monkeypatch.setattr(manifest_chunks, "_PAGE_NOTES", 3, raising=False)  # (raising: so it fails on main)
+    real = Manifest._query
+    notes_read: list[int] = []
+
+    def query(self: Any, sql: str, args: Any = ()) -> list[Any]:
+        rows = real(self, sql, args)
+        if sql.startswith("SELECT c.chunk_id, c.key"):
+            notes_read.append(len({r[1] for r in rows}))
+        return rows
+
+    monkeypatch.setattr(Manifest, "_query", query)
+    assert [(v.key, v.chunk_id) for v in manifest.all_chunks()] == whole
+    assert len(whole) > 9 and max(notes_read) <= 3
+    notes_read.clear()
+    _delete(s, 0, 12)
+    assert compact_bm25(stores) is True and _agrees(stores)  # the refill beside, read by pages
+    assert notes_read and max(notes_read) <= 3

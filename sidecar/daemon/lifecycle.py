@@ -798,7 +798,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
             # A scheduled rewrite of the keyword index rolls back at its next look at the stop;
             # the stores are closed after it (closed under it, it died of a closed database).
             # One still running past the bound is left: nothing it did is committed, except a
-            # keyword refill beside already in its renames (the next start's settle ends them).
+            # keyword refill beside already in its renames (the next start's settle ends them). A
+            # refill beside does not wait for its step under way: that ends in its own thread, and
+            # a side folder the exit cuts short is removed by the next start's settle.
             left = self._scheduler.join(self.stop_clock.left(_JOIN_TIMEOUT))
             if left:
                 stuck = True

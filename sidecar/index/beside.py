@@ -7,10 +7,11 @@ the old index, writes go to it as ever (the write lock is taken for moments) and
 noted (``Bm25Index.changes_since``). At the swap, under the write lock, each of those is written
 into the new index as the manifest holds it then, the new index committed and renamed in: the
 lock is held for what was written meanwhile, not for the whole fill. A stop or a failure leaves
-the old index answering and the side folder removed; a kill at any point leaves the old index
-or the new one whole and the side folder to the next start (``bm25_side.settle`` finishes the
-swap or removes it). It needs the disk's room for a second copy (``bm25_folder.copy_room``):
-the callers judge it.
+the old index answering and the side folder removed (after a stop, by the thread of the step that
+was under way: the stop does not wait for it); a compaction also gives way to a rebuild; a
+kill at any point leaves the old index or the new one whole and the side folder to the next
+start (``bm25_side.settle`` finishes the swap or removes it). It needs the disk's room for a
+second copy (``bm25_folder.copy_room``): the callers judge it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sidecar.contracts.errors import StoreError
 from sidecar.index.bm25fill import catch_up, fill_bm25
@@ -29,6 +32,8 @@ from sidecar.stores.bm25 import Bm25Index, open_bm25, put_back_times
 from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out, swap_undone
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 # The problem area of a keyword index that could not be upgraded or opened (``index.upgrade``).
 UPGRADE_AREA = "keyword_index"
@@ -55,24 +60,32 @@ def refill_beside(
     *,
     wait: bool = True,
     progress: Progress | None = None,
+    give_way: bool = False,
 ) -> Swapped | None:
     """``stores.bm25`` refilled from the manifest in a side folder in this version's layout and
     swapped in (the old index answering until the swap); None when a stop ended it, when the
-    index was replaced meanwhile (a repair), or, without ``wait``, when another refill beside
-    runs (one at a time: they share the side folder). A stop is looked at before each step
-    up to the renames (the fill's commit, the catch-up, its commit, the reopen, the swap's
-    catch-up and commits): until the renames begin the old index is whole and the side folder
-    is dropped, so a stop waits at most for the one step under way, not for the rest of the
-    refill. ``progress`` is told each phase. Raises StoreError or OSError after a
-    failure (a full disk): the old index answers on, or, when none could be opened after the
-    swap, the stores hold it marked lost (``lose``)."""
+    index was replaced meanwhile (a repair), when it gave way (``give_way``: to a rebuild, or to
+    more notes written meanwhile than a swap writes under the lock), or, without ``wait``, when
+    another refill beside runs (one at a time: they share the side folder).
+
+    A stop is not waited for: each step up to the renames that waits on the disk (the fill, a
+    commit of the new index, its close that waits for its merges, its reopen, a catch-up) runs
+    in a thread of its own while this one looks at the stop; a stop asked meanwhile ends the
+    refill at once (a commit alone took 12.9 s on a loaded machine, against the stop's 10 s).
+    Until the renames begin the old index is whole: the step left running ends in its thread,
+    which then closes the new index and removes the side folder (a process that exits first
+    leaves it to the next start's ``settle``), and only then lets another refill begin.
+    ``progress`` is told each phase. Raises StoreError or OSError after a failure (a full disk):
+    the old index answers on, or, when none could be opened after the swap, the stores hold it
+    marked lost (``lose``)."""
     beside = stores.beside_lock
     if not beside.acquire(blocking=wait):
         return None
+    refill = _Refill(stores, stop, progress or _untold, give_way=give_way)
     try:
-        return _refill(stores, stop, progress or _untold)
+        return refill.run()
     finally:
-        beside.release()
+        refill.release(beside)
 
 
 def _untold(phase: str, done: int, total: int) -> None:
@@ -80,110 +93,255 @@ def _untold(phase: str, done: int, total: int) -> None:
 
 
 class _StoppedError(Exception):
-    """A stop asked before the renames: the refill is given up (the side folder dropped)."""
+    """A stop asked before the renames (or a reason to give way): the refill is given up (the
+    side folder dropped)."""
 
 
-def _looked_at(stop: threading.Event | None) -> None:
-    if stop is not None and stop.is_set():
-        raise _StoppedError
+class _LeftRunningError(_StoppedError):
+    """A stop asked while a step ran in its own thread: given up without waiting for it."""
+
+    def __init__(self, done: threading.Event, got: list[tuple[bool, Any]]) -> None:
+        super().__init__()
+        self.done, self.got = done, got
 
 
-def _refill(stores: Stores, stop: threading.Event | None, progress: Progress) -> Swapped | None:
-    old = stores.bm25
-    index_dir = old.path.parent
-    new: Bm25Index | None = None
-    try:
-        side = side_folder(index_dir)
-        with stores.write_lock:  # a moment: every write from now on is noted
-            old.changes_since()
-        new = Bm25Index(side)
-        total = stores.manifest.indexed_chunk_count()
-        progress("filling", 0, total)
-        fill_bm25(  # the manifest read in one query, no lock held; no commit begun after a stop
-            new, stores.manifest, stop, lambda done: progress("filling", done, total)
-        )
-        _looked_at(stop)
-        new = _caught_up_unlocked(stores, old, new, side, stop=stop, progress=progress)
-        _looked_at(stop)
-        with stores.write_lock:
-            if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
-                return None
-            # Each step below waits on the disk (seconds on a loaded machine, a commit tens of
-            # them): a stop asked while one ran ends the refill before the next, the side folder
-            # dropped, as long as the renames have not begun.
-            _looked_at(stop)
-            keys, everything = old.changes()
-            progress("swapping", 0, len(keys))
-            held = steps = time.monotonic()
-            catch_up(new, stores.manifest, keys, everything=everything, stop=stop)
-            _looked_at(stop)
-            new.commit()
-            _looked_at(stop)
-            # The agents' own indexes as the old index had them: one removed as idle stays
-            # removed, the others keep their time of last use (taken for used at each compaction,
-            # an idle agent's index was never removed).
-            kept = new.inboxes_as_in(old.path)
-            taken = [time.monotonic() - steps]
-            new.close()
-            _looked_at(stop)  # closed and whole, but not swapped in: dropped as at any stop
-            new = None
-            put_back_times(kept)
-            taken.append(time.monotonic() - steps - sum(taken))
-            # From here on the swap is not ended by a stop: the old index is closed, then the
-            # folders renamed (a kill among them is finished by the next start's ``settle``).
-            old.close()  # its searchers still answer searches under way
-            taken.append(time.monotonic() - steps - sum(taken))
-            old.move(lambda: swap_out(index_dir))
-            swap_in(index_dir)
-            _open_swapped_in(stores, old, index_dir)
-            old.retire(stores.bm25)
-            held = time.monotonic() - held
-            log.debug(  # where the swap's hold of the write lock went
-                "bm25_swap_steps catch_up=%.2f close_new=%.2f close_old=%.2f open=%.2f notes=%d",
-                *taken,
-                held - sum(taken),
-                len(keys),
+# How often a refill waiting for a step looks at the stop (the stop is a flag, not a wake-up).
+_LOOK_SECONDS = 0.05
+# A swap writes at most this many notes under the write lock: more were written meanwhile (a
+# model switch cutting every note again, a large sweep) and the notes are caught up once more
+# with no lock held first, up to ``_PASSES`` times; a compaction still behind then gives way
+# (the next run tries again), an upgrade swaps all the same.
+_SWAP_NOTES = 500
+_PASSES = 3
+
+
+class _Quit:
+    """What ends a refill before its renames, read as a stop event (``is_set``): the stop, and
+    for a compaction (``give_way``) a rebuild that emptied the old index meanwhile: its swap had
+    refilled the whole index under the write lock (40 s and more at 60,000 documents)."""
+
+    def __init__(self, stop: threading.Event | None, old: Bm25Index, give_way: bool) -> None:
+        self.stop, self.old, self.give_way = stop, old, give_way
+        self.why = ""
+
+    def is_set(self) -> bool:
+        if self.stop is not None and self.stop.is_set():
+            self.why = "stop"
+            return True
+        if self.give_way and self.old.emptied_meanwhile():
+            self.why = "rebuild"
+            return True
+        return False
+
+
+class _Refill:
+    """One refill beside: its steps, and who ends it when it is given up (this thread, or the
+    thread of a step left running)."""
+
+    def __init__(
+        self, stores: Stores, stop: threading.Event | None, progress: Progress, *, give_way: bool
+    ) -> None:
+        self.stores, self.old = stores, stores.bm25
+        self.index_dir = self.old.path.parent
+        self.quit = _Quit(stop, self.old, give_way)
+        self.given_up = threading.Event()  # no more progress told (health said it ran)
+        self._progress = progress
+        self._told = threading.Lock()
+        self.new: Bm25Index | None = None
+        self.left: _LeftRunningError | None = None  # a step left running at a stop
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        # Under a lock with ``given_up``: a step left running told a phase after its caller
+        # had cleared it, and health said a compaction ran that had ended.
+        with self._told:
+            if not self.given_up.is_set():
+                self._progress(phase, done, total)
+
+    def _looked_at(self) -> None:
+        if self.quit.is_set():
+            raise _StoppedError
+
+    def _step(self, name: str, work: Callable[[], _T]) -> _T:
+        """``work`` run in a thread of its own, waited for while no stop is asked; at a stop it is
+        left running (_LeftRunningError) and ends in its thread."""
+        got: list[tuple[bool, Any]] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                got.append((True, work()))
+            except BaseException as exc:  # handed to the waiting thread, raised there
+                got.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"bm25-refill-{name}", daemon=True).start()
+        while not done.wait(_LOOK_SECONDS):
+            if self.quit.is_set():
+                raise _LeftRunningError(done, got)
+        ok, result = got[0]
+        if ok:
+            return result  # type: ignore[no-any-return]
+        raise result
+
+    def run(self) -> Swapped | None:
+        stores, old, index_dir = self.stores, self.old, self.index_dir
+        try:
+            side = side_folder(index_dir)
+            with stores.write_lock:  # a moment: every write from now on is noted
+                old.changes_since()
+            self.new = Bm25Index(side)
+            new = self.new
+            total = stores.manifest.indexed_chunk_count()
+            self.progress("filling", 0, total)
+            # The manifest read a page of notes at a time, no lock held; no commit begun after a stop.
+            self._step(
+                "fill",
+                lambda: fill_bm25(
+                    new, stores.manifest, self.quit, lambda done: self.progress("filling", done, total)
+                ),
             )
-        drop_previous(index_dir)
-    except _StoppedError:
-        return None  # ``new`` (closed or not: a second close does nothing) closed and dropped below
-    finally:
-        if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
-            old.changes_since(False)
-        if new is not None:
-            new.close()
-            discard(index_dir)
-    return Swapped(len(keys), everything, held)
+            self._looked_at()
+            self._caught_up_unlocked(side)
+            self._looked_at()
+            with stores.write_lock:
+                if stores.bm25 is not old:  # replaced meanwhile (a repair): this refill is stale
+                    return None
+                self._looked_at()
+                swapped = self._swap()
+            drop_previous(index_dir)
+            return swapped
+        except _LeftRunningError as left:
+            self.left = left
+            self._said_given_up()
+            return None
+        except _StoppedError:
+            self._said_given_up()
+            return None
+        finally:
+            if stores.bm25 is old and old.unavailable is None:  # not swapped in: nothing more noted
+                old.changes_since(False)
 
+    def _said_given_up(self) -> None:
+        with self._told:
+            self.given_up.set()
+        if self.quit.why == "rebuild":
+            log.info("bm25_refill_gave_way reason=rebuild (the old index was emptied; the refill is dropped)")
+        elif self.quit.why == "behind":
+            log.info("bm25_refill_gave_way reason=notes written meanwhile (more than a swap writes)")
 
-def _caught_up_unlocked(
-    stores: Stores,
-    old: Bm25Index,
-    new: Bm25Index,
-    side: Path,
-    *,
-    stop: threading.Event | None,
-    progress: Progress,
-) -> Bm25Index:
-    """The notes written during the fill, written into ``new`` with no lock held, committed, and
-    ``new`` closed and opened again (its background merges of the fill waited for here): the
-    swap's hold of the write lock is then what was written during this pass alone. Each key is
-    taken, and the noting begun anew, under the lock for a moment, so no write is half done; one
-    written again after that is noted again and caught up at the swap. Raises _StoppedError at a
-    stop asked before one of its steps (``new`` left to the caller to close and drop)."""
-    with stores.write_lock:
+    def _swap(self) -> Swapped:
+        """Under the write lock: the notes written since the last catch-up, the new index
+        committed and closed, then (no longer ended by a stop) the old one closed and the folders
+        renamed."""
+        stores, old, index_dir = self.stores, self.old, self.index_dir
+        new = self.new
+        assert new is not None
         keys, everything = old.changes()
-        if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
-            old.changes_since()
-    progress("catching up", 0, len(keys))
-    if not everything:
-        catch_up(new, stores.manifest, keys, everything=False, stop=stop)
-        _looked_at(stop)
-        new.commit()
-        _looked_at(stop)
-    new.close()
-    _looked_at(stop)
-    return Bm25Index(side)
+        self.progress("swapping", 0, len(keys))
+        held = steps = time.monotonic()
+        self._step(
+            "catch-up", lambda: catch_up(new, stores.manifest, keys, everything=everything, stop=self.quit)
+        )
+        self._looked_at()
+        self._step("commit", new.commit)
+        self._looked_at()
+        # The agents' own indexes as the old index had them: one removed as idle stays
+        # removed, the others keep their time of last use (taken for used at each compaction,
+        # an idle agent's index was never removed).
+        kept = new.inboxes_as_in(old.path)
+        taken = [time.monotonic() - steps]
+        self._step("close", new.close)
+        self._looked_at()  # closed and whole, but not swapped in: dropped as at any stop
+        self.new = None
+        put_back_times(kept)
+        taken.append(time.monotonic() - steps - sum(taken))
+        # From here on the swap is not ended by a stop: the old index is closed, then the
+        # folders renamed (a kill among them is finished by the next start's ``settle``).
+        old.close()  # its searchers still answer searches under way
+        taken.append(time.monotonic() - steps - sum(taken))
+        old.move(lambda: swap_out(index_dir))
+        swap_in(index_dir)
+        _open_swapped_in(stores, old, index_dir)
+        old.retire(stores.bm25)
+        held = time.monotonic() - held
+        log.debug(  # where the swap's hold of the write lock went
+            "bm25_swap_steps catch_up=%.2f close_new=%.2f close_old=%.2f open=%.2f notes=%d",
+            *taken,
+            held - sum(taken),
+            len(keys),
+        )
+        return Swapped(len(keys), everything, held)
+
+    def _caught_up_unlocked(self, side: Path) -> None:
+        """The notes written during the fill, written into the new index with no lock held,
+        committed, and the index closed and opened again (its background merges of the fill
+        waited for here): the swap's hold of the write lock is then what was written during the
+        last pass alone. Each key is taken, and the noting begun anew, under the lock for a
+        moment, so no write is half done; one written again after that is noted again and
+        caught up at the next pass or the swap. While more than ``_SWAP_NOTES`` were noted
+        again, another pass (``_PASSES`` in all); a compaction still behind gives way. Raises
+        _StoppedError at a stop asked before one of its steps (the new index left to the
+        caller to close and drop)."""
+        stores, old = self.stores, self.old
+        for done_passes in range(1, _PASSES + 1):
+            with stores.write_lock:
+                keys, everything = old.changes()
+                if not everything:  # emptied meanwhile (a rebuild): all of it caught up at the swap
+                    old.changes_since()
+            self.progress("catching up", 0, len(keys))
+            new = self.new
+            assert new is not None
+            if not everything:
+                self._step(
+                    "catch-up",
+                    partial(catch_up, new, stores.manifest, keys, everything=False, stop=self.quit),
+                )
+                self._looked_at()
+                self._step("commit", new.commit)
+                self._looked_at()
+            if done_passes == 1 or not everything:
+                self._step("close", new.close)
+                self._looked_at()
+                self.new = self._step("reopen", partial(Bm25Index, side))
+                self._looked_at()
+            if everything or old.noted_count() <= _SWAP_NOTES:
+                return
+        if self.quit.give_way:
+            self.quit.why = "behind"
+            raise _StoppedError
+
+    def release(self, beside: threading.Lock) -> None:
+        """The refill ended (swapped in, given up or failed): a new index not swapped in closed and
+        its side folder removed, then ``beside`` released for the next refill. A step left
+        running at a stop does it in its thread when it ends (closing waits for merges: a
+        stopping daemon does not wait for them; its exit leaves the folder to ``settle``)."""
+        left = self.left
+        if left is None and not self.given_up.is_set():  # swapped in, or failed: said at once
+            self._drop(beside)
+            return
+
+        def after() -> None:
+            if left is not None:
+                left.done.wait()
+                ok, result = left.got[0] if left.got else (False, None)
+                if ok and isinstance(result, Bm25Index):  # the reopen's: closed with the rest
+                    self.new = result
+            self._drop(beside)
+
+        threading.Thread(target=after, name="bm25-refill-dropped", daemon=True).start()
+
+    def _drop(self, beside: threading.Lock) -> None:
+        try:
+            if self.new is not None:
+                try:
+                    self.new.close()
+                except (StoreError, OSError) as exc:  # its folder is removed all the same
+                    log.debug("bm25_refill_close error=%s", exc)
+                discard(self.index_dir)
+                log.debug("bm25_refill_dropped path=%s", self.index_dir / "bm25.next")
+        finally:
+            beside.release()
 
 
 def _open_swapped_in(stores: Stores, old: Bm25Index, index_dir: Path) -> None:

@@ -5,13 +5,21 @@ holds every chunk's text. Imports the stores only.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_text import Bm25Doc
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.manifest_rows import ChunkView
+
+
+class Stopping(Protocol):
+    """What ends a fill or a catch-up between notes: a stop event, or a refill's own reasons
+    (``beside``: a compaction gives way to a rebuild)."""
+
+    def is_set(self) -> bool: ...
+
 
 _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at between them)
 
@@ -19,7 +27,7 @@ _FILL_BATCH = 5000  # chunks added at a time by a refill (a stop is looked at be
 def fill_bm25(
     index: Bm25Index,
     manifest: Manifest,
-    stop: threading.Event | None = None,
+    stop: Stopping | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> None:
     """Every indexed chunk of the manifest into ``index`` (emptied first), committed. A stop
@@ -74,7 +82,7 @@ def catch_up(
     keys: set[str],
     *,
     everything: bool,
-    stop: threading.Event | None = None,
+    stop: Stopping | None = None,
 ) -> None:
     """The notes written or deleted during a refill beside, into ``new`` as the manifest holds
     them now; every note when the old index was emptied meanwhile (a rebuild). A stop ends it

@@ -276,7 +276,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
         stores.keyword_compaction = (phase, done, total)
 
     try:
-        swapped = refill_beside(stores, stop, wait=False, progress=told)
+        swapped = refill_beside(stores, stop, wait=False, progress=told, give_way=True)
     except OSError as exc:  # a full disk: the old index answers on (or, lost, is said so)
         raise StoreError(f"the keyword index could not be refilled beside: {exc.strerror or exc}") from exc
     finally:
@@ -284,7 +284,8 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if swapped is None:
         if stop is not None and stop.is_set():
             log.info(
-                "bm25_compact_stopped part=vault way=beside (the old index answers; side folder removed)"
+                "bm25_compact_stopped part=vault way=beside (the old index answers; the side folder is "
+                "removed as the step under way ends)"
             )
         return False
     log.info(

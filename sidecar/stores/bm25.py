@@ -326,6 +326,16 @@ class Bm25Index(Bm25Search):
         with self._lock:
             return set(self._changed or ()), self._all_changed
 
+    def emptied_meanwhile(self) -> bool:
+        """Whether every document was dropped since ``changes_since`` (a rebuild began): a flag's
+        read, looked at for each chunk a refill beside adds."""
+        return self._all_changed
+
+    def noted_count(self) -> int:
+        """How many notes were written or deleted since ``changes_since`` (0 when not noting).
+        Without the lock: a writer's commit holds it for seconds, and a size read is whole."""
+        return len(self._changed or ())
+
     def _note_changes(self, keys: Iterable[str]) -> None:
         if self._changed is not None:
             self._changed.update(keys)
