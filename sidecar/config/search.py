@@ -69,7 +69,14 @@ class SearchConfig:
         min=0.0,
         max=2.0,
     )
-    candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
+    candidates: int = _opt(
+        60,
+        "Candidates each arm fetches before fusion, whatever the limit: the ranking of the first hits "
+        "never depends on the limit. A limit the pool cannot fill is filled from a pool of 3x the "
+        "largest limit, after the pool's own hits.",
+        min=10,
+    )
+    pool_by_limit: bool = _opt(False, "Measurement only: each arm fetches max(candidates, 3x limit).")
     query_cache: int = _opt(
         256,
         "Query vectors kept per model for repeated queries (an agent asking again, recall's turns). 0: off.",
