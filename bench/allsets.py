@@ -99,7 +99,8 @@ def language_table(results: dict[str, dict[str, Any]]) -> str:
 
 def limit_table(results: dict[str, dict[str, Any]]) -> str:
     """With ``--limit-check``: per set and arm, the searches whose first ten hits at limit 30 are
-    not the answer at limit 10 (other hits or order; other scores), of the searches asked."""
+    not the answer at limit 10 (other notes or their order; other hits or order; other scores),
+    of the searches asked."""
     lines = []
     for name, res in results.items():
         for arm, summary in res.items():
@@ -107,10 +108,10 @@ def limit_table(results: dict[str, dict[str, Any]]) -> str:
             if dependent:
                 if not lines:
                     lines = [
-                        "| set | arm | searches | order differs | scores differ |",
-                        "| --- | --- |" + " ---: |" * 3,
+                        "| set | arm | searches | pages differ | hits differ | scores differ |",
+                        "| --- | --- |" + " ---: |" * 4,
                     ]
-                figures = (dependent[k] for k in ("searches", "order", "scores"))
+                figures = (dependent[k] for k in ("searches", "pages", "order", "scores"))
                 lines.append(f"| {name} | {arm} | " + " | ".join(map(str, figures)) + " |")
     return "\n".join(lines)
 

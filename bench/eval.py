@@ -141,7 +141,7 @@ def run_queries(
     search is asked again at limit 10 and compared with the first ten of limit 30 (``_same_ten``)."""
     per: dict[str, list[float]] = defaultdict(list)
     lat: list[float] = []
-    differ: dict[str, list[str]] = {"order": [], "scores": []}
+    differ: dict[str, list[str]] = {"pages": [], "order": [], "scores": []}
     return_rankings: dict[str, list[str]] = {}
     tops: dict[str, list[dict[str, Any]]] = {}  # the first five documents with their scores
     for text, qid, history in queries:
@@ -179,9 +179,13 @@ def run_queries(
 
 
 def _same_ten(thirty: list[dict[str, Any]], ten: list[dict[str, Any]]) -> list[str]:
-    """How the answer at limit 10 differs from the first ten hits at limit 30: ``order`` (other
-    hits, or the same in another order; by reference and lines) and ``scores`` (any score or
-    relevance); nothing when it is their exact prefix."""
+    """How the answer at limit 10 differs from the first ten hits at limit 30: ``pages`` (the notes
+    of those hits, each once, in order: what the figures rank), ``order`` (other hits, or the same
+    in another order; by reference and lines) and ``scores`` (any score or relevance); nothing
+    when it is their exact prefix."""
+
+    def pages(found: list[dict[str, Any]]) -> list[str]:
+        return list(dict.fromkeys(h["reference"] for h in found[:10]))
 
     def hits(found: list[dict[str, Any]], scored: bool) -> list[tuple[Any, ...]]:
         return [
@@ -189,7 +193,8 @@ def _same_ten(thirty: list[dict[str, Any]], ten: list[dict[str, Any]]) -> list[s
             for h in found[:10]
         ]
 
-    return [
+    out = ["pages"] if pages(thirty) != pages(ten) else []
+    return out + [
         how
         for how, scored in (("order", False), ("scores", True))
         if hits(thirty, scored) != hits(ten, scored)

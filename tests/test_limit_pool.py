@@ -69,16 +69,6 @@ def test_a_smaller_limit_answers_the_first_hits_of_a_larger_one(pooled: Any) -> 
         h.close()
 
 
-def test_the_pool_sized_by_the_limit_reorders_the_first_hits(pooled: Any) -> None:
-    """The corpus above tells: with each arm fetching three candidates per hit asked (as before),
-    limit 3's answer is not the first three of limit 20's for some query."""
-    h = pooled(**{"search.poolByLimit": True})
-    try:
-        assert any(_answer(h, q, 3) != _answer(h, q, 20)[:3] for q in QUERIES)
-    finally:
-        h.close()
-
-
 def _hit(cid: str, key: str, score: float, folded: tuple[str, ...] = ()) -> Scored:
     return Scored(Candidate(cid, key, "vault", 1, 2), score, 0.0, 0.0, folded=folded)
 
