@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from sidecar.search.fusion import Candidate, Scored
-from sidecar.search.retrieval import after_pool
+from sidecar.search.recall import recall
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever, after_pool
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
@@ -65,6 +67,30 @@ def test_a_smaller_limit_answers_the_first_hits_of_a_larger_one(pooled: Any) -> 
             assert len(twenty) == 20, query
             assert three == twenty[:3], query
             assert ten == twenty[:10], query
+    finally:
+        h.close()
+
+
+def test_recall_at_a_smaller_limit_recalls_the_first_notes_of_a_larger_one(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """recall ranks its own fixed pool (``recall.candidates``) whatever the limit: limit 3's hits
+    are the first three of limit 20's."""
+    vault = tmp_path / "v"
+    _corpus(vault)
+    flags = {"recall.candidates": 10, "recall.minSimilarity": 0.0, "recall.scoreFloor": 0.0}
+    h = Harness(make_cfg(vault, **flags), FakeEmbedder())
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+
+        def hits(message: str, limit: int) -> list[tuple[Any, ...]]:
+            req = SearchRequest("", limit, 0.0, token_budget=50_000)
+            found = recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts])
+            return [(x.reference, x.lines, x.score) for x in found.hits]
+
+        for message in QUERIES:
+            assert hits(message, 3) == hits(message, 20)[:3], message
     finally:
         h.close()
 
