@@ -78,7 +78,6 @@ class SearchConfig:
         "from a pool of 3x the largest limit, after the pool's own hits.",
         min=10,
     )
-    pool_by_limit: bool = _opt(False, "Measurement only: each arm fetches max(candidates, 3x limit).")
     query_cache: int = _opt(
         256,
         "Query vectors kept per model for repeated queries (an agent asking again, recall's turns). 0: off.",

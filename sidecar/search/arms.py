@@ -275,8 +275,6 @@ class Arms:
         ``pool``), never sized by the limit. Calibration and every rule (page support, a note's
         clear keyword lead, rare words held, the per-note cap) are computed over the pool, so a
         pool grown with the limit reordered the first hits (``search_text``)."""
-        if self.cfg.pool_by_limit:  # measurement only: the pool sized by the limit, as before (60)
-            return max(60, req.limit * 3) * (4 if req.filters.active else 1)
         pool = req.pool if req.pool is not None else self.cfg.candidates
         return pool * (4 if req.filters.active else 1)
 

@@ -131,7 +131,7 @@ class Retriever(QueryPlan, Arms, Ranker):
 
     def widens(self, found: Found, req: SearchRequest) -> bool:
         """Whether a wider pool may hold more hits than ``found``'s: an arm filled the pool."""
-        if self.cfg.pool_by_limit or self.cfg.candidates >= _WIDE_POOL or req.pool is not None:
+        if self.cfg.candidates >= _WIDE_POOL or req.pool is not None:
             return False
         return self.cut(found, req)
 
