@@ -97,6 +97,25 @@ def language_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def limit_table(results: dict[str, dict[str, Any]]) -> str:
+    """With ``--limit-check``: per set and arm, the searches whose first ten hits at limit 30 are
+    not the answer at limit 10 (other notes or their order; other hits or order; other scores),
+    of the searches asked."""
+    lines = []
+    for name, res in results.items():
+        for arm, summary in res.items():
+            dependent = summary.get("limit_dependent") if isinstance(summary, dict) else None
+            if dependent:
+                if not lines:
+                    lines = [
+                        "| set | arm | searches | pages differ | hits differ | scores differ |",
+                        "| --- | --- |" + " ---: |" * 4,
+                    ]
+                figures = (dependent[k] for k in ("searches", "pages", "order", "scores"))
+                lines.append(f"| {name} | {arm} | " + " | ".join(map(str, figures)) + " |")
+    return "\n".join(lines)
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     """Rows per arm or sweep value; "net" = reciprocal ranks gained against the hybrid default
     over the question sets (MRR difference × questions)."""
@@ -126,6 +145,11 @@ def main() -> None:
     ap.add_argument("--sweep", action="append", default=[], help="section.key=v1,v2: passed to eval.py")
     ap.add_argument("--set", action="append", default=[], help="section.key=value: passed to eval.py")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "allsets")
+    ap.add_argument(
+        "--limit-check",
+        action="store_true",
+        help="passed to eval.py: count the answers whose first ten differ between limit 10 and 30",
+    )
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in SETS]
@@ -133,6 +157,7 @@ def main() -> None:
         ap.error(f"unknown set(s): {', '.join(unknown)}")
     args.out.mkdir(parents=True, exist_ok=True)
     extra = [x for s in args.sweep for x in ("--sweep", s)] + [x for s in args.set for x in ("--set", s)]
+    extra += ["--limit-check"] if args.limit_check else []
     results = {}
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
@@ -141,6 +166,9 @@ def main() -> None:
     languages = language_table(results)
     if languages:
         text += "\n\n" + languages
+    limits = limit_table(results)
+    if limits:
+        text += "\n\n" + limits
     (args.out / "table.md").write_text(text + "\n")
     print(text)
 

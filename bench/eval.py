@@ -134,10 +134,14 @@ def run_queries(
     queries: list[tuple[str, str, list[str]]],
     refs: dict[str, str] | None,
     relevant: dict[str, dict[str, int]],
+    *,
+    limit_check: bool = False,
 ) -> dict[str, Any]:
-    """queries: (text, id, history); returns averaged metrics and latency."""
+    """queries: (text, id, history); returns averaged metrics and latency. ``limit_check``: each
+    search is asked again at limit 10 and compared with the first ten of limit 30 (``_same_ten``)."""
     per: dict[str, list[float]] = defaultdict(list)
     lat: list[float] = []
+    differ: dict[str, list[str]] = {"pages": [], "order": [], "scores": []}
     return_rankings: dict[str, list[str]] = {}
     tops: dict[str, list[dict[str, Any]]] = {}  # the first five documents with their scores
     for text, qid, history in queries:
@@ -147,6 +151,9 @@ def run_queries(
         else:
             r = d.call("search", {"query": text, "limit": 30})
         lat.append((time.perf_counter() - t0) * 1000)
+        if limit_check and not history:
+            for how in _same_ten(r["hits"], d.call("search", {"query": text, "limit": 10})["hits"]):
+                differ[how].append(qid)
         if r["hits"]:
             top = r["hits"][0]
             doc = refs.get(top["reference"], top["reference"]) if refs else top["reference"]
@@ -165,7 +172,33 @@ def run_queries(
                 if len(tops[qid]) < 5:
                     tops[qid].append(_brief(doc, h))
         return_rankings[qid] = ranked
-    return {"rankings": return_rankings, "latency": sorted(lat), "per": per, "tops": tops}
+    out = {"rankings": return_rankings, "latency": sorted(lat), "per": per, "tops": tops}
+    if limit_check:
+        out["limit_dependent"] = differ
+    return out
+
+
+def _same_ten(thirty: list[dict[str, Any]], ten: list[dict[str, Any]]) -> list[str]:
+    """How the answer at limit 10 differs from the first ten hits at limit 30: ``pages`` (the notes
+    of those hits, each once, in order: what the figures rank), ``order`` (other hits, or the same
+    in another order; by reference and lines) and ``scores`` (any score or relevance); nothing
+    when it is their exact prefix."""
+
+    def pages(found: list[dict[str, Any]]) -> list[str]:
+        return list(dict.fromkeys(h["reference"] for h in found[:10]))
+
+    def hits(found: list[dict[str, Any]], scored: bool) -> list[tuple[Any, ...]]:
+        return [
+            (h["reference"], tuple(h["lines"]), *((h["score"], h.get("relevance")) if scored else ()))
+            for h in found[:10]
+        ]
+
+    out = ["pages"] if pages(thirty) != pages(ten) else []
+    return out + [
+        how
+        for how, scored in (("order", False), ("scores", True))
+        if hits(thirty, scored) != hits(ten, scored)
+    ]
 
 
 def _brief(doc: str, hit: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +409,7 @@ def evaluate(
     info: dict[str, dict[str, Any]] | None = None,
     languages: dict[str, str] | None = None,
     translations: dict[str, set[str]] | None = None,
+    limit_check: bool = False,
 ) -> dict[str, Any]:
     base = base or {}
     config = work / "sidecar.yaml"
@@ -393,8 +427,15 @@ def evaluate(
         for arm, text in arms.items():
             config.write_text(json.dumps(merged(base, text)))
             d.call("reload")
-            res = per_arm[arm] = run_queries(d, queries, refs, qrels)
+            res = per_arm[arm] = run_queries(d, queries, refs, qrels, limit_check=limit_check)
             out[arm] = summarise(res["rankings"], qrels, res["latency"])
+            if limit_check:
+                asked = sum(1 for _, _, history in queries if not history)
+                out[arm]["limit_dependent"] = {
+                    "searches": asked,
+                    **{how: len(ids) for how, ids in res["limit_dependent"].items()},
+                    "questions": res["limit_dependent"]["order"],
+                }
             out[arm]["calibration"] = {k: spread(v) for k, v in sorted(res["per"].items())}
             if groups:
                 out[arm]["groups"] = summarise_groups(res["rankings"], qrels, groups)
@@ -448,7 +489,16 @@ def cmd_beir(args: argparse.Namespace) -> dict[str, Any]:
     refs = write_vault(corpus, work / "vault", with_title=not args.no_title)
     qs = [(text, qid, []) for qid, text in queries.items() if qid in qrels][: args.limit or None]
     result = evaluate(
-        work / "vault", work, qs, qrels, refs, args.sweep, _base(args), only=args.arms, misses=args.misses
+        work / "vault",
+        work,
+        qs,
+        qrels,
+        refs,
+        args.sweep,
+        _base(args),
+        only=args.arms,
+        misses=args.misses,
+        limit_check=args.limit_check,
     )
     return {
         "set": str(args.folder),
@@ -502,6 +552,7 @@ def cmd_questions(args: argparse.Namespace) -> dict[str, Any]:
         offtopic,
         only=args.arms,
         misses=args.misses,
+        limit_check=args.limit_check,
         info={
             str(i): {k: r[k] for k in ("kind", "lang", "source", "hub", "tempting") if k in r}
             for i, r in enumerate(rows)
@@ -558,7 +609,16 @@ def cmd_identifiers(args: argparse.Namespace) -> dict[str, Any]:
             qs.append((pattern.format(id=ident, title=title, generic=_GENERICS[kind]), qid, []))
             qrels[qid] = {ref: 1}
     result = evaluate(
-        vault, work, qs, qrels, None, args.sweep, _base(args), only=args.arms, misses=args.misses
+        vault,
+        work,
+        qs,
+        qrels,
+        None,
+        args.sweep,
+        _base(args),
+        only=args.arms,
+        misses=args.misses,
+        limit_check=args.limit_check,
     )
     return {"vault": args.vault, "subset": args.subset, "notes": len(notes), **result}
 
@@ -677,6 +737,11 @@ def main() -> None:
             type=Path,
             default=None,
             help="write one JSON line per question: rank of the first expected document per arm, top 5",
+        )
+        p.add_argument(
+            "--limit-check",
+            action="store_true",
+            help="ask each search at limit 10 too: count the answers that are not the first ten of limit 30",
         )
         p.add_argument("--max-tokens", type=int, default=0, help="chunking.maxTokens of the index")
         p.add_argument("--threads", type=int, default=0, help="embedder.threads of the daemon (0: cores)")

@@ -69,7 +69,15 @@ class SearchConfig:
         min=0.0,
         max=2.0,
     )
-    candidates: int = _opt(60, "Candidates each arm fetches before fusion (at least 3x limit).", min=10)
+    candidates: int = _opt(
+        # 90: what every labeled set was measured with (eval.py asks limit 30, and the pool was 3x
+        # the limit); 60 lost blind-help 0.008 MRR@10 (BENCHMARKS.md, issue 13).
+        90,
+        "Candidates each arm fetches before fusion (four times this with a filter), whatever the "
+        "limit: the first hits never depend on the limit. A limit the pool cannot fill is filled "
+        "from a pool of 3x the largest limit, after the pool's own hits.",
+        min=10,
+    )
     query_cache: int = _opt(
         256,
         "Query vectors kept per model for repeated queries (an agent asking again, recall's turns). 0: off.",
@@ -263,6 +271,14 @@ class RecallConfig:
         max=1.0,
     )
     history_turns: int = _opt(3, "Previous turns blended into the query vector.", min=0, max=20)
+    candidates: int = _opt(
+        # recall runs on every message: the pool it had at every limit up to 20 (3x the limit,
+        # at least 60), also its latency; a pool of 90 lost four follow-ups of the help sets a
+        # place each (BENCHMARKS.md, issue 13).
+        60,
+        "Candidates each arm fetches for recall (four times this with a filter), whatever the limit.",
+        min=10,
+    )
     history_head_chars: int = _opt(400, "Only the head of each previous turn is embedded.", min=20)
     history_words: int = _opt(
         24, "Most content words of the previous turns added to the keyword query (newest first).", min=0

@@ -271,7 +271,17 @@ class Arms:
             return [current.store.search(query, fetch, req.sources, req.agent)]
 
     def _fetch(self, req: SearchRequest) -> int:
-        return max(self.cfg.candidates, req.limit * 3) * (4 if req.filters.active else 1)
+        """Candidates each arm fetches: a fixed pool (``search.candidates``, or the request's
+        ``pool``), never sized by the limit. Calibration and every rule (page support, a note's
+        clear keyword lead, rare words held, the per-note cap) are computed over the pool, so a
+        pool grown with the limit reordered the first hits (``search_text``)."""
+        pool = req.pool if req.pool is not None else self.cfg.candidates
+        return pool * (4 if req.filters.active else 1)
+
+    def cut(self, found: Found, req: SearchRequest) -> bool:
+        """Whether an arm returned as many candidates as it fetched: a wider pool may hold more."""
+        fetch = self._fetch(req)
+        return len(found.keywords) >= fetch or any(len(v) >= fetch for v in found.vectors)
 
     def start_vectors(self, req: SearchRequest, text: str, qa: QueryAnalysis) -> EarlyVectors | None:
         """Embed the query and search the vector table in a helper thread, for ``arms``; None when

@@ -47,6 +47,7 @@ def recall(
 ) -> SearchResult:
     """Hits for the current message (previous turns blended in) and the rendered context block;
     with ``explain`` (a preview) also the candidates the gates kept out, with their figures."""
+    req = replace(req, pool=r.recall_cfg.candidates)  # recall's own pool, never the limit's
     try:
         text, inline = r.read_query(replace(req, query=message))
         windowed = with_filters(req, inline)

@@ -26,6 +26,9 @@ class SearchRequest:
     # The asker's local date ("today", "gestern" are the asker's days, not the daemon's); None:
     # the daemon's own.
     today: dt.date | None = None
+    # Candidates each arm fetches (before the filters' x4); None: ``search.candidates``. Never the
+    # limit's: the ranking sees one pool whatever the limit (``Retriever.search_text``).
+    pool: int | None = None
 
 
 def with_filters(req: SearchRequest, inline: Filters) -> SearchRequest:

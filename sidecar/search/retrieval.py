@@ -10,16 +10,19 @@ for status: ``keyword_gaps``.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from sidecar.config import RecallConfig, SearchConfig
+from sidecar.contracts.protocol import LIMIT_RANGE
 from sidecar.contracts.wire import SearchResult
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.search import listing
-from sidecar.search.arms import Arms
+from sidecar.search.arms import Arms, Found
+from sidecar.search.fusion import Scored
 from sidecar.search.query import Filters, QueryAnalysis, analyze, split_filters
 from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querycache import QueryCache
@@ -28,6 +31,10 @@ from sidecar.search.ranking import Ranker
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.stores.manifest_rows import NoteDay
+
+# The pool a limit the fixed pool cannot fill is filled from: three candidates an arm per hit of
+# the largest limit (what the largest limit fetched when the pool grew with it).
+_WIDE_POOL = 3 * LIMIT_RANGE[1]
 
 
 class Retriever(QueryPlan, Arms, Ranker):
@@ -122,6 +129,12 @@ class Retriever(QueryPlan, Arms, Ranker):
             self.stores.manifest, result, dated, req, floor=floor, mask_secrets=self.cfg.mask_secrets
         )
 
+    def widens(self, found: Found, req: SearchRequest) -> bool:
+        """Whether a wider pool may hold more hits than ``found``'s: an arm filled the pool."""
+        if self.cfg.candidates >= _WIDE_POOL or req.pool is not None:
+            return False
+        return self.cut(found, req)
+
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
         ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
@@ -131,10 +144,22 @@ class Retriever(QueryPlan, Arms, Ranker):
         found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
         r = self.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
         mask_secrets = self.cfg.mask_secrets
+        kept = [s for s in r.ranked if s.relevance >= req.min_score]
+        views = r.views
+        if len(kept) < req.limit and self.widens(found, req):
+            # The pool holds fewer hits than asked and an arm had more: a wider pool's hits
+            # follow the pool's own, which keep their order and scores, so the first hits of
+            # any limit are those of a smaller one (both pools are fixed, never the limit's).
+            wide = replace(req, pool=_WIDE_POOL)
+            more = self.arms(wide, seen, qa, None, weight, spelled=spelled)
+            r2 = self.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
+            beyond = [s for s in r2.ranked if s.relevance >= req.min_score]
+            kept = after_pool(kept, beyond, r.scored, self.cfg.max_hits_per_note)
+            views = {**r2.views, **r.views}
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
-        kept = [s for s in r.ranked if s.relevance >= req.min_score][: req.limit]
-        views, agent = r.views, req.agent
+        kept = kept[: req.limit]
+        agent = req.agent
         dated = bool(req.filters.since or req.filters.until)
         hits = tuple(
             to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets, dated=dated)
@@ -148,6 +173,24 @@ class Retriever(QueryPlan, Arms, Ranker):
             pending_continuous=found.pending_continuous,
             left_to_switch=found.left_to_switch,
         )
+
+
+def after_pool(first: list[Scored], wider: list[Scored], pool: Sequence[Scored], cap: int) -> list[Scored]:
+    """``first`` (the pool's hits, in order), then those of ``wider`` (a wider pool's hits, in its
+    order) that hold no chunk of the first pool (``pool``: its every candidate; a hit holds the
+    chunks folded into it), at most ``cap`` hits of a note in all (0: no cap)."""
+    taken = {s.candidate.chunk_id for s in pool} | {f for s in pool for f in s.folded}
+    per_note = Counter(s.candidate.key for s in first)
+    out = list(first)
+    for s in wider:
+        key = s.candidate.key
+        if s.candidate.chunk_id in taken or taken.intersection(s.folded):
+            continue
+        if cap > 0 and per_note[key] >= cap:
+            continue
+        per_note[key] += 1
+        out.append(s)
+    return out
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
