@@ -128,6 +128,10 @@ def test_a_running_daemon_whose_index_turns_immutable_answers_reads(daemon_facto
         # The headline says it: it said "Index: ready" above the PROBLEM line.
         assert f"Index: read-only: {index}" in said.stdout and "Index: ready" not in said.stdout, said.stdout
         assert "is immutable" in said.stdout.split("Index: read-only: ", 1)[1].splitlines()[0], said.stdout
+        # The same file in both: status named manifest.sqlite while the write named its -shm.
+        named = said.stdout.split("Index: read-only: ", 1)[1].split(" is immutable", 1)[0]
+        assert f"permission denied: {named} is immutable" in saved["warning"], (named, saved)
+        assert health["index"]["immutable"] == named == f"{index}/manifest.sqlite-shm", health["index"]
         assert health["index"]["immutable"] is not None, health["index"]
         assert health["index"]["immutable_checked"] == "all", health["index"]  # a small index: all of it
         # memory_status too: "index ready" read as if a memory write were searchable.
@@ -556,6 +560,28 @@ def test_a_flag_inside_the_index_is_found_not_only_on_five_paths(tmp_path: Path,
     with _immutable(index / flagged, recursive=False):
         assert frozen_in_index(index) == (index / flagged, True)
     assert frozen_in_index(index) == (None, True)
+
+
+def test_a_wholly_flagged_index_is_named_by_the_file_a_write_is_refused_for(tmp_path: Path) -> None:
+    """``chattr -R +i`` of an open index flags every file: health named the first it asked, the
+    index folder or ``manifest.sqlite``, while a write's refusal named the ``-shm`` (the file SQLite
+    writes into first). Both name the ``-shm`` now; the database file when only it is flagged."""
+    from sidecar.stores.frozen import frozen_in_index
+    from sidecar.stores.manifest import Manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    m = Manifest(index / "manifest.sqlite")
+    try:
+        m.set_meta("k", "v")  # the -wal and -shm made
+        shm = index / "manifest.sqlite-shm"
+        assert shm.exists()
+        with _immutable(index):
+            assert frozen_in_index(index).found == shm
+        with _immutable(index / "manifest.sqlite", recursive=False):
+            assert frozen_in_index(index).found == index / "manifest.sqlite"
+    finally:
+        m.close()
 
 
 def _big_index(index: Path) -> dict[str, Path]:
