@@ -24,7 +24,14 @@ from sidecar.clients.cli_parser import (
     set_json_errors,
 )
 from sidecar.config import Config
-from sidecar.contracts.errors import NO_RESTART, ExitCode, NoAnswerError, RemoteError, SidecarError
+from sidecar.contracts.errors import (
+    NO_RESTART,
+    ExitCode,
+    NoAnswerError,
+    NotListeningError,
+    RemoteError,
+    SidecarError,
+)
 from sidecar.runtime.notify import LAUNCHD_LABEL, under_launchd
 
 Command = Callable[[argparse.Namespace, Config], int]
@@ -56,6 +63,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 QUERY_COMMANDS = frozenset(
     {"search", "get", "related", "outline", "recall", "preview", "why", "mcp", "memory"}
 )
+
+# Commands that never wait for a daemon starting (``_run_waiting_for_a_start``): the daemon itself,
+# and the MCP shim, which answers each tool call by itself for as long as it runs.
+_NOT_WAITING = frozenset({"serve", "mcp"})
 
 
 def command_for(name: str) -> Command:
@@ -108,7 +119,7 @@ def _main(argv: list[str]) -> int:
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)
-        code = command_for(args.command)(args, cfg)
+        code = _run_waiting_for_a_start(args, cfg)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
@@ -125,6 +136,23 @@ def _main(argv: list[str]) -> int:
         return int(ExitCode.FAILURE)
     except KeyboardInterrupt:
         return 130
+
+
+def _run_waiting_for_a_start(args: argparse.Namespace, cfg: Config) -> int:
+    """The command; run again once when no daemon listened and one starting on this home (it
+    holds the index, its socket does not answer yet) answers within the wait: nothing was sent.
+    It said "no sidecar daemon is listening ... Start it", and a second daemon started exits."""
+    command = command_for(args.command)
+    try:
+        return command(args, cfg)
+    except NotListeningError:
+        if args.command in _NOT_WAITING:
+            raise
+        from sidecar.clients.lockholder import say_waiting, wait_for_starting_daemon
+
+        if not wait_for_starting_daemon(cfg, say_waiting):
+            raise
+    return command(args, cfg)
 
 
 def _without_configuration(args: argparse.Namespace) -> int | None:

@@ -22,6 +22,7 @@ from sidecar.contracts.errors import (
     DaemonNotRunningError,
     DaemonUnreachableError,
     NoAnswerError,
+    NotListeningError,
     ProtocolError,
     RemoteError,
 )
@@ -119,7 +120,7 @@ class Client:
                     time.sleep(0.05 * (attempt + 1))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
-            raise DaemonNotRunningError(
+            raise NotListeningError(
                 f"no sidecar daemon is listening on {self.socket_path}. Start it with "
                 f"{serve_hint(self.config_file, self.serve_flags)}."
             ) from exc
