@@ -131,7 +131,8 @@ class Stores:
         start = self.flags_turn % len(agents) if agents else 0
         turn = (agents[start:] + agents[:start])[:FLAGS_AGENTS_PER_CALL]
         self.flags_turn = start + len(turn)
-        written = frozen_in_index(self.manifest.path.parent, agents=turn, tables=self.table_names(), deep=False)
+        index = self.manifest.path.parent
+        written = frozen_in_index(index, agents=turn, tables=self.table_names(), deep=False)
         last = self.index_flags
         if written.found is not None:
             # Kept as a look's finding, said while it stays: the next call asks other agents.
