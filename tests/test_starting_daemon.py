@@ -49,6 +49,8 @@ def _wait_for(path: Path, d: Any) -> None:
         (("index",), "(through the daemon)"),
         (("status",), "running since"),
         (("search", "lighthouse keeper"), ""),  # answered (exit 0), maybe before the note is read
+        # The note read from stdin before the connection: sent once the daemon answers, whole.
+        (("memory", "write", "--agent", "ops", "plan"), ""),
     ],
 )
 def test_a_command_in_a_daemons_start_waits_for_it_and_asks_it(
@@ -68,13 +70,17 @@ def test_a_command_in_a_daemons_start_waits_for_it_and_asks_it(
     env = {**d.env, "SIDECAR_HOME": str(d.home)}
     asked = subprocess.Popen(
         [sys.executable, "-m", "sidecar", *command],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
     try:
-        assert asked.stderr is not None
+        assert asked.stderr is not None and asked.stdin is not None
+        asked.stdin.write("# Plan\n\nRow to the zeppelin.\n")
+        asked.stdin.close()
+        asked.stdin = None  # closed: ``communicate`` writes nothing more
         first = asked.stderr.readline()  # said before it waits (the daemon held at its bind)
         assert "is starting: waiting up to" in first and f"pid {d.pid}" in first, first
         gate.touch()
@@ -87,6 +93,9 @@ def test_a_command_in_a_daemons_start_waits_for_it_and_asks_it(
     assert answered in out + err, (out, err)
     assert "already serving" not in err and "another socket" not in out + err, (out, err)
     assert "no sidecar daemon is listening" not in err, (out, err)
+    if command[0] == "memory":
+        got = d.call("get", {"reference": "memory/plan"}, agent="ops")
+        assert "Row to the zeppelin." in got["text"], got
     assert d.stop() == 0
 
 
@@ -111,6 +120,7 @@ def test_a_daemon_that_holds_the_index_and_never_answers_is_said_starting_not_el
         monkeypatch.setenv("XDG_STATE_HOME", d.env["XDG_STATE_HOME"])
         assert main(["status", "--home", str(d.home)]) == ExitCode.NOT_RUNNING
         said = capsys.readouterr()
+        assert said.out.startswith("sidecar is starting, not answering yet.\n"), said
         assert f"the daemon (pid {d.pid}) holds the index" in said.out, said
         assert "did not answer" in said.out and "Do not start a second daemon" in said.out, said
         assert "another socket" not in said.out, said

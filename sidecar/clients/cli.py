@@ -24,14 +24,7 @@ from sidecar.clients.cli_parser import (
     set_json_errors,
 )
 from sidecar.config import Config
-from sidecar.contracts.errors import (
-    NO_RESTART,
-    ExitCode,
-    NoAnswerError,
-    NotListeningError,
-    RemoteError,
-    SidecarError,
-)
+from sidecar.contracts.errors import NO_RESTART, ExitCode, NoAnswerError, RemoteError, SidecarError
 from sidecar.runtime.notify import LAUNCHD_LABEL, under_launchd
 
 Command = Callable[[argparse.Namespace, Config], int]
@@ -64,8 +57,8 @@ QUERY_COMMANDS = frozenset(
     {"search", "get", "related", "outline", "recall", "preview", "why", "mcp", "memory"}
 )
 
-# Commands that never wait for a daemon starting (``_run_waiting_for_a_start``): the daemon itself,
-# and the MCP shim, which answers each tool call by itself for as long as it runs.
+# Commands that never wait for a daemon starting (``_wait_for_starts``): the daemon itself, and
+# the MCP shim, which answers each tool call by itself for as long as it runs.
 _NOT_WAITING = frozenset({"serve", "mcp"})
 
 
@@ -119,7 +112,12 @@ def _main(argv: list[str]) -> int:
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)
-        code = _run_waiting_for_a_start(args, cfg)
+        if args.command not in _NOT_WAITING:
+            _wait_for_starts(cfg)
+        try:
+            code = command_for(args.command)(args, cfg)
+        finally:
+            _wait_for_starts(None)  # a process's next `main` (tests, a wrapper) sets its own
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
@@ -138,21 +136,15 @@ def _main(argv: list[str]) -> int:
         return 130
 
 
-def _run_waiting_for_a_start(args: argparse.Namespace, cfg: Config) -> int:
-    """The command; run again once when no daemon listened and one starting on this home (it
-    holds the index, its socket does not answer yet) answers within the wait: nothing was sent.
-    It said "no sidecar daemon is listening ... Start it", and a second daemon started exits."""
-    command = command_for(args.command)
-    try:
-        return command(args, cfg)
-    except NotListeningError:
-        if args.command in _NOT_WAITING:
-            raise
-        from sidecar.clients.lockholder import say_waiting, wait_for_starting_daemon
+def _wait_for_starts(cfg: Config | None) -> None:
+    """A command run in the first seconds of a daemon's start (it holds the index, its socket
+    does not answer yet) waits for it and asks it: `sidecar index` said "another sidecar daemon
+    is already serving" and did nothing, status that one "started with another socket" holds the
+    index, a search to start one (a second daemon exits)."""
+    from sidecar.clients.client import wait_for_starts
+    from sidecar.clients.lockholder import say_waiting, wait_for_starting_daemon
 
-        if not wait_for_starting_daemon(cfg, say_waiting):
-            raise
-    return command(args, cfg)
+    wait_for_starts(None if cfg is None else lambda: wait_for_starting_daemon(cfg, say_waiting))
 
 
 def _without_configuration(args: argparse.Namespace) -> int | None:

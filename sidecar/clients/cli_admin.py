@@ -5,7 +5,6 @@ the socket."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -18,7 +17,6 @@ from sidecar.clients.cli_progress import Progress
 from sidecar.clients.cli_render import render_status, waited_call
 from sidecar.clients.client import Client
 from sidecar.clients.foreground import backlog, time_left
-from sidecar.clients.lockholder import say_waiting, wait_for_starting_daemon
 from sidecar.config import Config
 from sidecar.contracts.errors import (
     ConfigError,
@@ -26,7 +24,6 @@ from sidecar.contracts.errors import (
     DaemonStartingError,
     DaemonUnreachableError,
     ExitCode,
-    NotListeningError,
     StorageError,
 )
 from sidecar.contracts.printable import escape_controls as shown
@@ -142,20 +139,6 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             + ("" if forgotten else " (no other one was recorded)"),
             file=sys.stderr,
         )
-    try:
-        return _index_through_daemon(args, cfg, bar)
-    except DaemonNotRunningError as exc:
-        # A daemon starting on this home holds the index before its socket answers: indexing here
-        # was refused ("another sidecar daemon is already serving"); it is waited for and asked.
-        if isinstance(exc, NotListeningError) and wait_for_starting_daemon(cfg, say_waiting):
-            with contextlib.suppress(NotListeningError):  # it stopped again: indexed here
-                return _index_through_daemon(args, cfg, bar)
-    return _index_here(args, cfg, bar)
-
-
-def _index_through_daemon(args: argparse.Namespace, cfg: Config, bar: Progress) -> int:
-    """`sidecar index` through the daemon; ``DaemonNotRunningError`` when none took the request
-    (indexed in this process then), one in its own words when the daemon stopped after it did."""
     sent = False
     try:
         with Client(
@@ -228,7 +211,9 @@ def _index_through_daemon(args: argparse.Namespace, cfg: Config, bar: Progress) 
                 else "it goes on with the work when it starts again (`sidecar status` shows it)"
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
-        raise
+        if isinstance(exc, DaemonStartingError):  # one holds the index: indexing here is refused
+            raise
+    return _index_here(args, cfg, bar)
 
 
 def _served_health(client: Client) -> dict[str, Any]:
@@ -488,22 +473,11 @@ def _show_progress(bar: Progress, idx: dict[str, Any], embedder: dict[str, Any])
         bar.update("embedding", total - pending, total)
 
 
-def _asked_health(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
-    flags = serve_flags(args, cfg)
-    with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file, serve_flags=flags) as client:
-        return client.call("health")
-
-
 def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     try:
-        try:
-            health = _asked_health(args, cfg)
-        except NotListeningError:
-            # A daemon starting holds the index before its socket answers: waited for (it was
-            # said to be "started with another socket", with advice to reinstall the service).
-            if not wait_for_starting_daemon(cfg, say_waiting):
-                raise
-            health = _asked_health(args, cfg)
+        flags = serve_flags(args, cfg)
+        with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file, serve_flags=flags) as client:
+            health = client.call("health")
     except DaemonNotRunningError as exc:
         from sidecar.clients.lockholder import other_daemon
 
@@ -518,6 +492,8 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
         elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
             print(f"sidecar: {exc}", file=sys.stderr)
+        elif isinstance(exc, DaemonStartingError):
+            print(f"sidecar is starting, not answering yet.\n{why}")
         else:
             print(f"sidecar is not running.\n{why}")
         return int(ExitCode.NOT_RUNNING)

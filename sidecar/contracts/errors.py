@@ -343,11 +343,6 @@ class DaemonNotRunningError(SidecarError):
     exit_code = ExitCode.NOT_RUNNING
 
 
-class NotListeningError(DaemonNotRunningError):
-    """No daemon takes connections on the socket: nothing was sent (a command may wait for a
-    daemon starting on its home and ask again)."""
-
-
 class DaemonStartingError(DaemonNotRunningError):
     """A daemon holds the home's index but took no connection in the time a command waits for
     one starting: not "not running" (a second daemon would exit), said in its own words."""
