@@ -351,3 +351,17 @@ def test_a_searchs_note_of_chunks_left_to_a_switch_names_both_causes() -> None:
         "vector was lost): found by words only"
     ), switch_note(1)
     assert switch_note(2).startswith("2 chunks wait for the new model's vectors (cut again"), switch_note(2)
+
+
+def test_status_heads_with_the_daemons_build_as_doctor_does(serve_in_process: Serve) -> None:
+    """status said only "sidecar 0.3.0" for every build of one release, so a person could not tell
+    whether a restart after an upgrade took; it heads with the build the daemon runs, as
+    `--version` and doctor say it (and health and `status --json` carry it as ``build``)."""
+    from sidecar import __version__
+    from sidecar.runtime.release import build_id
+
+    server = serve_in_process(model=KEYWORD_ONLY)
+    health = server.call("health")
+    assert health["build"] == build_id(), health
+    head = render_status(health).splitlines()[0]
+    assert head.startswith(f"sidecar {__version__} (build {build_id()}): running since "), head

@@ -2102,6 +2102,77 @@ def test_a_read_through_the_writer_gives_way_to_a_write_that_queues(
     m.close()
 
 
+def test_a_write_queued_before_the_reads_first_step_still_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that queued after a read through the writer was allowed to give way but before its
+    statement's first step interrupted nothing: SQLite clears a pending interrupt when a statement
+    starts while none runs, so the read ran to its end and the write waited for all of it. The read
+    now gives way after its first step when a write interrupted it meanwhile: the write commits
+    first, and the read, read again, sees it. The write is queued at that very point (the read's
+    ``execute`` made to wait for it), no timing."""
+    from sidecar.stores import frozen
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+
+    def hold() -> int:
+        entered.release()
+        release.wait()
+        return 1
+
+    real = manifest_module.guarded_connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.create_function("hold", 0, hold)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    m = Manifest(tmp_path / "m.sqlite")
+    m.set_meta("limit", "3000000")
+    long_read = (
+        "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < "
+        "(SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'limit')) SELECT count(*) FROM c"
+    )
+    order: list[Any] = []
+
+    def writer() -> None:
+        m.set_meta("limit", "10")
+        order.append("write")
+
+    w = threading.Thread(target=writer, daemon=True)
+    real_execute = frozen.GuardedConnection.execute
+
+    def execute(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        if sql == long_read and not w.is_alive() and not order:
+            w.start()  # the write queues for the lock and interrupts: before the first step
+            while True:
+                with m._waiting_count:
+                    if m._interrupted:
+                        break
+                time.sleep(0.01)
+        return real_execute(self, sql, *args, **kwargs)
+
+    held = [threading.Thread(target=m._committed, args=("SELECT hold()",)) for _ in range(2)]
+    try:
+        for t in held:
+            t.start()
+            assert entered.acquire(timeout=30)
+        monkeypatch.setattr(frozen.GuardedConnection, "execute", execute)
+        order.append(("read", m._committed(long_read)))
+        w.join(30)
+        assert order == ["write", ("read", [(10,)])], order  # before: the read's 3,000,000 first
+    finally:
+        monkeypatch.undo()
+        release.set()
+        for t in held:
+            t.join()
+    m.close()
+
+
 def _gated_reads(
     monkeypatch: pytest.MonkeyPatch, go_on: Any
 ) -> tuple[threading.Semaphore, threading.Event, list[int], threading.Event]:

@@ -229,9 +229,11 @@ def _compaction_said(c: dict[str, Any]) -> str:
 
 def render_status(h: dict[str, Any]) -> str:
     idx = h["index"]
+    # The build as doctor and --version say it: the release alone (one version, many builds) did
+    # not tell whether a restart after an upgrade took.
+    runs = said({"version": str(h["version"]), **({"build": str(h["build"])} if h.get("build") else {})})
     lines = [
-        f"sidecar {h['version']}: running since {_ago(h['started'])} (pid {h['pid']}), "
-        f"socket {shown(h['socket'])}"
+        f"{shown(runs)}: running since {_ago(h['started'])} (pid {h['pid']}), socket {shown(h['socket'])}"
     ]
     if refusing := h.get("refusing"):  # the index cannot be read: nothing else is known
         lines.append(f"Index: refusing: {shown(refusing)}")

@@ -155,7 +155,11 @@ def _written_first(
     ones the daemon has open), else as their folders list them (as far as ``_Walk.listing``
     reads)."""
     manifest = index_dir / "manifest.sqlite"
-    paths = [index_dir, manifest, *(manifest.with_name(manifest.name + end) for end in ("-wal", "-shm"))]
+    # In the order a write meets them, so that status names the file a refused write names: the
+    # ``-shm`` (mapped at every transaction's start: ``immutable_words``), the ``-wal`` (the
+    # commit), the database (the checkpoint), then the folder (new files). The folder asked first
+    # named manifest.sqlite or the folder under `chattr -R +i` while the write said the ``-shm``.
+    paths = [*(manifest.with_name(manifest.name + end) for end in ("-shm", "-wal")), manifest, index_dir]
     bm25 = index_dir / "bm25"
     memory = bm25 / "memory"
     paths.append(memory)
