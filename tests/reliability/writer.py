@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 from tests.daemon_process import DaemonProcess
@@ -18,6 +19,8 @@ class AckedWriter:
         self.agent = agent
         self.acked: dict[str, str] = {}  # slug -> the content the daemon acknowledged
         self.count = 0  # writes tried, over every run
+        # (sent, failed) monotonic times of each write the daemon did not acknowledge
+        self.unanswered: list[tuple[float, float]] = []
 
     @staticmethod
     def token(slug: str) -> str:
@@ -25,28 +28,39 @@ class AckedWriter:
         return f"qk{slug[1:]}z"
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Write while the block runs (the daemon may be starting, serving or killed meanwhile)."""
-        stop = threading.Event()
-        thread = threading.Thread(target=self._write_until, args=(stop,), name="acked-writer")
+    def running(self) -> Iterator[threading.Event]:
+        """Write while the block runs (the daemon may be starting, serving or killed meanwhile).
+        The block gets an event set once a write of this block is acknowledged: a kill after it
+        lands among writes the daemon serves, whatever a write costs on a busy machine (a kill
+        timed from the start alone landed before the first answer, and nothing was tested)."""
+        stop, answered = threading.Event(), threading.Event()
+        thread = threading.Thread(target=self._write_until, args=(stop, answered), name="acked-writer")
         thread.start()
         try:
-            yield
+            yield answered
         finally:
             stop.set()
             thread.join()
 
-    def _write_until(self, stop: threading.Event) -> None:
+    def _write_until(self, stop: threading.Event, answered: threading.Event) -> None:
         while not stop.is_set():
             slug = f"n{self.count}"
             content = f"# Note {self.count}\n\nCrash token {self.token(slug)}.\n"
             self.count += 1
+            sent = time.monotonic()
             try:
                 self.daemon.call("write", {"slug": slug, "content": content}, agent=self.agent)
             except Exception:  # not acknowledged: the daemon is starting or was killed
+                self.unanswered.append((sent, time.monotonic()))
                 stop.wait(0.05)
             else:
                 self.acked[slug] = content
+                answered.set()
+
+    def in_flight(self, at: float) -> bool:
+        """Whether a write was sent before ``at`` (monotonic) and failed after it: cut by a
+        kill at ``at``, not acknowledged, and so not counted."""
+        return any(sent < at < failed for sent, failed in self.unanswered)
 
     def damaged(self) -> tuple[set[str], set[str]]:
         """Acknowledged notes that are missing from the inbox, and those whose text changed."""
