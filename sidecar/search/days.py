@@ -148,11 +148,11 @@ def _asks_open(text: str) -> bool:
 # "zwischen März und Mai", "März bis Mai 2025", "March–May". A year on the last month holds for
 # both unless the first has its own; without one it is the last range begun (its first month
 # the last one begun: "März bis Mai" asked in December this year's, asked in April this one up to
-# today; "November bis Februar" asked in January November of last year up to today), one begun
-# this month too, as that month named alone is this one ("Was habe ich von Dezember bis Februar
-# gemacht?" asked on December 28th is this December so far, as "im Dezember" is: the range
-# reached back to last winter, and the two readings of one December disagreed). Asked about the
-# agenda, the coming one; asked in the present of doing ("What am I doing from December to February?", "Was
+# today; "November bis Februar" asked in January November of last year up to today), but not one
+# begun this month: its few days are no range anyone asks about, so the last one whole ("What did
+# I do from December to February?", "notes from December to February" asked on December 7th:
+# December to February a year before, not December 1st to 7th). Asked about the agenda, the
+# coming one; asked in the present of doing ("What am I doing from December to February?", "Was
 # mache ich von Dezember bis Februar?"), the one begun whole, or none when none has begun (see
 # asks_coming, as for "in March"); asked about one's duties or appointments ("What do I have to do
 # between January and March?", "Welche Termine habe ich zwischen Januar und März?", see
@@ -249,8 +249,8 @@ def _month_range(t: dt.date, m: re.Match[str], r: Reading) -> Window:
     if first_year is None and last_year is None:
         if r.ahead or coming:  # the agenda or what one does then: the coming one, or the one begun
             first_year = _named_month(t, m[2], None, ahead=True)[0].year
-        else:  # the last one begun, this month's too (time_window ends one in progress at today)
-            first_year = t.year if first_number <= t.month else t.year - 1
+        else:  # the last one begun (time_window ends one in progress at today), not this month
+            first_year = t.year if first_number < t.month else t.year - 1
     if first_year is None:
         assert last_year is not None
         first_year = last_year - crosses
