@@ -3,9 +3,12 @@ both see the same machine load; and whether both answer every query with the sam
 
     python bench/searchlat.py --home H --vault V                       (this checkout alone)
     python bench/searchlat.py --home H --vault V --old-home H2 --old-code DIR
+    python bench/searchlat.py --home H --vault V --old-home H2 --old-set search.unmatchedKeywordCut=0
 
 ``--old-code`` is a checkout (or ``git archive`` export) of the code to compare with; ``--old-home``
-a copy of ``--home`` (two daemons cannot share one home). Each side runs its daemon on its own
+a copy of ``--home`` (two daemons cannot share one home). ``--old-set`` (repeatable) gives the old
+side settings of its own under every setting below: one code, a rule on against off (the old side
+then runs this checkout unless ``--old-code`` names another). Each side runs its daemon on its own
 home; every query goes to one, then to the other, in a rotating order. Three settings, switched
 with ``reload``: the defaults (hybrid), BM25 alone (vector share 0) and vectors alone. This
 checkout's daemon (and the old one) runs with ``search.queryCache: 0`` unless ``--cache``: every
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from common import ROOT, code_daemon, emit, pct, rss_mb
 from core import ARM_CONFIGS, QUERIES
 
@@ -35,12 +39,17 @@ SETTINGS: dict[str, dict[str, Any]] = {
 assert set(ARM_CONFIGS) < set(SETTINGS)  # the same arms as core.py's
 
 
-def _config(setting: dict[str, Any], extra: dict[str, Any]) -> str:
-    """The settings as YAML (JSON is YAML), ``extra`` merged into its sections."""
+def _merged(setting: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` merged into the sections of ``setting`` (``extra`` wins)."""
     out: dict[str, Any] = {k: dict(v) for k, v in setting.items()}
     for section, values in extra.items():
         out.setdefault(section, {}).update(values)
-    return json.dumps(out)
+    return out
+
+
+def _config(setting: dict[str, Any], extra: dict[str, Any]) -> str:
+    """The settings as YAML (JSON is YAML), ``extra`` merged into its sections."""
+    return json.dumps(_merged(setting, extra))
 
 
 Hits = tuple[list[tuple[Any, ...]], list[list[float]]]
@@ -106,10 +115,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cache", action="store_true", help="leave this checkout's query cache on")
     ap.add_argument("--settings", default="hybrid,bm25,vector")
+    ap.add_argument(
+        "--old-set", action="append", default=[], help="section.key=value for the old side only (repeatable)"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if (args.old_home is None) != (args.old_code is None):
-        ap.error("--old-home and --old-code go together")
+    if args.old_home is None and (args.old_code is not None or args.old_set):
+        ap.error("--old-code and --old-set need --old-home")
+    if args.old_home is not None and args.old_code is None and not args.old_set:
+        ap.error("--old-home needs --old-code or --old-set")
+    old_extra: dict[str, Any] = {}
+    for spec in args.old_set:
+        key, sep, value = spec.partition("=")
+        section, dot, name = key.partition(".")
+        if not (sep and dot and section and name):
+            ap.error(f"--old-set {spec!r}: expected section.key=value")
+        old_extra.setdefault(section, {})[name] = yaml.safe_load(value)
     queries = (
         QUERIES
         if args.core_queries
@@ -121,9 +142,17 @@ def main() -> None:
         # The same settings on both sides: with its cache on, the old side answered the timed
         # rounds from what the warm-up pass had embedded.
         sides.append(
-            Side("old", args.old_home.resolve(), args.vault.resolve(), args.old_code.resolve(), extra)
+            Side(
+                "old",
+                args.old_home.resolve(),
+                args.vault.resolve(),
+                (args.old_code or ROOT).resolve(),
+                _merged(extra, old_extra),
+            )
         )
     result: dict[str, Any] = {"queries": len(queries), "rounds": args.rounds, "cache": args.cache}
+    if old_extra:
+        result["old_settings"] = old_extra
     try:
         for s in sides:
             s.ready()
