@@ -232,7 +232,9 @@ def render_status(h: dict[str, Any]) -> str:
     # The build as doctor and --version say it: the release alone (one version, many builds) did
     # not tell whether a restart after an upgrade took.
     runs = said({"version": str(h["version"]), **({"build": str(h["build"])} if h.get("build") else {})})
-    lines = [f"{shown(runs)}: running since {_ago(h['started'])} (pid {h['pid']}), socket {shown(h['socket'])}"]
+    lines = [
+        f"{shown(runs)}: running since {_ago(h['started'])} (pid {h['pid']}), socket {shown(h['socket'])}"
+    ]
     if refusing := h.get("refusing"):  # the index cannot be read: nothing else is known
         lines.append(f"Index: refusing: {shown(refusing)}")
         return "\n".join(lines)
