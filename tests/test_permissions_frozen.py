@@ -689,6 +689,8 @@ def test_health_asks_the_written_files_each_time_and_a_deeper_flag_from_the_last
         table_names=list,
         index_flags=None,
         flags_turn=0,
+        flags_asked=set(),
+        flags_kept=[],
     )
     flags = Stores.flags  # the method, on a stand-in of the stores it reads
     assert flags(stores) == (None, False)  # type: ignore[arg-type]  # no walk yet: partial
@@ -728,6 +730,8 @@ def test_health_asks_the_agents_keyword_indexes_a_few_at_a_time_and_keeps_a_flag
         table_names=list,
         index_flags=None,
         flags_turn=0,
+        flags_asked=set(),
+        flags_kept=[],
     )
     asked: list[Path] = []
     real = frozen.frozen
@@ -745,10 +749,62 @@ def test_health_asks_the_agents_keyword_indexes_a_few_at_a_time_and_keeps_a_flag
         found = []
         for _ in range(turns):
             asked.clear()
-            found.append(Stores.flags(stores).found)  # type: ignore[arg-type]
+            found.append(Stores.flags(stores))  # type: ignore[arg-type]
             # The manifest's, the vault's and every agent's memory pair: 11 entries per agent.
             assert len(asked) <= 20 + 11 * (FLAGS_AGENTS_PER_CALL + 2), len(asked)
-        assert found[-1] == flagged and found[:-1] == [None] * (turns - 1), found
+        # Not every agent was asked before the turn's last call: "partial" until then, not "all".
+        assert found[-1] == (flagged, True), found
+        assert found[:-1] == [(None, False)] * (turns - 1), found
         for _ in range(turns):  # said at every call while it stays, whichever agents are asked
-            assert Stores.flags(stores).found == flagged  # type: ignore[arg-type]
-    assert Stores.flags(stores).found is None  # type: ignore[arg-type]  # lifted
+            assert Stores.flags(stores) == (flagged, True)  # type: ignore[arg-type]
+    assert Stores.flags(stores) == (None, True)  # type: ignore[arg-type]  # lifted
+    Stores.look_for_flags(stores)  # type: ignore[arg-type]  # the next whole look: a turn anew
+    complete = [Stores.flags(stores).complete for _ in range(turns)]  # type: ignore[arg-type]
+    assert complete == [False] * (turns - 1) + [True], complete
+
+
+def test_a_flag_health_found_does_not_hide_another_still_flagged_once_lifted(tmp_path: Path) -> None:
+    """A flag found at a health call replaced the whole look's deeper finding: once the user
+    lifted the entry status named, status said nothing was immutable while the deeper file still
+    was. Every entry found is kept, each said while it stays: the look's, and two agents' found
+    at different calls."""
+    from types import SimpleNamespace
+
+    from sidecar.index.vectoring import FLAGS_AGENTS_PER_CALL, Stores
+    from sidecar.stores.manifest import Manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    Manifest(index / "manifest.sqlite").close()
+    deep = index / "bm25" / "pages" / "segment.store"
+    write(deep, "x")
+    agents = [f"agent{n:02d}" for n in range(3 * FLAGS_AGENTS_PER_CALL)]
+    for agent in agents:
+        write(index / "bm25/memory" / agent / "pages/meta.json", "{}")
+    first, second = (
+        index / "bm25/memory" / agents[n] / "pages/meta.json" for n in (2 * FLAGS_AGENTS_PER_CALL, 0)
+    )
+    stores = SimpleNamespace(
+        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
+        bm25=SimpleNamespace(agents=lambda: list(agents)),
+        table_names=list,
+        index_flags=None,
+        flags_turn=0,
+        flags_asked=set(),
+        flags_kept=[],
+    )
+    flags = Stores.flags
+    with _immutable(deep, recursive=False):
+        Stores.look_for_flags(stores)  # type: ignore[arg-type]
+        with _immutable(index / "bm25", recursive=False):
+            assert flags(stores).found == index / "bm25"  # type: ignore[arg-type]
+        # The folder status named was lifted: the deeper file is still flagged.
+        assert flags(stores).found == deep  # type: ignore[arg-type]
+        with _immutable(first, recursive=False):
+            with _immutable(second, recursive=False):
+                assert flags(stores).found == first  # type: ignore[arg-type]  # this call's agents
+                assert flags(stores).found == second  # type: ignore[arg-type]  # the next call's
+            # The second lifted, the next call asks the share neither is in: the first stays.
+            assert flags(stores).found == first  # type: ignore[arg-type]
+        assert flags(stores).found == deep  # type: ignore[arg-type]
+    assert flags(stores) == (None, True)  # type: ignore[arg-type]

@@ -57,10 +57,6 @@ QUERY_COMMANDS = frozenset(
     {"search", "get", "related", "outline", "recall", "preview", "why", "mcp", "memory"}
 )
 
-# Commands that never wait for a daemon starting (``_wait_for_starts``): the daemon itself, and
-# the MCP shim, which answers each tool call by itself for as long as it runs.
-_NOT_WAITING = frozenset({"serve", "mcp"})
-
 
 def command_for(name: str) -> Command:
     module, function = COMMANDS[name]
@@ -116,12 +112,7 @@ def _main(argv: list[str]) -> int:
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)
-        if args.command not in _NOT_WAITING:
-            _wait_for_starts(cfg)
-        try:
-            code = command_for(args.command)(args, cfg)
-        finally:
-            _wait_for_starts(None)  # a process's next `main` (tests, a wrapper) sets its own
+        code = command_for(args.command)(args, cfg)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
@@ -138,17 +129,6 @@ def _main(argv: list[str]) -> int:
         return int(ExitCode.FAILURE)
     except KeyboardInterrupt:
         return 130
-
-
-def _wait_for_starts(cfg: Config | None) -> None:
-    """A command run in the first seconds of a daemon's start (it holds the index, its socket
-    does not answer yet) waits for it and asks it: `sidecar index` said "another sidecar daemon
-    is already serving" and did nothing, status that one "started with another socket" holds the
-    index, a search to start one (a second daemon exits)."""
-    from sidecar.clients.client import wait_for_starts
-    from sidecar.clients.lockholder import say_waiting, wait_for_starting_daemon
-
-    wait_for_starts(None if cfg is None else lambda: wait_for_starting_daemon(cfg, say_waiting))
 
 
 def _without_configuration(args: argparse.Namespace) -> int | None:

@@ -21,7 +21,6 @@ from sidecar.config import Config
 from sidecar.contracts.errors import (
     ConfigError,
     DaemonNotRunningError,
-    DaemonStartingError,
     DaemonUnreachableError,
     ExitCode,
     StorageError,
@@ -211,8 +210,6 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
                 else "it goes on with the work when it starts again (`sidecar status` shows it)"
             )
             raise DaemonNotRunningError(f"the daemon stopped while it was indexing ({exc}); {again}") from exc
-        if isinstance(exc, DaemonStartingError):  # one holds the index: indexing here is refused
-            raise
     return _index_here(args, cfg, bar)
 
 
@@ -481,8 +478,7 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
     except DaemonNotRunningError as exc:
         from sidecar.clients.lockholder import other_daemon
 
-        # One that holds this home elsewhere: no "start it" for a second (one waited for says so).
-        other = None if isinstance(exc, DaemonStartingError) else other_daemon(cfg)
+        other = other_daemon(cfg)  # one that holds this home elsewhere: no "start it" for a second
         why = str(exc) if other is None else f"no sidecar daemon answers on {cfg.socket_path}, but {other}"
         refused = _refused_index(cfg) if other is None else None
         if refused is not None:  # the daemon cannot start on this index: "start it" would not help
@@ -492,8 +488,6 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
             print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
         elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
             print(f"sidecar: {exc}", file=sys.stderr)
-        elif isinstance(exc, DaemonStartingError):
-            print(f"sidecar is starting, not answering yet.\n{why}")
         else:
             print(f"sidecar is not running.\n{why}")
         return int(ExitCode.NOT_RUNNING)

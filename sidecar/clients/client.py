@@ -79,20 +79,6 @@ def installed_service_start() -> str | None:
         return None
 
 
-# Asked by ``Client.connect`` when no daemon listens on its socket, set by the CLI only
-# (``lockholder.wait_for_starting_daemon`` for its configuration): True once a daemon starting on
-# the home (it holds the index, its socket does not answer yet) takes connections, and the
-# connection is made again; nothing was sent yet, so nothing is sent twice. The MCP shim sets none.
-StartWait = Callable[[], bool]
-_start_wait: StartWait | None = None
-
-
-def wait_for_starts(wait: StartWait | None) -> None:
-    """Have every connection of this process wait for a daemon starting (``wait``), or none."""
-    global _start_wait  # one setting of the process, made at the CLI's edge
-    _start_wait = wait
-
-
 class Client:
     def __init__(
         self,
@@ -119,7 +105,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def connect(self, *, waited: bool = False) -> None:
+    def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
@@ -133,9 +119,6 @@ class Client:
                     time.sleep(0.05 * (attempt + 1))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
-            if not waited and _start_wait is not None and _start_wait():
-                self.connect(waited=True)
-                return
             raise DaemonNotRunningError(
                 f"no sidecar daemon is listening on {self.socket_path}. Start it with "
                 f"{serve_hint(self.config_file, self.serve_flags)}."

@@ -1,9 +1,7 @@
 """Who holds a home's index when no daemon answers on the socket a command looks at: a daemon
 started with another socket (a service installed from a shell without XDG_RUNTIME_DIR), or an
 offline `sidecar index`. `status` and `doctor` name it and its socket instead of advising a
-second daemon, which would exit 4; a command run while a daemon starts (it holds the index, its
-socket does not answer yet) waits for it. Light: imports config, the errors and the file-system
-deadline only."""
+second daemon, which would exit 4. Light: imports config and the file-system deadline only."""
 
 from __future__ import annotations
 
@@ -11,14 +9,9 @@ import contextlib
 import fcntl
 import os
 import shlex
-import socket
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonStartingError
 from sidecar.vault.timeout import run_with_timeout
 
 
@@ -85,76 +78,3 @@ def other_daemon(cfg: Config) -> str | None:
         f"(or XDG_RUNTIME_DIR), or a `sidecar index` run. Do not start a second one: {use}, or run "
         "`sidecar service install` again from this shell and restart the service"
     )
-
-
-# How long a command waits for a daemon that holds the index but does not answer yet: it takes the
-# lock, then binds its socket and opens its stores (a second or two; several on a loaded machine or
-# a big index), and a command run in that window said "another sidecar daemon is already serving"
-# (`index`) or "not running ... started with another socket" (`status`) and did nothing.
-START_WAIT_S = 30.0
-_POLL_S = 0.2
-_SAY_EVERY_S = 5.0
-
-
-def starting_daemon(cfg: Config) -> str | None:
-    """Who holds this home's index when it is a daemon that listens on no socket but this
-    command's (``pid N``: one starting, before its socket answers), else None: no holder, an
-    offline `sidecar index` run, or a daemon listening on another socket (``other_daemon``)."""
-    held, stuck = run_with_timeout(lambda: lock_holder(cfg), cfg.watch.probe_timeout_seconds, "lock")
-    if stuck is not None or held is None or not held.startswith("pid "):
-        return None
-    sockets = listening_on(held)  # none where the platform does not say (not Linux): waited for
-    if sockets and str(cfg.socket_path) not in sockets:
-        return None
-    return held
-
-
-def _answers(path: Path) -> bool:
-    """Whether a daemon takes connections on the socket at ``path`` (bound: its answer follows once
-    its stores are open, which a client's call waits for)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        sock.close()
-    return True
-
-
-def say_waiting(line: str) -> None:
-    """A wait's progress, on stderr (stdout is the command's answer)."""
-    print(f"sidecar: {line}", file=sys.stderr, flush=True)
-
-
-def wait_for_starting_daemon(cfg: Config, say: Callable[[str], None]) -> bool:
-    """Wait (``START_WAIT_S`` at most, ``say`` told at once and every few seconds) for the daemon
-    starting on this home (``starting_daemon``) to take connections on the socket: True once it
-    does, False when no daemon is starting (none holds the index, or it stopped meanwhile). A
-    daemon that holds the index and takes none in time is an error saying so and what to do."""
-    held = starting_daemon(cfg)
-    if held is None:
-        return False
-    started = time.monotonic()
-    said = started
-    say(
-        f"the daemon ({held}) holds the index and is starting: waiting up to {START_WAIT_S:g} s for it "
-        f"to answer on {cfg.socket_path}"
-    )
-    while not _answers(cfg.socket_path):
-        now = time.monotonic()
-        if now - started >= START_WAIT_S:
-            raise DaemonStartingError(
-                f"the daemon ({held}) holds the index {cfg.index_dir} but did not answer on "
-                f"{cfg.socket_path} within {START_WAIT_S:g} s: it may still be starting (a big index, a "
-                "loaded machine) or hang; run the command again in a moment, and see its log "
-                "(journalctl --user -u sidecar, or the terminal of `sidecar serve`) if it stays so. "
-                "Do not start a second daemon: it would exit, the index being in use"
-            )
-        if starting_daemon(cfg) != held:  # it stopped (or another took its place): not waited for
-            return False
-        if now - said >= _SAY_EVERY_S:
-            said = now
-            say(f"still waiting for the daemon ({held}) to answer ({now - started:.0f} s)")
-        time.sleep(_POLL_S)
-    return True

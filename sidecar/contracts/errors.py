@@ -343,11 +343,6 @@ class DaemonNotRunningError(SidecarError):
     exit_code = ExitCode.NOT_RUNNING
 
 
-class DaemonStartingError(DaemonNotRunningError):
-    """A daemon holds the home's index but took no connection in the time a command waits for
-    one starting: not "not running" (a second daemon would exit), said in its own words."""
-
-
 class DaemonUnreachableError(DaemonNotRunningError):
     """Something is at the socket, but this client cannot or must not talk to it (no permission,
     or a server of another user): no daemon of this user's answers there."""

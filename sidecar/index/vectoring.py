@@ -25,6 +25,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from threading import Event, Lock, RLock
 from typing import Any
 
@@ -104,8 +105,13 @@ class Stores:
     # The last whole look for immutable entries in the index (``look_for_flags``), made at the
     # start and by the scheduled optimize job, off the request path; None before the first.
     index_flags: IndexFlags | None = field(default=None, repr=False, compare=False)
-    # Where the next health's share of the agents' keyword indexes begins (``flags``).
+    # Where the next health's share of the agents' keyword indexes begins (``flags``), the agents
+    # asked since the last whole look (``complete`` once every open agent was), and the flagged
+    # entries health found (kept apart from the look's finding, each said while it stays: the
+    # next call asks other agents, and one lifted must not hide another still flagged).
     flags_turn: int = field(default=0, repr=False, compare=False)
+    flags_asked: set[str] = field(default_factory=set, repr=False, compare=False)
+    flags_kept: list[Path] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:
@@ -121,28 +127,33 @@ class Stores:
         asks only the files a write touches (``flags``): a walk at every health call read the
         disk under status and cost that much each time."""
         self.index_flags = frozen_in_index(self.manifest.path.parent)
+        self.flags_asked = set()
 
     def flags(self) -> IndexFlags:
         """The index's immutable entry, if any (health's ``index.immutable``): the files a write
         touches, asked now by the names of what is open (nothing listed; of the agents' keyword
-        indexes ``FLAGS_AGENTS_PER_CALL`` in turn), else the last finding while it is still
-        flagged; ``complete`` as the last whole look said (False before the first)."""
+        indexes ``FLAGS_AGENTS_PER_CALL`` in turn), else an entry an earlier call found, else the
+        last whole look's finding, each while it is still flagged. ``complete`` when the last
+        whole look was and every open agent's files were asked since it (False before the
+        first): with more agents than one call asks, a full turn takes several calls."""
         agents = self.bm25.agents()
         start = self.flags_turn % len(agents) if agents else 0
         turn = (agents[start:] + agents[:start])[:FLAGS_AGENTS_PER_CALL]
         self.flags_turn = start + len(turn)
         index = self.manifest.path.parent
         written = frozen_in_index(index, agents=turn, tables=self.table_names(), deep=False)
+        self.flags_asked.update(turn)
         last = self.index_flags
+        complete = last is not None and last.complete and self.flags_asked.issuperset(agents)
+        self.flags_kept = [path for path in self.flags_kept if path != written.found and frozen(path)]
         if written.found is not None:
-            # Kept as a look's finding, said while it stays: the next call asks other agents.
-            self.index_flags = IndexFlags(written.found, last.complete if last else False)
-            return written
-        if last is None:
-            return written
-        if last.found is not None and not frozen(last.found):  # lifted since
-            return IndexFlags(None, last.complete)
-        return last
+            self.flags_kept.insert(0, written.found)
+            return IndexFlags(written.found, complete)
+        if self.flags_kept:
+            return IndexFlags(self.flags_kept[0], complete)
+        if last is not None and last.found is not None and frozen(last.found):
+            return IndexFlags(last.found, complete)
+        return IndexFlags(None, complete)
 
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]

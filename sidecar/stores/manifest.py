@@ -260,17 +260,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                     return None
                 self._interruptible, self._interrupted = True, False
             try:
-                cursor = self._db.execute(sql, args)  # its first step
-                with self._waiting_count:
-                    interrupted = self._interrupted
-                if interrupted:
-                    # A write interrupted before that step: SQLite cleared the interrupt as the
-                    # statement started (none was active), and the read ran on to its end while the
-                    # write waited. Given way now; closed, the statement leaves none active, so a
-                    # pending interrupt is cleared by the write's first statement, not raised there.
-                    cursor.close()
-                    return None
-                return cursor.fetchall()
+                return self._db.execute(sql, args).fetchall()
             except sqlite3.OperationalError:
                 if not self._interrupted:
                     raise
