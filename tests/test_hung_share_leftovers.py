@@ -5,6 +5,7 @@ stand-ins (a call held until the test lets it go, a clock set ahead); nothing he
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -229,32 +230,67 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
     assert [n["reference"] for n in listed_now] == ["memory/canoe"]
 
 
-def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
+def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_only(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The room check before a write is saved in the inbox (read-only mode) on a share whose
-    look-up hangs: the write is refused after probeTimeoutSeconds naming the call, nothing
-    written, and the disk-full message (asked by status) does not wait on it."""
+    look-up hangs: ada's write is refused after probeTimeoutSeconds naming the call, nothing
+    written; bob's write, whose inbox answers, is saved (the stuck call was kept under the whole
+    agents folder, refusing every agent's memory change while ada's share hung); ada's list is
+    told at once (one thread in her share); status names the hung inbox, not a full disk."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
-    inbox, _root = _inbox(cfg, "ops")
+    ada, _root = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
     rule, refusing = _read_only(cfg)
     release = threading.Event()
     real = os.access
 
     def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == inbox:
+        if Path(path) == ada:
             release.wait(20)
         return real(path, mode, **kwargs)
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = r"memory change refused: stat ops/memory in .*agents did not answer within 0.3 s .*nothing"
+        hung = r"memory change refused: stat ada/memory in .*agents did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
-            refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
-        assert "memory writes" in rule.message()  # told at once: the look still hangs
+            refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
+        saved = refusing.dispatch(Request("write", {"slug": "kayak", "content": "# Kayak\n\ny\n"}, agent="bob"))
+        assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
+        with pytest.raises(StorageError, match=r"an earlier look at .*ada/memory \(stat ada/memory\) still hangs"):
+            refusing.dispatch(Request("list", {}, agent="ada"))
+        said = rule.message()
+        assert "until there is space (memory writes are saved in the inboxes" in said
+        assert re.search(r"memory changes in .*ada/memory are refused while stat ada/memory there has not", said)
+        assert "memory writes and rebuilds wait until there is space" not in said
     finally:
         release.set()
-    assert not (inbox / "canoe.md").exists()
+    assert not (ada / "canoe.md").exists()
+
+
+def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_disk(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agents folder itself hangs in read-only mode: status says memory changes are refused
+    while it does not answer (it said they waited for space on the index's disk)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    _inbox(cfg, "ada")
+    rule, _refusing = _read_only(cfg)
+    release = threading.Event()
+    real = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == cfg.agents_dir:
+            release.wait(20)
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    try:
+        said = rule.message()
+        assert re.search(r"memory changes are refused while stat \. in .*agents did not answer", said), said
+        assert "memory writes" not in said
+    finally:
+        release.set()
 
 
 def _hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
