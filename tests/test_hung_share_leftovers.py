@@ -89,6 +89,41 @@ def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answ
     assert [r["look_waiting"] for r in sup.describe(lambda _p: True)] == [None]
 
 
+def test_a_never_swept_inbox_whose_look_is_cut_at_its_cap_is_not_added_to_status(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox never swept and not slow (each call answers within its bound) whose look is cut
+    at its cap as a whole: nothing is kept of it, so status does not list it as an inbox "not
+    listed yet" (the cut look kept its status)."""
+    from sidecar.vault import sources
+
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    monkeypatch.setattr(sources, "time", clock)  # each call's own wait stays under its bound
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 5, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg, "newbie")
+    release = threading.Event()
+    started: list[threading.Thread] = []
+
+    def look(asking: Asking) -> int:
+        started.append(threading.current_thread())
+        with asked(asking, "stat", "a.md"):
+            pass
+        clock.ahead += 31.0  # many quick calls took the look past its cap (30 s)
+        with asked(asking, "stat", "b.md"):
+            release.wait(20)
+        return 1
+
+    try:
+        with pytest.raises(LookCut, match=r"did not end within 30 s"):
+            sup.looked(root, look)
+        assert [r["name"] for r in sup.describe(lambda _p: True)] == []
+    finally:
+        release.set()
+    started[0].join(10)
+
+
 def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

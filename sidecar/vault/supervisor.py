@@ -416,7 +416,9 @@ class Supervisor:
         try:
             return self._asked(root, st, fn, whole=False, request=True)
         finally:
-            if st._stuck is not None or st.slow or st._learn or st._cut is not None:
+            # A look cut at its cap on a root not slow is not kept (its thread ends at its next
+            # quick call): kept, a never-swept inbox was listed by status as "not listed yet".
+            if st._stuck is not None or st.slow or st._learn:
                 with self._lock:
                     self.roots.setdefault(root.name, st)
 
