@@ -218,6 +218,67 @@ def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
         second.set()
 
 
+def test_a_hang_two_scans_met_is_said_until_the_second_ones_call_answers_too(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The mirror order: two looks of one root each given up on at its own call, and the FIRST
+    call answers while the second's still hangs: the root hangs on the second's call (it was
+    said healthy, the second's thread tracked nowhere, and the next scan started a thread beside
+    it); each look's refusal names its own call."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    first, second = threading.Event(), threading.Event()
+    errors: dict[str, str] = {}
+
+    def held(name: str, gate: threading.Event) -> Any:
+        def fn(asking: Asking) -> int:
+            with asked(asking, "stat", name):
+                gate.wait(20)
+            return 1
+
+        def run() -> None:
+            try:
+                sup.bounded(root, fn)
+            except RootUnreachable as exc:
+                errors[name] = str(exc)
+
+        return threading.Thread(target=run, daemon=True)
+
+    a, b = held("a.md", first), held("b.md", second)
+    started: list[str] = []
+    try:
+        a.start()
+        time.sleep(0.1)  # the second starts while the first's call is under its bound
+        b.start()
+        a.join(10)
+        b.join(10)
+        assert sorted(errors) == ["a.md", "b.md"], errors
+        assert errors["b.md"].startswith("looking up b.md"), errors
+        stuck = [t for t in threading.enumerate() if t.name == "probe-memory/ada"]
+        first.set()  # the first's call answers; the second's still hangs
+        for t in stuck:
+            t.join(1)
+        assert sum(t.is_alive() for t in stuck) == 1
+        st = sup.status(root)
+        assert st.hanging is not None and "b.md" in (st.hung_on or ""), st.hung_on
+
+        def third(asking: Asking) -> int:
+            started.append("third")
+            return 1
+
+        with pytest.raises(RootUnreachable, match=r"still hangs"):
+            sup.bounded(root, third)
+        assert started == []
+    finally:
+        first.set()
+        second.set()
+    for t in stuck:
+        t.join(10)
+    assert sup.status(root).hanging is None  # both answered: asked again
+    assert sup.bounded(root, lambda _asking: 3) == 3
+
+
 def _read_only(cfg: Any) -> tuple[Any, Any]:
     from sidecar.daemon.readonly import FolderLooks, InboxOnly, ReadOnly, Refusing
 
