@@ -480,19 +480,10 @@ class Supervisor:
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(st))
-        # A scan under way whose call already waits past its bound is about to be given up on (it
-        # marks the root hanging then): the share hangs, and a look started now would be a second
-        # thread stuck beside it. Said so now, not started.
-        if not st.slow and (late := self._waits_on(st, self._bound(st))) is not None:
-            call, rel, waited = late
-            raise RootUnreachable(
-                f"{call} {rel} in {root.path} has not answered for {_duration(waited)}, past "
-                f"{self._bound(st):g} s (hung share?); no call is started beside it"
-            )
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
-        # (What is reset here is a hang whose call answered: one still in raised above, and one
-        # recorded later by a scan under way is kept against a second's: ``_record_hang``.)
+        # (What is reset here are hangs whose calls answered: one still in raised above, each
+        # scan's given up on, whichever was recorded first: ``_record_hang``.)
         st._stuck, st.hung_on, st._asking, st._given_up, st._also = None, None, None, None, []
         return st
 
