@@ -168,6 +168,40 @@ def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
     scan.join(10)
 
 
+def test_status_says_a_look_is_refused_beside_a_slow_scan_only_once_it_is(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep of an inbox learnt slow waits 15 s on one listing, past probeTimeoutSeconds but
+    under the look's cap (30 s): a write's look is still started, and status does not say looks
+    are refused as slow (it said so from probeTimeoutSeconds on)."""
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 10, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    sup.status(root).slow = True
+    release, waiting = threading.Event(), threading.Event()
+
+    def sweep(asking: Asking) -> int:
+        with asked(asking, "listing", "."):
+            clock.ahead = 15.0
+            waiting.set()
+            release.wait(20)
+        return 1
+
+    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
+    scan.start()
+    try:
+        assert waiting.wait(10)
+        (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
+        assert described["look_waiting"] is None
+        assert "refused as slow" not in "\n".join(_each_root([described], []))
+        assert sup.looked(root, lambda _asking: 4) == 4
+    finally:
+        release.set()
+    scan.join(10)
+
+
 def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

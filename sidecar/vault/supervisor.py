@@ -1359,14 +1359,16 @@ class Supervisor:
         return out
 
     def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None:
-        """A call on the root that has waited past probeTimeoutSeconds and is not a hang said
-        (a request's look cut at its cap, still in its call; a scan of a share learnt slow):
-        what it waits on and how long, for status to say why a write is refused as slow."""
+        """A call on the root that makes a request's look refused as slow (``_not_beside``) and
+        is not a hang said (a request's look cut at its cap, still in its call; a scan's call
+        waiting longer than a look may take, on a share learnt slow): what it waits on and how
+        long, for status to say why a write is refused. Not from probeTimeoutSeconds on: status
+        said looks were refused while they were still started."""
         cut = st.cut_look()
         now = cut[1].now if cut is not None else None
         if now is not None:
             return _waiting_on(now[0], now[1], time.monotonic() - now[2], "look")
-        late = self._waits_on(st, self.cfg.watch.probe_timeout_seconds)
+        late = self._waits_on(st, self.look_cap())
         return None if late is None else _waiting_on(*late, "scan")
 
 
