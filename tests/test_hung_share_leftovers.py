@@ -385,13 +385,19 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
         hung = r"memory change refused: stat ada/memory in .*agents did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
-        saved = refusing.dispatch(Request("write", {"slug": "kayak", "content": "# Kayak\n\ny\n"}, agent="bob"))
+        saved = refusing.dispatch(
+            Request("write", {"slug": "kayak", "content": "# Kayak\n\ny\n"}, agent="bob")
+        )
         assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
-        with pytest.raises(StorageError, match=r"an earlier look at .*ada/memory \(stat ada/memory\) still hangs"):
+        with pytest.raises(
+            StorageError, match=r"an earlier look at .*ada/memory \(stat ada/memory\) still hangs"
+        ):
             refusing.dispatch(Request("list", {}, agent="ada"))
         said = rule.message()
         assert "until there is space (memory writes are saved in the inboxes" in said
-        assert re.search(r"memory changes in .*ada/memory are refused while stat ada/memory there has not", said)
+        assert re.search(
+            r"memory changes in .*ada/memory are refused while stat ada/memory there has not", said
+        )
         assert "memory writes and rebuilds wait until there is space" not in said
     finally:
         release.set()

@@ -538,7 +538,9 @@ class ReadOnly:
             if folder != self.agents_dir
         )
         if hangs is not None:  # not the disk's space: the share that hangs, in those words
-            waits = f"indexing and rebuilds wait until there is space; memory changes are refused while {hangs}"
+            waits = (
+                f"indexing and rebuilds wait until there is space; memory changes are refused while {hangs}"
+            )
         elif writable:
             waits = (
                 "indexing and rebuilds wait until there is space (memory writes are saved in the "

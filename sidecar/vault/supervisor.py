@@ -155,7 +155,11 @@ class RootStatus:
         """The call on this root that still hangs (a hung share), if any."""
         stuck = self._stuck
         # The call given up on answered: not hung (its scan stops at its next call)...
-        if stuck is not None and stuck.is_alive() and (self._asking is None or self._asking.now is self._given_up):
+        if (
+            stuck is not None
+            and stuck.is_alive()
+            and (self._asking is None or self._asking.now is self._given_up)
+        ):
             return stuck
         # ...unless another scan's call given up on meanwhile is still in: the root hangs on it.
         still = [h for h in self._also if h[0].is_alive() and (h[1] is None or h[1].now is h[2])]
