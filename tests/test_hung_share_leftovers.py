@@ -5,6 +5,7 @@ stand-ins (a call held until the test lets it go, a clock set ahead); nothing he
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -88,6 +89,41 @@ def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answ
     assert [r["look_waiting"] for r in sup.describe(lambda _p: True)] == [None]
 
 
+def test_a_never_swept_inbox_whose_look_is_cut_at_its_cap_is_not_added_to_status(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inbox never swept and not slow (each call answers within its bound) whose look is cut
+    at its cap as a whole: nothing is kept of it, so status does not list it as an inbox "not
+    listed yet" (the cut look kept its status)."""
+    from sidecar.vault import sources
+
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    monkeypatch.setattr(sources, "time", clock)  # each call's own wait stays under its bound
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 5, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg, "newbie")
+    release = threading.Event()
+    started: list[threading.Thread] = []
+
+    def look(asking: Asking) -> int:
+        started.append(threading.current_thread())
+        with asked(asking, "stat", "a.md"):
+            pass
+        clock.ahead += 31.0  # many quick calls took the look past its cap (30 s)
+        with asked(asking, "stat", "b.md"):
+            release.wait(20)
+        return 1
+
+    try:
+        with pytest.raises(LookCut, match=r"did not end within 30 s"):
+            sup.looked(root, look)
+        assert [r["name"] for r in sup.describe(lambda _p: True)] == []
+    finally:
+        release.set()
+    started[0].join(10)
+
+
 def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +163,40 @@ def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
         assert looked == []
         (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
         assert described["look_waiting"]["by"] == "scan"
+    finally:
+        release.set()
+    scan.join(10)
+
+
+def test_status_says_a_look_is_refused_beside_a_slow_scan_only_once_it_is(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep of an inbox learnt slow waits 15 s on one listing, past probeTimeoutSeconds but
+    under the look's cap (30 s): a write's look is still started, and status does not say looks
+    are refused as slow (it said so from probeTimeoutSeconds on)."""
+    clock = _Clock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 10, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    sup.status(root).slow = True
+    release, waiting = threading.Event(), threading.Event()
+
+    def sweep(asking: Asking) -> int:
+        with asked(asking, "listing", "."):
+            clock.ahead = 15.0
+            waiting.set()
+            release.wait(20)
+        return 1
+
+    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
+    scan.start()
+    try:
+        assert waiting.wait(10)
+        (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
+        assert described["look_waiting"] is None
+        assert "refused as slow" not in "\n".join(_each_root([described], []))
+        assert sup.looked(root, lambda _asking: 4) == 4
     finally:
         release.set()
     scan.join(10)
@@ -182,6 +252,67 @@ def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
         second.set()
 
 
+def test_a_hang_two_scans_met_is_said_until_the_second_ones_call_answers_too(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The mirror order: two looks of one root each given up on at its own call, and the FIRST
+    call answers while the second's still hangs: the root hangs on the second's call (it was
+    said healthy, the second's thread tracked nowhere, and the next scan started a thread beside
+    it); each look's refusal names its own call."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
+    sup = Supervisor(cfg)
+    _, root = _inbox(cfg)
+    first, second = threading.Event(), threading.Event()
+    errors: dict[str, str] = {}
+
+    def held(name: str, gate: threading.Event) -> Any:
+        def fn(asking: Asking) -> int:
+            with asked(asking, "stat", name):
+                gate.wait(20)
+            return 1
+
+        def run() -> None:
+            try:
+                sup.bounded(root, fn)
+            except RootUnreachable as exc:
+                errors[name] = str(exc)
+
+        return threading.Thread(target=run, daemon=True)
+
+    a, b = held("a.md", first), held("b.md", second)
+    started: list[str] = []
+    try:
+        a.start()
+        time.sleep(0.1)  # the second starts while the first's call is under its bound
+        b.start()
+        a.join(10)
+        b.join(10)
+        assert sorted(errors) == ["a.md", "b.md"], errors
+        assert errors["b.md"].startswith("looking up b.md"), errors
+        stuck = [t for t in threading.enumerate() if t.name == "probe-memory/ada"]
+        first.set()  # the first's call answers; the second's still hangs
+        for t in stuck:
+            t.join(1)
+        assert sum(t.is_alive() for t in stuck) == 1
+        st = sup.status(root)
+        assert st.hanging is not None and "b.md" in (st.hung_on or ""), st.hung_on
+
+        def third(asking: Asking) -> int:
+            started.append("third")
+            return 1
+
+        with pytest.raises(RootUnreachable, match=r"still hangs"):
+            sup.bounded(root, third)
+        assert started == []
+    finally:
+        first.set()
+        second.set()
+    for t in stuck:
+        t.join(10)
+    assert sup.status(root).hanging is None  # both answered: asked again
+    assert sup.bounded(root, lambda _asking: 3) == 3
+
+
 def _read_only(cfg: Any) -> tuple[Any, Any]:
     from sidecar.daemon.readonly import FolderLooks, InboxOnly, ReadOnly, Refusing
 
@@ -229,32 +360,73 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
     assert [n["reference"] for n in listed_now] == ["memory/canoe"]
 
 
-def test_read_only_modes_room_check_of_a_hung_inbox_refuses_the_write_in_words(
+def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_only(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The room check before a write is saved in the inbox (read-only mode) on a share whose
-    look-up hangs: the write is refused after probeTimeoutSeconds naming the call, nothing
-    written, and the disk-full message (asked by status) does not wait on it."""
+    look-up hangs: ada's write is refused after probeTimeoutSeconds naming the call, nothing
+    written; bob's write, whose inbox answers, is saved (the stuck call was kept under the whole
+    agents folder, refusing every agent's memory change while ada's share hung); ada's list is
+    told at once (one thread in her share); status names the hung inbox, not a full disk."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
-    inbox, _root = _inbox(cfg, "ops")
+    ada, _root = _inbox(cfg, "ada")
+    bob, _ = _inbox(cfg, "bob")
     rule, refusing = _read_only(cfg)
     release = threading.Event()
     real = os.access
 
     def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == inbox:
+        if Path(path) == ada:
             release.wait(20)
         return real(path, mode, **kwargs)
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = r"memory change refused: stat ops/memory in .*agents did not answer within 0.3 s .*nothing"
+        hung = r"memory change refused: stat ada/memory in .*agents did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
-            refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
-        assert "memory writes" in rule.message()  # told at once: the look still hangs
+            refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
+        saved = refusing.dispatch(
+            Request("write", {"slug": "kayak", "content": "# Kayak\n\ny\n"}, agent="bob")
+        )
+        assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
+        with pytest.raises(
+            StorageError, match=r"an earlier look at .*ada/memory \(stat ada/memory\) still hangs"
+        ):
+            refusing.dispatch(Request("list", {}, agent="ada"))
+        said = rule.message()
+        assert "until there is space (memory writes are saved in the inboxes" in said
+        assert re.search(
+            r"memory changes in .*ada/memory are refused while stat ada/memory there has not", said
+        )
+        assert "memory writes and rebuilds wait until there is space" not in said
     finally:
         release.set()
-    assert not (inbox / "canoe.md").exists()
+    assert not (ada / "canoe.md").exists()
+
+
+def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_disk(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agents folder itself hangs in read-only mode: status says memory changes are refused
+    while it does not answer (it said they waited for space on the index's disk)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    _inbox(cfg, "ada")
+    rule, _refusing = _read_only(cfg)
+    release = threading.Event()
+    real = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == cfg.agents_dir:
+            release.wait(20)
+        return real(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    try:
+        said = rule.message()
+        assert re.search(r"memory changes are refused while stat \. in .*agents did not answer", said), said
+        assert "memory writes" not in said
+    finally:
+        release.set()
 
 
 def _hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:

@@ -68,9 +68,15 @@ class FolderLooks:
     def of(cls, cfg: Config) -> FolderLooks:
         return cls(cfg.watch.probe_timeout_seconds, cfg.watch.scan_timeout_seconds)
 
-    def run(self, folder: Path, fn: Callable[[Asking], T]) -> T:
+    def hung(self) -> list[tuple[Path, str]]:
+        """Each folder whose earlier look's call is still in, with that call."""
+        with self._lock:
+            return [(Path(key), what) for key, (t, what) in sorted(self._stuck.items()) if t.is_alive()]
+
+    def run(self, folder: Path, fn: Callable[[Asking], T], under: Path | None = None) -> T:
         """``fn`` told of each call by the ``Asking`` it gets; NoAnswer (naming the call) when one
-        does not answer, and at once while an earlier look's call at ``folder`` is still in."""
+        does not answer, and at once while an earlier look's call at ``folder`` is still in.
+        ``under``: the folder the calls' names are relative to, when not ``folder``."""
         key = str(folder)
         with self._lock:
             earlier = self._stuck.get(key)
@@ -96,7 +102,7 @@ class FolderLooks:
             self._stuck[key] = (stuck, what)
         wait = f"{self.per_call:g} s" if now is not None else f"{self.whole:g} s"
         log.error("inbox_look_hung folder=%s call=%s timeout=%s", folder, what, wait)
-        raise NoAnswer(f"{what} in {folder} did not answer within {wait} (hung share?)", stuck)
+        raise NoAnswer(f"{what} in {under or folder} did not answer within {wait} (hung share?)", stuck)
 
 
 class Refusing:
@@ -468,26 +474,37 @@ class ReadOnly:
         if self.kept:  # the kept writable stores' indexer would write onto the full disk
             return False
         agents = self.agents_dir
-        folder = agents if agent is None else agents / agent / "memory"
 
-        def look(asking: Asking) -> bool:
+        def room(asking: Asking) -> bool:
             # The disk's room, not its device number: another device is not always another disk
             # with room (a btrfs subvolume of the same full disk, an agents disk full too).
             with asked(asking, "stat", "."):
                 if shutil.disk_usage(agents).free < LOW_BYTES:
                     return False
-            at = folder
+                return agent is not None or writable(agents)
+
+        def writable(at: Path) -> bool:
+            # access(2) answers for an immutable folder and a read-only mount, root's too.
+            return at.is_dir() and os.access(at, os.W_OK | os.X_OK)
+
+        inbox = agents if agent is None else agents / agent / "memory"
+
+        def reach(asking: Asking) -> bool:
+            at = inbox
             while at != agents:  # made by the write
                 with asked(asking, "stat", str(at.relative_to(agents))):
                     if at.exists():
                         break
                 at = at.parent
-            # access(2) answers for an immutable folder and a read-only mount, root's too.
             with asked(asking, "stat", str(at.relative_to(agents))):
-                return at.is_dir() and os.access(at, os.W_OK | os.X_OK)
+                return writable(at)
 
         try:
-            return self.looks.run(agents, look)
+            # The agents folder's own calls kept under it, an agent's under its inbox: one agent's
+            # hung inbox refuses that agent's changes, not every agent's.
+            if not self.looks.run(agents, room):
+                return False
+            return agent is None or self.looks.run(inbox, reach, under=agents)
         except NoAnswer as exc:
             # Not "the disk is full": the write is refused for the share that hangs, in those words.
             raise StorageError(
@@ -511,14 +528,27 @@ class ReadOnly:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
         try:
             writable = self.inboxes_writable()
-        except StorageError:  # the agents folder hangs: no write is saved meanwhile
+            hangs = None
+        except StorageError as exc:  # the agents folder hangs: no write is saved meanwhile
             writable = False
-        waits = (
-            "indexing and rebuilds wait until there is space (memory writes are saved in the "
-            "inboxes and found by search then)"
-            if writable
-            else "indexing, memory writes and rebuilds wait until there is space"
+            hangs = str(exc.__cause__ or exc)
+        # Each inbox whose look still hangs: that agent's changes are refused, for its share.
+        refused = "".join(
+            f"; memory changes in {folder} are refused while {what} there has not answered (hung share?)"
+            for folder, what in self.looks.hung()
+            if folder != self.agents_dir
         )
+        if hangs is not None:  # not the disk's space: the share that hangs, in those words
+            waits = (
+                f"indexing and rebuilds wait until there is space; memory changes are refused while {hangs}"
+            )
+        elif writable:
+            waits = (
+                "indexing and rebuilds wait until there is space (memory writes are saved in the "
+                f"inboxes and found by search then{refused})"
+            )
+        else:
+            waits = "indexing, memory writes and rebuilds wait until there is space"
         # A failure of another kind said "the disk holding the index is full: 24.5 MB free".
         if waiting:  # it said "the disk is full: 21.9 MB free", with room on the disk
             until = waits.replace("until there is space", "until it ends")

@@ -128,7 +128,8 @@ class ReadOnlyStart:
         written (``Refusing``)."""
         cfg = self.cfg
         if self._inbox_only is None:  # one for the daemon's life (its note locks, its problems)
-            looks = FolderLooks.of(cfg)  # one stuck thread per folder, whichever look it was
+            # One stuck thread per inbox (its list's or room check's) and one for the agents folder.
+            looks = FolderLooks.of(cfg)
             rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
             self._inbox_only = InboxOnly(cfg, rule.inboxes_writable, self.started, looks)
         return Refusing(why, self._inbox_only)

@@ -136,6 +136,12 @@ class RootStatus:
     # A request's look ended at its cap (``LookCut``) whose call is still in the share: the next
     # request's look is refused at once while it is (one thread per root, not one per write).
     _cut: tuple[threading.Thread, Asking] | None = field(default=None, repr=False)
+    # Other scans given up on while a hang was recorded, each still in its call (its thread, its
+    # Asking, that call, and what it is): the root hangs on one of them once the recorded one's
+    # call answered (``hanging``), whichever answers first.
+    _also: list[tuple[threading.Thread, Asking | None, tuple[str, str, float] | None, str | None]] = field(
+        default_factory=list, repr=False
+    )
 
     def cut_look(self) -> tuple[threading.Thread, Asking] | None:
         """The request's look cut at its cap that is still in its call, if any."""
@@ -148,11 +154,20 @@ class RootStatus:
     def hanging(self) -> threading.Thread | None:
         """The call on this root that still hangs (a hung share), if any."""
         stuck = self._stuck
-        if stuck is None or not stuck.is_alive():
+        # The call given up on answered: not hung (its scan stops at its next call)...
+        if (
+            stuck is not None
+            and stuck.is_alive()
+            and (self._asking is None or self._asking.now is self._given_up)
+        ):
+            return stuck
+        # ...unless another scan's call given up on meanwhile is still in: the root hangs on it.
+        still = [h for h in self._also if h[0].is_alive() and (h[1] is None or h[1].now is h[2])]
+        self._also = still[1:]
+        if not still:
             return None
-        if self._asking is not None and self._asking.now is not self._given_up:
-            return None  # the call given up on answered: not hung (its scan stops at its next call)
-        return stuck
+        self._stuck, self._asking, self._given_up, self.hung_on = still[0]
+        return self._stuck
 
 
 class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
@@ -416,7 +431,9 @@ class Supervisor:
         try:
             return self._asked(root, st, fn, whole=False, request=True)
         finally:
-            if st._stuck is not None or st.slow or st._learn or st._cut is not None:
+            # A look cut at its cap on a root not slow is not kept (its thread ends at its next
+            # quick call): kept, a never-swept inbox was listed by status as "not listed yet".
+            if st._stuck is not None or st.slow or st._learn:
                 with self._lock:
                     self.roots.setdefault(root.name, st)
 
@@ -467,20 +484,11 @@ class Supervisor:
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(st))
-        # A scan under way whose call already waits past its bound is about to be given up on (it
-        # marks the root hanging then): the share hangs, and a look started now would be a second
-        # thread stuck beside it. Said so now, not started.
-        if not st.slow and (late := self._waits_on(st, self._bound(st))) is not None:
-            call, rel, waited = late
-            raise RootUnreachable(
-                f"{call} {rel} in {root.path} has not answered for {_duration(waited)}, past "
-                f"{self._bound(st):g} s (hung share?); no call is started beside it"
-            )
         if st._learn:  # the call given up on answered by itself: slow, not hung
             self._learnt_slow(st)
-        # (What is reset here is a hang whose call answered: one still in raised above, and one
-        # recorded later by a scan under way is kept against a second's: ``_record_hang``.)
-        st._stuck, st.hung_on, st._asking, st._given_up = None, None, None, None
+        # (What is reset here are hangs whose calls answered: one still in raised above, each
+        # scan's given up on, whichever was recorded first: ``_record_hang``.)
+        st._stuck, st.hung_on, st._asking, st._given_up, st._also = None, None, None, None, []
         return st
 
     def _learnt_slow(self, st: RootStatus) -> None:
@@ -812,11 +820,11 @@ class Supervisor:
             return value  # type: ignore[return-value]  # fn's own result
         asking.abandon()  # it stops at its next call once this one answers
         now = asking.now
-        _record_hang(st, stuck, asking)
+        hung_on = _record_hang(st, stuck, asking)
         _not_waited_for(root, self.stopping)
         self._gave_up(st, slow=slow)
         if now is None or slow:  # the whole scan past scanTimeoutSeconds
-            on = f" ({st.hung_on})" if st.hung_on else ""
+            on = f" ({hung_on})" if hung_on else ""
             log.error("scan_hung root=%s%s", root.name, f" call={now[0]} path={now[1]}" if now else "")
             raise RootUnreachable(
                 f"{root.path}{on} did not answer within its timeout, watch.scanTimeoutSeconds (hung share?)"
@@ -828,7 +836,7 @@ class Supervisor:
             )
         log.error("scan_hung root=%s call=%s path=%s timeout=%gs", root.name, now[0], now[1], timeout)
         raise RootUnreachable(
-            f"{st.hung_on} in {root.path} did not answer within {timeout:g} s (hung share?); "
+            f"{hung_on} in {root.path} did not answer within {timeout:g} s (hung share?); "
             "notes of this root are not read until it answers (should it answer late, a slow "
             "share: this is remembered, and its calls are then waited for up to "
             "watch.scanTimeoutSeconds, by the daemon and by `sidecar index`)"
@@ -1355,14 +1363,16 @@ class Supervisor:
         return out
 
     def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None:
-        """A call on the root that has waited past probeTimeoutSeconds and is not a hang said
-        (a request's look cut at its cap, still in its call; a scan of a share learnt slow):
-        what it waits on and how long, for status to say why a write is refused as slow."""
+        """A call on the root that makes a request's look refused as slow (``_not_beside``) and
+        is not a hang said (a request's look cut at its cap, still in its call; a scan's call
+        waiting longer than a look may take, on a share learnt slow): what it waits on and how
+        long, for status to say why a write is refused. Not from probeTimeoutSeconds on: status
+        said looks were refused while they were still started."""
         cut = st.cut_look()
         now = cut[1].now if cut is not None else None
         if now is not None:
             return _waiting_on(now[0], now[1], time.monotonic() - now[2], "look")
-        late = self._waits_on(st, self.cfg.watch.probe_timeout_seconds)
+        late = self._waits_on(st, self.look_cap())
         return None if late is None else _waiting_on(*late, "scan")
 
 
@@ -1404,20 +1414,21 @@ def _waiting_on(call: str, path: str, seconds: float, by: str) -> dict[str, Any]
     return {"call": call, "path": path, "seconds": round(seconds, 1), "by": by}
 
 
-def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> None:
+def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> str | None:
     """A scan of the root given up on at ``asking``'s call, ``stuck`` still in it: the root hangs
     until that call answers. A hang another scan recorded meanwhile whose call is still in is
-    kept (replaced by this one, the root was said healthy once this call answered while the
-    other still hung, and the next look stalled on it again)."""
-    if st.hanging is not None:
-        return
-    st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+    kept, and this one is kept beside it (``RootStatus._also``): replaced by this one, the root
+    was said healthy once this call answered while the other still hung; dropped, once the other
+    answered first. What this call is ("looking up a.md"), for its own refusal."""
     now = asking.now
-    if now is not None:
-        st.hung_on = f"{now[0]} {now[1]}" if now[0] == "listing" else f"looking up {now[1]}"
-        st._asking, st._given_up = asking, now
-    else:  # the whole past its bound, no call named (an earlier scan's record is not this one's)
-        st.hung_on, st._asking, st._given_up = None, None, None
+    what = None if now is None else (f"{now[0]} {now[1]}" if now[0] == "listing" else f"looking up {now[1]}")
+    if st.hanging is not None:
+        st._also.append((stuck, asking if now is not None else None, now, what))
+        return what
+    st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
+    # (no call named: the whole past its bound; an earlier scan's record is not this one's)
+    st.hung_on, st._asking, st._given_up = what, (asking if now is not None else None), now
+    return what
 
 
 def _still_hangs(st: RootStatus) -> str:
