@@ -12,9 +12,12 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename over the target, fsync the folder."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+def atomic_write(path: Path, data: bytes, *, make_folder: bool = True) -> None:
+    """Temp file in the same folder, fsync, rename over the target, fsync the folder.
+    ``make_folder=False``: a missing folder fails (FileNotFoundError) and is not made again (a
+    file kept inside a store's folder, which a drop of the store removed)."""
+    if make_folder:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -29,7 +29,7 @@ from sidecar.contracts.errors import (
     store_error_class,
 )
 from sidecar.stores import vector_index
-from sidecar.stores.centre import centre_path, forget_centre, read_centre, write_centre
+from sidecar.stores.centre import Centre, centre_path, forget_centre, read_centre, write_centre
 from sidecar.stores.salvage import Salvage
 from sidecar.stores.vector_index import AnnIndexing
 
@@ -155,6 +155,7 @@ class VectorStore(AnnIndexing):
     """One LanceDB table for one model; thread-safe writes, concurrent reads."""
 
     retrain_failed_at: float | None = None  # when ``retrain_failed_rows`` failed (see __init__)
+    _centre: Centre | None  # the table's centre for hubness (see __init__)
 
     def __init__(
         self,
@@ -198,8 +199,8 @@ class VectorStore(AnnIndexing):
         # and one begun before it (trained on rows that are gone) is not recorded, even if it
         # ends only later.
         self._ending, self._epoch, self._epoch_why = False, 0, ""
-        # (row count, mean); -1: the kept one not read yet (``centroid``)
-        self._centroid: tuple[int, np.ndarray[Any, Any] | None] = (-1, None)
+        # The table's centre (``centroid``), and whether this open read the kept one yet
+        self._centre, self._centre_read = None, False
         # Row count for the centroid check, kept between writes: count_rows on every query cost a
         # round trip through lancedb's event loop. ``_generation`` counts writes, so a count read
         # while a write lands is not kept.
@@ -304,6 +305,7 @@ class VectorStore(AnnIndexing):
         vecs = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(rows), self.dim)
         with self._lock:
             self._write("add", lambda: self._table.add(data), lambda e: e.appended(rows, vecs))
+            self._count_churn(len(rows))
             self._count_write()
 
     def delete_ids(self, chunk_ids: Sequence[str]) -> None:
@@ -313,7 +315,12 @@ class VectorStore(AnnIndexing):
         self._delete("key", keys)
 
     def _delete(self, column: str, values: Sequence[str]) -> None:
+        if not values:
+            return
         with self._lock:
+            # The rows deleted count against the centre (``centroid``). A failed part leaves them
+            # uncounted: the net change of the row count still does (``Centre.stale``).
+            before = self._row_count()
             for start in range(0, len(values), 200):
                 part = values[start : start + 200]
                 where = _in_list(column, part)
@@ -323,6 +330,7 @@ class VectorStore(AnnIndexing):
                     lambda e, c=column, p=part: e.without(c, p),
                 )
                 self._count_write()
+            self._count_churn(before - self._row_count())
 
     def clear(self) -> None:
         """Remove every row (a rebuild, a model switch's table made again). The table is as new:
@@ -341,7 +349,7 @@ class VectorStore(AnnIndexing):
                     self._forget_index()
                     # and their centre: the refilled rows' own is taken at the first search
                     with self._centre_lock:
-                        self._centroid = (0, None)
+                        self._centre, self._centre_read = None, True
                         forget_centre(self._centre_path(), self.name)
             finally:
                 self._ending = False
@@ -603,29 +611,48 @@ class VectorStore(AnnIndexing):
         ]
 
     def centroid(self) -> np.ndarray[Any, Any] | None:
-        """Mean of (a sample of) the stored vectors, kept until the table grew or shrank by a
-        tenth; None below ``CENTROID_MIN_ROWS`` rows, where a mean says little. Kept with the
-        table (``stores.centre``): a fresh start uses the centre the last one took, so the same
-        index gives the same hubness in whatever process serves it."""
+        """Mean of (a sample of) the stored vectors, kept until rows added and deleted since
+        reach a tenth of it (``Centre.stale``); None below ``CENTROID_MIN_ROWS`` rows, where a
+        mean says little. Kept with the table, its churn too (``stores.centre``): a fresh start
+        uses the centre the last one took and counts on from there, so the same index gives the
+        same hubness in whatever process serves it."""
         count = self._row_count()
         if count < CENTROID_MIN_ROWS:
             return None
-        known, centre = self._centroid
-        if centre is not None and abs(count - known) <= known // 10:
-            return centre
+        kept = self._centre
+        if kept is not None and not kept.stale(count):
+            return kept.mean
         with self._centre_lock:  # one search takes and writes it, the others wait for it
-            if self._centroid[0] < 0:  # not looked for yet by this open: the kept one, if any
-                self._centroid = read_centre(self._centre_path(), self.dim) or (0, None)
-            known, centre = self._centroid
-            if centre is not None and abs(count - known) <= known // 10:
-                return centre
-            centre = self._sampled_mean(count)
-            if centre is None:
+            self._read_centre()
+            kept = self._centre
+            if kept is not None and not kept.stale(count):
+                return kept.mean
+            mean = self._sampled_mean(count)
+            if mean is None:
                 return None
-            centre.setflags(write=False)
-            self._centroid = (count, centre)
-            write_centre(self._centre_path(), count, centre, self.name)
-            return centre
+            mean.setflags(write=False)
+            self._centre = Centre(count, 0, mean)
+            write_centre(self._centre_path(), self._centre, self.name)
+            return mean
+
+    def _read_centre(self) -> None:
+        """The kept centre, once per open; the caller holds ``_centre_lock``."""
+        if not self._centre_read:
+            self._centre = read_centre(self._centre_path(), self.dim)
+            self._centre_read = True
+
+    def _count_churn(self, rows: int) -> None:
+        """Rows added or deleted count against the centre, kept with it (a restart counts on from
+        the same number); the caller holds the write lock. Not written once it is due anyway."""
+        if rows <= 0:
+            return
+        with self._centre_lock:
+            self._read_centre()
+            kept = self._centre
+            if kept is None or 10 * kept.churn >= kept.rows:
+                return
+            self._centre = replace(kept, churn=kept.churn + rows)
+            write_centre(self._centre_path(), self._centre, self.name)
 
     def _sampled_mean(self, count: int) -> np.ndarray[Any, Any] | None:
         """The mean of ``CENTROID_SAMPLE`` rows at most, chosen by the row count."""
