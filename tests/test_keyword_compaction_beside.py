@@ -894,3 +894,40 @@ def test_a_new_index_that_disagrees_with_the_manifest_is_not_swapped_in(
     _dropped(stores)
     assert stores.bm25 is old and _agrees(stores) and old.search("lantern 20", 100)
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+
+
+def test_the_error_of_a_step_left_running_is_logged(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step left running at a stop that then fails (a full disk at the fill's commit) is
+    logged by its refill's thread when it ends, and the next refill may begin: its error reached
+    no caller and was dropped without a word."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop, gate = threading.Event(), threading.Event()
+    real_commit = Bm25Index.commit
+    names: list[str] = []
+
+    def commit(self: Any) -> None:
+        if self is not old and not gate.is_set():
+            names.append(threading.current_thread().name)
+            stop.set()
+            gate.wait(60)
+            raise StoreError("BM25 commit failed: No space left on device")
+        real_commit(self)
+
+    monkeypatch.setattr(Bm25Index, "commit", commit)
+    assert compact_bm25(stores, stop) is False
+    gate.set()
+    _dropped(stores)
+    failed = [r for r in caplog.records if "bm25_refill_step_failed" in r.message]
+    assert failed and failed[0].levelname == "WARNING" and "No space left" in failed[0].message
+    assert names and names[0].startswith("bm25-refill-fill-")  # each refill's threads numbered
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
