@@ -767,3 +767,167 @@ def test_a_refill_reads_the_manifest_a_page_of_notes_at_a_time(
     _delete(s, 0, 12)
     assert compact_bm25(stores) is True and _agrees(stores)  # the refill beside, read by pages
     assert notes_read and max(notes_read) <= 3
+
+
+def test_an_abandoned_step_does_not_remove_the_next_stores_side_folder(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compaction stopped while its fill's commit runs, the stores closed and the same home
+    opened again in this process (the daemon's switch to writable after a failed start), a
+    second compaction there: the first one's step, ending late in its thread, leaves the
+    second's side folder alone. It removed ``bm25.next`` by name; the second refill's reopen
+    made an empty index there, swapped in and logged as a compaction: every keyword search
+    found nothing."""
+    from sidecar.index import repair
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    for i in range(NOTES):
+        write(vault / f"Log/Note{i}.md", f"# Note {i}\n\nThe lantern {i} by the harbour, zq{i}.\n")
+    first = Harness(cfg, FakeEmbedder())
+    first.sweep()
+    for i in range(12):
+        (vault / f"Log/Note{i}.md").unlink()
+    first.sweep()
+    monkeypatch.setattr(repair, "_SHARED_SMALL", 10)
+    stop, gate = threading.Event(), threading.Event()
+    abandoned: list[Any] = []
+    real_commit, real_close = Bm25Index.commit, Bm25Index.close
+
+    def commit(self: Any) -> None:
+        if self.path.name == "bm25.next" and not abandoned:  # the first compaction's fill
+            abandoned.append(self)
+            stop.set()  # asked while its commit runs
+            gate.wait(60)
+        real_commit(self)
+
+    def close(self: Any) -> None:
+        real_close(self)
+        if self.path.name == "bm25.next" and abandoned and self is not abandoned[0] and not gate.is_set():
+            # The second compaction's new index closed before its reopen: the abandoned commit
+            # ends now, and its refill is dropped.
+            gate.set()
+            assert first.stores.beside_lock.acquire(timeout=60)
+            first.stores.beside_lock.release()
+
+    monkeypatch.setattr(Bm25Index, "commit", commit)
+    monkeypatch.setattr(Bm25Index, "close", close)
+    assert compact_bm25(first.stores, stop) is False
+    first.close()
+    second = Harness(cfg, FakeEmbedder())  # its start removes the side folder left
+    try:
+        stores = second.stores
+        with caplog.at_level("INFO"):
+            assert compact_bm25(stores, None) is True
+        assert gate.is_set()
+        assert _agrees(stores) and stores.bm25.num_docs() > 0
+        assert stores.bm25.search("harbour", 100)
+        assert "bm25_refill_side_not_ours" in caplog.text
+        assert sorted(p.name for p in cfg.index_dir.glob("bm25*")) == ["bm25"]
+    finally:
+        second.close()
+
+
+def test_a_side_folder_removed_under_the_refill_fails_it(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new index's folder removed while it is closed between the catch-up and the swap: the
+    reopen fails the refill (logged), the old index answers, whole. The reopen made an empty
+    index in its place, caught up with the notes written meanwhile (none) and swapped it in."""
+    import shutil
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    real_close = Bm25Index.close
+    removed: list[Path] = []
+
+    def close(self: Any) -> None:
+        real_close(self)
+        if self is not old and self.path.name == "bm25.next" and not removed:
+            removed.append(self.path)
+            shutil.rmtree(self.path)  # removed by someone else meanwhile
+
+    monkeypatch.setattr(Bm25Index, "close", close)
+    with caplog.at_level("INFO"), pytest.raises(StoreError, match="removed meanwhile"):
+        compact_bm25(stores, None)
+    assert removed
+    assert "bm25_refill_side_gone" in caplog.text
+    _dropped(stores)
+    assert stores.bm25 is old and _agrees(stores) and old.search("harbour", 100)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+
+
+def test_a_new_index_that_disagrees_with_the_manifest_is_not_swapped_in(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The new index short of documents at the swap (one lost after the catch-up): the swap is
+    abandoned with a warning and the old index answers, whole; nothing checked the counts and
+    the short index was swapped in as a compaction."""
+    from sidecar.index import beside
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    real_catch_up = beside.catch_up
+
+    def catch_up(index: Any, manifest: Any, keys: Any, **k: Any) -> int:
+        done = real_catch_up(index, manifest, keys, **k)
+        if _write_lock_held(stores):  # the swap's catch-up: a note lost from the new index
+            index.delete_key("vault/Log/Note20")
+        return done
+
+    monkeypatch.setattr(beside, "catch_up", catch_up)
+    with caplog.at_level("INFO"):
+        assert compact_bm25(stores, None) is False
+    assert "bm25_refill_count_mismatch" in caplog.text
+    assert any(r.levelname == "WARNING" and "bm25_refill_count_mismatch" in r.message for r in caplog.records)
+    _dropped(stores)
+    assert stores.bm25 is old and _agrees(stores) and old.search("lantern 20", 100)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
+
+
+def test_the_error_of_a_step_left_running_is_logged(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step left running at a stop that then fails (a full disk at the fill's commit) is
+    logged by its refill's thread when it ends, and the next refill may begin: its error reached
+    no caller and was dropped without a word."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.index.repair import compact_bm25
+    from sidecar.stores.bm25 import Bm25Index
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    old = stores.bm25
+    stop, gate = threading.Event(), threading.Event()
+    real_commit = Bm25Index.commit
+    names: list[str] = []
+
+    def commit(self: Any) -> None:
+        if self is not old and not gate.is_set():
+            names.append(threading.current_thread().name)
+            stop.set()
+            gate.wait(60)
+            raise StoreError("BM25 commit failed: No space left on device")
+        real_commit(self)
+
+    monkeypatch.setattr(Bm25Index, "commit", commit)
+    assert compact_bm25(stores, stop) is False
+    gate.set()
+    _dropped(stores)
+    failed = [r for r in caplog.records if "bm25_refill_step_failed" in r.message]
+    assert failed and failed[0].levelname == "WARNING" and "No space left" in failed[0].message
+    assert names and names[0].startswith("bm25-refill-fill-")  # each refill's threads numbered
+    assert stores.bm25 is old and _agrees(stores)
+    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]

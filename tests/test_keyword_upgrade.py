@@ -161,7 +161,8 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, thr
 
     def all_chunks(self: Any) -> Iterator[Any]:
         # Beside, the refill's fill runs in a thread of its own (a stop does not wait for it).
-        if threading.current_thread().name in ("upgrade", "bm25-refill-fill") and not release.is_set():
+        name = threading.current_thread().name
+        if (name == "upgrade" or name.startswith("bm25-refill-fill-")) and not release.is_set():
             entered.set()
             assert release.wait(_WAIT)
         yield from real(self)

@@ -16,6 +16,7 @@ second copy (``bm25_folder.copy_room``): the callers judge it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -29,7 +30,16 @@ from sidecar.contracts.errors import StoreError
 from sidecar.index.bm25fill import catch_up, fill_bm25
 from sidecar.index.vectoring import Stores
 from sidecar.stores.bm25 import Bm25Index, open_bm25, put_back_times
-from sidecar.stores.bm25_side import discard, drop_previous, side_folder, swap_in, swap_out, swap_undone
+from sidecar.stores.bm25_side import (
+    carries,
+    discard,
+    drop_previous,
+    marked_side,
+    swap_in,
+    swap_out,
+    swap_undone,
+    unmark,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +110,9 @@ class _StoppedError(Exception):
 class _LeftRunningError(_StoppedError):
     """A stop asked while a step ran in its own thread: given up without waiting for it."""
 
-    def __init__(self, done: threading.Event, got: list[tuple[bool, Any]]) -> None:
+    def __init__(self, step: str, done: threading.Event, got: list[tuple[bool, Any]]) -> None:
         super().__init__()
-        self.done, self.got = done, got
+        self.step, self.done, self.got = step, done, got
 
 
 # How often a refill waiting for a step looks at the stop (the stop is a flag, not a wake-up).
@@ -113,6 +123,9 @@ _LOOK_SECONDS = 0.05
 # (the next run tries again), an upgrade swaps all the same.
 _SWAP_NOTES = 500
 _PASSES = 3
+# Each refill's number, in its threads' names: a step left running by one and the next refill's
+# steps are told apart in the log.
+_NUMBERS = itertools.count(1)
 
 
 class _Quit:
@@ -149,6 +162,8 @@ class _Refill:
         self._told = threading.Lock()
         self.new: Bm25Index | None = None
         self.left: _LeftRunningError | None = None  # a step left running at a stop
+        self.mark: str | None = None  # what the side folder it made carries (``marked_side``)
+        self.number = next(_NUMBERS)
 
     def progress(self, phase: str, done: int, total: int) -> None:
         # Under a lock with ``given_up``: a step left running told a phase after its caller
@@ -175,10 +190,10 @@ class _Refill:
             finally:
                 done.set()
 
-        threading.Thread(target=run, name=f"bm25-refill-{name}", daemon=True).start()
+        threading.Thread(target=run, name=f"bm25-refill-{name}-{self.number}", daemon=True).start()
         while not done.wait(_LOOK_SECONDS):
             if self.quit.is_set():
-                raise _LeftRunningError(done, got)
+                raise _LeftRunningError(name, done, got)
         ok, result = got[0]
         if ok:
             return result  # type: ignore[no-any-return]
@@ -187,7 +202,7 @@ class _Refill:
     def run(self) -> Swapped | None:
         stores, old, index_dir = self.stores, self.old, self.index_dir
         try:
-            side = side_folder(index_dir)
+            side, self.mark = marked_side(index_dir)
             with stores.write_lock:  # a moment: every write from now on is noted
                 old.changes_since()
             self.new = Bm25Index(side)
@@ -246,6 +261,7 @@ class _Refill:
         self._looked_at()
         self._step("commit", new.commit)
         self._looked_at()
+        self._counted(new)
         # The agents' own indexes as the old index had them: one removed as idle stays
         # removed, the others keep their time of last use (taken for used at each compaction,
         # an idle agent's index was never removed).
@@ -255,6 +271,7 @@ class _Refill:
         self._looked_at()  # closed and whole, but not swapped in: dropped as at any stop
         self.new = None
         put_back_times(kept)
+        unmark(index_dir / "bm25.next")
         taken.append(time.monotonic() - steps - sum(taken))
         # From here on the swap is not ended by a stop: the old index is closed, then the
         # folders renamed (a kill among them is finished by the next start's ``settle``).
@@ -303,12 +320,41 @@ class _Refill:
             if done_passes == 1 or not everything:
                 self._step("close", new.close)
                 self._looked_at()
-                self.new = self._step("reopen", partial(Bm25Index, side))
+                self.new = self._step("reopen", partial(self._reopened, side))
                 self._looked_at()
             if everything or old.noted_count() <= _SWAP_NOTES:
                 return
         if self.quit.give_way:
             self.quit.why = "behind"
+            raise _StoppedError
+
+    def _reopened(self, side: Path) -> Bm25Index:
+        """The new index opened again after its close; a StoreError when its folder is no longer
+        the one this refill made (removed meanwhile): opened as ever, an empty index was made in
+        its place, caught up with the few notes written meanwhile and swapped in."""
+        if self.mark is None or not carries(side, self.mark):
+            log.error("bm25_refill_side_gone path=%s (removed meanwhile; the refill is given up)", side)
+            raise StoreError(f"the keyword index refilled in {side} was removed meanwhile")
+        return Bm25Index(side)
+
+    def _counted(self, new: Bm25Index) -> None:
+        """Under the write lock, the new index caught up and committed: it holds what the manifest
+        says, else the swap is abandoned (logged) and the old index kept. A refill that lost part
+        of its index (its folder removed under it, a document dropped) swapped in an index that
+        found nothing, and said it had compacted."""
+        manifest = self.stores.manifest
+        want = (manifest.indexed_chunk_count(), manifest.indexed_page_count())
+        have = (new.num_docs(), new.num_pages())
+        if have != want:
+            log.warning(
+                "bm25_refill_count_mismatch chunks=%d expected=%d pages=%d expected_pages=%d "
+                "(the swap is abandoned; the old index answers)",
+                have[0],
+                want[0],
+                have[1],
+                want[1],
+            )
+            self.quit.why = "count"
             raise _StoppedError
 
     def release(self, beside: threading.Lock) -> None:
@@ -322,14 +368,22 @@ class _Refill:
             return
 
         def after() -> None:
-            if left is not None:
-                left.done.wait()
-                ok, result = left.got[0] if left.got else (False, None)
-                if ok and isinstance(result, Bm25Index):  # the reopen's: closed with the rest
-                    self.new = result
-            self._drop(beside)
+            try:
+                if left is not None:
+                    left.done.wait()
+                    ok, result = left.got[0] if left.got else (False, None)
+                    if ok and isinstance(result, Bm25Index):  # the reopen's: closed with the rest
+                        self.new = result
+                    elif not ok:  # its error reached no caller: said here (a full disk, say)
+                        log.warning(
+                            "bm25_refill_step_failed step=%s error=%s (after a stop: the refill is given up)",
+                            left.step,
+                            result,
+                        )
+            finally:  # whatever raised above, the next refill is not kept out until a restart
+                self._drop(beside)
 
-        threading.Thread(target=after, name="bm25-refill-dropped", daemon=True).start()
+        threading.Thread(target=after, name=f"bm25-refill-dropped-{self.number}", daemon=True).start()
 
     def _drop(self, beside: threading.Lock) -> None:
         try:
@@ -338,8 +392,11 @@ class _Refill:
                     self.new.close()
                 except (StoreError, OSError) as exc:  # its folder is removed all the same
                     log.debug("bm25_refill_close error=%s", exc)
-                discard(self.index_dir)
-                log.debug("bm25_refill_dropped path=%s", self.index_dir / "bm25.next")
+                side = self.index_dir / "bm25.next"
+                if discard(self.index_dir, self.mark):
+                    log.debug("bm25_refill_dropped path=%s", side)
+                else:  # made anew meanwhile by another refill (the home opened again): left to it
+                    log.info("bm25_refill_side_not_ours path=%s (another refill's folder: left)", side)
         finally:
             beside.release()
 

@@ -218,7 +218,8 @@ def learn_umlauts(stores: Stores) -> None:
     from the manifest: the index itself stays as it is and answers meanwhile."""
     started = time.monotonic()
     # Outside the write lock (a memory write waited for it, 1.8 s for 7,218 chunks on a loaded
-    # machine): the list has its own lock, the manifest is read in one query, and a note written
+    # machine): the list has its own lock, the manifest is read a page of notes at a time (a note
+    # moved between two pages is missed or read twice: harmless here), and a note written
     # meanwhile teaches the list its words itself.
     stores.bm25.learn_umlauts(bm25_doc(v) for v in stores.manifest.all_chunks())
     log.info(

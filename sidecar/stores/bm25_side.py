@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 from sidecar.stores.versions import BM25_LAYOUT, bm25_layout
@@ -31,6 +32,8 @@ PREVIOUS = "bm25.previous"
 # first, in one step, so that a removal cut short leaves nothing ``settle`` promotes or a start
 # opens as the index; ``settle`` removes it.
 UNDONE = "bm25.undone"
+# The file in a side folder naming the refill that made it (``marked_side``).
+MARK = "refill.mark"
 
 
 def settle(index_dir: Path) -> None:
@@ -85,9 +88,47 @@ def side_folder(index_dir: Path) -> Path:
     return side
 
 
-def discard(index_dir: Path) -> None:
-    """A refill given up (a stop, a full disk): its side folder removed."""
-    shutil.rmtree(index_dir / NEXT, ignore_errors=True)
+def marked_side(index_dir: Path) -> tuple[Path, str]:
+    """The empty side folder made for one refill, and the mark it carries (``MARK``): a refill
+    given up removes the folder only while it still carries its mark (``discard``)."""
+    side = side_folder(index_dir)
+    mark = uuid.uuid4().hex
+    side.mkdir()
+    (side / MARK).write_text(mark, encoding="utf-8")
+    return side, mark
+
+
+def carries(side: Path, mark: str) -> bool:
+    """Whether ``side`` is still the folder made with ``mark`` (not removed, nor made again)."""
+    try:
+        return (side / MARK).read_text(encoding="utf-8") == mark
+    except OSError:
+        return False
+
+
+def unmark(side: Path) -> None:
+    """The mark removed from a side folder about to be swapped in (the index keeps no trace)."""
+    with contextlib.suppress(FileNotFoundError):
+        (side / MARK).unlink()
+
+
+def discard(index_dir: Path, mark: str | None = None) -> bool:
+    """A refill given up (a stop, a full disk): its side folder removed; with ``mark``, only
+    while the folder is still the one made with it (False when not). A step left running at a
+    stop ends seconds later: by then the folder may be another refill's (the home opened again
+    in the same process, whose start removed it and whose refill made it anew), and removing it
+    by name swapped an empty index in. Renamed away first, so nothing is removed by name."""
+    side = index_dir / NEXT
+    if mark is not None and not carries(side, mark):
+        return False
+    try:
+        doomed = _renamed_away(side)
+    except FileNotFoundError:
+        return True
+    except OSError:  # not renamed: removed where it is
+        doomed = side
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
 
 
 def swap_out(index_dir: Path) -> Path:
