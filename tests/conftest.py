@@ -16,7 +16,6 @@ import pytest
 from sidecar.config import Config, load_config
 from sidecar.daemon.compose import build
 from sidecar.model.embedder import EmbedderSlot
-from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.lifecycle import open_vectors
 from sidecar.stores.manifest import Manifest
@@ -120,14 +119,14 @@ def make_cfg(tmp_path: Path) -> Any:
 class Harness:
     """Real stores in tmp_path with a fake (or given) embedder, driven without a daemon."""
 
-    def __init__(self, cfg: Config, model: Any, clock: SteadyClock | None = None) -> None:
+    def __init__(self, cfg: Config, model: Any) -> None:
         self.cfg = cfg
         self.slot = EmbedderSlot()
         if model is not None:
             self.slot.set_ok(model, "test")
         else:
             self.slot.set_failed("no model in this test")
-        parts = build(cfg, self.slot, clock=clock)
+        parts = build(cfg, self.slot)
         self.problems, self.stores, self.vectors = parts.problems, parts.stores, parts.vectors
         self.supervisor, self.indexer, self.repair = parts.supervisor, parts.indexer, parts.repair
         if model is not None:

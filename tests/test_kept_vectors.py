@@ -3,7 +3,6 @@ to) keeps those of its last few edits only, and cannot push out those of notes t
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import time
 from pathlib import Path
@@ -12,10 +11,7 @@ from typing import Any
 import pytest
 
 from sidecar.index.vector_rows import EDITS_KEPT_PER_NOTE
-from sidecar.index.vectoring import Vectoring
-from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.stores.manifest import Manifest
-from sidecar.vault.homeguard import clock_path
 from tests.conftest import FakeEmbedder, Harness, write
 
 EDITS = 30  # a note re-indexed every minute for half an hour
@@ -347,59 +343,6 @@ def test_vectors_kept_while_the_clock_was_ahead_do_not_push_out_newer_ones(
         assert "vectors_kept_restamped rows=10 (stamped more than a day ahead" in caplog.text
         _delete(h, after)
         assert manifest.kept_count() == 10
-        model = h.slot.model
-        assert isinstance(model, FakeEmbedder)
-        model.embedded.clear()
-        for p, data in after.items():
-            p.write_bytes(data)
-        h.sweep()
-        assert not [t for t in model.embedded if "ferry" in t]
-    finally:
-        h.close()
-
-
-def test_vectors_kept_after_a_reboot_with_the_clock_set_back_stay_the_newest(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A board without a clock battery loses power, boots with its wall clock in 2000 and NTP
-    steps it forward later. Kept vectors were stamped by the wall clock: a folder deleted after
-    the reboot counted as 26 years older than one deleted before, the cap pushed it out first,
-    and the step forward pruned by age whatever was stamped in 2000; restored, the folder was
-    embedded again in full. Now the steady clock stamps them, and a stamp is never before one
-    kept already (the power cut lost its last minutes: its reading is saved every 10 minutes)."""
-    before = _folder(vault, "Before", "market")
-    after = _folder(vault, "After", "ferry")
-    other = write(vault / "Other.md", "# Other\n\nA note deleted once NTP set the clock.\n")
-    cfg = make_cfg(vault, **{"index.keepDeletedVectorsMax": 11})  # a folder and the other note
-    wall, boot, since_boot = [time.time()], ["boot:a"], [100.0]
-
-    def the_clock() -> SteadyClock:
-        return SteadyClock(clock_path(cfg), wall=lambda: wall[0], steady=lambda: (boot[0], since_boot[0]))
-
-    # The system's wall clock as the index would read it by itself (so that, without the steady
-    # clock, the stamps follow the steps below).
-    monkeypatch.setattr(
-        "sidecar.daemon.compose.Vectoring", functools.partial(Vectoring, clock=lambda: wall[0])
-    )
-    h = Harness(cfg, FakeEmbedder(), clock=the_clock())
-    try:
-        h.sweep()
-        wall[0] += 300.0  # five minutes after the clock's last save: lost in the power cut
-        since_boot[0] += 300.0
-        _delete(h, before)
-        assert h.stores.manifest.kept_count() == 10
-    finally:
-        h.close()
-    wall[0], boot[0], since_boot[0] = 946_684_800.0, "boot:b", 20.0  # 2000-01-01, a new boot
-    h = Harness(cfg, FakeEmbedder(), clock=the_clock())
-    try:
-        since_boot[0] += 60.0
-        _delete(h, after)
-        wall[0] = time.time() + 3600.0  # NTP: the true time, an hour after the first deletion
-        since_boot[0] += 60.0
-        other.unlink()
-        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes by age and by the cap
-        assert h.stores.manifest.kept_count() == 11
         model = h.slot.model
         assert isinstance(model, FakeEmbedder)
         model.embedded.clear()

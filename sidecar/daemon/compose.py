@@ -80,18 +80,12 @@ def build(
     manifest.vector_cap = cfg.index.max_vector_chunks_per_note
     stores = Stores(manifest, bm25, problems=problems)
     try:
+        vectors = Vectoring(
+            stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
+        )
         clock.floor(manifest.get_meta(CLOCK_META))  # the clock file lost: the index's copy of it
         with contextlib.suppress(sqlite3.Error):  # kept fresh: an old copy would lag by many reboots
             manifest.set_meta(CLOCK_META, clock.record())
-        # Kept vectors are stamped by the steady clock (floored first: the start restamps by it):
-        # a wall clock set back (a board without a clock battery boots in 1970, then NTP steps it)
-        # made the newest the oldest, pushed out first and pruned by age at once.
-        vectors = Vectoring(
-            stores,
-            cfg.index.keep_deleted_vectors_hours * 3600,
-            cfg.index.keep_deleted_vectors_max,
-            clock=clock.now,
-        )
         _record_writer(manifest)
         supervisor = Supervisor(cfg, meta=manifest, beat=beat, hold_clock=clock.now, hold_record=clock.record)
         indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
@@ -151,13 +145,10 @@ def build_read_only(cfg: Config, slot: EmbedderSlot, clock: SteadyClock | None =
         manifest.close_after_failure()
         raise
     stores = Stores(manifest, bm25, problems=problems)
-    clock.floor(manifest.get_meta(CLOCK_META))
     vectors = Vectoring(
-        stores,
-        cfg.index.keep_deleted_vectors_hours * 3600,
-        cfg.index.keep_deleted_vectors_max,
-        clock=clock.now,
+        stores, cfg.index.keep_deleted_vectors_hours * 3600, cfg.index.keep_deleted_vectors_max
     )
+    clock.floor(manifest.get_meta(CLOCK_META))
     supervisor = Supervisor(cfg, meta=manifest, hold_clock=clock.now, hold_record=clock.record)
     indexer = Indexer(cfg, stores, slot, vectors=vectors, supervisor=supervisor, problems=problems)
     repair = Repair(cfg, stores, vectors, slot, problems)

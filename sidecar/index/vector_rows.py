@@ -30,17 +30,13 @@ log = logging.getLogger(__name__)
 # in an afternoon, and a folder moved the day before was embedded again in full.
 EDITS_KEPT_PER_NOTE = 3
 
-# Kept vectors are stamped by the daemon's steady clock (``runtime.steadyclock``: it starts from
-# the wall clock and then counts only time that really passed, so a wall clock stepped back or
-# forward moves no stamp). Those stamped this far behind it were not stamped by a clock of the
-# epoch: versions before stamped them with a counter that restarts at every boot (seconds since
-# boot), which the age cut-off would have pruned all at once at the upgrade.
+# Kept vectors stamped this far behind the wall clock were not stamped by it: versions before
+# this one stamped them with a counter that restarts at every boot (seconds since boot), which
+# the age cut-off of the wall clock would have pruned all at once at the upgrade.
 NOT_WALL_CLOCK_S = 20 * 365 * 86400.0
-# Kept vectors stamped this far ahead of the clock at a start were stamped by an older version's
-# wall clock while it was set ahead (a Pi without a clock battery, a wrong manual setting).
+# Kept vectors stamped this far ahead of the wall clock at a start were stamped while it was set
+# ahead (a Pi without a clock battery, a wrong manual setting), since corrected.
 AHEAD_OF_WALL_CLOCK_S = 86400.0
-# A new stamp is at least this much after the newest one kept: later deletions stay the newer.
-STAMP_STEP_S = 0.001
 
 # Why a table's rows of chunks the index no longer has are there, by why the table is checked:
 # at a start (an upgrade's first sweep cut notes anew) a bare count read as damage.
@@ -147,15 +143,6 @@ class VectorRows:
                 )
         return len(found)
 
-    def _kept_now(self) -> float:
-        """The stamp of vectors kept now: the clock, but after every stamp kept so far. The steady
-        clock's reading is saved now and then, so after a power cut it goes on from up to a few
-        minutes back (``SAVE_EVERY_S``): the deletions just before the cut were then newer than
-        the first ones after the reboot, and the cap pushed out the later ones first."""
-        now = self.clock()
-        newest = self.manifest.newest_kept()
-        return now if newest is None or newest < now else newest + STAMP_STEP_S
-
     def _keep_orphans(self, store: VectorStore, orphans: list[str], cause: str = "start") -> None:
         """Keep by text the vectors of the rows about to be deleted whose chunks were deleted
         while no table was open (``_keep``), as of when they were deleted (those deleted longer
@@ -191,8 +178,7 @@ class VectorRows:
         stamps). Pruned at once, every note deleted or excluded in the week before the upgrade was
         embedded again when it came back. Rows stamped more than ``AHEAD_OF_WALL_CLOCK_S`` in the
         future (a clock set ahead, then corrected) count as kept now too: else no age cut-off
-        reached them and the cap kept them ahead of every newer deletion, for years. ``clock``
-        is the daemon's steady clock (see ``NOT_WALL_CLOCK_S``)."""
+        reached them and the cap kept them ahead of every newer deletion, for years."""
         now = self.clock()
         try:
             behind, ahead = self.manifest.restamp_kept(
@@ -209,8 +195,8 @@ class VectorRows:
             )
         if ahead:
             log.info(
-                "vectors_kept_restamped rows=%d (stamped more than a day ahead of the clock: "
-                "a wall clock set ahead, then corrected; counted as kept now)",
+                "vectors_kept_restamped rows=%d (stamped more than a day ahead of the wall clock: "
+                "a clock set ahead, then corrected; counted as kept now)",
                 ahead,
             )
 
@@ -285,9 +271,9 @@ class VectorRows:
             # attached, which deletes them as unknown; their texts are remembered, so that it
             # keeps their vectors first (lost, a folder excluded meanwhile was embedded again
             # when it was let back in).
-            now, stamp = self.clock(), self._kept_now()
+            now = self.clock()
             known = manifest.embed_hashes(chunk_ids[: self.keep_max])
-            manifest.keep_later(sorted(known.items()), stamp, now - self.keep_seconds, self.keep_max)
+            manifest.keep_later(sorted(known.items()), now, now - self.keep_seconds, self.keep_max)
             return
         notes = manifest.chunk_notes(chunk_ids[: self.keep_max]) if edited else {}
         for vs in (self.stores.serving, self.stores.building):
@@ -301,7 +287,7 @@ class VectorRows:
                 (hashes[cid], np.asarray(v, dtype=np.float32).tobytes(), notes.get(cid, ""))
                 for cid, v in vecs.items()
             ]
-            now, stamp = self.clock(), self._kept_now()
-            manifest.keep_vectors(vs.store.name, rows, stamp)
+            now = self.clock()
+            manifest.keep_vectors(vs.store.name, rows, now)
             manifest.prune_edits(vs.store.name, {n for _, _, n in rows if n}, EDITS_KEPT_PER_NOTE)
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)

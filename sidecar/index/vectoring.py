@@ -189,9 +189,7 @@ class Vectoring(VectorRows, VectorEmbedding):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.stores = stores
-        # When vectors are kept: the rows outlive the process, so a clock of the epoch; the
-        # daemon passes its steady clock, which a step of the wall clock does not move.
-        self.clock = clock
+        self.clock = clock  # when vectors are kept (wall clock: the rows outlive the process)
         self.manifest = stores.manifest
         self._changed = Event()
         self.embedded = 0  # vectors computed by the model

@@ -179,14 +179,6 @@ class VectorBook:
             table,
         )
 
-    def newest_kept(self) -> float | None:
-        """The newest stamp of the kept vectors and remembered chunks (None: none kept)."""
-        rows = self._query(
-            "SELECT max(m) FROM (SELECT max(kept_at) AS m FROM kept_vectors "
-            "UNION ALL SELECT max(kept_at) FROM kept_later)"
-        )
-        return None if rows[0][0] is None else float(rows[0][0])
-
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
         """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
         replaced first, then the oldest: the notes that left the index have the whole budget."""
