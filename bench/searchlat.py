@@ -63,8 +63,10 @@ def _score_gap(a: Hits, b: Hits) -> float:
 
 
 class Side:
-    def __init__(self, name: str, home: Path, vault: Path, code: Path, extra: dict[str, Any]) -> None:
-        self.name, self.extra = name, extra
+    def __init__(
+        self, name: str, home: Path, vault: Path, code: Path, extra: dict[str, Any], limit: int = 10
+    ) -> None:
+        self.name, self.extra, self.limit = name, extra, limit
         self.config = home.parent / f"{home.name}-searchlat.yaml"
         self.config.write_text(_config({}, extra))
         self.daemon = code_daemon(home, vault, code, self.config)
@@ -84,7 +86,7 @@ class Side:
     def search(self, query: str) -> tuple[float, Hits]:
         assert self.client is not None
         t = time.perf_counter()
-        reply = self.client.call("search", {"query": query, "limit": 10})
+        reply = self.client.call("search", {"query": query, "limit": self.limit})
         return (time.perf_counter() - t) * 1000, _hits(reply)
 
     def stop(self) -> None:
@@ -107,6 +109,7 @@ def main() -> None:
     ap.add_argument("--cache", action="store_true", help="leave this checkout's query cache on")
     ap.add_argument("--settings", default="hybrid,bm25,vector")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--limit", type=int, default=10, help="hits each search asks for")
     args = ap.parse_args()
     if (args.old_home is None) != (args.old_code is None):
         ap.error("--old-home and --old-code go together")
@@ -116,14 +119,18 @@ def main() -> None:
         else [json.loads(line)["q"] for line in args.questions.read_text().splitlines() if line.strip()]
     )
     extra = {} if args.cache else {"search": {"queryCache": 0}}
-    sides = [Side("new", args.home.resolve(), args.vault.resolve(), ROOT, extra)]
+    sides = [Side("new", args.home.resolve(), args.vault.resolve(), ROOT, extra, args.limit)]
     if args.old_home is not None:
         # The same settings on both sides: with its cache on, the old side answered the timed
         # rounds from what the warm-up pass had embedded.
-        sides.append(
-            Side("old", args.old_home.resolve(), args.vault.resolve(), args.old_code.resolve(), extra)
-        )
-    result: dict[str, Any] = {"queries": len(queries), "rounds": args.rounds, "cache": args.cache}
+        old_code = args.old_code.resolve()
+        sides.append(Side("old", args.old_home.resolve(), args.vault.resolve(), old_code, extra, args.limit))
+    result: dict[str, Any] = {
+        "queries": len(queries),
+        "rounds": args.rounds,
+        "cache": args.cache,
+        "limit": args.limit,
+    }
     try:
         for s in sides:
             s.ready()
