@@ -72,8 +72,10 @@ def _score_gap(a: Hits, b: Hits) -> float:
 
 
 class Side:
-    def __init__(self, name: str, home: Path, vault: Path, code: Path, extra: dict[str, Any]) -> None:
-        self.name, self.extra = name, extra
+    def __init__(
+        self, name: str, home: Path, vault: Path, code: Path, extra: dict[str, Any], limit: int = 10
+    ) -> None:
+        self.name, self.extra, self.limit = name, extra, limit
         self.config = home.parent / f"{home.name}-searchlat.yaml"
         self.config.write_text(_config({}, extra))
         self.daemon = code_daemon(home, vault, code, self.config)
@@ -93,7 +95,7 @@ class Side:
     def search(self, query: str) -> tuple[float, Hits]:
         assert self.client is not None
         t = time.perf_counter()
-        reply = self.client.call("search", {"query": query, "limit": 10})
+        reply = self.client.call("search", {"query": query, "limit": self.limit})
         return (time.perf_counter() - t) * 1000, _hits(reply)
 
     def stop(self) -> None:
@@ -119,6 +121,7 @@ def main() -> None:
         "--old-set", action="append", default=[], help="section.key=value for the old side only (repeatable)"
     )
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--limit", type=int, default=10, help="hits each search asks for")
     args = ap.parse_args()
     if args.old_home is None and (args.old_code is not None or args.old_set):
         ap.error("--old-code and --old-set need --old-home")
@@ -137,7 +140,7 @@ def main() -> None:
         else [json.loads(line)["q"] for line in args.questions.read_text().splitlines() if line.strip()]
     )
     extra = {} if args.cache else {"search": {"queryCache": 0}}
-    sides = [Side("new", args.home.resolve(), args.vault.resolve(), ROOT, extra)]
+    sides = [Side("new", args.home.resolve(), args.vault.resolve(), ROOT, extra, args.limit)]
     if args.old_home is not None:
         # The same settings on both sides: with its cache on, the old side answered the timed
         # rounds from what the warm-up pass had embedded.
@@ -148,9 +151,15 @@ def main() -> None:
                 args.vault.resolve(),
                 (args.old_code or ROOT).resolve(),
                 _merged(extra, old_extra),
+                args.limit,
             )
         )
-    result: dict[str, Any] = {"queries": len(queries), "rounds": args.rounds, "cache": args.cache}
+    result: dict[str, Any] = {
+        "queries": len(queries),
+        "rounds": args.rounds,
+        "cache": args.cache,
+        "limit": args.limit,
+    }
     if old_extra:
         result["old_settings"] = old_extra
     try:

@@ -895,9 +895,10 @@ def test_hit_fields_are_the_documented_ones(served: Served) -> None:
         "datedBy",
         "modifiedAhead",
         "deletionHeld",
+        "widerLook",
     }
     dated = served.call("search", {"query": "garlic this month"})["hits"][0]  # with its day
-    optional = {"agent", "masked", "deletionHeld", "modifiedAhead"}
+    optional = {"agent", "masked", "deletionHeld", "modifiedAhead", "widerLook"}
     assert set(dated) <= set(documented) and set(documented) - set(dated) <= optional
 
 

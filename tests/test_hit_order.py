@@ -150,3 +150,36 @@ def test_a_hit_ranked_up_by_its_rank_or_by_most_of_the_gap_says_so() -> None:
         "ranked above hits of higher relevance: it holds a rare word of the query, most of the gap "
         "(the rest: its place in the keyword and meaning results)"
     )
+
+
+def test_hits_of_a_wider_look_are_not_said_to_be_ranked_below_by_the_boosts(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """A wider look's hits follow the pool's own on their own scale (``Hit.look``): a 0.11 of the
+    pool above a 0.27 of the wider look was explained with "its place in the keyword and meaning
+    results". Only hits of one look are compared; the CLI says where the wider look's hits begin,
+    and the look survives the JSON of the socket."""
+    import dataclasses
+
+    from sidecar.clients import cli_query
+    from sidecar.clients.cli_parser import build_parser
+    from sidecar.config import load_config
+    from sidecar.contracts.notices import ranked_up
+    from sidecar.contracts.wire_json import hit_json, parse_search
+
+    pool = [_hit("vault/a", 0.12, 0.2, {}), _hit("vault/b", 0.11, 0.108, {})]
+    wider = [dataclasses.replace(_hit(f"vault/w{i}", r, r, {}), look=200) for i, r in enumerate((0.27, 0.25))]
+    assert ranked_up([*pool, *wider]) == [None, None, None, None]
+    # Within one look the reason is still given, against that look's hits alone.
+    lifted = [_hit("vault/a", 0.5, 0.9, {"rank": 0.12}), _hit("vault/b", 0.6, 0.8, {}), *wider]
+    assert ranked_up(lifted)[0] is not None
+    answer = {"hits": [hit_json(h) for h in [*pool, *wider]]}
+    assert [h.look for h in parse_search(answer).hits] == [0, 0, 200, 200]
+    monkeypatch.setattr(cli_query, "_call", lambda *_a, **_k: answer)
+    args = build_parser().parse_args(["search", "Skript pausieren"])
+    cfg = load_config(flags={"home": str(tmp_path / "home")}, env={})
+    assert cli_query.cmd_search(args, cfg) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "relevance" in line]
+    assert not any("ranked above" in line for line in lines)
+    marked = ["from a wider look (200 candidates an arm)" in line for line in lines]
+    assert marked == [False, False, True, False]

@@ -99,20 +99,118 @@ def _hit(cid: str, key: str, score: float, folded: tuple[str, ...] = ()) -> Scor
     return Scored(Candidate(cid, key, "vault", 1, 2), score, 0.0, 0.0, folded=folded)
 
 
-def test_a_wider_pools_hits_follow_the_pools_own() -> None:
-    """Hits of the wider pool come after the pool's own, whatever their score; none holding a
-    chunk the pool ranked (as a hit or folded into one) comes again, and the per-note cap counts
-    both."""
-    first = [_hit("a1", "A", 0.5), _hit("b1", "B", 0.4, folded=("b2",))]
-    pool = [*first, _hit("c1", "C", 0.01)]  # c1: below the floor in the pool, not a hit
+def test_a_wider_looks_hits_follow_the_hits_shown() -> None:
+    """Hits of a wider look come after the hits shown so far, whatever their score; none holding
+    a chunk shown (as a hit or folded into one) comes again, and the per-note cap counts both. A
+    chunk the narrower pool ranked below minScore is not shown, so it may come: skipped, it was
+    shown at no limit."""
+    shown = [_hit("a1", "A", 0.5), _hit("b1", "B", 0.4, folded=("b2",))]
     wider = [
-        _hit("x1", "X", 0.9),  # better than the pool's hits: still after them
-        _hit("b2", "B", 0.8),  # folded into a pool hit
-        _hit("z1", "Z", 0.7, folded=("a1",)),  # holds a pool hit
-        _hit("c1", "C", 0.6),  # a pool candidate
+        _hit("x1", "X", 0.9),  # better than the hits shown: still after them
+        _hit("b2", "B", 0.8),  # folded into a hit shown
+        _hit("z1", "Z", 0.7, folded=("a1",)),  # holds a hit shown
+        _hit("c1", "C", 0.6),  # below minScore in the narrower pool: never shown there
         _hit("a2", "A", 0.3),  # A's second hit
         _hit("a3", "A", 0.2),  # A's third: past the cap of two
         _hit("y1", "Y", 0.1),
     ]
-    out = after_pool(first, wider, pool, cap=2)
-    assert [s.candidate.chunk_id for s in out] == ["a1", "b1", "x1", "a2", "y1"]
+    out = after_pool(shown, wider, cap=2)
+    assert [s.candidate.chunk_id for s in out] == ["a1", "b1", "x1", "c1", "a2", "y1"]
+
+
+class _Looks(Retriever):
+    """The retriever, noting the pool of every look its arms take."""
+
+    pools: list[int | None]
+
+    def arms(self, req: SearchRequest, *args: Any, **kwargs: Any) -> Any:
+        self.pools.append(req.pool)
+        return super().arms(req, *args, **kwargs)
+
+
+def _looks(h: Harness) -> _Looks:
+    r = _Looks(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+    r.pools = []
+    return r
+
+
+@pytest.fixture
+def wide(make_cfg: Any, tmp_path: Path) -> Any:
+    vault = tmp_path / "v"
+    _corpus(vault, notes=250)  # more chunks than a look of 200 candidates an arm holds
+    h = Harness(make_cfg(vault, **{"search.candidates": 10}), FakeEmbedder())
+    h.sweep()
+    yield h
+    h.close()
+
+
+def test_a_limit_takes_the_wider_looks_it_needs_in_turn(wide: Harness) -> None:
+    """A limit the pool cannot fill takes the look of 200 candidates an arm first, and that of 600
+    only when 200 still hold too few hits: a limit of 20 does not pay for 600. The answer is the
+    same at every limit, cut (limit 20's is limit 200's first 20)."""
+    r = _looks(wide)
+    query = "alpha beta gamma"
+    twenty = r.search(SearchRequest(query, 20, 0.3)).hits
+    assert len(twenty) == 20
+    assert r.pools == [None, 200]
+    r.pools = []
+    everything = r.search(SearchRequest(query, 200, 0.3)).hits
+    assert r.pools == [None, 200, 600]
+    assert everything[:20] == twenty
+
+
+def test_no_hit_of_a_wider_look_is_hidden_at_every_limit(wide: Harness) -> None:
+    """A chunk the pool ranked below minScore but the widest look ranks above it is shown at
+    the largest limit (after the hits before it): a wider look skips only what is shown."""
+    r = Retriever(wide.stores, wide.slot, wide.cfg.search, wide.cfg.recall)
+    floor = 0.5
+    missed = 0
+    for query in QUERIES:
+        pool = r.search(SearchRequest(query, 200, 0.0, pool=10)).hits
+        below = {(h.reference, h.lines) for h in pool if h.relevance < floor}
+        widest = r.search(SearchRequest(query, 200, floor, pool=600)).hits
+        found = {(h.reference, h.lines) for h in widest} & below
+        answer = {(h.reference, h.lines) for h in r.search(SearchRequest(query, 200, floor)).hits}
+        assert found, query  # the scene holds such chunks
+        missed += len(found - answer)
+    assert missed == 0
+
+
+def test_why_names_the_wider_look_that_found_a_hit(wide: Harness) -> None:
+    """`why` ranks as the search at the default limit does: a hit a wider look found (the pool
+    held too few hits above minScore) is "hit #N, from a wider look", where it said "below
+    minScore" or "not among the candidates" of a note the search returned."""
+    from dataclasses import replace
+
+    from sidecar.search.explain import explain
+
+    r = Retriever(wide.stores, wide.slot, replace(wide.cfg.search, min_score=0.5), wide.cfg.recall)
+    checked = 0
+    for query in QUERIES:
+        hits = r.search(SearchRequest(query, r.cfg.limit, r.cfg.min_score)).hits
+        for place, hit in enumerate(hits, 1):
+            outcomes = {c.lines: c.outcome for c in explain(r, hit.reference, query, None).chunks}
+            if hit.look:
+                said = f"hit #{place}, from a wider look ({hit.look} candidates an arm)"
+                assert outcomes[hit.lines] == said
+                checked += 1
+            else:
+                assert outcomes[hit.lines] == f"hit #{place}"
+    assert checked  # the scene holds such hits
+
+
+def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: Path) -> None:
+    """recall's arms fetch ``recall.candidates`` an arm, not ``search.candidates`` (the help sets'
+    follow-ups were measured with recall's own 60), and recall takes no wider look."""
+    vault = tmp_path / "v"
+    _corpus(vault)
+    flags = {"recall.candidates": 12, "search.candidates": 30, "recall.minSimilarity": 0.0}
+    h = Harness(make_cfg(vault, **flags), FakeEmbedder())
+    try:
+        h.sweep()
+        r = _looks(h)
+        req = SearchRequest("", 20, 0.0, token_budget=50_000)
+        recall(r, "alpha beta gamma", [], req, lambda texts: [len(t.split()) for t in texts])
+        assert r.pools == [12]
+    finally:
+        h.close()

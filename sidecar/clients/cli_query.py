@@ -18,6 +18,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import ExitCode, NotFoundError
 from sidecar.contracts.notices import (
     DELETION_HELD_MARK,
+    WIDER_LOOK_MARK,
     catching_up_note,
     dates_said,
     ignored_phrase_note,
@@ -84,6 +85,9 @@ def cmd_search(args: argparse.Namespace, cfg: Config) -> int:
         where = f"lines {hit.lines[0]}-{hit.lines[1]}" + (f", dated {hit.date}" if hit.date else "")
         if lifted[i - 1] is not None:
             where += f"; {lifted[i - 1]}"
+        if hit.look and (i == 1 or result.hits[i - 2].look != hit.look):
+            # Where the pool's own hits end: the scores after it are of another ranking.
+            where += f"; {WIDER_LOOK_MARK.format(pool=hit.look)}"
         if hit.modified_ahead:
             where += (
                 f" by its last change seen here (its file's date {hit.modified_ahead} lies in the future)"

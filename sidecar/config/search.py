@@ -75,7 +75,8 @@ class SearchConfig:
         90,
         "Candidates each arm fetches before fusion (four times this with a filter), whatever the "
         "limit: the first hits never depend on the limit. A limit the pool cannot fill is filled "
-        "from a pool of 3x the largest limit, after the pool's own hits.",
+        "from wider looks (200, then 600 candidates an arm), each one's new hits after the hits "
+        "before it.",
         min=10,
     )
     query_cache: int = _opt(

@@ -106,10 +106,11 @@ def ranked_up(hits: Sequence[Hit]) -> list[str | None]:
     boosts of the hit that close the gap (``_lift_words``), and the demotions of the best hit
     below it (a log page, hub damping, its source's weight under 1); the general words (the
     ranking score's own scale) only where no boost or demotion is there to name. None for the
-    others."""
+    others. Only hits of the same look are compared: a wider look's hits follow the pool's own
+    on their own scale (``Hit.look``), and the place they take says nothing of a boost."""
     out: list[str | None] = []
     for i, h in enumerate(hits):
-        below = [x for x in hits[i + 1 :] if x.relevance > h.relevance + _RANKED_UP_BY]
+        below = [x for x in hits[i + 1 :] if x.look == h.look and x.relevance > h.relevance + _RANKED_UP_BY]
         if not below:
             out.append(None)
             continue
@@ -313,6 +314,13 @@ def switch_note(n: int) -> str:
 
 
 DELETION_HELD_MARK = "deleted on disk, deletion held"
+
+# A search's first hit from a wider look (``Hit.look``): the pool held too few hits for the
+# limit; this hit and the next are ranked on that look's own scale, after the pool's hits.
+WIDER_LOOK_MARK = (
+    "from a wider look ({pool} candidates an arm), as are the hits after it: "
+    "ranked on its own scale, after the hits above"
+)
 
 
 def held_note(references: list[str]) -> str:

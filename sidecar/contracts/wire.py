@@ -71,6 +71,10 @@ class Hit:
     # notes went at once): its indexed text is still found until the deletion is confirmed or
     # the hold ends, and read as current it misled (``get`` says it is gone).
     deletion_held: bool = False
+    # Found by a wider look (its pool of candidates an arm), after the hits of the search's own
+    # pool: its scores are of that look's own scale, so it may outscore the hit above it. 0: the
+    # search's own pool.
+    look: int = 0
 
 
 # What kept a recall candidate out of the block (a preview lists them under ``dropped``).

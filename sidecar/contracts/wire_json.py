@@ -71,6 +71,8 @@ def hit_json(h: Hit) -> dict[str, Any]:
         out["gate"] = h.gate
     if h.deletion_held:
         out["deletionHeld"] = True
+    if h.look:
+        out["widerLook"] = h.look
     return out
 
 
@@ -232,6 +234,7 @@ def parse_hit(d: Mapping[str, Any]) -> Hit:
         keywords=d.get("keywords"),
         gate=d.get("gate"),
         deletion_held=bool(d.get("deletionHeld")),
+        look=int(d.get("widerLook") or 0),
     )
 
 

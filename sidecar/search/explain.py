@@ -7,15 +7,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from sidecar.contracts.wire import ChunkExplanation, Explanation, Hit
 from sidecar.index.repair import ready_inbox
+from sidecar.search.arms import Found
+from sidecar.search.fusion import Scored
 from sidecar.search.keyword_gaps import note_keyword_scores
 from sidecar.search.listing import period_listing
 from sidecar.search.query import Filters, split_filters
 from sidecar.search.querywords import bm25_text, joined_part, typed_part
+from sidecar.search.ranking import Ranking
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of
 from sidecar.search.retrieval import Retriever
@@ -40,13 +44,12 @@ def explain(
     found = r.arms(req, seen, qa, None, weight, spelled=spelled)
     ranking = r.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
     ids = [c.chunk_id for c in chunks]
-    stem = found.stem
     words = [(bm25_text(qa), 1.0), *typed_part(spelled), *joined_part(found.joined)]
     # Scored as the asker's search scores it: an agent's own index, a person's of all memory.
-    direct_bm, bm_note = note_keyword_scores(r.stores, words, len(ids) + 5, agent, key=key, stem=stem)
+    direct_bm, bm_note = note_keyword_scores(r.stores, words, len(ids) + 5, agent, key=key, stem=found.stem)
     page_bm: dict[str, float] = {}
     if r.page_share(weight) > 0:  # a failing page index: said in status, as a search says it
-        page_bm, _ = note_keyword_scores(r.stores, words, 1, agent, key=key, stem=stem, pages=True)
+        page_bm, _ = note_keyword_scores(r.stores, words, 1, agent, key=key, stem=found.stem, pages=True)
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:
@@ -55,14 +58,18 @@ def explain(
     scored = {s.candidate.chunk_id: s for s in ranking.scored}
     # As `search` does: drop what is below minScore, then cut at the limit (ranks count the kept).
     below = {s.candidate.chunk_id for s in ranking.ranked if s.relevance < req.min_score}
-    kept = [s for s in ranking.ranked if s.candidate.chunk_id not in below]
-    rank = {s.candidate.chunk_id: i + 1 for i, s in enumerate(kept)}
-    folded_into = {f: s for s in ranking.folded for f in s.folded}
-    in_folded = {s.candidate.chunk_id for s in ranking.folded}
+    kept = [s.candidate.chunk_id for s in ranking.ranked if s.candidate.chunk_id not in below]
+    rank = {cid: i + 1 for i, cid in enumerate(kept)}
+    # The wider looks the search takes at this limit when the pool holds too few hits: their
+    # hits follow the pool's, and `why` names the look that found each (as the search ranks it).
+    widely = _looked(r, req, ranking, found, (seen, qa, weight, rare, relevant, spelled))
+    folded_into, in_folded = _folds(ranking)
     out = []
     for c in chunks:
         s = scored.get(c.chunk_id)
-        if c.chunk_id in below:
+        if c.chunk_id in widely:
+            s, outcome = widely[c.chunk_id]
+        elif c.chunk_id in below:
             outcome = f"below minScore ({req.min_score:g})"
         elif c.chunk_id in rank and rank[c.chunk_id] <= req.limit:
             outcome = f"hit #{rank[c.chunk_id]}"
@@ -103,6 +110,33 @@ def explain(
         page_bm25_score=round(page_bm[key], 4) if key in page_bm else None,
         analysis=analysis_of(qa, req.filters, rare),
     )
+
+
+def _folds(ranking: Ranking) -> tuple[dict[str, Scored], set[str]]:
+    """Which hit each folded chunk went into, and the chunks left after folding."""
+    return {f: s for s in ranking.folded for f in s.folded}, {s.candidate.chunk_id for s in ranking.folded}
+
+
+def _looked(
+    r: Retriever, req: SearchRequest, ranking: Ranking, found: Found, read: tuple[Any, ...]
+) -> dict[str, tuple[Scored, str]]:
+    """The hits within ``req``'s limit that the search's wider looks found (``Retriever.looked``)
+    by chunk: each one's scores and outcome; ``read``: the query as the search read it."""
+    seen, qa, weight, rare, relevant, spelled = read
+
+    def widen(wide: SearchRequest) -> tuple[Found, Ranking]:
+        more = r.arms(wide, seen, qa, None, weight, spelled=spelled)
+        return more, r.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
+
+    shown, wider, _ = r.looked(req, ranking, found, widen, req.limit)
+    return {
+        s.candidate.chunk_id: (
+            s,
+            f"hit #{i}, from a wider look ({wider[s.candidate.chunk_id]} candidates an arm)",
+        )
+        for i, s in enumerate(shown[: req.limit], 1)
+        if s.candidate.chunk_id in wider
+    }
 
 
 def _said_once(arms: str | None, note: str | None) -> str | None:

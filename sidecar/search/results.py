@@ -22,9 +22,12 @@ def _masked(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     return out, tuple(counts.items())
 
 
-def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool, dated: bool = False) -> Hit:
+def to_hit(
+    s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool, dated: bool = False, look: int = 0
+) -> Hit:
     """``dated``: the hit carries its note's day (a search with a date window: an agent can tell
-    which day of the period a note belongs to)."""
+    which day of the period a note belongs to). ``look``: the pool of the wider look that found
+    it (0: the search's own pool)."""
     c = s.candidate
     changed, ahead = last_change(view.mtime_ns, view.ctime_ns, view.indexed_at)  # one clock for both
     text, masked = _masked(view.text) if mask_secrets else (view.text, ())
@@ -49,6 +52,7 @@ def to_hit(s: Scored, view: ChunkView, agent: str | None, *, mask_secrets: bool,
         date=(view.date or local_day(changed)) if dated else None,
         dated_by=(view.dated_by or "modified") if dated else None,
         modified_ahead=local_day(view.mtime_ns) if dated and ahead and not view.date else None,
+        look=look,
     )
 
 

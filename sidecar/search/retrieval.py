@@ -27,14 +27,16 @@ from sidecar.search.query import Filters, QueryAnalysis, analyze, split_filters
 from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set
-from sidecar.search.ranking import Ranker
+from sidecar.search.ranking import Ranker, Ranking
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.stores.manifest_rows import NoteDay
+from sidecar.stores.manifest_rows import ChunkView, NoteDay
 
-# The pool a limit the fixed pool cannot fill is filled from: three candidates an arm per hit of
-# the largest limit (what the largest limit fetched when the pool grew with it).
-_WIDE_POOL = 3 * LIMIT_RANGE[1]
+# The wider looks a limit the fixed pool cannot fill is filled from, in turn: each a whole pool
+# of its own, ranked whatever the limit, taken only while too few hits are found (a limit of 50
+# mostly stops at 200 and does not pay for 600). The last: three candidates an arm per hit of the
+# largest limit (what the largest limit fetched when the pool grew with it).
+WIDER_POOLS = (200, 3 * LIMIT_RANGE[1])
 
 
 class Retriever(QueryPlan, Arms, Ranker):
@@ -129,11 +131,41 @@ class Retriever(QueryPlan, Arms, Ranker):
             self.stores.manifest, result, dated, req, floor=floor, mask_secrets=self.cfg.mask_secrets
         )
 
-    def widens(self, found: Found, req: SearchRequest) -> bool:
-        """Whether a wider pool may hold more hits than ``found``'s: an arm filled the pool."""
-        if self.cfg.candidates >= _WIDE_POOL or req.pool is not None:
-            return False
-        return self.cut(found, req)
+    def wider_pools(self, req: SearchRequest) -> list[int]:
+        """The wider looks after the fixed pool (none for a request with its own pool: recall)."""
+        if req.pool is not None:
+            return []
+        return [p for p in WIDER_POOLS if p > self.cfg.candidates]
+
+    def looked(
+        self,
+        req: SearchRequest,
+        r: Ranking,
+        found: Found,
+        widen: Callable[[SearchRequest], tuple[Found, Ranking]],
+        until: int,
+    ) -> tuple[list[Scored], dict[str, int], dict[str, ChunkView]]:
+        """The pool's hits (``r``, ``found``) then, while fewer than ``until`` and an arm of the
+        last look filled its pool, each wider look's new hits (``widen`` ranks a look's pool).
+        Every look is ranked whole and independent of the limit, so the answer is the same list
+        at every limit, cut: the first hits of any limit are those of a smaller one. Returns the
+        hits, the look (the pool an arm) of each hit from a wider one by chunk, and the views."""
+        kept = [s for s in r.ranked if s.relevance >= req.min_score]
+        views = r.views
+        wider: dict[str, int] = {}
+        last = req
+        for pool in self.wider_pools(req):
+            if len(kept) >= until or not self.cut(found, last):
+                break
+            last = replace(req, pool=pool)
+            found, r2 = widen(last)
+            new = after_pool(
+                kept, [s for s in r2.ranked if s.relevance >= req.min_score], self.cfg.max_hits_per_note
+            )
+            wider.update((s.candidate.chunk_id, pool) for s in new[len(kept) :])
+            kept = new
+            views = {**r2.views, **views}
+        return kept, wider, views
 
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
@@ -144,25 +176,27 @@ class Retriever(QueryPlan, Arms, Ranker):
         found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
         r = self.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
         mask_secrets = self.cfg.mask_secrets
-        kept = [s for s in r.ranked if s.relevance >= req.min_score]
-        views = r.views
-        if len(kept) < req.limit and self.widens(found, req):
-            # The pool holds fewer hits than asked and an arm had more: a wider pool's hits
-            # follow the pool's own, which keep their order and scores, so the first hits of
-            # any limit are those of a smaller one (both pools are fixed, never the limit's).
-            wide = replace(req, pool=_WIDE_POOL)
+
+        def widen(wide: SearchRequest) -> tuple[Found, Ranking]:
             more = self.arms(wide, seen, qa, None, weight, spelled=spelled)
-            r2 = self.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
-            beyond = [s for s in r2.ranked if s.relevance >= req.min_score]
-            kept = after_pool(kept, beyond, r.scored, self.cfg.max_hits_per_note)
-            views = {**r2.views, **r.views}
+            return more, self.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
+
+        # The pool holds fewer hits than asked and an arm had more: wider looks' hits follow.
+        kept, wider, views = self.looked(req, r, found, widen, req.limit)
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
         kept = kept[: req.limit]
         agent = req.agent
         dated = bool(req.filters.since or req.filters.until)
         hits = tuple(
-            to_hit(s, views[s.candidate.chunk_id], agent, mask_secrets=mask_secrets, dated=dated)
+            to_hit(
+                s,
+                views[s.candidate.chunk_id],
+                agent,
+                mask_secrets=mask_secrets,
+                dated=dated,
+                look=wider.get(s.candidate.chunk_id, 0),
+            )
             for s in kept
         )
         return SearchResult(
@@ -175,13 +209,15 @@ class Retriever(QueryPlan, Arms, Ranker):
         )
 
 
-def after_pool(first: list[Scored], wider: list[Scored], pool: Sequence[Scored], cap: int) -> list[Scored]:
-    """``first`` (the pool's hits, in order), then those of ``wider`` (a wider pool's hits, in its
-    order) that hold no chunk of the first pool (``pool``: its every candidate; a hit holds the
-    chunks folded into it), at most ``cap`` hits of a note in all (0: no cap)."""
-    taken = {s.candidate.chunk_id for s in pool} | {f for s in pool for f in s.folded}
-    per_note = Counter(s.candidate.key for s in first)
-    out = list(first)
+def after_pool(shown: list[Scored], wider: list[Scored], cap: int) -> list[Scored]:
+    """``shown`` (the hits of the looks so far, in order), then those of ``wider`` (a wider
+    look's hits, in its order) that hold no chunk a shown hit holds (its own and those folded
+    into it), at most ``cap`` hits of a note in all (0: no cap). Only what is shown is skipped:
+    a chunk the narrower pool ranked below minScore may pass it in the wider one, and skipped it
+    was shown at no limit."""
+    taken = {s.candidate.chunk_id for s in shown} | {f for s in shown for f in s.folded}
+    per_note = Counter(s.candidate.key for s in shown)
+    out = list(shown)
     for s in wider:
         key = s.candidate.key
         if s.candidate.chunk_id in taken or taken.intersection(s.folded):
