@@ -343,7 +343,9 @@ def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, t
     skipped = h["index"]["skipped"]
     assert sum(skipped.values()) == 3, skipped  # binary, too large, not UTF-8
     assert any("large" in reason for reason in skipped)
-    assert h["index"]["files"] == 6  # good, bomb, bad YAML, headings, long line, nested
+    # good, bomb, bad YAML, headings, long line, nested; the daemon's log with a miss: one run saw
+    # the sweep counted and idle with none of them indexed yet, and kept nothing to tell why
+    assert h["index"]["files"] == 6, (h["index"], d.log.read_text()[-4000:])
     assert d.call("search", {"query": "weather station humidity"})["hits"][0]["reference"] == "vault/Good"
     assert d.call("search", {"query": "YAML bomb"})["hits"][0]["reference"] == "vault/Bomb"
     assert "Skipped files" in d.run_cli("status").stdout
