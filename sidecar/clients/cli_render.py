@@ -217,14 +217,32 @@ def _compaction_said(c: dict[str, Any]) -> str:
     """A large vault's keyword index rewritten beside the live one, in its phase's words."""
     if c["phase"] == "filling":
         step = f"{c['done']:,} of {c['total']:,} chunks"
-    elif c["phase"] == "catching up":
-        step = f"adding the {c['total']:,} notes written meanwhile"
-    else:
-        step = f"swapping it in ({c['total']:,} notes written meanwhile added first)"
+    else:  # the notes written meanwhile: one each time, often
+        notes = f"{c['total']:,} note{'' if c['total'] == 1 else 's'} written meanwhile"
+        step = f"adding the {notes}" if c["phase"] == "catching up" else f"swapping it in, the {notes} added first"
     return (
         f"rewriting the keyword index beside the live one ({step}); searches answer from the live "
         "index, writes are slower meanwhile"
     )
+
+
+# The last compaction beside, by its outcome: what status says of it.
+_LAST_SAID = {
+    "compacted": "last rewritten beside the live one",
+    "skipped": "rewrite skipped",
+    "stopped": "rewrite stopped",
+    "gave way": "rewrite given up",
+    "failed": "rewrite failed",
+}
+
+
+def _compaction_last_said(last: dict[str, Any]) -> str:
+    """What came of the last run that found a large vault's keyword index due for a rewrite."""
+    outcome = str(last["outcome"])
+    words = f"keyword index {_LAST_SAID.get(outcome, shown(outcome))} {_ago(last['at'])}: {shown(last['reason'])}"
+    if outcome == "compacted":
+        return words
+    return f"{words}; its deleted notes weigh in its scores until a later run rewrites it"
 
 
 def render_status(h: dict[str, Any]) -> str:
@@ -258,6 +276,8 @@ def render_status(h: dict[str, Any]) -> str:
     compaction = idx.get("keyword_compaction")
     if compaction:
         lines.append(f"  {_compaction_said(compaction)}")
+    elif last := idx.get("keyword_compaction_last"):
+        lines.append(f"  {_compaction_last_said(last)}")
     lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
     if waiting:  # a call that has not answered for a second or more: what indexing waits for

@@ -150,6 +150,9 @@ class HealthOp:
                 # A large vault's keyword index rewritten beside the live one (its deleted notes
                 # dropped), which answers searches meanwhile: {phase, done, total}, else None.
                 "keyword_compaction": _compaction(self.vectors.stores.keyword_compaction),
+                # What came of the last run that found that rewrite due (compacted, skipped, gave
+                # way...), its reason and when: {outcome, reason, at}, else None.
+                "keyword_compaction_last": _compaction_last(self.vectors.stores.keyword_compaction_last),
                 # While a person's search reads the agents' own keyword indexes instead of the one
                 # of all memory (being filled, damaged, read-only): why, and how many agents'
                 # memory it finds by no word meanwhile (their own index removed as unused).
@@ -255,6 +258,10 @@ def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
 
 def _compaction(state: tuple[str, int, int] | None) -> dict[str, Any] | None:
     return None if state is None else {"phase": state[0], "done": state[1], "total": state[2]}
+
+
+def _compaction_last(last: tuple[str, str, float] | None) -> dict[str, Any] | None:
+    return None if last is None else {"outcome": last[0], "reason": last[1], "at": last[2]}
 
 
 def _sweep_pace(act: Activity) -> dict[str, Any]:

@@ -62,6 +62,11 @@ class Swapped:
 # Told where a refill beside is: its phase ("filling", "catching up", "swapping") and the
 # chunks written of the chunks in all (of the fill; the notes of a catch-up).
 Progress = Callable[[str, int, int], None]
+# Told why a refill beside returned None: "busy" (another one holds the side folder), "stop",
+# "rebuild" (the old index emptied meanwhile), "behind" (more notes written meanwhile than a swap
+# writes), "count" (the new index disagreed with the manifest) or "replaced" (a repair replaced
+# the old index meanwhile).
+Ended = Callable[[str], None]
 
 
 def refill_beside(
@@ -71,6 +76,7 @@ def refill_beside(
     wait: bool = True,
     progress: Progress | None = None,
     give_way: bool = False,
+    ended: Ended | None = None,
 ) -> Swapped | None:
     """``stores.bm25`` refilled from the manifest in a side folder in this version's layout and
     swapped in (the old index answering until the swap); None when a stop ended it, when the
@@ -87,15 +93,20 @@ def refill_beside(
     leaves it to the next start's ``settle``), and only then lets another refill begin.
     ``progress`` is told each phase. Raises StoreError or OSError after a failure (a full disk):
     the old index answers on, or, when none could be opened after the swap, the stores hold it
-    marked lost (``lose``)."""
+    marked lost (``lose``). ``ended`` is told why, when it returns None (``Ended``)."""
     beside = stores.beside_lock
     if not beside.acquire(blocking=wait):
+        if ended is not None:
+            ended("busy")
         return None
     refill = _Refill(stores, stop, progress or _untold, give_way=give_way)
     try:
-        return refill.run()
+        swapped = refill.run()
     finally:
         refill.release(beside)
+    if swapped is None and ended is not None:
+        ended(refill.quit.why or "replaced")
+    return swapped
 
 
 def _untold(phase: str, done: int, total: int) -> None:

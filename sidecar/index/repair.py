@@ -268,27 +268,35 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     for ~40 s at 27,000 documents, every watcher write and memory write waiting. The memory
     indexes are refilled with it (their deleted documents go too; an idle agent's index keeps
     its last use). Needs room for a second copy of the whole index (else left for a later run);
-    skipped while an upgrade refills beside. A stop leaves the old index and no side folder."""
-    if _no_room(stores, "vault", (stores.bm25.path,)):
+    skipped while an upgrade refills beside, while another refill beside holds the side folder,
+    and while many notes wait to be cut again (``_recut_waiting``). A stop leaves the old index
+    and no side folder. What came of it is kept for health (``Stores.keyword_compaction_last``)."""
+    if no_room := _no_room(stores, "vault", (stores.bm25.path,)):
+        _outcome(stores, "skipped", no_room)  # logged at debug: every run while it lasts
+        return False
+    if waiting := _recut_waiting(stores):
+        _skipped(stores, f"{waiting:,} notes wait to be cut again (a model switch or a new chunking)", "recut")
         return False
     started = time.monotonic()
+    why: list[str] = []
 
     def told(phase: str, done: int, total: int) -> None:
         stores.keyword_compaction = (phase, done, total)
 
     try:
-        swapped = refill_beside(stores, stop, wait=False, progress=told, give_way=True)
+        swapped = refill_beside(stores, stop, wait=False, progress=told, give_way=True, ended=why.append)
     except OSError as exc:  # a full disk: the old index answers on (or, lost, is said so)
+        _outcome(stores, "failed", exc.strerror or str(exc))
         raise StoreError(f"the keyword index could not be refilled beside: {exc.strerror or exc}") from exc
+    except StoreError as exc:
+        _outcome(stores, "failed", str(exc))
+        raise
     finally:
         stores.keyword_compaction = None
     if swapped is None:
-        if stop is not None and stop.is_set():
-            log.info(
-                "bm25_compact_stopped part=vault way=beside (the old index answers; the side folder is "
-                "removed as the step under way ends)"
-            )
+        _given_up(stores, why[0] if why else "replaced")
         return False
+    _outcome(stores, "compacted", f"{deleted:,} deleted documents dropped, {live:,} live")
     log.info(
         "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
         "lock_seconds=%.2f",
@@ -301,8 +309,56 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     return True
 
 
-def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> bool:
-    """Whether a keyword rewrite of ``folders`` is not to be tried now (logged at debug): while
+# A large vault's compaction is skipped while more notes than this wait to be cut again (a model
+# switch, or a new chunking, cuts every note again: the sweep reads them all, hours on a network
+# share). Each note cut again deletes its old documents: the index soon passed the share, and
+# every run (hourly) filled a whole second index, only to give way to the notes written meanwhile
+# (``beside``) or to see it deleted again by the cuts still to come.
+_RECUT_NOTES = 500
+
+
+def _recut_waiting(stores: Stores) -> int:
+    """The notes waiting to be cut again when more than ``_RECUT_NOTES`` do, else 0."""
+    waiting = stores.manifest.reread_waiting()
+    return waiting if waiting > _RECUT_NOTES else 0
+
+
+# The words of a refill beside's reason for returning None (``beside.Ended``): what health says.
+_GIVEN_UP = {
+    "busy": "another refill of the keyword index beside runs (an upgrade's, or a stopped one still ending)",
+    "rebuild": "the index was rebuilt meanwhile",
+    "behind": "more notes were written meanwhile than a swap writes while writes wait",
+    "count": "the new index did not hold what the manifest holds",
+    "replaced": "the index was repaired meanwhile",
+}
+
+
+def _given_up(stores: Stores, why: str) -> None:
+    if why == "busy":  # the side folder is another refill's: nothing begun
+        _skipped(stores, _GIVEN_UP[why], why)
+    elif why == "stop":
+        _outcome(stores, "stopped", "the daemon stopped")
+        log.info(
+            "bm25_compact_stopped part=vault way=beside (the old index answers; the side folder is "
+            "removed as the step under way ends)"
+        )
+    else:  # logged by ``beside`` (``bm25_refill_gave_way``, ``bm25_refill_count_mismatch``)
+        _outcome(stores, "gave way", _GIVEN_UP.get(why, why))
+
+
+def _skipped(stores: Stores, reason: str, event: str) -> None:
+    """A due compaction of a large vault not begun: logged (a run every hour otherwise said
+    nothing of why the deleted documents stayed) and kept for health."""
+    log.info("bm25_compact_skipped part=vault reason=%s (%s; tried again at the next run)", event, reason)
+    _outcome(stores, "skipped", reason)
+
+
+def _outcome(stores: Stores, outcome: str, reason: str) -> None:
+    stores.keyword_compaction_last = (outcome, reason, time.time())
+
+
+def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> str | None:
+    """Why a keyword rewrite of ``folders`` is not to be tried now (logged at debug), else None: while
     an upgrade refills the index beside (it counted on the disk's room, and the old index is
     about to go), or while the disk has less free than a second copy of them needs
     (``copy_room``, as the upgrade's refill beside judges it). The rewrite writes the whole
@@ -310,7 +366,7 @@ def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> bool:
     from other programs, fail at the commit, and do so again every run."""
     if stores.upgrading:
         log.debug("bm25_compact_skipped part=%s reason=upgrading", part)
-        return True
+        return "the keyword index is being upgraded"
     free = free_space(stores.bm25.path)
     needed = copy_room(sum(folder_size(f) for f in folders))
     if free is not None and free < needed:
@@ -320,8 +376,8 @@ def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> bool:
             free // 2**20,
             needed // 2**20,
         )
-        return True
-    return False
+        return f"the disk has {free // 2**20:,} MB free of the {needed // 2**20:,} MB a copy needs"
+    return None
 
 
 def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[str]:

@@ -94,6 +94,10 @@ class Stores:
     # (``repair.compact_bm25``): (phase, done, total), else None. Minutes at 60,000 documents, a
     # second copy on the disk and writes slower: health says why.
     keyword_compaction: tuple[str, int, int] | None = None
+    # What came of the last run that found that rewrite due: (outcome, its reason in words, when
+    # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed"; else
+    # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
+    keyword_compaction_last: tuple[str, str, float] | None = None
     # The notes written continuously now (``sidecar.daemon.hot``, set by the index loop), key ->
     # the chunks its last indexing added: those wait for a vector for a while, no backlog.
     continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)
