@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 from sidecar.contracts.errors import StoreError
 from sidecar.index.bm25fill import catch_up, fill_bm25
 from sidecar.index.vectoring import Stores
-from sidecar.stores.bm25 import Bm25Index, open_bm25, put_back_times
+from sidecar.stores.bm25 import Bm25Index, open_bm25
+from sidecar.stores.bm25_rewrite import put_back_times
 from sidecar.stores.bm25_side import (
     carries,
     discard,
