@@ -131,13 +131,18 @@ def test_a_compaction_skipped_for_another_refill_is_logged_and_said(
     assert "part=vault reason=busy" in skipped[0].message
     health = s.call("health")
     last = health["index"]["keyword_compaction_last"]
-    assert last["outcome"] == "skipped" and "another refill of the keyword index beside runs" in last["reason"]
+    assert (
+        last["outcome"] == "skipped" and "another refill of the keyword index beside runs" in last["reason"]
+    )
     assert "keyword index rewrite skipped " in render_status(health)
     assert compact_bm25(stores) is True  # the next run does it
     last = s.call("health")["index"]["keyword_compaction_last"]
     assert last["outcome"] == "compacted"
     status = render_status(s.call("health"))
-    assert "keyword index last rewritten beside the live one " in status and "deleted documents dropped" in status
+    assert (
+        "keyword index last rewritten beside the live one " in status
+        and "deleted documents dropped" in status
+    )
 
 
 def test_a_compaction_waits_while_notes_wait_to_be_cut_again(

@@ -219,7 +219,8 @@ def _compaction_said(c: dict[str, Any]) -> str:
         step = f"{c['done']:,} of {c['total']:,} chunks"
     else:  # the notes written meanwhile: one each time, often
         notes = f"{c['total']:,} note{'' if c['total'] == 1 else 's'} written meanwhile"
-        step = f"adding the {notes}" if c["phase"] == "catching up" else f"swapping it in, the {notes} added first"
+        catching = c["phase"] == "catching up"
+        step = f"adding the {notes}" if catching else f"swapping it in, the {notes} added first"
     return (
         f"rewriting the keyword index beside the live one ({step}); searches answer from the live "
         "index, writes are slower meanwhile"
@@ -239,10 +240,20 @@ _LAST_SAID = {
 def _compaction_last_said(last: dict[str, Any]) -> str:
     """What came of the last run that found a large vault's keyword index due for a rewrite."""
     outcome = str(last["outcome"])
-    words = f"keyword index {_LAST_SAID.get(outcome, shown(outcome))} {_ago(last['at'])}: {shown(last['reason'])}"
+    what = _LAST_SAID.get(outcome, shown(outcome))
+    words = f"keyword index {what} {_ago(last['at'])}: {shown(last['reason'])}"
     if outcome == "compacted":
         return words
     return f"{words}; its deleted notes weigh in its scores until a later run rewrites it"
+
+
+def _compaction_lines(idx: dict[str, Any]) -> list[str]:
+    """A large vault's keyword compaction: the one under way, else what came of the last one."""
+    if compaction := idx.get("keyword_compaction"):
+        return [f"  {_compaction_said(compaction)}"]
+    if last := idx.get("keyword_compaction_last"):
+        return [f"  {_compaction_last_said(last)}"]
+    return []
 
 
 def render_status(h: dict[str, Any]) -> str:
@@ -273,11 +284,7 @@ def render_status(h: dict[str, Any]) -> str:
             "  keyword index: being rebuilt in the background for this version's reading of words; "
             "searches answer from the old index until it is swapped in"
         )
-    compaction = idx.get("keyword_compaction")
-    if compaction:
-        lines.append(f"  {_compaction_said(compaction)}")
-    elif last := idx.get("keyword_compaction_last"):
-        lines.append(f"  {_compaction_last_said(last)}")
+    lines += _compaction_lines(idx)
     lines += _memory_all_lines(idx.get("memory_all"))
     waiting = idx.get("waiting")
     if waiting:  # a call that has not answered for a second or more: what indexing waits for

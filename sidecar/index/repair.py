@@ -275,7 +275,8 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
         _outcome(stores, "skipped", no_room)  # logged at debug: every run while it lasts
         return False
     if waiting := _recut_waiting(stores):
-        _skipped(stores, f"{waiting:,} notes wait to be cut again (a model switch or a new chunking)", "recut")
+        cut = f"{waiting:,} notes wait to be cut again (a model switch or a new chunking)"
+        _skipped(stores, cut, "recut")
         return False
     started = time.monotonic()
     why: list[str] = []
