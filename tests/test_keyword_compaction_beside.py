@@ -537,6 +537,8 @@ def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
         compact_bm25(stores)
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
     assert stores.bm25 is old and old._changed is None
+    outcome, reason, _ = stores.keyword_compaction_last  # said by health and status
+    assert outcome == "failed" and "No space left on device" in reason
     monkeypatch.setattr(bm25mod.Bm25Index, "add", real_add)
     _writes(s)
     _check(s)
@@ -675,6 +677,7 @@ def test_a_compaction_gives_way_to_a_rebuild(large: Any, monkeypatch: pytest.Mon
     assert compact_bm25(stores) is False
     _dropped(stores)
     assert locked == [], "the swap refilled the whole index under the write lock"
+    assert stores.keyword_compaction_last[:2] == ("gave way", "the index was rebuilt meanwhile")
     assert stores.bm25 is old and _agrees(stores)
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
     assert stores.bm25.search("lantern harbour", 5) and old._changed is None  # nothing more noted
