@@ -187,7 +187,7 @@ def test_a_lock_whose_file_names_an_earlier_daemon_names_its_holder(tmp_path: Pa
     """A daemon on an index it may not write (an immutable folder: read-only start) takes the lock
     on a file it cannot write, which still names the daemon before it, stopped: that pid was named
     as the holder. The holder the system's lock table names is named instead."""
-    from sidecar.clients.lockholder import lock_holder, phase_words
+    from sidecar.clients.lockholder import lock_holder
     from sidecar.config import load_config
 
     cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
@@ -200,6 +200,8 @@ def test_a_lock_whose_file_names_an_earlier_daemon_names_its_holder(tmp_path: Pa
     with (cfg.index_dir / ".lock").open("r") as fh:  # as IndexLock opens an unwritable one
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert lock_holder(cfg) == f"pid {os.getpid()}"
+        from sidecar.clients.lockholder import phase_words
+
         view = lockstate.look(cfg.index_dir / ".lock")
         assert view is not None and not view.starting
         words = phase_words(view)
@@ -226,3 +228,40 @@ def test_a_second_daemon_is_refused_with_the_phase_and_pid(tmp_path: Path) -> No
     finally:
         first.release()
     assert " stopped since " in (tmp_path / "index" / ".lock").read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "waits"), [("recall", False), ("mcp", False), ("status", False), ("search", True)]
+)
+def test_the_mcp_shims_calls_say_a_start_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, waits: bool
+) -> None:
+    """The MCP shim's calls and the recall hook must answer fast: a daemon starting (its lock
+    says so, held by a live pid: here this process's, as a daemon's own) is said at once, not
+    waited for; a search waits. The lock is real, the socket a path nothing listens on."""
+    from sidecar.clients import cli, client, lockholder
+    from sidecar.clients.mcp_calls import ToolCalls, ToolError
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h"), "socket": str(tmp_path / "s.sock")}, env={})
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    said: list[str] = []
+    try:
+        lock.phase(lockstate.STARTING, "opening the index")
+        cli._watch_starts(command, cfg)
+        assert client._watch is not None and getattr(client._watch, "wait", None) is waits
+        if waits:
+            monkeypatch.setattr(lockholder, "START_WAIT_S", 0.3)
+            client._watch.say = said.append  # type: ignore[attr-defined]
+        calls = ToolCalls(cfg.socket_path, "ops")
+        with pytest.raises(ToolError) as err:
+            calls.tools["memory_status"]({})
+        starting = "is still starting after 0.3 s of waiting" if waits else "is starting"
+        assert f"the daemon (pid {os.getpid()}) {starting}" in str(err.value), err.value
+        assert ("still starting" in str(err.value)) is waits, err.value
+        assert bool(said) is waits, said
+    finally:
+        cli._watch_starts(None, cfg)
+        lock.release()

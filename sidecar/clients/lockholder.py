@@ -175,8 +175,8 @@ class StartWatch:
             now = time.monotonic()
             if now - started >= bound:
                 raise DaemonStartingError(
-                    f"the daemon ({view.record.who}) is still {view.record.phase_words()} after "
-                    f"{bound:g} s of waiting: run the command again in a while (`sidecar status` says "
+                    f"the daemon ({view.record.who}) is still starting after {bound:g} s of waiting "
+                    f"({view.record.since_words()}): run the command again in a while (`sidecar status` says "
                     "how far it is; its log says what it does). Do not start a second daemon: it "
                     "would exit, the index being in use"
                 )

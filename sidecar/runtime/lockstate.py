@@ -214,5 +214,8 @@ def look(lock: Path) -> LockView | None:
             record = read_record(fh)
     except OSError:
         return None
-    holder = flock_holder(lock) if held else None
+    # The system's lock table is asked only when the record may not be the holder's (every
+    # command looks here first: a live daemon's own record is taken at its word).
+    own = record.phase in (STARTING, SERVING, STOPPING) and record.pid is not None and pid_alive(record.pid)
+    holder = flock_holder(lock) if held and not own else None
     return LockView(record, held, holder if holder != record.pid else None)
