@@ -99,6 +99,10 @@ def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_
         assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
         assert f"another sidecar daemon (pid {d.pid}) is starting on {d.home}" in second.stderr, second.stderr
 
+        code, out, err = _run(d, "doctor")  # the daemon check says it, not a hung disk
+        assert f"the daemon (pid {d.pid}) is starting" in out and "hung" not in out, (out, err)
+        assert "started with another" not in out, out
+
         # The prompt hook: answered while the daemon is still paused, without a wait.
         code, out, err = _run(d, "recall", "lighthouse keeper", "--agent", "ops", "--timeout", "100")
         assert code == ExitCode.NOT_RUNNING, (out, err)

@@ -79,6 +79,14 @@ def phase_words(view: LockView) -> str | None:
     return _earlier_record(view)
 
 
+def starting_or_stopping(cfg: Config) -> str | None:
+    """What the lock says of this home's daemon when it is starting or stopping, else None."""
+    view = lock_view(cfg)
+    if view is None or not view.current or view.record.phase not in (lockstate.STARTING, lockstate.STOPPING):
+        return None
+    return phase_words(view)
+
+
 def _earlier_record(view: LockView) -> str | None:
     """A held lock whose file names a process of an earlier run (a daemon on an index it may not
     write cannot write its lock file): the holder the system names, or that the file does not."""
