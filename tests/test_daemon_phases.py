@@ -227,7 +227,7 @@ def test_a_second_daemon_is_refused_with_the_phase_and_pid(tmp_path: Path) -> No
         with pytest.raises(DaemonRunningError, match=rf"already serving .* in use by pid {me}\)"):
             IndexLock(tmp_path / "index").acquire()
         first.phase(lockstate.STOPPING)
-        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is stopping on .*start this one"):
+        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is stopping on .*try again then"):
             IndexLock(tmp_path / "index").acquire()
     finally:
         first.release()
@@ -269,3 +269,47 @@ def test_the_mcp_shims_calls_say_a_start_at_once(
     finally:
         cli._watch_starts(None, cfg)
         lock.release()
+
+
+def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon restarting while a command waits for its start (it stops, another takes the lock a
+    moment later and starts): the wait ended at the free lock and the command said "not running
+    … Start it" (a second daemon would have exited 4). The wait goes on, within its bound, until
+    the next one serves. Real locks, taken and let go by this process as two daemons would."""
+    import threading
+
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    first = IndexLock(cfg.index_dir)
+    first.acquire()
+    first.phase(lockstate.STARTING, "opening the index")
+    served = threading.Event()
+
+    def restart() -> None:
+        time.sleep(0.3)
+        first.release()  # says stopped
+        time.sleep(0.1)  # the lock free a moment: a restart's gap
+        second = IndexLock(cfg.index_dir)
+        second.acquire()
+        time.sleep(0.3)
+        second.phase(lockstate.SERVING)
+        served.set()
+        time.sleep(0.5)
+        second.release()
+
+    said: list[str] = []
+    thread = threading.Thread(target=restart)
+    thread.start()
+    try:
+        StartWatch(cfg, wait=True, say=said.append).before(60.0)
+        assert served.is_set(), _lock_text_of(cfg.index_dir)
+        assert said and "is starting" in said[0], said
+    finally:
+        thread.join()
+
+
+def _lock_text_of(index: Path) -> str:
+    return (index / ".lock").read_text()

@@ -21,6 +21,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import (
     ConfigError,
     DaemonNotRunningError,
+    DaemonStartingError,
     DaemonUnreachableError,
     ExitCode,
     StorageError,
@@ -199,6 +200,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             print(f"note: {line}", file=sys.stderr)
         return _rebuild_unfinished(_rebuild_problem(health) if args.rebuild else None)
     except DaemonNotRunningError as exc:
+        if isinstance(exc, DaemonStartingError):  # waited as long as it may: indexing here is refused
+            raise
         if sent:
             # The daemon took the request, then stopped or died. Indexing here now would hold the
             # index lock against its restart (systemd restarts it at once): nothing would answer

@@ -95,7 +95,7 @@ class IndexLock:
         if record.phase == lockstate.STOPPING:
             return DaemonRunningError(
                 f"another sidecar daemon ({holder}) is stopping on {home}, {record.since_words()}: "
-                f"its index {index} is in use until it has stopped; start this one again then"
+                f"its index {index} is in use until it has stopped: try again then"
             )
         return DaemonRunningError(  # the words README's troubleshooting table promises
             f"another sidecar daemon is already serving {home} (its index {index} is in use by {holder})"
