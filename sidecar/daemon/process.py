@@ -56,7 +56,7 @@ class IndexLock:
     def acquire(self) -> None:
         try:
             # Read and written in place (not "a+": a write there goes to the end, whatever its offset)
-            fh = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), "r+")
+            fh = os.fdopen(os.open(str(self.path), os.O_RDWR | os.O_CREAT, 0o600), "r+")
         except PermissionError as denied:
             # An immutable or read-only index folder (chattr +i, a backup's flag): flock holds on
             # a file opened for reading too, and the read-only start serves the index as it is.
