@@ -313,3 +313,25 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
 
 def _lock_text_of(index: Path) -> str:
     return (index / ".lock").read_text()
+
+
+def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path) -> None:
+    """A daemon started on an immutable index (chattr -R +i: it serves read-only) takes the lock on
+    a file it cannot write, which still names the daemon before it: that dead pid was named as
+    the holder. The holder the system's lock table names is, and nothing waits on the old record."""
+    from sidecar.clients.lockholder import lock_holder, lock_view, phase_words
+    from tests.test_permissions import _immutable
+
+    d = daemon_factory(vault, keyword_only=True).start()
+    before = d.pid
+    assert d.stop() == 0
+    with _immutable(d.cfg.index_dir):
+        d.start(wait=None)
+        d.wait_for(lambda h: h.get("pid") == d.pid, 120)  # it answers (read-only or refusing)
+        assert f"pid {before} stopped since " in _lock_text(d)  # the file it could not write
+        assert lock_holder(d.cfg) == f"pid {d.pid}"
+        view = lock_view(d.cfg)
+        assert view is not None and not view.starting and not view.stale
+        words = phase_words(view)
+        assert words is not None and f"held by pid {d.pid}" in words and f"pid {before}" in words
+        assert d.stop() == 0

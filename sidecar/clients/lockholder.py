@@ -101,8 +101,9 @@ def _earlier_record(view: LockView) -> str | None:
     if view.alive and record.phase != lockstate.STOPPED:
         return None
     return (
-        f"the index is held by a process its lock file does not name (it names {record.who} of an "
-        "earlier run: a daemon on an index it may not write cannot write its lock file)"
+        f"the index is held by a process its lock file does not name (it names {record.who}, not "
+        "running here: a daemon of an earlier run, the holder being one on an index it may not write, "
+        "which cannot write its lock file; or a daemon in another container)"
     )
 
 

@@ -193,7 +193,7 @@ def flock_holder(path: Path) -> int | None:
         fields = line.split()
         if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
             continue
-        if fields[5] == want and fields[4].isdigit():
+        if fields[5] == want and fields[4].isdigit() and int(fields[4]) > 0:  # 0: another pid namespace's
             return int(fields[4])
     return None
 
