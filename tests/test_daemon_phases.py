@@ -86,7 +86,7 @@ def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_
     try:
         code, out, err = _run(d, "status")
         assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert out.startswith(f"sidecar is starting (pid {d.pid}, since "), out
+        assert out.startswith(f"sidecar is starting (pid {d.pid}), since "), out
         assert "Start it" not in out and "another socket" not in out and "already serving" not in out
         code, out, err = _run(d, "status", "--json")
         said = json.loads(out)
@@ -134,7 +134,7 @@ def test_a_stop_is_said_stopping_and_not_waited_for(daemon_factory: Any, vault: 
     try:
         code, out, err = _run(d, "status")
         assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert out.startswith(f"sidecar is stopping (pid {d.pid}, since "), out
+        assert out.startswith(f"sidecar is stopping (pid {d.pid}), since "), out
         code, out, err = _run(d, "search", "spark plugs")
         assert code == ExitCode.NOT_RUNNING, (out, err)
         assert f"the daemon (pid {d.pid}) is stopping" in err and "waiting" not in err, err
