@@ -335,3 +335,39 @@ def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: P
         words = phase_words(view)
         assert words is not None and f"held by pid {d.pid}" in words and f"pid {before}" in words
         assert d.stop() == 0
+
+
+def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_factory: Any, vault: Path) -> None:
+    """Paused once its socket is bound, before it answers (its stores opening): the socket takes
+    connections into its queue and answers nothing. A second serve found a daemon on the socket
+    and said "already serving"; status would have waited in that queue. Both say starting."""
+    for attempt in range(5):
+        d = daemon_factory(vault, name=f"bound{attempt}", keyword_only=True)
+        d.start(wait=None)
+        deadline = time.monotonic() + 120
+        while not ("(opening the index)" in _lock_text(d) and d.socket.exists()):
+            assert d.proc.poll() is None and time.monotonic() < deadline, d.log.read_text()[-3000:]
+            time.sleep(0.002)
+        os.kill(d.pid, signal.SIGSTOP)
+        if " starting since " in _lock_text(d):
+            break
+        os.kill(d.pid, signal.SIGCONT)
+        assert d.stop() == 0
+    else:
+        raise AssertionError("every start got past its starting phase before it was paused")
+    try:
+        second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
+        assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
+        assert f"another sidecar daemon (pid {d.pid}) is starting since " in second.stderr, second.stderr
+        assert "already serving" not in second.stderr, second.stderr
+        code, out, err = _run(d, "status")
+        assert code == ExitCode.NOT_RUNNING and out.startswith(
+            f"sidecar is starting (pid {d.pid}), since "
+        ), (
+            out,
+            err,
+        )
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    d.wait_for(lambda h: h["pid"] == d.pid, 120)
+    assert d.stop() == 0

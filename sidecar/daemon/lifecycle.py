@@ -72,6 +72,7 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime import lockstate
 from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.lockstate import SERVING, STARTING, STOPPING
 from sidecar.runtime.notify import Notifier, under_service_manager
@@ -295,12 +296,23 @@ class Daemon(ConfigReload, ReadOnlyStart):
             # user's home: refused as a shared socket, not waited for as a daemon of this home.
             what, todo = foreign_socket(str(path), holder, uid, file)
             raise SharedSocketError(f"{what}; {todo}")
+        said = self._lock_says(holder)
+        if said is not None:  # this home's daemon, starting or stopping: it answers nothing now
+            raise DaemonRunningError(f"another sidecar daemon ({holder}) is {said} on {path}")
         theirs = self._holder_health(holder)
         if theirs is not None and theirs.get("home") not in (None, str(self.cfg.home)):
             what, todo = shared_socket(str(path), theirs, str(self.cfg.home), file)
             raise SharedSocketError(f"{what}; {todo}")
         # who, for a wait's STATUS= and the person reading it
         raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
+
+    def _lock_says(self, holder: str) -> str | None:
+        """The phase this home's lock file gives for the daemon ``holder`` on the socket (``pid
+        N``) when it is starting or stopping (its socket is bound but answers nothing), else None."""
+        view = lockstate.look(self.cfg.index_dir / ".lock")
+        if view is None or not view.current or f"pid {view.record.pid}" != holder:
+            return None
+        return view.record.phase_words() if view.record.phase in (STARTING, STOPPING) else None
 
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a
