@@ -648,7 +648,7 @@ def test_a_service_start_waits_for_whoever_holds_the_index_or_socket(tmp_path: P
     assert len(sent) == 2 and sent[0][0].startswith("STATUS=waiting: the index")
     # A run ends by itself: the start waits for it.
     assert "READY=1" not in sent[0] and sent[0][1].startswith("EXTEND_TIMEOUT_USEC="), sent
-    assert lock.path.read_text() == f"pid {os.getpid()}"
+    assert lock.path.read_text().startswith(f"pid {os.getpid()} starting since ")  # the lock's record
     lock.release()
     sent.clear()
     # A daemon serving another home on this socket: the lock is free, the socket is not.
@@ -710,7 +710,9 @@ def test_a_wait_for_another_homes_daemon_on_the_socket_leaves_the_lock_alone(
             cfg.socket_path.unlink()
 
     lock = lock_waiting_for_index_run(cfg, lambda *_a: None, tick, check=check)
-    assert lock.path.read_text() == f"pid {os.getpid()}"  # taken once the socket was free
+    assert lock.path.read_text().startswith(
+        f"pid {os.getpid()} starting since "
+    )  # taken once the socket was free
     lock.release()
     assert not any(s.startswith("pid ") for s in seen) and not refused, (seen, refused)
 

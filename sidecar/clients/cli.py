@@ -112,7 +112,11 @@ def _main(argv: list[str]) -> int:
             for warning in cfg.warnings:
                 if warning not in quiet:
                     print(f"sidecar: warning: {warning}", file=sys.stderr)
-        code = command_for(args.command)(args, cfg)
+        _watch_starts(args.command, cfg)
+        try:
+            code = command_for(args.command)(args, cfg)
+        finally:
+            _watch_starts(None, cfg)  # a process's next `main` (tests, the MCP host) sets its own
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code
     except SidecarError as exc:
@@ -129,6 +133,24 @@ def _main(argv: list[str]) -> int:
         return int(ExitCode.FAILURE)
     except KeyboardInterrupt:
         return 130
+
+
+# What a command does when the home's daemon is starting (its lock file says so): these say it at
+# once, for they must answer fast (the recall prompt hook, the MCP shim's calls) or report it
+# (status); the others that talk to the daemon wait for it a bounded time. None for the rest.
+_NOT_WAITING = frozenset({"recall", "mcp", "status"})
+_NO_DAEMON = frozenset({"serve", "doctor", "config", "service", "completion"})
+
+
+def _watch_starts(command: str | None, cfg: Config) -> None:
+    from sidecar.clients.client import watch_starts
+
+    if command is None or command in _NO_DAEMON:
+        watch_starts(None)
+        return
+    from sidecar.clients.lockholder import StartWatch
+
+    watch_starts(StartWatch(cfg, wait=command not in _NOT_WAITING))
 
 
 def _without_configuration(args: argparse.Namespace) -> int | None:

@@ -21,6 +21,7 @@ from sidecar.config import Config
 from sidecar.contracts.errors import (
     ConfigError,
     DaemonNotRunningError,
+    DaemonStartingError,
     DaemonUnreachableError,
     ExitCode,
     StorageError,
@@ -199,6 +200,8 @@ def cmd_index(args: argparse.Namespace, cfg: Config) -> int:
             print(f"note: {line}", file=sys.stderr)
         return _rebuild_unfinished(_rebuild_problem(health) if args.rebuild else None)
     except DaemonNotRunningError as exc:
+        if isinstance(exc, DaemonStartingError):  # waited as long as it may: indexing here is refused
+            raise
         if sent:
             # The daemon took the request, then stopped or died. Indexing here now would hold the
             # index lock against its restart (systemd restarts it at once): nothing would answer
@@ -476,26 +479,52 @@ def cmd_status(args: argparse.Namespace, cfg: Config) -> int:
         with Client(cfg.socket_path, timeout=10.0, config_file=cfg.source_file, serve_flags=flags) as client:
             health = client.call("health")
     except DaemonNotRunningError as exc:
-        from sidecar.clients.lockholder import other_daemon
-
-        other = other_daemon(cfg)  # one that holds this home elsewhere: no "start it" for a second
-        why = str(exc) if other is None else f"no sidecar daemon answers on {cfg.socket_path}, but {other}"
-        refused = _refused_index(cfg) if other is None else None
-        if refused is not None:  # the daemon cannot start on this index: "start it" would not help
-            why = f"{why}\n{refused}"
-        if args.json:
-            error = {"code": exc.code, "message": why}  # the shape of every command's error
-            print(json.dumps({"running": False, "socket": str(cfg.socket_path), "error": error}))
-        elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
-            print(f"sidecar: {exc}", file=sys.stderr)
-        else:
-            print(f"sidecar is not running.\n{why}")
-        return int(ExitCode.NOT_RUNNING)
+        return _not_answering(args, cfg, exc)
     if args.json:
         print(json.dumps({"running": True, **health}, ensure_ascii=False))
     else:
         print(render_status(health))
     return int(ExitCode.OK)
+
+
+def _not_answering(args: argparse.Namespace, cfg: Config, exc: DaemonNotRunningError) -> int:
+    """What status says when no daemon answers: starting or stopping (its lock file says so: not
+    waited for), a stale lock, one holding this home elsewhere (no "start it" for a second), or not
+    running."""
+    from sidecar.clients.lockholder import lock_view, other_daemon, phase_words
+
+    view = lock_view(cfg)
+    said = phase_words(view) if view is not None else None
+    lock: dict[str, Any] | None = None
+    head = "sidecar is not running."
+    if view is not None and view.record.pid is not None:
+        record = view.record
+        lock = {"pid": view.holder or record.pid, "held": view.held, "stale": view.stale}
+        if view.current and record.phase is not None:
+            lock |= {"phase": record.phase, "since": record.since, "step": record.step}
+            if record.phase in ("starting", "stopping"):
+                head = f"sidecar is {record.phase} (pid {record.pid}), {record.since_words()}."
+    other = other_daemon(cfg) if said is None else None
+    if said is not None:
+        why = f"no sidecar daemon answers on {cfg.socket_path}: {said}"
+        if view is not None and view.stale:  # the connection's words say it, with how to start
+            why = str(exc) if said in str(exc) else f"{exc}\n{said}"
+    else:
+        why = str(exc) if other is None else f"no sidecar daemon answers on {cfg.socket_path}, but {other}"
+    refused = _refused_index(cfg) if other is None and (view is None or not view.held) else None
+    if refused is not None:  # the daemon cannot start on this index: "start it" would not help
+        why = f"{why}\n{refused}"
+    if args.json:
+        error = {"code": exc.code, "message": why}  # the shape of every command's error
+        out: dict[str, Any] = {"running": False, "socket": str(cfg.socket_path), "error": error}
+        if lock is not None:
+            out["lock"] = lock
+        print(json.dumps(out))
+    elif isinstance(exc, DaemonUnreachableError):  # something is there: "not running" is not known
+        print(f"sidecar: {exc}", file=sys.stderr)
+    else:
+        print(f"{head}\n{why}")
+    return int(ExitCode.NOT_RUNNING)
 
 
 def _refused_index(cfg: Config) -> str | None:

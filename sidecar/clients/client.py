@@ -16,10 +16,11 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sidecar.contracts.errors import (
     DaemonNotRunningError,
+    DaemonStartingError,
     DaemonUnreachableError,
     NoAnswerError,
     ProtocolError,
@@ -79,6 +80,25 @@ def installed_service_start() -> str | None:
         return None
 
 
+class StartWatch(Protocol):
+    """Asked by ``Client.connect`` (``lockholder.StartWatch``, set by the CLI for its home):
+    ``before`` each connection (waits for a daemon starting, or says it is), ``why_not`` when
+    nothing answers (the daemon starting, stopping, a stale lock)."""
+
+    def before(self, timeout: float) -> None: ...
+
+    def why_not(self) -> str | None: ...
+
+
+_watch: StartWatch | None = None
+
+
+def watch_starts(watch: StartWatch | None) -> None:
+    """Have every connection of this process look at the home's lock (``watch``), or none."""
+    global _watch  # one setting of the process, made at the CLI's edge
+    _watch = watch
+
+
 class Client:
     def __init__(
         self,
@@ -106,6 +126,8 @@ class Client:
         self.close()
 
     def connect(self) -> None:
+        if _watch is not None:  # before anything is sent: nothing is sent twice
+            _watch.before(self.timeout)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
@@ -119,9 +141,14 @@ class Client:
                     time.sleep(0.05 * (attempt + 1))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
+            why = _watch.why_not() if _watch is not None else None
+            if why is not None and not why.startswith("the index lock names"):  # not stale: held
+                error = DaemonStartingError if " is starting, " in why else DaemonNotRunningError
+                raise error(f"no sidecar daemon answers on {self.socket_path}: {why}.") from exc
             raise DaemonNotRunningError(
-                f"no sidecar daemon is listening on {self.socket_path}. Start it with "
-                f"{serve_hint(self.config_file, self.serve_flags)}."
+                f"no sidecar daemon is listening on {self.socket_path}"
+                + (f" ({why})" if why is not None else "")
+                + f". Start it with {serve_hint(self.config_file, self.serve_flags)}."
             ) from exc
         except OSError as exc:  # no permission to its folder or the socket: not ours, at any rate
             sock.close()

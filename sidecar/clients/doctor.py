@@ -30,7 +30,7 @@ from sidecar.clients.client import Client
 from sidecar.clients.doctor_checks import Check, Probes, plural
 from sidecar.clients.doctor_service import check_service
 from sidecar.clients.doctor_storage import check_disk, check_home, check_storage
-from sidecar.clients.lockholder import listening_on, lock_holder
+from sidecar.clients.lockholder import listening_on, lock_holder, starting_or_stopping
 from sidecar.clients.service import (
     LABEL,
 )
@@ -349,6 +349,10 @@ def check_daemon(cfg: Config, probe_lock: bool = True) -> tuple[Check, Check, di
         # A daemon that holds this home but listens elsewhere must not get a second one beside it.
         todo = "see `one daemon per home` below" if holder is not None else start_hint(cfg)
         socket = Check("daemon", False, f"no daemon answers on {cfg.socket_path}", todo)
+        phase = starting_or_stopping(cfg) if probe_lock else None
+        if phase is not None:  # its lock says so: not another daemon, nor a hung disk
+            socket = Check("daemon", False, f"no daemon answers on {cfg.socket_path}: {phase}", "")
+            holder = None
     except SidecarError as exc:
         if isinstance(exc, RemoteError) and exc.code == "storage":
             # It answers, refusing for its index (one it cannot read): its words say what to do,

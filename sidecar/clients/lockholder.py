@@ -1,36 +1,110 @@
-"""Who holds a home's index when no daemon answers on the socket a command looks at: a daemon
-started with another socket (a service installed from a shell without XDG_RUNTIME_DIR), or an
-offline `sidecar index`. `status` and `doctor` name it and its socket instead of advising a
-second daemon, which would exit 4. Light: imports config and the file-system deadline only."""
+"""Who holds a home's index when no daemon answers on the socket a command looks at, and in
+which phase: a daemon starting (its socket does not answer yet) or stopping (not any more), one
+started with another socket (a service installed from a shell without XDG_RUNTIME_DIR), an offline
+`sidecar index`, or none (a lock left by a daemon killed or crashed: stale). Commands say that
+instead of "start it" (a second daemon would exit 4) or "already serving"; those that need the
+daemon wait a bounded time for a start (``StartWatch``), never for a stop or a dead pid. Light:
+imports config, the lock record and the file-system deadline only."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shlex
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sidecar.config import Config
+from sidecar.contracts.errors import DaemonStartingError
+from sidecar.runtime import lockstate
+from sidecar.runtime.lockstate import LockView
 from sidecar.vault.timeout import run_with_timeout
+
+# How long a command that needs the daemon waits for one starting (its lock says starting, its
+# pid lives), at most its own --timeout: the start opens the stores and catches up with what
+# changed while it was stopped (a second or two; more on a big index or a loaded machine).
+START_WAIT_S = 30.0
+_POLL_S = 0.1
+_SAY_EVERY_S = 5.0
+# A lock found free while waiting is looked at again after this (a restart: the old daemon let
+# it go, the new one takes it a moment later).
+_FREE_AGAIN_S = 0.5
+
+
+def lock_view(cfg: Config, bound: float | None = None) -> LockView | None:
+    """This home's lock file and whether it is held (None: none, or it cannot be read; bounded:
+    a home on a share that went away hangs a read of its files)."""
+    limit = cfg.watch.probe_timeout_seconds if bound is None else min(bound, cfg.watch.probe_timeout_seconds)
+    view, stuck = run_with_timeout(lambda: lockstate.look(cfg.index_dir / ".lock"), limit, "lock")
+    return None if stuck is not None else view
 
 
 def lock_holder(cfg: Config) -> str | None:
-    """Who holds the index lock (a daemon or an offline `sidecar index`), or None (also when the
-    lock cannot be looked at: the home check says why)."""
-    lock = cfg.index_dir / ".lock"
+    """Who holds the index lock (a daemon or an offline `sidecar index`: ``pid N``), or None (also
+    when the lock cannot be looked at: the home check says why)."""
     try:
-        if not lock.is_file():
-            return None
-        with lock.open("r") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released at once: a probe only
-            except BlockingIOError:
-                return fh.read().strip() or "another process"
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        view = lockstate.look(cfg.index_dir / ".lock")
     except OSError:
         return None
-    return None
+    return _holder(view) if view is not None and view.held else None
+
+
+def _holder(view: LockView) -> str:
+    """The holder's name: the record's, or the pid the system's lock table names when the record
+    is an earlier daemon's (a read-only start cannot write its lock file)."""
+    if view.holder is not None:
+        return f"pid {view.holder}"
+    return view.record.who
+
+
+def phase_words(view: LockView) -> str | None:
+    """What the lock says of its daemon, in words; None when it says nothing more than a holder
+    (an older daemon's record, `sidecar index`, no record of the holder's own)."""
+    record = view.record
+    if view.stale:
+        return (
+            f"the index lock names {record.who} ({record.phase_words()}), which is no longer running: "
+            "a stale lock left by a daemon killed or crashed (nothing holds the index now; the next "
+            "start catches up)"
+        )
+    if view.current and record.phase == lockstate.STARTING:
+        return f"the daemon ({record.who}) is starting, {record.since_words()}: it answers once started"
+    if view.current and record.phase == lockstate.STOPPING:
+        return (
+            f"the daemon ({record.who}) is stopping, {record.since_words()}: start it again once it "
+            "has stopped (a service manager restarting it does so itself)"
+        )
+    return _earlier_record(view)
+
+
+def starting_or_stopping(cfg: Config) -> str | None:
+    """What the lock says of this home's daemon when it is starting or stopping, else None."""
+    view = lock_view(cfg)
+    if view is None or not view.current or view.record.phase not in (lockstate.STARTING, lockstate.STOPPING):
+        return None
+    return phase_words(view)
+
+
+def _earlier_record(view: LockView) -> str | None:
+    """A held lock whose file names a process of an earlier run (a daemon on an index it may not
+    write cannot write its lock file): the holder the system names, or that the file does not."""
+    record = view.record
+    if not view.held or record.pid is None or view.current:
+        return None
+    if view.holder is not None:
+        return (
+            f"the index is held by pid {view.holder}, whose lock file still names {record.who} of an "
+            "earlier run (a daemon on an index it may not write cannot write its lock file)"
+        )
+    if view.alive and record.phase != lockstate.STOPPED:
+        return None
+    return (
+        f"the index is held by a process its lock file does not name (it names {record.who}, not "
+        "running here: a daemon of an earlier run, the holder being one on an index it may not write, "
+        "which cannot write its lock file; or a daemon in another container)"
+    )
 
 
 def listening_on(holder: str) -> list[str]:
@@ -63,9 +137,10 @@ def other_daemon(cfg: Config) -> str | None:
     """When no daemon answers on this command's socket but one holds this home's index (one
     started with another socket, a service installed from a shell without XDG_RUNTIME_DIR): what
     to say instead of "start it", which would start a second daemon that exits 4. None otherwise."""
-    held, stuck = run_with_timeout(lambda: lock_holder(cfg), cfg.watch.probe_timeout_seconds, "lock")
-    if stuck is not None or held is None:
-        return None
+    view = lock_view(cfg)
+    if view is None or not view.held or phase_words(view) is not None:
+        return None  # none, or one starting or stopping: said so (``phase_words``)
+    held = _holder(view)
     sockets = listening_on(held)
     where = f" and listens on {', '.join(sockets)}" if sockets else ""
     use = (
@@ -78,3 +153,56 @@ def other_daemon(cfg: Config) -> str | None:
         f"(or XDG_RUNTIME_DIR), or a `sidecar index` run. Do not start a second one: {use}, or run "
         "`sidecar service install` again from this shell and restart the service"
     )
+
+
+def say_waiting(line: str) -> None:
+    """A wait's progress, on stderr (stdout is the command's answer)."""
+    print(f"sidecar: {line}", file=sys.stderr, flush=True)
+
+
+class StartWatch:
+    """What a client of this home does when its daemon is starting (``before``, asked before
+    every connection) and what it says when nothing answers (``why_not``). ``wait``: wait for the
+    start, at most START_WAIT_S and the command's timeout; otherwise (the prompt hook, the MCP
+    shim's calls, status) say at once that it is starting. Never waited for: a stop, a lock whose
+    pid is dead, a lock without a phase (an older daemon: as before)."""
+
+    def __init__(self, cfg: Config, *, wait: bool, say: Callable[[str], None] = say_waiting) -> None:
+        self.cfg, self.wait, self.say = cfg, wait, say
+
+    def before(self, timeout: float) -> None:
+        started = time.monotonic()
+        view = lock_view(self.cfg, timeout)
+        if view is None or not view.starting:
+            return
+        if not self.wait:
+            raise DaemonStartingError(f"{phase_words(view)}; try again in a moment")
+        bound = min(START_WAIT_S, timeout)
+        self.say(f"{phase_words(view)}: waiting up to {bound:g} s for it")
+        said = started
+        while True:
+            now = time.monotonic()
+            if now - started >= bound:
+                raise DaemonStartingError(
+                    f"the daemon ({view.record.who}) is still starting after {bound:g} s of waiting "
+                    f"({view.record.since_words()}): run the command again in a while (`sidecar status` says "
+                    "how far it is; its log says what it does). Do not start a second daemon: it "
+                    "would exit, the index being in use"
+                )
+            if now - said >= _SAY_EVERY_S:
+                said = now
+                self.say(f"still waiting for the daemon ({view.record.who}): {view.record.phase_words()}")
+            time.sleep(_POLL_S)
+            seen = lock_view(self.cfg, timeout)
+            if seen is not None and not seen.held and seen.record.phase == lockstate.STOPPED:
+                time.sleep(_FREE_AGAIN_S)  # a restart: the next daemon takes it in a moment
+                seen = lock_view(self.cfg, timeout)
+            if seen is None or not seen.starting:
+                return  # serving (asked now), or stopped or died meanwhile: the connection says
+            view = seen  # another daemon's start (a restart) is waited for in the same bound
+
+    def why_not(self) -> str | None:
+        """Why no daemon answers, from the lock (starting, stopping, stale, held by a process it
+        does not name); None when it says nothing more."""
+        view = lock_view(self.cfg, 2.0)
+        return None if view is None else phase_words(view)

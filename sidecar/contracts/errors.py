@@ -343,6 +343,13 @@ class DaemonNotRunningError(SidecarError):
     exit_code = ExitCode.NOT_RUNNING
 
 
+class DaemonStartingError(DaemonNotRunningError):
+    """The daemon of this home is starting (its lock file says so): it does not answer yet, and
+    this command did not wait for it, or waited as long as it may."""
+
+    code = "starting"
+
+
 class DaemonUnreachableError(DaemonNotRunningError):
     """Something is at the socket, but this client cannot or must not talk to it (no permission,
     or a server of another user): no daemon of this user's answers there."""

@@ -72,7 +72,9 @@ from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
+from sidecar.runtime import lockstate
 from sidecar.runtime.foreground import FOREGROUND
+from sidecar.runtime.lockstate import SERVING, STARTING, STOPPING
 from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
@@ -294,12 +296,23 @@ class Daemon(ConfigReload, ReadOnlyStart):
             # user's home: refused as a shared socket, not waited for as a daemon of this home.
             what, todo = foreign_socket(str(path), holder, uid, file)
             raise SharedSocketError(f"{what}; {todo}")
+        said = self._lock_says(holder)
+        if said is not None:  # this home's daemon, starting or stopping: it answers nothing now
+            raise DaemonRunningError(f"another sidecar daemon ({holder}) is {said} on {path}")
         theirs = self._holder_health(holder)
         if theirs is not None and theirs.get("home") not in (None, str(self.cfg.home)):
             what, todo = shared_socket(str(path), theirs, str(self.cfg.home), file)
             raise SharedSocketError(f"{what}; {todo}")
         # who, for a wait's STATUS= and the person reading it
         raise DaemonRunningError(f"another sidecar daemon is already serving {path} ({holder})")
+
+    def _lock_says(self, holder: str) -> str | None:
+        """The phase this home's lock file gives for the daemon ``holder`` on the socket (``pid
+        N``) when it is starting or stopping (its socket is bound but answers nothing), else None."""
+        view = lockstate.look(self.cfg.index_dir / ".lock")
+        if view is None or not view.current or f"pid {view.record.pid}" != holder:
+            return None
+        return view.record.phase_words() if view.record.phase in (STARTING, STOPPING) else None
 
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a
@@ -334,6 +347,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
     def startup(self) -> Server:
         """Bind the socket, build the parts, start the threads; the server to run."""
         cfg = self.cfg
+        self._phase(STARTING, "opening the index")
         self._listener = bind_socket(cfg.socket_path)
         # The vector library loads beside the first sweep: nothing before the model needs it.
         self._start_thread("vector-library", warm_vector_library)
@@ -430,6 +444,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._hand_start_hang(parts)
         beat = self.watchdog.indexer_alive
         indexer, problems, vectors = parts.indexer, parts.problems, parts.vectors
+        self._phase(STARTING, "catching up with what changed while it was stopped")
         for step in (
             indexer.finish_interrupted,
             # Notes the rules leave out now (a configuration edited while the daemon was stopped, or
@@ -587,6 +602,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         stopping.add_done_callback(lambda _task: self._say_stopping())
         try:
             log.info("daemon_ready socket=%s", self.cfg.socket_path)
+            self._phase(SERVING)
             self.notifier.send("READY=1", "STATUS=serving; first sweep starting")
             await server.serve(self._listener, stop)
         finally:
@@ -596,9 +612,17 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 loop.remove_signal_handler(sig)
             self._say_stopping()
 
+    def _phase(self, phase: str, step: str | None = None) -> None:
+        """Say the phase in the index lock file (``IndexLock.phase``), for the clients that find
+        no answer on the socket: a start opening its stores, a stop closing them."""
+        if self._lock is not None and not (phase == STARTING and self._lock.said in (SERVING, STOPPING)):
+            # (a switch to writable while serving runs the start's steps again: still serving)
+            self._lock.phase(phase, step)
+
     def _say_stopping(self) -> None:
         if not self._said_stopping:
             self._said_stopping = True
+            self._phase(STOPPING)
             self.stop_clock.begin()
             self.notifier.send("STOPPING=1", "STATUS=stopping")
             log.info("daemon_stopping")
@@ -708,6 +732,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         bound: a write that outlasted it was answered ``timeout`` and runs on, so they wait for it;
         a read still running is not waited for). Every wait gets what is left of ``stop_clock``."""
         self.stop.set()
+        self._phase(STOPPING)  # a start that failed stops here too
         if self.parts is not None:  # the indexer's wait for a share's call ends now, not at its deadline
             self.parts.supervisor.stopping.set()
         self.stop_clock.begin()  # a failed start stops here: its waits are bounded alike

@@ -26,7 +26,7 @@ from sidecar.index.indexer import Indexer
 from sidecar.index.problems import Problems
 from sidecar.memory.retention import RETIRED_DIR
 from sidecar.model.embedder import Embedder, EmbedderSlot, load_model, model_name
-from sidecar.runtime import heap
+from sidecar.runtime import heap, lockstate
 from sidecar.vault.confine import tighten_home
 from sidecar.vault.homeguard import MARKER
 
@@ -49,10 +49,14 @@ class IndexLock:
         self.by = by
         self._fh: IO[str] | None = None
         self._folder: tuple[int, int] | None = None  # the index folder's (device, inode) when locked
+        # The daemon's phase, its start and step, written in the file as it moves (``phase``);
+        # a `sidecar index` run (``by``) writes its name only.
+        self._phase: tuple[str, float, str | None] = (lockstate.STARTING, time.time(), None)
 
     def acquire(self) -> None:
         try:
-            fh = self.path.open("a+")
+            # Read and written in place (not "a+": a write there goes to the end, whatever its offset)
+            fh = os.fdopen(os.open(str(self.path), os.O_RDWR | os.O_CREAT, 0o600), "r+")
         except PermissionError as denied:
             # An immutable or read-only index folder (chattr +i, a backup's flag): flock holds on
             # a file opened for reading too, and the read-only start serves the index as it is.
@@ -63,28 +67,63 @@ class IndexLock:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            record = lockstate.read_record(fh)
             fh.close()
-            if holder.startswith(INDEX_RUN):
-                raise IndexRunError(  # the words README's troubleshooting table promises
-                    f"the index {self.path.parent} is in use by {holder}, which is still running "
-                    "(it may be waiting, up to watch.scanTimeoutSeconds, for a share that did not "
-                    "answer in time): try again once it is done"
-                ) from exc
-            raise DaemonRunningError(  # the words README's troubleshooting table promises
-                f"another sidecar daemon is already serving {self.path.parent.parent} "
-                f"(its index {self.path.parent} is in use by {holder})"
-            ) from exc
-        if fh.writable():  # the holder's name, for the one refused (none in a read-only file)
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"{self.by} (pid {os.getpid()})" if self.by else f"pid {os.getpid()}")
-            fh.flush()
+            raise self._refusal(record) from exc
         self._fh = fh
+        self._write()
         if self._folder is None:
             st = os.stat(self.path.parent)
             self._folder = st.st_dev, st.st_ino
+
+    def _refusal(self, record: lockstate.LockRecord) -> DaemonRunningError:
+        """Refused for the holder of the lock, named with its phase (a daemon starting or
+        stopping does not answer on its socket yet, or any more)."""
+        holder = record.who
+        if record.by == INDEX_RUN or holder.startswith(INDEX_RUN):
+            return IndexRunError(  # the words README's troubleshooting table promises
+                f"the index {self.path.parent} is in use by {holder}, which is still running "
+                "(it may be waiting, up to watch.scanTimeoutSeconds, for a share that did not "
+                "answer in time): try again once it is done"
+            )
+        home, index = self.path.parent.parent, self.path.parent
+        if record.phase == lockstate.STARTING:
+            return DaemonRunningError(
+                f"another sidecar daemon ({holder}) is starting on {home}, {record.since_words()}: "
+                f"its index {index} is in use; it answers once started (`sidecar status` says how far)"
+            )
+        if record.phase == lockstate.STOPPING:
+            return DaemonRunningError(
+                f"another sidecar daemon ({holder}) is stopping on {home}, {record.since_words()}: "
+                f"its index {index} is in use until it has stopped: try again then"
+            )
+        return DaemonRunningError(  # the words README's troubleshooting table promises
+            f"another sidecar daemon is already serving {home} (its index {index} is in use by {holder})"
+        )
+
+    @property
+    def said(self) -> str:
+        """The phase last said (``phase``)."""
+        return self._phase[0]
+
+    def phase(self, phase: str, step: str | None = None) -> None:
+        """Say in the lock file that the daemon is in ``phase`` (its start kept while the phase
+        stays, ``step`` what a start is doing): clients read it when the socket does not answer."""
+        kept = self._phase
+        self._phase = (phase, kept[1] if kept[0] == phase else time.time(), step)
+        self._write()
+
+    def _write(self) -> None:
+        fh = self._fh
+        if fh is None or not fh.writable():  # a read-only file (an immutable index) keeps its words
+            return
+        try:
+            if self.by:
+                lockstate.write_record(fh, f"{self.by} (pid {os.getpid()})")
+            else:
+                lockstate.write_record(fh, lockstate.record_text(os.getpid(), *self._phase))
+        except OSError as exc:  # the lock holds all the same; only what clients read is older
+            log.warning("index_lock_unwritten path=%s error=%s", self.path, exc.strerror or exc)
 
     def keep(self) -> tuple[str, str] | None:
         """Make sure the lock file at the path is the one this process holds: one removed under
@@ -135,6 +174,8 @@ class IndexLock:
 
     def release(self) -> None:
         if self._fh is not None:
+            if not self.by:  # whoever reads it next knows the daemon stopped, not crashed
+                self.phase(lockstate.STOPPED)
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None

@@ -1,0 +1,373 @@
+"""Commands in a daemon's first and last seconds say what is true: the daemon states its phase in
+its index lock file (starting, serving, stopping, stopped), and clients read it when its socket
+does not answer. Real daemons, paused in their start or their stop by SIGSTOP (what a loaded
+machine or a debugger does to a process), real CLI processes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import DaemonRunningError, ExitCode
+from sidecar.runtime import lockstate
+from tests.conftest import write
+
+
+def _lock_text(d: Any) -> str:
+    try:
+        return (d.home / "index" / ".lock").read_text()
+    except OSError:
+        return ""
+
+
+def _paused_in(d: Any, phase: str, timeout: float = 120) -> None:
+    """SIGSTOP the daemon as soon as its lock file says ``phase``; the process stays there."""
+    deadline = time.monotonic() + timeout
+    while f" {phase} since " not in _lock_text(d):
+        assert d.proc.poll() is None, d.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, (_lock_text(d), d.log.read_text()[-3000:])
+        time.sleep(0.002)
+    os.kill(d.pid, signal.SIGSTOP)
+
+
+def _cli(d: Any, *args: str, **kw: Any) -> subprocess.Popen[str]:
+    env = {**d.env, "SIDECAR_HOME": str(d.home)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sidecar", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        **kw,
+    )
+
+
+def _run(d: Any, *args: str) -> tuple[int, str, str]:
+    proc = _cli(d, *args)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+def _started_paused(daemon_factory: Any, tmp_path: Path) -> Any:
+    """A keyword-only daemon paused in its start (its lock says starting). A start that got past
+    it before the pause (a fast machine) is stopped and made again."""
+    vault = tmp_path / "vault"
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe lighthouse keeper rows out at dawn.\n")
+    for attempt in range(5):
+        d = daemon_factory(vault, name=f"home{attempt}", keyword_only=True)
+        d.start(wait=None)
+        _paused_in(d, "starting")
+        if " starting since " in _lock_text(d):
+            return d
+        os.kill(d.pid, signal.SIGCONT)
+        assert d.stop() == 0
+    raise AssertionError("every start got past its starting phase before it was paused")
+
+
+def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_it(
+    daemon_factory: Any, tmp_path: Path
+) -> None:
+    """While a daemon starts (it holds the index, its socket does not answer yet): status said
+    "not running … Start it" or that one "started with another socket" holds the index, a second
+    serve "already serving", a search "Start it". Now status says starting with its pid, the
+    second serve names the phase and the pid, the recall prompt hook says it at once (it waits for
+    nothing), and a search waits for the start and is answered."""
+    d = _started_paused(daemon_factory, tmp_path)
+    try:
+        code, out, err = _run(d, "status")
+        assert code == ExitCode.NOT_RUNNING, (out, err)
+        assert out.startswith(f"sidecar is starting (pid {d.pid}), since "), out
+        assert "Start it" not in out and "another socket" not in out and "already serving" not in out
+        code, out, err = _run(d, "status", "--json")
+        said = json.loads(out)
+        assert said["running"] is False and said["error"]["code"] == "starting", said
+        assert said["lock"]["phase"] == "starting" and said["lock"]["pid"] == d.pid, said
+
+        second = subprocess.run(
+            [*d.cmd()], capture_output=True, text=True, timeout=120, env=d.env, check=False
+        )
+        assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
+        assert f"another sidecar daemon (pid {d.pid}) is starting on {d.home}" in second.stderr, second.stderr
+
+        code, out, err = _run(d, "doctor")  # the daemon check says it, not a hung disk
+        assert f"the daemon (pid {d.pid}) is starting" in out and "hung" not in out, (out, err)
+        assert "started with another" not in out, out
+
+        # The prompt hook: answered while the daemon is still paused, without a wait.
+        code, out, err = _run(d, "recall", "lighthouse keeper", "--agent", "ops", "--timeout", "100")
+        assert code == ExitCode.NOT_RUNNING, (out, err)
+        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+        assert " starting since " in _lock_text(d)  # still paused: nothing was waited for
+
+        search = _cli(d, "search", "lighthouse keeper")
+        assert search.stderr is not None
+        first = search.stderr.readline()
+        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 30 s" in first, first
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    out, err = search.communicate(timeout=120)
+    assert search.returncode == 0, (out, err)  # answered by the daemon (maybe before its first sweep)
+    assert " serving since " in _lock_text(d)
+    code, out, err = _run(d, "status")
+    assert code == 0 and "running since" in out, (out, err)
+    assert d.stop() == 0
+    assert " stopped since " in _lock_text(d)
+
+
+def test_a_stop_is_said_stopping_and_not_waited_for(daemon_factory: Any, vault: Path) -> None:
+    """A daemon closing its stores after its socket went: commands said "not running … Start it"
+    (a second daemon then exited 4, the index held). Now status and a search say it is stopping,
+    at once, and the daemon stops as before."""
+    d = daemon_factory(vault, keyword_only=True).start()
+    d.proc.send_signal(signal.SIGTERM)
+    _paused_in(d, "stopping")
+    try:
+        code, out, err = _run(d, "status")
+        assert code == ExitCode.NOT_RUNNING, (out, err)
+        assert out.startswith(f"sidecar is stopping (pid {d.pid}), since "), out
+        code, out, err = _run(d, "search", "spark plugs")
+        assert code == ExitCode.NOT_RUNNING, (out, err)
+        assert f"the daemon (pid {d.pid}) is stopping" in err and "waiting" not in err, err
+        assert "Start it with" not in err, err
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.proc.wait(timeout=120) == 0
+    code, out, _err = _run(d, "status")
+    assert code == ExitCode.NOT_RUNNING and "stale" not in out and "Start it with" in out, out
+
+
+def test_a_daemon_killed_leaves_a_lock_said_stale(daemon_factory: Any, vault: Path) -> None:
+    """kill -9: the lock file still names the daemon, serving. Status and a search say it is a
+    stale lock of a daemon that ended without stopping, and how to start one; nothing waits."""
+    d = daemon_factory(vault, keyword_only=True).start()
+    pid = d.pid
+    d.proc.kill()
+    d.proc.wait()
+    code, out, err = _run(d, "status")
+    assert code == ExitCode.NOT_RUNNING, (out, err)
+    assert f"the index lock names pid {pid} (serving since" in out and "stale lock" in out, out
+    assert "Start it with" in out, out
+    code, out, err = _run(d, "status", "--json")
+    assert json.loads(out)["lock"] == {"pid": pid, "held": False, "stale": True}, out
+    code, out, err = _run(d, "search", "spark plugs")
+    assert code == ExitCode.NOT_RUNNING and "stale lock" in err and "waiting" not in err, err
+    d.start()  # the next start takes the lock as after any crash
+    assert f"pid {d.pid} serving since " in _lock_text(d)
+
+
+def test_the_record_is_read_whole_or_read_again(tmp_path: Path) -> None:
+    """The record is rewritten in place (the lock is on the file: no rename): a reader that meets
+    a write half done (the checksum fails) reads again; an older daemon's file ("pid N") and a
+    `sidecar index` run's are read as before."""
+    text = lockstate.record_text(42, lockstate.STARTING, 1000.0, "opening (the) index")
+    assert len(text.encode()) == lockstate.RECORD_BYTES
+    got = lockstate.parse(text)
+    assert got is not None and (got.pid, got.phase, got.since) == (42, "starting", 1000.0)
+    assert got.step == "opening the index"
+    torn = text.replace("starting", "serving ", 1)  # a reader caught between two writes
+    assert lockstate.parse(torn) is None
+    assert lockstate.parse("pid 17\n") == lockstate.LockRecord("pid 17", 17)
+    run = lockstate.parse("`sidecar index` (pid 18)")
+    assert run is not None and run.who == "`sidecar index` (pid 18)" and run.phase is None
+
+    lock = tmp_path / ".lock"
+    with lock.open("w+") as fh:
+        lockstate.write_record(fh, lockstate.record_text(os.getpid(), lockstate.SERVING, time.time()))
+        lockstate.write_record(fh, "`sidecar index` (pid 9)")  # shorter words: padded, no tail left
+        assert lockstate.read_record(fh).who == "`sidecar index` (pid 9)"
+
+
+def test_a_lock_whose_file_names_an_earlier_daemon_names_its_holder(tmp_path: Path) -> None:
+    """A daemon on an index it may not write (an immutable folder: read-only start) takes the lock
+    on a file it cannot write, which still names the daemon before it, stopped: that pid was named
+    as the holder. The holder the system's lock table names is named instead."""
+    from sidecar.clients.lockholder import lock_holder
+    from sidecar.config import load_config
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    cfg.index_dir.mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    old = int(dead.stdout)
+    (cfg.index_dir / ".lock").write_text(lockstate.record_text(old, lockstate.STOPPED, time.time() - 60))
+    with (cfg.index_dir / ".lock").open("r") as fh:  # as IndexLock opens an unwritable one
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert lock_holder(cfg) == f"pid {os.getpid()}"
+        from sidecar.clients.lockholder import phase_words
+
+        view = lockstate.look(cfg.index_dir / ".lock")
+        assert view is not None and not view.starting
+        words = phase_words(view)
+        assert words is not None and f"held by pid {os.getpid()}" in words and f"pid {old}" in words
+
+
+def test_a_second_daemon_is_refused_with_the_phase_and_pid(tmp_path: Path) -> None:
+    """The refusal of a second daemon names the first one's phase and pid (it said "already
+    serving" while the first one was starting or stopping)."""
+    from sidecar.daemon.process import IndexLock
+
+    first, me = IndexLock(tmp_path / "index"), os.getpid()
+    first.acquire()
+    try:
+        first.phase(lockstate.STARTING, "opening the index")
+        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is starting on .*opening the index"):
+            IndexLock(tmp_path / "index").acquire()
+        first.phase(lockstate.SERVING)
+        with pytest.raises(DaemonRunningError, match=rf"already serving .* in use by pid {me}\)"):
+            IndexLock(tmp_path / "index").acquire()
+        first.phase(lockstate.STOPPING)
+        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is stopping on .*try again then"):
+            IndexLock(tmp_path / "index").acquire()
+    finally:
+        first.release()
+    assert " stopped since " in (tmp_path / "index" / ".lock").read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "waits"), [("recall", False), ("mcp", False), ("status", False), ("search", True)]
+)
+def test_the_mcp_shims_calls_say_a_start_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, waits: bool
+) -> None:
+    """The MCP shim's calls and the recall hook must answer fast: a daemon starting (its lock
+    says so, held by a live pid: here this process's, as a daemon's own) is said at once, not
+    waited for; a search waits. The lock is real, the socket a path nothing listens on."""
+    from sidecar.clients import cli, client, lockholder
+    from sidecar.clients.mcp_calls import ToolCalls, ToolError
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h"), "socket": str(tmp_path / "s.sock")}, env={})
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    said: list[str] = []
+    try:
+        lock.phase(lockstate.STARTING, "opening the index")
+        cli._watch_starts(command, cfg)
+        assert client._watch is not None and getattr(client._watch, "wait", None) is waits
+        if waits:
+            monkeypatch.setattr(lockholder, "START_WAIT_S", 0.3)
+            client._watch.say = said.append  # type: ignore[attr-defined]
+        calls = ToolCalls(cfg.socket_path, "ops")
+        with pytest.raises(ToolError) as err:
+            calls.tools["memory_status"]({})
+        starting = "is still starting after 0.3 s of waiting" if waits else "is starting"
+        assert f"the daemon (pid {os.getpid()}) {starting}" in str(err.value), err.value
+        assert ("still starting" in str(err.value)) is waits, err.value
+        assert bool(said) is waits, said
+    finally:
+        cli._watch_starts(None, cfg)
+        lock.release()
+
+
+def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon restarting while a command waits for its start (it stops, another takes the lock a
+    moment later and starts): the wait ended at the free lock and the command said "not running
+    … Start it" (a second daemon would have exited 4). The wait goes on, within its bound, until
+    the next one serves. Real locks, taken and let go by this process as two daemons would."""
+    import threading
+
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    first = IndexLock(cfg.index_dir)
+    first.acquire()
+    first.phase(lockstate.STARTING, "opening the index")
+    served = threading.Event()
+
+    def restart() -> None:
+        time.sleep(0.3)
+        first.release()  # says stopped
+        time.sleep(0.1)  # the lock free a moment: a restart's gap
+        second = IndexLock(cfg.index_dir)
+        second.acquire()
+        time.sleep(0.3)
+        second.phase(lockstate.SERVING)
+        served.set()
+        time.sleep(0.5)
+        second.release()
+
+    said: list[str] = []
+    thread = threading.Thread(target=restart)
+    thread.start()
+    try:
+        StartWatch(cfg, wait=True, say=said.append).before(60.0)
+        assert served.is_set(), _lock_text_of(cfg.index_dir)
+        assert said and "is starting" in said[0], said
+    finally:
+        thread.join()
+
+
+def _lock_text_of(index: Path) -> str:
+    return (index / ".lock").read_text()
+
+
+def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path) -> None:
+    """A daemon started on an immutable index (chattr -R +i: it serves read-only) takes the lock on
+    a file it cannot write, which still names the daemon before it: that dead pid was named as
+    the holder. The holder the system's lock table names is, and nothing waits on the old record."""
+    from sidecar.clients.lockholder import lock_holder, lock_view, phase_words
+    from tests.test_permissions import _immutable
+
+    d = daemon_factory(vault, keyword_only=True).start()
+    before = d.pid
+    assert d.stop() == 0
+    with _immutable(d.cfg.index_dir):
+        d.start(wait=None)
+        d.wait_for(lambda h: h.get("pid") == d.pid, 120)  # it answers (read-only or refusing)
+        assert f"pid {before} stopped since " in _lock_text(d)  # the file it could not write
+        assert lock_holder(d.cfg) == f"pid {d.pid}"
+        view = lock_view(d.cfg)
+        assert view is not None and not view.starting and not view.stale
+        words = phase_words(view)
+        assert words is not None and f"held by pid {d.pid}" in words and f"pid {before}" in words
+        assert d.stop() == 0
+
+
+def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_factory: Any, vault: Path) -> None:
+    """Paused once its socket is bound, before it answers (its stores opening): the socket takes
+    connections into its queue and answers nothing. A second serve found a daemon on the socket
+    and said "already serving"; status would have waited in that queue. Both say starting."""
+    for attempt in range(5):
+        d = daemon_factory(vault, name=f"bound{attempt}", keyword_only=True)
+        d.start(wait=None)
+        deadline = time.monotonic() + 120
+        while not ("(opening the index)" in _lock_text(d) and d.socket.exists()):
+            assert d.proc.poll() is None and time.monotonic() < deadline, d.log.read_text()[-3000:]
+            time.sleep(0.002)
+        os.kill(d.pid, signal.SIGSTOP)
+        if " starting since " in _lock_text(d):
+            break
+        os.kill(d.pid, signal.SIGCONT)
+        assert d.stop() == 0
+    else:
+        raise AssertionError("every start got past its starting phase before it was paused")
+    try:
+        second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
+        assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
+        assert f"another sidecar daemon (pid {d.pid}) is starting since " in second.stderr, second.stderr
+        assert "already serving" not in second.stderr, second.stderr
+        code, out, err = _run(d, "status")
+        assert code == ExitCode.NOT_RUNNING and out.startswith(
+            f"sidecar is starting (pid {d.pid}), since "
+        ), (
+            out,
+            err,
+        )
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    d.wait_for(lambda h: h["pid"] == d.pid, 120)
+    assert d.stop() == 0
