@@ -58,6 +58,10 @@ class HealthOp:
     def health(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())
         act = self.indexer.activity
+        # The indexer's state before any count: read after them, a sweep that ended meanwhile
+        # said "idle" (and "ready") beside files counted before its batch was written; a sweep
+        # ends by its phase, so "idle" read first means its notes are in what is counted next.
+        phase, sweeps, first_done = act.phase, act.sweeps, act.first_sweep_done
         counts = self.manifest.counts()
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
@@ -68,7 +72,7 @@ class HealthOp:
         caps = self.vectors.stores.continuous()
         continuous = limits.continuous(self.manifest, caps, pending if ok else 0)
         backlog = pending - (continuous["pending_vectors"] if continuous else 0)
-        state = self.indexer.index_state(backlog, embedder["state"])
+        state = self.indexer.index_state(backlog, embedder["state"], first_done)
         vec = self.vectors
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
@@ -92,7 +96,7 @@ class HealthOp:
                 # Another build of this version that wrote it before this daemon (a downgrade
                 # between two checkouts of one version is not told by the version), else None.
                 "other_build": other_build(read_writers(writers), build_id()),
-                "phase": act.phase,
+                "phase": phase,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.
                 "progress": {"done": act.done, "total": act.total, **_sweep_pace(act)},
@@ -161,7 +165,7 @@ class HealthOp:
                 # Agents' inboxes refused (a symbolic link, another user's folder), one entry per
                 # refused folder: its notes left the index (``sidecar index`` names them).
                 "refused_inboxes": self.indexer.changes.refused.summary(),
-                "sweeps": act.sweeps,
+                "sweeps": sweeps,
                 # The number of the last `index` request (its reply's ``ticket``) whose sweep has
                 # ended, whether a rebuild asked for is queued or under way, and whether it is
                 # still queued (the progress shown is then the sweep's under way, not its own).
