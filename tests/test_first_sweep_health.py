@@ -109,4 +109,3 @@ def test_a_sweep_of_paths_or_some_roots_before_the_first_whole_one_is_not_the_fi
     idx = _index(server)
     assert (idx["phase"], idx["state"], idx["files"], idx["sweeps"]) == ("idle", "ready", 4, 2)
     assert h.indexer.activity.first_sweep_done and not h.indexer.writer.defer_links
-
