@@ -62,6 +62,13 @@ class HealthOp:
         # said "idle" (and "ready") beside files counted before its batch was written; a sweep
         # ends by its phase, so "idle" read first means its notes are in what is counted next.
         phase, sweeps, first_done = act.phase, act.sweeps, act.first_sweep_done
+        # Likewise the `index` requests done (`sidecar index` prints the counts of the answer
+        # that says its own is): a sweep ends before its request is counted done.
+        asked_done, rebuilding, rebuild_queued = (
+            self.service.asked_done(),
+            self.service.rebuilding(),
+            self.service.rebuild_queued(),
+        )
         counts = self.manifest.counts()
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
@@ -169,9 +176,9 @@ class HealthOp:
                 # The number of the last `index` request (its reply's ``ticket``) whose sweep has
                 # ended, whether a rebuild asked for is queued or under way, and whether it is
                 # still queued (the progress shown is then the sweep's under way, not its own).
-                "asked_done": self.service.asked_done(),
-                "rebuilding": self.service.rebuilding(),
-                "rebuild_queued": self.service.rebuild_queued(),
+                "asked_done": asked_done,
+                "rebuilding": rebuilding,
+                "rebuild_queued": rebuild_queued,
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the moved notes whose old entry is being removed now (``files`` no longer
                 # counts them: the deletion marked them first).
