@@ -320,6 +320,21 @@ def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_
         release.set()
 
 
+def _ada_hung(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, release: threading.Event
+) -> tuple[Any, Supervisor, tuple[Path, Path], list[str]]:
+    """Two agents' inboxes known to a supervisor (``watch.probeTimeoutSeconds`` 0.2), ada's
+    listing hanging until ``release``: the configuration, the supervisor, (ada's inbox, bob's)
+    and the threads that asked ada's listing."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = inbox_of(cfg, "ada")
+    bob, _ = inbox_of(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    return cfg, sup, (ada, bob), hang_listing(monkeypatch, ada, release)
+
+
 def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -329,14 +344,8 @@ def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
     its listing answers."""
     from sidecar.vault.watcher import Watcher
 
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
-    ada, _ = inbox_of(cfg, "ada")
-    bob, _ = inbox_of(cfg, "bob")
-    sup = Supervisor(cfg)
-    for agent, inbox in (("ada", ada), ("bob", bob)):
-        sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    asked_ = hang_listing(monkeypatch, ada, release)
+    cfg, sup, (_, bob), asked_ = _ada_hung(make_cfg, vault, monkeypatch, release)
     seen: set[str] = set()
     came = threading.Event()
 
@@ -377,14 +386,8 @@ def test_an_agents_folder_too_large_to_watch_folder_by_folder_waits_whole_for_it
     from sidecar.vault import watcher as watcher_module
     from sidecar.vault.watcher import Watcher
 
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
-    ada, _ = inbox_of(cfg, "ada")
-    bob, _ = inbox_of(cfg, "bob")
-    sup = Supervisor(cfg)
-    for agent, inbox in (("ada", ada), ("bob", bob)):
-        sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    asked_ = hang_listing(monkeypatch, ada, release)
+    cfg, sup, _, asked_ = _ada_hung(make_cfg, vault, monkeypatch, release)
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
     try:
         _walked, answered, _flat = watcher._walked([cfg.agents_dir])  # around ada: folder by folder
