@@ -161,7 +161,8 @@ class Summary:
         idx, emb = h["index"], h["embedder"]
         # "starting" after a sweep too: one of file events' paths or of some roots ran before the
         # first sweep of every root, whose notes are not read yet.
-        building = idx["phase"] == "starting" or (idx["phase"] in ("scanning", "indexing") and idx["sweeps"] == 0)
+        phase = idx["phase"]
+        building = phase == "starting" or (phase in ("scanning", "indexing") and idx["sweeps"] == 0)
         if building:
             prog = idx.get("progress") or {}
             if prog.get("total"):
