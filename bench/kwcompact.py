@@ -29,14 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar.config import load_config
+from kwvault import HELP_VAULT, first_notes, keyword_sweep
+
 from sidecar.contracts.wire import memory_agent
-from sidecar.daemon.compose import build
 from sidecar.index.bm25fill import bm25_doc
 from sidecar.index.repair import compact_bm25
-from sidecar.model.embedder import EmbedderSlot
-
-_HELP = Path(__file__).resolve().parents[2] / "shared" / "eval" / "vaults" / "obsidian-help"
 
 
 class TimedLock:
@@ -146,7 +143,7 @@ def stopped(stores: Any) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vault", type=Path, default=_HELP)
+    ap.add_argument("--vault", type=Path, default=HELP_VAULT)
     ap.add_argument("--notes", type=int, default=0, help="only the first N notes (path order)")
     ap.add_argument("--share", type=float, default=0.3)
     ap.add_argument("--ways", default="in place,beside", help="which ways, comma-separated")
@@ -159,20 +156,10 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, home: Path) -> None:
-    vault = args.vault.resolve()
+    vault = first_notes(args.vault, args.notes, home / "vault")
     if args.notes:
-        vault = home / "vault"
-        for path in sorted(args.vault.resolve().rglob("*.md"))[: args.notes]:
-            target = vault / path.relative_to(args.vault.resolve())
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
         home = home / "home"
-    cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
-    parts = build(cfg, EmbedderSlot())
-    started = time.perf_counter()
-    parts.indexer.sweep()  # keyword only: no model
-    stores = parts.stores
-    print(f"swept {time.perf_counter() - started:.1f} s", flush=True)
+    stores = keyword_sweep(home, vault).stores
     notes: dict[str, list[Any]] = {}
     for v in stores.manifest.all_chunks():
         if memory_agent(v.key) is None:
@@ -202,7 +189,7 @@ def run(args: argparse.Namespace, home: Path) -> None:
             f"max {lat[-1] * 1e3:7.1f} ms ({len(lat)} writes)",
             flush=True,
         )
-    parts.stores.close()
+    stores.close()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-_HELP = Path(__file__).resolve().parents[2] / "shared" / "eval" / "vaults" / "obsidian-help"
+from kwvault import HELP_VAULT, first_notes, keyword_sweep
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -78,7 +79,7 @@ def fill_only(home: Path, vault: Path, at_once: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vault", type=Path, default=_HELP)
+    ap.add_argument("--vault", type=Path, default=HELP_VAULT)
     ap.add_argument("--notes", type=int, default=0, help="only the first N notes (path order)")
     ap.add_argument("--fill-only", nargs=3, metavar=("HOME", "VAULT", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -88,32 +89,13 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="kwfillmem-home-"))
     try:
-        vault = args.vault.resolve()
-        if args.notes:
-            vault = work / "vault"
-            for path in sorted(args.vault.resolve().rglob("*.md"))[: args.notes]:
-                target = vault / path.relative_to(args.vault.resolve())
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, target)
+        vault = first_notes(args.vault, args.notes, work / "vault")
         home = work / "home"
-        sweep(home, vault)
+        keyword_sweep(home, vault).stores.close()
         for way in ("at-once", "by-pages"):
             subprocess.run([sys.executable, __file__, "--fill-only", str(home), str(vault), way], check=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def sweep(home: Path, vault: Path) -> None:
-    from sidecar.config import load_config
-    from sidecar.daemon.compose import build
-    from sidecar.model.embedder import EmbedderSlot
-
-    cfg = load_config(flags={"home": str(home), "vault.path": str(vault)}, env={})
-    parts = build(cfg, EmbedderSlot())
-    started = time.perf_counter()
-    parts.indexer.sweep()  # keyword only: no model
-    print(f"swept {time.perf_counter() - started:.1f} s", flush=True)
-    parts.stores.close()
 
 
 if __name__ == "__main__":

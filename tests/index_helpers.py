@@ -8,6 +8,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,18 @@ def with_agents(make_cfg: Any, vault: Path, notes: dict[str, dict[str, str]]) ->
     h.sweep()
     h.close()
     return cfg
+
+
+def made_idle(s: Any, agent: str) -> float:
+    """``agent``'s own keyword index made to look unused for 40 days (closed, its use forgotten)
+    on the in-process server ``s``; the time of last use it now has."""
+    bm25 = s.harness.stores.bm25
+    base = s.cfg.index_dir / "bm25" / "memory" / agent
+    old = time.time() - 40 * 86400
+    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
+        if path.exists():
+            os.utime(path, (old, old))
+    with bm25._inbox_lock:
+        bm25._open.pop(agent, None)
+    bm25._used_at.pop(agent, None)
+    return old

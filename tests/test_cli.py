@@ -583,6 +583,16 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert text.count("done: every chunk has a vector") == 1
 
 
+def test_foreground_summary_is_not_ready_after_a_sweep_before_the_first_whole_one() -> None:
+    """A sweep of file events' paths (or of some roots) ended before the first sweep of every
+    root: the daemon still says "starting", and `sidecar serve` says no "keyword search ready"
+    over the few notes it wrote."""
+    s = Summary(clock=lambda: 0.0)
+    said = "\n".join(s.lines(_health("starting", 1, 0)))
+    assert "keyword search ready" not in said
+    assert "keyword search ready" in "\n".join(s.lines(_health("idle", 2, 0)))
+
+
 def test_foreground_summary_done_names_the_vector_limit_when_chunks_are_past_it() -> None:
     """`sidecar index` said "done: every chunk has a vector" with chunks of a long note past
     index.maxVectorChunksPerNote found by keywords only."""

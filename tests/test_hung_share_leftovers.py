@@ -16,29 +16,10 @@ import pytest
 from sidecar.clients.cli_render import _each_root
 from sidecar.contracts.errors import StorageError
 from sidecar.contracts.protocol import Request
-from sidecar.vault import supervisor as supervisor_module
 from sidecar.vault.sources import Asking, Root, asked
 from sidecar.vault.supervisor import LookCut, RootUnreachable, Supervisor
 from tests.conftest import write
-
-
-class _Clock:
-    """The supervisor module's clock, ``ahead`` seconds ahead of the real one once set."""
-
-    def __init__(self) -> None:
-        self.ahead = 0.0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.ahead
-
-
-def _inbox(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:
-    inbox = cfg.agents_dir / agent / "memory"
-    inbox.mkdir(parents=True, exist_ok=True)
-    return inbox, Root("memory", inbox, agent=agent)
+from tests.share_hangs import hang_listing, held_scans, inbox_of, scan_waiting, slow_inbox
 
 
 def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answers(
@@ -47,13 +28,8 @@ def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answ
     """An inbox learnt slow whose look is cut at its cap: the next writes' looks are refused at
     once while its call is still in (each started one more thread into the share), status says
     what it waits on, and once that call answered the inbox is looked at again."""
-    clock = _Clock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
-    sup = Supervisor(cfg)
-    _, root = _inbox(cfg)
+    clock, sup, root = slow_inbox(make_cfg, vault, monkeypatch, 0.3)
     st = sup.status(root)
-    st.slow = True
     release = threading.Event()
     started: list[threading.Thread] = []
 
@@ -97,12 +73,8 @@ def test_a_never_swept_inbox_whose_look_is_cut_at_its_cap_is_not_added_to_status
     listed yet" (the cut look kept its status)."""
     from sidecar.vault import sources
 
-    clock = _Clock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
+    clock, sup, root = slow_inbox(make_cfg, vault, monkeypatch, 5, "newbie", slow=False)
     monkeypatch.setattr(sources, "time", clock)  # each call's own wait stays under its bound
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 5, "watch.scanTimeoutSeconds": 600})
-    sup = Supervisor(cfg)
-    _, root = _inbox(cfg, "newbie")
     release = threading.Event()
     started: list[threading.Thread] = []
 
@@ -131,41 +103,22 @@ def test_a_look_beside_a_slow_scans_call_past_the_cap_starts_no_thread(
     scanTimeoutSeconds, so it is not given up on): a write's look beside it, past the cap
     already, is refused at once rather than started into the share (status said the inbox
     healthy and each write's look stalled on it again)."""
-    clock = _Clock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
-    sup = Supervisor(cfg)
-    _, root = _inbox(cfg)
-    sup.status(root).slow = True
-    release, waiting = threading.Event(), threading.Event()
-
-    def sweep(asking: Asking) -> int:
-        with asked(asking, "listing", "."):
-            clock.ahead = 45.0
-            waiting.set()
-            release.wait(20)
-        return 1
-
-    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
-    scan.start()
+    clock, sup, root = slow_inbox(make_cfg, vault, monkeypatch, 0.3)
     looked: list[str] = []
 
-    def look(asking: Asking) -> int:
-        looked.append("asked")
-        with asked(asking, "stat", "."):
-            release.wait(20)
-        return 1
+    with scan_waiting(sup, root, clock, 45.0) as release:
 
-    try:
-        assert waiting.wait(10)
+        def look(asking: Asking) -> int:
+            looked.append("asked")
+            with asked(asking, "stat", "."):
+                release.wait(20)
+            return 1
+
         with pytest.raises(LookCut, match=r"its scan under way has waited 45 s on listing \."):
             sup.looked(root, look)
         assert looked == []
         (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
         assert described["look_waiting"]["by"] == "scan"
-    finally:
-        release.set()
-    scan.join(10)
 
 
 def test_status_says_a_look_is_refused_beside_a_slow_scan_only_once_it_is(
@@ -174,32 +127,12 @@ def test_status_says_a_look_is_refused_beside_a_slow_scan_only_once_it_is(
     """A sweep of an inbox learnt slow waits 15 s on one listing, past probeTimeoutSeconds but
     under the look's cap (30 s): a write's look is still started, and status does not say looks
     are refused as slow (it said so from probeTimeoutSeconds on)."""
-    clock = _Clock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 10, "watch.scanTimeoutSeconds": 600})
-    sup = Supervisor(cfg)
-    _, root = _inbox(cfg)
-    sup.status(root).slow = True
-    release, waiting = threading.Event(), threading.Event()
-
-    def sweep(asking: Asking) -> int:
-        with asked(asking, "listing", "."):
-            clock.ahead = 15.0
-            waiting.set()
-            release.wait(20)
-        return 1
-
-    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
-    scan.start()
-    try:
-        assert waiting.wait(10)
+    clock, sup, root = slow_inbox(make_cfg, vault, monkeypatch, 10)
+    with scan_waiting(sup, root, clock, 15.0):
         (described,) = [r for r in sup.describe(lambda _p: True) if r["name"] == "memory/ada"]
         assert described["look_waiting"] is None
         assert "refused as slow" not in "\n".join(_each_root([described], []))
         assert sup.looked(root, lambda _asking: 4) == 4
-    finally:
-        release.set()
-    scan.join(10)
 
 
 def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
@@ -211,31 +144,10 @@ def test_a_hang_two_scans_met_is_said_until_the_first_ones_call_answers(
     hung, and the next look stalled on it again."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
     sup = Supervisor(cfg)
-    _, root = _inbox(cfg)
+    _, root = inbox_of(cfg)
     first, second = threading.Event(), threading.Event()
-    errors: list[str] = []
-
-    def held(name: str, gate: threading.Event) -> Any:
-        def fn(asking: Asking) -> int:
-            with asked(asking, "stat", name):
-                gate.wait(20)
-            return 1
-
-        def run() -> None:
-            try:
-                sup.bounded(root, fn)
-            except RootUnreachable as exc:
-                errors.append(str(exc))
-
-        return threading.Thread(target=run, daemon=True)
-
-    a, b = held("a.md", first), held("b.md", second)
     try:
-        a.start()
-        time.sleep(0.1)  # the second starts while the first's call is under its bound
-        b.start()
-        a.join(10)
-        b.join(10)
+        errors = held_scans(sup, root, first, second)
         assert len(errors) == 2, errors
         assert sup.status(root).hanging is not None
         stuck = [t for t in threading.enumerate() if t.name == "probe-memory/ada"]
@@ -261,32 +173,11 @@ def test_a_hang_two_scans_met_is_said_until_the_second_ones_call_answers_too(
     it); each look's refusal names its own call."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.5})
     sup = Supervisor(cfg)
-    _, root = _inbox(cfg)
+    _, root = inbox_of(cfg)
     first, second = threading.Event(), threading.Event()
-    errors: dict[str, str] = {}
-
-    def held(name: str, gate: threading.Event) -> Any:
-        def fn(asking: Asking) -> int:
-            with asked(asking, "stat", name):
-                gate.wait(20)
-            return 1
-
-        def run() -> None:
-            try:
-                sup.bounded(root, fn)
-            except RootUnreachable as exc:
-                errors[name] = str(exc)
-
-        return threading.Thread(target=run, daemon=True)
-
-    a, b = held("a.md", first), held("b.md", second)
     started: list[str] = []
     try:
-        a.start()
-        time.sleep(0.1)  # the second starts while the first's call is under its bound
-        b.start()
-        a.join(10)
-        b.join(10)
+        errors = held_scans(sup, root, first, second)
         assert sorted(errors) == ["a.md", "b.md"], errors
         assert errors["b.md"].startswith("looking up b.md"), errors
         stuck = [t for t in threading.enumerate() if t.name == "probe-memory/ada"]
@@ -330,7 +221,7 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
     hangs is refused after probeTimeoutSeconds, naming it, and the next list is told at once
     (one thread in the share); the list waited as long as the share hung."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
-    inbox, _root = _inbox(cfg, "ops")
+    inbox, _root = inbox_of(cfg, "ops")
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
     _rule, refusing = _read_only(cfg)
     release = threading.Event()
@@ -369,8 +260,8 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
     agents folder, refusing every agent's memory change while ada's share hung); ada's list is
     told at once (one thread in her share); status names the hung inbox, not a full disk."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
-    ada, _root = _inbox(cfg, "ada")
-    bob, _ = _inbox(cfg, "bob")
+    ada, _root = inbox_of(cfg, "ada")
+    bob, _ = inbox_of(cfg, "bob")
     rule, refusing = _read_only(cfg)
     release = threading.Event()
     real = os.access
@@ -410,7 +301,7 @@ def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_
     """The agents folder itself hangs in read-only mode: status says memory changes are refused
     while it does not answer (it said they waited for space on the index's disk)."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
-    _inbox(cfg, "ada")
+    inbox_of(cfg, "ada")
     rule, _refusing = _read_only(cfg)
     release = threading.Event()
     real = os.access
@@ -429,19 +320,19 @@ def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_
         release.set()
 
 
-def _hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
-    """Listing ``folder`` hangs until ``release`` (a stalled listing of one inbox's share)."""
-    real = os.scandir
-    asked_: list[str] = []
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == folder:
-            asked_.append(threading.current_thread().name)
-            release.wait(20)
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    return asked_
+def _ada_hung(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, release: threading.Event
+) -> tuple[Any, Supervisor, tuple[Path, Path], list[str]]:
+    """Two agents' inboxes known to a supervisor (``watch.probeTimeoutSeconds`` 0.2), ada's
+    listing hanging until ``release``: the configuration, the supervisor, (ada's inbox, bob's)
+    and the threads that asked ada's listing."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    ada, _ = inbox_of(cfg, "ada")
+    bob, _ = inbox_of(cfg, "bob")
+    sup = Supervisor(cfg)
+    for agent, inbox in (("ada", ada), ("bob", bob)):
+        sup.status(Root("memory", inbox, agent=agent))
+    return cfg, sup, (ada, bob), hang_listing(monkeypatch, ada, release)
 
 
 def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
@@ -453,14 +344,8 @@ def test_one_agents_hung_inbox_leaves_the_other_agents_watched(
     its listing answers."""
     from sidecar.vault.watcher import Watcher
 
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
-    ada, _ = _inbox(cfg, "ada")
-    bob, _ = _inbox(cfg, "bob")
-    sup = Supervisor(cfg)
-    for agent, inbox in (("ada", ada), ("bob", bob)):
-        sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    asked_ = _hang_listing(monkeypatch, ada, release)
+    cfg, sup, (_, bob), asked_ = _ada_hung(make_cfg, vault, monkeypatch, release)
     seen: set[str] = set()
     came = threading.Event()
 
@@ -501,14 +386,8 @@ def test_an_agents_folder_too_large_to_watch_folder_by_folder_waits_whole_for_it
     from sidecar.vault import watcher as watcher_module
     from sidecar.vault.watcher import Watcher
 
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
-    ada, _ = _inbox(cfg, "ada")
-    bob, _ = _inbox(cfg, "bob")
-    sup = Supervisor(cfg)
-    for agent, inbox in (("ada", ada), ("bob", bob)):
-        sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    asked_ = _hang_listing(monkeypatch, ada, release)
+    cfg, sup, _, asked_ = _ada_hung(make_cfg, vault, monkeypatch, release)
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
     try:
         _walked, answered, _flat = watcher._walked([cfg.agents_dir])  # around ada: folder by folder

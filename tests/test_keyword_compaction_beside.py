@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import write
+from tests.index_helpers import made_idle
 
 NOTES = 30
 QUERIES = ("tomatoes sun", "lantern harbour", "outboard engine", "backup night")
@@ -208,12 +210,7 @@ def test_the_refill_beside_keeps_the_agents_indexes_as_they_were(large: Any) -> 
     stores = s.harness.stores
     bm25 = stores.bm25
     base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
-    aged = time.time() - 40 * 86400
-    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
-        if path.exists():
-            os.utime(path, (aged, aged))
-    with bm25._inbox_lock:
-        bm25._open.pop("alpha", None)
+    aged = made_idle(s, "alpha")
     bm25._used_at.clear()
     bm25._used_at["beta"] = time.time()  # beta just searched: not idle
     assert bm25.remove_idle(30 * 86400) == ["alpha"]
@@ -517,31 +514,7 @@ def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
 ) -> None:
     """No room while the new index is filled: the compaction fails, the old index answers and
     takes later writes, no side folder is left and nothing more is noted for a catch-up."""
-    from sidecar.contracts.errors import StoreError
-    from sidecar.index.repair import compact_bm25
-    from sidecar.stores import bm25 as bm25mod
-
-    s = large
-    _delete(s, 0, 12)
-    stores = s.harness.stores
-    old = stores.bm25
-    real_add = bm25mod.Bm25Index.add
-
-    def add(self: Any, docs: Any) -> None:
-        if self is not old:
-            raise StoreError("No space left on device (os error 28)")
-        real_add(self, docs)
-
-    monkeypatch.setattr(bm25mod.Bm25Index, "add", add)
-    with pytest.raises(StoreError):
-        compact_bm25(stores)
-    assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
-    assert stores.bm25 is old and old._changed is None
-    outcome, reason, _ = stores.keyword_compaction_last  # said by health and status
-    assert outcome == "failed" and "No space left on device" in reason
-    monkeypatch.setattr(bm25mod.Bm25Index, "add", real_add)
-    _writes(s)
-    _check(s)
+    _full_disk_leaves_the_old_index(large, monkeypatch, "add", lambda: True)
 
 
 @pytest.mark.parametrize("failing", [2, 3], ids=["the catch-up's commit", "the swap's commit"])
@@ -550,30 +523,43 @@ def test_a_full_disk_at_a_commit_of_the_new_index_leaves_the_old_one_answering(
 ) -> None:
     """No room at the catch-up's commit (no lock held) or the swap's (under the lock): the side
     folder goes and the old index answers and takes later writes."""
+    n: list[int] = []
+
+    def fails() -> bool:
+        n.append(1)
+        return len(n) == failing  # 1: the fill's, 2: the catch-up's, 3: the swap's
+
+    _full_disk_leaves_the_old_index(large, monkeypatch, "commit", fails)
+
+
+def _full_disk_leaves_the_old_index(
+    s: Any, monkeypatch: pytest.MonkeyPatch, method: str, fails: Callable[[], bool]
+) -> None:
+    """A compaction beside whose new index's ``method`` (``add``, ``commit``) finds no room
+    where ``fails`` says (asked at each call on the new index, never the old one's): it fails,
+    the side folder goes, and the old index answers and takes later writes."""
     from sidecar.contracts.errors import StoreError
     from sidecar.index.repair import compact_bm25
     from sidecar.stores import bm25 as bm25mod
 
-    s = large
     _delete(s, 0, 12)
     stores = s.harness.stores
     old = stores.bm25
-    real = bm25mod.Bm25Index.commit
-    n: list[int] = []
+    real = getattr(bm25mod.Bm25Index, method)
 
-    def commit(self: Any, *a: Any, **k: Any) -> Any:
-        if self is not old:
-            n.append(1)
-            if len(n) == failing:  # 1: the fill's, 2: the catch-up's, 3: the swap's
-                raise StoreError("No space left on device (os error 28)")
+    def failing(self: Any, *a: Any, **k: Any) -> Any:
+        if self is not old and fails():
+            raise StoreError("No space left on device (os error 28)")
         return real(self, *a, **k)
 
-    monkeypatch.setattr(bm25mod.Bm25Index, "commit", commit)
+    monkeypatch.setattr(bm25mod.Bm25Index, method, failing)
     with pytest.raises(StoreError):
         compact_bm25(stores)
     assert sorted(p.name for p in s.cfg.index_dir.glob("bm25*")) == ["bm25"]
     assert stores.bm25 is old and old._changed is None
-    monkeypatch.setattr(bm25mod.Bm25Index, "commit", real)
+    outcome, reason, _ = stores.keyword_compaction_last  # said by health and status
+    assert outcome == "failed" and "No space left on device" in reason
+    monkeypatch.setattr(bm25mod.Bm25Index, method, real)
     _writes(s)
     _check(s)
 

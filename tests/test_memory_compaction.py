@@ -5,16 +5,15 @@ a failed commit and a stop during it lose nothing."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import write
+from tests.index_helpers import made_idle
 
 NOTE = "The backup runs at three in the night."
 KEPT = {f"n{i}": f"Plan {i}: apples for the cellar, zq{i}." for i in range(1, 4)}
@@ -250,13 +249,7 @@ def test_the_compaction_keeps_an_idle_agents_last_use(in_process: Any) -> None:
     _churn(s)
     bm25 = s.harness.stores.bm25
     base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
-    old = time.time() - 40 * 86400
-    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
-        if path.exists():
-            os.utime(path, (old, old))
-    with bm25._inbox_lock:
-        bm25._open.pop("alpha", None)
-    bm25._used_at.pop("alpha", None)
+    old = made_idle(s, "alpha")
     assert "memory/alpha" in compact_memory(s.harness.stores)
     assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
     assert "alpha" not in bm25._open
@@ -484,34 +477,13 @@ def test_the_vault_compaction_rewrites_no_memory_index(in_process: Any) -> None:
     s = in_process
     _shrunk_vault(s)
     bm25 = s.harness.stores.bm25
-    base = s.cfg.index_dir / "bm25" / "memory" / "alpha"
-    old = time.time() - 40 * 86400
-    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
-        if path.exists():
-            os.utime(path, (old, old))
-    with bm25._inbox_lock:
-        bm25._open.pop("alpha", None)
-    bm25._used_at.pop("alpha", None)
+    old = made_idle(s, "alpha")
     metas = {p: p.stat().st_mtime_ns for p in (s.cfg.index_dir / "bm25").glob("memory*/*/meta.json")}
     metas |= {p: p.stat().st_mtime_ns for p in (s.cfg.index_dir / "bm25").glob("memory/*/*/meta.json")}
     assert compact_bm25(s.harness.stores) is True
     assert {p: p.stat().st_mtime_ns for p in metas} == metas
     assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
     assert "alpha" in bm25.remove_idle(30 * 86400)
-
-
-def _aged(s: Any, agent: str) -> float:
-    """``agent``'s index made to look unused for 40 days (closed, its use forgotten)."""
-    bm25 = s.harness.stores.bm25
-    base = s.cfg.index_dir / "bm25" / "memory" / agent
-    old = time.time() - 40 * 86400
-    for path in (base / "used", base / "chunks" / "meta.json", base / "pages" / "meta.json"):
-        if path.exists():
-            os.utime(path, (old, old))
-    with bm25._inbox_lock:
-        bm25._open.pop(agent, None)
-    bm25._used_at.pop(agent, None)
-    return old
 
 
 def test_a_refill_of_the_keyword_index_keeps_an_idle_agents_last_use(in_process: Any) -> None:
@@ -523,7 +495,7 @@ def test_a_refill_of_the_keyword_index_keeps_an_idle_agents_last_use(in_process:
     s = in_process
     _churn(s)
     bm25 = s.harness.stores.bm25
-    old = _aged(s, "alpha")
+    old = made_idle(s, "alpha")
     rebuild_bm25(s.harness.stores)
     assert bm25._last_use("alpha") == pytest.approx(old, abs=1)
     refill_inbox(s.harness.stores, "alpha")

@@ -24,6 +24,7 @@ from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
 from tests.conftest import FakeEmbedder, Harness, make_vault, write
 from tests.index_helpers import search
+from tests.share_hangs import hang_listing
 
 
 def _counts(h: Harness) -> tuple[int, int, int]:
@@ -876,19 +877,6 @@ def test_offline_index_says_which_read_it_waits_for_and_which_root_is_offline(
     assert "vault offline, kept as indexed: reading Hang.md" in err
 
 
-def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> None:
-    """Listing ``folder`` hangs until ``release`` (a stalled SMB/NFS listing of one subfolder);
-    the root's own listing and every other call answer."""
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if Path(path) == folder:
-            release.wait(20)
-        return real(path)
-
-    monkeypatch.setattr(sources_mod.os, "scandir", scandir)
-
-
 class _HangingEntry:
     """A listed entry whose lstat hangs until ``release``: a FUSE share's listing gives no file
     type, so ``is_symlink`` asks the share (its getattr hangs)."""
@@ -940,7 +928,7 @@ def test_a_subfolder_whose_listing_or_stat_hangs_takes_its_root_offline_naming_i
         before = set(h.stores.manifest.file_states("vault/"))
         assert "vault/Recipes/Bread" in before
         if call == "listing":
-            _hang_listing_of(monkeypatch, vault / "Recipes", release)
+            hang_listing(monkeypatch, vault / "Recipes", release)
         else:
             _hang_stat_of(monkeypatch, vault / "Recipes" / "Bread.md", release)
         started = time.monotonic()
@@ -980,7 +968,7 @@ def test_a_stop_ends_the_wait_for_a_hung_listing(
     release = threading.Event()
     try:
         h.indexer.sweep()
-        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        hang_listing(monkeypatch, vault / "Recipes", release)
         sweeping = threading.Thread(target=h.indexer.sweep, daemon=True)
         sweeping.start()
         for _ in range(200):  # until the sweep waits on the listing
@@ -1009,7 +997,7 @@ def test_offline_index_says_which_listing_it_waits_for(
     scanTimeoutSeconds)."""
 
     def hang(vault: Path, release: threading.Event) -> None:
-        _hang_listing_of(monkeypatch, vault / "Projects", release)
+        hang_listing(monkeypatch, vault / "Projects", release)
 
     code, _seconds = _offline_index(tmp_path, monkeypatch, hang, SIDECAR_WATCH_SCAN_TIMEOUT_SECONDS="4")
     assert code == 0
@@ -2203,7 +2191,7 @@ def test_a_file_event_in_a_folder_whose_listing_hangs_is_given_up_naming_it(
     seen: list[Any] = []
     try:
         h.indexer.sweep()
-        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        hang_listing(monkeypatch, vault / "Recipes", release)
         looking = threading.Thread(
             target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
         )
@@ -3343,7 +3331,7 @@ def test_a_stop_during_a_file_events_look_leaves_the_root_online(
     release = threading.Event()
     try:
         h.indexer.sweep()
-        _hang_listing_of(monkeypatch, vault / "Recipes", release)
+        hang_listing(monkeypatch, vault / "Recipes", release)
         looking = threading.Thread(
             target=lambda: h.indexer.sweep(only=frozenset(), paths=[str(vault / "Recipes")]), daemon=True
         )
@@ -3909,7 +3897,7 @@ def test_a_remembered_slow_share_now_hung_is_given_up_per_call_again(
     h.stores.manifest.set_meta("slow:vault", '{"call": "x", "since": 0}')
     h.close()
     release = threading.Event()
-    _hang_listing_of(monkeypatch, vault / "Recipes", release)
+    hang_listing(monkeypatch, vault / "Recipes", release)
     try:
         h = Harness(cfg, FakeEmbedder())
         try:

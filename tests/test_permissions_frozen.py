@@ -12,8 +12,9 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,6 +35,27 @@ def _immutable(*paths: Path, recursive: bool = True) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["chattr", *flag, "-i", *map(str, paths)], capture_output=True, check=True)
+
+
+def _run_flagged(script: str, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run in a process of its own on the manifest at ``path`` (a SIGBUS kills only
+    it), the flag it sets on the ``-shm`` lifted after it in any case; skipped where no file can
+    be made immutable."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr to make a file immutable")
+    cwd = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path), *args],
+            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        )  # fmt: skip
+    finally:  # a process killed by SIGBUS left the flag set
+        subprocess.run(
+            ["chattr", "-i", str(path.with_name(path.name + "-shm"))], capture_output=True, check=False
+        )
+    if "no chattr" in done.stdout:
+        pytest.skip("cannot make a file immutable here")
+    return done
 
 
 def test_a_daemon_stopped_while_its_index_is_immutable_exits_cleanly(
@@ -257,20 +279,7 @@ def test_a_read_after_four_reads_in_flight_at_commits_survives_an_immutable_shm(
     into the mapped file and the process died of SIGBUS (rc -7). The manifest reads on two
     connections at most now (a third read goes through the writer's, under its lock, so no commit
     runs meanwhile): the settle read always finds a slot."""
-    if shutil.which("chattr") is None:
-        pytest.skip("needs chattr to make a file immutable")
-    cwd = Path(__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _FOUR_READS_AT_COMMITS, str(tmp_path / "manifest.sqlite")],
-            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
-        )  # fmt: skip
-    finally:  # a process killed by SIGBUS left the flag set
-        subprocess.run(
-            ["chattr", "-i", str(tmp_path / "manifest.sqlite-shm")], capture_output=True, check=False
-        )
-    if "no chattr" in done.stdout:
-        pytest.skip("cannot make a file immutable here")
+    done = _run_flagged(_FOUR_READS_AT_COMMITS, tmp_path / "manifest.sqlite")
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "read [('4',)] 4" in done.stdout, done.stdout
 
@@ -325,21 +334,7 @@ def test_a_manifest_closed_after_its_shm_turned_immutable_lives(tmp_path: Path, 
     connection closed). SQLite's close of the last connection checkpoints into the mapped
     ``-shm``: the process died of SIGBUS (rc -7), as the stop once did. It closes without that
     checkpoint now, and the next open replays the log: nothing written is lost."""
-    if shutil.which("chattr") is None:
-        pytest.skip("needs chattr to make a file immutable")
-    path = tmp_path / "manifest.sqlite"
-    cwd = Path(__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _CLOSED_AFTER_THE_FLAG, str(path), how],
-            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
-        )  # fmt: skip
-    finally:  # a process killed by SIGBUS left the flag set
-        subprocess.run(
-            ["chattr", "-i", str(path.with_name(path.name + "-shm"))], capture_output=True, check=False
-        )
-    if "no chattr" in done.stdout:
-        pytest.skip("cannot make a file immutable here")
+    done = _run_flagged(_CLOSED_AFTER_THE_FLAG, tmp_path / "manifest.sqlite", how)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "closed" in done.stdout.splitlines() and "after 50" in done.stdout, done.stdout
     assert "manifest_closed_unwritten" in done.stderr and "reason=immutable" in done.stderr, done.stderr
@@ -424,21 +419,8 @@ def test_closes_that_cannot_switch_the_checkpoint_off_keep_one_connection_per_fi
     a close while the -shm is immutable leaves its connection open: each close kept one, and its
     descriptors, for the life of the process. One per database file now: while it is open the
     file's other connections' closes are not the last, write nothing, and close as always."""
-    if shutil.which("chattr") is None:
-        pytest.skip("needs chattr to make a file immutable")
     path = tmp_path / "manifest.sqlite"
-    cwd = Path(__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _FALLBACK_CLOSES, str(path)],
-            capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
-        )  # fmt: skip
-    finally:  # a process killed by SIGBUS left the flag set
-        subprocess.run(
-            ["chattr", "-i", str(path.with_name(path.name + "-shm"))], capture_output=True, check=False
-        )
-    if "no chattr" in done.stdout:
-        pytest.skip("cannot make a file immutable here")
+    done = _run_flagged(_FALLBACK_CLOSES, path)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     closes = [line for line in done.stdout.splitlines() if line.startswith("closed:")]
     assert len(closes) == 3 and closes[0].startswith("closed: left open"), done.stdout
@@ -584,6 +566,21 @@ def test_a_wholly_flagged_index_is_named_by_the_file_a_write_is_refused_for(tmp_
         m.close()
 
 
+def _flag_reader(index: Path, agents: Sequence[str] = ()) -> Any:
+    """A stand-in of the stores the flag check reads (``Stores.flags``, ``look_for_flags``): the
+    index folder's manifest, the keyword indexes of ``agents``, no vector table, nothing found
+    or asked yet."""
+    return SimpleNamespace(
+        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
+        bm25=SimpleNamespace(agents=lambda: list(agents)),
+        table_names=list,
+        index_flags=None,
+        flags_turn=0,
+        flags_asked=set(),
+        flags_kept=[],
+    )
+
+
 def _big_index(index: Path) -> dict[str, Path]:
     """An index of the real layout's names with more entries than a lowered bound reads: the
     manifest, the keyword index's pair, an agent's memory pair (five levels down), a vector table
@@ -672,7 +669,6 @@ def test_health_asks_the_written_files_each_time_and_a_deeper_flag_from_the_last
     milliseconds on a big index, the disk read at each call): health asks the files a write
     touches by the names of what is open, nothing listed, and a flag deeper in from the last
     whole walk (the start's, the scheduled optimize's) while that file is still flagged."""
-    from types import SimpleNamespace
 
     from sidecar.index.vectoring import Stores
     from sidecar.stores.manifest import Manifest
@@ -683,15 +679,7 @@ def test_health_asks_the_written_files_each_time_and_a_deeper_flag_from_the_last
     deep = index / "bm25" / "pages" / "segment.store"
     deep.parent.mkdir(parents=True)
     deep.write_bytes(b"x")
-    stores = SimpleNamespace(
-        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
-        bm25=SimpleNamespace(agents=list),
-        table_names=list,
-        index_flags=None,
-        flags_turn=0,
-        flags_asked=set(),
-        flags_kept=[],
-    )
+    stores = _flag_reader(index)
     flags = Stores.flags  # the method, on a stand-in of the stores it reads
     assert flags(stores) == (None, False)  # type: ignore[arg-type]  # no walk yet: partial
     with _immutable(deep, recursive=False):
@@ -710,7 +698,6 @@ def test_health_asks_the_agents_keyword_indexes_a_few_at_a_time_and_keeps_a_flag
     ``FLAGS_AGENTS_PER_CALL`` agents' in turn now; a flag on the last agent's index is found
     within as many calls as there are turns and said at every call after, until it is lifted.
     Counted, not timed."""
-    from types import SimpleNamespace
 
     from sidecar.index import vectoring
     from sidecar.index.vectoring import FLAGS_AGENTS_PER_CALL, Stores
@@ -724,15 +711,7 @@ def test_health_asks_the_agents_keyword_indexes_a_few_at_a_time_and_keeps_a_flag
     for agent in agents:
         for pair in ("chunks", "pages"):
             write(index / "bm25/memory" / agent / pair / "meta.json", "{}")
-    stores = SimpleNamespace(
-        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
-        bm25=SimpleNamespace(agents=lambda: list(agents)),
-        table_names=list,
-        index_flags=None,
-        flags_turn=0,
-        flags_asked=set(),
-        flags_kept=[],
-    )
+    stores = _flag_reader(index, agents)
     asked: list[Path] = []
     real = frozen.frozen
 
@@ -768,7 +747,6 @@ def test_a_flag_health_found_does_not_hide_another_still_flagged_once_lifted(tmp
     lifted the entry status named, status said nothing was immutable while the deeper file still
     was. Every entry found is kept, each said while it stays: the look's, and two agents' found
     at different calls."""
-    from types import SimpleNamespace
 
     from sidecar.index.vectoring import FLAGS_AGENTS_PER_CALL, Stores
     from sidecar.stores.manifest import Manifest
@@ -784,15 +762,7 @@ def test_a_flag_health_found_does_not_hide_another_still_flagged_once_lifted(tmp
     first, second = (
         index / "bm25/memory" / agents[n] / "pages/meta.json" for n in (2 * FLAGS_AGENTS_PER_CALL, 0)
     )
-    stores = SimpleNamespace(
-        manifest=SimpleNamespace(path=index / "manifest.sqlite"),
-        bm25=SimpleNamespace(agents=lambda: list(agents)),
-        table_names=list,
-        index_flags=None,
-        flags_turn=0,
-        flags_asked=set(),
-        flags_kept=[],
-    )
+    stores = _flag_reader(index, agents)
     flags = Stores.flags
     with _immutable(deep, recursive=False):
         Stores.look_for_flags(stores)  # type: ignore[arg-type]

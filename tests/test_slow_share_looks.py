@@ -20,6 +20,7 @@ from sidecar.vault.sources import Asking, Root
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.watcher import Watcher, bounded_walk
 from tests.conftest import write
+from tests.share_hangs import SupervisorClock
 
 
 class _SlowEntry:
@@ -251,21 +252,6 @@ def test_the_watchers_own_walk_is_bounded_as_a_whole(tmp_path: Path) -> None:
     assert out and "did not end within 0.3 s" in str(out[0]), out
 
 
-class _Clock:
-    """The supervisor module's clock, ``ahead`` seconds ahead of the real one once set."""
-
-    def __init__(self) -> None:
-        self.ahead = 0.0
-        self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-    def monotonic(self) -> float:
-        self.asked += 1
-        return time.monotonic() + self.ahead
-
-
 def test_a_requests_look_neither_beats_for_the_indexer_nor_says_what_indexing_waits_for(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -276,7 +262,7 @@ def test_a_requests_look_neither_beats_for_the_indexer_nor_says_what_indexing_wa
     from sidecar.vault import supervisor as supervisor_module
     from sidecar.vault.sources import asked
 
-    clock = _Clock()
+    clock = SupervisorClock()
     monkeypatch.setattr(supervisor_module, "time", clock)
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     beats: list[str] = []
@@ -314,7 +300,7 @@ def test_a_requests_look_at_a_slow_share_ends_at_its_cap_and_marks_nothing(
     from sidecar.vault.sources import asked
     from sidecar.vault.supervisor import LookCut
 
-    clock = _Clock()
+    clock = SupervisorClock()
     monkeypatch.setattr(supervisor_module, "time", clock)
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3, "watch.scanTimeoutSeconds": 600})
     sup = Supervisor(cfg)
@@ -352,7 +338,7 @@ def test_a_write_whose_look_passes_its_cap_is_refused_as_slow_with_nothing_writt
     write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
     served.harness.sweep()
     served.harness.supervisor.roots["memory/ada"].slow = True  # learnt slow earlier
-    clock = _Clock()
+    clock = SupervisorClock()
     monkeypatch.setattr(supervisor_module, "time", clock)
     real = inbox_notes.private_dirs
     release = threading.Event()

@@ -16,6 +16,7 @@ import pytest
 from sidecar.vault.sources import Root
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.watcher import Watcher
+from tests.share_hangs import hang_listing
 
 
 def _hang_stat_of(monkeypatch: pytest.MonkeyPatch, path: Path, release: threading.Event) -> None:
@@ -756,22 +757,6 @@ def test_a_daemon_whose_vault_hangs_at_start_says_so_and_its_watch_asks_nothing_
             d.notifier.close()
 
 
-def _hang_listing_of(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[Path]:
-    """``os.scandir`` of ``folder`` waits for ``release`` (a share whose readdir hangs); the
-    folders asked so, in order."""
-    real = os.scandir
-    asked: list[Path] = []
-
-    def scandir(path: Any = ".") -> Any:
-        if Path(path) == folder:
-            asked.append(folder)
-            release.wait(20)
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    return asked
-
-
 def test_a_watch_whose_walk_of_the_vault_hangs_marks_it_hanging_and_keeps_the_inboxes_events(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -787,7 +772,7 @@ def test_a_watch_whose_walk_of_the_vault_hangs_marks_it_hanging_and_keeps_the_in
     sup = Supervisor(cfg)
     sup.status(Root("memory", inbox, agent="ada"))
     release = threading.Event()
-    asked = _hang_listing_of(monkeypatch, vault / "Projects", release)
+    asked = hang_listing(monkeypatch, vault / "Projects", release)
     seen = threading.Event()
 
     def on_change(changed: set[str], _gone: frozenset[str]) -> None:
@@ -811,7 +796,7 @@ def test_a_watch_whose_walk_of_the_vault_hangs_marks_it_hanging_and_keeps_the_in
         assert roots["vault"]["mode"] == "offline", roots
         error = roots["vault"]["error"] or ""
         assert "listing Projects" in error and "still hangs" in error, roots
-        assert asked == [vault / "Projects"]  # one thread into the share, not one per try
+        assert len(asked) == 1, asked  # one thread into the share, not one per try
     finally:
         stop.set()
         release.set()
@@ -828,13 +813,13 @@ def test_a_watchers_own_walk_that_hangs_leaves_the_folder_out_and_asks_it_again_
     other = vault.parent / "other"
     (other / "sub").mkdir(parents=True)
     release = threading.Event()
-    asked = _hang_listing_of(monkeypatch, vault / "Recipes", release)
+    asked = hang_listing(monkeypatch, vault / "Recipes", release)
     watcher = Watcher([vault, other], lambda *_: None, threading.Event(), 50, 0.2)
     try:
         walked, answered, _linked = watcher._walked([vault, other])
         assert answered == [other] and walked == [other, other / "sub"]
         assert watcher._walked([vault, other])[1] == [other]  # told at once
-        assert asked == [vault / "Recipes"]
+        assert len(asked) == 1, asked
         assert not watcher._walk_answered()
     finally:
         release.set()

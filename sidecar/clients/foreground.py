@@ -159,7 +159,10 @@ class Summary:
             self._once(f"refusing {refusing}", f"index: refusing: {refusing}", out)
             return out
         idx, emb = h["index"], h["embedder"]
-        building = idx["phase"] in ("starting", "scanning", "indexing") and idx["sweeps"] == 0
+        # "starting" after a sweep too: one of file events' paths or of some roots ran before the
+        # first sweep of every root, whose notes are not read yet.
+        phase = idx["phase"]
+        building = phase == "starting" or (phase in ("scanning", "indexing") and idx["sweeps"] == 0)
         if building:
             prog = idx.get("progress") or {}
             if prog.get("total"):

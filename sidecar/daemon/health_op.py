@@ -58,6 +58,17 @@ class HealthOp:
     def health(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())
         act = self.indexer.activity
+        # The indexer's state before any count: read after them, a sweep that ended meanwhile
+        # said "idle" (and "ready") beside files counted before its batch was written; a sweep
+        # ends by its phase, so "idle" read first means its notes are in what is counted next.
+        phase, sweeps, first_done = act.phase, act.sweeps, act.first_sweep_done
+        # Likewise the `index` requests done (`sidecar index` prints the counts of the answer
+        # that says its own is): a sweep ends before its request is counted done.
+        asked_done, rebuilding, rebuild_queued = (
+            self.service.asked_done(),
+            self.service.rebuilding(),
+            self.service.rebuild_queued(),
+        )
         counts = self.manifest.counts()
         embedder = self.slot.describe()
         # With the model off by configuration no chunk waits for a vector: none will come.
@@ -68,7 +79,7 @@ class HealthOp:
         caps = self.vectors.stores.continuous()
         continuous = limits.continuous(self.manifest, caps, pending if ok else 0)
         backlog = pending - (continuous["pending_vectors"] if continuous else 0)
-        state = self.indexer.index_state(backlog, embedder["state"])
+        state = self.indexer.index_state(backlog, embedder["state"], first_done)
         vec = self.vectors
         rate = vec.rate(vec.stores.serving)  # recent batches of the serving table
         return {
@@ -92,7 +103,7 @@ class HealthOp:
                 # Another build of this version that wrote it before this daemon (a downgrade
                 # between two checkouts of one version is not told by the version), else None.
                 "other_build": other_build(read_writers(writers), build_id()),
-                "phase": act.phase,
+                "phase": phase,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.
                 "progress": {"done": act.done, "total": act.total, **_sweep_pace(act)},
@@ -164,13 +175,13 @@ class HealthOp:
                 # Agents' inboxes refused (a symbolic link, another user's folder), one entry per
                 # refused folder: its notes left the index (``sidecar index`` names them).
                 "refused_inboxes": self.indexer.changes.refused.summary(),
-                "sweeps": act.sweeps,
+                "sweeps": sweeps,
                 # The number of the last `index` request (its reply's ``ticket``) whose sweep has
                 # ended, whether a rebuild asked for is queued or under way, and whether it is
                 # still queued (the progress shown is then the sweep's under way, not its own).
-                "asked_done": self.service.asked_done(),
-                "rebuilding": self.service.rebuilding(),
-                "rebuild_queued": self.service.rebuild_queued(),
+                "asked_done": asked_done,
+                "rebuilding": rebuilding,
+                "rebuild_queued": rebuild_queued,
                 # File changes waiting or being applied (``catchingUp`` of answers): done, total,
                 # and the moved notes whose old entry is being removed now (``files`` no longer
                 # counts them: the deletion marked them first).

@@ -20,7 +20,9 @@ SWEEP_PACE_BATCHES = 32
 class Activity:
     """What the indexer is doing now, for health and progress bars."""
 
-    phase: str = "starting"  # starting | scanning | indexing | embedding | idle
+    # starting | scanning | indexing | embedding | idle; "starting" also after sweeps of file
+    # events' paths or of some roots that ran before the first sweep of every root ended.
+    phase: str = "starting"
     done: int = 0
     total: int = 0
     started: float = field(default_factory=time.monotonic)  # by ``clock``: a duration's start, no time of day

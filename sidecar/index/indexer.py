@@ -234,13 +234,19 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         changed, wrote = self._apply(diff, moves, every if not paths else None, progress, stop)
         self._retire_emptied(diff.gone, names)
         self._record_excluded(diff, every, mark if only is None and not paths else None)
+        whole = only is None and not paths
         if not act.first_sweep_done:
-            self._first_sweep_ends(only is None and not paths, stop)
+            self._first_sweep_ends(whole, stop)
         act.sweeps += 1
-        act.first_sweep_done = act.first_sweep_done or only is None or bool(chosen)
+        # Only a sweep of every root ends the first: one of file events' paths or of a few roots
+        # (a share's poll, taken before the start's own sweep) left the other roots' notes unread,
+        # and health said idle and ready over them (the daemon queues a sweep of every root at
+        # its start, and retries a failed first one whole).
+        act.first_sweep_done = act.first_sweep_done or whole
         if not self._swept:
             self._count_read_whole(listed, names, stop)
-        act.phase = "idle"
+        # Said last: a client that reads "idle" first finds every count of this sweep written.
+        act.phase = "idle" if act.first_sweep_done else "starting"
         self._after_sweep(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, wrote, chosen, bool(paths))
 
@@ -517,14 +523,18 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         if whole and not (stop is not None and stop.is_set()):
             self.vectors.settle()
 
-    def index_state(self, pending_vectors: int, embedder_state: str) -> str:
-        """``building`` until the first sweep is done and no chunk waits for a vector it can get."""
+    def index_state(self, pending_vectors: int, embedder_state: str, first_done: bool | None = None) -> str:
+        """``building`` until the first sweep is done and no chunk waits for a vector it can get.
+        ``first_done``: whether it was, as read before ``pending_vectors`` (by default now): read
+        after, a first sweep that ended in between made "ready" for good over chunks it wrote."""
         act = self.activity
+        if first_done is None:
+            first_done = act.first_sweep_done
         attached = self.stores.serving is not None
         waiting = embedder_state in ("idle", "loading") or (
             embedder_state == "ok" and (pending_vectors > 0 or not attached)
         )
-        if act.first_sweep_done and not waiting:
+        if first_done and not waiting:
             act.ready_once = True  # later edits queue a few vectors without flipping back to building
         return "ready" if act.ready_once else "building"
 

@@ -343,8 +343,8 @@ def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, t
     skipped = h["index"]["skipped"]
     assert sum(skipped.values()) == 3, skipped  # binary, too large, not UTF-8
     assert any("large" in reason for reason in skipped)
-    # good, bomb, bad YAML, headings, long line, nested; the daemon's log with a miss: one run saw
-    # the sweep counted and idle with none of them indexed yet, and kept nothing to tell why
+    # good, bomb, bad YAML, headings, long line, nested (health reads its phase before the counts:
+    # read after, one run saw idle beside none of them, counted mid-batch); the log with a miss
     assert h["index"]["files"] == 6, (h["index"], d.log.read_text()[-4000:])
     assert d.call("search", {"query": "weather station humidity"})["hits"][0]["reference"] == "vault/Good"
     assert d.call("search", {"query": "YAML bomb"})["hits"][0]["reference"] == "vault/Bomb"
@@ -362,7 +362,9 @@ def test_a_pasted_blob_is_indexed_for_keywords_but_never_embedded(
     write(vault / "Blob.md", "# Blob\n\n" + base64.b64encode(os.urandom(75_000)).decode() + "\n")
     fast = {"SIDECAR_EMBEDDER_MODEL": "all-MiniLM-L6-v2"}  # which chunks are embedded matters, not how
     d: DaemonProcess = daemon_factory(vault, env=fast).start(wait=None)
-    h = d.wait_for(lambda h: h["index"]["sweeps"] >= 1 and h["index"]["pending_vectors"] == 0, timeout=120)
+    h = d.wait_for(
+        lambda h: h["index"]["phase"] == "idle" and h["index"]["pending_vectors"] == 0, timeout=120
+    )
     assert h["index"]["files"] == 2
     assert h["index"]["chunks"] > 150 and h["vectors"]["embedded"] < h["index"]["chunks"] - 150
 

@@ -1,0 +1,134 @@
+"""Helpers for the tests of hung and slow shares: the supervisor's clock set ahead, a listing
+that hangs until the test lets it go, an inbox learnt slow, scans held on one call."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.vault import supervisor as supervisor_module
+from sidecar.vault.sources import Asking, Root, asked
+from sidecar.vault.supervisor import RootUnreachable, Supervisor
+
+
+class SupervisorClock:
+    """The supervisor module's clock, ``ahead`` seconds ahead of the real one once set."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+        self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        self.asked += 1
+        return time.monotonic() + self.ahead
+
+
+def inbox_of(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:
+    """``agent``'s inbox folder, made, and its root."""
+    folder = cfg.agents_dir / agent / "memory"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder, Root("memory", folder, agent=agent)
+
+
+def slow_inbox(
+    make_cfg: Any,
+    vault: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    probe: float,
+    agent: str = "ada",
+    *,
+    slow: bool = True,
+) -> tuple[SupervisorClock, Supervisor, Root]:
+    """A supervisor on a clock the test sets ahead (``watch.probeTimeoutSeconds`` ``probe``, a
+    scan bounded by 600 s) and ``agent``'s inbox, learnt slow unless ``slow`` is false (then the
+    supervisor is not told of it at all)."""
+    clock = SupervisorClock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": probe, "watch.scanTimeoutSeconds": 600})
+    sup = Supervisor(cfg)
+    _, root = inbox_of(cfg, agent)
+    if slow:
+        sup.status(root).slow = True
+    return clock, sup, root
+
+
+@contextlib.contextmanager
+def scan_waiting(
+    sup: Supervisor, root: Root, clock: SupervisorClock, seconds: float
+) -> Iterator[threading.Event]:
+    """A sweep of ``root`` waiting on its listing of ``.`` for ``seconds`` by ``clock`` (set ahead),
+    until the block ends; yields the event that lets it answer."""
+    release, waiting = threading.Event(), threading.Event()
+
+    def sweep(asking: Asking) -> int:
+        with asked(asking, "listing", "."):
+            clock.ahead = seconds
+            waiting.set()
+            release.wait(20)
+        return 1
+
+    scan = threading.Thread(target=lambda: sup.bounded(root, sweep), daemon=True)
+    scan.start()
+    try:
+        assert waiting.wait(10)
+        yield release
+    finally:
+        release.set()
+    scan.join(10)
+
+
+def held_scans(
+    sup: Supervisor, root: Root, first: threading.Event, second: threading.Event
+) -> dict[str, str]:
+    """Two scans of ``root``, each held on the stat of its own note (``a.md`` until ``first``,
+    ``b.md`` until ``second``), the second started while the first's call is under its bound;
+    returns once both were given up on, with the refusal each met, by its note."""
+    errors: dict[str, str] = {}
+
+    def held(name: str, gate: threading.Event) -> threading.Thread:
+        def fn(asking: Asking) -> int:
+            with asked(asking, "stat", name):
+                gate.wait(20)
+            return 1
+
+        def run() -> None:
+            try:
+                sup.bounded(root, fn)
+            except RootUnreachable as exc:
+                errors[name] = str(exc)
+
+        return threading.Thread(target=run, daemon=True)
+
+    a, b = held("a.md", first), held("b.md", second)
+    a.start()
+    time.sleep(0.1)  # the second starts while the first's call is under its bound
+    b.start()
+    a.join(10)
+    b.join(10)
+    return errors
+
+
+def hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
+    """``os.scandir`` of ``folder`` waits for ``release`` (a share whose listing of it stalls: an
+    SMB/NFS readdir); every other call answers. The names of the threads that asked it, in order."""
+    real = os.scandir
+    threads: list[str] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == folder:
+            threads.append(threading.current_thread().name)
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return threads

@@ -1,0 +1,165 @@
+"""Health's word on the first sweep: "idle" (and "ready") only with every root's notes counted.
+
+A client waits for ``index.sweeps >= 1`` and ``index.phase == "idle"`` and then reads the counts
+(the tests, the benchmarks, `sidecar serve` in a terminal). Real stores and a real server in this
+process; the moments that matter are ordered with events, not sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.daemon.indexing import IndexLoop
+from tests.conftest import KEYWORD_ONLY, Harness
+from tests.in_process import InProcessServer
+
+WAIT_S = 30.0  # against a hang only: every wait below ends at an event
+
+
+@pytest.fixture
+def unswept(make_cfg: Any, vault: Path) -> Iterator[tuple[Harness, InProcessServer]]:
+    """The small vault's stores, nothing indexed yet, served in this process (keyword only)."""
+    h = Harness(make_cfg(vault), KEYWORD_ONLY)
+    server = InProcessServer(h)
+    try:
+        yield h, server
+    finally:
+        try:
+            server.close()
+        finally:
+            h.close()
+
+
+def _index(server: InProcessServer) -> dict[str, Any]:
+    index: dict[str, Any] = server.call("health")["index"]
+    return index
+
+
+@contextlib.contextmanager
+def _counted_mid_batch(manifest: Any) -> Iterator[tuple[threading.Event, threading.Event, threading.Event]]:
+    """The first batch written holds after its intent rows until a count of the notes was taken
+    (``counted``); that count's caller (health) holds after it until the test sets ``swept``.
+    Yields (marked, counted, swept); the manifest as it was after the block."""
+    marked, counted, swept = threading.Event(), threading.Event(), threading.Event()
+    real_mark, real_counts = manifest.mark, manifest.counts
+
+    def mark(records: Any) -> None:  # the batch's intent rows written, its notes not yet
+        real_mark(records)
+        if not marked.is_set():
+            marked.set()
+            assert counted.wait(WAIT_S), "health did not count"
+
+    def counts() -> dict[str, Any]:  # health's counts taken mid-batch; answered after the sweep
+        got = real_counts()
+        if marked.is_set() and not counted.is_set():
+            counted.set()
+            assert swept.wait(WAIT_S), "the sweep did not end"
+        return got
+
+    manifest.mark, manifest.counts = mark, counts
+    try:
+        yield marked, counted, swept
+    finally:
+        swept.set()
+        manifest.mark, manifest.counts = real_mark, real_counts
+
+
+def _asked_meanwhile(server: InProcessServer) -> tuple[threading.Thread, list[dict[str, Any]]]:
+    """Health asked on a thread of its own: the thread and where its answer's index goes."""
+    answer: list[dict[str, Any]] = []
+    asking = threading.Thread(target=lambda: answer.append(_index(server)), name="health")
+    asking.start()
+    return asking, answer
+
+
+def test_health_read_while_the_first_sweep_ends_says_idle_only_over_its_notes(
+    unswept: tuple[Harness, InProcessServer],
+) -> None:
+    """A health request that counts the notes mid-batch and is answered after the sweep ended
+    says the sweep under way, not "idle" beside none of its notes (the counts read first, the
+    phase after them: one run of the broken-notes test saw idle with 0 of 6 notes)."""
+    h, server = unswept
+    with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
+        sweep = threading.Thread(target=h.indexer.sweep, name="sweep")
+        sweep.start()
+        assert marked.wait(WAIT_S)
+        asking, answer = _asked_meanwhile(server)
+        assert counted.wait(WAIT_S)
+        sweep.join(WAIT_S)
+        assert not sweep.is_alive() and h.indexer.activity.phase == "idle"
+        swept.set()
+        asking.join(WAIT_S)
+    (idx,) = answer
+    assert idx["files"] == 0  # counted mid-batch: the moment under test
+    assert (idx["phase"], idx["sweeps"], idx["state"]) == ("indexing", 0, "building"), idx
+    after = _index(server)
+    assert (after["phase"], after["sweeps"], after["state"], after["files"]) == ("idle", 1, "ready", 4)
+
+
+def test_health_read_while_an_asked_sweep_ends_says_it_done_only_over_its_notes(
+    unswept: tuple[Harness, InProcessServer],
+) -> None:
+    """`sidecar index` prints the counts of the health that says its request's sweep is done
+    (``asked_done``): one that counted mid-batch and was answered after the sweep ended does
+    not say it done beside none of its notes."""
+    h, server = unswept
+    stop = threading.Event()
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None)
+    service = server.handlers.service
+    service.asked_done = lambda: loop.asked_done
+    running = threading.Thread(target=loop.run, name="indexer", daemon=True)
+    running.start()
+    try:
+        with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
+            ticket = loop.request_sweep()
+            assert marked.wait(WAIT_S)
+            asking, answer = _asked_meanwhile(server)
+            assert counted.wait(WAIT_S)
+            deadline = time.monotonic() + WAIT_S
+            while loop.asked_done < ticket:  # the loop counts the request done after its sweep
+                assert time.monotonic() < deadline, "the asked sweep did not end"
+                stop.wait(0.01)
+            swept.set()
+            asking.join(WAIT_S)
+    finally:
+        stop.set()
+        running.join(WAIT_S)
+    (idx,) = answer
+    assert idx["files"] == 0  # counted mid-batch: the moment under test
+    assert idx["asked_done"] < ticket, idx
+    after = _index(server)
+    assert after["asked_done"] == ticket and after["files"] == 4
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param({"only": frozenset(), "paths": ["Garden.md"]}, id="file-event-paths"),
+        pytest.param({"only": frozenset({"wiki"})}, id="one-root"),
+    ],
+)
+def test_a_sweep_of_paths_or_some_roots_before_the_first_whole_one_is_not_the_first(
+    unswept: tuple[Harness, InProcessServer], vault: Path, first: dict[str, Any]
+) -> None:
+    """A sweep of file events' paths, or of some roots (a share's poll), that runs before the
+    start's sweep of every root leaves the other notes unread: health says "starting" and
+    "building", not "idle" and "ready", until a sweep of every root ends (which then does the
+    first sweep's own work: the links resolved, the keyword index checked)."""
+    h, server = unswept
+    paths = [str(vault / p) for p in first.get("paths", ())]
+    h.indexer.sweep(only=first["only"], paths=paths)
+    idx = _index(server)
+    assert idx["sweeps"] == 1 and idx["files"] < 4
+    assert (idx["phase"], idx["state"]) == ("starting", "building"), idx
+    assert not h.indexer.activity.first_sweep_done
+    h.indexer.sweep()
+    idx = _index(server)
+    assert (idx["phase"], idx["state"], idx["files"], idx["sweeps"]) == ("idle", "ready", 4, 2)
+    assert h.indexer.activity.first_sweep_done and not h.indexer.writer.defer_links
