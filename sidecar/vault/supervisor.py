@@ -374,6 +374,13 @@ class Supervisor:
             st.fs_type = found
             st.network = is_network(st.fs_type)
 
+    def hung_looks(self) -> list[tuple[str, str, str]]:
+        """Each root with a call still in its share: (root name, its folder, that call), for
+        read-only mode's status to name the agents whose changes are refused meanwhile."""
+        with self._lock:
+            held = list(self.roots.values())
+        return sorted((st.name, st.path, st.hung_on or "its look") for st in held if st.hanging is not None)
+
     def stuck_within(self, root: Root) -> threading.Thread | None:
         """The call still hanging on the folder this root lies in (the wiki's vault), if any."""
         if root.within is None:

@@ -1,0 +1,113 @@
+"""Every call a request makes into a share that may hang is bounded by the one mechanism
+(``Supervisor.looked``): read-only mode's looks learn a slow share and end at the stop as the
+daemon's do, a memory change's own calls (the temp file, its fsync, the rename; a delete's move
+to .trash) end in a clear error with the note whole or untouched, and a folder-by-folder watch's
+look at new folders never holds the watcher. The hanging calls are stand-ins (a call held until
+the test lets it go); nothing here measures speed."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import BusyError, StorageError
+from sidecar.contracts.protocol import Request
+from tests.conftest import write
+
+
+def _read_only(cfg: Any, stop: threading.Event | None = None) -> Any:
+    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
+
+    looks = folder_looks(cfg, stop)
+    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
+    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
+    return Refusing("the index cannot be read: bm25 locked", only)
+
+
+def _stuck_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+def test_read_only_list_of_an_inbox_that_answered_late_is_waited_for_next_time(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-only mode's list of an inbox whose listing does not answer within the probe timeout
+    is refused; that listing answers after all, so the share is slow, not hung: the next list,
+    whose listing takes as long, waits for it and answers (read-only mode refused a slow inbox's
+    every list: it learnt nothing, as the daemon's looks do)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
+    refusing = _read_only(cfg)
+    release = threading.Event()
+    calls: list[str] = []
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            calls.append("listing")
+            if len(calls) == 1:
+                release.wait(20)  # held past the probe timeout, then answers
+            else:
+                threading.Event().wait(1.5)  # as slow, answering past the probe timeout
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    try:
+        with pytest.raises(StorageError, match=r"listing \. in .*ops/memory did not answer"):
+            refusing.dispatch(Request("list", {}, agent="ops"))
+    finally:
+        release.set()
+    for t in _stuck_threads("probe-memory/ops"):
+        t.join(20)
+    listed = refusing.dispatch(Request("list", {}, agent="ops"))["notes"]
+    assert [n["reference"] for n in listed] == ["memory/canoe"] and len(calls) == 2
+
+
+def test_read_only_look_ends_at_the_daemons_stop(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon stops while read-only mode's list waits on a hung inbox (probe timeout 60 s):
+    the list is told at once that the daemon is stopping, not after the timeout (the stop waited
+    for it, up to watch.probeTimeoutSeconds)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 60})
+    inbox = cfg.agents_dir / "ops" / "memory"
+    write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
+    stop = threading.Event()
+    refusing = _read_only(cfg, stop)
+    release = threading.Event()
+    entered = threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inbox:
+            entered.set()
+            release.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    outcome: list[BaseException] = []
+
+    def listing() -> None:
+        try:
+            refusing.dispatch(Request("list", {}, agent="ops"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    asker = threading.Thread(target=listing, daemon=True)
+    try:
+        asker.start()
+        assert entered.wait(20)
+        stop.set()
+        asker.join(10)
+        assert not asker.is_alive(), "the list still waits for the share after the stop"
+        assert len(outcome) == 1 and isinstance(outcome[0], BusyError), outcome
+        assert "the daemon is stopping" in str(outcome[0])
+    finally:
+        release.set()
+        asker.join(30)
