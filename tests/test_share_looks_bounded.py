@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.contracts.errors import BusyError, StorageError
+from sidecar.contracts.errors import BusyError, RemoteError, StorageError
 from sidecar.contracts.protocol import Request
+from sidecar.memory import inbox as inbox_module
 from tests.conftest import write
 
 
@@ -111,3 +112,90 @@ def test_read_only_look_ends_at_the_daemons_stop(
     finally:
         release.set()
         asker.join(30)
+
+
+def _hold_writes(monkeypatch: pytest.MonkeyPatch, release: threading.Event) -> threading.Event:
+    """The inbox's atomic write (temp file, fsync, rename) hangs until ``release``; the event
+    returned is set once a write is in it."""
+    real = inbox_module.write_in
+    entered = threading.Event()
+
+    def write_in(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_module, "write_in", write_in)
+    return entered
+
+
+def test_a_memory_write_whose_own_calls_hang_is_answered_and_lands_whole_once_let_go(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inbox answers the write's look, then hangs in the write itself (the temp file, its
+    fsync, the rename): the write is answered within the probe timeout, saying it lands whole or
+    not at all; the inbox is said hanging and the next write is refused at once, nothing
+    started; once the share answers the note is there whole, no temp file left (the request
+    waited as long as the share hung)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    release = threading.Event()
+    entered = _hold_writes(monkeypatch, release)
+    text = "# Fresh\n\nThe canoe goes in the boathouse.\n"
+    try:
+        with pytest.raises(
+            RemoteError, match=r"not confirmed: writing fresh\.md .*lands whole or not at all"
+        ):
+            served.call("write", {"slug": "fresh", "content": text}, agent="ada")
+        assert entered.is_set()
+        st = served.harness.supervisor.roots["memory/ada"]
+        assert st.hanging is not None
+        entered.clear()
+        with pytest.raises(RemoteError, match=r"not written: .*still hangs") as err:
+            served.call("write", {"slug": "other", "content": "# Other\n\nx\n"}, agent="ada")
+        assert err.value.code == "storage" and not entered.is_set()
+    finally:
+        release.set()
+    assert st._stuck is not None
+    st._stuck.join(20)
+    assert text.strip() in (inbox / "fresh.md").read_text(encoding="utf-8")
+    assert not [p.name for p in inbox.iterdir() if p.name.endswith(".tmp")]
+    assert not (inbox / "other.md").exists()
+
+
+def test_a_memory_delete_whose_move_hangs_in_read_only_mode_is_answered(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-only mode (the index cannot be read) saves memory changes in the inbox: a delete
+    whose move to .trash hangs is answered within the probe timeout, saying it lands whole or
+    not at all, and the note is in .trash once the share answers."""
+    from sidecar.memory import inbox_notes
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
+    inbox = cfg.agents_dir / "ops" / "memory"
+    inbox.mkdir(parents=True)
+    refusing = _read_only(cfg)
+    refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
+    assert (inbox / "canoe.md").exists()
+    release = threading.Event()
+    real = inbox_notes.os.fsync
+    ledger_fsync = threading.local()
+
+    def fsync(fd: int) -> None:
+        if threading.current_thread().name == "probe-memory/ops" and not getattr(ledger_fsync, "done", False):
+            ledger_fsync.done = True
+            release.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(inbox_notes.os, "fsync", fsync)
+    try:
+        with pytest.raises(StorageError, match=r"not confirmed: moving to \.trash canoe\.md .*whole or not"):
+            refusing.dispatch(Request("delete", {"slug": "canoe"}, agent="ops"))
+    finally:
+        release.set()
+    for t in _stuck_threads("probe-memory/ops"):
+        t.join(20)
+    assert not (inbox / "canoe.md").exists()
+    assert [p.name.split("--")[0] for p in (inbox / ".trash").glob("canoe--*.md")] == ["canoe"]

@@ -36,6 +36,7 @@ from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_bounded import in_inbox
 from sidecar.memory.inbox_types import check_agent, check_slug
 from sidecar.memory.ops import audit_warning, deleted_reply, unindexed_note
 from sidecar.runtime.release import build_id
@@ -183,7 +184,14 @@ class InboxOnly:
             check_known(p, ("slug",))
             with self.inboxes.locked(agent, slug):
                 try:
-                    moved = self.inboxes.delete(agent, slug)
+                    moved = in_inbox(
+                        self.looks,
+                        Root("memory", agent_inbox(self.cfg, agent), agent=agent),
+                        lambda: self.inboxes.delete(agent, slug, held=True),
+                        call="moving to .trash",
+                        slug=slug,
+                        done="deleted",
+                    )
                 except OSError as exc:
                     raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
             gone = deleted_reply(slug, moved)
@@ -201,7 +209,16 @@ class InboxOnly:
         self.inboxes.precheck(agent, slug, content, front_matter)
         with self.inboxes.locked(agent, slug):
             try:
-                written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+                written = in_inbox(
+                    self.looks,
+                    Root("memory", agent_inbox(self.cfg, agent), agent=agent),
+                    lambda: self.inboxes.write(
+                        agent, slug, content, front_matter, must_exist=must_exist, held=True
+                    ),
+                    call="writing",
+                    slug=slug,
+                    done="written",
+                )
             except OSError as exc:
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
         log.info("memory_%s agent=%s slug=%s bytes=%d index=unreadable", req.op, agent, slug, written.size)

@@ -218,15 +218,19 @@ class Notes:
         *,
         must_exist: bool,
         sizes: dict[str, int] | None = None,
+        held: bool = False,
     ) -> Written:
         """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note.
         ``sizes``: the note sizes this write's ``look`` found, its room counted from them (each
-        note stat once per write, not again here); None: counted here."""
+        note stat once per write, not again here); None: counted here. ``held``: the caller holds
+        the note's lock for this write, which runs in a thread of its own (a bounded write: the
+        lock, re-entrant per thread, would wait for the caller that waits for it)."""
         path = self.path_of(agent, slug)
         name = path.name
         self._check_content(content, front_matter)
         front_matter = _names_as_text(front_matter)
-        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+        lock = contextlib.nullcontext() if held else self.locked(agent, slug)
+        with lock, self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             with self._guard:
                 left = self._left.get((agent, slug))
             old, seen = self._read_settled(inbox_fd, name, slug, left)
@@ -318,11 +322,13 @@ class Notes:
         log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
         return target
 
-    def delete(self, agent: str, slug: str) -> Deleted | None:
-        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
+    def delete(self, agent: str, slug: str, *, held: bool = False) -> Deleted | None:
+        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to
+        delete. ``held``: as ``write``'s."""
         path = self.path_of(agent, slug)
         name = path.name
-        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+        lock = contextlib.nullcontext() if held else self.locked(agent, slug)
+        with lock, self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             try:
                 st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
             except FileNotFoundError:
