@@ -199,3 +199,64 @@ def test_a_memory_delete_whose_move_hangs_in_read_only_mode_is_answered(
         t.join(20)
     assert not (inbox / "canoe.md").exists()
     assert [p.name.split("--")[0] for p in (inbox / ".trash").glob("canoe--*.md")] == ["canoe"]
+
+
+def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_other_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Watching folder by folder, a new folder whose look-up hangs: the watcher gives up on it
+    after the probe timeout and a note written elsewhere still comes as an event (the watcher's
+    one thread waited in that look-up for as long as the share hung, every root's events with
+    it); once the look-up answers, the new folder is told again for its notes to be swept."""
+    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault.watcher import Watcher
+
+    root = tmp_path / "vault"
+    write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
+    fresh = root / "New"
+    release = threading.Event()
+    real = watcher_module._is_real_folder
+
+    def is_real_folder(path: str) -> bool:
+        if path == str(fresh):
+            release.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    seen: set[str] = set()
+    changed = threading.Condition()
+
+    def on_change(paths: set[str], _gone: frozenset[str]) -> None:
+        with changed:
+            seen.update(paths)
+            changed.notify_all()
+
+    def comes(path: Path) -> bool:
+        with changed:
+            return changed.wait_for(lambda: str(path) in seen, 20)
+
+    stop = threading.Event()
+    watcher = Watcher([root], on_change, stop, 50, 0.3)
+    watcher.flat = True
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        for i in range(40):  # the watch is set up once a note written comes as an event
+            write(root / "A" / f"probe{i}.md", "# Probe\n\nx\n")
+            with changed:
+                if changed.wait_for(lambda i=i: str(root / "A" / f"probe{i}.md") in seen, 0.5):
+                    break
+        else:
+            pytest.fail("the watch never started")
+        fresh.mkdir()
+        assert comes(fresh)  # its batch is told; the look at the new folder comes next
+        write(root / "A" / "b.md", "# B\n\nThe canoe.\n")
+        assert comes(root / "A" / "b.md"), "the watcher waits in the new folder's look-up"
+        with changed:
+            seen.discard(str(fresh))
+        release.set()
+        assert comes(fresh), "the new folder was not told again once its look-up answered"
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)

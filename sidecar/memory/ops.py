@@ -551,8 +551,8 @@ class MemoryOps:
         slow as long as a whole scan), so a slow inbox of many notes is looked at and written to.
         One call that does not answer marks the inbox hanging (status says so) and refuses the
         change with nothing done (the change's own calls are bounded alike: ``in_inbox``).
-        Changes arriving meanwhile share the look under way (its answer is the same for each: one thread into the share,
-        not one per change). Raises what the look raises (NotPrivateError)."""
+        Changes arriving meanwhile share the look under way (its answer is the same for each:
+        one thread into the share, not one per change). Raises what the look raises (NotPrivateError)."""
         name = f"memory/{agent}"
         supervisor = self.indexer.supervisor
         root = inbox_root(self.cfg, agent)

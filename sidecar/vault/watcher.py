@@ -507,7 +507,7 @@ class Watcher:
                 changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes} | again, _gone(changes))
-                new = _new_folders(changes, known, again, existing) if flat else set()
+                new = self._new_in(changes, known, again, existing) if flat else set()
                 if flat and any(_in_settings(p, existing) for p in {p for _, p in changes} | again):
                     # A folder of the settings made (a link to one too), or made inside one
                     # while the watch restarted: watched from the next watch on.
@@ -593,6 +593,32 @@ class Watcher:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
         return walked, answered, linked
+
+    def _new_in(
+        self,
+        changes: set[tuple[watchfiles.Change, str]],
+        known: set[str],
+        again: set[str],
+        existing: list[Path],
+    ) -> set[str]:
+        """``_new_folders``, asked with a deadline: its stats and its walk of the new folders are
+        calls into a share that may hang, on the one thread that carries every root's events.
+        Unanswered (and at once while an earlier look still hangs), the folders it was to look
+        at are asked again at the next turn of the watch (``_recheck``), the others' events go on."""
+        try:
+            return bounded_call(
+                lambda: _new_folders(changes, known, again, existing),
+                self.probe_timeout,
+                self._stuck_looks,
+                "new-folders",
+                "watch-new",
+            )
+        except NoAnswer as exc:
+            asked = {p for change, p in changes if p not in known or change == watchfiles.Change.added}
+            if asked - again:  # said once, not at each turn it is asked again
+                log.warning("watcher_look_hung what=new folders error=%s: asked again at the next turn", exc)
+            self._recheck |= asked | again
+            return set()
 
     def _walk_answered(self) -> bool:
         """Whether a walk given up on (its folder left out of the watch) has answered since."""
