@@ -18,6 +18,7 @@ import pytest
 from sidecar.contracts.errors import BusyError, RemoteError, StorageError
 from sidecar.contracts.protocol import Request
 from sidecar.memory import inbox as inbox_module
+from sidecar.vault.sources import Root
 from tests.conftest import write
 
 
@@ -260,3 +261,94 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
         release.set()
         stop.set()
         thread.join(10)
+
+
+def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch goes around ada's hung inbox: the folders it covers are bob's, not the whole
+    agents folder (status said ada's inbox had file events, and a sweep's finds there were taken
+    for lost events); the watcher says why folders are left out (status's problem) and, once
+    ada's listing answered, health says her inbox is polled until the watch takes it in again;
+    the next watch covers the agents folder whole and the words are withdrawn."""
+    from sidecar.vault.supervisor import Supervisor
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    inboxes = {}
+    for agent in ("ada", "bob"):
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True)
+        inboxes[agent] = inbox
+        sup.status(Root("memory", inbox, agent=agent))
+    release = threading.Event()
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == inboxes["ada"]:
+            release.wait(20)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    said: list[str | None] = []
+    watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    watcher.on_left_out = said.append
+
+    def modes() -> dict[str, str]:
+        covered = watcher.covered()
+        return {
+            r["name"]: r["mode"]
+            for r in sup.describe(lambda p: any(Path(p).is_relative_to(w) for w in covered))
+        }
+
+    try:
+        watcher.watching = watcher._walked([cfg.agents_dir])[1]  # as the watch sets it up
+        assert watcher.covered() == [cfg.agents_dir / "bob"]
+        assert len(said) == 1 and said[0] is not None
+        assert f"file events do not cover {cfg.agents_dir / 'ada'}: a call there hangs" in said[0]
+    finally:
+        release.set()
+    for t in [t for t in threading.enumerate() if t.name.startswith("probe-")]:
+        t.join(20)
+    assert modes() == {"memory/ada": "polling", "memory/bob": "events"}
+    watcher.watching = watcher._walked([cfg.agents_dir])[1]
+    assert watcher.covered() == [cfg.agents_dir] and said[-1] is None
+    assert modes() == {"memory/ada": "events", "memory/bob": "events"}
+
+
+def test_an_inbox_learnt_slow_is_waited_for_by_the_watchs_walk_not_left_out_in_a_loop(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ada's inbox is learnt slow: its listing answers, later than the probe timeout. The
+    watch's walk of the agents folder waits for it as her scans do, and covers the agents folder
+    whole (it gave up on her listing at the probe timeout, left her out, started the watch again
+    with a sweep of every root once the listing answered, and gave up on it again: a loop for as
+    long as her share stayed slow)."""
+    from sidecar.vault.supervisor import Supervisor
+    from sidecar.vault.watcher import Watcher
+
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    for agent in ("ada", "bob"):
+        inbox = cfg.agents_dir / agent / "memory"
+        inbox.mkdir(parents=True)
+        sup.status(Root("memory", inbox, agent=agent)).slow = agent == "ada"
+    ada = cfg.agents_dir / "ada" / "memory"
+    real = os.scandir
+    listed: list[str] = []
+
+    def scandir(path: Any = ".") -> Any:
+        if not isinstance(path, int) and Path(path) == ada:
+            listed.append("ada")
+            threading.Event().wait(1.5)  # slow, answering past the probe timeout (and the 1 s poll)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
+    for _ in range(2):  # each watch set up (a restart) walks it again
+        walked, answered, _linked = watcher._walked([cfg.agents_dir])
+        assert answered == [cfg.agents_dir] and watcher.left_out == {}
+        assert ada in walked and not watcher._walk_answered()  # nothing to start the watch again for
+    assert listed == ["ada", "ada"]
+    assert sup.roots["memory/ada"].hanging is None and sup.roots["memory/ada"].slow
