@@ -147,7 +147,7 @@ def test_a_memory_write_whose_own_calls_hang_is_answered_and_lands_whole_once_le
     text = "# Fresh\n\nThe canoe goes in the boathouse.\n"
     try:
         with pytest.raises(
-            RemoteError, match=r"not confirmed: writing fresh\.md .*lands whole or not at all"
+            RemoteError, match=r"not confirmed: writing fresh\.md .*\(writing fresh\.md in .*lands whole"
         ):
             served.call("write", {"slug": "fresh", "content": text}, agent="ada")
         assert entered.is_set()
@@ -352,3 +352,34 @@ def test_an_inbox_learnt_slow_is_waited_for_by_the_watchs_walk_not_left_out_in_a
         assert ada in walked and not watcher._walk_answered()  # nothing to start the watch again for
     assert listed == ["ada", "ada"]
     assert sup.roots["memory/ada"].hanging is None and sup.roots["memory/ada"].slow
+
+
+def test_a_change_left_in_one_agents_audit_log_holds_no_other_agents_change(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ada's write hangs in its audit line (her share stops answering after the note is in
+    place) and is answered "not confirmed"; bob's write, on a share that answers, is made (one
+    lock for every agent's audit log held his write behind hers, which then blamed his inbox)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    folders = {a: served.cfg.agents_dir / a for a in ("ada", "bob")}
+    for agent, folder in folders.items():
+        write(folder / "memory" / "plan.md", f"# Plan\n\n{agent} rotates the zeppelin disks.\n")
+    served.harness.sweep()
+    ada_ino = folders["ada"].stat().st_ino
+    release = threading.Event()
+    real = os.open
+
+    def open_(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if path == "audit.log" and dir_fd is not None and os.fstat(dir_fd).st_ino == ada_ino:
+            release.wait(30)
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    try:
+        with pytest.raises(RemoteError, match=r"not confirmed: writing fresh\.md"):
+            served.call("write", {"slug": "fresh", "content": "# Fresh\n\nada's\n"}, agent="ada")
+        made = served.call("write", {"slug": "fresh", "content": "# Fresh\n\nbob's\n"}, agent="bob")
+        assert made["reference"] == "memory/fresh" and (folders["bob"] / "memory" / "fresh.md").exists()
+        assert served.harness.supervisor.roots["memory/bob"].hanging is None
+    finally:
+        release.set()

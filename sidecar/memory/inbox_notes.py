@@ -83,7 +83,9 @@ class Notes:
 
         def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str: ...
 
-        def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None: ...
+        def _audit(
+            self, agent_fd: int, op: str, slug: str, digest: str, size: int, *, agent: str
+        ) -> str | None: ...
 
         def _check_room(
             self,
@@ -291,7 +293,9 @@ class Notes:
             newest = previous.name if previous is not None else next(iter(swapped), None)
             dropped = self._cap_after(ledger, inbox_fd, newest)
             digest = hashlib.sha256(data).hexdigest()
-            audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+            audit_error = self._audit(
+                agent_fd, "edit" if must_exist else "write", slug, digest, len(data), agent=agent
+            )
         return Written(
             slug,
             path,
@@ -340,7 +344,9 @@ class Notes:
                 what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 os.unlink(name, dir_fd=inbox_fd)
                 os.fsync(inbox_fd)
-                audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0)
+                audit_error = self._audit(
+                    agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0, agent=agent
+                )
                 return Deleted(None, audit_error, removed=what)
             data = b""
             with contextlib.suppress(OSError):
@@ -359,5 +365,7 @@ class Notes:
                 os.fsync(trash.fd)
                 dropped = self._cap_trash(ledger, trash.fd, target)
             os.fsync(inbox_fd)
-            audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+            audit_error = self._audit(
+                agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data), agent=agent
+            )
         return Deleted(path.parent / ".trash" / target, audit_error, dropped)

@@ -1442,7 +1442,8 @@ def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> str
     was said healthy once this call answered while the other still hung; dropped, once the other
     answered first. What this call is ("looking up a.md"), for its own refusal."""
     now = asking.now
-    what = None if now is None else (f"{now[0]} {now[1]}" if now[0] == "listing" else f"looking up {now[1]}")
+    # ("writing", "moving to .trash": a memory change's own call, said as it is)
+    what = None if now is None else (f"looking up {now[1]}" if now[0] == "stat" else f"{now[0]} {now[1]}")
     if st.hanging is not None:
         st._also.append((stuck, asking if now is not None else None, now, what))
         return what
