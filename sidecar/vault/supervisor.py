@@ -408,7 +408,7 @@ class Supervisor:
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
 
-    def looked(self, root: Root, fn: Callable[[Asking], T]) -> T:
+    def looked(self, root: Root, fn: Callable[[Asking], T], *, through_stop: bool = False) -> T:
         """A request's look at a root (``fn``, told of each call by the ``Asking`` it gets: a
         memory change's look at its inbox, a list's look-ups of unindexed files), each call
         waited for as a scan's are: probeTimeoutSeconds each, not their sum (a slow share of
@@ -426,17 +426,22 @@ class Supervisor:
 
         A root no sweep has listed yet (a new agent's inbox at its first write) is looked at under
         a status of its own, kept only when the look marked it (hanging, slow, learning): status
-        lists the roots the indexing knows, not every inbox a request touched."""
+        lists the roots the indexing knows, not every inbox a request touched.
+
+        ``through_stop``: a memory change's own calls, neither refused nor cut by the stop (the
+        stop waits for a change under way, which ends within these bounds anyway: cut, a change
+        its client had been answered ``timeout`` for was dropped though its share answered)."""
+        stop = _NEVER if through_stop else self.stopping
         with self._lock:
             known = root.name in self.roots
         if known:
-            st = self._fresh(root)
+            st = self._fresh(root, stop)
             self._not_beside(root, st)
-            return self._asked(root, st, fn, whole=False, request=True)
-        _not_waited_for(root, self.stopping)
+            return self._asked(root, st, fn, whole=False, request=True, stop=stop)
+        _not_waited_for(root, stop)
         st = self._new_status(root)
         try:
-            return self._asked(root, st, fn, whole=False, request=True)
+            return self._asked(root, st, fn, whole=False, request=True, stop=stop)
         finally:
             # A look cut at its cap on a root not slow is not kept (its thread ends at its next
             # quick call): kept, a never-swept inbox was listed by status as "not listed yet".
@@ -484,10 +489,10 @@ class Supervisor:
         agent's writes behind them."""
         return min(self.cfg.server.request_timeout_seconds / 4, self.cfg.watch.scan_timeout_seconds)
 
-    def _fresh(self, root: Root) -> RootStatus:
+    def _fresh(self, root: Root, stop: threading.Event | None = None) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
         scan given up on at a call that answered since makes the root slow."""
-        _not_waited_for(root, self.stopping)  # a stop: no new call, and no hang said
+        _not_waited_for(root, stop or self.stopping)  # a stop: no new call, and no hang said
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(st))
@@ -772,7 +777,14 @@ class Supervisor:
             )
 
     def _asked(
-        self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool, request: bool = False
+        self,
+        root: Root,
+        st: RootStatus,
+        fn: Callable[[Asking], T],
+        *,
+        whole: bool,
+        request: bool = False,
+        stop: threading.Event | None = None,
     ) -> T:
         """``fn`` with an ``Asking``: given up once one call has not answered for the probe
         timeout (the whole after the scan timeout on a slow root), naming the call. Only a
@@ -780,6 +792,7 @@ class Supervisor:
         A ``request``'s look (``looked``) ends at ``look_cap`` as a whole, and neither beats for
         the indexer nor says what indexing waits for."""
         timeout = self.cfg.watch.probe_timeout_seconds
+        stopping = stop or self.stopping
         asking = Asking()
         slow = st.slow
         started = time.monotonic()
@@ -801,7 +814,7 @@ class Supervisor:
             return cap is not None and time.monotonic() - started >= cap
 
         def hung() -> bool:
-            return self.stopping.is_set() or call_hung() or cut()
+            return stopping.is_set() or call_hung() or cut()
 
         with self._lock:
             st._under_way.add(asking)
@@ -818,7 +831,7 @@ class Supervisor:
                 st._under_way.discard(asking)
             if not request:
                 self.waiting = None
-        if stuck is not None and cap is not None and not self.stopping.is_set() and not call_hung() and cut():
+        if stuck is not None and cap is not None and not stopping.is_set() and not call_hung() and cut():
             # Slow, not hung: nothing marked. The call under way ends when the share answers,
             # and the look stops at its next call; till then the next request's look is refused
             # at once (``_not_beside``), and status says what it waits on.
@@ -842,7 +855,7 @@ class Supervisor:
         asking.abandon()  # it stops at its next call once this one answers
         now = asking.now
         hung_on = _record_hang(st, stuck, asking)
-        _not_waited_for(root, self.stopping)
+        _not_waited_for(root, stopping)
         self._gave_up(st, slow=slow)
         if now is None or slow:  # the whole scan past scanTimeoutSeconds
             on = f" ({hung_on})" if hung_on else ""
@@ -1417,6 +1430,10 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
+
+
+# The stop of a wait that the daemon's stop does not cut (``looked``'s ``through_stop``).
+_NEVER = threading.Event()
 
 
 def _not_waited_for(root: Root, stopping: threading.Event) -> None:
