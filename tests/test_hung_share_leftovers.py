@@ -205,9 +205,9 @@ def test_a_hang_two_scans_met_is_said_until_the_second_ones_call_answers_too(
 
 
 def _read_only(cfg: Any) -> tuple[Any, Any]:
-    from sidecar.daemon.readonly import FolderLooks, InboxOnly, ReadOnly, Refusing
+    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
 
-    looks = FolderLooks.of(cfg)
+    looks = folder_looks(cfg)
     rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
     only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
     refusing = Refusing("the index cannot be read: bm25 locked", only)
@@ -239,13 +239,13 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
         hung = r"listing \. in .*ops/memory did not answer within 0.3 s \(hung share\?\)"
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("list", {}, agent="ops"))
-        with pytest.raises(StorageError, match=r"an earlier look at .*ops/memory \(listing \.\) still hangs"):
+        with pytest.raises(StorageError, match=r"an earlier call on .*ops/memory \(listing \.\) still hangs"):
             refusing.dispatch(Request("list", {}, agent="ops"))
         assert listed == ["listing"]
     finally:
         release.set()
     for t in threading.enumerate():
-        if t.name == "probe-inbox-look":
+        if t.name == "probe-memory/ops":
             t.join(10)  # the stuck listing ends once let go: the inbox is asked again
     listed_now = refusing.dispatch(Request("list", {}, agent="ops"))["notes"]
     assert [n["reference"] for n in listed_now] == ["memory/canoe"]
@@ -273,7 +273,9 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = r"memory change refused: stat ada/memory in .*agents did not answer within 0.3 s .*nothing"
+        hung = (
+            r"memory change refused: looking up ada/memory in .*agents did not answer within 0.3 s .*nothing"
+        )
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
         saved = refusing.dispatch(
@@ -281,13 +283,13 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
         )
         assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
         with pytest.raises(
-            StorageError, match=r"an earlier look at .*ada/memory \(stat ada/memory\) still hangs"
+            StorageError, match=r"an earlier call on .*agents \(looking up ada/memory\) still hangs"
         ):
             refusing.dispatch(Request("list", {}, agent="ada"))
         said = rule.message()
         assert "until there is space (memory writes are saved in the inboxes" in said
         assert re.search(
-            r"memory changes in .*ada/memory are refused while stat ada/memory there has not", said
+            r"memory changes of agent ada are refused while looking up ada/memory in .*agents has not", said
         )
         assert "memory writes and rebuilds wait until there is space" not in said
     finally:
@@ -314,7 +316,9 @@ def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_
     monkeypatch.setattr(os, "access", access)
     try:
         said = rule.message()
-        assert re.search(r"memory changes are refused while stat \. in .*agents did not answer", said), said
+        assert re.search(
+            r"memory changes are refused while looking up \. in .*agents did not answer", said
+        ), said
         assert "memory writes" not in said
     finally:
         release.set()

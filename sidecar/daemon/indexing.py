@@ -49,6 +49,7 @@ CATCHING_UP_MIN = 10
 _REPORTED_MAX = 200_000
 LOST_AREA = "watch"
 WATCH_LIMIT = "limit"
+WATCH_LEFT_OUT = "left out"  # folders the watch goes around while a call in them hangs
 REBUILD_AREA = "rebuild"
 # The subject of a rebuild refused at its turn ("not rebuilt: ..."): its own entry, so the put-back
 # of an earlier rebuild, read by the same sweep, neither clears nor replaces it.
@@ -173,6 +174,14 @@ class IndexLoop:
             self.problems.clear(LOST_AREA, subject=WATCH_LIMIT)
         else:
             self.problems.report(LOST_AREA, why, subject=WATCH_LIMIT)
+
+    def watch_left_out(self, why: str | None) -> None:
+        """The watcher's word on folders it went around (``Watcher.left_out_why``: a call in
+        them hangs): status says the watch is partial while it does."""
+        if why is None:
+            self.problems.clear(LOST_AREA, subject=WATCH_LEFT_OUT)
+        else:
+            self.problems.report(LOST_AREA, why, subject=WATCH_LEFT_OUT)
 
     def polled(self) -> bool:
         """Whether every root is polled (the watch covers only part of the folders)."""

@@ -467,6 +467,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         watcher = self.watcher = build_watcher(cfg, loop.changed, work, parts.supervisor)
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.covered()]
         watcher.on_partial = loop.watch_partial
+        watcher.on_left_out = loop.watch_left_out
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
             cfg,

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sidecar import __version__
 from sidecar.config import Config
@@ -36,73 +36,31 @@ from sidecar.daemon.handlers import Handlers
 from sidecar.daemon.server import WRITE_OPS
 from sidecar.index.problems import Problems
 from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_bounded import in_inbox
 from sidecar.memory.inbox_types import check_agent, check_slug
 from sidecar.memory.ops import audit_warning, deleted_reply, unindexed_note
 from sidecar.runtime.release import build_id
 from sidecar.stores.space import LOW_BYTES
 from sidecar.vault.references import public_reference
 from sidecar.vault.sources import Asking, Root, agent_inbox, asked
-from sidecar.vault.timeout import NoAnswer, run_with_timeout
+from sidecar.vault.supervisor import RootUnreachable, StopCut, Supervisor
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-
-class FolderLooks:
+def folder_looks(cfg: Config, stop: threading.Event | None = None) -> Supervisor:
     """The read-only modes' looks at the agents folder and its inboxes (a list from the inbox, the
-    room check before a write is saved), each call waited for watch.probeTimeoutSeconds and the
-    whole for watch.scanTimeoutSeconds, as a sweep's are: no index is open, so no sweep marks a
-    hung share for them, and an unbounded look held the request (and the socket's worker) for as
-    long as the share hung. One that does not answer leaves its thread in the share; the next look
-    at the same folder is told at once while that thread is still in its call (one stuck thread per
-    folder, not one per request)."""
-
-    def __init__(self, per_call: float, whole: float) -> None:
-        self.per_call = per_call
-        self.whole = whole
-        self._lock = threading.Lock()
-        self._stuck: dict[str, tuple[threading.Thread, str]] = {}
-
-    @classmethod
-    def of(cls, cfg: Config) -> FolderLooks:
-        return cls(cfg.watch.probe_timeout_seconds, cfg.watch.scan_timeout_seconds)
-
-    def hung(self) -> list[tuple[Path, str]]:
-        """Each folder whose earlier look's call is still in, with that call."""
-        with self._lock:
-            return [(Path(key), what) for key, (t, what) in sorted(self._stuck.items()) if t.is_alive()]
-
-    def run(self, folder: Path, fn: Callable[[Asking], T], under: Path | None = None) -> T:
-        """``fn`` told of each call by the ``Asking`` it gets; NoAnswer (naming the call) when one
-        does not answer, and at once while an earlier look's call at ``folder`` is still in.
-        ``under``: the folder the calls' names are relative to, when not ``folder``."""
-        key = str(folder)
-        with self._lock:
-            earlier = self._stuck.get(key)
-            if earlier is not None and not earlier[0].is_alive():
-                del self._stuck[key]
-                earlier = None
-        if earlier is not None:
-            why = f"an earlier look at {folder} ({earlier[1]}) still hangs (hung share?)"
-            raise NoAnswer(why, earlier[0])
-        asking = Asking()
-
-        def call_hung() -> bool:
-            now = asking.now
-            return now is not None and time.monotonic() - now[2] >= self.per_call
-
-        value, stuck = run_with_timeout(lambda: fn(asking), self.whole, "inbox-look", None, call_hung)
-        if stuck is None:
-            return value  # type: ignore[return-value]  # fn's own result
-        asking.abandon()  # it ends at its next call once this one answers
-        now = asking.now
-        what = f"{now[0]} {now[1]}" if now is not None else "its look"
-        with self._lock:
-            self._stuck[key] = (stuck, what)
-        wait = f"{self.per_call:g} s" if now is not None else f"{self.whole:g} s"
-        log.error("inbox_look_hung folder=%s call=%s timeout=%s", folder, what, wait)
-        raise NoAnswer(f"{what} in {under or folder} did not answer within {wait} (hung share?)", stuck)
+    room check before a write is saved): the supervisor's own bounded look (``Supervisor.looked``),
+    as a memory change's look at its inbox is when the index is open. Each call is waited for
+    watch.probeTimeoutSeconds; one that does not answer leaves its thread in the share and the
+    next look at the same root is told at once while it is still in (one stuck thread per inbox,
+    not one per request); one that answers late teaches that the share is slow, and its calls
+    are then waited for as long as a request's look may take. No index is open to remember that
+    in: learnt for the daemon's run. ``stop``: the daemon's stop, which ends a wait at once."""
+    looks = Supervisor(cfg)
+    if stop is not None:
+        looks.stopping = stop  # set first thing by the stop: a look then ends at once
+    return looks
 
 
 class Refusing:
@@ -138,12 +96,12 @@ class InboxOnly:
         cfg: Config,
         writable: Callable[[str | None], bool],
         started: float,
-        looks: FolderLooks | None = None,
+        looks: Supervisor | None = None,
     ) -> None:
         self.cfg = cfg
         self.inboxes = Inboxes(cfg)
         self.writable = writable  # ``ReadOnly.inboxes_writable``: asked at each request
-        self.looks = looks if looks is not None else FolderLooks.of(cfg)  # the list's, bounded
+        self.looks = looks if looks is not None else folder_looks(cfg)  # the list's, bounded
         self.started = started
         self.problems = Problems()  # the audit log's failures, shown by ``health``
         self.since = time.time()  # when the index was first found unreadable (health's "since")
@@ -205,10 +163,12 @@ class InboxOnly:
             return notes
 
         try:
-            notes = self.looks.run(inbox, look)
+            notes = self.looks.looked(root, look)
         except FileNotFoundError:
             notes = []  # no inbox yet: no notes
-        except NoAnswer as exc:
+        except StopCut as exc:
+            raise BusyError(stopping_message("the list")) from exc
+        except RootUnreachable as exc:
             raise StorageError(f"the inbox cannot be listed: {exc}; try again once it answers") from exc
         except OSError as exc:
             raise StorageError(f"the inbox {inbox} cannot be read: {exc.strerror or exc}") from exc
@@ -224,7 +184,14 @@ class InboxOnly:
             check_known(p, ("slug",))
             with self.inboxes.locked(agent, slug):
                 try:
-                    moved = self.inboxes.delete(agent, slug)
+                    moved = in_inbox(
+                        self.looks,
+                        Root("memory", agent_inbox(self.cfg, agent), agent=agent),
+                        lambda: self.inboxes.delete(agent, slug, held=True),
+                        call="moving to .trash",
+                        slug=slug,
+                        done="deleted",
+                    )
                 except OSError as exc:
                     raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
             gone = deleted_reply(slug, moved)
@@ -242,7 +209,16 @@ class InboxOnly:
         self.inboxes.precheck(agent, slug, content, front_matter)
         with self.inboxes.locked(agent, slug):
             try:
-                written = self.inboxes.write(agent, slug, content, front_matter, must_exist=must_exist)
+                written = in_inbox(
+                    self.looks,
+                    Root("memory", agent_inbox(self.cfg, agent), agent=agent),
+                    lambda: self.inboxes.write(
+                        agent, slug, content, front_matter, must_exist=must_exist, held=True
+                    ),
+                    call="writing",
+                    slug=slug,
+                    done="written",
+                )
             except OSError as exc:
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc
         log.info("memory_%s agent=%s slug=%s bytes=%d index=unreadable", req.op, agent, slug, written.size)
@@ -448,7 +424,7 @@ class ReadOnly:
     WRITES = frozenset({"index", "write", "edit", "delete"})  # indexing, memory writes, rebuilds
     MEMORY = frozenset({"write", "edit", "delete"})
 
-    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path, looks: FolderLooks) -> None:
+    def __init__(self, index_dir: Path, manifest: Path, agents_dir: Path, looks: Supervisor) -> None:
         self.index_dir = index_dir
         self.agents_dir = agents_dir
         self.looks = looks  # the room check's calls on the agents' share, bounded
@@ -500,12 +476,16 @@ class ReadOnly:
                 return writable(at)
 
         try:
-            # The agents folder's own calls kept under it, an agent's under its inbox: one agent's
-            # hung inbox refuses that agent's changes, not every agent's.
-            if not self.looks.run(agents, room):
+            # The agents folder's own calls kept under a root of its own, an agent's under its
+            # inbox's name (the list's too: one stuck thread per inbox, whichever look left it),
+            # named from the agents folder: one agent's hung inbox refuses that agent's changes,
+            # not every agent's.
+            if not self.looks.looked(Root("agents", agents), room):
                 return False
-            return agent is None or self.looks.run(inbox, reach, under=agents)
-        except NoAnswer as exc:
+            return agent is None or self.looks.looked(Root("memory", agents, agent=agent), reach)
+        except StopCut as exc:
+            raise BusyError(stopping_message("the change (nothing changed)")) from exc
+        except RootUnreachable as exc:
             # Not "the disk is full": the write is refused for the share that hangs, in those words.
             raise StorageError(
                 f"memory change refused: {exc}; nothing changed, try again once it answers"
@@ -532,11 +512,14 @@ class ReadOnly:
         except StorageError as exc:  # the agents folder hangs: no write is saved meanwhile
             writable = False
             hangs = str(exc.__cause__ or exc)
+        except BusyError:  # the daemon stops
+            writable, hangs = False, None
         # Each inbox whose look still hangs: that agent's changes are refused, for its share.
         refused = "".join(
-            f"; memory changes in {folder} are refused while {what} there has not answered (hung share?)"
-            for folder, what in self.looks.hung()
-            if folder != self.agents_dir
+            f"; memory changes of agent {name.removeprefix('memory/')} are refused while {what} in "
+            f"{folder} has not answered (hung share?)"
+            for name, folder, what in self.looks.hung_looks()
+            if name.startswith("memory/")
         )
         if hangs is not None:  # not the disk's space: the share that hangs, in those words
             waits = (

@@ -33,11 +33,11 @@ from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read
 from sidecar.daemon.handlers import Handlers, ServiceState
 from sidecar.daemon.readonly import (
     Dispatch,
-    FolderLooks,
     InboxOnly,
     ReadOnly,
     Refusing,
     SwitchingHealth,
+    folder_looks,
     unreadable_words,
 )
 from sidecar.daemon.reloading import RELOAD_WAITS
@@ -129,7 +129,7 @@ class ReadOnlyStart:
         cfg = self.cfg
         if self._inbox_only is None:  # one for the daemon's life (its note locks, its problems)
             # One stuck thread per inbox (its list's or room check's) and one for the agents folder.
-            looks = FolderLooks.of(cfg)
+            looks = folder_looks(cfg, self.stop)
             rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
             self._inbox_only = InboxOnly(cfg, rule.inboxes_writable, self.started, looks)
         return Refusing(why, self._inbox_only)
@@ -151,7 +151,7 @@ class ReadOnlyStart:
             self._read_only_parts = parts
             parts.indexer.activity.first_sweep_done = True  # the index as it was: nothing is read now
             # The earlier read-only spell's looks: a thread it left in a hung share is still known.
-            looks = self._refusal.looks if self._refusal is not None else FolderLooks.of(cfg)
+            looks = self._refusal.looks if self._refusal is not None else folder_looks(cfg, self.stop)
             manifest_path = parts.stores.manifest.path
             refusal = self._refusal = ReadOnly(cfg.index_dir, manifest_path, cfg.agents_dir, looks)
             refusal.failed = failed

@@ -98,7 +98,9 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
         self._busy: dict[str, int] = {}
         self._retiring: set[str] = set()
         self._retired = threading.Condition(self._guard)
-        self._audit_lock = threading.Lock()
+        # Per agent: a change whose audit line hangs in one agent's share (left there by a bounded
+        # change) holds no other agent's change (one lock for all held every agent's).
+        self._audit_locks: dict[str, threading.Lock] = {}
         self._trashes: dict[str, Trash] = {}
         # The state each note was left in by this daemon's last write of it (the most recent
         # ones): a note found so is no other program's save under way, and needs no wait.
@@ -275,7 +277,7 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
             ledger.aside(trash.fd, lambda: drop_stamp(trash.fd, slug))
         return target
 
-    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None:
+    def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int, *, agent: str) -> str | None:
         """Append one JSON line to the agent's audit log (append-only, never rewritten). Called
         after the change is made: a line that cannot be appended (disk full, an immutable log)
         is returned as the reason, for the caller to report beside the change, never as if the
@@ -283,9 +285,11 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
         line = json.dumps({"time": _now(), "op": op, "slug": slug, "sha256": digest, "bytes": size}) + "\n"
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            # One lock for the rotation: two writers rotating at once would put the fresh log
-            # over the generation just kept.
-            with self._audit_lock:
+            # One lock per log for the rotation: two writers rotating at once would put the fresh
+            # log over the generation just kept.
+            with self._guard:
+                lock = self._audit_locks.setdefault(agent, threading.Lock())
+            with lock:
                 fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
                 try:
                     st = os.fstat(fd)

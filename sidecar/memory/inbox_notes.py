@@ -83,7 +83,9 @@ class Notes:
 
         def _keep(self, ledger: Trash, inbox_fd: int, slug: str, old: bytes) -> str: ...
 
-        def _audit(self, agent_fd: int, op: str, slug: str, digest: str, size: int) -> str | None: ...
+        def _audit(
+            self, agent_fd: int, op: str, slug: str, digest: str, size: int, *, agent: str
+        ) -> str | None: ...
 
         def _check_room(
             self,
@@ -218,15 +220,19 @@ class Notes:
         *,
         must_exist: bool,
         sizes: dict[str, int] | None = None,
+        held: bool = False,
     ) -> Written:
         """Create or replace (``must_exist=False``) or edit (``must_exist=True``) a memory note.
         ``sizes``: the note sizes this write's ``look`` found, its room counted from them (each
-        note stat once per write, not again here); None: counted here."""
+        note stat once per write, not again here); None: counted here. ``held``: the caller holds
+        the note's lock for this write, which runs in a thread of its own (a bounded write: the
+        lock, re-entrant per thread, would wait for the caller that waits for it)."""
         path = self.path_of(agent, slug)
         name = path.name
         self._check_content(content, front_matter)
         front_matter = _names_as_text(front_matter)
-        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+        lock = contextlib.nullcontext() if held else self.locked(agent, slug)
+        with lock, self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             with self._guard:
                 left = self._left.get((agent, slug))
             old, seen = self._read_settled(inbox_fd, name, slug, left)
@@ -287,7 +293,9 @@ class Notes:
             newest = previous.name if previous is not None else next(iter(swapped), None)
             dropped = self._cap_after(ledger, inbox_fd, newest)
             digest = hashlib.sha256(data).hexdigest()
-            audit_error = self._audit(agent_fd, "edit" if must_exist else "write", slug, digest, len(data))
+            audit_error = self._audit(
+                agent_fd, "edit" if must_exist else "write", slug, digest, len(data), agent=agent
+            )
         return Written(
             slug,
             path,
@@ -318,11 +326,13 @@ class Notes:
         log.warning("memory_write_raced_kept slug=%s kept=.trash/%s", slug, target)
         return target
 
-    def delete(self, agent: str, slug: str) -> Deleted | None:
-        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to delete."""
+    def delete(self, agent: str, slug: str, *, held: bool = False) -> Deleted | None:
+        """Move the note to ``<inbox>/.trash/<slug>--<time>.md``; None if there was nothing to
+        delete. ``held``: as ``write``'s."""
         path = self.path_of(agent, slug)
         name = path.name
-        with self.locked(agent, slug), self._dirs(agent, create=True) as (agent_fd, inbox_fd):
+        lock = contextlib.nullcontext() if held else self.locked(agent, slug)
+        with lock, self._dirs(agent, create=True) as (agent_fd, inbox_fd):
             try:
                 st = os.stat(name, dir_fd=inbox_fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -334,7 +344,9 @@ class Notes:
                 what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 os.unlink(name, dir_fd=inbox_fd)
                 os.fsync(inbox_fd)
-                audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0)
+                audit_error = self._audit(
+                    agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0, agent=agent
+                )
                 return Deleted(None, audit_error, removed=what)
             data = b""
             with contextlib.suppress(OSError):
@@ -353,5 +365,7 @@ class Notes:
                 os.fsync(trash.fd)
                 dropped = self._cap_trash(ledger, trash.fd, target)
             os.fsync(inbox_fd)
-            audit_error = self._audit(agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data))
+            audit_error = self._audit(
+                agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data), agent=agent
+            )
         return Deleted(path.parent / ".trash" / target, audit_error, dropped)

@@ -52,6 +52,7 @@ from sidecar.index.vector_embed import WRITE_YIELD_S
 from sidecar.index.vectoring import Stores
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
+from sidecar.memory.inbox_bounded import in_inbox
 from sidecar.memory.inbox_types import Deleted, Written, check_agent, check_slug
 from sidecar.model.embedder import EmbedderSlot, cosine_range
 from sidecar.notes.chunking import chunk_note
@@ -186,8 +187,15 @@ class MemoryOps:
         # entry without a file (found by search, "no note" on get).
         with self.inboxes.locked(agent, slug):
             try:
-                written = self.inboxes.write(
-                    agent, slug, content, front_matter, must_exist=must_exist, sizes=sizes
+                written = in_inbox(
+                    self.indexer.supervisor,
+                    inbox_root(self.cfg, agent),
+                    lambda: self.inboxes.write(
+                        agent, slug, content, front_matter, must_exist=must_exist, sizes=sizes, held=True
+                    ),
+                    call="writing",
+                    slug=slug,
+                    done="written",
                 )
             except HomeChangedError as exc:  # the home's share unmounted: nothing made on its mount point
                 problems.report("home", held(exc.why))
@@ -428,7 +436,14 @@ class MemoryOps:
         self._inbox_checked(agent, "deleted", room=False)
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
-                moved = self.inboxes.delete(agent, slug)
+                moved = in_inbox(
+                    self.indexer.supervisor,
+                    inbox_root(self.cfg, agent),
+                    lambda: self.inboxes.delete(agent, slug, held=True),
+                    call="moving to .trash",
+                    slug=slug,
+                    done="deleted",
+                )
             except HomeChangedError as exc:
                 self.problems.report("home", held(exc.why))
                 raise
@@ -523,8 +538,7 @@ class MemoryOps:
 
     def _inbox_answers(self, agent: str, done: str) -> None:
         """StorageError at once while a call on the agent's inbox still hangs (status says the
-        share hangs): a change's calls into it are not bounded, so it would wait, on the request's
-        thread and holding the note's lock, as long as the share does. Nothing is changed."""
+        share hangs): nothing is changed, and no thread is started into the share."""
         if (hung := self.indexer.supervisor.still_hangs(f"memory/{agent}")) is not None:
             raise StorageError(
                 f"not {done}: the inbox's share hangs ({hung}); nothing {done}: try again once it answers"
@@ -536,10 +550,9 @@ class MemoryOps:
         bounded on its own (``Supervisor.looked``: probeTimeoutSeconds each, a share learnt
         slow as long as a whole scan), so a slow inbox of many notes is looked at and written to.
         One call that does not answer marks the inbox hanging (status says so) and refuses the
-        change with nothing done (the change's own calls are not bounded: given up on halfway, a
-        write could land after its client was told it did not). Changes arriving meanwhile
-        share the look under way (its answer is the same for each: one thread into the share,
-        not one per change). Raises what the look raises (NotPrivateError)."""
+        change with nothing done (the change's own calls are bounded alike: ``in_inbox``).
+        Changes arriving meanwhile share the look under way (its answer is the same for each:
+        one thread into the share, not one per change). Raises what the look raises (NotPrivateError)."""
         name = f"memory/{agent}"
         supervisor = self.indexer.supervisor
         root = inbox_root(self.cfg, agent)

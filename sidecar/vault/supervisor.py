@@ -374,6 +374,13 @@ class Supervisor:
             st.fs_type = found
             st.network = is_network(st.fs_type)
 
+    def hung_looks(self) -> list[tuple[str, str, str]]:
+        """Each root with a call still in its share: (root name, its folder, that call), for
+        read-only mode's status to name the agents whose changes are refused meanwhile."""
+        with self._lock:
+            held = list(self.roots.values())
+        return sorted((st.name, st.path, st.hung_on or "its look") for st in held if st.hanging is not None)
+
     def stuck_within(self, root: Root) -> threading.Thread | None:
         """The call still hanging on the folder this root lies in (the wiki's vault), if any."""
         if root.within is None:
@@ -401,7 +408,7 @@ class Supervisor:
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
 
-    def looked(self, root: Root, fn: Callable[[Asking], T]) -> T:
+    def looked(self, root: Root, fn: Callable[[Asking], T], *, through_stop: bool = False) -> T:
         """A request's look at a root (``fn``, told of each call by the ``Asking`` it gets: a
         memory change's look at its inbox, a list's look-ups of unindexed files), each call
         waited for as a scan's are: probeTimeoutSeconds each, not their sum (a slow share of
@@ -419,17 +426,22 @@ class Supervisor:
 
         A root no sweep has listed yet (a new agent's inbox at its first write) is looked at under
         a status of its own, kept only when the look marked it (hanging, slow, learning): status
-        lists the roots the indexing knows, not every inbox a request touched."""
+        lists the roots the indexing knows, not every inbox a request touched.
+
+        ``through_stop``: a memory change's own calls, neither refused nor cut by the stop (the
+        stop waits for a change under way, which ends within these bounds anyway: cut, a change
+        its client had been answered ``timeout`` for was dropped though its share answered)."""
+        stop = _NEVER if through_stop else self.stopping
         with self._lock:
             known = root.name in self.roots
         if known:
-            st = self._fresh(root)
+            st = self._fresh(root, stop)
             self._not_beside(root, st)
-            return self._asked(root, st, fn, whole=False, request=True)
-        _not_waited_for(root, self.stopping)
+            return self._asked(root, st, fn, whole=False, request=True, stop=stop)
+        _not_waited_for(root, stop)
         st = self._new_status(root)
         try:
-            return self._asked(root, st, fn, whole=False, request=True)
+            return self._asked(root, st, fn, whole=False, request=True, stop=stop)
         finally:
             # A look cut at its cap on a root not slow is not kept (its thread ends at its next
             # quick call): kept, a never-swept inbox was listed by status as "not listed yet".
@@ -477,10 +489,10 @@ class Supervisor:
         agent's writes behind them."""
         return min(self.cfg.server.request_timeout_seconds / 4, self.cfg.watch.scan_timeout_seconds)
 
-    def _fresh(self, root: Root) -> RootStatus:
+    def _fresh(self, root: Root, stop: threading.Event | None = None) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
         scan given up on at a call that answered since makes the root slow."""
-        _not_waited_for(root, self.stopping)  # a stop: no new call, and no hang said
+        _not_waited_for(root, stop or self.stopping)  # a stop: no new call, and no hang said
         st = self.status(root)
         if st.hanging is not None:
             raise RootUnreachable(_still_hangs(st))
@@ -606,12 +618,21 @@ class Supervisor:
             # A vault learnt slow: each call waited for as its scans' are (given up on sooner, the
             # walk left it out of the watch and was tried again each time it answered late).
             timeout = self._bound(st)
+        # An inbox learnt slow alike, in the agents folder: given up on at probeTimeoutSeconds,
+        # it was left out of the watch, which started again (with a sweep of every root) each
+        # time its call answered, and gave up on it again: a loop for as long as it stayed slow.
+        slow = set() if vault is not None and path == vault else self._slow_agents(path)
+        scan_bound = self.cfg.watch.scan_timeout_seconds
+
+        def bound(now: tuple[str, str, float]) -> float:
+            return scan_bound if now[1].split("/", 1)[0] in slow else timeout
+
         asking = Asking()
         asking.avoid = dict(avoid)
 
         def given_up() -> bool:
             now = asking.now
-            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
+            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= bound(now))
 
         value, stuck = run_with_timeout(
             lambda: walk(asking), self.cfg.watch.scan_timeout_seconds, "watch-walk", None, given_up
@@ -621,6 +642,7 @@ class Supervisor:
         asking.abandon()  # it ends at its next call once this one answers
         now = asking.now
         call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
+        timeout = bound(now) if now is not None else timeout
         agent = rel.split("/", 1)[0] if (vault is None or path != vault) and rel not in (".", "") else None
         with self._lock:  # by the agent's folder it hangs in, for the agents folder
             self._walks[str(path / agent) if agent is not None else str(path)] = stuck
@@ -638,6 +660,10 @@ class Supervisor:
             stuck,
             None if self.stopping.is_set() else agent,
         )
+
+    def _slow_agents(self, agents: Path) -> set[str]:
+        """The agents' folders of ``agents`` whose inbox is learnt slow."""
+        return {Path(st.path).parent.name for st in self._inboxes_in(agents) if st.slow}
 
     def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
         """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
@@ -751,7 +777,14 @@ class Supervisor:
             )
 
     def _asked(
-        self, root: Root, st: RootStatus, fn: Callable[[Asking], T], *, whole: bool, request: bool = False
+        self,
+        root: Root,
+        st: RootStatus,
+        fn: Callable[[Asking], T],
+        *,
+        whole: bool,
+        request: bool = False,
+        stop: threading.Event | None = None,
     ) -> T:
         """``fn`` with an ``Asking``: given up once one call has not answered for the probe
         timeout (the whole after the scan timeout on a slow root), naming the call. Only a
@@ -759,6 +792,7 @@ class Supervisor:
         A ``request``'s look (``looked``) ends at ``look_cap`` as a whole, and neither beats for
         the indexer nor says what indexing waits for."""
         timeout = self.cfg.watch.probe_timeout_seconds
+        stopping = stop or self.stopping
         asking = Asking()
         slow = st.slow
         started = time.monotonic()
@@ -780,7 +814,7 @@ class Supervisor:
             return cap is not None and time.monotonic() - started >= cap
 
         def hung() -> bool:
-            return self.stopping.is_set() or call_hung() or cut()
+            return stopping.is_set() or call_hung() or cut()
 
         with self._lock:
             st._under_way.add(asking)
@@ -797,7 +831,7 @@ class Supervisor:
                 st._under_way.discard(asking)
             if not request:
                 self.waiting = None
-        if stuck is not None and cap is not None and not self.stopping.is_set() and not call_hung() and cut():
+        if stuck is not None and cap is not None and not stopping.is_set() and not call_hung() and cut():
             # Slow, not hung: nothing marked. The call under way ends when the share answers,
             # and the look stops at its next call; till then the next request's look is refused
             # at once (``_not_beside``), and status says what it waits on.
@@ -821,7 +855,7 @@ class Supervisor:
         asking.abandon()  # it stops at its next call once this one answers
         now = asking.now
         hung_on = _record_hang(st, stuck, asking)
-        _not_waited_for(root, self.stopping)
+        _not_waited_for(root, stopping)
         self._gave_up(st, slow=slow)
         if now is None or slow:  # the whole scan past scanTimeoutSeconds
             on = f" ({hung_on})" if hung_on else ""
@@ -1398,6 +1432,10 @@ def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     return ident
 
 
+# The stop of a wait that the daemon's stop does not cut (``looked``'s ``through_stop``).
+_NEVER = threading.Event()
+
+
 def _not_waited_for(root: Root, stopping: threading.Event) -> None:
     """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
     if stopping.is_set():
@@ -1421,7 +1459,8 @@ def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> str
     was said healthy once this call answered while the other still hung; dropped, once the other
     answered first. What this call is ("looking up a.md"), for its own refusal."""
     now = asking.now
-    what = None if now is None else (f"{now[0]} {now[1]}" if now[0] == "listing" else f"looking up {now[1]}")
+    # ("writing", "moving to .trash": a memory change's own call, said as it is)
+    what = None if now is None else (f"looking up {now[1]}" if now[0] == "stat" else f"{now[0]} {now[1]}")
     if st.hanging is not None:
         st._also.append((stuck, asking if now is not None else None, now, what))
         return what

@@ -365,13 +365,27 @@ class Watcher:
         # it changes (the user raised it).
         self.partial: str | None = None
         self.on_partial: Callable[[str | None], None] = lambda _why: None
+        # Why folders are left out of the watch (a call in them hangs), or None; told to
+        # ``on_left_out`` as it changes: status says the watch is partial meanwhile.
+        self.left_out_why: str | None = None
+        self.on_left_out: Callable[[str | None], None] = lambda _why: None
+        # Each watched folder the walk went around a folder in, with the folders in it that are
+        # watched (its own folders but those left out and those holding one).
+        self._around: dict[Path, list[Path]] = {}
         self._limit_seen: int | None = None
         self._probed = 0.0  # when the limit was last probed (monotonic)
 
     def covered(self) -> list[Path]:
         """The folders whose every change file events tell: none while the watch covers only
-        part of them (those roots are polled, and a sweep's finds there are no lost events)."""
-        return [] if self.partial is not None else self.watching
+        part of them (those roots are polled, and a sweep's finds there are no lost events). A
+        watched folder the walk went around a folder in (an agent's inbox that hangs) is not
+        covered whole: only its folders that are watched are (the agents folder counted as
+        covered said the left-out inbox had events, and took a sweep's finds there for lost
+        ones)."""
+        if self.partial is not None:
+            return []
+        around = self._around
+        return [f for w in self.watching for f in around.get(w, [w])]
 
     def events_lost(self, why: str) -> None:
         """File events never came (a sweep found notes none told): the kernel's queue overflowed
@@ -507,7 +521,7 @@ class Watcher:
                 changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes} | again, _gone(changes))
-                new = _new_folders(changes, known, again, existing) if flat else set()
+                new = self._new_in(changes, known, again, existing) if flat else set()
                 if flat and any(_in_settings(p, existing) for p in {p for _, p in changes} | again):
                     # A folder of the settings made (a link to one too), or made inside one
                     # while the watch restarted: watched from the next watch on.
@@ -589,10 +603,53 @@ class Watcher:
                 path,
                 ",".join(str(f) for f in sorted(self.left_out) if f.is_relative_to(path)),
             )
+        self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
+        self._say_left_out([*sorted(self.left_out), *(p for p in existing if p not in answered)])
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
         return walked, answered, linked
+
+    def _new_in(
+        self,
+        changes: set[tuple[watchfiles.Change, str]],
+        known: set[str],
+        again: set[str],
+        existing: list[Path],
+    ) -> set[str]:
+        """``_new_folders``, asked with a deadline: its stats and its walk of the new folders are
+        calls into a share that may hang, on the one thread that carries every root's events.
+        Unanswered (and at once while an earlier look still hangs), the folders it was to look
+        at are asked again at the next turn of the watch (``_recheck``), the others' events go on."""
+        try:
+            return bounded_call(
+                lambda: _new_folders(changes, known, again, existing),
+                self.probe_timeout,
+                self._stuck_looks,
+                "new-folders",
+                "watch-new",
+            )
+        except NoAnswer as exc:
+            asked = {p for change, p in changes if p not in known or change == watchfiles.Change.added}
+            if asked - again:  # said once, not at each turn it is asked again
+                log.warning("watcher_look_hung what=new folders error=%s: asked again at the next turn", exc)
+            self._recheck |= asked | again
+            return set()
+
+    def _say_left_out(self, gone: list[Path]) -> None:
+        """Tell ``on_left_out`` why ``gone`` (folders whose walk hangs) are left out of the
+        watch, as it changes."""
+        why = (
+            "file events do not cover "
+            + ", ".join(map(str, gone))
+            + ": a call there hangs (hung share?); their notes are found by the sweeps meanwhile, the "
+            "other folders keep their events, and the watch takes them in again once it answers"
+            if gone
+            else None
+        )
+        if why != self.left_out_why:
+            self.left_out_why = why
+            self.on_left_out(why)
 
     def _walk_answered(self) -> bool:
         """Whether a walk given up on (its folder left out of the watch) has answered since."""
@@ -659,6 +716,21 @@ def _new_folders(
         real = [Path(p) for p in again if _is_real_folder(p) and not _in_settings(p, roots)]
         new.update(str(f) for f in _walk(real)[0] if str(f) not in known)
     return new
+
+
+def _around(top: Path, walked: list[Path], left_out: list[Path]) -> list[Path]:
+    """The folders of ``top`` a watch that went around ``left_out`` covers whole: each folder
+    just below ``top`` that was walked and neither is nor holds a folder left out, and the same
+    within each one that holds one."""
+    out: list[Path] = []
+    for folder in walked:
+        if folder.parent != top or folder in left_out:
+            continue
+        if any(gone.is_relative_to(folder) for gone in left_out):
+            out += _around(folder, walked, left_out)
+        else:
+            out.append(folder)
+    return out
 
 
 def _in_settings(path: str, roots: Sequence[Path]) -> bool:
