@@ -214,3 +214,45 @@ def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: P
         assert r.pools == [12]
     finally:
         h.close()
+
+
+def test_the_mcp_tool_says_where_a_wider_looks_hits_begin(serve_in_process: Any, tmp_path: Path) -> None:
+    """memory_search through the MCP SDK's own client: the text marks the first hit of each wider
+    look (its relevance is of another ranking, and may be higher than the hit above), as the
+    command line does, and the structured hits carry ``widerLook`` (the text said nothing, and
+    the structured content dropped the key)."""
+    import asyncio
+    import os
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    vault = tmp_path / "v"
+    _corpus(vault)
+    server = serve_in_process(vault, **{"search.candidates": 10})
+    cfg = server.cfg
+    conf = tmp_path / "conf" / "sidecar.yaml"
+    write(conf, f"home: {cfg.home}\nsocket: {cfg.socket_path}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sidecar", "mcp", "--agent", "claude", "--config", str(conf)],
+        env=env,
+    )
+
+    async def steps() -> Any:
+        async with Client(params) as client:
+            return await client.call_tool(
+                "memory_search", {"query": "alpha beta gamma", "limit": 30, "minScore": 0.3}
+            )
+
+    result = asyncio.run(steps())
+    assert not result.is_error
+    looks = [h.get("widerLook", 0) for h in result.structured_content["hits"]]
+    first = looks.index(200)  # the scene holds hits of the look of 200
+    assert all(look == 0 for look in looks[:first]) and first > 0
+    text = "\n".join(c.text for c in result.content if getattr(c, "text", None))
+    marked = [line for line in text.splitlines() if "from a wider look" in line]
+    assert len(marked) == len(set(looks) - {0})
+    assert marked[0].startswith(f"{first + 1}. [") and "(200 candidates an arm)" in marked[0]
