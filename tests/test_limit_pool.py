@@ -4,11 +4,13 @@ everything computed over it, never depends on the limit (real stores, a fake emb
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.config import RecallConfig
 from sidecar.search.fusion import Candidate, Scored
 from sidecar.search.looks import after_pool
 from sidecar.search.recall import recall
@@ -236,7 +238,8 @@ def test_why_names_the_wider_look_that_found_a_hit(wide: Harness) -> None:
 def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: Path) -> None:
     """recall's arms fetch ``recall.candidates`` an arm, not ``search.candidates`` (the help sets'
     follow-ups were measured with recall's own 60), and a limit that pool fills takes no wider
-    look."""
+    look; nor does one whose hits the gates ended before the pool did (recall runs on every
+    message: small talk, nothing passing, would pay for the looks of 200 and 600 each time)."""
     vault = tmp_path / "v"
     _corpus(vault)
     flags = {"recall.candidates": 12, "search.candidates": 30, "recall.minSimilarity": 0.0}
@@ -247,6 +250,12 @@ def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: P
         req = SearchRequest("", 3, 0.0, token_budget=50_000)
         recall(r, "alpha beta gamma", [], req, lambda texts: [len(t.split()) for t in texts])
         assert r.pools == [12]
+        gated = _Looks(h.stores, h.slot, h.cfg.search, replace(RecallConfig(), candidates=12))  # its gates
+        gated.pools = []
+        for message in ("what is the weather like on mars", "schreib mir ein gedicht"):
+            gated.pools = []
+            found = recall(gated, message, [], replace(req, limit=20), lambda t: [len(x.split()) for x in t])
+            assert len(found.hits) < 20 and gated.pools == [12], message
     finally:
         h.close()
 

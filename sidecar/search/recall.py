@@ -37,6 +37,9 @@ from sidecar.search.words import WORD
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
 _DROPPED_SHOWN = 10
+# A wider look is taken only when a candidate of the last 1/_TAIL of an arm's list passes the
+# gates (``_Gates.ran_out``).
+_TAIL = 4
 
 
 def recall(
@@ -229,9 +232,10 @@ def _recall(
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
     # any text, small talk included: there the keywords must match as clearly as well.
     gating = _Gates(r, rc, qa, rare, own, floor=floor, named=named, foreign=not r.reads(qa))
-    # The pool holds fewer notes that pass the gates than asked and an arm had more: wider
-    # looks' follow, as a search's do (the first hits of a larger limit are the answer for k).
-    looks = r.looked(req, (found, ranking), read, req.limit, gating.passing)
+    # The pool holds fewer notes that pass the gates than asked, an arm had more, and the gates
+    # did not end the hits before the pool did: wider looks' follow, as a search's do (the first
+    # hits of a larger limit are the answer for k).
+    looks = r.looked(req, (found, ranking), read, req.limit, shown=gating.passing, ran_out=gating.ran_out)
     kept, views = looks.hits, looks.views
     mask_secrets = r.cfg.mask_secrets
     dated = bool(req.filters.since or req.filters.until)
@@ -319,6 +323,16 @@ class _Gates:
     def passing(self, found: Found, ranking: Ranking) -> list[Scored]:
         """A look's candidates that pass every gate, in its order."""
         return [s for s, g in self(found, ranking) if g is None]
+
+    def ran_out(self, found: Found, ranking: Ranking) -> bool:
+        """Whether an arm's pool, not the gates, ended the look's hits: a candidate among the
+        last quarter of an arm's own list (its lowest cosines or keyword scores, ``_TAIL``)
+        passes. Else the gates cut each arm's tail, and a wider look's new candidates (each
+        arm's below this pool's) would be cut as well: recall runs on every message, and a
+        message of small talk (nothing passes) took the looks of 200 and 600 each time."""
+        passed = {c for s in self.passing(found, ranking) for c in (s.candidate.chunk_id, *s.folded)}
+        arms = [[c for c, _ in found.keywords], *([c for c, _, _ in v] for v in found.vectors)]
+        return any(c in passed for ids in arms for c in ids[len(ids) - max(1, len(ids) // _TAIL) :])
 
     def _gate(self, s: Scored, scale: Scale, covers: _Coverage, missing: bool) -> str | None:
         """The gate that keeps ``s`` out of the block, None when it passes; ``missing``: the
