@@ -4,15 +4,18 @@ everything computed over it, never depends on the limit (real stores, a fake emb
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.config import RecallConfig
 from sidecar.search.fusion import Candidate, Scored
+from sidecar.search.looks import after_pool
 from sidecar.search.recall import recall
 from sidecar.search.request import SearchRequest
-from sidecar.search.retrieval import Retriever, after_pool
+from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
@@ -159,6 +162,39 @@ def test_a_limit_takes_the_wider_looks_it_needs_in_turn(wide: Harness) -> None:
     assert everything[:20] == twenty
 
 
+def test_a_wider_look_searches_with_the_query_vector_of_the_first(wide: Harness, monkeypatch: Any) -> None:
+    """With the query cache off, a search that takes wider looks embeds its query once: the
+    looks of 200 and 600 search with the first look's vector (each embedded it again); ``why``
+    ranks its looks the same way."""
+    from dataclasses import replace
+
+    from sidecar.search.explain import explain
+
+    r = _looks(wide)
+    r.cfg = replace(r.cfg, query_cache=0, min_score=0.5)
+    model = wide.slot.model
+    embedded: list[str] = []
+    embed = model.embed_query
+
+    def counted(text: str) -> Any:
+        embedded.append(text)
+        return embed(text)
+
+    monkeypatch.setattr(model, "embed_query", counted)
+    query = "alpha beta gamma"
+    hits = r.search(SearchRequest(query, 200, 0.3)).hits
+    assert r.pools == [None, 200, 600] and any(h.look == 600 for h in hits)
+    assert embedded == [query]
+    embedded.clear()
+    r.pools = []
+    wider = next(h for h in r.search(SearchRequest(query, r.cfg.limit, 0.5)).hits if h.look)
+    embedded.clear()
+    r.pools = []
+    explain(r, wider.reference, query, None)
+    assert r.pools == [None, 200]
+    assert embedded == [query, query]  # the arms' once, and the note's own cosines once
+
+
 def test_no_hit_of_a_wider_look_is_hidden_at_every_limit(wide: Harness) -> None:
     """A chunk the pool ranked below minScore but the widest look ranks above it is shown at
     the largest limit (after the hits before it): a wider look skips only what is shown."""
@@ -166,7 +202,7 @@ def test_no_hit_of_a_wider_look_is_hidden_at_every_limit(wide: Harness) -> None:
     floor = 0.5
     missed = 0
     for query in QUERIES:
-        pool = r.search(SearchRequest(query, 200, 0.0, pool=10)).hits
+        pool = [h for h in r.search(SearchRequest(query, 200, 0.0, pool=10)).hits if not h.look]
         below = {(h.reference, h.lines) for h in pool if h.relevance < floor}
         widest = r.search(SearchRequest(query, 200, floor, pool=600)).hits
         found = {(h.reference, h.lines) for h in widest} & below
@@ -201,7 +237,9 @@ def test_why_names_the_wider_look_that_found_a_hit(wide: Harness) -> None:
 
 def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: Path) -> None:
     """recall's arms fetch ``recall.candidates`` an arm, not ``search.candidates`` (the help sets'
-    follow-ups were measured with recall's own 60), and recall takes no wider look."""
+    follow-ups were measured with recall's own 60), and a limit that pool fills takes no wider
+    look; nor does one whose hits the gates ended before the pool did (recall runs on every
+    message: small talk, nothing passing, would pay for the looks of 200 and 600 each time)."""
     vault = tmp_path / "v"
     _corpus(vault)
     flags = {"recall.candidates": 12, "search.candidates": 30, "recall.minSimilarity": 0.0}
@@ -209,8 +247,85 @@ def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: P
     try:
         h.sweep()
         r = _looks(h)
-        req = SearchRequest("", 20, 0.0, token_budget=50_000)
+        req = SearchRequest("", 3, 0.0, token_budget=50_000)
         recall(r, "alpha beta gamma", [], req, lambda texts: [len(t.split()) for t in texts])
         assert r.pools == [12]
+        gated = _Looks(h.stores, h.slot, h.cfg.search, replace(RecallConfig(), candidates=12))  # its gates
+        gated.pools = []
+        for message in ("what is the weather like on mars", "schreib mir ein gedicht"):
+            gated.pools = []
+            found = recall(gated, message, [], replace(req, limit=20), lambda t: [len(x.split()) for x in t])
+            assert len(found.hits) < 20 and gated.pools == [12], message
     finally:
         h.close()
+
+
+def test_recall_takes_the_wider_looks_a_large_limit_needs(make_cfg: Any, tmp_path: Path) -> None:
+    """A recall limit its pool cannot fill takes wider looks as a search does (a limit of 30 got
+    at most the notes of ``recall.candidates`` an arm, here 10): their hits that pass the gates
+    follow, marked with their look, and the answer for a smaller limit is still the first hits
+    of the larger one's."""
+    vault = tmp_path / "v"
+    _corpus(vault)
+    flags = {"recall.candidates": 10, "recall.minSimilarity": 0.0, "recall.scoreFloor": 0.0}
+    h = Harness(make_cfg(vault, **flags), FakeEmbedder())
+    try:
+        h.sweep()
+        r = _looks(h)
+
+        def hits(message: str, limit: int) -> list[Any]:
+            req = SearchRequest("", limit, 0.0, token_budget=500_000)
+            return list(recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts]).hits)
+
+        for message in QUERIES:
+            r.pools = []
+            thirty = hits(message, 30)
+            assert len(thirty) == 30, message
+            assert r.pools == [10, 200], message
+            assert not thirty[0].look and thirty[-1].look == 200, message
+            for k in (3, 12):
+                assert hits(message, k) == thirty[:k], message
+    finally:
+        h.close()
+
+
+def test_the_mcp_tool_says_where_a_wider_looks_hits_begin(serve_in_process: Any, tmp_path: Path) -> None:
+    """memory_search through the MCP SDK's own client: the text marks the first hit of each wider
+    look (its relevance is of another ranking, and may be higher than the hit above), as the
+    command line does, and the structured hits carry ``widerLook`` (the text said nothing, and
+    the structured content dropped the key)."""
+    import asyncio
+    import os
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    vault = tmp_path / "v"
+    _corpus(vault)
+    server = serve_in_process(vault, **{"search.candidates": 10})
+    cfg = server.cfg
+    conf = tmp_path / "conf" / "sidecar.yaml"
+    write(conf, f"home: {cfg.home}\nsocket: {cfg.socket_path}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sidecar", "mcp", "--agent", "claude", "--config", str(conf)],
+        env=env,
+    )
+
+    async def steps() -> Any:
+        async with Client(params) as client:
+            return await client.call_tool(
+                "memory_search", {"query": "alpha beta gamma", "limit": 30, "minScore": 0.3}
+            )
+
+    result = asyncio.run(steps())
+    assert not result.is_error
+    looks = [h.get("widerLook", 0) for h in result.structured_content["hits"]]
+    first = looks.index(200)  # the scene holds hits of the look of 200
+    assert all(look == 0 for look in looks[:first]) and first > 0
+    text = "\n".join(c.text for c in result.content if getattr(c, "text", None))
+    marked = [line for line in text.splitlines() if "from a wider look" in line]
+    assert len(marked) == len(set(looks) - {0})
+    assert marked[0].startswith(f"{first + 1}. [") and "(200 candidates an arm)" in marked[0]

@@ -43,6 +43,7 @@ HIT_KEYS = (
     "datedBy",
     "modifiedAhead",
     "deletionHeld",
+    "widerLook",
 )
 
 Tool = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]

@@ -43,6 +43,7 @@ HIT = obj(
         "datedBy": {"type": "string", "enum": ["name", "property", "modified"]},
         "modifiedAhead": STR,
         "deletionHeld": BOOL,
+        "widerLook": INT,
     },
     ("reference", "source", "title", "lines", "text", "relevance"),
 )

@@ -12,6 +12,7 @@ from typing import Any
 from sidecar.clients.foreground import time_left
 from sidecar.contracts.notices import (
     DELETION_HELD_MARK,
+    WIDER_LOOK_MARK,
     catching_up_note,
     clock_said,
     ignored_phrase_note,
@@ -104,12 +105,17 @@ def text_of_search(query: str, result: dict[str, Any]) -> str:
             window["phrase"], window.get("why"), window.get("since"), window.get("until")
         )
         lines.append(f"{shown(note)}.")
+    looks = [int(h.get("widerLook") or 0) for h in hits]
     for i, h in enumerate(hits, 1):
         head = shown(" › ".join(h.get("headings") or []))
+        # Where the pool's own hits end (and each wider look's): the relevance after it is of
+        # another ranking, and may be higher than the hit above.
+        wider = looks[i - 1] and (i == 1 or looks[i - 2] != looks[i - 1])
         lines.append(
             f"\n{i}. [{h['source']}] {shown(h['reference'])} (lines {h['lines'][0]}-{h['lines'][1]}, "
             f"relevance {h.get('relevance', 0.0):.2f}{_dated(h)}"
             + (f"; {h['rankedUp']}" if h.get("rankedUp") else "")
+            + (f"; {WIDER_LOOK_MARK.format(pool=looks[i - 1])}" if wider else "")
             + (f"; {DELETION_HELD_MARK}" if h.get("deletionHeld") else "")
             + ")"
             + (f"\n   section: {head}" if head else "")

@@ -277,7 +277,8 @@ class RecallConfig:
         # at least 60), also its latency; a pool of 90 lost four follow-ups of the help sets a
         # place each (BENCHMARKS.md, issue 13).
         60,
-        "Candidates each arm fetches for recall (four times this with a filter), whatever the limit.",
+        "Candidates each arm fetches for recall (four times this with a filter), whatever the limit. "
+        "A limit the pool cannot fill is filled from wider looks, as a search's.",
         min=10,
     )
     history_head_chars: int = _opt(400, "Only the head of each previous turn is embedded.", min=20)

@@ -163,10 +163,13 @@ class Stores:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
     def close(self, *, stopping: bool = False) -> None:
-        """Flush and close BM25 and the manifest (the vector tables need no closing); the
-        manifest also when BM25's close raises (its writer connection and lock count kept).
-        ``stopping``: the process exits next (``ManifestFile.close``)."""
+        """Flush and close BM25 and the manifest (the vector tables need no closing, their
+        centres' churn is written: ``VectorStore.keep_centre``); the manifest also when BM25's
+        close raises (its writer connection and lock count kept). ``stopping``: the process
+        exits next (``ManifestFile.close``)."""
         try:
+            for store in self.vector_stores():
+                store.keep_centre()
             self.bm25.close()
         finally:
             self.manifest.close(stopping=stopping)

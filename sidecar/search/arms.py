@@ -49,6 +49,16 @@ log = logging.getLogger("sidecar.search.retrieval")
 
 VecList = list[tuple[str, float, float]]  # (chunk id, cosine, hubness) of one vector query
 
+
+@dataclass(frozen=True)
+class QueryVector:
+    """The query's vector by one model, as the vector arm embedded it: a wider look of the same
+    query searches with it (with the query cache off it embedded the query a second time)."""
+
+    model: Embedder
+    vector: np.ndarray[Any, Any]
+
+
 # The vector arm of a search runs here while the calling thread runs the keyword arm: the model
 # and LanceDB release the GIL, so the two overlap. Shared by every Retriever of the process (the
 # tests build hundreds); as many workers as the socket has request threads by default.
@@ -82,6 +92,7 @@ class Found:
     spelled: Mapping[str, str] = field(default_factory=dict)
     # German verbs split from their particle, joined again (``Retriever.separated``).
     joined: tuple[str, ...] = ()
+    embedded: QueryVector | None = None  # the query's vector the arm embedded (none given)
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ class EarlyVectors:
     """The vector arm of a search, started before the keyword arm; for one serving table."""
 
     serving: VectorSet
-    found: Future[list[VecList]]
+    found: Future[tuple[np.ndarray[Any, Any], list[VecList]]]  # the query's vector, the hits
 
 
 class Arms:
@@ -145,10 +156,12 @@ class Arms:
         parts: BmParts | None = None,
         early: EarlyVectors | None = None,
         spelled: Mapping[str, str] | None = None,
+        embedded: QueryVector | None = None,
     ) -> Found:
         """The keyword arm's hits and each vector query's hits (``early``: a vector arm already
         started by ``start_vectors``), and what was degraded. ``spelled``: the words read with
-        umlauts (``read_spelling``), also searched as typed."""
+        umlauts (``read_spelling``), also searched as typed. ``embedded``: the query's vector an
+        earlier look of the same query made (``looks``), searched with when its model serves."""
         fetch = self._fetch(req)
         sources = req.sources
         stem = self.stem(qa)
@@ -224,11 +237,15 @@ class Arms:
         if not qa.words and vectors is None:
             return found([], None)
         try:
-            hits = self._vector_hits(serving, vectors, text, req, early=early)
+            hits, query = self._vector_hits(serving, vectors, text, req, early=early, embedded=embedded)
             problems.clear("vector_search")
             pending, continuous, left = self.pending_vectors()
             return replace(
-                found(hits, bm_note), pending=pending, pending_continuous=continuous, left_to_switch=left
+                found(hits, bm_note),
+                pending=pending,
+                pending_continuous=continuous,
+                left_to_switch=left,
+                embedded=query,
             )
         except (EmbedderError, StoreError) as exc:
             if self.stores.serving is not serving:
@@ -252,23 +269,36 @@ class Arms:
         req: SearchRequest,
         *,
         early: EarlyVectors | None,
-    ) -> list[VecList]:
-        """Each vector query's hits from ``serving``; a search overtaken by a model switch (its
-        table dropped under it) asks the new serving table, with that table's model, once."""
+        embedded: QueryVector | None = None,
+    ) -> tuple[list[VecList], QueryVector | None]:
+        """Each vector query's hits from ``serving``, and the query's vector when this arm
+        embedded it (or took ``embedded``, the same query's vector by the serving model); a
+        search overtaken by a model switch (its table dropped under it) asks the new serving
+        table, with that table's model, once."""
         fetch = self._fetch(req)
         try:
             if early is not None and early.serving is serving:
-                return early.found.result()
+                query, hits = early.found.result()
+                return hits, QueryVector(serving.model, query)
             # No early start, or the serving table changed meanwhile.
-            queries = list(vectors) if vectors is not None else [self.query_vector(serving.model, text)]
-            return [serving.store.search(q, fetch, req.sources, req.agent) for q in queries]
+            if vectors is not None:
+                return [serving.store.search(q, fetch, req.sources, req.agent) for q in vectors], None
+            if embedded is not None and embedded.model is serving.model:
+                query = embedded.vector
+            else:
+                query = self.query_vector(serving.model, text)
+            return [serving.store.search(query, fetch, req.sources, req.agent)], QueryVector(
+                serving.model, query
+            )
         except (EmbedderError, StoreError) as exc:
             current = self.stores.serving
             if current is None or current is serving or vectors is not None:
                 raise  # the given query vectors are the old model's: not for the new table
             log.info("vector_search_retried reason=model switch error=%s", exc)
             query = self.query_vector(current.model, text)
-            return [current.store.search(query, fetch, req.sources, req.agent)]
+            return [current.store.search(query, fetch, req.sources, req.agent)], QueryVector(
+                current.model, query
+            )
 
     def _fetch(self, req: SearchRequest) -> int:
         """Candidates each arm fetches: a fixed pool (``search.candidates``, or the request's
@@ -278,11 +308,6 @@ class Arms:
         pool = req.pool if req.pool is not None else self.cfg.candidates
         return pool * (4 if req.filters.active else 1)
 
-    def cut(self, found: Found, req: SearchRequest) -> bool:
-        """Whether an arm returned as many candidates as it fetched: a wider pool may hold more."""
-        fetch = self._fetch(req)
-        return len(found.keywords) >= fetch or any(len(v) >= fetch for v in found.vectors)
-
     def start_vectors(self, req: SearchRequest, text: str, qa: QueryAnalysis) -> EarlyVectors | None:
         """Embed the query and search the vector table in a helper thread, for ``arms``; None when
         the vector arm will not run (no model yet, no words, no share whatever the rare words)."""
@@ -291,8 +316,8 @@ class Arms:
             return None
         fetch = self._fetch(req)
 
-        def run() -> list[VecList]:
+        def run() -> tuple[np.ndarray[Any, Any], list[VecList]]:
             query = self.query_vector(serving.model, text)
-            return [serving.store.search(query, fetch, req.sources, req.agent)]
+            return query, [serving.store.search(query, fetch, req.sources, req.agent)]
 
         return EarlyVectors(serving, _vector_pool().submit(run))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from sidecar.search.arms import Found
 from sidecar.search.fusion import Scored
 from sidecar.search.keyword_gaps import note_keyword_scores
 from sidecar.search.listing import period_listing
+from sidecar.search.looks import Reading
 from sidecar.search.query import Filters, split_filters
 from sidecar.search.querywords import bm25_text, joined_part, typed_part
 from sidecar.search.ranking import Ranking
@@ -62,7 +62,7 @@ def explain(
     rank = {cid: i + 1 for i, cid in enumerate(kept)}
     # The wider looks the search takes at this limit when the pool holds too few hits: their
     # hits follow the pool's, and `why` names the look that found each (as the search ranks it).
-    widely = _looked(r, req, ranking, found, (seen, qa, weight, rare, relevant, spelled))
+    widely = _looked(r, req, ranking, found, Reading(seen, qa, tuple(rare), weight, relevant, spelled))
     folded_into, in_folded = _folds(ranking)
     out = []
     for c in chunks:
@@ -118,17 +118,12 @@ def _folds(ranking: Ranking) -> tuple[dict[str, Scored], set[str]]:
 
 
 def _looked(
-    r: Retriever, req: SearchRequest, ranking: Ranking, found: Found, read: tuple[Any, ...]
+    r: Retriever, req: SearchRequest, ranking: Ranking, found: Found, read: Reading
 ) -> dict[str, tuple[Scored, str]]:
-    """The hits within ``req``'s limit that the search's wider looks found (``Retriever.looked``)
+    """The hits within ``req``'s limit that the search's wider looks found (``WiderLooks.looked``)
     by chunk: each one's scores and outcome; ``read``: the query as the search read it."""
-    seen, qa, weight, rare, relevant, spelled = read
-
-    def widen(wide: SearchRequest) -> tuple[Found, Ranking]:
-        more = r.arms(wide, seen, qa, None, weight, spelled=spelled)
-        return more, r.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
-
-    shown, wider, _ = r.looked(req, ranking, found, widen, req.limit)
+    looked = r.looked(req, (found, ranking), read, req.limit)
+    shown, wider = looked.hits, looked.wider
     return {
         s.candidate.chunk_id: (
             s,

@@ -13,9 +13,11 @@ import numpy as np
 
 from sidecar.config import RecallConfig
 from sidecar.contracts.wire import Hit, SearchResult
+from sidecar.search.arms import Found
 from sidecar.search.context import render_block
 from sidecar.search.day_calendar import FilterError
 from sidecar.search.fusion import Scale, Scored
+from sidecar.search.looks import Reading
 from sidecar.search.query import (
     Filters,
     QueryAnalysis,
@@ -26,6 +28,7 @@ from sidecar.search.query import (
     split_filters,
 )
 from sidecar.search.querywords import BmParts
+from sidecar.search.ranking import Ranking
 from sidecar.search.request import SearchRequest, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.search.retrieval import Retriever
@@ -34,6 +37,9 @@ from sidecar.search.words import WORD
 
 # The candidates a preview lists below recall's gates (and past its limit), each.
 _DROPPED_SHOWN = 10
+# A wider look is taken only when a candidate of the last 1/_TAIL of an arm's list passes the
+# gates (``_Gates.ran_out``).
+_TAIL = 4
 
 
 def recall(
@@ -211,10 +217,9 @@ def _recall(
     vectors = _recall_vectors(r, rc, seen, qa, turns)
     rare, weight, relevant = r.shares(qa, req.agent)
     parts = _recall_parts(r, rc, qa, turns)
-    found = r.arms(req, seen, qa, vectors, weight, parts=parts, spelled=spelled)
-    ranking = r.rank(req, qa, found, weight=weight, rare=rare, parts=parts, relevance_weight=relevant)
+    read = Reading(seen, qa, tuple(rare), weight, relevant, spelled, vectors, parts)
+    found, ranking = r.look(req, read)
     degraded = found.degraded
-    views = ranking.views
     floor = max(req.min_score, rc.score_floor)
     # The similarity gate keeps small talk out; a chunk holding a rare code of the message (a
     # ticket number, a host name: a rare word with a digit) was named, not guessed, and passes
@@ -226,44 +231,25 @@ def _recall(
     own = r.scale(parts[:1], stem=found.stem)
     # A model that does not read the message's language (MiniLM and German) finds some cosine for
     # any text, small talk included: there the keywords must match as clearly as well.
-    foreign = not r.reads(qa)
-    # Which of the message's own words each candidate holds, for the gate of a chunk without a
-    # cosine to weigh (asked of the keyword index only then).
-    covers = _Coverage(r, qa, ranking.ranked, rare)
-
-    def gate(s: Scored) -> str | None:
-        """The gate that keeps ``s`` out of the block, None when it passes."""
-        if named and "rareTerm" in s.boosts:  # named, not guessed: neither floor applies
-            return None
-        if s.relevance < floor:
-            return "scoreFloor"
-        bm = s.candidate.bm25
-        if foreign and (bm is None or own.bm25(bm, 0.0) < rc.min_similarity):
-            return "keywordShare"
-        if s.candidate.vec is not None:
-            similarity = ranking.scale.vec(s.candidate.vec)
-            passes = similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers)
-        else:
-            # No cosine to pass the gate with (its similarity shows as none): the vector arm did
-            # not answer, or the chunk is not among its nearest, or has no vector yet (a first
-            # index: the vector arm cannot see it). Missing, not zero: strong keyword evidence
-            # alone passes (_on_keywords).
-            passes = degraded is not None or _on_keywords(s, own, covers, embedded=s.candidate.embedded)
-        return None if passes else "minSimilarity"
-
-    gated = [(s, gate(s)) for s in ranking.ranked]
-    kept = [s for s, g in gated if g is None]
+    gating = _Gates(r, rc, qa, rare, own, floor=floor, named=named, foreign=not r.reads(qa))
+    # The pool holds fewer notes that pass the gates than asked, an arm had more, and the gates
+    # did not end the hits before the pool did: wider looks' follow, as a search's do (the first
+    # hits of a larger limit are the answer for k).
+    looks = r.looked(req, (found, ranking), read, req.limit, shown=gating.passing, ran_out=gating.ran_out)
+    kept, views = looks.hits, looks.views
     mask_secrets = r.cfg.mask_secrets
     dated = bool(req.filters.since or req.filters.until)
 
-    def hit(s: Scored, why: str | None = None) -> Hit:
-        h = to_hit(s, views[s.candidate.chunk_id], req.agent, mask_secrets=mask_secrets, dated=dated)
+    def hit(s: Scored, why: str | None = None, look: int | None = None) -> Hit:
+        c = s.candidate
+        look = looks.wider.get(c.chunk_id, 0) if look is None else look
+        h = to_hit(s, views[c.chunk_id], req.agent, mask_secrets=mask_secrets, dated=dated, look=look)
         if not explain:
             return h
-        c = s.candidate
+        scale = looks.rankings[look].scale  # a look's figures are read on its own scale
         return replace(
             h,
-            similarity=None if c.vec is None else round(ranking.scale.vec(c.vec), 4),
+            similarity=None if c.vec is None else round(scale.vec(c.vec), 4),
             keywords=None if c.bm25 is None else round(own.bm25(c.bm25, 0.0), 4),
             gate=why,
         )
@@ -271,9 +257,9 @@ def _recall(
     hits = tuple(hit(s) for s in kept[: req.limit])
     # A preview shows what the gates kept out, so they can be tuned: the best few candidates
     # below the gates, and those past the limit.
-    below = [(s, g) for s, g in gated if g is not None][:_DROPPED_SHOWN]  # each hit is masked
+    below = [(s, g) for s, g in gating(found, ranking) if g is not None][:_DROPPED_SHOWN]  # each is masked
     dropped = (
-        tuple(hit(s, g) for s, g in below)
+        tuple(hit(s, g, 0) for s, g in below)
         + tuple(hit(s, "limit") for s in kept[req.limit : req.limit + _DROPPED_SHOWN])
         if explain
         else ()
@@ -298,6 +284,77 @@ def _recall(
         dropped=dropped,
         gates=gates,
     )
+
+
+class _Gates:
+    """recall's gates over a look's candidates (the first look's, a wider one's): each candidate
+    with the gate that keeps it out of the block (None: it passes), once per look."""
+
+    def __init__(
+        self,
+        r: Retriever,
+        rc: RecallConfig,
+        qa: QueryAnalysis,
+        rare: Sequence[str],
+        own: Scale,
+        *,
+        floor: float,
+        named: bool,
+        foreign: bool,
+    ) -> None:
+        self._r, self._rc, self._qa, self._rare, self._own = r, rc, qa, rare, own
+        self._floor, self._named, self._foreign = floor, named, foreign
+        # by the look's ranking (kept, so its id stays its own)
+        self._done: dict[int, tuple[Ranking, list[tuple[Scored, str | None]]]] = {}
+
+    def __call__(self, found: Found, ranking: Ranking) -> list[tuple[Scored, str | None]]:
+        """A look's candidates in its order, each with its gate."""
+        done = self._done.get(id(ranking))
+        if done is not None:
+            return done[1]
+        # Which of the message's own words each candidate holds, for the gate of a chunk without
+        # a cosine to weigh (asked of the keyword index only then).
+        covers = _Coverage(self._r, self._qa, ranking.ranked, self._rare)
+        missing = found.degraded is not None
+        gated = [(s, self._gate(s, ranking.scale, covers, missing)) for s in ranking.ranked]
+        self._done[id(ranking)] = (ranking, gated)
+        return gated
+
+    def passing(self, found: Found, ranking: Ranking) -> list[Scored]:
+        """A look's candidates that pass every gate, in its order."""
+        return [s for s, g in self(found, ranking) if g is None]
+
+    def ran_out(self, found: Found, ranking: Ranking) -> bool:
+        """Whether an arm's pool, not the gates, ended the look's hits: a candidate among the
+        last quarter of an arm's own list (its lowest cosines or keyword scores, ``_TAIL``)
+        passes. Else the gates cut each arm's tail, and a wider look's new candidates (each
+        arm's below this pool's) would be cut as well: recall runs on every message, and a
+        message of small talk (nothing passes) took the looks of 200 and 600 each time."""
+        passed = {c for s in self.passing(found, ranking) for c in (s.candidate.chunk_id, *s.folded)}
+        arms = [[c for c, _ in found.keywords], *([c for c, _, _ in v] for v in found.vectors)]
+        return any(c in passed for ids in arms for c in ids[len(ids) - max(1, len(ids) // _TAIL) :])
+
+    def _gate(self, s: Scored, scale: Scale, covers: _Coverage, missing: bool) -> str | None:
+        """The gate that keeps ``s`` out of the block, None when it passes; ``missing``: the
+        look's vector arm did not answer."""
+        rc, own = self._rc, self._own
+        if self._named and "rareTerm" in s.boosts:  # named, not guessed: neither floor applies
+            return None
+        if s.relevance < self._floor:
+            return "scoreFloor"
+        bm = s.candidate.bm25
+        if self._foreign and (bm is None or own.bm25(bm, 0.0) < rc.min_similarity):
+            return "keywordShare"
+        if s.candidate.vec is not None:
+            similarity = scale.vec(s.candidate.vec)
+            passes = similarity >= rc.min_similarity or _corroborated(s, similarity, own, covers)
+        else:
+            # No cosine to pass the gate with (its similarity shows as none): the vector arm did
+            # not answer, or the chunk is not among its nearest, or has no vector yet (a first
+            # index: the vector arm cannot see it). Missing, not zero: strong keyword evidence
+            # alone passes (_on_keywords).
+            passes = missing or _on_keywords(s, own, covers, embedded=s.candidate.embedded)
+        return None if passes else "minSimilarity"
 
 
 # A candidate whose cosine is just under recall.minSimilarity passes when the keywords say the

@@ -2,7 +2,8 @@
 we truncate. ``plan``, ``arms`` and ``rank`` are shared with ``why`` (search.explain) and ``recall``
 (search.recall). The ``Retriever`` is cut along what its parts do: reading and weighing the query
 (``query_plan``), the two arms finding candidates (``arms``), fusion and the rules ordering them
-(``ranking``); here the search itself, the time phrases and listings it answers with. The query's
+(``ranking``), the wider looks a limit the pool cannot fill takes (``looks``); here the search
+itself, the time phrases and listings it answers with. The query's
 words as the arms read them: ``querywords``; what a failing keyword index means for the answer and
 for status: ``keyword_gaps``.
 """
@@ -10,36 +11,28 @@ for status: ``keyword_gaps``.
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from sidecar.config import RecallConfig, SearchConfig
-from sidecar.contracts.protocol import LIMIT_RANGE
 from sidecar.contracts.wire import SearchResult
 from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.search import listing
-from sidecar.search.arms import Arms, Found
-from sidecar.search.fusion import Scored
+from sidecar.search.arms import Arms
+from sidecar.search.looks import Reading, WiderLooks
 from sidecar.search.query import Filters, QueryAnalysis, analyze, split_filters
 from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set
-from sidecar.search.ranking import Ranker, Ranking
+from sidecar.search.ranking import Ranker
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
-from sidecar.stores.manifest_rows import ChunkView, NoteDay
-
-# The wider looks a limit the fixed pool cannot fill is filled from, in turn: each a whole pool
-# of its own, ranked whatever the limit, taken only while too few hits are found (a limit of 50
-# mostly stops at 200 and does not pay for 600). The last: three candidates an arm per hit of the
-# largest limit (what the largest limit fetched when the pool grew with it).
-WIDER_POOLS = (200, 3 * LIMIT_RANGE[1])
+from sidecar.stores.manifest_rows import NoteDay
 
 
-class Retriever(QueryPlan, Arms, Ranker):
+class Retriever(QueryPlan, Arms, Ranker, WiderLooks):
     def __init__(
         self,
         stores: Stores,
@@ -131,42 +124,6 @@ class Retriever(QueryPlan, Arms, Ranker):
             self.stores.manifest, result, dated, req, floor=floor, mask_secrets=self.cfg.mask_secrets
         )
 
-    def wider_pools(self, req: SearchRequest) -> list[int]:
-        """The wider looks after the fixed pool (none for a request with its own pool: recall)."""
-        if req.pool is not None:
-            return []
-        return [p for p in WIDER_POOLS if p > self.cfg.candidates]
-
-    def looked(
-        self,
-        req: SearchRequest,
-        r: Ranking,
-        found: Found,
-        widen: Callable[[SearchRequest], tuple[Found, Ranking]],
-        until: int,
-    ) -> tuple[list[Scored], dict[str, int], dict[str, ChunkView]]:
-        """The pool's hits (``r``, ``found``) then, while fewer than ``until`` and an arm of the
-        last look filled its pool, each wider look's new hits (``widen`` ranks a look's pool).
-        Every look is ranked whole and independent of the limit, so the answer is the same list
-        at every limit, cut: the first hits of any limit are those of a smaller one. Returns the
-        hits, the look (the pool an arm) of each hit from a wider one by chunk, and the views."""
-        kept = [s for s in r.ranked if s.relevance >= req.min_score]
-        views = r.views
-        wider: dict[str, int] = {}
-        last = req
-        for pool in self.wider_pools(req):
-            if len(kept) >= until or not self.cut(found, last):
-                break
-            last = replace(req, pool=pool)
-            found, r2 = widen(last)
-            new = after_pool(
-                kept, [s for s in r2.ranked if s.relevance >= req.min_score], self.cfg.max_hits_per_note
-            )
-            wider.update((s.candidate.chunk_id, pool) for s in new[len(kept) :])
-            kept = new
-            views = {**r2.views, **views}
-        return kept, wider, views
-
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
         ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
@@ -176,13 +133,10 @@ class Retriever(QueryPlan, Arms, Ranker):
         found = self.arms(req, seen, qa, None, weight, early=early, spelled=spelled)
         r = self.rank(req, qa, found, weight=weight, rare=rare, relevance_weight=relevant)
         mask_secrets = self.cfg.mask_secrets
-
-        def widen(wide: SearchRequest) -> tuple[Found, Ranking]:
-            more = self.arms(wide, seen, qa, None, weight, spelled=spelled)
-            return more, self.rank(wide, qa, more, weight=weight, rare=rare, relevance_weight=relevant)
-
+        read = Reading(seen, qa, tuple(rare), weight, relevant, spelled)
         # The pool holds fewer hits than asked and an arm had more: wider looks' hits follow.
-        kept, wider, views = self.looked(req, r, found, widen, req.limit)
+        looked = self.looked(req, (found, r), read, req.limit)
+        kept, wider, views = looked.hits, looked.wider, looked.views
         # Only the hits returned are masked and built: masking every ranked candidate (a hundred
         # and more) was the largest cost of a search after the query embedding.
         kept = kept[: req.limit]
@@ -207,26 +161,6 @@ class Retriever(QueryPlan, Arms, Ranker):
             pending_continuous=found.pending_continuous,
             left_to_switch=found.left_to_switch,
         )
-
-
-def after_pool(shown: list[Scored], wider: list[Scored], cap: int) -> list[Scored]:
-    """``shown`` (the hits of the looks so far, in order), then those of ``wider`` (a wider
-    look's hits, in its order) that hold no chunk a shown hit holds (its own and those folded
-    into it), at most ``cap`` hits of a note in all (0: no cap). Only what is shown is skipped:
-    a chunk the narrower pool ranked below minScore may pass it in the wider one, and skipped it
-    was shown at no limit."""
-    taken = {s.candidate.chunk_id for s in shown} | {f for s in shown for f in s.folded}
-    per_note = Counter(s.candidate.key for s in shown)
-    out = list(shown)
-    for s in wider:
-        key = s.candidate.key
-        if s.candidate.chunk_id in taken or taken.intersection(s.folded):
-            continue
-        if cap > 0 and per_note[key] >= cap:
-            continue
-        per_note[key] += 1
-        out.append(s)
-    return out
 
 
 def _no_hits(qa: QueryAnalysis, filters: Filters) -> SearchResult:
