@@ -252,3 +252,21 @@ def test_a_search_looks_at_each_keyword_folder_once(
     again = r.search(SearchRequest("restic backups of the NAS", limit=10, min_score=0.0))
     assert len(stamps) == 2 * taken
     assert [h.reference for h in again.hits] == [h.reference for h in first.hits]
+
+
+def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: Path) -> None:
+    """A chunk's view is built once while its row is unchanged, and a change of the chunk or of
+    its note (text, aliases in the front matter) shows at once."""
+    note = write(vault / "Kayak.md", "---\naliases: [Paddle boat]\n---\n# Kayak\n\nThe kayak leaks.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    ids = [v.chunk_id for v in manifest.chunks_of("vault/Kayak")]
+    first = manifest.views(ids)
+    assert all(manifest.views(ids)[i] is first[i] for i in ids)  # kept, not built again
+    assert {v.aliases for v in first.values()} == {("Paddle boat",)}
+    note.write_text("---\naliases: [Canoe]\n---\n# Kayak\n\nThe kayak leaks at the bow.\n")
+    harness.sweep()
+    now = manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Kayak")])
+    assert {v.aliases for v in now.values()} == {("Canoe",)}
+    assert any("at the bow" in v.text for v in now.values())
+    assert not any("at the bow" in v.text for v in first.values())
