@@ -13,7 +13,9 @@ home; every query goes to one, then to the other, in a rotating order. Three set
 with ``reload``: the defaults (hybrid), BM25 alone (vector share 0) and vectors alone. This
 checkout's daemon (and the old one) runs with ``search.queryCache: 0`` unless ``--cache``: every
 figure is then a query embedded afresh, as a distinct query would be. The load average is read
-before and after each setting (other processes share the cores).
+before and after each setting (other processes share the cores); beside the percentiles, the
+median of each query's new/old time ratio (its two searches ran one after the other: steadier on a
+loaded machine).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -196,6 +199,10 @@ def main() -> None:
             for side, values in lat.items():
                 row[f"{side}_p50_ms"], row[f"{side}_p95_ms"] = pct(values, 0.5), pct(values, 0.95)
             if len(sides) == 2:  # hits in another order or other hits; else how far scores moved
+                # Each query's pair of times (one after the other, same load): the median of their
+                # ratios holds still where the load moves both percentiles.
+                pairs = zip(lat["new"], lat["old"], strict=True)
+                row["new_over_old_median"] = round(statistics.median(a / b for a, b in pairs if b > 0), 3)
                 row["queries_with_other_hits"] = sorted(differ)
                 row["largest_score_difference"] = gap
             result[name] = row

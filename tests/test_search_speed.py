@@ -1,6 +1,7 @@
 """The shortcuts of a search keep its answers: the in-memory exact vector search answers as
 LanceDB's query does (and sees writes), the query cache never serves another model's vector,
-and the vector arm started early gives the hits of the sequential path."""
+the vector arm started early gives the hits of the sequential path, and a search's one look at
+the keyword index (each searcher taken once, each word counted once) ends with the search."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import numpy as np
 import pytest
 
 from sidecar.search.querycache import QueryCache
+from sidecar.search.request import SearchRequest
+from sidecar.search.retrieval import Retriever
+from sidecar.stores import bm25_folder
 from sidecar.stores import vectors as vectors_mod
+from sidecar.stores.bm25_folder import one_look
 from sidecar.stores.vectors import VectorStore
-from tests.conftest import FakeEmbedder
+from tests.conftest import FakeEmbedder, Harness, write
 
 DIM = 32
 
@@ -194,3 +199,74 @@ def test_query_cache_serves_one_model_only() -> None:
     off.vector(a, "q")
     off.vector(a, "q")
     assert a.queries.count("q") == 2
+
+
+def _stamps(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The folders whose meta.json a searcher look stats from now on."""
+    seen: list[Path] = []
+    real = bm25_folder._meta_stamp
+
+    def counted(folder: Path) -> tuple[int, int, int] | None:
+        seen.append(folder)
+        return real(folder)
+
+    monkeypatch.setattr(bm25_folder, "_meta_stamp", counted)
+    return seen
+
+
+def test_one_look_takes_each_searcher_once_and_ends_with_it(
+    harness: Harness, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within one look a folder's searcher is taken (meta.json stat'ed) once and a word counted
+    from it once; a commit meanwhile is seen by the next look, not by this one."""
+    harness.sweep()
+    bm25 = harness.stores.bm25
+    stamps = _stamps(monkeypatch)
+    with one_look():
+        assert bm25.doc_freq("restic") == 1 and bm25.doc_freq("restic") == 1
+        assert bm25.doc_freq("restic", pages=True) == 1 and bm25.doc_freq("tomatoes") == 1
+        assert len(stamps) == len(set(stamps)) == 2  # the chunks' folder and the pages' folder
+        write(vault / "Restic.md", "# Restic\n\nrestic prunes old snapshots weekly.\n")
+        harness.sweep()  # committed (here, in the look's own thread)
+        assert bm25.doc_freq("restic") == 1  # the look's searcher and its count
+    assert bm25.doc_freq("restic") == 2 and bm25.doc_freq("restic", pages=True) == 2
+    with one_look():
+        assert bm25.doc_freq("restic") == 2  # a new look counts anew
+    outside = len(stamps)
+    bm25.doc_freq("restic")
+    bm25.doc_freq("restic")
+    assert len(stamps) == outside + 2  # no look: every read looks at meta.json, as before
+
+
+def test_a_search_looks_at_each_keyword_folder_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hybrid search reads each keyword folder's meta.json once, not at each of its reads; the
+    next search looks again (and sees a change)."""
+    harness.sweep()
+    r = Retriever(harness.stores, harness.slot, harness.cfg.search, harness.cfg.recall)
+    stamps = _stamps(monkeypatch)
+    first = r.search(SearchRequest("restic backups of the NAS", limit=10, min_score=0.0))
+    assert stamps and len(stamps) == len(set(stamps))
+    taken = len(stamps)
+    again = r.search(SearchRequest("restic backups of the NAS", limit=10, min_score=0.0))
+    assert len(stamps) == 2 * taken
+    assert [h.reference for h in again.hits] == [h.reference for h in first.hits]
+
+
+def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: Path) -> None:
+    """A chunk's view is built once while its row is unchanged, and a change of the chunk or of
+    its note (text, aliases in the front matter) shows at once."""
+    note = write(vault / "Kayak.md", "---\naliases: [Paddle boat]\n---\n# Kayak\n\nThe kayak leaks.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    ids = [v.chunk_id for v in manifest.chunks_of("vault/Kayak")]
+    first = manifest.views(ids)
+    assert all(manifest.views(ids)[i] is first[i] for i in ids)  # kept, not built again
+    assert {v.aliases for v in first.values()} == {("Paddle boat",)}
+    note.write_text("---\naliases: [Canoe]\n---\n# Kayak\n\nThe kayak leaks at the bow.\n")
+    harness.sweep()
+    now = manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Kayak")])
+    assert {v.aliases for v in now.values()} == {("Canoe",)}
+    assert any("at the bow" in v.text for v in now.values())
+    assert not any("at the bow" in v.text for v in first.values())

@@ -76,6 +76,9 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(fold_word(w) for w in WORD.findall(text) if not is_stopword(w))
 
 
+# Every candidate of every search asks (90 and more a search, the same notes again and again);
+# a pure function of its arguments, so nothing to invalidate.
+@functools.lru_cache(maxsize=16_384)
 def _name_words(
     key: str, title: str, aliases: tuple[str, ...]
 ) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:

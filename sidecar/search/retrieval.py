@@ -29,6 +29,7 @@ from sidecar.search.querywords import _language_set
 from sidecar.search.ranking import Ranker
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
+from sidecar.stores.bm25_folder import one_look
 from sidecar.stores.manifest_rows import NoteDay
 
 
@@ -127,6 +128,13 @@ class Retriever(QueryPlan, Arms, Ranker, WiderLooks):
     def search_text(self, req: SearchRequest, text: str) -> SearchResult:
         """The hits for ``text`` (filters already split off) under ``req``."""
         ready_inbox(self.stores, req.agent)  # an agent back after a long while: its index rebuilt
+        # One look at the keyword index for the rest (after the rebuild above, which writes):
+        # each folder's searcher taken once and each word counted once (``one_look``), not at
+        # each of the search's 30-odd reads.
+        with one_look():
+            return self._search_text(req, text)
+
+    def _search_text(self, req: SearchRequest, text: str) -> SearchResult:
         seen, qa, spelled = self.read_spelling(text, req.agent)
         early = self.start_vectors(req, seen, qa)
         rare, weight, relevant = self.shares(qa, req.agent)

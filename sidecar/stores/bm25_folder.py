@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Collection, Iterator
@@ -140,6 +141,40 @@ REOPEN_EVERY = 500  # commits between openings anew of a keyword index (see Fold
 # as stuck: one the cleanup cannot remove (a folder in its place, a share that refuses) failed
 # every later commit for good. Moved aside and refilled from the manifest then, as when damaged.
 STUCK_AFTER = 3
+
+
+class _Looks(threading.local):
+    """The searcher each folder gave this thread's current look (``one_look``), and what the
+    look's reads counted or analysed (``memo``); none outside a look."""
+
+    searchers: dict[int, tuple[Folder, tantivy.Searcher]] | None = None
+    memo: dict[tuple[object, ...], object] | None = None
+
+
+_LOOKS = _Looks()
+
+
+@contextlib.contextmanager
+def one_look() -> Iterator[dict[tuple[object, ...], object]]:
+    """One search's reads of every folder from the searcher its first read got: a search asked
+    for a folder's searcher 30-odd times, a stat of meta.json each (5 ms of a search on busy
+    cores), and counted the same words again. A commit or merge that ends meanwhile is seen by the
+    next search, as one ending just after this one. Yields the look's memo (a read's results by
+    its arguments: valid while the same searchers are used, so only within the look). Nested
+    looks are one look; another thread's reads are not pinned."""
+    if _LOOKS.searchers is not None and _LOOKS.memo is not None:
+        yield _LOOKS.memo
+        return
+    _LOOKS.searchers, _LOOKS.memo = {}, {}
+    try:
+        yield _LOOKS.memo
+    finally:
+        _LOOKS.searchers = _LOOKS.memo = None
+
+
+def look_memo() -> dict[tuple[object, ...], object] | None:
+    """The current look's memo on this thread (None outside ``one_look``)."""
+    return _LOOKS.memo
 
 
 class Folder:
@@ -273,6 +308,26 @@ class Folder:
         commit, a restart with those after it. A folder that keeps its writer is reloaded when
         its meta.json changed since (a stat per look); a lazy one's merges end before its reload
         (its writer ends at each commit)."""
+        pinned = _LOOKS.searchers
+        if pinned is not None:
+            # Keyed by the folder's id, the folder kept with it: no other folder gets its id
+            # while the look lasts.
+            held = pinned.get(id(self))
+            if held is not None:
+                return held[1]
+            searcher = self._current_searcher()
+            pinned[id(self)] = (self, searcher)
+            return searcher
+        return self._current_searcher()
+
+    @searcher.setter
+    def searcher(self, searcher: tantivy.Searcher) -> None:
+        # Stamped before the reload that made ``searcher`` would be exact; unknown here, the next
+        # look stats meta.json and reloads once more at most.
+        self._searcher, self._meta_seen = searcher, None
+
+    def _current_searcher(self) -> tantivy.Searcher:
+        """``searcher`` outside a look: meta.json looked at."""
         searcher = self._searcher
         if self.lazy or self.closed:
             return searcher
@@ -293,12 +348,6 @@ class Folder:
         self._note_files()
         log.debug("bm25_reloaded path=%s reason=meta.json changed (a merge ended)", self.path)
         return searcher
-
-    @searcher.setter
-    def searcher(self, searcher: tantivy.Searcher) -> None:
-        # Stamped before the reload that made ``searcher`` would be exact; unknown here, the next
-        # look stats meta.json and reloads once more at most.
-        self._searcher, self._meta_seen = searcher, None
 
     def _note_files(self) -> None:
         """Remember the segment files the searcher reads, each as first seen: Tantivy never

@@ -19,7 +19,7 @@ import tantivy
 
 from sidecar.contracts.errors import PassingFaultError, StoreError
 from sidecar.contracts.wire import memory_agent
-from sidecar.stores.bm25_folder import Folder, engine
+from sidecar.stores.bm25_folder import Folder, engine, look_memo
 from sidecar.stores.bm25_inboxes import Bm25Inboxes, Pair
 from sidecar.stores.bm25_scoring import Terms
 from sidecar.stores.bm25_text import field_boosts, german_fold
@@ -80,9 +80,19 @@ class Bm25Search(Bm25Inboxes):
 
     def analyze(self, text: str, field: str = "body") -> list[str]:
         """Terms of ``text`` as the field indexes them (CJK runs as bigrams, see ``stores.cjk``)."""
-        name = self._field_analyzer[field]
-        text = bigrams(text)
-        return list(self.analyzers[name].analyze(german_fold(text) if field == "body_de" else text))
+        analyzer = self.analyzers[self._field_analyzer[field]]
+        memo = look_memo()
+        # Within a search (``one_look``) the same words are analysed for several counts: once.
+        # Kept with the analyzer itself: an id names it only while it is alive.
+        key = ("analyze", id(analyzer), field == "body_de", text)
+        cached = memo.get(key) if memo is not None else None
+        if isinstance(cached, tuple) and cached[0] is analyzer:
+            return list(cached[1])
+        folded = bigrams(text)
+        terms = analyzer.analyze(german_fold(folded) if field == "body_de" else folded)
+        if memo is not None:
+            memo[key] = (analyzer, tuple(terms))
+        return list(terms)
 
     def doc_freq(
         self, word: str, *, pages: bool = False, agent: str | None = None, field: str = "body"
@@ -96,14 +106,26 @@ class Bm25Search(Bm25Inboxes):
         if own is not None:
             searchers.append(own[1].searcher if pages else own[0].searcher)
         with engine("count"):
-            counts = [
-                sum(
-                    s.search(tantivy.Query.term_query(self.schema, field, t), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
-                    for s in searchers
-                )
-                for t in dict.fromkeys(self.analyze(word, field))
-            ]
+            counts = [self._term_count(searchers, field, t) for t in dict.fromkeys(self.analyze(word, field))]
         return int(min(counts, default=0))
+
+    def _term_count(self, searchers: Sequence[tantivy.Searcher], field: str, term: str) -> int:
+        """The documents of ``searchers`` holding ``term`` in ``field``; within a search
+        (``one_look``) counted once per searchers: a word's forms and fields repeat the same
+        terms (up to five counts per content word), and the look pins each searcher: unchanged
+        while it lasts (kept with the count: an id names a searcher only while it is alive)."""
+        memo = look_memo()
+        key = ("count", field, term, *map(id, searchers))
+        cached = memo.get(key) if memo is not None else None
+        if isinstance(cached, tuple) and all(a is b for a, b in zip(cached[0], searchers, strict=True)):
+            return int(cached[1])
+        count = sum(
+            s.search(tantivy.Query.term_query(self.schema, field, term), limit=1, count=True).count  # type: ignore[attr-defined]  # missing from the stubs
+            for s in searchers
+        )
+        if memo is not None:
+            memo[key] = (tuple(searchers), count)
+        return int(count)
 
     def held_with(
         self, word: str, others: Sequence[str], *, pages: bool = False, agent: str | None = None

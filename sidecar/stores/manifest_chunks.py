@@ -6,6 +6,7 @@ answer, not what a write changes; the connection is the ``Manifest``'s.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,32 @@ from sidecar.stores.vectorbook import NEXT_ONLY, _in_groups
 
 # The notes whose chunks ``all_chunks`` reads at a time (a few thousand chunks).
 _PAGE_NOTES = 500
+
+
+# The same chunks come back search after search (a search builds 150-odd views, and building one,
+# 17 fields of a frozen dataclass, cost more than reading its row). A view is a function of its
+# row and the daily-note formats alone: a row that changed (its text, its note's front matter,
+# its vector) is another key, so nothing is invalidated; rows hold a chunk's text, hence the bound.
+@functools.lru_cache(maxsize=4096)
+def _view(r: tuple[Any, ...], day_formats: DayFormats) -> ChunkView:
+    return ChunkView(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        _strings(r[6]),
+        r[7],
+        r[8],
+        _strings(r[9]),
+        r[10],
+        _aliases(r[11]),
+        r[12] not in (0, NEXT_ONLY),  # left to a switch's table: no vector to serve
+        *note_day(r[11], r[1], day_formats),
+        r[13],
+        r[14],
+    )
 
 
 class ManifestChunks:
@@ -124,25 +151,9 @@ class ManifestChunks:
             "ORDER BY c.key, c.ord",
             args,
         )
+        formats = self.day_formats
         for r in rows:
-            yield ChunkView(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                _strings(r[6]),
-                r[7],
-                r[8],
-                _strings(r[9]),
-                r[10],
-                _aliases(r[11]),
-                r[12] not in (0, NEXT_ONLY),  # left to a switch's table: no vector to serve
-                *note_day(r[11], r[1], self.day_formats),
-                r[13],
-                r[14],
-            )
+            yield _view(tuple(r), formats)
 
     def note_days(self) -> list[NoteDay]:
         """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
