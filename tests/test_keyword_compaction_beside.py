@@ -512,11 +512,15 @@ def test_a_kill_between_the_renames_leaves_a_whole_index_for_the_next_start(
         idx.close()
 
 
+@pytest.mark.parametrize("error", ["StoreError", "OSError"])
 def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
-    large: Any, monkeypatch: pytest.MonkeyPatch
+    large: Any, monkeypatch: pytest.MonkeyPatch, error: str
 ) -> None:
-    """No room while the new index is filled: the compaction fails, the old index answers and
-    takes later writes, no side folder is left and nothing more is noted for a catch-up."""
+    """No room while the new index is filled (told by the index, or by the file system as an
+    OSError): the compaction fails, the old index answers and takes later writes, no side
+    folder is left and nothing more is noted for a catch-up."""
+    import errno
+
     from sidecar.contracts.errors import StoreError
     from sidecar.index.repair import compact_bm25
     from sidecar.stores import bm25 as bm25mod
@@ -529,6 +533,8 @@ def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
 
     def add(self: Any, docs: Any) -> None:
         if self is not old:
+            if error == "OSError":
+                raise OSError(errno.ENOSPC, "No space left on device")
             raise StoreError("No space left on device (os error 28)")
         real_add(self, docs)
 
@@ -698,7 +704,7 @@ def test_a_compaction_behind_many_writes_gives_way_and_an_upgrade_does_not(
     _delete(s, 0, 12)
     stores = s.harness.stores
     old = stores.bm25
-    monkeypatch.setattr(beside, "_SWAP_NOTES", 2, raising=False)  # (raising: so it fails on main)
+    monkeypatch.setattr(beside, "SWAP_NOTES", 2)
     real_cu = beside.catch_up
     edits: list[int] = []
 
