@@ -509,12 +509,14 @@ def test_a_kill_between_the_renames_leaves_a_whole_index_for_the_next_start(
         idx.close()
 
 
+@pytest.mark.parametrize("error", ["StoreError", "OSError"])
 def test_a_full_disk_during_the_fill_leaves_the_old_index_answering(
-    large: Any, monkeypatch: pytest.MonkeyPatch
+    large: Any, monkeypatch: pytest.MonkeyPatch, error: str
 ) -> None:
-    """No room while the new index is filled: the compaction fails, the old index answers and
-    takes later writes, no side folder is left and nothing more is noted for a catch-up."""
-    _full_disk_leaves_the_old_index(large, monkeypatch, "add", lambda: True)
+    """No room while the new index is filled (told by the index, or by the file system as an
+    OSError): the compaction fails, the old index answers and takes later writes, no side
+    folder is left and nothing more is noted for a catch-up."""
+    _full_disk_leaves_the_old_index(large, monkeypatch, "add", lambda: True, os_error=error == "OSError")
 
 
 @pytest.mark.parametrize("failing", [2, 3], ids=["the catch-up's commit", "the swap's commit"])
@@ -533,11 +535,19 @@ def test_a_full_disk_at_a_commit_of_the_new_index_leaves_the_old_one_answering(
 
 
 def _full_disk_leaves_the_old_index(
-    s: Any, monkeypatch: pytest.MonkeyPatch, method: str, fails: Callable[[], bool]
+    s: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    fails: Callable[[], bool],
+    *,
+    os_error: bool = False,
 ) -> None:
     """A compaction beside whose new index's ``method`` (``add``, ``commit``) finds no room
-    where ``fails`` says (asked at each call on the new index, never the old one's): it fails,
+    where ``fails`` says (asked at each call on the new index, never the old one's; told by the
+    index, or by the file system as an OSError when ``os_error``): it fails,
     the side folder goes, and the old index answers and takes later writes."""
+    import errno
+
     from sidecar.contracts.errors import StoreError
     from sidecar.index.repair import compact_bm25
     from sidecar.stores import bm25 as bm25mod
@@ -549,6 +559,8 @@ def _full_disk_leaves_the_old_index(
 
     def failing(self: Any, *a: Any, **k: Any) -> Any:
         if self is not old and fails():
+            if os_error:
+                raise OSError(errno.ENOSPC, "No space left on device")
             raise StoreError("No space left on device (os error 28)")
         return real(self, *a, **k)
 
@@ -684,7 +696,7 @@ def test_a_compaction_behind_many_writes_gives_way_and_an_upgrade_does_not(
     _delete(s, 0, 12)
     stores = s.harness.stores
     old = stores.bm25
-    monkeypatch.setattr(beside, "_SWAP_NOTES", 2, raising=False)  # (raising: so it fails on main)
+    monkeypatch.setattr(beside, "SWAP_NOTES", 2)
     real_cu = beside.catch_up
     edits: list[int] = []
 

@@ -154,13 +154,13 @@ def test_a_compaction_waits_while_notes_wait_to_be_cut_again(
     notes cut meanwhile. Now it is skipped, logged, while more than a few hundred notes wait, and
     runs once the sweep has cut them."""
     from sidecar.clients.cli_render import render_status
-    from sidecar.index import beside, repair
+    from sidecar.index import beside
     from sidecar.index.repair import compact_bm25
 
     s = large
     _delete(s, 0, 12)
     stores = s.harness.stores
-    monkeypatch.setattr(repair, "_RECUT_NOTES", 5, raising=False)  # (raising: so it fails on main)
+    monkeypatch.setattr(beside, "SWAP_NOTES", 5)
     real_fill = beside.fill_bm25
     fills: list[int] = []
 
@@ -182,6 +182,97 @@ def test_a_compaction_waits_while_notes_wait_to_be_cut_again(
     status = render_status(health)
     assert "keyword index rewrite skipped " in status and f"{waiting:,} notes wait to be cut again" in status
     s.harness.sweep()  # the notes cut again
-    assert stores.manifest.reread_waiting() == 0
+    assert stores.manifest.reread_waiting() == {}
     assert compact_bm25(stores) is True and fills == [1]
     assert _agrees(stores)
+
+
+def _recut_marked(s: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Every note marked to be cut again, with a fifth of the index deleted (the compaction due)
+    and few notes (``beside.SWAP_NOTES``) taken for many."""
+    from sidecar.index import beside
+
+    _delete(s, 0, 12)
+    monkeypatch.setattr(beside, "SWAP_NOTES", 5)
+    return int(s.harness.stores.manifest.reread_all())
+
+
+def test_notes_of_an_offline_root_do_not_hold_a_compaction_back(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notes marked to be cut again while their root is offline (a share unmounted: its
+    deletions held) cannot be cut until it is back. Counted, they held the compaction back at
+    every run, hours or weeks, and status blamed a model switch; now only the notes the sweep
+    can cut count."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    stores = s.harness.stores
+    _recut_marked(s, monkeypatch)
+    shares = s.cfg.vault.path.parent / "away"
+    shares.mkdir()
+    for note in s.cfg.vault.path.rglob("*.md"):  # the share's mount point left empty
+        note.rename(shares / f"{len(list(shares.iterdir()))}.md")
+    s.harness.sweep()
+    assert "vault" in stores.roots_away(), "the emptied vault is not held offline"
+    assert stores.manifest.reread_waiting().get("vault", 0) > 5
+    with caplog.at_level("INFO"):
+        assert compact_bm25(stores) is True  # the vault's notes are not waited for
+    assert not [r for r in caplog.records if "bm25_compact_skipped" in r.message]
+    health = s.call("health")
+    assert health["index"]["keyword_compaction_last"]["outcome"] == "compacted"
+    status = render_status(health)
+    assert "model switch" not in status and "keyword index last rewritten beside the live one" in status
+
+
+def test_a_compaction_goes_ahead_once_the_notes_to_cut_stop_falling(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Notes marked to be cut again that the sweep does not cut (their read fails, a root the
+    daemon does not know as away) hold the compaction back one run, not for good: a run that
+    finds no fewer of them than the last goes ahead, and says why."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    stores = s.harness.stores
+    _recut_marked(s, monkeypatch)
+    assert compact_bm25(stores) is False  # the sweep may be cutting them: waited for
+    assert stores.keyword_compaction_last is not None
+    outcome, reason, _ = stores.keyword_compaction_last
+    assert outcome == "skipped" and "notes wait to be cut again by the sweep" in reason
+    with caplog.at_level("INFO"):
+        assert compact_bm25(stores) is True  # none cut since: not waited for again
+    assert [r for r in caplog.records if "bm25_compact_recut_stalled part=vault" in r.message]
+    assert stores.keyword_compaction_last[0] == "compacted"
+
+
+def test_status_says_deleted_documents_weigh_only_while_they_do(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction skipped (another refill beside runs), then a rebuild drops the deleted
+    documents: status said for as long as the daemon ran that they weighed in the scores. Now
+    health tells how many are deleted now and whether the rewrite is still due."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25, rebuild_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    assert stores.beside_lock.acquire(blocking=False)
+    try:
+        assert compact_bm25(stores) is False  # skipped: the side folder is another refill's
+    finally:
+        stores.beside_lock.release()
+    deleted = stores.bm25.deleted_docs()[0]
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "skipped" and last["due_now"] is True and last["deleted_now"] == deleted
+    weigh = f"its {deleted:,} deleted documents weigh in its scores until a later run rewrites it"
+    assert weigh in render_status(s.call("health"))
+    rebuild_bm25(stores)
+    stores.bm25.commit()
+    assert stores.bm25.deleted_docs()[0] == 0
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["due_now"] is False and last["deleted_now"] == 0
+    status = render_status(s.call("health"))
+    assert "weigh in its scores" not in status and "no longer due (0 deleted documents now)" in status

@@ -244,7 +244,14 @@ def _compaction_last_said(last: dict[str, Any]) -> str:
     words = f"keyword index {what} {_ago(last['at'])}: {shown(last['reason'])}"
     if outcome == "compacted":
         return words
-    return f"{words}; its deleted notes weigh in its scores until a later run rewrites it"
+    # Said as it is now: a rebuild, an upgrade's refill or Tantivy's merges drop the deleted
+    # documents with no compaction (an older daemon sends no ``due_now``: nothing said of it).
+    if last.get("due_now"):
+        weigh = "weigh in its scores until a later run rewrites it"
+        return f"{words}; its {last['deleted_now']:,} deleted documents {weigh}"
+    if last.get("due_now") is False:
+        return f"{words}; no longer due ({last['deleted_now']:,} deleted documents now)"
+    return words
 
 
 def _compaction_lines(idx: dict[str, Any]) -> list[str]:

@@ -19,8 +19,8 @@ from sidecar.daemon import limits
 from sidecar.index.activity import Activity
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
-from sidecar.index.repair import memory_gap
-from sidecar.index.vectoring import Vectoring
+from sidecar.index.repair import compaction_due, memory_gap
+from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.notes.links import LinkGraph
@@ -163,7 +163,7 @@ class HealthOp:
                 "keyword_compaction": _compaction(self.vectors.stores.keyword_compaction),
                 # What came of the last run that found that rewrite due (compacted, skipped, gave
                 # way...), its reason and when: {outcome, reason, at}, else None.
-                "keyword_compaction_last": _compaction_last(self.vectors.stores.keyword_compaction_last),
+                "keyword_compaction_last": _compaction_last(self.vectors.stores),
                 # While a person's search reads the agents' own keyword indexes instead of the one
                 # of all memory (being filled, damaged, read-only): why, and how many agents'
                 # memory it finds by no word meanwhile (their own index removed as unused).
@@ -271,8 +271,20 @@ def _compaction(state: tuple[str, int, int] | None) -> dict[str, Any] | None:
     return None if state is None else {"phase": state[0], "done": state[1], "total": state[2]}
 
 
-def _compaction_last(last: tuple[str, str, float] | None) -> dict[str, Any] | None:
-    return None if last is None else {"outcome": last[0], "reason": last[1], "at": last[2]}
+def _compaction_last(stores: Stores) -> dict[str, Any] | None:
+    """The last compaction run's outcome, with the index's deleted documents now and whether it
+    is still due: a rebuild, an upgrade's refill or Tantivy's own merges drop them with no
+    compaction, and status said for weeks that they weighed in the scores."""
+    if (last := stores.keyword_compaction_last) is None:
+        return None
+    deleted, total = stores.bm25.deleted_docs()  # the segments' meta files: no document read
+    return {
+        "outcome": last[0],
+        "reason": last[1],
+        "at": last[2],
+        "deleted_now": deleted,
+        "due_now": compaction_due(deleted, total),
+    }
 
 
 def _sweep_pace(act: Activity) -> dict[str, Any]:

@@ -132,8 +132,10 @@ _LOOK_SECONDS = 0.05
 # A swap writes at most this many notes under the write lock: more were written meanwhile (a
 # model switch cutting every note again, a large sweep) and the notes are caught up once more
 # with no lock held first, up to ``_PASSES`` times; a compaction still behind then gives way
-# (the next run tries again), an upgrade swaps all the same.
-_SWAP_NOTES = 500
+# (the next run tries again), an upgrade swaps all the same. A large vault's compaction waits
+# while more notes than this wait to be cut again (``repair._recut_waiting``): those would be
+# written meanwhile.
+SWAP_NOTES = 500
 _PASSES = 3
 # Each refill's number, in its threads' names: a step left running by one and the next refill's
 # steps are told apart in the log.
@@ -308,7 +310,7 @@ class _Refill:
         waited for here): the swap's hold of the write lock is then what was written during the
         last pass alone. Each key is taken, and the noting begun anew, under the lock for a
         moment, so no write is half done; one written again after that is noted again and
-        caught up at the next pass or the swap. While more than ``_SWAP_NOTES`` were noted
+        caught up at the next pass or the swap. While more than ``SWAP_NOTES`` were noted
         again, another pass (``_PASSES`` in all); a compaction still behind gives way. Raises
         _StoppedError at a stop asked before one of its steps (the new index left to the
         caller to close and drop)."""
@@ -334,7 +336,7 @@ class _Refill:
                 self._looked_at()
                 self.new = self._step("reopen", partial(self._reopened, side))
                 self._looked_at()
-            if everything or old.noted_count() <= _SWAP_NOTES:
+            if everything or old.noted_count() <= SWAP_NOTES:
                 return
         if self.quit.give_way:
             self.quit.why = "behind"

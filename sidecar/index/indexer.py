@@ -93,6 +93,7 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         self._read_whole: set[str] = set()  # roots read to the end while not ``_swept``
         self.vectors = vectors
         self.supervisor = supervisor
+        stores.roots_away = self.roots_away  # a compaction does not wait for their notes' cut
         self.leftover: frozenset[str] | None = None  # paths a failed sweep scanned but did not write
         self._gone_left: list[str] = []  # keys a failed sweep could not delete
         # A rebuild's copy of the notes indexed before it (``Manifest.set_aside``), put back for
@@ -444,6 +445,13 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         offline or a read of it hangs (the pass waits for those rather than leave their notes to
         be read whole; the other roots go on)."""
         return self.links.due and not self.links.waits_for(self.changes.roots(), self._away)
+
+    def roots_away(self) -> set[str]:
+        """The names of the roots whose notes are not read now: offline (deletions held too) or
+        a call on them hanging. Asked from the schedule's thread: the roots' states as they are,
+        no listing."""
+        states = dict(self.supervisor.roots)
+        return {name for name, st in states.items() if st.offline or st.hanging is not None}
 
     def _away(self, root: Root) -> bool:
         status = self.supervisor.status(root)

@@ -19,6 +19,7 @@ from pathlib import Path
 from sidecar.config import Config
 from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError
 from sidecar.contracts.wire import memory_agent
+from sidecar.index import beside
 from sidecar.index.beside import UPGRADE_AREA, refill_beside
 from sidecar.index.bm25fill import bm25_doc, fill_bm25
 from sidecar.index.migration import open_previous
@@ -241,7 +242,7 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     answers on, the next run tries again)."""
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
-    if deleted == 0 or (live > _SHARED_SMALL and deleted < _SHARED_SHARE * total):
+    if not compaction_due(deleted, total):
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
@@ -262,6 +263,13 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     return True
 
 
+def compaction_due(deleted: int, total: int) -> bool:
+    """Whether the vault's keyword index, ``deleted`` of its ``total`` documents deleted, is due
+    for a rewrite (``compact_bm25``): a small one at any deleted document, a large one once a
+    fifth of it is deleted."""
+    return deleted > 0 and (total - deleted <= _SHARED_SMALL or deleted >= _SHARED_SHARE * total)
+
+
 def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, live: int) -> bool:
     """A large index refilled whole from the manifest beside the one that answers, then swapped
     in (``beside.refill_beside``, as an upgrade's refill): in place its fill held the write lock
@@ -274,8 +282,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if no_room := _no_room(stores, "vault", (stores.bm25.path,)):
         _outcome(stores, "skipped", no_room)  # logged at debug: every run while it lasts
         return False
-    if waiting := _recut_waiting(stores):
-        cut = f"{waiting:,} notes wait to be cut again (a model switch or a new chunking)"
+    if cut := _recut_waiting(stores):
         _skipped(stores, cut, "recut")
         return False
     started = time.monotonic()
@@ -310,18 +317,33 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     return True
 
 
-# A large vault's compaction is skipped while more notes than this wait to be cut again (a model
-# switch, or a new chunking, cuts every note again: the sweep reads them all, hours on a network
-# share). Each note cut again deletes its old documents: the index soon passed the share, and
-# every run (hourly) filled a whole second index, only to give way to the notes written meanwhile
-# (``beside``) or to see it deleted again by the cuts still to come.
-_RECUT_NOTES = 500
-
-
-def _recut_waiting(stores: Stores) -> int:
-    """The notes waiting to be cut again when more than ``_RECUT_NOTES`` do, else 0."""
-    waiting = stores.manifest.reread_waiting()
-    return waiting if waiting > _RECUT_NOTES else 0
+def _recut_waiting(stores: Stores) -> str | None:
+    """Why a large vault's compaction waits for the notes marked to be cut again (a model with
+    another tokenizer, a new chunking, any ``reread_all``), else None. The sweep cuts them, hours
+    on a network share, and each cut deletes their old documents: the index soon passed the
+    share, and every run (hourly) filled a whole second index, only to give way to the notes cut
+    meanwhile (more than a swap writes, ``beside.SWAP_NOTES``) or to see it deleted again by the
+    cuts still to come. Only the notes the sweep can cut now count: those of a root offline (an
+    unmounted share, deletions held) held the compaction back for as long as it stayed so. And it
+    waits only while their number falls: notes whose read fails, or any not cut for another
+    reason, are not waited for beyond one run."""
+    by_root = stores.manifest.reread_waiting()
+    away = set(stores.roots_away()) & set(by_root)
+    waiting = sum(n for root, n in by_root.items() if root not in away)
+    seen, stores.keyword_recut_seen = stores.keyword_recut_seen, None
+    if waiting <= beside.SWAP_NOTES:
+        return None
+    if seen is not None and waiting >= seen:
+        log.info(
+            "bm25_compact_recut_stalled part=vault waiting=%d (no fewer than at the last run: "
+            "compacted all the same)",
+            waiting,
+        )
+        return None
+    stores.keyword_recut_seen = waiting
+    offline = sum(by_root[root] for root in away)
+    aside = f"; {offline:,} more of {', '.join(sorted(away))} not read now, not waited for" if offline else ""
+    return f"{waiting:,} notes wait to be cut again by the sweep{aside}"
 
 
 # The words of a refill beside's reason for returning None (``beside.Ended``): what health says.

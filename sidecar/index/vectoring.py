@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Event, Lock, RLock
@@ -98,6 +98,14 @@ class Stores:
     # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed"; else
     # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
     keyword_compaction_last: tuple[str, str, float] | None = None
+    # The notes that could be cut again at the last compaction skipped for them, else None: a run
+    # that finds no fewer goes ahead (notes whose read fails, or any the sweep does not get to,
+    # must not hold the compaction back for good).
+    keyword_recut_seen: int | None = None
+    # The roots whose notes the sweep cannot read now (offline, a read hanging, deletions held),
+    # by name (set by the indexer): their notes waiting to be cut again do not hold a compaction
+    # back (``repair._recut_waiting``).
+    roots_away: Callable[[], Collection[str]] = field(default=frozenset, repr=False, compare=False)
     # The notes written continuously now (``sidecar.daemon.hot``, set by the index loop), key ->
     # the chunks its last indexing added: those wait for a vector for a while, no backlog.
     continuous: Callable[[], Mapping[str, int]] = field(default=dict, repr=False, compare=False)

@@ -41,7 +41,7 @@ from sidecar.stores.bm25_folder import (
     subfolders,
 )
 from sidecar.stores.bm25_inboxes import Pair
-from sidecar.stores.bm25_rewrite import Bm25Rewrite, _meta_times, _restore_mtimes
+from sidecar.stores.bm25_rewrite import Bm25Rewrite, meta_times, restore_mtimes
 from sidecar.stores.bm25_scoring import Scorer
 from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
 from sidecar.stores.bm25_text import (
@@ -467,7 +467,7 @@ class Bm25Index(Bm25Rewrite):
             # taken for used and kept another ``idleDays``.
             self._kept_use = {}
             for agent in self._emptied:
-                self._kept_use |= _meta_times(self.path / "memory" / agent)
+                self._kept_use |= meta_times(self.path / "memory" / agent)
             self._refilling = True
             self.umlauts.clear()
 
@@ -570,7 +570,7 @@ class Bm25Index(Bm25Rewrite):
                 gone.add(agent)
         if self._refilling:  # rebuilt from the manifest: what failed before is replaced
             self.failing.clear()
-            _restore_mtimes({m: t for m, t in self._kept_use.items() if m.exists()})
+            restore_mtimes({m: t for m, t in self._kept_use.items() if m.exists()})
             if self._everyone is not None and not self.everyone_ready:
                 self._mark_filled()
         self._forget_marks()

@@ -137,7 +137,7 @@ class Bm25Rewrite(Bm25Search):
             if not self._fill_in_place(pair, notes.values(), stop):
                 return False
         finally:
-            _restore_mtimes(kept)
+            restore_mtimes(kept)
         if held != (len(docs), len(notes)):
             log.warning(
                 "index_rebuilt store=bm25 part=%s reason=count mismatch expected=%s actual=%s",
@@ -239,7 +239,7 @@ class Bm25Rewrite(Bm25Search):
                 with contextlib.suppress(OSError):
                     if (was / "used").is_file():
                         shutil.copy2(was / "used", base / "used")
-                for meta, times in _meta_times(was).items():
+                for meta, times in meta_times(was).items():
                     kept[base / meta.parent.name / meta.name] = times
         return kept
 
@@ -278,10 +278,10 @@ def _part(name: str) -> str:
 
 def _mtimes(pair: Pair) -> dict[Path, tuple[int, int]]:
     """The (access, modification) times of a pair's ``meta.json`` files."""
-    return _meta_times(pair[0].path.parent)
+    return meta_times(pair[0].path.parent)
 
 
-def _meta_times(base: Path) -> dict[Path, tuple[int, int]]:
+def meta_times(base: Path) -> dict[Path, tuple[int, int]]:
     """The (access, modification) times of the ``meta.json`` files of the pair in ``base``."""
     out = {}
     for part in ("chunks", "pages"):
@@ -292,7 +292,7 @@ def _meta_times(base: Path) -> dict[Path, tuple[int, int]]:
     return out
 
 
-def _restore_mtimes(kept: dict[Path, tuple[int, int]]) -> None:
+def restore_mtimes(kept: dict[Path, tuple[int, int]]) -> None:
     for meta, times in kept.items():
         try:
             os.utime(meta, ns=times)
@@ -302,4 +302,4 @@ def _restore_mtimes(kept: dict[Path, tuple[int, int]]) -> None:
 
 def put_back_times(kept: dict[Path, tuple[int, int]]) -> None:
     """The (access, modification) times ``inboxes_as_in`` kept, put back (the files that are)."""
-    _restore_mtimes({meta: times for meta, times in kept.items() if meta.exists()})
+    restore_mtimes({meta: times for meta, times in kept.items() if meta.exists()})

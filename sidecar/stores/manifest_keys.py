@@ -38,11 +38,15 @@ class ManifestKeys:
         with self.transaction() as db:
             return int(db.execute("UPDATE files SET size = -1, hash = ''").rowcount)
 
-    def reread_waiting(self) -> int:
-        """How many indexed notes wait to be read and cut again (``reread_all`` and the others):
-        one pass over the notes' rows (about 0.15 s at 60,000), on a reader connection, so that
-        no write waits for it."""
-        return int(self._committed("SELECT count(*) FROM files WHERE state = 'indexed' AND size = -1")[0][0])
+    def reread_waiting(self) -> dict[str, int]:
+        """How many indexed notes wait to be read and cut again (``reread_all`` and the others),
+        by root name (``Root.name``: vault, wiki, memory/<agent>): one pass over the notes' rows
+        (about 0.15 s at 60,000), on a reader connection, so that no write waits for it."""
+        rows = self._committed(
+            "SELECT CASE source WHEN 'memory' THEN 'memory/' || agent ELSE source END, count(*) "
+            "FROM files WHERE state = 'indexed' AND size = -1 GROUP BY 1"
+        )
+        return {str(root): int(n) for root, n in rows}
 
     def reread_suffix(self, suffix: str) -> int:
         """``reread_all`` for the notes whose file name ends in ``suffix`` (any case)."""
