@@ -148,9 +148,10 @@ class SearchConfig:
         # note writes alone").
         True,
         "A rare word of a German or English query (or of a query of no detected language, when "
-        "the model reads German) that is an ordinary compound keeps the rareTerm boost but cuts no vector share: letters only "
-        "(no digit, underscore or capital inside), it splits into two or more parts of at least "
-        "four letters (a linking s between them allowed), each a word that more notes than a rare "
+        "the model reads German) that is an ordinary compound keeps the rareTerm boost but cuts "
+        "no vector share: letters only (no digit, underscore or capital inside), it splits into "
+        "two or more parts of at least four letters (a linking s between them allowed), each a "
+        "word that more notes than a rare "
         "word's limit hold in the language's stemmed form ('Textbeschreibung', "
         "'Einstellungsdateien') or, in German, a word of the German word list that ships with "
         "sidecar ('Abtastrate', 'Bildschirmhelligkeit' where no note writes 'Rate' or "
@@ -170,7 +171,9 @@ class SearchConfig:
     )
     unmatched_keyword_cut: float = _opt(
         # 1.0: German MRR@10 compound-de 0.591 -> 0.765, en-de 0.397 -> 0.410 (BENCHMARKS.md,
-        # "Query words no note holds, third try").
+        # "Query words no note holds, third try"). None for a query of no detected language under
+        # a one-language model: MiniLM compound-de 0.352 -> 0.356, e5 unchanged (BENCHMARKS.md,
+        # "Compounds whose parts no note writes alone").
         1.0,
         "The keyword arm's share of the ranking shrinks by this times the square of the share of "
         "the query's content words (each weighed by its idf) that no note holds in any form the "
