@@ -289,6 +289,30 @@ def test_recall_takes_the_wider_looks_a_large_limit_needs(make_cfg: Any, tmp_pat
         h.close()
 
 
+def test_a_recall_whose_keyword_arm_found_a_few_notes_takes_no_wider_look(
+    make_cfg: Any, tmp_path: Path
+) -> None:
+    """A specific message whose words few notes hold: the keyword arm returns all it can find,
+    fewer than it asked, and its last note passing the gates says nothing of a wider look (the
+    vector arm's tail is gated out). Counting that short arm made recall take the looks of 200
+    and 600 an arm for no hit, on every such prompt."""
+    vault = tmp_path / "v"
+    _corpus(vault, notes=400)
+    write(vault / "Ticket.md", "# Ticket INC4711\n\nThe printer INC4711 in room 3 jams again.\n")
+    write(vault / "Ticket2.md", "# Follow-up\n\nINC4711 closed after the drum was replaced.\n")
+    h = Harness(make_cfg(vault, **{"recall.minSimilarity": 0.95}), FakeEmbedder())
+    try:
+        h.sweep()
+        r = _looks(h)
+        for message in ("the printer jams again in room 3", "printer jams"):
+            r.pools = []
+            req = SearchRequest("", 5, 0.0)
+            recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts])
+            assert r.pools == [60], message
+    finally:
+        h.close()
+
+
 def test_the_mcp_tool_says_where_a_wider_looks_hits_begin(serve_in_process: Any, tmp_path: Path) -> None:
     """memory_search through the MCP SDK's own client: the text marks the first hit of each wider
     look (its relevance is of another ranking, and may be higher than the hit above), as the

@@ -143,15 +143,15 @@ class WiderLooks:
         until: int,
         *,
         shown: Callable[[Found, Ranking], list[Scored]] | None = None,
-        ran_out: Callable[[Found, Ranking], bool] | None = None,
+        ran_out: Callable[[Found, Ranking, int], bool] | None = None,
     ) -> Looked:
         """The first look's hits, then, while fewer than ``until`` and an arm of the last look
-        filled its pool (and ``ran_out`` says the last look's pool, not what it shows, ended its
-        hits), each wider look's new hits. ``shown``: the hits a look shows, in its order (a
-        search's: those at or above minScore; recall's: those its gates pass). Every look is
-        ranked whole and independent of the limit, and whether the next is taken depends on the
-        limit only through the count of hits, so the answer is the same list at every limit,
-        cut: the first hits of any limit are those of a smaller one."""
+        filled its pool (and ``ran_out``, given the arms' fetch size, says the last look's pool,
+        not what it shows, ended its hits), each wider look's new hits. ``shown``: the hits a
+        look shows, in its order (a search's: those at or above minScore; recall's: those its
+        gates pass). Every look is ranked whole and independent of the limit, and whether the
+        next is taken depends on the limit only through the count of hits, so the answer is the
+        same list at every limit, cut: the first hits of any limit are those of a smaller one."""
         pick = shown or (lambda _f, r: [s for s in r.ranked if s.relevance >= req.min_score])
         found, ranking = first
         kept = pick(found, ranking)
@@ -162,7 +162,7 @@ class WiderLooks:
         for pool in self.wider_pools(req):
             if len(kept) >= until or not self.cut(found, last):
                 break
-            if ran_out is not None and not ran_out(found, ranking):
+            if ran_out is not None and not ran_out(found, ranking, self._fetch(last)):
                 break
             last = replace(req, pool=pool)
             found, ranking = self.look(last, read, found.embedded or first[0].embedded)

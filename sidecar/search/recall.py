@@ -324,15 +324,24 @@ class _Gates:
         """A look's candidates that pass every gate, in its order."""
         return [s for s, g in self(found, ranking) if g is None]
 
-    def ran_out(self, found: Found, ranking: Ranking) -> bool:
+    def ran_out(self, found: Found, ranking: Ranking, fetch: int) -> bool:
         """Whether an arm's pool, not the gates, ended the look's hits: a candidate among the
         last quarter of an arm's own list (its lowest cosines or keyword scores, ``_TAIL``)
-        passes. Else the gates cut each arm's tail, and a wider look's new candidates (each
-        arm's below this pool's) would be cut as well: recall runs on every message, and a
-        message of small talk (nothing passes) took the looks of 200 and 600 each time."""
+        passes, in an arm that returned all ``fetch`` candidates it asked for. Else the gates cut
+        each arm's tail, and a wider look's new candidates (each arm's below this pool's) would
+        be cut as well: recall runs on every message, and a message of small talk (nothing
+        passes) took the looks of 200 and 600 each time. An arm that returned fewer than it asked
+        (a keyword arm matching a few notes) holds everything it can find: its tail passing says
+        nothing of a wider look, and counting it made specific questions take both looks for
+        nothing (~10x the time of a recall)."""
         passed = {c for s in self.passing(found, ranking) for c in (s.candidate.chunk_id, *s.folded)}
         arms = [[c for c, _ in found.keywords], *([c for c, _, _ in v] for v in found.vectors)]
-        return any(c in passed for ids in arms for c in ids[len(ids) - max(1, len(ids) // _TAIL) :])
+        return any(
+            c in passed
+            for ids in arms
+            if len(ids) >= fetch
+            for c in ids[len(ids) - max(1, len(ids) // _TAIL) :]
+        )
 
     def _gate(self, s: Scored, scale: Scale, covers: _Coverage, missing: bool) -> str | None:
         """The gate that keeps ``s`` out of the block, None when it passes; ``missing``: the
