@@ -1,7 +1,7 @@
 """Health's word on the first sweep: "idle" (and "ready") only with every root's notes counted.
 
-A client waits for ``index.sweeps >= 1`` and ``index.phase == "idle"`` and then reads the counts
-(the tests, the benchmarks, `sidecar serve` in a terminal). Real stores and a real server in this
+A client waits for ``index.first_sweep_done`` or ``index.phase == "idle"`` and then reads the
+counts (the tests, the benchmarks, `sidecar serve` in a terminal). Real stores and a real server in this
 process; the moments that matter are ordered with events, not sleeps.
 """
 
