@@ -43,7 +43,7 @@ def bench_daemon(
 
 def keyword_searchable(health: dict[str, Any] | None) -> bool:
     """Whether a daemon's first sweep is done (its notes are searchable by keyword)."""
-    return health is not None and health["index"]["sweeps"] >= 1 and health["index"]["phase"] == "idle"
+    return health is not None and bool(health["index"]["first_sweep_done"])
 
 
 def startup_times(

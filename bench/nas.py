@@ -53,7 +53,8 @@ def wait_idle(sock: Path, timeout: float = 600) -> dict[str, Any]:
         try:
             with Client(sock, timeout=30) as c:
                 h = c.call("health")
-            if h["index"]["phase"] == "idle" and h["index"]["sweeps"] >= 1 and h["queue"]["depth"] == 0:
+            idx = h["index"]
+            if idx["phase"] == "idle" and idx["first_sweep_done"] and h["queue"]["depth"] == 0:
                 return h
         except DaemonNotRunningError:
             pass

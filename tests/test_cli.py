@@ -548,7 +548,11 @@ def test_eta_is_steady_while_vectors_arrive_in_steps() -> None:
     assert abs(etas[-1][1] - true_left) < 5
 
 
-def _health(phase: str, sweeps: int, pending: int, state: str = "ok") -> dict[str, Any]:
+def _health(
+    phase: str, sweeps: int, pending: int, state: str = "ok", first_done: bool | None = None
+) -> dict[str, Any]:
+    """Health as the daemon answers it; the first sweep done (by default) once a sweep ended
+    and none of file events' paths only (``starting``) stands for it."""
     return {
         "version": "0.1.0",
         "socket": "/run/s.sock",
@@ -556,6 +560,7 @@ def _health(phase: str, sweeps: int, pending: int, state: str = "ok") -> dict[st
         "index": {
             "phase": phase,
             "sweeps": sweeps,
+            "first_sweep_done": sweeps >= 1 and phase != "starting" if first_done is None else first_done,
             "progress": {"done": 10, "total": 100},
             "files": 100,
             "chunks": 1000,
@@ -583,14 +588,25 @@ def test_foreground_summary_says_keyword_ready_eta_and_done() -> None:
     assert text.count("done: every chunk has a vector") == 1
 
 
-def test_foreground_summary_is_not_ready_after_a_sweep_before_the_first_whole_one() -> None:
+@pytest.mark.parametrize("phase", ["starting", "scanning", "indexing"])
+def test_foreground_summary_is_not_ready_after_a_sweep_before_the_first_whole_one(phase: str) -> None:
     """A sweep of file events' paths (or of some roots) ended before the first sweep of every
-    root: the daemon still says "starting", and `sidecar serve` says no "keyword search ready"
-    over the few notes it wrote."""
+    root: `sidecar serve` says no "keyword search ready" over the few notes it wrote, neither
+    before the sweep of every root begins nor while it runs (``sweeps`` is 1 then: the summary
+    said "ready: 1 notes" of 34 and, once only, never the real count)."""
     s = Summary(clock=lambda: 0.0)
-    said = "\n".join(s.lines(_health("starting", 1, 0)))
+    said = "\n".join(s.lines(_health(phase, 1, 0, first_done=False)))
     assert "keyword search ready" not in said
     assert "keyword search ready" in "\n".join(s.lines(_health("idle", 2, 0)))
+
+
+def test_foreground_summary_keeps_the_vectors_lines_through_a_rebuild_after_ready() -> None:
+    """A rebuild empties the index (its first sweep is to come again): once `sidecar serve` said
+    the keyword search ready it goes on with the vectors' progress meanwhile."""
+    s = Summary(clock=lambda: 0.0)
+    assert "keyword search ready" in "\n".join(s.lines(_health("idle", 1, 0)))
+    said = "\n".join(s.lines(_health("indexing", 2, 500, first_done=False)))
+    assert "vectors: 500 of 1,000 chunks to embed" in said
 
 
 def test_foreground_summary_done_names_the_vector_limit_when_chunks_are_past_it() -> None:

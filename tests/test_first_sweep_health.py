@@ -1,7 +1,7 @@
 """Health's word on the first sweep: "idle" (and "ready") only with every root's notes counted.
 
-A client waits for ``index.sweeps >= 1`` and ``index.phase == "idle"`` and then reads the counts
-(the tests, the benchmarks, `sidecar serve` in a terminal). Real stores and a real server in this
+A client waits for ``index.first_sweep_done`` or ``index.phase == "idle"`` and then reads the
+counts (the tests, the benchmarks, `sidecar serve` in a terminal). Real stores and a real server in this
 process; the moments that matter are ordered with events, not sleeps.
 """
 
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sidecar.clients.cli_render import render_status
+from sidecar.clients.foreground import Summary
 from sidecar.daemon.indexing import IndexLoop
 from tests.conftest import KEYWORD_ONLY, Harness
 from tests.in_process import InProcessServer
@@ -110,22 +111,28 @@ def test_health_read_while_an_asked_sweep_ends_says_it_done_only_over_its_notes(
     (``asked_done``): one that counted mid-batch and was answered after the sweep ended does
     not say it done beside none of its notes."""
     h, server = unswept
-    stop = threading.Event()
-    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=lambda _a: None)
+    stop, done = threading.Event(), threading.Event()
+    tickets: list[int] = []
+
+    def beat(_activity: Any) -> None:
+        # The loop beats (the watchdog's wiring) at the top of each round, so after the round
+        # that counted the asked sweep done.
+        if tickets and loop.asked_done >= tickets[0]:
+            done.set()
+
+    loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=stop, beat=beat)
     service = server.handlers.service
-    service.asked_done = lambda: loop.asked_done
+    service.asked_done = lambda: loop.asked_done  # as the daemon wires it
     running = threading.Thread(target=loop.run, name="indexer", daemon=True)
     running.start()
     try:
         with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
             ticket = loop.request_sweep()
+            tickets.append(ticket)
             assert marked.wait(WAIT_S)
             asking, answer = _asked_meanwhile(server)
             assert counted.wait(WAIT_S)
-            deadline = time.monotonic() + WAIT_S
-            while loop.asked_done < ticket:  # the loop counts the request done after its sweep
-                assert time.monotonic() < deadline, "the asked sweep did not end"
-                stop.wait(0.01)
+            assert done.wait(WAIT_S), "the asked sweep did not end"
             swept.set()
             asking.join(WAIT_S)
     finally:
@@ -163,3 +170,87 @@ def test_a_sweep_of_paths_or_some_roots_before_the_first_whole_one_is_not_the_fi
     idx = _index(server)
     assert (idx["phase"], idx["state"], idx["files"], idx["sweeps"]) == ("idle", "ready", 4, 2)
     assert h.indexer.activity.first_sweep_done and not h.indexer.writer.defer_links
+
+
+@contextlib.contextmanager
+def _held_after_mark(manifest: Any) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """The next batch written holds after its intent rows until the test sets ``go``.
+    Yields (marked, go); the manifest as it was after the block."""
+    marked, go = threading.Event(), threading.Event()
+    real_mark = manifest.mark
+
+    def mark(records: Any) -> None:
+        real_mark(records)
+        if not marked.is_set():
+            marked.set()
+            assert go.wait(WAIT_S), "the test did not let the batch go"
+
+    manifest.mark = mark
+    try:
+        yield marked, go
+    finally:
+        go.set()
+        manifest.mark = real_mark
+
+
+def _index_line(health: dict[str, Any]) -> str:
+    return next(line for line in render_status(health).splitlines() if line.startswith("Index:"))
+
+
+def test_while_the_first_whole_sweep_runs_after_a_sweep_of_paths_health_says_it_is_not_done(
+    unswept: tuple[Harness, InProcessServer], vault: Path
+) -> None:
+    """A sweep of a file event's path ended before the start's sweep of every root: while that
+    sweep runs (``sweeps`` already 1, phase ``indexing``) health says the first sweep is not
+    done, `sidecar serve` says no "keyword search ready" (it said "ready: 1 notes" of 4, once
+    and never the real count), and neither status nor the summary shows the path sweep's
+    progress as the build's (status said "building (starting 1/1 notes)")."""
+    h, server = unswept
+    summary = Summary(clock=lambda: 0.0)
+    h.indexer.sweep(only=frozenset(), paths=[str(vault / "Garden.md")])
+    health = server.call("health")
+    idx = health["index"]
+    assert (idx["phase"], idx["sweeps"], idx["files"], idx["first_sweep_done"]) == ("starting", 1, 1, False)
+    assert (idx["progress"]["done"], idx["progress"]["total"]) == (0, 0), idx["progress"]
+    assert "1/1" not in _index_line(health)
+    said = summary.lines(health)
+    with _held_after_mark(h.stores.manifest) as (marked, go):
+        sweep = threading.Thread(target=h.indexer.sweep, name="sweep")
+        sweep.start()
+        assert marked.wait(WAIT_S)
+        health = server.call("health")
+        idx = health["index"]
+        assert (idx["phase"], idx["sweeps"], idx["first_sweep_done"]) == ("indexing", 1, False), idx
+        said += summary.lines(health)
+        go.set()
+        sweep.join(WAIT_S)
+    assert not sweep.is_alive()
+    text = "\n".join(said)
+    assert "keyword search ready" not in text, text
+    assert "reading 1 notes" not in text and "reading 3 notes" in text, text  # Garden.md is read
+    health = server.call("health")
+    assert (health["index"]["phase"], health["index"]["first_sweep_done"]) == ("idle", True)
+    assert "keyword search ready: 4 notes" in "\n".join(summary.lines(health))
+
+
+def test_health_says_the_first_sweep_done_after_the_first_whole_sweep(
+    unswept: tuple[Harness, InProcessServer],
+) -> None:
+    """``first_sweep_done`` is false before any sweep and during the first, true after it, and
+    read before the counts: true only beside every note it wrote."""
+    h, server = unswept
+    assert _index(server)["first_sweep_done"] is False
+    with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
+        sweep = threading.Thread(target=h.indexer.sweep, name="sweep")
+        sweep.start()
+        assert marked.wait(WAIT_S)
+        asking, answer = _asked_meanwhile(server)
+        assert counted.wait(WAIT_S)
+        sweep.join(WAIT_S)
+        assert not sweep.is_alive() and h.indexer.activity.first_sweep_done
+        swept.set()
+        asking.join(WAIT_S)
+    (idx,) = answer
+    assert (idx["files"], idx["first_sweep_done"]) == (0, False), idx
+    after = _index(server)
+    assert (after["files"], after["first_sweep_done"]) == (4, True)

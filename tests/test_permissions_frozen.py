@@ -669,7 +669,6 @@ def test_health_asks_the_written_files_each_time_and_a_deeper_flag_from_the_last
     milliseconds on a big index, the disk read at each call): health asks the files a write
     touches by the names of what is open, nothing listed, and a flag deeper in from the last
     whole walk (the start's, the scheduled optimize's) while that file is still flagged."""
-
     from sidecar.index.vectoring import Stores
     from sidecar.stores.manifest import Manifest
 
@@ -698,7 +697,6 @@ def test_health_asks_the_agents_keyword_indexes_a_few_at_a_time_and_keeps_a_flag
     ``FLAGS_AGENTS_PER_CALL`` agents' in turn now; a flag on the last agent's index is found
     within as many calls as there are turns and said at every call after, until it is lifted.
     Counted, not timed."""
-
     from sidecar.index import vectoring
     from sidecar.index.vectoring import FLAGS_AGENTS_PER_CALL, Stores
     from sidecar.stores import frozen
@@ -747,7 +745,6 @@ def test_a_flag_health_found_does_not_hide_another_still_flagged_once_lifted(tmp
     lifted the entry status named, status said nothing was immutable while the deeper file still
     was. Every entry found is kept, each said while it stays: the look's, and two agents' found
     at different calls."""
-
     from sidecar.index.vectoring import FLAGS_AGENTS_PER_CALL, Stores
     from sidecar.stores.manifest import Manifest
 

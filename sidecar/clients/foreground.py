@@ -159,11 +159,10 @@ class Summary:
             self._once(f"refusing {refusing}", f"index: refusing: {refusing}", out)
             return out
         idx, emb = h["index"], h["embedder"]
-        # "starting" after a sweep too: one of file events' paths or of some roots ran before the
-        # first sweep of every root, whose notes are not read yet.
-        phase = idx["phase"]
-        building = phase == "starting" or (phase in ("scanning", "indexing") and idx["sweeps"] == 0)
-        if building:
+        # Not by phase and sweeps: a sweep of file events' paths or of some roots may run before
+        # the first sweep of every root, which then runs with sweeps 1 ("ready: 1 notes" of 34).
+        # Once said ready, a rebuild's sweep (the flag false again) does not hide the vectors' lines.
+        if not idx["first_sweep_done"] and "keywords" not in self.said:
             prog = idx.get("progress") or {}
             if prog.get("total"):
                 self._once("reading", f"reading {prog['total']:,} notes for keyword search ...", out)

@@ -104,6 +104,10 @@ class HealthOp:
                 # between two checkouts of one version is not told by the version), else None.
                 "other_build": other_build(read_writers(writers), build_id()),
                 "phase": phase,
+                # Whether a sweep of every root has ended since the start (or since a rebuild
+                # emptied the index): every note counted below is read. ``sweeps`` counts sweeps
+                # of file events' paths or of some roots too, which may run before it.
+                "first_sweep_done": first_done,
                 # With the sweep's notes per second once it has a pace (``rough`` while it
                 # settles): status' estimate of the time left.
                 "progress": {"done": act.done, "total": act.total, **_sweep_pace(act)},

@@ -54,6 +54,16 @@ class Activity:
         self.leaving, self.recut, self.not_read = {}, 0, 0
         self.pace.clear()
 
+    def ended(self) -> None:
+        """A sweep ended, its counts written: ``idle``, or ``starting`` again while the first
+        sweep of every root is still to come. Then this sweep's progress (of file events' paths
+        or of some roots) is none of that sweep's: status said "starting 1/1 notes" of a vault
+        of 34, so none is shown until that sweep counts its own. The phase is set last."""
+        if not self.first_sweep_done:
+            self.done, self.total, self.not_read = 0, 0, 0
+            self.pace.clear()
+        self.phase = "idle" if self.first_sweep_done else "starting"
+
     def indexing(self, total: int) -> None:
         """Its changes found: ``total`` to write, the pace counted from now."""
         self.phase, self.total = "indexing", total

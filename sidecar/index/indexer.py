@@ -247,7 +247,7 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         if not self._swept:
             self._count_read_whole(listed, names, stop)
         # Said last: a client that reads "idle" first finds every count of this sweep written.
-        act.phase = "idle" if act.first_sweep_done else "starting"
+        act.ended()
         self._after_sweep(None if only is None and not paths else diff)
         return self._sweep_done(diff, changed, wrote, chosen, bool(paths))
 
@@ -531,13 +531,11 @@ class Indexer(Batches, Deletes, PutBack, RebuildRefusal, Exclusions, RowMarks, R
         if whole and not (stop is not None and stop.is_set()):
             self.vectors.settle()
 
-    def index_state(self, pending_vectors: int, embedder_state: str, first_done: bool | None = None) -> str:
+    def index_state(self, pending_vectors: int, embedder_state: str, first_done: bool) -> str:
         """``building`` until the first sweep is done and no chunk waits for a vector it can get.
-        ``first_done``: whether it was, as read before ``pending_vectors`` (by default now): read
-        after, a first sweep that ended in between made "ready" for good over chunks it wrote."""
+        ``first_done``: whether it was, as read before ``pending_vectors`` (no default: read
+        after, a first sweep that ended in between made "ready" for good over chunks it wrote)."""
         act = self.activity
-        if first_done is None:
-            first_done = act.first_sweep_done
         attached = self.stores.serving is not None
         waiting = embedder_state in ("idle", "loading") or (
             embedder_state == "ok" and (pending_vectors > 0 or not attached)

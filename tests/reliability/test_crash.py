@@ -44,7 +44,7 @@ def test_kill_during_memory_writes_and_compaction(daemon_factory: Any, tmp_path:
     while len(kills) < 5 or (len(writer.acked) < 5 and len(kills) < 12):
         d.start(wait=None)
         # Bounds against a hang only (a busy machine: a sweep takes a minute, a write seconds).
-        d.wait_for(lambda h: h["index"]["sweeps"] >= 1, timeout=300)
+        d.wait_for(lambda h: h["index"]["first_sweep_done"], timeout=300)
         with writer.running() as writes:
             first = writes.started(rng.randrange(4), timeout=600)
             assert first is not None, f"no write sent:\n{d.log.read_text()[-3000:]}"

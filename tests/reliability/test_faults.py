@@ -339,7 +339,7 @@ def test_broken_notes_are_skipped_or_indexed_with_reasons(daemon_factory: Any, t
     # What indexes and what is skipped is under test, not vectors: keyword-only, the 3,000
     # headings and the long line are not embedded (that took most of a minute).
     d: DaemonProcess = daemon_factory(vault, env={"SIDECAR_EMBEDDER_ENABLED": "false"}).start(wait=None)
-    h = d.wait_for(lambda h: h["index"]["sweeps"] >= 1 and h["index"]["phase"] == "idle", timeout=120)
+    h = d.wait_for(lambda h: h["index"]["first_sweep_done"] and h["index"]["phase"] == "idle", timeout=120)
     skipped = h["index"]["skipped"]
     assert sum(skipped.values()) == 3, skipped  # binary, too large, not UTF-8
     assert any("large" in reason for reason in skipped)
