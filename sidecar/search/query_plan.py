@@ -21,7 +21,6 @@ from sidecar.model.embedder import model_name
 from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
-from sidecar.search.wordlist import is_german_word
 from sidecar.stores.bm25_text import german_fold
 
 # recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
@@ -192,74 +191,36 @@ class QueryPlan:
             # the one meant) but cuts no share: dropping the boost too lost more than it won.
             compounds = set(self.compounds(cut, qa, agent))
             cut = tuple(w for w in cut if w not in compounds)
-        unmatched = self.unmatched_share(qa, agent) if self._lifts(qa) else 0.0
+        unmatched = self.unmatched_share(qa, agent) if self.cfg.unmatched_keyword_cut > 0 else 0.0
         return rare, self.vector_weight(qa, cut, unmatched), self.vector_weight(qa, cut)
-
-    def _lifts(self, qa: QueryAnalysis) -> bool:
-        """Whether words no note holds may lift the vector share (``search.unmatchedKeywordCut``):
-        not for a query of no detected language when the model reads only one. Such a query
-        ("Verzeichniskopie rekursiv") counts as read, but the words no note holds are mostly of the
-        language the model does not read, and the lift handed it to a vector arm blind to them."""
-        if self.cfg.unmatched_keyword_cut <= 0:
-            return False
-        return bool(qa.language) or self._multilingual()
-
-    def _multilingual(self) -> bool:
-        """Whether the serving model reads more than one language (``embedder.languages``)."""
-        serving = self.stores.serving
-        own = getattr(serving.model, "languages", None) if serving is not None else None
-        languages = _language_set(own) if isinstance(own, str) else self.languages
-        return "all" in languages or len(languages) > 1
 
     def compounds(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that are ordinary compounds of the query's language,
         German or English (``search.rareTermCompounds``): letters only (no digit, underscore or
         capital inside), splitting into two or more parts of at least ``_PART_MIN`` letters (a
         German linking "s" between them allowed), each a word that more notes than a rare word's
-        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien")
-        or, in German, a word of the German word list that ships with the install (``wordlist``:
-        "Abtast|rate", "Bildschirm|helligkeit" where no note writes "Rate" or "Helligkeit"
-        alone). German capitalises every noun, so the capital that tells a name in English tells
-        nothing here. The model reads such a word from its parts; a name or code seldom splits
-        so ("plant|uml": "uml" is too short, "zotero" not at all; "Docker|file": neither part is
-        a German word). A query of no detected language ("Verzeichniskopie rekursiv") is tried as
-        either when the model reads German. English takes no list: its closed compounds are words
-        of their own, and a list splits its suffixes ("accident|ally") and product names
-        ("Next|cloud") as parts."""
+        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien").
+        German capitalises every noun, so the capital that tells a name in English tells nothing
+        here. The model reads such a word from its parts; a name or code seldom splits so
+        ("plant|uml": "uml" is too short, "zotero" not at all). A compound whose parts the notes
+        hold only inside it ("Abtastrate" where no note writes "Rate") is not recognised."""
         lang = qa.language
-        if lang in _MARKERS:
-            languages: tuple[str, ...] = (lang,)
-        elif not lang and self._reads_language("de"):
-            # Undecided ("Verzeichniskopie rekursiv"): tried as either, when the model reads
-            # German; a model that does not is better kept to the keyword arm's lead.
-            languages = ("de", "en")
-        else:
+        if lang not in _MARKERS:
             return ()
-        try:
-            limit = self.rare_limit()
-            found: set[str] = set()
-            for language in languages:
-                ordinary = self._ordinary_part(language, limit, agent)
-                found.update(w for w in rare if w not in found and _plain(w) and _splits(w.lower(), ordinary))
-            return tuple(w for w in rare if w in found)
-        except StoreError:  # a damaged index: the search reports it
-            return ()
-
-    def _ordinary_part(self, lang: str, limit: int, agent: str | None) -> Callable[[str], bool]:
-        """Whether a part of a compound is a word of ``lang``: more notes than ``limit`` hold it in
-        the language's stemmed field or, in German, the German word list holds it."""
         field = f"body_{lang}"
         bm25 = self.stores.bm25
-        known: dict[str, bool] = {}
+        try:
+            limit = self.rare_limit()
+            known: dict[str, bool] = {}
 
-        def ordinary(part: str) -> bool:
-            if part not in known:
-                known[part] = bm25.doc_freq(part, pages=True, agent=agent, field=field) > limit or (
-                    lang == "de" and is_german_word(part)
-                )
-            return known[part]
+            def ordinary(part: str) -> bool:
+                if part not in known:
+                    known[part] = bm25.doc_freq(part, pages=True, agent=agent, field=field) > limit
+                return known[part]
 
-        return ordinary
+            return tuple(w for w in rare if _plain(w) and _splits(w.lower(), ordinary))
+        except StoreError:  # a damaged index: the search reports it
+            return ()
 
     def unmatched_share(self, qa: QueryAnalysis, agent: str | None = None) -> float:
         """The share of the query's content words, each weighed by its idf over the chunks (the
