@@ -485,3 +485,28 @@ def test_a_look_at_the_lock_does_not_refuse_a_start(tmp_path: Path) -> None:
     lock = IndexLock(index)
     lock.acquire()
     lock.release()
+
+
+def test_a_request_read_by_the_daemon_is_not_taken_for_a_start(tmp_path: Path) -> None:
+    """An answer slow to come had the lock file decide; a request the daemon has read (a busy
+    daemon, serving) is not one a start holds in its queue, whatever the lock file says."""
+    import socket
+
+    from sidecar.clients.client import _unread
+
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(path))
+    client.sendall(b'{"v": 1, "id": 1, "op": "health", "params": {}}\n')
+    try:
+        assert _unread(client)  # in the accept queue: what a start's socket holds
+        peer, _ = server.accept()
+        assert peer.recv(4096).endswith(b"\n")
+        assert not _unread(client)
+        peer.close()
+    finally:
+        client.close()
+        server.close()

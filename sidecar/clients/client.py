@@ -9,10 +9,13 @@ and another user can create a path first (``/tmp/sidecar-<uid>/…`` when the ho
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import itertools
 import os
 import shlex
 import socket
+import struct
+import termios
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -253,10 +256,11 @@ class Client:
         return result
 
     def _answer(self, op: str) -> bytes:
-        """The answer's line. One not come within a moment has the lock file looked at: a daemon
-        starting (its socket bound, its stores opening) is said at once to a command that does
-        not wait, except for a change (done once it serves: a retry would do it twice); a
-        command that waits is told and waits within its own timeout, as the request does."""
+        """The answer's line. One not come within a moment, its request still unread, has the lock
+        file looked at: a daemon starting (its socket bound, its stores opening) is said at once
+        to a command that does not wait, except for a change (done once it serves: a retry would
+        do it twice); a command that waits is told and waits within its own timeout, as the
+        request does."""
         assert self._sock is not None
         if _watch is None or self.timeout <= _FIRST_ANSWER_S:
             return self._readline()
@@ -267,7 +271,8 @@ class Client:
             pass
         finally:
             self._sock.settimeout(self.timeout)
-        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S)
+        # Read by the daemon (it serves, busy with it): not a start, whatever its lock says.
+        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if _unread(self._sock) else None
         if words is not None and not _watch.wait and op not in _CHANGES:
             self.close()
             raise DaemonStartingError(f"{words}; try again in a moment")
@@ -291,6 +296,17 @@ class Client:
                 raise ProtocolError("answer too large")
         line, _, self._buf = self._buf.partition(b"\n")
         return line
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether the request still waits in the socket unread: its bytes still count in this end's
+    send queue (Linux); a daemon starting leaves it in its accept queue. True where the queue
+    cannot be asked (the lock file then decides)."""
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    except (OSError, AttributeError):
+        return True
+    return bool(struct.unpack("i", queued)[0] > 0)
 
 
 def check_peer(
