@@ -109,10 +109,11 @@ def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_
         assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
         assert " starting since " in _lock_text(d)  # still paused: nothing was waited for
 
-        search = _cli(d, "search", "lighthouse keeper")
+        # Its wait is bounded by its own --timeout (it was 30 s at most, whatever the flag said).
+        search = _cli(d, "search", "lighthouse keeper", "--timeout", "45")
         assert search.stderr is not None
         first = search.stderr.readline()
-        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 30 s" in first, first
+        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 45 s" in first, first
     finally:
         os.kill(d.pid, signal.SIGCONT)
     out, err = search.communicate(timeout=120)
@@ -155,7 +156,8 @@ def test_a_daemon_killed_leaves_a_lock_said_stale(daemon_factory: Any, vault: Pa
     d.proc.wait()
     code, out, err = _run(d, "status")
     assert code == ExitCode.NOT_RUNNING, (out, err)
-    assert f"the index lock names pid {pid} (serving since" in out and "stale lock" in out, out
+    assert f"the index lock names pid {pid}, said serving when last written " in out, out
+    assert "stale lock" in out and "since" not in out.split("stale lock")[0], out
     assert "Start it with" in out, out
     code, out, err = _run(d, "status", "--json")
     assert json.loads(out)["lock"] == {"pid": pid, "held": False, "stale": True}, out
@@ -243,7 +245,7 @@ def test_the_mcp_shims_calls_say_a_start_at_once(
     """The MCP shim's calls and the recall hook must answer fast: a daemon starting (its lock
     says so, held by a live pid: here this process's, as a daemon's own) is said at once, not
     waited for; a search waits. The lock is real, the socket a path nothing listens on."""
-    from sidecar.clients import cli, client, lockholder
+    from sidecar.clients import cli, client, mcp_calls
     from sidecar.clients.mcp_calls import ToolCalls, ToolError
     from sidecar.config import load_config
     from sidecar.daemon.process import IndexLock
@@ -256,8 +258,8 @@ def test_the_mcp_shims_calls_say_a_start_at_once(
         lock.phase(lockstate.STARTING, "opening the index")
         cli._watch_starts(command, cfg)
         assert client._watch is not None and getattr(client._watch, "wait", None) is waits
-        if waits:
-            monkeypatch.setattr(lockholder, "START_WAIT_S", 0.3)
+        if waits:  # bounded by the call's own timeout
+            monkeypatch.setattr(mcp_calls, "STATUS_TIMEOUT", 0.3)
             client._watch.say = said.append  # type: ignore[attr-defined]
         calls = ToolCalls(cfg.socket_path, "ops")
         with pytest.raises(ToolError) as err:
@@ -304,7 +306,7 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
     thread = threading.Thread(target=restart)
     thread.start()
     try:
-        StartWatch(cfg, wait=True, say=said.append).before(60.0)
+        assert StartWatch(cfg, wait=True, say=said.append).absent(60.0)
         assert served.is_set(), _lock_text_of(cfg.index_dir)
         assert said and "is starting" in said[0], said
     finally:
@@ -367,7 +369,144 @@ def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_facto
             out,
             err,
         )
+        # Connected (the socket is bound), no answer: the hook looks at the lock and says it.
+        code, out, err = _run(d, "recall", "spark plugs", "--agent", "ops", "--timeout", "100")
+        assert code == ExitCode.NOT_RUNNING, (out, err)
+        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+        search = _cli(d, "search", "spark plugs", "--timeout", "100")
+        assert search.stderr is not None
+        first = search.stderr.readline()
+        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 100 s" in first, first
     finally:
         os.kill(d.pid, signal.SIGCONT)
+    out, err = search.communicate(timeout=120)
+    assert search.returncode == 0, (out, err)  # its request waited in the queue and was answered
     d.wait_for(lambda h: h["pid"] == d.pid, 120)
     assert d.stop() == 0
+
+
+def test_a_serving_daemon_is_served_whatever_its_lock_file_says(daemon_factory: Any, vault: Path) -> None:
+    """The socket is tried first; the lock file is read only when it does not answer. A record
+    that says starting while the daemon serves (a write of ``serving`` that failed, a step run
+    again by a switch to writable) had the prompt hook and every MCP call refused ("is starting")
+    and searches wait, for the daemon's life."""
+    d = daemon_factory(vault, keyword_only=True).start()
+    lock = d.home / "index" / ".lock"
+    fd = os.open(lock, os.O_WRONLY)
+    try:
+        os.pwrite(
+            fd, lockstate.record_text(d.pid, lockstate.STARTING, time.time(), "catching up").encode(), 0
+        )
+    finally:
+        os.close(fd)
+    assert f"pid {d.pid} starting since " in _lock_text(d)
+    code, out, err = _run(d, "recall", "spark plugs", "--agent", "ops")
+    assert code == 0 and "is starting" not in err, (out, err)
+    code, out, err = _run(d, "search", "spark plugs")
+    assert code == 0 and "waiting" not in err, (out, err)
+    code, out, err = _run(d, "status")
+    assert code == 0 and "running since" in out, (out, err)
+    assert d.stop() == 0
+
+
+def test_a_stop_asked_in_the_start_says_stopped(daemon_factory: Any, tmp_path: Path) -> None:
+    """SIGTERM (what a service manager's stop or restart sends) to a daemon still starting: it
+    killed the process before its handlers were installed, so its lock file kept saying starting
+    for a daemon gone (said a stale lock "killed or crashed"). It stops as any stop does: exit 0,
+    the record says stopped."""
+    d = _started_paused(daemon_factory, tmp_path)
+    try:
+        d.proc.send_signal(signal.SIGTERM)
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.proc.wait(timeout=120) == 0, d.log.read_text()[-3000:]
+    assert f"pid {d.pid} stopped since " in _lock_text(d), _lock_text(d)
+    code, out, _err = _run(d, "status")
+    assert code == ExitCode.NOT_RUNNING and "stale" not in out, out
+
+
+def test_a_wait_looks_again_at_a_lock_whose_daemon_died(tmp_path: Path) -> None:
+    """A start that ended without saying stopped (killed) and the next daemon taking the lock a
+    moment later (a restart): the wait ended at the lock of the dead pid, the command said "stale
+    … Start it" while the next one started. It looks again, within its bound."""
+    import threading
+
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    cfg.index_dir.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    path = cfg.index_dir / ".lock"
+    fh = path.open("w+")
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    lockstate.write_record(fh, lockstate.record_text(os.getpid(), lockstate.STARTING, time.time(), "opening"))
+    served = threading.Event()
+
+    def killed_then_restarted() -> None:
+        time.sleep(0.3)
+        lockstate.write_record(
+            fh, lockstate.record_text(dead.pid, lockstate.STARTING, time.time(), "opening")
+        )
+        fh.close()  # let go as a killed process's lock is: the record says starting, its pid dead
+        time.sleep(0.1)
+        second = IndexLock(cfg.index_dir)
+        second.acquire()
+        time.sleep(0.3)
+        second.phase(lockstate.SERVING)
+        served.set()
+        time.sleep(0.5)
+        second.release()
+
+    thread = threading.Thread(target=killed_then_restarted)
+    thread.start()
+    try:
+        assert StartWatch(cfg, wait=True, say=lambda _line: None).absent(60.0)
+        assert served.is_set(), _lock_text_of(cfg.index_dir)
+    finally:
+        thread.join()
+
+
+def test_a_look_at_the_lock_does_not_refuse_a_start(tmp_path: Path) -> None:
+    """Clients look at the lock with a shared take let go at once; a start taking it in that
+    moment was refused ("already serving … pid N", N a daemon stopped). It tries again."""
+    import threading
+
+    from sidecar.daemon.process import IndexLock
+
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / ".lock").write_text("")
+    looker = (index / ".lock").open("r")
+    fcntl.flock(looker, fcntl.LOCK_SH)
+    threading.Timer(0.015, looker.close).start()
+    lock = IndexLock(index)
+    lock.acquire()
+    lock.release()
+
+
+def test_a_request_read_by_the_daemon_is_not_taken_for_a_start(tmp_path: Path) -> None:
+    """An answer slow to come had the lock file decide; a request the daemon has read (a busy
+    daemon, serving) is not one a start holds in its queue, whatever the lock file says."""
+    import socket
+
+    from sidecar.clients.client import _unread
+
+    path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(path))
+    client.sendall(b'{"v": 1, "id": 1, "op": "health", "params": {}}\n')
+    try:
+        assert _unread(client)  # in the accept queue: what a start's socket holds
+        peer, _ = server.accept()
+        assert peer.recv(4096).endswith(b"\n")
+        assert not _unread(client)
+        peer.close()
+    finally:
+        client.close()
+        server.close()

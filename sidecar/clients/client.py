@@ -9,10 +9,13 @@ and another user can create a path first (``/tmp/sidecar-<uid>/…`` when the ho
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import itertools
 import os
 import shlex
 import socket
+import struct
+import termios
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +30,7 @@ from sidecar.contracts.errors import (
     RemoteError,
 )
 from sidecar.contracts.protocol import Request, check_values, parse_response, request_frame
+from sidecar.runtime.lockstate import STALE, STARTING
 from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
@@ -81,13 +85,29 @@ def installed_service_start() -> str | None:
 
 
 class StartWatch(Protocol):
-    """Asked by ``Client.connect`` (``lockholder.StartWatch``, set by the CLI for its home):
-    ``before`` each connection (waits for a daemon starting, or says it is), ``why_not`` when
-    nothing answers (the daemon starting, stopping, a stale lock)."""
+    """Asked by ``Client`` (``lockholder.StartWatch``, set by the CLI for its home) only when the
+    socket does not answer: ``absent`` when it refuses or is not there (a start is waited for,
+    or said), ``unanswered`` when connected with no answer yet (a start binds its socket before
+    it serves), ``why_not`` for the words (and their kind) of the refusal. A daemon that answers
+    serves, whatever its lock file says."""
 
-    def before(self, timeout: float) -> None: ...
+    wait: bool
 
-    def why_not(self) -> str | None: ...
+    def absent(self, timeout: float) -> bool: ...
+
+    def unanswered(self, timeout: float) -> str | None: ...
+
+    def say(self, line: str) -> None: ...
+
+    def why_not(self) -> tuple[str, str] | None: ...
+
+
+# An answer not come within this long has the lock file looked at (a daemon starting queues the
+# request until it serves). Requests that change something are never given up on there: queued,
+# they are done once it serves, and a retry would do them twice.
+_FIRST_ANSWER_S = 1.0
+_CHANGES = frozenset({"write", "edit", "delete", "index", "reload"})
+_AGAIN = 3  # connections tried after waiting for a start (a restart may be waited for between)
 
 
 _watch: StartWatch | None = None
@@ -126,33 +146,22 @@ class Client:
         self.close()
 
     def connect(self) -> None:
-        if _watch is not None:  # before anything is sent: nothing is sent twice
-            _watch.before(self.timeout)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            for attempt in range(_CONNECT_TRIES):
-                try:
-                    sock.connect(str(self.socket_path))
-                    break
-                except BlockingIOError:  # the daemon's accept queue is full for a moment
-                    if attempt == _CONNECT_TRIES - 1:
-                        raise
-                    time.sleep(0.05 * (attempt + 1))
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            why = _watch.why_not() if _watch is not None else None
-            if why is not None and not why.startswith("the index lock names"):  # not stale: held
-                error = DaemonStartingError if " is starting, " in why else DaemonNotRunningError
-                raise error(f"no sidecar daemon answers on {self.socket_path}: {why}.") from exc
-            raise DaemonNotRunningError(
-                f"no sidecar daemon is listening on {self.socket_path}"
-                + (f" ({why})" if why is not None else "")
-                + f". Start it with {serve_hint(self.config_file, self.serve_flags)}."
-            ) from exc
-        except OSError as exc:  # no permission to its folder or the socket: not ours, at any rate
-            sock.close()
-            raise DaemonUnreachableError(f"cannot connect to {self.socket_path}: {exc.strerror}") from exc
+        deadline = time.monotonic() + self.timeout
+        for again in range(_AGAIN + 1):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                self._connect(sock)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                left = deadline - time.monotonic()
+                if _watch is not None and again < _AGAIN and left > 0 and _watch.absent(left):
+                    continue  # a start waited for: its socket answers now
+                raise self._not_running() from exc
+            except OSError as exc:  # no permission to its folder or the socket: not ours, at any rate
+                sock.close()
+                raise DaemonUnreachableError(f"cannot connect to {self.socket_path}: {exc.strerror}") from exc
         try:
             check_peer(sock, self.socket_path)
         except DaemonUnreachableError:
@@ -160,6 +169,28 @@ class Client:
             raise
         self._sock = sock
         self._socket_id = self._socket_file()
+
+    def _connect(self, sock: socket.socket) -> None:
+        for attempt in range(_CONNECT_TRIES):
+            try:
+                sock.connect(str(self.socket_path))
+                return
+            except BlockingIOError:  # the daemon's accept queue is full for a moment
+                if attempt == _CONNECT_TRIES - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _not_running(self) -> DaemonNotRunningError:
+        said = _watch.why_not() if _watch is not None else None
+        if said is not None and said[0] != STALE:  # held: by a daemon starting, stopping, or unnamed
+            kind, why = said
+            error = DaemonStartingError if kind == STARTING else DaemonNotRunningError
+            return error(f"no sidecar daemon answers on {self.socket_path}: {why}.")
+        return DaemonNotRunningError(
+            f"no sidecar daemon is listening on {self.socket_path}"
+            + (f" ({said[1]})" if said is not None else "")
+            + f". Start it with {serve_hint(self.config_file, self.serve_flags)}."
+        )
 
     def _socket_file(self) -> tuple[str, int, int] | None:
         """The socket file's identity: a daemon restarted since (upgraded, maybe) bound a new one."""
@@ -208,7 +239,7 @@ class Client:
         req_id = next(self._ids)
         try:
             self._sock.sendall(request_frame(Request(op, params or {}, req_id, self.agent)))
-            line = self._readline()
+            line = self._answer(op)
         except TimeoutError as exc:  # it has the request: what became of it is not known
             self.close()
             raise NoAnswerError(op, f"the daemon did not answer {op!r} within {self.timeout:g} s") from exc
@@ -224,6 +255,36 @@ class Client:
             raise ProtocolError("the daemon sent a malformed answer")
         return result
 
+    def _answer(self, op: str) -> bytes:
+        """The answer's line. One not come within a moment, its request still unread, has the lock
+        file looked at: a daemon starting (its socket bound, its stores opening) is said at once
+        to a command that does not wait, except for a change (done once it serves: a retry would
+        do it twice); a command that waits is told and waits within its own timeout, as the
+        request does."""
+        assert self._sock is not None
+        if _watch is None or self.timeout <= _FIRST_ANSWER_S:
+            return self._readline()
+        self._sock.settimeout(_FIRST_ANSWER_S)
+        try:
+            return self._readline()
+        except TimeoutError:
+            pass
+        finally:
+            self._sock.settimeout(self.timeout)
+        # Read by the daemon (it serves, busy with it): not a start, whatever its lock says.
+        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if _unread(self._sock) else None
+        if words is not None and not _watch.wait and op not in _CHANGES:
+            self.close()
+            raise DaemonStartingError(f"{words}; try again in a moment")
+        if words is not None and _watch.wait:
+            _watch.say(f"{words}, waiting up to {round(self.timeout, 1):g} s for it")
+        self._sock.settimeout(max(0.001, self.timeout - _FIRST_ANSWER_S))
+        try:
+            return self._readline()
+        finally:
+            if self._sock is not None:
+                self._sock.settimeout(self.timeout)
+
     def _readline(self) -> bytes:
         assert self._sock is not None
         while b"\n" not in self._buf:
@@ -235,6 +296,17 @@ class Client:
                 raise ProtocolError("answer too large")
         line, _, self._buf = self._buf.partition(b"\n")
         return line
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether the request still waits in the socket unread: its bytes still count in this end's
+    send queue (Linux); a daemon starting leaves it in its accept queue. True where the queue
+    cannot be asked (the lock file then decides)."""
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    except (OSError, AttributeError):
+        return True
+    return bool(struct.unpack("i", queued)[0] > 0)
 
 
 def check_peer(

@@ -22,14 +22,11 @@ from sidecar.runtime import lockstate
 from sidecar.runtime.lockstate import LockView
 from sidecar.vault.timeout import run_with_timeout
 
-# How long a command that needs the daemon waits for one starting (its lock says starting, its
-# pid lives), at most its own --timeout: the start opens the stores and catches up with what
-# changed while it was stopped (a second or two; more on a big index or a loaded machine).
-START_WAIT_S = 30.0
 _POLL_S = 0.1
 _SAY_EVERY_S = 5.0
-# A lock found free while waiting is looked at again after this (a restart: the old daemon let
-# it go, the new one takes it a moment later).
+# A lock found free while waiting (its daemon stopped, or died: a SIGTERM to a start that
+# could not stop cleanly) is looked at again after this: a restart's next daemon takes it a
+# moment later.
 _FREE_AGAIN_S = 0.5
 
 
@@ -62,21 +59,32 @@ def _holder(view: LockView) -> str:
 def phase_words(view: LockView) -> str | None:
     """What the lock says of its daemon, in words; None when it says nothing more than a holder
     (an older daemon's record, `sidecar index`, no record of the holder's own)."""
+    said = phase_said(view)
+    return None if said is None else said[1]
+
+
+def phase_said(view: LockView) -> tuple[str, str] | None:
+    """``phase_words`` with its kind (``lockstate``'s STARTING, STOPPING, STALE or HELD: a holder
+    the file does not name), so that no message's words choose an error."""
     record = view.record
     if view.stale:
-        return (
-            f"the index lock names {record.who} ({record.phase_words()}), which is no longer running: "
-            "a stale lock left by a daemon killed or crashed (nothing holds the index now; the next "
-            "start catches up)"
+        return lockstate.STALE, (
+            f"the index lock names {record.who}, said {record.phase} when last written "
+            f"{record.age_words()} ago, and that process is no longer running: a stale lock left by "
+            "a daemon killed or crashed (nothing holds the index now; the next start catches up)"
         )
     if view.current and record.phase == lockstate.STARTING:
-        return f"the daemon ({record.who}) is starting, {record.since_words()}: it answers once started"
-    if view.current and record.phase == lockstate.STOPPING:
         return (
+            lockstate.STARTING,
+            f"the daemon ({record.who}) is starting, {record.since_words()}: it answers once started",
+        )
+    if view.current and record.phase == lockstate.STOPPING:
+        return lockstate.STOPPING, (
             f"the daemon ({record.who}) is stopping, {record.since_words()}: start it again once it "
             "has stopped (a service manager restarting it does so itself)"
         )
-    return _earlier_record(view)
+    earlier = _earlier_record(view)
+    return None if earlier is None else (lockstate.HELD, earlier)
 
 
 def starting_or_stopping(cfg: Config) -> str | None:
@@ -160,32 +168,50 @@ def say_waiting(line: str) -> None:
     print(f"sidecar: {line}", file=sys.stderr, flush=True)
 
 
+def _whole(seconds: float) -> str:
+    """``45``, ``0.3``: a bound in words (what is left of a timeout is not a round figure)."""
+    return f"{round(seconds, 1):g}"
+
+
 class StartWatch:
-    """What a client of this home does when its daemon is starting (``before``, asked before
-    every connection) and what it says when nothing answers (``why_not``). ``wait``: wait for the
-    start, at most START_WAIT_S and the command's timeout; otherwise (the prompt hook, the MCP
-    shim's calls, status) say at once that it is starting. Never waited for: a stop, a lock whose
-    pid is dead, a lock without a phase (an older daemon: as before)."""
+    """What a client of this home does when its daemon's socket does not answer: refused or not
+    there (``absent``), or connected with no answer yet (``unanswered``: a start binds its socket
+    first, then opens its stores), and what it says then (``why_not``). The lock is read only
+    then: a daemon that answers serves, whatever its lock says. ``wait``: a daemon starting is
+    waited for, within the command's own timeout; otherwise (the prompt hook, the MCP shim's
+    calls, status) it is said at once. Never waited for: a stop, a lock whose pid is dead and that
+    no one takes again, a lock without a phase (an older daemon: as before)."""
 
     def __init__(self, cfg: Config, *, wait: bool, say: Callable[[str], None] = say_waiting) -> None:
         self.cfg, self.wait, self.say = cfg, wait, say
 
-    def before(self, timeout: float) -> None:
-        started = time.monotonic()
+    def absent(self, timeout: float) -> bool:
+        """The socket refused or is not there. True: a start was waited for (within
+        ``timeout``), the socket may answer now; False: the lock says no daemon starts."""
         view = lock_view(self.cfg, timeout)
         if view is None or not view.starting:
-            return
+            return False
         if not self.wait:
             raise DaemonStartingError(f"{phase_words(view)}; try again in a moment")
-        bound = min(START_WAIT_S, timeout)
-        self.say(f"{phase_words(view)}: waiting up to {bound:g} s for it")
+        self._wait_for(view, timeout)
+        return True
+
+    def unanswered(self, timeout: float) -> str | None:
+        """Connected, but no answer yet: the words of a daemon starting (its request waits in the
+        socket's queue until it serves), or None (a daemon serving, busy)."""
+        view = lock_view(self.cfg, timeout)
+        return phase_words(view) if view is not None and view.starting else None
+
+    def _wait_for(self, view: LockView, bound: float) -> None:
+        started = time.monotonic()
+        self.say(f"{phase_words(view)}, waiting up to {_whole(bound)} s for it")
         said = started
         while True:
             now = time.monotonic()
             if now - started >= bound:
                 raise DaemonStartingError(
-                    f"the daemon ({view.record.who}) is still starting after {bound:g} s of waiting "
-                    f"({view.record.since_words()}): run the command again in a while (`sidecar status` says "
+                    f"the daemon ({view.record.who}) is still starting after {_whole(bound)} s of waiting, "
+                    f"{view.record.since_words()}: run the command again in a while (`sidecar status` says "
                     "how far it is; its log says what it does). Do not start a second daemon: it "
                     "would exit, the index being in use"
                 )
@@ -193,16 +219,17 @@ class StartWatch:
                 said = now
                 self.say(f"still waiting for the daemon ({view.record.who}): {view.record.phase_words()}")
             time.sleep(_POLL_S)
-            seen = lock_view(self.cfg, timeout)
-            if seen is not None and not seen.held and seen.record.phase == lockstate.STOPPED:
-                time.sleep(_FREE_AGAIN_S)  # a restart: the next daemon takes it in a moment
-                seen = lock_view(self.cfg, timeout)
+            seen = lock_view(self.cfg, bound)
+            if seen is not None and not seen.held:
+                # Let go (stopped), or its pid died: a restart's next daemon takes it in a moment.
+                time.sleep(_FREE_AGAIN_S)
+                seen = lock_view(self.cfg, bound)
             if seen is None or not seen.starting:
                 return  # serving (asked now), or stopped or died meanwhile: the connection says
             view = seen  # another daemon's start (a restart) is waited for in the same bound
 
-    def why_not(self) -> str | None:
-        """Why no daemon answers, from the lock (starting, stopping, stale, held by a process it
-        does not name); None when it says nothing more."""
+    def why_not(self) -> tuple[str, str] | None:
+        """Why no daemon answers, from the lock: ``phase_said``'s kind and words; None when it
+        says nothing more."""
         view = lock_view(self.cfg, 2.0)
-        return None if view is None else phase_words(view)
+        return None if view is None else phase_said(view)

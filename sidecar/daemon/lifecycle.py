@@ -111,6 +111,11 @@ _JOIN_TIMEOUT = 10.0
 _HUNG_JOIN_S = 1.0
 
 
+class _StopAsked(BaseException):
+    """A SIGTERM during the start (``Daemon._stop_in_start``); a BaseException, as KeyboardInterrupt
+    is, so that no ``except Exception`` of the start takes it for a failure of its own."""
+
+
 class Daemon(ConfigReload, ReadOnlyStart):
     """One daemon per index: ``run`` = startup, serve until a signal, shutdown."""
 
@@ -202,6 +207,19 @@ class Daemon(ConfigReload, ReadOnlyStart):
         """Serve until a signal; raises typed errors for the CLI to map to exit codes."""
         raise_fd_limit()
         self._defer_hangups()
+        try:
+            self._run()
+        except _StopAsked:  # a stop asked before the start served: done as any stop (exit 0)
+            log.info("daemon_stop_in_start a stop signal came before the daemon served")
+            if not self.stopped.is_set():  # it came before the start's steps (``_run``'s finally)
+                self._exit_on_second_signal()
+                if self._lock is None:
+                    self.stopped.set()  # nothing taken, nothing to close
+                else:
+                    self.shutdown()
+
+    def _run(self) -> None:
+        self._stop_in_start()
         make_private(self.cfg)
         send = self.notifier.send if self.notifier.enabled else None
         if send is None and under_service_manager(None):
@@ -262,6 +280,21 @@ class Daemon(ConfigReload, ReadOnlyStart):
             self._hangup_deferred = True  # no logging here: the main thread may hold its lock
 
         signal.signal(signal.SIGHUP, deferred)
+
+    def _stop_in_start(self) -> None:
+        """A SIGTERM (what a service manager's stop or restart sends) before ``serve`` takes it
+        stops the start as a Ctrl-C does: the stores closed and the lock file said ``stopping``
+        then ``stopped`` (``shutdown``). By its default action it killed the process, leaving a
+        record that said ``starting`` for a daemon gone: clients waiting on it saw a stale lock
+        while the next daemon started. Installed before the lock is taken, so before the record
+        first says starting."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def asked(_signum: int, _frame: Any) -> None:
+            raise _StopAsked  # no logging here: the main thread may hold its lock
+
+        signal.signal(signal.SIGTERM, asked)
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a

@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 INDEX_RUN = "`sidecar index`"
 
 
+# Tries of the index lock before a start is refused, this far apart (``IndexLock.acquire``).
+_TAKE_TRIES = 5
+_TAKE_PAUSE_S = 0.01
+
+
 class IndexLock:
     """An exclusive lock on the index directory: one writer per index, daemon or `sidecar index`
     (``by``: INDEX_RUN; the daemon's lock file holds its pid alone)."""
@@ -64,12 +69,19 @@ class IndexLock:
                 fh = self.path.open("r")
             except FileNotFoundError:  # none to lock (a cleaner removed it): the denial is the cause
                 raise denied from None
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            record = lockstate.read_record(fh)
-            fh.close()
-            raise self._refusal(record) from exc
+        for attempt in range(_TAKE_TRIES):
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                # A client looks at the lock with a shared take let go at once: tried again a
+                # few times so that such a look is not taken for a holder.
+                if attempt < _TAKE_TRIES - 1:
+                    time.sleep(_TAKE_PAUSE_S)
+                    continue
+                record = lockstate.read_record(fh)
+                fh.close()
+                raise self._refusal(record) from exc
         self._fh = fh
         self._write()
         if self._folder is None:

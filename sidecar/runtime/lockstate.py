@@ -23,6 +23,9 @@ from typing import IO
 
 STARTING, SERVING, STOPPING, STOPPED = "starting", "serving", "stopping", "stopped"
 PHASES = (STARTING, SERVING, STOPPING, STOPPED)
+# What clients find besides a phase: a record of a process that ended without stopping, and a
+# lock held by a process its file does not name.
+STALE, HELD = "stale", "held"
 # Every record padded to this length: a shorter one written later leaves no tail of the longer.
 RECORD_BYTES = 240
 _READ_TRIES = 5
@@ -62,6 +65,11 @@ class LockRecord:
         age = self.age()
         words = "" if age is None else f"since {_seconds(age)}"
         return f"{words} ({self.step})".strip() if self.step else words
+
+    def age_words(self) -> str:
+        """How long ago the record was written (``3 s``): a dead pid's record is not "since"."""
+        age = self.age()
+        return "a while" if age is None else _seconds(age)
 
     def phase_words(self) -> str:
         """``starting since 3 s (opening the index)``; "" without a phase."""
