@@ -263,6 +263,101 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
         thread.join(10)
 
 
+def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Watching folder by folder on a share that is slow, not hung: each look at a new folder
+    answers, later than the probe timeout. The answer that came after the watcher stopped
+    waiting is used at its next turn, so the folder is watched and a note written in it comes
+    as an event (it was asked again each turn, given up on each time, never watched); the notes
+    of the same batch are told to the index once (every changed path was kept and told again
+    at every turn, without end)."""
+    from collections import Counter
+
+    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault.watcher import Watcher
+
+    root = tmp_path / "vault"
+    write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
+    fresh = root / "New"
+    real = watcher_module._is_real_folder
+
+    def is_real_folder(path: str) -> bool:
+        if path == str(fresh):
+            time.sleep(0.6)  # the slow share: twice the probe timeout, every time
+        return real(path)
+
+    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    told: Counter[str] = Counter()
+    changed = threading.Condition()
+
+    def on_change(paths: set[str], _gone: frozenset[str]) -> None:
+        with changed:
+            told.update(paths)
+            changed.notify_all()
+
+    def comes(path: Path, wait: float) -> bool:
+        with changed:
+            return changed.wait_for(lambda: told[str(path)] > 0, wait)
+
+    stop = threading.Event()
+    watcher = Watcher([root], on_change, stop, 50, 0.3)
+    watcher.flat = True
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        for i in range(40):  # the watch is set up once a note written comes as an event
+            write(root / "A" / f"probe{i}.md", "# Probe\n\nx\n")
+            if comes(root / "A" / f"probe{i}.md", 0.5):
+                break
+        else:
+            pytest.fail("the watch never started")
+        fresh.mkdir()
+        for n in range(5):
+            write(root / "A" / f"note{n}.md", f"# Note {n}\n\nx\n")
+        for k in range(40):  # until the new folder is watched (a turn of the watch is 5 s)
+            write(fresh / f"inside{k}.md", "# Inside\n\nx\n")
+            if comes(fresh / f"inside{k}.md", 0.5):
+                break
+        else:
+            pytest.fail("a note in the new folder of a slow share never comes as an event")
+        with changed:
+            notes = {Path(p).name: c for p, c in told.items() if Path(p).name.startswith("note")}
+        assert notes == {f"note{n}.md": 1 for n in range(5)}, notes
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_the_look_at_new_paths_waits_for_each_call_not_their_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many look-ups, each within the probe timeout and their sum far beyond it (a sync tool
+    dropping a folder of notes on a share answering in a few ms a stat): all are answered in
+    one ask (bounded as a sum, the batch was given up on and asked again at every turn). The
+    clock is a stand-in that each look-up moves on."""
+    from sidecar.vault import sources as sources_module
+    from sidecar.vault import watcher as watcher_module
+
+    clock = [1000.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return clock[0]
+
+    def is_real_folder(path: str) -> bool:
+        clock[0] += 0.2  # each call 0.2 s against a timeout of 0.3 s
+        return path.endswith("dir")
+
+    monkeypatch.setattr(watcher_module, "time", Clock)
+    monkeypatch.setattr(sources_module, "time", Clock)  # the calls' start, told by ``Asking``
+    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    looks = watcher_module._Looks(0.3, threading.Event())
+    keys = [("real", f"/v/n{i}.md") for i in range(30)] + [("real", "/v/dir")]
+    got = looks.ask(keys)
+    assert set(got) == set(keys)
+    assert [k for k, v in got.items() if v] == [("real", "/v/dir")]
+
+
 def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
