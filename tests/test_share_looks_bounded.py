@@ -263,6 +263,36 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
         thread.join(10)
 
 
+def test_a_memory_write_on_a_slow_share_answering_each_call_in_time_lands(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share slow, not hung: each fsync of a write answers in 0.2 s, well within the 0.5 s
+    probe timeout, and the write's calls together take longer. Each call is waited for on its
+    own: the write answers ``replaced`` and the inbox is neither said hanging nor learnt slow
+    (bounded as one call, it was answered "not confirmed … hung share?", the inbox marked
+    hanging and then learnt slow for later runs)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    real = os.fsync
+    calls = []
+
+    def fsync(fd: int) -> None:
+        time.sleep(0.2)  # the slow share: each call answers, in 0.2 s
+        real(fd)
+        calls.append(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    got = served.call("write", {"slug": "plan", "content": "# Plan\n\nThe new plan.\n"}, agent="ada")
+    monkeypatch.setattr(os, "fsync", real)
+    assert got["action"] == "replaced"
+    assert len(calls) >= 3  # their sum is past the probe timeout
+    assert "The new plan." in (inbox / "plan.md").read_text()
+    st = served.harness.supervisor.roots.get("memory/ada")
+    assert st is None or (not st.hanging and not st.slow)
+
+
 def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

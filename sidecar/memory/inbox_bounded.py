@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sidecar.contracts.errors import StorageError
+from sidecar.memory.steps import told
 from sidecar.vault.sources import Asking, Root, asked
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
@@ -38,7 +39,11 @@ def in_inbox(
     def change(asking: Asking) -> T:
         with asked(asking, call, f"{slug}.md"):
             began.set()
-            return fn()
+            # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
+            # again: bounded as a sum, a slow share answering each call in time was answered
+            # "not confirmed", said hanging, and learnt slow.
+            with told(lambda: asking.ask(call, f"{slug}.md")):
+                return fn()
 
     try:
         return supervisor.looked(root, change, through_stop=True)
