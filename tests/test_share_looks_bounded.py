@@ -442,41 +442,57 @@ def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
     assert modes() == {"memory/ada": "events", "memory/bob": "events"}
 
 
-def test_an_inbox_learnt_slow_is_waited_for_by_the_watchs_walk_not_left_out_in_a_loop(
+def test_an_inbox_whose_walk_answers_late_again_and_again_starts_no_loop_of_watches(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ada's inbox is learnt slow: its listing answers, later than the probe timeout. The
-    watch's walk of the agents folder waits for it as her scans do, and covers the agents folder
-    whole (it gave up on her listing at the probe timeout, left her out, started the watch again
-    with a sweep of every root once the listing answered, and gave up on it again: a loop for as
-    long as her share stayed slow)."""
+    """ada's inbox is slow: the watch's walk gives up on her listing at the probe timeout and
+    leaves her out (the other roots' events are not held behind her), and the first time it
+    answers the watch starts again. Left out and answering late again, the watch does not start
+    again at once but after a pause that grows (it started again, with a sweep of every root,
+    each time her listing answered: a loop for as long as her share stayed slow); walked in
+    time, she is no longer late."""
     from sidecar.vault.supervisor import Supervisor
     from sidecar.vault.watcher import Watcher
 
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
     sup = Supervisor(cfg)
     for agent in ("ada", "bob"):
-        inbox = cfg.agents_dir / agent / "memory"
-        inbox.mkdir(parents=True)
-        sup.status(Root("memory", inbox, agent=agent)).slow = agent == "ada"
+        (cfg.agents_dir / agent / "memory").mkdir(parents=True)
     ada = cfg.agents_dir / "ada" / "memory"
     real = os.scandir
-    listed: list[str] = []
+    slow = threading.Event()
+    release = threading.Event()
 
     def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == ada:
-            listed.append("ada")
-            threading.Event().wait(1.5)  # slow, answering past the probe timeout (and the 1 s poll)
+        if slow.is_set() and not isinstance(path, int) and Path(path) == ada:
+            release.wait(10)  # answers, once the walk gave up on it
         return real(path)
+
+    def walk_left_out() -> None:
+        release.clear()
+        _walked, answered, _linked = watcher._walked([cfg.agents_dir])
+        assert answered == [cfg.agents_dir] and list(watcher.left_out) == [cfg.agents_dir / "ada"]
+        release.set()
+        watcher.left_out[cfg.agents_dir / "ada"].join(10)
 
     monkeypatch.setattr(os, "scandir", scandir)
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
-    for _ in range(2):  # each watch set up (a restart) walks it again
-        walked, answered, _linked = watcher._walked([cfg.agents_dir])
-        assert answered == [cfg.agents_dir] and watcher.left_out == {}
-        assert ada in walked and not watcher._walk_answered()  # nothing to start the watch again for
-    assert listed == ["ada", "ada"]
-    assert sup.roots["memory/ada"].hanging is None and sup.roots["memory/ada"].slow
+    slow.set()
+    walk_left_out()
+    assert watcher._walk_answered()  # the first late answer: the watch takes her in again
+    walk_left_out()
+    assert not watcher._walk_answered()  # late again: not at once
+    times, last = watcher._late[cfg.agents_dir / "ada"]
+    watcher._late[cfg.agents_dir / "ada"] = (times, last - 5.0)  # the pause is over
+    assert watcher._walk_answered()
+    walk_left_out()
+    assert not watcher._walk_answered()
+    watcher._late[cfg.agents_dir / "ada"] = (2, time.monotonic() - 5.0)  # 10 s now: not over
+    assert not watcher._walk_answered()
+    slow.clear()
+    release.set()
+    watcher._walked([cfg.agents_dir])  # walked in time: no longer late
+    assert watcher.left_out == {} and watcher._late == {}
 
 
 def test_a_change_left_in_one_agents_audit_log_holds_no_other_agents_change(

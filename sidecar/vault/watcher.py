@@ -54,6 +54,10 @@ _ABSENT_POLL_S = 30.0
 # How often the watched folders' identity is compared (a stat of each; not once per event batch,
 # or every memory write would stat the vault's share).
 _IDENTITY_EVERY_S = 5.0
+# A folder whose walk answered late again and again: the watch starts again for it after 5 s,
+# 10 s, 20 s ... up to 5 min.
+_LATE_BASE_S = 5.0
+_LATE_CAP_S = 300.0
 _UNDECODABLE = "Unable to decode path"
 # Watching folder by folder: more than this many and the scheduled sweeps have to do.
 MAX_FLAT_FOLDERS = 50_000
@@ -348,6 +352,11 @@ class Watcher:
         # How a watched folder is walked when a watch is set up, each call with a deadline: the
         # daemon's supervisor's (a hang marks the roots in it hanging); by default bounded here.
         self._walk_stuck: dict[Path, threading.Thread] = {}
+        # Each folder whose walk answered late more than once in a row (a slow share, not a hung
+        # one: left out again at each walk): how many times, and when the watch last started
+        # again for it. The next start waits 5 s, 10 s, ... up to 5 min (at each answer it
+        # started again, with a sweep of every root, and left it out again: a loop).
+        self._late: dict[Path, tuple[int, float]] = {}
         self._ask_walk: AskWalk = walk or (
             lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
@@ -570,6 +579,7 @@ class Watcher:
         answered: list[Path] = []
         linked = False
         self.left_out = {}
+        self._walk_stuck = {p: t for p, t in self._walk_stuck.items() if t.is_alive()}
         partial: list[Path] = []  # the watched folders whose walk went around a folder in them
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
@@ -608,6 +618,7 @@ class Watcher:
                 ",".join(str(f) for f in sorted(self.left_out) if f.is_relative_to(path)),
             )
         self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
+        self._late = {p: v for p, v in self._late.items() if p in self._walk_stuck}  # walked: no longer late
         self._say_left_out([*sorted(self.left_out), *(p for p in existing if p not in answered)])
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
@@ -671,10 +682,16 @@ class Watcher:
 
     def _walk_answered(self) -> bool:
         """Whether a walk given up on (its folder left out of the watch) has answered since."""
-        done = [p for p, t in self._walk_stuck.items() if not t.is_alive()]
-        for p in done:
+        now = time.monotonic()
+        due = False
+        for p in [p for p, t in self._walk_stuck.items() if not t.is_alive()]:
+            times, last = self._late.get(p, (0, 0.0))
+            if times and now - last < min(_LATE_CAP_S, _LATE_BASE_S * 2 ** (times - 1)):
+                continue  # answered late again: the watch starts again for it later, not at once
             del self._walk_stuck[p]
-        return bool(done)
+            self._late[p] = (times + 1, now)
+            due = True
+        return due
 
     def _room_again(self, path: Path) -> bool:
         """While the limit is used up: whether a new watch may cover every folder now, because the
