@@ -263,6 +263,131 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
         thread.join(10)
 
 
+def test_a_memory_write_on_a_slow_share_answering_each_call_in_time_lands(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share slow, not hung: each fsync of a write answers in 0.2 s, well within the 0.5 s
+    probe timeout, and the write's calls together take longer. Each call is waited for on its
+    own: the write answers ``replaced`` and the inbox is neither said hanging nor learnt slow
+    (bounded as one call, it was answered "not confirmed … hung share?", the inbox marked
+    hanging and then learnt slow for later runs)."""
+    served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.5})
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
+    served.harness.sweep()
+    real = os.fsync
+    calls = []
+
+    def fsync(fd: int) -> None:
+        time.sleep(0.2)  # the slow share: each call answers, in 0.2 s
+        real(fd)
+        calls.append(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    got = served.call("write", {"slug": "plan", "content": "# Plan\n\nThe new plan.\n"}, agent="ada")
+    monkeypatch.setattr(os, "fsync", real)
+    assert got["action"] == "replaced"
+    assert len(calls) >= 3  # their sum is past the probe timeout
+    assert "The new plan." in (inbox / "plan.md").read_text()
+    st = served.harness.supervisor.roots.get("memory/ada")
+    assert st is None or (not st.hanging and not st.slow)
+
+
+def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Watching folder by folder on a share that is slow, not hung: each look at a new folder
+    answers, later than the probe timeout. The answer that came after the watcher stopped
+    waiting is used at its next turn, so the folder is watched and a note written in it comes
+    as an event (it was asked again each turn, given up on each time, never watched); the notes
+    of the same batch are told to the index once (every changed path was kept and told again
+    at every turn, without end)."""
+    from collections import Counter
+
+    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault.watcher import Watcher
+
+    root = tmp_path / "vault"
+    write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
+    fresh = root / "New"
+    real = watcher_module._is_real_folder
+
+    def is_real_folder(path: str) -> bool:
+        if path == str(fresh):
+            time.sleep(0.6)  # the slow share: twice the probe timeout, every time
+        return real(path)
+
+    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    told: Counter[str] = Counter()
+    changed = threading.Condition()
+
+    def on_change(paths: set[str], _gone: frozenset[str]) -> None:
+        with changed:
+            told.update(paths)
+            changed.notify_all()
+
+    def comes(path: Path, wait: float) -> bool:
+        with changed:
+            return changed.wait_for(lambda: told[str(path)] > 0, wait)
+
+    stop = threading.Event()
+    watcher = Watcher([root], on_change, stop, 50, 0.3)
+    watcher.flat = True
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        for i in range(40):  # the watch is set up once a note written comes as an event
+            write(root / "A" / f"probe{i}.md", "# Probe\n\nx\n")
+            if comes(root / "A" / f"probe{i}.md", 0.5):
+                break
+        else:
+            pytest.fail("the watch never started")
+        fresh.mkdir()
+        for n in range(5):
+            write(root / "A" / f"note{n}.md", f"# Note {n}\n\nx\n")
+        for k in range(40):  # until the new folder is watched (a turn of the watch is 5 s)
+            write(fresh / f"inside{k}.md", "# Inside\n\nx\n")
+            if comes(fresh / f"inside{k}.md", 0.5):
+                break
+        else:
+            pytest.fail("a note in the new folder of a slow share never comes as an event")
+        with changed:
+            notes = {Path(p).name: c for p, c in told.items() if Path(p).name.startswith("note")}
+        assert notes == {f"note{n}.md": 1 for n in range(5)}, notes
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_the_look_at_new_paths_waits_for_each_call_not_their_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many look-ups, each within the probe timeout and their sum far beyond it (a sync tool
+    dropping a folder of notes on a share answering in a few ms a stat): all are answered in
+    one ask (bounded as a sum, the batch was given up on and asked again at every turn). The
+    clock is a stand-in that each look-up moves on."""
+    from sidecar.vault import sources as sources_module
+    from sidecar.vault import watcher as watcher_module
+
+    clock = [1000.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return clock[0]
+
+    def is_real_folder(path: str) -> bool:
+        clock[0] += 0.2  # each call 0.2 s against a timeout of 0.3 s
+        return path.endswith("dir")
+
+    monkeypatch.setattr(watcher_module, "time", Clock)
+    monkeypatch.setattr(sources_module, "time", Clock)  # the calls' start, told by ``Asking``
+    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    looks = watcher_module._Looks(0.3, threading.Event())
+    keys = [("real", f"/v/n{i}.md") for i in range(30)] + [("real", "/v/dir")]
+    got = looks.ask(keys)
+    assert set(got) == set(keys)
+    assert [k for k, v in got.items() if v] == [("real", "/v/dir")]
+
+
 def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -317,41 +442,57 @@ def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
     assert modes() == {"memory/ada": "events", "memory/bob": "events"}
 
 
-def test_an_inbox_learnt_slow_is_waited_for_by_the_watchs_walk_not_left_out_in_a_loop(
+def test_an_inbox_whose_walk_answers_late_again_and_again_starts_no_loop_of_watches(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ada's inbox is learnt slow: its listing answers, later than the probe timeout. The
-    watch's walk of the agents folder waits for it as her scans do, and covers the agents folder
-    whole (it gave up on her listing at the probe timeout, left her out, started the watch again
-    with a sweep of every root once the listing answered, and gave up on it again: a loop for as
-    long as her share stayed slow)."""
+    """ada's inbox is slow: the watch's walk gives up on her listing at the probe timeout and
+    leaves her out (the other roots' events are not held behind her), and the first time it
+    answers the watch starts again. Left out and answering late again, the watch does not start
+    again at once but after a pause that grows (it started again, with a sweep of every root,
+    each time her listing answered: a loop for as long as her share stayed slow); walked in
+    time, she is no longer late."""
     from sidecar.vault.supervisor import Supervisor
     from sidecar.vault.watcher import Watcher
 
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
     sup = Supervisor(cfg)
     for agent in ("ada", "bob"):
-        inbox = cfg.agents_dir / agent / "memory"
-        inbox.mkdir(parents=True)
-        sup.status(Root("memory", inbox, agent=agent)).slow = agent == "ada"
+        (cfg.agents_dir / agent / "memory").mkdir(parents=True)
     ada = cfg.agents_dir / "ada" / "memory"
     real = os.scandir
-    listed: list[str] = []
+    slow = threading.Event()
+    release = threading.Event()
 
     def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == ada:
-            listed.append("ada")
-            threading.Event().wait(1.5)  # slow, answering past the probe timeout (and the 1 s poll)
+        if slow.is_set() and not isinstance(path, int) and Path(path) == ada:
+            release.wait(10)  # answers, once the walk gave up on it
         return real(path)
+
+    def walk_left_out() -> None:
+        release.clear()
+        _walked, answered, _linked = watcher._walked([cfg.agents_dir])
+        assert answered == [cfg.agents_dir] and list(watcher.left_out) == [cfg.agents_dir / "ada"]
+        release.set()
+        watcher.left_out[cfg.agents_dir / "ada"].join(10)
 
     monkeypatch.setattr(os, "scandir", scandir)
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
-    for _ in range(2):  # each watch set up (a restart) walks it again
-        walked, answered, _linked = watcher._walked([cfg.agents_dir])
-        assert answered == [cfg.agents_dir] and watcher.left_out == {}
-        assert ada in walked and not watcher._walk_answered()  # nothing to start the watch again for
-    assert listed == ["ada", "ada"]
-    assert sup.roots["memory/ada"].hanging is None and sup.roots["memory/ada"].slow
+    slow.set()
+    walk_left_out()
+    assert watcher._walk_answered()  # the first late answer: the watch takes her in again
+    walk_left_out()
+    assert not watcher._walk_answered()  # late again: not at once
+    times, last = watcher._late[cfg.agents_dir / "ada"]
+    watcher._late[cfg.agents_dir / "ada"] = (times, last - 5.0)  # the pause is over
+    assert watcher._walk_answered()
+    walk_left_out()
+    assert not watcher._walk_answered()
+    watcher._late[cfg.agents_dir / "ada"] = (2, time.monotonic() - 5.0)  # 10 s now: not over
+    assert not watcher._walk_answered()
+    slow.clear()
+    release.set()
+    watcher._walked([cfg.agents_dir])  # walked in time: no longer late
+    assert watcher.left_out == {} and watcher._late == {}
 
 
 def test_a_change_left_in_one_agents_audit_log_holds_no_other_agents_change(

@@ -62,6 +62,7 @@ from sidecar.memory.inbox_types import (
     MemoryUnreadableError,
 )
 from sidecar.memory.retention import Retention
+from sidecar.memory.steps import step
 from sidecar.memory.trash import HELD, Fd, Trash, drop_stamp, read_stamp, trash_dir, write_stamp
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import (
@@ -119,7 +120,9 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
         went into the replaced file, lost)."""
         empty = False
         for _attempt in range(_READ_ATTEMPTS):
+            step()
             old, seen = _read_existing(inbox_fd, name, slug)
+            step()
             if _state(inbox_fd, name) != seen:
                 continue
             # ctime too: a tool that writes in place and then sets the old mtime back
@@ -127,6 +130,7 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
                 return old, seen
             pause(_SETTLE_S)
             empty = not old
+            step()
             if _state(inbox_fd, name) == seen and not empty:
                 return old, seen
         why = "is empty, changed a moment ago" if empty else "kept changing while it was read"
@@ -185,6 +189,7 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
                     # unchanged for ``memory.trashDays`` (see ``_settle_empty``).
                     if src_fd != trash_fd or not HELD.match(src):
                         hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
+                        step()
                         os.rename(src, hidden, src_dir_fd=src_fd, dst_dir_fd=trash_fd)
                     return
                 if previous is None:
@@ -290,6 +295,7 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
             with self._guard:
                 lock = self._audit_locks.setdefault(agent, threading.Lock())
             with lock:
+                step()
                 fd = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
                 try:
                     st = os.fstat(fd)
@@ -297,11 +303,13 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
                         return "the audit log is not a regular file"
                     if st.st_size >= _AUDIT_ROTATE_BYTES:
                         # One earlier generation is kept (audit.log.1): bounded over the years.
+                        step()
                         os.replace("audit.log", "audit.log.1", src_dir_fd=agent_fd, dst_dir_fd=agent_fd)
                         fresh = os.open("audit.log", flags, 0o600, dir_fd=agent_fd)
                         os.close(fd)
                         fd = fresh
                     os.write(fd, line.encode("utf-8"))
+                    step()
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -332,6 +340,7 @@ class Inboxes(Notes, Room, Tidy, NoteText, Retention):
         fd, st = opened
         if dir_fd == inbox_fd:  # a temp file in the inbox: it waits in .trash, out of the notes' way
             hidden = f".{slug}--{_stamp()}.{secrets.token_hex(4)}.held"
+            step()
             os.rename(name, hidden, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
             log.info("inbox_temp_held agent=%s file=%s held=.trash/%s", agent, name, hidden)
             return True
@@ -427,6 +436,7 @@ def write_in(
     while True:
         tmp = f".{stem}.{secrets.token_hex(4)}.tmp"
         try:
+            step()
             fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
             break
         except FileExistsError:
@@ -437,8 +447,10 @@ def write_in(
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        step()
         os.fsync(fd)
         if install is None:
+            step()
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         else:
             install(tmp, fd)
@@ -451,6 +463,7 @@ def write_in(
         raise
     finally:
         os.close(fd)
+    step()
     os.fsync(dir_fd)
     return st
 

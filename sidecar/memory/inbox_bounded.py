@@ -9,13 +9,15 @@ Imports: contracts, vault."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from sidecar.contracts.errors import StorageError
-from sidecar.vault.sources import Asking, Root, asked
+from sidecar.memory.steps import told
+from sidecar.vault.sources import Asking, GivenUp, Root, asked
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 log = logging.getLogger(__name__)
@@ -35,10 +37,20 @@ def in_inbox(
     inbox is refused at once while this one's call is still in. Raises what ``fn`` raises."""
     began = threading.Event()
 
+    def step(asking: Asking) -> None:
+        # Given up on (answered "not confirmed"), the change goes on to its end all the same, as
+        # the answer says it does once the share answers (ended at its next call, it was dropped).
+        with contextlib.suppress(GivenUp):
+            asking.ask(call, f"{slug}.md")
+
     def change(asking: Asking) -> T:
         with asked(asking, call, f"{slug}.md"):
             began.set()
-            return fn()
+            # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
+            # again: bounded as a sum, a slow share answering each call in time was answered
+            # "not confirmed", said hanging, and learnt slow.
+            with told(lambda: step(asking)):
+                return fn()
 
     try:
         return supervisor.looked(root, change, through_stop=True)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 
 from sidecar.memory import replace
+from sidecar.memory.steps import step
 from sidecar.memory.trash import KEPT, Fd, Trash, trash_dir
 from sidecar.vault.confine import NotRegularError, open_regular, read_fd
 from sidecar.vault.notenames import inbox_copy_reason, is_markdown_name
@@ -93,8 +94,10 @@ def _trash_fd(inbox_fd: int) -> Iterator[int]:
 
 def _file_sizes(dir_fd: int) -> Iterator[tuple[str, int]]:
     """(name, size) of the regular files of a folder (not its folders or links)."""
+    step()
     with os.scandir(dir_fd) as entries:
         for e in entries:
+            step()  # each entry's answer, and its stat, a call of its own
             with contextlib.suppress(OSError):  # gone meanwhile
                 if e.is_file(follow_symlinks=False):
                     yield e.name, e.stat(follow_symlinks=False).st_size
@@ -114,9 +117,11 @@ def _note_sizes_asked(inbox_fd: int, asking: Asking) -> dict[str, int]:
     entries = []
     asking.ask("listing", ".")
     try:
+        step()
         with os.scandir(inbox_fd) as it:
             for e in it:
                 entries.append(e)
+                step()
                 asking.ask("listing", ".")  # a large folder comes in many answers
     finally:
         asking.answered()
@@ -124,6 +129,7 @@ def _note_sizes_asked(inbox_fd: int, asking: Asking) -> dict[str, int]:
     for e in entries:
         if not is_markdown_name(e.name) or _is_copy(e.name):
             continue
+        step()
         with asked(asking, "stat", e.name):
             try:
                 if e.is_file(follow_symlinks=False):

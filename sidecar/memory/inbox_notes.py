@@ -30,6 +30,7 @@ from sidecar.memory.inbox_types import (
     check_agent,
     check_slug,
 )
+from sidecar.memory.steps import step
 from sidecar.memory.trash import Fd, Trash, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, split_front_matter
 from sidecar.vault.confine import open_regular, private_dirs, read_fd
@@ -343,6 +344,7 @@ class Notes:
                 # from there, and the reply said a text was kept).
                 what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 os.unlink(name, dir_fd=inbox_fd)
+                step()
                 os.fsync(inbox_fd)
                 audit_error = self._audit(
                     agent_fd, "delete", slug, hashlib.sha256(b"").hexdigest(), 0, agent=agent
@@ -362,8 +364,10 @@ class Notes:
                         +1,
                         lambda: os.replace(name, target, src_dir_fd=inbox_fd, dst_dir_fd=trash.fd),
                     )
+                step()
                 os.fsync(trash.fd)
                 dropped = self._cap_trash(ledger, trash.fd, target)
+            step()
             os.fsync(inbox_fd)
             audit_error = self._audit(
                 agent_fd, "delete", slug, hashlib.sha256(data).hexdigest(), len(data), agent=agent

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.contracts.errors import SourceError
+from sidecar.memory.steps import step
 from sidecar.vault import confine
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def install_new(dir_fd: int, tmp: str, name: str) -> None:
             raise
         if exists_in(dir_fd, name):
             raise RacedError from exc
+        step()
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
     os.unlink(tmp, dir_fd=dir_fd)
@@ -184,6 +186,7 @@ def install_over(
             back = False
         if not back:
             try:
+                step()
                 os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except OSError as exc:  # theirs stays where it lies, never removed
                 log.error("memory_write_raced_not_put_back note=%s left=%s error=%s", name, tmp, exc)
@@ -193,6 +196,7 @@ def install_over(
     finally:
         # The swap back made lasting (a crash before it leaves a save at the temp name, which
         # the next start keeps in .trash).
+        step()
         os.fsync(dir_fd)
     log.warning("memory_write_raced note=%s kept=theirs later=%s", name, later)
     raise RacedError(later)
@@ -250,6 +254,7 @@ def _install_linked(
         # The text read, and still in the note's place right before the rename.
         if confine.read_fd(fd, len(old) + 1) != old or _changed(dir_fd, name, held):
             raise RacedError
+        step()
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         done = True
     finally:
@@ -276,19 +281,23 @@ def _install_moved(
     goes back to the note's place, or stays at ``hold`` (no cap or age removes it; kept as a text
     at the next start or daily prune) when another file took that place."""
     try:
+        step()
         os.rename(name, hold, src_dir_fd=dir_fd, dst_dir_fd=trash_fd)
     except FileNotFoundError as exc:
         raise RacedError from exc
     except OSError:  # .trash cannot take it: the check right before the rename is all there is
         if _read_back(dir_fd, name, len(old) + 1) != old:
             raise RacedError from None
+        step()
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return
     if _read_back(trash_fd, hold, len(old) + 1) == old and not exists_in(dir_fd, name):
+        step()
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         _kept(keep, trash_fd, hold, name)
         return
     if not exists_in(dir_fd, name):  # a save landed meanwhile: back in the note's place
+        step()
         os.rename(hold, name, src_dir_fd=trash_fd, dst_dir_fd=dir_fd)
         raise RacedError
     log.warning("memory_write_raced_not_moved note=%s left=.trash/%s", name, hold)

@@ -16,6 +16,7 @@ import stat
 import threading
 from typing import Any
 
+from sidecar.memory.steps import step
 from sidecar.vault.confine import open_private_dir, open_regular, read_fd
 
 log = logging.getLogger(__name__)
@@ -126,8 +127,10 @@ def _disk_use(st: os.stat_result) -> int:
 def _scan(trash_fd: int) -> list[_Kept]:
     """The kept texts of a .trash folder: regular files named by this daemon (no one else's)."""
     out: list[_Kept] = []
+    step()
     with os.scandir(trash_fd) as entries:
         for e in entries:
+            step()
             m = KEPT.match(e.name)
             if m is None:
                 continue

@@ -618,21 +618,12 @@ class Supervisor:
             # A vault learnt slow: each call waited for as its scans' are (given up on sooner, the
             # walk left it out of the watch and was tried again each time it answered late).
             timeout = self._bound(st)
-        # An inbox learnt slow alike, in the agents folder: given up on at probeTimeoutSeconds,
-        # it was left out of the watch, which started again (with a sweep of every root) each
-        # time its call answered, and gave up on it again: a loop for as long as it stayed slow.
-        slow = set() if vault is not None and path == vault else self._slow_agents(path)
-        scan_bound = self.cfg.watch.scan_timeout_seconds
-
-        def bound(now: tuple[str, str, float]) -> float:
-            return scan_bound if now[1].split("/", 1)[0] in slow else timeout
-
         asking = Asking()
         asking.avoid = dict(avoid)
 
         def given_up() -> bool:
             now = asking.now
-            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= bound(now))
+            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
 
         value, stuck = run_with_timeout(
             lambda: walk(asking), self.cfg.watch.scan_timeout_seconds, "watch-walk", None, given_up
@@ -642,7 +633,6 @@ class Supervisor:
         asking.abandon()  # it ends at its next call once this one answers
         now = asking.now
         call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
-        timeout = bound(now) if now is not None else timeout
         agent = rel.split("/", 1)[0] if (vault is None or path != vault) and rel not in (".", "") else None
         with self._lock:  # by the agent's folder it hangs in, for the agents folder
             self._walks[str(path / agent) if agent is not None else str(path)] = stuck
@@ -660,10 +650,6 @@ class Supervisor:
             stuck,
             None if self.stopping.is_set() else agent,
         )
-
-    def _slow_agents(self, agents: Path) -> set[str]:
-        """The agents' folders of ``agents`` whose inbox is learnt slow."""
-        return {Path(st.path).parent.name for st in self._inboxes_in(agents) if st.slow}
 
     def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
         """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""

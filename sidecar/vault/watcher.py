@@ -54,6 +54,10 @@ _ABSENT_POLL_S = 30.0
 # How often the watched folders' identity is compared (a stat of each; not once per event batch,
 # or every memory write would stat the vault's share).
 _IDENTITY_EVERY_S = 5.0
+# A folder whose walk answered late again and again: the watch starts again for it after 5 s,
+# 10 s, 20 s ... up to 5 min.
+_LATE_BASE_S = 5.0
+_LATE_CAP_S = 300.0
 _UNDECODABLE = "Unable to decode path"
 # Watching folder by folder: more than this many and the scheduled sweeps have to do.
 MAX_FLAT_FOLDERS = 50_000
@@ -348,6 +352,11 @@ class Watcher:
         # How a watched folder is walked when a watch is set up, each call with a deadline: the
         # daemon's supervisor's (a hang marks the roots in it hanging); by default bounded here.
         self._walk_stuck: dict[Path, threading.Thread] = {}
+        # Each folder whose walk answered late more than once in a row (a slow share, not a hung
+        # one: left out again at each walk): how many times, and when the watch last started
+        # again for it. The next start waits 5 s, 10 s, ... up to 5 min (at each answer it
+        # started again, with a sweep of every root, and left it out again: a loop).
+        self._late: dict[Path, tuple[int, float]] = {}
         self._ask_walk: AskWalk = walk or (
             lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
@@ -358,6 +367,11 @@ class Watcher:
         # set up had no event).
         self._catch_up = False
         self._stuck_looks = SharedProbes()  # a look at a batch's paths that still hangs
+        # A folder-by-folder watch's look at new paths, each call bounded on its own; the paths
+        # (and the folders to walk) it has not answered yet, looked at again at the next turn.
+        self._looks = _Looks(probe_timeout, stop)
+        self._unlooked: set[str] = set()
+        self._unwalked: set[str] = set()
         # Why file events were lost (``events_lost``): the watch is built again at its next turn.
         self._lost: str | None = None
         # Why the watch covers only part of the folders (the inotify limit used up), or None; told
@@ -517,15 +531,14 @@ class Watcher:
             if self._catch_up:
                 self._catch_up = False
                 self.on_change(set(), frozenset())
+            changes: set[tuple[watchfiles.Change, str]] = set()
             if batch or again:
                 changes = _covered(self._files_dropped(batch))
                 log.debug("watcher_changes count=%d", len(changes))
                 self.on_change({p for _, p in changes} | again, _gone(changes))
-                new = self._new_in(changes, known, again, existing) if flat else set()
-                if flat and any(_in_settings(p, existing) for p in {p for _, p in changes} | again):
-                    # A folder of the settings made (a link to one too), or made inside one
-                    # while the watch restarted: watched from the next watch on.
-                    new |= {str(f) for f in settings_folders(existing)} - known
+            # A turn without events too looks again at what the last look left unanswered.
+            if flat and (batch or again or self._unlooked or self._unwalked):
+                new = self._new_in(changes, known, again, existing)
                 if new:
                     # A new folder, or one deleted and made again (its old watch died with it):
                     # watch it too (the walk of its event covers the notes there now).
@@ -566,6 +579,7 @@ class Watcher:
         answered: list[Path] = []
         linked = False
         self.left_out = {}
+        self._walk_stuck = {p: t for p, t in self._walk_stuck.items() if t.is_alive()}
         partial: list[Path] = []  # the watched folders whose walk went around a folder in them
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
@@ -604,6 +618,7 @@ class Watcher:
                 ",".join(str(f) for f in sorted(self.left_out) if f.is_relative_to(path)),
             )
         self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
+        self._late = {p: v for p, v in self._late.items() if p in self._walk_stuck}  # walked: no longer late
         self._say_left_out([*sorted(self.left_out), *(p for p in existing if p not in answered)])
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
@@ -617,24 +632,38 @@ class Watcher:
         again: set[str],
         existing: list[Path],
     ) -> set[str]:
-        """``_new_folders``, asked with a deadline: its stats and its walk of the new folders are
-        calls into a share that may hang, on the one thread that carries every root's events.
-        Unanswered (and at once while an earlier look still hangs), the folders it was to look
-        at are asked again at the next turn of the watch (``_recheck``), the others' events go on."""
-        try:
-            return bounded_call(
-                lambda: _new_folders(changes, known, again, existing),
-                self.probe_timeout,
-                self._stuck_looks,
-                "new-folders",
-                "watch-new",
+        """The folders a folder-by-folder watch does not cover yet (``_new_folders``), looked at
+        by a thread of their own (``_Looks``): each stat and listing is waited for on its own,
+        up to the probe timeout, not their sum (a large batch on a quick share, or a slow share,
+        answers). What is not answered yet (a call that hangs, or still under way) is looked at
+        again at the next turn of the watch, and its answer, come meanwhile, used then: only those
+        paths are kept, never told to the index again (they were told once); a new folder of a
+        slow share is watched a turn later."""
+        asked = {p for change, p in changes if p not in known or change == watchfiles.Change.added}
+        asked |= self._unlooked
+        walks = set(again) | self._unwalked if len(known) < MAX_FLAT_FOLDERS else set()
+        walks = {p for p in walks if not _in_settings(p, existing)}
+        keys = [("real", p) for p in sorted(asked)] + [("walk", p) for p in sorted(walks)]
+        got = self._looks.ask(keys) if keys else {}
+        new = {p for p in asked if got.get(("real", p)) is True}
+        for p in walks:
+            under = got.get(("walk", p))
+            if isinstance(under, list):
+                new.update(f for f in under if f not in known)
+        unlooked = {p for p in asked if ("real", p) not in got}
+        unwalked = {p for p in walks if ("walk", p) not in got}
+        if (unlooked - self._unlooked) or (unwalked - self._unwalked):  # said once, not at each turn
+            log.warning(
+                "watcher_look_hung what=new folders call=%s count=%d: looked at again at the next turn",
+                self._looks.waiting_on(),
+                len(unlooked) + len(unwalked),
             )
-        except NoAnswer as exc:
-            asked = {p for change, p in changes if p not in known or change == watchfiles.Change.added}
-            if asked - again:  # said once, not at each turn it is asked again
-                log.warning("watcher_look_hung what=new folders error=%s: asked again at the next turn", exc)
-            self._recheck |= asked | again
-            return set()
+        self._unlooked, self._unwalked = unlooked, unwalked
+        if any(_in_settings(p, existing) for p in {p for _, p in changes} | again):
+            # A folder of the settings made (a link to one too), or made inside one while the
+            # watch restarted: watched from the next watch on.
+            new |= {str(f) for f in settings_folders(existing)} - known
+        return new
 
     def _say_left_out(self, gone: list[Path]) -> None:
         """Tell ``on_left_out`` why ``gone`` (folders whose walk hangs) are left out of the
@@ -653,10 +682,16 @@ class Watcher:
 
     def _walk_answered(self) -> bool:
         """Whether a walk given up on (its folder left out of the watch) has answered since."""
-        done = [p for p, t in self._walk_stuck.items() if not t.is_alive()]
-        for p in done:
+        now = time.monotonic()
+        due = False
+        for p in [p for p, t in self._walk_stuck.items() if not t.is_alive()]:
+            times, last = self._late.get(p, (0, 0.0))
+            if times and now - last < min(_LATE_CAP_S, _LATE_BASE_S * 2 ** (times - 1)):
+                continue  # answered late again: the watch starts again for it later, not at once
             del self._walk_stuck[p]
-        return bool(done)
+            self._late[p] = (times + 1, now)
+            due = True
+        return due
 
     def _room_again(self, path: Path) -> bool:
         """While the limit is used up: whether a new watch may cover every folder now, because the
@@ -694,6 +729,75 @@ class Watcher:
             log.info("watcher_limit_ok (every folder is watched again)")
         self.partial = why
         self.on_partial(why)
+
+
+_Key = tuple[str, str]  # ("real", path): is it a folder; ("walk", path): the folders under it
+
+
+class _Looks:
+    """A folder-by-folder watch's look-ups at new paths, made by one thread of their own: the
+    watch's thread, which carries every root's events, waits for each call on its own up to
+    ``timeout`` (a batch of many quick calls, or a slow share's calls, are all answered), and
+    stops waiting at a call that takes longer. That call's thread goes on; its answers, and
+    those of the calls queued after it, are kept for the next ask. One thread at most: while
+    a call hangs, nothing more goes into the share."""
+
+    def __init__(self, timeout: float, stop: threading.Event) -> None:
+        self.timeout = timeout
+        self.stop = stop
+        self.asking = Asking()
+        self._cond = threading.Condition()
+        self._todo: list[_Key] = []
+        self._queued: set[_Key] = set()
+        self._answers: dict[_Key, bool | list[str]] = {}
+        self._thread: threading.Thread | None = None
+
+    def ask(self, keys: list[_Key]) -> dict[_Key, bool | list[str]]:
+        """The answers to ``keys`` that came: all of them, unless a call took longer than the
+        timeout (the others are asked at once and kept for the next ask)."""
+        with self._cond:
+            for k in keys:
+                if k not in self._answers and k not in self._queued:
+                    self._queued.add(k)
+                    self._todo.append(k)
+            if self._todo and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="watch-new", daemon=True)
+                self._thread.start()
+            while not all(k in self._answers for k in keys) and not self.stop.is_set():
+                now = self.asking.now
+                if now is not None and time.monotonic() - now[2] > self.timeout:
+                    break
+                self._cond.wait(min(0.05, self.timeout))
+            return {k: self._answers.pop(k) for k in keys if k in self._answers}
+
+    def waiting_on(self) -> str:
+        now = self.asking.now
+        return f"{now[0]} {now[1]}" if now is not None else "none"
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._todo:
+                    self._thread = None
+                    return
+                key = self._todo.pop(0)
+            try:
+                answer = self._look(key)
+            except Exception as exc:  # the thread must end cleanly, or no look would start again
+                log.warning("watcher_look_failed path=%s error=%s", printable(key[1]), exc)
+                answer = False if key[0] == "real" else []
+            with self._cond:
+                self._queued.discard(key)
+                self._answers[key] = answer
+                self._cond.notify_all()
+
+    def _look(self, key: _Key) -> bool | list[str]:
+        kind, path = key
+        with asked(self.asking, "stat", path):
+            real = _is_real_folder(path)
+        if kind == "real" or not real:
+            return real if kind == "real" else []
+        return [str(f) for f in _walk([Path(path)], asking=self.asking)[0]]
 
 
 def _new_folders(
