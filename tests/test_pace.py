@@ -225,7 +225,13 @@ def test_serve_says_its_first_vector_estimate_is_rough() -> None:
     s = Summary(clock=lambda: next(clock))
 
     def health(pending: int, rough: bool) -> dict[str, Any]:
-        h = _health({"done": 10, "total": 10}, phase="embedding", sweeps=1, pending_vectors=pending)
+        h = _health(
+            {"done": 10, "total": 10},
+            phase="embedding",
+            sweeps=1,
+            pending_vectors=pending,
+            first_sweep_done=True,
+        )
         h["index"].update(chunks=1000, embed_rate_chunks_per_second=2.0, embed_rate_rough=rough)
         h["vectors"] = {"serving": "t"}
         return h
