@@ -30,7 +30,7 @@ from sidecar.contracts.errors import (
     RemoteError,
 )
 from sidecar.contracts.protocol import Request, check_values, parse_response, request_frame
-from sidecar.runtime.lockstate import STALE, STARTING
+from sidecar.runtime.lockstate import STALE, STARTING, STOPPING
 from sidecar.runtime.peer import path_owner_problem, peer_uid
 
 _MAX_RESPONSE = 256 * 1024 * 1024
@@ -272,7 +272,15 @@ class Client:
         finally:
             self._sock.settimeout(self.timeout)
         # Read by the daemon (it serves, busy with it): not a start, whatever its lock says.
-        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if _unread(self._sock) else None
+        unread = _unread(self._sock)
+        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if unread else None
+        if words is None and unread and op not in _CHANGES:
+            # A stop drains what it took up, then closes its socket: a request left in the queue
+            # before that close is never read. Said as a refused connection is, not waited for.
+            said = _watch.why_not()
+            if said is not None and said[0] == STOPPING:
+                self.close()
+                raise self._not_running()
         if words is not None and not _watch.wait and op not in _CHANGES:
             self.close()
             raise DaemonStartingError(f"{words}; try again in a moment")
