@@ -1,0 +1,249 @@
+"""What the docs show can be typed and sent: every ``sidecar …`` command form of README.md and
+docs/ is one the command line's parser takes, every op and parameter docs/protocol.md names is one
+the daemon's handlers take (and the other way round), the example request is answered, and every
+field of a real ``health`` answer is named in its section."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shlex
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.clients.cli_parser import build_parser
+from tests.in_process import InProcessServer
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+
+# What a placeholder of a synopsis stands for, as a value its option takes.
+_PLACEHOLDERS = {
+    "N": "3",
+    "X": "0.5",
+    "S": "wiki",
+    "DAY": "2026-09-01",
+    "SECONDS": "5",
+    "A": "claude",
+    "NAME": "claude",
+    "SLUG": "my-note",
+    "ROOT": "vault",
+    "FILE": "/tmp/x.yaml",
+    "DIR": "/tmp/x",
+    "PATH": "/tmp/x.sock",
+    "FOLDER": "Projekte/",
+    "TAG": "garten",
+    "QUERY": "backup",
+    "MESSAGE": "how do I restore",
+    "REFERENCE": "vault/Backups",
+    "…": "x",
+}
+# A placeholder's value where its option needs another than the placeholder's own.
+_OPTION_VALUES = {"--tokens": "300"}
+# Sentences the commands print that open with the program's name: output, not command lines.
+_OUTPUT = re.compile(r"sidecar (is |\d+\.\d+)")
+
+
+def _command_forms() -> list[tuple[str, str]]:
+    """(document, form) for each command line the docs show: inline code and shell blocks' lines
+    that run ``sidecar`` (by name or by a path ending in it), cut at a pipe or redirection."""
+    forms: list[tuple[str, str]] = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        spans = [s.replace("\n", " ") for s in re.findall(r"(?<!`)`([^`]+)`(?!`)", text)]
+        blocks = re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+        lines = [line.split(" #", 1)[0] for block in blocks for line in block.splitlines()]
+        for candidate in [*spans, *lines]:
+            for part in re.split(r"&&|;|\$\(|\)", candidate):
+                # The last ``sidecar``: ``claude mcp add sidecar -- /path/to/sidecar mcp …``
+                m = re.search(r".*(?:^|[\s/])(sidecar (?=[\w-])(.*))", part.strip())
+                if m is None or _OUTPUT.match(m.group(1)):
+                    continue
+                if not part.strip().startswith(("sidecar ", "/", "~", ".venv", "claude mcp")):
+                    continue  # prose in code: "the folder sidecar kept …"
+                forms.append((doc.name, re.split(r"(?<!\\)\||\s>\s", m.group(2))[0].strip()))
+    return sorted(set(forms))
+
+
+def _command_lines(form: str) -> list[list[str]]:
+    """The command lines a synopsis stands for: each ``a|b`` alternative, every optional part
+    given, placeholders filled in."""
+    words = shlex.split(form.replace("[", " ").replace("]", " ").replace("\\|", "|"))
+    choices = [w.split("|") if "|" in w else [w] for w in words]
+    lines = itertools.product(*choices)
+    return [[_value(before, w) for before, w in itertools.pairwise(["", *line])] for line in lines]
+
+
+def _value(before: str, word: str) -> str:
+    """A placeholder's value (the one its option ``before`` needs), else the word as written."""
+    if word not in _PLACEHOLDERS:
+        return word
+    return _OPTION_VALUES.get(before, _PLACEHOLDERS[word])
+
+
+def test_the_docs_show_command_forms() -> None:
+    """The scan finds the forms it is meant to check (a changed markup would make it vacuous)."""
+    forms = {form for _, form in _command_forms()}
+    assert len(forms) > 40, sorted(forms)
+    for expected in ("serve --vault ~/path/to/vault", "config example --write", "mcp --agent claude"):
+        assert expected in forms, sorted(forms)
+
+
+@pytest.mark.parametrize(("doc", "form"), _command_forms())
+def test_every_command_form_the_docs_show_parses(doc: str, form: str) -> None:
+    """Each ``sidecar …`` the README or docs/ shows is a command line the parser takes, with
+    every option of its synopsis (`[--source wiki|vault]`: each alternative)."""
+    for line in _command_lines(form):
+        try:
+            build_parser().parse_args(line)
+        except SystemExit as exc:  # argparse's way of ending: --version's 0, a refusal's 2
+            if exc.code == 0 or _names_what_exists(line):
+                continue
+            pytest.fail(f"{doc}: `sidecar {form}` as `sidecar {shlex.join(line)}` is refused ({exc.code})")
+
+
+def _names_what_exists(line: list[str]) -> bool:
+    """A mention in prose rather than a command line (``sidecar why``, ``search --min-score``,
+    ``memory write``: its arguments left out): its command, action and option exist."""
+    if len(line) > 2:
+        return False
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    command = sub.choices.get(line[0])  # type: ignore[union-attr]
+    if command is None:
+        return False
+    if len(line) == 1:
+        return True
+    if line[1].startswith("-"):
+        return line[1] in command._option_string_actions
+    return any(line[1] in (a.choices or ()) for a in command._actions if not a.option_strings)
+
+
+def test_the_mcp_snippets_args_parse() -> None:
+    """The MCP clients' snippets in README (JSON and TOML) start a shim the parser takes."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    snippets = re.findall(r'"args": (\[[^\]]*\])|^args = (\[[^\]]*\])', readme, re.M)
+    assert len(snippets) >= 2
+    for json_args, toml_args in snippets:
+        args = json.loads(json_args or toml_args)
+        assert args[0] == "mcp", args
+        build_parser().parse_args(args)
+
+
+def _sections() -> dict[str, str]:
+    """Each op's section of docs/protocol.md, by op."""
+    parts = re.split(r"^### `(\w+)`\n", PROTOCOL, flags=re.M)
+    return {name: body.split("\n## ", 1)[0] for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _documented_params(section: str) -> set[str] | None:
+    """The parameters a section's table names (its first column; ``a`` / ``b`` and ``a``, ``b``
+    name several); an empty set for "No parameters", None for one that defers to another op."""
+    if section.lstrip().startswith("No parameters"):
+        return set()
+    table = re.search(r"^\| param \|.*?\n((?:\|.*\n)+)", section, re.M)
+    if table is None:
+        return None
+    rows = table.group(1).splitlines()[1:]  # past the | --- | line
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+
+
+def _send(server: InProcessServer, request: dict[str, Any]) -> dict[str, Any]:
+    """One request as the docs show it, the raw answer back."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(server.socket))
+        s.sendall(json.dumps(request).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(65536)
+            assert chunk, "the daemon closed the connection unanswered"
+            data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def test_every_op_the_daemon_serves_is_documented_and_every_documented_op_served(
+    in_process: InProcessServer,
+) -> None:
+    """The ops the daemon names for an unknown op are exactly the ops docs/protocol.md has a
+    section for."""
+    answer = _send(in_process, {"v": 1, "op": "no-such-op"})
+    assert answer["error"]["code"] == "bad_request"
+    known = set(answer["error"]["message"].split("known ops: ", 1)[1].split(", "))
+    assert known == set(_sections()), (known, set(_sections()))
+
+
+@pytest.mark.parametrize("op", sorted(_sections()))
+def test_each_ops_documented_parameters_are_the_ones_it_takes(in_process: InProcessServer, op: str) -> None:
+    """An op's parameter table names exactly the parameters its handler accepts (the handler
+    lists them when it refuses an unknown one)."""
+    section = _sections()[op]
+    documented = _documented_params(section)
+    if documented is None:  # "Same parameters as `write`"
+        same = re.match(r"\s*Same parameters as `(\w+)`", section)
+        assert same is not None, f"{op}: no parameter table and no 'No parameters'"
+        documented = _documented_params(_sections()[same.group(1)])
+    answer = _send(in_process, {"v": 1, "op": op, "agent": "claude", "params": {"noSuchParam": 1}})
+    message = answer["error"]["message"]
+    assert answer["error"]["code"] == "bad_request", answer
+    if "this op takes no parameters" in message:
+        accepted = set()
+    else:
+        accepted = set(message.split("allowed: ", 1)[1].split(", "))
+    assert documented == accepted, (op, documented, accepted)
+
+
+def test_the_protocol_docs_example_requests_are_answered(in_process: InProcessServer) -> None:
+    """Every request the protocol doc shows as JSON (a block, or inline code with an ``op``) is
+    answered ``ok``, its ``id`` echoed."""
+    blocks = re.findall(r"^```json\n(.*?)^```", PROTOCOL, re.M | re.S)
+    inline = re.findall(r"`(\{[^`]*\"op\"[^`]*\})`", PROTOCOL)
+    requests = [json.loads(b) for b in [*blocks, *inline] if '"op"' in b]
+    assert requests
+    for request in requests:
+        answer = _send(in_process, request)
+        assert answer.get("ok") is True, (request, answer)
+        assert answer.get("id") == request.get("id")
+
+
+def _field_names(value: Any, below: str = "") -> set[tuple[str, str]]:
+    """(parent, key) of every object key in a JSON value, a list's objects under ``parent[]``."""
+    out: set[tuple[str, str]] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            out.add((below, key))
+            out |= _field_names(inner, f"{below}.{key}" if below else key)
+    elif isinstance(value, list):
+        for item in value:
+            out |= _field_names(item, f"{below}[]")
+    return out
+
+
+# Objects whose keys are data (a source, an agent, a table, a reason), not field names.
+_KEYED_BY_DATA = (
+    "index.by_source",
+    "index.by_agent",
+    "vectors.embedded_by_table",
+    "index.skipped",
+    "index.excluded",
+)
+
+
+def test_every_health_field_is_named_in_its_section(in_process: InProcessServer) -> None:
+    """Each field of a real ``health`` answer is named in docs/protocol.md's ``health`` section
+    (in its example or in backticks), so a field added to the answer is documented with it."""
+    in_process.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
+    health = _send(in_process, {"v": 1, "op": "health", "agent": "claude"})["result"]
+    section = _sections()["health"]
+    named = set(re.findall(r'"(\w+)":', section)) | set(re.findall(r"[`.\[\]](\w+)", section))
+    missing = sorted(
+        f"{parent}.{key}" if parent else key
+        for parent, key in _field_names(health)
+        if not parent.startswith(_KEYED_BY_DATA) and key not in named
+    )
+    assert missing == [], missing
