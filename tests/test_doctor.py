@@ -832,3 +832,24 @@ def test_the_build_said_before_is_dropped_at_the_next_start_of_a_process_with_th
     assert "before" in writers
     writers, _ = _start_of_build(cfg, monkeypatch, caplog, "01d01d01d01d", "run-4")  # restarted
     assert "before" not in writers
+
+
+def test_the_index_check_reads_the_schema_a_running_daemon_wrote(make_cfg: Any, vault: Path) -> None:
+    """With a daemon of this version running on a new index, doctor said `manifest schema 0
+    (upgraded at the next start)`: it read the file's header, and the schema a new manifest set
+    is still in its write-ahead log until a checkpoint. It says the schema the daemon reads."""
+    from sidecar.clients.doctor import check_index
+    from sidecar.stores.versions import MANIFEST_SCHEMA
+    from tests.conftest import FakeEmbedder, Harness
+
+    cfg = make_cfg(vault)
+    h = Harness(cfg, FakeEmbedder())  # the stores open, as a running daemon holds them
+    try:
+        h.sweep()
+        check = check_index(cfg)
+        assert check.ok and not check.warning, check
+        assert f"manifest schema {MANIFEST_SCHEMA}," in check.verdict, check.verdict
+        assert "upgraded" not in check.verdict, check.verdict
+    finally:
+        h.close()
+    assert f"manifest schema {MANIFEST_SCHEMA}," in check_index(cfg).verdict  # closed: in the file

@@ -501,6 +501,20 @@ def _writers(path: Path) -> str | None:
     return str(row[0]) if row else None
 
 
+def _schema_now(path: Path) -> int | None:
+    """The manifest's schema as a reader sees it. The file's header alone said 0 for the index of
+    a daemon running now: a new manifest's schema stays in its write-ahead log until a checkpoint,
+    and the running daemon's log has its -shm beside it, so a read-only open reads through it."""
+    schema = manifest_schema(path)
+    if schema is None or schema >= MANIFEST_SCHEMA or not path.with_name(f"{path.name}-shm").exists():
+        return schema
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2)) as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return schema
+
+
 def _last_other_build(writers: str | None) -> dict[str, str] | None:
     """The last writer when this installation's build is a downgrade from it (a build of its
     release that wrote the index first), else None; an installed build never seen is an upgrade."""
@@ -513,7 +527,7 @@ def check_index(cfg: Config) -> Check:
     newer = newer_store(cfg.index_dir)
     if newer is not None:
         return Check("index", False, newer.describe(), REBUILD_TODO)
-    schema = manifest_schema(cfg.index_dir / "manifest.sqlite")
+    schema = _schema_now(cfg.index_dir / "manifest.sqlite")
     if schema is None:
         return Check("index", True, "no index yet: the daemon builds it at its first start")
     layout = bm25_layout(cfg.index_dir / "bm25")
