@@ -247,3 +247,16 @@ def test_every_health_field_is_named_in_its_section(in_process: InProcessServer)
         if not parent.startswith(_KEYED_BY_DATA) and key not in named
     )
     assert missing == [], missing
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_configuration_example_in_the_docs_loads(tmp_path: Path, doc: Path) -> None:
+    """Each YAML block of the README and docs/ is a configuration file `config check` takes:
+    its keys exist and its values are valid."""
+    from sidecar.config import load_config
+
+    blocks = re.findall(r"^```yaml\n(.*?)^```", doc.read_text(encoding="utf-8"), re.M | re.S)
+    for n, block in enumerate(blocks):
+        path = tmp_path / f"example-{n}.yaml"
+        path.write_text(block, encoding="utf-8")
+        load_config(config_file=str(path), env={})  # raises ConfigError naming the key
