@@ -16,34 +16,25 @@ from __future__ import annotations
 import argparse
 import random
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, code_daemon, emit, pct
-
-from sidecar.clients.client import Client
+from common import WriteSide, emit, interleaved, old_and_new, pct
 
 WORDS = ["garden", "boat", "engine", "bread", "backup", "kayak", "paddle", "tomato", "heat", "pump"]
 
 
-class Side:
+class Side(WriteSide):
     def __init__(self, name: str, home: Path, vault: Path, code: Path) -> None:
-        self.name = name
-        config = home.parent / f"{home.name}-centrewrite.yaml"
-        config.write_text("embedder: {model: all-MiniLM-L6-v2}\n")
-        self.daemon = code_daemon(home, vault, code, config)
+        super().__init__(name, home, vault, code, "embedder: {model: all-MiniLM-L6-v2}\n")
         self.times: list[float] = []
         self.records: set[tuple[int, int]] = set()  # (inode, mtime) of each record seen
-        self.client: Client | None = None
 
     def ready(self) -> None:
         self.daemon.wait_for(
             lambda h: h["index"]["state"] == "ready" and h["index"]["pending_vectors"] == 0, timeout=1800
         )
-        self.client = Client(self.daemon.cfg.socket_path, agent="bench")
-        self.client.__enter__()
-        self.client.call("search", {"query": "kayak paddle", "limit": 5})  # the centre is taken
+        self.connect().call("search", {"query": "kayak paddle", "limit": 5})  # the centre is taken
 
     def record(self) -> None:
         """Note the record as it is now: a new inode or time is a write (atomic: a rename)."""
@@ -52,17 +43,9 @@ class Side:
             self.records.add((st.st_ino, st.st_mtime_ns))
 
     def rewrite(self, i: int) -> None:
-        assert self.client is not None
         body = " ".join(random.Random(i).choice(WORDS) for _ in range(60))
-        t0 = time.perf_counter()
-        self.client.call("write", {"slug": "loop", "content": f"{body} round {i}"})
-        self.times.append((time.perf_counter() - t0) * 1000)
+        self.times.append(self.timed_write("loop", f"{body} round {i}"))
         self.record()
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-        self.daemon.stop()
 
 
 def main() -> None:
@@ -80,20 +63,12 @@ def main() -> None:
             (vault / f"f{n % 7}").mkdir(parents=True, exist_ok=True)
             text = " ".join(rng.choice(WORDS) for _ in range(40))
             (vault / f"f{n % 7}" / f"note-{n}.md").write_text(f"# Note {n}\n\n{text}\n")
-        sides = [
-            Side("old", base / "old", vault, args.old_code.resolve()),
-            Side("new", base / "new", vault, ROOT),
-        ]
-        try:
+        with old_and_new(Side, base, vault, args.old_code) as sides:
             for s in sides:
                 s.ready()
                 s.record()
-            for i in range(args.rewrites):
-                for s in sides if i % 2 else sides[::-1]:
-                    s.rewrite(i)
-        finally:
-            for s in sides:
-                s.close()
+            for i, s in interleaved(sides, args.rewrites):
+                s.rewrite(i)
     result: dict[str, Any] = {
         s.name: {
             "rewrite": {"p50_ms": pct(s.times, 0.5), "p95_ms": pct(s.times, 0.95), "n": len(s.times)},

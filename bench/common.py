@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the daemon harness is the tests' (tests/daemon_process.py)
 
+from sidecar.clients.client import Client  # noqa: E402
 from tests.daemon_process import DaemonProcess  # noqa: E402
 
 
@@ -104,6 +107,63 @@ def code_daemon(home: Path, vault: Path, code: Path, config: Path) -> DaemonProc
         call_timeout=300,
         log_level=None,
     ).start(wait=None)
+
+
+class WriteSide:
+    """One side of an old-against-new comparison of memory writes through the socket: a daemon of
+    the code in ``code`` with its own home on the shared vault and the configuration ``settings``
+    (YAML), and, once ``connect`` is called, a client of the agent ``bench``."""
+
+    def __init__(self, name: str, home: Path, vault: Path, code: Path, settings: str) -> None:
+        self.name = name
+        config = home.parent / f"{home.name}-config.yaml"
+        config.write_text(settings)
+        self.daemon = code_daemon(home, vault, code, config)
+        self.client: Client | None = None
+
+    def connect(self) -> Client:
+        self.client = Client(self.daemon.cfg.socket_path, agent="bench")
+        self.client.__enter__()
+        return self.client
+
+    def timed_write(self, slug: str, content: str) -> float:
+        """A memory write of the note ``slug``; its milliseconds, answer included."""
+        assert self.client is not None, "connect first"
+        t0 = time.perf_counter()
+        self.client.call("write", {"slug": slug, "content": content})
+        return (time.perf_counter() - t0) * 1000
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.daemon.stop()
+
+
+Side = TypeVar("Side", bound=WriteSide)
+
+
+@contextlib.contextmanager
+def old_and_new(
+    make: Callable[[str, Path, Path, Path], Side], base: Path, vault: Path, old_code: Path
+) -> Iterator[list[Side]]:
+    """The sides ``old`` (the checkout ``old_code``) and ``new`` (this one), made with
+    ``make(name, home, vault, code)``, homes in ``base``; both are closed at the end."""
+    sides: list[Side] = []
+    try:
+        for name, code in (("old", old_code.resolve()), ("new", ROOT)):
+            sides.append(make(name, base / name, vault, code))  # one made is closed if the next fails
+        yield sides
+    finally:
+        for side in sides:
+            side.close()
+
+
+def interleaved(sides: Sequence[Side], rounds: int) -> Iterator[tuple[int, Side]]:
+    """(round, side) for ``rounds`` rounds, the sides' order swapped every round (A B B A ...),
+    so both see the same machine load and neither always goes first."""
+    for i in range(rounds):
+        for side in sides if i % 2 else sides[::-1]:
+            yield i, side
 
 
 def emit(result: dict[str, Any], out: Path | None) -> None:

@@ -12,39 +12,23 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, code_daemon, emit, pct
-
-from sidecar.clients.client import Client
+from common import WriteSide, emit, interleaved, old_and_new, pct
 
 
-class Side:
+class Side(WriteSide):
     def __init__(self, name: str, home: Path, vault: Path, code: Path) -> None:
-        self.name = name
-        config = home.parent / f"{home.name}-memwrite.yaml"
-        config.write_text("embedder: {enabled: false}\n")
-        self.daemon = code_daemon(home, vault, code, config)
+        super().__init__(name, home, vault, code, "embedder: {enabled: false}\n")
         self.times: dict[str, list[float]] = {"create": [], "rewrite": []}
-        self.client: Client | None = None
 
     def ready(self) -> None:
         self.daemon.wait_ready(timeout=600, poll=0.1)
-        self.client = Client(self.daemon.cfg.socket_path, agent="bench")
-        self.client.__enter__()
+        self.connect()
 
     def write(self, kind: str, slug: str, content: str) -> None:
-        assert self.client is not None
-        t0 = time.perf_counter()
-        self.client.call("write", {"slug": slug, "content": content})
-        self.times[kind].append((time.perf_counter() - t0) * 1000)
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-        self.daemon.stop()
+        self.times[kind].append(self.timed_write(slug, content))
 
 
 def main() -> None:
@@ -59,23 +43,14 @@ def main() -> None:
         vault = base / "vault"
         vault.mkdir()
         (vault / "Note.md").write_text("# Note\n\nA vault note.\n")
-        sides = [
-            Side("old", base / "old", vault, args.old_code.resolve()),
-            Side("new", base / "new", vault, ROOT),
-        ]
-        try:
+        with old_and_new(Side, base, vault, args.old_code) as sides:
             for s in sides:
                 s.ready()
             body = "A note an agent keeps, about the boat and the garden. " * 20
-            for i in range(args.notes):
-                for s in sides if i % 2 else sides[::-1]:
-                    s.write("create", f"note-{i}", f"{body} {i}")
-            for i in range(args.rewrites):
-                for s in sides if i % 2 else sides[::-1]:
-                    s.write("rewrite", "loop", f"{body} round {i}")
-        finally:
-            for s in sides:
-                s.close()
+            for i, s in interleaved(sides, args.notes):
+                s.write("create", f"note-{i}", f"{body} {i}")
+            for i, s in interleaved(sides, args.rewrites):
+                s.write("rewrite", "loop", f"{body} round {i}")
     result: dict[str, Any] = {
         s.name: {
             kind: {"p50_ms": pct(v, 0.5), "p95_ms": pct(v, 0.95), "n": len(v)} for kind, v in s.times.items()
