@@ -260,3 +260,17 @@ def test_every_configuration_example_in_the_docs_loads(tmp_path: Path, doc: Path
         path = tmp_path / f"example-{n}.yaml"
         path.write_text(block, encoding="utf-8")
         load_config(config_file=str(path), env={})  # raises ConfigError naming the key
+
+
+def test_the_version_line_the_readme_shows_is_the_one_printed() -> None:
+    """README's `sidecar --version` example has the shape the command prints (the build, the
+    package it was installed as, the model), with the placeholders' values as the only change."""
+    from sidecar.clients.cli_parser import version_text
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
+    shown = re.search(r"`(sidecar \d+\.\d+\.\d+ \(build [^`]*)`", readme)
+    assert shown is not None
+    shape = r"sidecar \d+\.\d+\.\d+ \(build [0-9a-f]{12}, distribution sidecar-recall\), "
+    shape += r"model \S+ \(default\)"
+    assert re.fullmatch(shape, shown.group(1)), shown.group(1)
+    assert re.fullmatch(shape, version_text()), version_text()
