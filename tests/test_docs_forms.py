@@ -274,3 +274,19 @@ def test_the_version_line_the_readme_shows_is_the_one_printed() -> None:
     shape += r"model \S+ \(default\)"
     assert re.fullmatch(shape, shown.group(1)), shown.group(1)
     assert re.fullmatch(shape, version_text()), version_text()
+
+
+def test_every_setting_the_readme_names_exists() -> None:
+    """Each ``section.key`` README.md names in code is a setting `config check` knows, or one it
+    still reads under its new name or says is gone (health's fields, `index.immutable`, aside)."""
+    from sidecar.config.loader import RENAMED, RETIRED, settings
+
+    known = {s.dotted for s in settings()} | set(RENAMED) | set(RETIRED)
+    sections = sorted({key.split(".", 1)[0] for key in known if "." in key})
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(rf"`((?:{'|'.join(sections)})\.[A-Za-z]+(?:\.[A-Za-z]+)*)`", readme))
+    assert len(named) > 40, named
+    health = {"index.immutable"}  # the README's troubleshooting table names this field of health
+    sections_named = {k for k in named if any(s.startswith(f"{k}.") for s in known)}  # `search.boosts`
+    unknown = sorted(named - health - sections_named - known)
+    assert unknown == [], unknown
