@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +35,11 @@ from sidecar.search.keyword_gaps import (
     _page_failure_active,
 )
 from sidecar.search.query import QueryAnalysis
+from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import BmParts, bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest
 from sidecar.stores.bm25_search import SHARED, SearchFault
-
-if TYPE_CHECKING:
-    from sidecar.search.query_plan import Separated
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.search.retrieval")
@@ -103,22 +101,14 @@ class EarlyVectors:
     found: Future[tuple[np.ndarray[Any, Any], list[VecList]]]  # the query's vector, the hits
 
 
-class Arms:
-    """The two arms of a ``Retriever`` (which sets the state below)."""
+class Arms(QueryPlan):
+    """The two arms of a ``Retriever`` (which sets the state below), over its query plan."""
 
     stores: Stores
     slot: EmbedderSlot
     cfg: SearchConfig
     queries: QueryCache
     _pending: tuple[float, int, int, int]
-
-    if TYPE_CHECKING:  # the retriever's own (``QueryPlan``)
-
-        def stem(self, qa: QueryAnalysis) -> str | None: ...
-
-        def vector_weight(self, qa: QueryAnalysis, rare: Sequence[str] = ()) -> float: ...
-
-        def separated(self, qa: QueryAnalysis, agent: str | None = None) -> tuple[Separated, ...]: ...
 
     def pending_vectors(self) -> tuple[int, int, int]:
         """Chunks waiting for a vector in the serving table, how many of those are of notes

@@ -13,22 +13,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from sidecar.config import SearchConfig
 from sidecar.contracts.protocol import LIMIT_RANGE
-from sidecar.search.arms import Found
+from sidecar.search.arms import Arms, Found, QueryVector
 from sidecar.search.fusion import Scored
 from sidecar.search.query import QueryAnalysis
 from sidecar.search.querywords import BmParts
+from sidecar.search.ranking import Ranker, Ranking
 from sidecar.search.request import SearchRequest
 from sidecar.stores.manifest_rows import ChunkView
-
-if TYPE_CHECKING:
-    from sidecar.search.arms import QueryVector
-    from sidecar.search.ranking import Ranking
 
 # The wider looks a limit the fixed pool cannot fill is filled from, in turn: each a whole pool
 # of its own, ranked whatever the limit, taken only while too few hits are found (a limit of 50
@@ -65,39 +61,8 @@ class Looked:
     rankings: dict[int, Ranking]
 
 
-class WiderLooks:
-    """The wider looks of a ``Retriever`` (which sets the state below)."""
-
-    cfg: SearchConfig
-
-    if TYPE_CHECKING:  # the retriever's own (``Arms``, ``Ranker``)
-
-        def _fetch(self, req: SearchRequest) -> int: ...
-
-        def arms(
-            self,
-            req: SearchRequest,
-            text: str,
-            qa: QueryAnalysis,
-            vectors: Sequence[np.ndarray[Any, Any]] | None,
-            weight: float,
-            *,
-            parts: BmParts | None = None,
-            spelled: Mapping[str, str] | None = None,
-            embedded: QueryVector | None = None,
-        ) -> Found: ...
-
-        def rank(
-            self,
-            req: SearchRequest,
-            qa: QueryAnalysis,
-            found: Found,
-            *,
-            weight: float,
-            rare: Sequence[str] = (),
-            parts: BmParts | None = None,
-            relevance_weight: float | None = None,
-        ) -> Ranking: ...
+class WiderLooks(Arms, Ranker):
+    """The wider looks of a ``Retriever``: its arms and ranking run again over wider pools."""
 
     def wider_pools(self, req: SearchRequest) -> list[int]:
         """The wider looks after the request's fixed pool (its own, or ``search.candidates``)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from sidecar.config import SearchConfig
 from sidecar.contracts.errors import StoreError
@@ -29,6 +28,7 @@ from sidecar.search.keyword_gaps import (
 )
 from sidecar.search.listing import passes
 from sidecar.search.query import QueryAnalysis
+from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querywords import BmParts, _name_words, bm25_text, joined_part, typed_part
 from sidecar.search.request import SearchRequest
 from sidecar.search.words import fold as fold_word
@@ -48,15 +48,11 @@ class Ranking:
     scale: Scale = field(default_factory=Scale)  # how raw scores became relevance
 
 
-class Ranker:
-    """The fusion and rules of a ``Retriever`` (which sets the state below)."""
+class Ranker(QueryPlan):
+    """The fusion and rules of a ``Retriever`` (which sets the state below), over its query plan."""
 
     stores: Stores
     cfg: SearchConfig
-
-    if TYPE_CHECKING:  # the retriever's own (``QueryPlan``)
-
-        def unread(self, qa: QueryAnalysis) -> bool: ...
 
     def rank(
         self,

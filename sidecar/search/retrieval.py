@@ -20,20 +20,17 @@ from sidecar.index.repair import ready_inbox
 from sidecar.index.vectoring import Stores
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.search import listing
-from sidecar.search.arms import Arms
 from sidecar.search.looks import Reading, WiderLooks
 from sidecar.search.query import Filters, QueryAnalysis, analyze, split_filters
-from sidecar.search.query_plan import QueryPlan
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set
-from sidecar.search.ranking import Ranker
 from sidecar.search.request import SearchRequest, filters_alone, with_filters
 from sidecar.search.results import analysis_of, phrase_ignored, to_hit
 from sidecar.stores.bm25_folder import one_look
 from sidecar.stores.manifest_rows import NoteDay
 
 
-class Retriever(QueryPlan, Arms, Ranker, WiderLooks):
+class Retriever(WiderLooks):
     def __init__(
         self,
         stores: Stores,
