@@ -594,3 +594,22 @@ def test_a_name_in_a_note_of_the_other_language_still_lets_keywords_lead(
     assert lower[0] == ("brandauer",) and lower[1] > cut
     assert first[0] == ("Brandauer",) and first[1] > cut
     assert german == (("rsnapq",), cut)
+
+
+def test_the_retrievers_parts_define_each_method_once() -> None:
+    """The retriever's parts are built on one another (QueryPlan, Arms, Ranker, WiderLooks): a
+    method defined in two of them would be taken from whichever comes first in the inheritance
+    order, silently, so none is."""
+    from sidecar.search.arms import Arms
+    from sidecar.search.looks import WiderLooks
+    from sidecar.search.query_plan import QueryPlan
+    from sidecar.search.ranking import Ranker
+    from sidecar.search.retrieval import Retriever
+
+    parts = [QueryPlan, Arms, Ranker, WiderLooks, Retriever]
+    owners: dict[str, list[str]] = {}
+    for part in parts:
+        for name in vars(part):
+            if not (name.startswith("__") and name.endswith("__")):
+                owners.setdefault(name, []).append(part.__name__)
+    assert {n: o for n, o in owners.items() if len(o) > 1} == {}
