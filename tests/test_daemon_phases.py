@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -320,10 +321,11 @@ def _lock_text_of(index: Path) -> str:
     return (index / ".lock").read_text()
 
 
-def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path) -> None:
+def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A daemon started on an immutable index (chattr -R +i: it serves read-only) takes the lock on
     a file it cannot write, which still names the daemon before it: that dead pid was named as
-    the holder. The holder the system's lock table names is, and nothing waits on the old record."""
+    the holder. The holder the system's lock table names is, and nothing waits on the old record.
+    Once the index may be written, the file names the daemon."""
     from sidecar.clients.lockholder import lock_holder, lock_view, phase_words
     from tests.test_permissions import _immutable
 
@@ -339,7 +341,23 @@ def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: P
         assert view is not None and not view.starting and not view.stale
         words = phase_words(view)
         assert words is not None and f"held by pid {d.pid}" in words and f"pid {before}" in words
-        assert d.stop() == 0
+    # The flag lifted: the daemon switches to writable, and its lock file names it from then on
+    # (it named the earlier daemon until the stop: status, a second serve).
+    deadline = time.monotonic() + 120
+    while f"pid {d.pid} serving since " not in _lock_text(d):
+        assert d.proc.poll() is None and time.monotonic() < deadline, (
+            _lock_text(d),
+            d.log.read_text()[-3000:],
+        )
+        time.sleep(0.1)
+    assert lock_holder(d.cfg) == f"pid {d.pid}"
+    # A second serve on another socket meets the lock, not this daemon's socket.
+    other = [*d.cmd(), "--socket", str(tmp_path / "other.sock")]
+    second = subprocess.run(other, capture_output=True, text=True, timeout=120, env=d.env, check=False)
+    assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
+    assert f"in use by pid {d.pid})" in second.stderr and f"pid {before}" not in second.stderr, second.stderr
+    assert d.stop() == 0
+    assert f"pid {d.pid} stopped since " in _lock_text(d)
 
 
 def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_factory: Any, vault: Path) -> None:
@@ -513,3 +531,219 @@ def test_a_request_read_by_the_daemon_is_not_taken_for_a_start(tmp_path: Path) -
     finally:
         client.close()
         server.close()
+
+
+def test_a_lock_taken_read_only_names_its_holder_once_its_file_may_be_written(tmp_path: Path) -> None:
+    """A lock taken on an immutable index cannot write its file, which names the daemon before
+    it. Once the file may be written (the flag lifted: the switch to writable), its record names
+    the daemon that holds the lock: a second serve and status named the earlier pid, or "a
+    process its lock file does not name", until the daemon stopped."""
+    from sidecar.clients.lockholder import lock_holder
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+    from tests.test_permissions import _immutable
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    earlier = IndexLock(cfg.index_dir)
+    earlier.acquire()
+    earlier.release()  # "stopped": the record of the daemon before
+    me = os.getpid()
+    with _immutable(cfg.index_dir):
+        lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        lock.phase(lockstate.SERVING)  # written nowhere while the file cannot be written
+        assert " stopped since " in _lock_text_of(cfg.index_dir)
+    try:
+        lock.rewrite()  # what the switch to writable does
+        assert f"pid {me} serving since " in _lock_text_of(cfg.index_dir)
+        view = lockstate.look(cfg.index_dir / ".lock")
+        assert view is not None and view.current and view.holder is None
+        assert lock_holder(cfg) == f"pid {me}"
+        with pytest.raises(DaemonRunningError, match=rf"already serving .* in use by pid {me}\)"):
+            IndexLock(cfg.index_dir).acquire()
+        lock.phase(lockstate.STOPPING)
+        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is stopping on "):
+            IndexLock(cfg.index_dir).acquire()
+    finally:
+        lock.release()
+    assert f"pid {me} stopped since " in _lock_text_of(cfg.index_dir)
+
+
+def test_what_the_lock_says_of_an_unanswered_request_comes_with_its_kind(tmp_path: Path) -> None:
+    """One rule reads a daemon starting or stopping from its lock (``LockView.moving``): the
+    client's look at an unanswered request gives the kind with the words, starting or stopping,
+    and nothing for a daemon serving (it was the words of a start only, and a second look at
+    the lock decided a stop)."""
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    lock, me = IndexLock(cfg.index_dir), os.getpid()
+    lock.acquire()
+    watch = StartWatch(cfg, wait=False)
+    try:
+        lock.phase(lockstate.STARTING, "opening the index")
+        kind, words = watch.unanswered(5.0) or ("", "")
+        assert kind == lockstate.STARTING and f"the daemon (pid {me}) is starting" in words, words
+        lock.phase(lockstate.SERVING)
+        assert watch.unanswered(5.0) is None
+        lock.phase(lockstate.STOPPING)
+        kind, words = watch.unanswered(5.0) or ("", "")
+        assert kind == lockstate.STOPPING and f"the daemon (pid {me}) is stopping" in words, words
+    finally:
+        lock.release()
+    assert watch.unanswered(5.0) is None  # stopped: nothing holds it
+
+
+def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, vault: Path) -> None:
+    """SIGTERM in the moment between the lock file's first write (``starting``) and the daemon
+    holding the lock as its own: the start ended with nothing to write ``stopped``, and clients
+    read a stale lock of a daemon "killed or crashed". The signal is delivered there (the
+    process sends it to itself right after that write: no other way lands it in that moment);
+    the daemon stops as any stop does: exit 0, the record says stopped."""
+    d = daemon_factory(vault, keyword_only=True)
+    d.home.mkdir(parents=True)
+    argv = d.cmd()[d.cmd().index("serve") :]
+    script = (
+        "import os, signal, sys\n"
+        "from sidecar.runtime import lockstate\n"
+        "written = lockstate.write_record\n"
+        "def write_then_stop(fh, text):\n"
+        "    written(fh, text)\n"
+        "    if ' starting since ' in text:\n"
+        "        lockstate.write_record = written\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "lockstate.write_record = write_then_stop\n"
+        "from sidecar.clients.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=d.env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " stopped since " in _lock_text(d), (_lock_text(d), done.stderr[-3000:])
+    assert "daemon_stop_in_start" in done.stderr, done.stderr[-3000:]
+    code, out, _err = _run(d, "status")
+    assert code == ExitCode.NOT_RUNNING and "stale" not in out, out
+
+
+def _stopping_home(tmp_path: Path) -> tuple[Any, Any, Path]:
+    """A home whose lock this process holds saying stopping (as a daemon's own), and a socket
+    bound at a short path whose requests the test answers, or not."""
+    import socket
+
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    path = tmp_path / "s.sock"
+    cfg = load_config(flags={"home": str(tmp_path / "h"), "socket": str(path)}, env={})
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    lock.phase(lockstate.STOPPING)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    return cfg, lock, server
+
+
+@pytest.mark.parametrize("queue_asked", [True, False], ids=["linux", "fallback"])
+def test_a_stopping_daemons_unread_request_is_said_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_asked: bool
+) -> None:
+    """A request left in the queue of a daemon stopping is never read: said as a refused
+    connection is (stopping), not waited for to the timeout. Where the socket's send queue cannot
+    be asked (macOS: the fallback, forced here) it is said once the stop closes the socket."""
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.contracts.errors import DaemonNotRunningError
+
+    if not queue_asked:
+        monkeypatch.delattr(termios, "TIOCOUTQ")  # a system where the send queue cannot be asked
+    cfg, lock, server = _stopping_home(tmp_path)
+    watch = StartWatch(cfg, wait=False)
+    looked = threading.Event()
+    unanswered = watch.unanswered
+
+    def look(timeout: float) -> tuple[str, str] | None:
+        said = unanswered(timeout)
+        looked.set()
+        return said
+
+    watch.unanswered = look  # type: ignore[method-assign]
+    closer = threading.Thread(target=lambda: looked.wait(60) and server.close())
+    closer.start()
+    client.watch_starts(watch)
+    try:
+        with pytest.raises(DaemonNotRunningError) as err, client.Client(cfg.socket_path, timeout=60) as c:
+            c.call("health")
+        assert f"the daemon (pid {os.getpid()}) is stopping" in str(err.value), err.value
+    finally:
+        client.watch_starts(None)
+        closer.join()
+        server.close()
+        lock.release()
+
+
+@pytest.mark.parametrize("queue_asked", [True, False], ids=["linux", "fallback"])
+def test_a_request_a_stopping_daemon_read_is_answered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_asked: bool
+) -> None:
+    """A stop drains the requests it took up: one read before the stop, answered late, is waited
+    for. Where the send queue cannot be asked (the fallback, forced here) it was given up on and
+    said stopping, its answer lost."""
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.contracts.protocol import ok_frame
+
+    if not queue_asked:
+        monkeypatch.delattr(termios, "TIOCOUTQ")  # a system where the send queue cannot be asked
+    cfg, lock, server = _stopping_home(tmp_path)
+    watch = StartWatch(cfg, wait=False)
+    looked = threading.Event()
+    unanswered = watch.unanswered
+
+    def look(timeout: float) -> tuple[str, str] | None:
+        said = unanswered(timeout)
+        looked.set()
+        return said
+
+    watch.unanswered = look  # type: ignore[method-assign]
+    asked = threading.Event()  # the client asked whether its request was read: its first wait over
+    unread = client._unread
+
+    def ask(sock: Any) -> bool | None:
+        got = unread(sock)
+        asked.set()
+        return got
+
+    monkeypatch.setattr(client, "_unread", ask)
+
+    def drain() -> None:
+        peer, _ = server.accept()
+        with peer:
+            assert peer.recv(4096).endswith(b"\n")
+            asked.wait(60)  # answered late: after the client's first wait
+            peer.sendall(ok_frame(1, {"drained": True}))
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    client.watch_starts(watch)
+    try:
+        with client.Client(cfg.socket_path, timeout=60) as c:
+            assert c.call("health") == {"drained": True}
+        assert looked.is_set() is not queue_asked  # read: the lock is not looked at where it can be told
+    finally:
+        client.watch_starts(None)
+        thread.join()
+        server.close()
+        lock.release()

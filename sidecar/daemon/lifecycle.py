@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +173,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # Closes the stores of a failed switch once its threads still running end (``_close_after``).
         self._closing: threading.Thread | None = None
         self._closing_for: tuple[list[str], float] = ([], 0.0)  # its threads' names, since (monotonic)
-        self._said_closing = False
-        self._said_stuck = False
+        self._said_closing = self._said_stuck = False
         # The read-only state last logged at ERROR/WARNING (a failed switch is tried every few
         # seconds: each try logged both again); None once writable.
         self._said_read_only: str | None = None
@@ -199,7 +198,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
-        self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
+        # A stop signal during the lock take, held until the daemon knows the lock it took
+        # (``_stops_held``); the waits there end on it.
+        self._stop_asked, self._stops_held = threading.Event(), False
+        # The waits for the home and the index (tests: a clock); a stop asked meanwhile ends them.
+        self._sleep: Callable[[float], object] = self._stop_asked.wait
         self._clock: Callable[[], float] = time.monotonic
         self._asked_holder: tuple[str, float, dict[str, Any] | None] | None = None
 
@@ -233,9 +236,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
                 # index` run or another daemon holding the index or socket is waited for (exit 4
                 # is not restarted there).
-                self._lock = lock_waiting_for_index_run(
-                    self.cfg, send, self._sleep, check=self._socket_free, clock=self._clock
-                )
+                with self._stops_held_back():
+                    self._lock = lock_waiting_for_index_run(
+                        self.cfg, send, self._pause, check=self._socket_free, clock=self._clock
+                    )
                 self._make_agents_folder()  # the lock first: a second daemon records nothing
                 break
             except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
@@ -292,9 +296,32 @@ class Daemon(ConfigReload, ReadOnlyStart):
             return
 
         def asked(_signum: int, _frame: Any) -> None:
+            if self._stops_held:  # the lock is being taken: stopped once the daemon holds it
+                self._stop_asked.set()
+                return
             raise _StopAsked  # no logging here: the main thread may hold its lock
 
         signal.signal(signal.SIGTERM, asked)
+
+    @contextlib.contextmanager
+    def _stops_held_back(self) -> Iterator[None]:
+        """The lock take, a stop signal held until it is over: one landing between the lock
+        file's first write (``starting``) and ``self._lock`` killed the start with nothing to
+        say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". The
+        waits in it (``_pause``) end on a stop, so a wait for a `sidecar index` run still stops."""
+        self._stops_held = True
+        try:
+            yield
+        finally:
+            self._stops_held = False
+            if self._stop_asked.is_set():
+                raise _StopAsked  # the lock, if taken, is known now: the stop writes stopping, stopped
+
+    def _pause(self, seconds: float) -> None:
+        """A wait between tries of the lock: a stop asked meanwhile ends it and the start."""
+        self._sleep(seconds)
+        if self._stop_asked.is_set():
+            raise _StopAsked
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
@@ -343,9 +370,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
         """The phase this home's lock file gives for the daemon ``holder`` on the socket (``pid
         N``) when it is starting or stopping (its socket is bound but answers nothing), else None."""
         view = lockstate.look(self.cfg.index_dir / ".lock")
-        if view is None or not view.current or f"pid {view.record.pid}" != holder:
+        if view is None or view.moving is None or f"pid {view.record.pid}" != holder:
             return None
-        return view.record.phase_words() if view.record.phase in (STARTING, STOPPING) else None
+        return view.record.phase_words()
 
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a
