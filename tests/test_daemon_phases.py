@@ -13,6 +13,8 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +32,19 @@ def _lock_text(d: Any) -> str:
         return ""
 
 
-def _paused_in(d: Any, phase: str, timeout: float = 120) -> None:
-    """SIGSTOP the daemon as soon as its lock file says ``phase``; the process stays there."""
+def _paused_when(d: Any, ready: Callable[[Any], bool], timeout: float = 120) -> None:
+    """SIGSTOP the daemon as soon as ``ready(d)``; the process stays there."""
     deadline = time.monotonic() + timeout
-    while f" {phase} since " not in _lock_text(d):
+    while not ready(d):
         assert d.proc.poll() is None, d.log.read_text()[-3000:]
         assert time.monotonic() < deadline, (_lock_text(d), d.log.read_text()[-3000:])
         time.sleep(0.002)
     os.kill(d.pid, signal.SIGSTOP)
+
+
+def _paused_in(d: Any, phase: str) -> None:
+    """SIGSTOP the daemon as soon as its lock file says ``phase``."""
+    _paused_when(d, lambda d: f" {phase} since " in _lock_text(d))
 
 
 def _cli(d: Any, *args: str, **kw: Any) -> subprocess.Popen[str]:
@@ -60,19 +67,38 @@ def _run(d: Any, *args: str) -> tuple[int, str, str]:
 
 
 def _started_paused(daemon_factory: Any, tmp_path: Path) -> Any:
-    """A keyword-only daemon paused in its start (its lock says starting). A start that got past
-    it before the pause (a fast machine) is stopped and made again."""
+    """A keyword-only daemon paused in its start (its lock says starting)."""
     vault = tmp_path / "vault"
     write(vault / "Lighthouse.md", "# Lighthouse\n\nThe lighthouse keeper rows out at dawn.\n")
+    return _paused_starting(daemon_factory, vault, "home", lambda d: " starting since " in _lock_text(d))
+
+
+def _paused_starting(daemon_factory: Any, vault: Path, name: str, ready: Callable[[Any], bool]) -> Any:
+    """A keyword-only daemon paused in its start once ``ready(d)``. A start that got past its
+    starting phase before the pause landed (a fast machine) is stopped and made again."""
     for attempt in range(5):
-        d = daemon_factory(vault, name=f"home{attempt}", keyword_only=True)
+        d = daemon_factory(vault, name=f"{name}{attempt}", keyword_only=True)
         d.start(wait=None)
-        _paused_in(d, "starting")
+        _paused_when(d, ready)
         if " starting since " in _lock_text(d):
             return d
         os.kill(d.pid, signal.SIGCONT)
         assert d.stop() == 0
     raise AssertionError("every start got past its starting phase before it was paused")
+
+
+def _hook_said_and_search_waiting(d: Any, query: str, timeout: int) -> subprocess.Popen[str]:
+    """The prompt hook, run while the daemon is paused in its start, says it is starting at once
+    (it waits for nothing); a search run then says it waits, bounded by its own ``--timeout``:
+    the search, still waiting (the caller lets the daemon go on, then reads its answer)."""
+    code, out, err = _run(d, "recall", query, "--agent", "ops", "--timeout", "100")
+    assert code == ExitCode.NOT_RUNNING, (out, err)
+    assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+    search = _cli(d, "search", query, "--timeout", str(timeout))
+    assert search.stderr is not None
+    first = search.stderr.readline()
+    assert f"the daemon (pid {d.pid}) is starting" in first and f"waiting up to {timeout} s" in first, first
+    return search
 
 
 def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_it(
@@ -107,17 +133,10 @@ def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_
         assert f"the daemon (pid {d.pid}) is starting" in out and "hung" not in out, (out, err)
         assert "started with another" not in out, out
 
-        # The prompt hook: answered while the daemon is still paused, without a wait.
-        code, out, err = _run(d, "recall", "lighthouse keeper", "--agent", "ops", "--timeout", "100")
-        assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+        # The prompt hook: answered while the daemon is still paused, without a wait; a search's
+        # wait is bounded by its own --timeout (it was 30 s at most, whatever the flag said).
+        search = _hook_said_and_search_waiting(d, "lighthouse keeper", 45)
         assert " starting since " in _lock_text(d)  # still paused: nothing was waited for
-
-        # Its wait is bounded by its own --timeout (it was 30 s at most, whatever the flag said).
-        search = _cli(d, "search", "lighthouse keeper", "--timeout", "45")
-        assert search.stderr is not None
-        first = search.stderr.readline()
-        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 45 s" in first, first
     finally:
         os.kill(d.pid, signal.SIGCONT)
     out, err = search.communicate(timeout=120)
@@ -297,14 +316,7 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
     def restart() -> None:
         time.sleep(0.3)
         first.release()  # says stopped
-        time.sleep(0.1)  # the lock free a moment: a restart's gap
-        second = IndexLock(cfg.index_dir)
-        second.acquire()
-        time.sleep(0.3)
-        second.phase(lockstate.SERVING)
-        served.set()
-        time.sleep(0.5)
-        second.release()
+        _next_daemon(cfg, served)
 
     said: list[str] = []
     thread = threading.Thread(target=restart)
@@ -315,6 +327,21 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
         assert said and "is starting" in said[0], said
     finally:
         thread.join()
+
+
+def _next_daemon(cfg: Any, served: Any) -> None:
+    """A restart's next daemon, after the lock was let go: the lock free a moment (a restart's
+    gap), then taken, starting, serving (``served`` set), let go."""
+    from sidecar.daemon.process import IndexLock
+
+    time.sleep(0.1)
+    second = IndexLock(cfg.index_dir)
+    second.acquire()
+    time.sleep(0.3)
+    second.phase(lockstate.SERVING)
+    served.set()
+    time.sleep(0.5)
+    second.release()
 
 
 def _lock_text_of(index: Path) -> str:
@@ -364,20 +391,9 @@ def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_facto
     """Paused once its socket is bound, before it answers (its stores opening): the socket takes
     connections into its queue and answers nothing. A second serve found a daemon on the socket
     and said "already serving"; status would have waited in that queue. Both say starting."""
-    for attempt in range(5):
-        d = daemon_factory(vault, name=f"bound{attempt}", keyword_only=True)
-        d.start(wait=None)
-        deadline = time.monotonic() + 120
-        while not ("(opening the index)" in _lock_text(d) and d.socket.exists()):
-            assert d.proc.poll() is None and time.monotonic() < deadline, d.log.read_text()[-3000:]
-            time.sleep(0.002)
-        os.kill(d.pid, signal.SIGSTOP)
-        if " starting since " in _lock_text(d):
-            break
-        os.kill(d.pid, signal.SIGCONT)
-        assert d.stop() == 0
-    else:
-        raise AssertionError("every start got past its starting phase before it was paused")
+    d = _paused_starting(
+        daemon_factory, vault, "bound", lambda d: "(opening the index)" in _lock_text(d) and d.socket.exists()
+    )
     try:
         second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
         assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
@@ -391,13 +407,7 @@ def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_facto
             err,
         )
         # Connected (the socket is bound), no answer: the hook looks at the lock and says it.
-        code, out, err = _run(d, "recall", "spark plugs", "--agent", "ops", "--timeout", "100")
-        assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
-        search = _cli(d, "search", "spark plugs", "--timeout", "100")
-        assert search.stderr is not None
-        first = search.stderr.readline()
-        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 100 s" in first, first
+        search = _hook_said_and_search_waiting(d, "spark plugs", 100)
     finally:
         os.kill(d.pid, signal.SIGCONT)
     out, err = search.communicate(timeout=120)
@@ -454,7 +464,6 @@ def test_a_wait_looks_again_at_a_lock_whose_daemon_died(tmp_path: Path) -> None:
 
     from sidecar.clients.lockholder import StartWatch
     from sidecar.config import load_config
-    from sidecar.daemon.process import IndexLock
 
     cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
     cfg.index_dir.mkdir(parents=True)
@@ -472,14 +481,7 @@ def test_a_wait_looks_again_at_a_lock_whose_daemon_died(tmp_path: Path) -> None:
             fh, lockstate.record_text(dead.pid, lockstate.STARTING, time.time(), "opening")
         )
         fh.close()  # let go as a killed process's lock is: the record says starting, its pid dead
-        time.sleep(0.1)
-        second = IndexLock(cfg.index_dir)
-        second.acquire()
-        time.sleep(0.3)
-        second.phase(lockstate.SERVING)
-        served.set()
-        time.sleep(0.5)
-        second.release()
+        _next_daemon(cfg, served)
 
     thread = threading.Thread(target=killed_then_restarted)
     thread.start()
@@ -633,14 +635,33 @@ def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, va
     assert code == ExitCode.NOT_RUNNING and "stale" not in out, out
 
 
-def _stopping_home(tmp_path: Path) -> tuple[Any, Any, Path]:
-    """A home whose lock this process holds saying stopping (as a daemon's own), and a socket
-    bound at a short path whose requests the test answers, or not."""
-    import socket
+@dataclass
+class _Stopping:
+    """A home whose lock this process holds saying stopping (as a daemon's own), a socket bound
+    at a short path whose requests the test answers or not, and a client of that home that does
+    not wait: ``looked`` is set once it has looked at the lock."""
 
+    cfg: Any
+    server: Any
+    looked: Any
+
+
+@pytest.fixture
+def stopping(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[_Stopping]:
+    """``_Stopping``; parametrised by ``queue_asked`` False, the socket's send queue cannot be
+    asked (``termios.TIOCOUTQ`` gone, as on macOS: the fallback)."""
+    import socket
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.clients.lockholder import StartWatch
     from sidecar.config import load_config
     from sidecar.daemon.process import IndexLock
 
+    if not request.param:
+        monkeypatch.delattr(termios, "TIOCOUTQ")
     path = tmp_path / "s.sock"
     cfg = load_config(flags={"home": str(tmp_path / "h"), "socket": str(path)}, env={})
     lock = IndexLock(cfg.index_dir)
@@ -649,25 +670,6 @@ def _stopping_home(tmp_path: Path) -> tuple[Any, Any, Path]:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen(4)
-    return cfg, lock, server
-
-
-@pytest.mark.parametrize("queue_asked", [True, False], ids=["linux", "fallback"])
-def test_a_stopping_daemons_unread_request_is_said_stopping(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_asked: bool
-) -> None:
-    """A request left in the queue of a daemon stopping is never read: said as a refused
-    connection is (stopping), not waited for to the timeout. Where the socket's send queue cannot
-    be asked (macOS: the fallback, forced here) it is said once the stop closes the socket."""
-    import threading
-
-    from sidecar.clients import client
-    from sidecar.clients.lockholder import StartWatch
-    from sidecar.contracts.errors import DaemonNotRunningError
-
-    if not queue_asked:
-        monkeypatch.delattr(termios, "TIOCOUTQ")  # a system where the send queue cannot be asked
-    cfg, lock, server = _stopping_home(tmp_path)
     watch = StartWatch(cfg, wait=False)
     looked = threading.Event()
     unanswered = watch.unanswered
@@ -678,46 +680,53 @@ def test_a_stopping_daemons_unread_request_is_said_stopping(
         return said
 
     watch.unanswered = look  # type: ignore[method-assign]
-    closer = threading.Thread(target=lambda: looked.wait(60) and server.close())
-    closer.start()
     client.watch_starts(watch)
     try:
-        with pytest.raises(DaemonNotRunningError) as err, client.Client(cfg.socket_path, timeout=60) as c:
-            c.call("health")
-        assert f"the daemon (pid {os.getpid()}) is stopping" in str(err.value), err.value
+        yield _Stopping(cfg, server, looked)
     finally:
         client.watch_starts(None)
-        closer.join()
         server.close()
         lock.release()
 
 
-@pytest.mark.parametrize("queue_asked", [True, False], ids=["linux", "fallback"])
-def test_a_request_a_stopping_daemon_read_is_answered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_asked: bool
-) -> None:
-    """A stop drains the requests it took up: one read before the stop, answered late, is waited
-    for. Where the send queue cannot be asked (the fallback, forced here) it was given up on and
-    said stopping, its answer lost."""
+_QUEUE_ASKED = pytest.mark.parametrize("stopping", [True, False], ids=["linux", "fallback"], indirect=True)
+
+
+@_QUEUE_ASKED
+def test_a_stopping_daemons_unread_request_is_said_stopping(stopping: _Stopping) -> None:
+    """A request left in the queue of a daemon stopping is never read: said as a refused
+    connection is (stopping), not waited for to the timeout. Where the socket's send queue cannot
+    be asked (macOS: the fallback) it is said once the stop closes the socket."""
     import threading
 
     from sidecar.clients import client
-    from sidecar.clients.lockholder import StartWatch
+    from sidecar.contracts.errors import DaemonNotRunningError
+
+    closer = threading.Thread(target=lambda: stopping.looked.wait(60) and stopping.server.close())
+    closer.start()
+    try:
+        with (
+            pytest.raises(DaemonNotRunningError) as err,
+            client.Client(stopping.cfg.socket_path, timeout=60) as c,
+        ):
+            c.call("health")
+        assert f"the daemon (pid {os.getpid()}) is stopping" in str(err.value), err.value
+    finally:
+        closer.join()
+
+
+@_QUEUE_ASKED
+def test_a_request_a_stopping_daemon_read_is_answered(
+    stopping: _Stopping, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop drains the requests it took up: one read before the stop, answered late, is waited
+    for. Where the send queue cannot be asked (the fallback) it was given up on and said
+    stopping, its answer lost."""
+    import threading
+
+    from sidecar.clients import client
     from sidecar.contracts.protocol import ok_frame
 
-    if not queue_asked:
-        monkeypatch.delattr(termios, "TIOCOUTQ")  # a system where the send queue cannot be asked
-    cfg, lock, server = _stopping_home(tmp_path)
-    watch = StartWatch(cfg, wait=False)
-    looked = threading.Event()
-    unanswered = watch.unanswered
-
-    def look(timeout: float) -> tuple[str, str] | None:
-        said = unanswered(timeout)
-        looked.set()
-        return said
-
-    watch.unanswered = look  # type: ignore[method-assign]
     asked = threading.Event()  # the client asked whether its request was read: its first wait over
     unread = client._unread
 
@@ -729,7 +738,7 @@ def test_a_request_a_stopping_daemon_read_is_answered(
     monkeypatch.setattr(client, "_unread", ask)
 
     def drain() -> None:
-        peer, _ = server.accept()
+        peer, _ = stopping.server.accept()
         with peer:
             assert peer.recv(4096).endswith(b"\n")
             asked.wait(60)  # answered late: after the client's first wait
@@ -737,13 +746,35 @@ def test_a_request_a_stopping_daemon_read_is_answered(
 
     thread = threading.Thread(target=drain)
     thread.start()
-    client.watch_starts(watch)
     try:
-        with client.Client(cfg.socket_path, timeout=60) as c:
+        with client.Client(stopping.cfg.socket_path, timeout=60) as c:
             assert c.call("health") == {"drained": True}
-        assert looked.is_set() is not queue_asked  # read: the lock is not looked at where it can be told
     finally:
-        client.watch_starts(None)
         thread.join()
-        server.close()
-        lock.release()
+    # Where the queue can be asked, a request read is not looked up in the lock at all.
+    assert stopping.looked.is_set() is (termios.__dict__.get("TIOCOUTQ") is None)
+
+
+def test_a_stop_signal_ends_a_wait_for_the_lock(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A stop signal is held while the lock is taken (``test_a_stop_signal_as_the_lock_is_taken_
+    says_stopped``), but not through the service's wait for a `sidecar index` run between tries:
+    the daemon stops at once (exit 0), the run's lock and record untouched."""
+    import socket
+
+    from sidecar.daemon.process import INDEX_RUN, IndexLock
+
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # a service manager's notify socket
+    sink.bind(str(tmp_path / "notify.sock"))
+    d = daemon_factory(vault, keyword_only=True, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    held = IndexLock(d.home / "index", by=INDEX_RUN)
+    held.acquire()
+    try:
+        d.start(wait=None)
+        _paused_when(d, lambda d: "index_lock_wait" in d.log.read_text())  # in its wait
+        d.proc.send_signal(signal.SIGTERM)  # delivered as it goes on
+        os.kill(d.pid, signal.SIGCONT)
+        assert d.proc.wait(timeout=60) == 0, d.log.read_text()[-3000:]
+        assert _lock_text(d).startswith(f"{INDEX_RUN} (pid {os.getpid()})"), _lock_text(d)
+    finally:
+        held.release()
+        sink.close()

@@ -198,11 +198,11 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
-        # A stop signal during the lock take, held until the daemon knows the lock it took
-        # (``_stops_held``); the waits there end on it.
-        self._stop_asked, self._stops_held = threading.Event(), False
-        # The waits for the home and the index (tests: a clock); a stop asked meanwhile ends them.
-        self._sleep: Callable[[float], object] = self._stop_asked.wait
+        # A stop signal during the lock take is held (``_stop_waits``) until the daemon knows the
+        # lock it took (``_stops_held_back``), except in a wait between tries (``_pausing``).
+        # Plain flags: a handler that takes a lock (Event.set) can deadlock the thread it interrupts.
+        self._stops_held = self._pausing = self._stop_waits = False
+        self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
         self._clock: Callable[[], float] = time.monotonic
         self._asked_holder: tuple[str, float, dict[str, Any] | None] | None = None
 
@@ -296,8 +296,8 @@ class Daemon(ConfigReload, ReadOnlyStart):
             return
 
         def asked(_signum: int, _frame: Any) -> None:
-            if self._stops_held:  # the lock is being taken: stopped once the daemon holds it
-                self._stop_asked.set()
+            if self._stops_held and not self._pausing:  # the lock being taken: stopped once held
+                self._stop_waits = True
                 return
             raise _StopAsked  # no logging here: the main thread may hold its lock
 
@@ -307,21 +307,26 @@ class Daemon(ConfigReload, ReadOnlyStart):
     def _stops_held_back(self) -> Iterator[None]:
         """The lock take, a stop signal held until it is over: one landing between the lock
         file's first write (``starting``) and ``self._lock`` killed the start with nothing to
-        say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". The
-        waits in it (``_pause``) end on a stop, so a wait for a `sidecar index` run still stops."""
-        self._stops_held = True
+        say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". A stop in
+        a wait between tries (``_pause``: nothing held then) ends it at once, so a wait for a
+        `sidecar index` run or another daemon still stops."""
+        self._stops_held, self._stop_waits = True, False
         try:
             yield
         finally:
             self._stops_held = False
-            if self._stop_asked.is_set():
+            if self._stop_waits:
                 raise _StopAsked  # the lock, if taken, is known now: the stop writes stopping, stopped
 
     def _pause(self, seconds: float) -> None:
-        """A wait between tries of the lock: a stop asked meanwhile ends it and the start."""
-        self._sleep(seconds)
-        if self._stop_asked.is_set():
+        """A wait between tries of the lock (the last one refused: nothing is held)."""
+        if self._stop_waits:  # asked during the refused try
             raise _StopAsked
+        self._pausing = True
+        try:
+            self._sleep(seconds)
+        finally:
+            self._pausing = False
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
