@@ -11,7 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import termios
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +32,19 @@ def _lock_text(d: Any) -> str:
         return ""
 
 
-def _paused_in(d: Any, phase: str, timeout: float = 120) -> None:
-    """SIGSTOP the daemon as soon as its lock file says ``phase``; the process stays there."""
+def _paused_when(d: Any, ready: Callable[[Any], bool], timeout: float = 120) -> None:
+    """SIGSTOP the daemon as soon as ``ready(d)``; the process stays there."""
     deadline = time.monotonic() + timeout
-    while f" {phase} since " not in _lock_text(d):
+    while not ready(d):
         assert d.proc.poll() is None, d.log.read_text()[-3000:]
         assert time.monotonic() < deadline, (_lock_text(d), d.log.read_text()[-3000:])
         time.sleep(0.002)
     os.kill(d.pid, signal.SIGSTOP)
+
+
+def _paused_in(d: Any, phase: str) -> None:
+    """SIGSTOP the daemon as soon as its lock file says ``phase``."""
+    _paused_when(d, lambda d: f" {phase} since " in _lock_text(d))
 
 
 def _cli(d: Any, *args: str, **kw: Any) -> subprocess.Popen[str]:
@@ -59,19 +67,38 @@ def _run(d: Any, *args: str) -> tuple[int, str, str]:
 
 
 def _started_paused(daemon_factory: Any, tmp_path: Path) -> Any:
-    """A keyword-only daemon paused in its start (its lock says starting). A start that got past
-    it before the pause (a fast machine) is stopped and made again."""
+    """A keyword-only daemon paused in its start (its lock says starting)."""
     vault = tmp_path / "vault"
     write(vault / "Lighthouse.md", "# Lighthouse\n\nThe lighthouse keeper rows out at dawn.\n")
+    return _paused_starting(daemon_factory, vault, "home", lambda d: " starting since " in _lock_text(d))
+
+
+def _paused_starting(daemon_factory: Any, vault: Path, name: str, ready: Callable[[Any], bool]) -> Any:
+    """A keyword-only daemon paused in its start once ``ready(d)``. A start that got past its
+    starting phase before the pause landed (a fast machine) is stopped and made again."""
     for attempt in range(5):
-        d = daemon_factory(vault, name=f"home{attempt}", keyword_only=True)
+        d = daemon_factory(vault, name=f"{name}{attempt}", keyword_only=True)
         d.start(wait=None)
-        _paused_in(d, "starting")
+        _paused_when(d, ready)
         if " starting since " in _lock_text(d):
             return d
         os.kill(d.pid, signal.SIGCONT)
         assert d.stop() == 0
     raise AssertionError("every start got past its starting phase before it was paused")
+
+
+def _hook_said_and_search_waiting(d: Any, query: str, timeout: int) -> subprocess.Popen[str]:
+    """The prompt hook, run while the daemon is paused in its start, says it is starting at once
+    (it waits for nothing); a search run then says it waits, bounded by its own ``--timeout``:
+    the search, still waiting (the caller lets the daemon go on, then reads its answer)."""
+    code, out, err = _run(d, "recall", query, "--agent", "ops", "--timeout", "100")
+    assert code == ExitCode.NOT_RUNNING, (out, err)
+    assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+    search = _cli(d, "search", query, "--timeout", str(timeout))
+    assert search.stderr is not None
+    first = search.stderr.readline()
+    assert f"the daemon (pid {d.pid}) is starting" in first and f"waiting up to {timeout} s" in first, first
+    return search
 
 
 def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_it(
@@ -106,17 +133,10 @@ def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_
         assert f"the daemon (pid {d.pid}) is starting" in out and "hung" not in out, (out, err)
         assert "started with another" not in out, out
 
-        # The prompt hook: answered while the daemon is still paused, without a wait.
-        code, out, err = _run(d, "recall", "lighthouse keeper", "--agent", "ops", "--timeout", "100")
-        assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
+        # The prompt hook: answered while the daemon is still paused, without a wait; a search's
+        # wait is bounded by its own --timeout (it was 30 s at most, whatever the flag said).
+        search = _hook_said_and_search_waiting(d, "lighthouse keeper", 45)
         assert " starting since " in _lock_text(d)  # still paused: nothing was waited for
-
-        # Its wait is bounded by its own --timeout (it was 30 s at most, whatever the flag said).
-        search = _cli(d, "search", "lighthouse keeper", "--timeout", "45")
-        assert search.stderr is not None
-        first = search.stderr.readline()
-        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 45 s" in first, first
     finally:
         os.kill(d.pid, signal.SIGCONT)
     out, err = search.communicate(timeout=120)
@@ -296,14 +316,7 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
     def restart() -> None:
         time.sleep(0.3)
         first.release()  # says stopped
-        time.sleep(0.1)  # the lock free a moment: a restart's gap
-        second = IndexLock(cfg.index_dir)
-        second.acquire()
-        time.sleep(0.3)
-        second.phase(lockstate.SERVING)
-        served.set()
-        time.sleep(0.5)
-        second.release()
+        _next_daemon(cfg, served)
 
     said: list[str] = []
     thread = threading.Thread(target=restart)
@@ -316,14 +329,30 @@ def test_a_restart_during_the_wait_is_waited_through(tmp_path: Path, monkeypatch
         thread.join()
 
 
+def _next_daemon(cfg: Any, served: Any) -> None:
+    """A restart's next daemon, after the lock was let go: the lock free a moment (a restart's
+    gap), then taken, starting, serving (``served`` set), let go."""
+    from sidecar.daemon.process import IndexLock
+
+    time.sleep(0.1)
+    second = IndexLock(cfg.index_dir)
+    second.acquire()
+    time.sleep(0.3)
+    second.phase(lockstate.SERVING)
+    served.set()
+    time.sleep(0.5)
+    second.release()
+
+
 def _lock_text_of(index: Path) -> str:
     return (index / ".lock").read_text()
 
 
-def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path) -> None:
+def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """A daemon started on an immutable index (chattr -R +i: it serves read-only) takes the lock on
     a file it cannot write, which still names the daemon before it: that dead pid was named as
-    the holder. The holder the system's lock table names is, and nothing waits on the old record."""
+    the holder. The holder the system's lock table names is, and nothing waits on the old record.
+    Once the index may be written, the file names the daemon."""
     from sidecar.clients.lockholder import lock_holder, lock_view, phase_words
     from tests.test_permissions import _immutable
 
@@ -339,27 +368,32 @@ def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: P
         assert view is not None and not view.starting and not view.stale
         words = phase_words(view)
         assert words is not None and f"held by pid {d.pid}" in words and f"pid {before}" in words
-        assert d.stop() == 0
+    # The flag lifted: the daemon switches to writable, and its lock file names it from then on
+    # (it named the earlier daemon until the stop: status, a second serve).
+    deadline = time.monotonic() + 120
+    while f"pid {d.pid} serving since " not in _lock_text(d):
+        assert d.proc.poll() is None and time.monotonic() < deadline, (
+            _lock_text(d),
+            d.log.read_text()[-3000:],
+        )
+        time.sleep(0.1)
+    assert lock_holder(d.cfg) == f"pid {d.pid}"
+    # A second serve on another socket meets the lock, not this daemon's socket.
+    other = [*d.cmd(), "--socket", str(tmp_path / "other.sock")]
+    second = subprocess.run(other, capture_output=True, text=True, timeout=120, env=d.env, check=False)
+    assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
+    assert f"in use by pid {d.pid})" in second.stderr and f"pid {before}" not in second.stderr, second.stderr
+    assert d.stop() == 0
+    assert f"pid {d.pid} stopped since " in _lock_text(d)
 
 
 def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_factory: Any, vault: Path) -> None:
     """Paused once its socket is bound, before it answers (its stores opening): the socket takes
     connections into its queue and answers nothing. A second serve found a daemon on the socket
     and said "already serving"; status would have waited in that queue. Both say starting."""
-    for attempt in range(5):
-        d = daemon_factory(vault, name=f"bound{attempt}", keyword_only=True)
-        d.start(wait=None)
-        deadline = time.monotonic() + 120
-        while not ("(opening the index)" in _lock_text(d) and d.socket.exists()):
-            assert d.proc.poll() is None and time.monotonic() < deadline, d.log.read_text()[-3000:]
-            time.sleep(0.002)
-        os.kill(d.pid, signal.SIGSTOP)
-        if " starting since " in _lock_text(d):
-            break
-        os.kill(d.pid, signal.SIGCONT)
-        assert d.stop() == 0
-    else:
-        raise AssertionError("every start got past its starting phase before it was paused")
+    d = _paused_starting(
+        daemon_factory, vault, "bound", lambda d: "(opening the index)" in _lock_text(d) and d.socket.exists()
+    )
     try:
         second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
         assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
@@ -373,13 +407,7 @@ def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_facto
             err,
         )
         # Connected (the socket is bound), no answer: the hook looks at the lock and says it.
-        code, out, err = _run(d, "recall", "spark plugs", "--agent", "ops", "--timeout", "100")
-        assert code == ExitCode.NOT_RUNNING, (out, err)
-        assert f"the daemon (pid {d.pid}) is starting" in err and "waiting" not in err, err
-        search = _cli(d, "search", "spark plugs", "--timeout", "100")
-        assert search.stderr is not None
-        first = search.stderr.readline()
-        assert f"the daemon (pid {d.pid}) is starting" in first and "waiting up to 100 s" in first, first
+        search = _hook_said_and_search_waiting(d, "spark plugs", 100)
     finally:
         os.kill(d.pid, signal.SIGCONT)
     out, err = search.communicate(timeout=120)
@@ -436,7 +464,6 @@ def test_a_wait_looks_again_at_a_lock_whose_daemon_died(tmp_path: Path) -> None:
 
     from sidecar.clients.lockholder import StartWatch
     from sidecar.config import load_config
-    from sidecar.daemon.process import IndexLock
 
     cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
     cfg.index_dir.mkdir(parents=True)
@@ -454,14 +481,7 @@ def test_a_wait_looks_again_at_a_lock_whose_daemon_died(tmp_path: Path) -> None:
             fh, lockstate.record_text(dead.pid, lockstate.STARTING, time.time(), "opening")
         )
         fh.close()  # let go as a killed process's lock is: the record says starting, its pid dead
-        time.sleep(0.1)
-        second = IndexLock(cfg.index_dir)
-        second.acquire()
-        time.sleep(0.3)
-        second.phase(lockstate.SERVING)
-        served.set()
-        time.sleep(0.5)
-        second.release()
+        _next_daemon(cfg, served)
 
     thread = threading.Thread(target=killed_then_restarted)
     thread.start()
@@ -513,3 +533,248 @@ def test_a_request_read_by_the_daemon_is_not_taken_for_a_start(tmp_path: Path) -
     finally:
         client.close()
         server.close()
+
+
+def test_a_lock_taken_read_only_names_its_holder_once_its_file_may_be_written(tmp_path: Path) -> None:
+    """A lock taken on an immutable index cannot write its file, which names the daemon before
+    it. Once the file may be written (the flag lifted: the switch to writable), its record names
+    the daemon that holds the lock: a second serve and status named the earlier pid, or "a
+    process its lock file does not name", until the daemon stopped."""
+    from sidecar.clients.lockholder import lock_holder
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+    from tests.test_permissions import _immutable
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    earlier = IndexLock(cfg.index_dir)
+    earlier.acquire()
+    earlier.release()  # "stopped": the record of the daemon before
+    me = os.getpid()
+    with _immutable(cfg.index_dir):
+        lock = IndexLock(cfg.index_dir)
+        lock.acquire()
+        lock.phase(lockstate.SERVING)  # written nowhere while the file cannot be written
+        assert " stopped since " in _lock_text_of(cfg.index_dir)
+    try:
+        lock.rewrite()  # what the switch to writable does
+        assert f"pid {me} serving since " in _lock_text_of(cfg.index_dir)
+        view = lockstate.look(cfg.index_dir / ".lock")
+        assert view is not None and view.current and view.holder is None
+        assert lock_holder(cfg) == f"pid {me}"
+        with pytest.raises(DaemonRunningError, match=rf"already serving .* in use by pid {me}\)"):
+            IndexLock(cfg.index_dir).acquire()
+        lock.phase(lockstate.STOPPING)
+        with pytest.raises(DaemonRunningError, match=rf"\(pid {me}\) is stopping on "):
+            IndexLock(cfg.index_dir).acquire()
+    finally:
+        lock.release()
+    assert f"pid {me} stopped since " in _lock_text_of(cfg.index_dir)
+
+
+def test_what_the_lock_says_of_an_unanswered_request_comes_with_its_kind(tmp_path: Path) -> None:
+    """One rule reads a daemon starting or stopping from its lock (``LockView.moving``): the
+    client's look at an unanswered request gives the kind with the words, starting or stopping,
+    and nothing for a daemon serving (it was the words of a start only, and a second look at
+    the lock decided a stop)."""
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    lock, me = IndexLock(cfg.index_dir), os.getpid()
+    lock.acquire()
+    watch = StartWatch(cfg, wait=False)
+    try:
+        lock.phase(lockstate.STARTING, "opening the index")
+        kind, words = watch.unanswered(5.0) or ("", "")
+        assert kind == lockstate.STARTING and f"the daemon (pid {me}) is starting" in words, words
+        lock.phase(lockstate.SERVING)
+        assert watch.unanswered(5.0) is None
+        lock.phase(lockstate.STOPPING)
+        kind, words = watch.unanswered(5.0) or ("", "")
+        assert kind == lockstate.STOPPING and f"the daemon (pid {me}) is stopping" in words, words
+    finally:
+        lock.release()
+    assert watch.unanswered(5.0) is None  # stopped: nothing holds it
+
+
+def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, vault: Path) -> None:
+    """SIGTERM in the moment between the lock file's first write (``starting``) and the daemon
+    holding the lock as its own: the start ended with nothing to write ``stopped``, and clients
+    read a stale lock of a daemon "killed or crashed". The signal is delivered there (the
+    process sends it to itself right after that write: no other way lands it in that moment);
+    the daemon stops as any stop does: exit 0, the record says stopped."""
+    d = daemon_factory(vault, keyword_only=True)
+    d.home.mkdir(parents=True)
+    argv = d.cmd()[d.cmd().index("serve") :]
+    script = (
+        "import os, signal, sys\n"
+        "from sidecar.runtime import lockstate\n"
+        "written = lockstate.write_record\n"
+        "def write_then_stop(fh, text):\n"
+        "    written(fh, text)\n"
+        "    if ' starting since ' in text:\n"
+        "        lockstate.write_record = written\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "lockstate.write_record = write_then_stop\n"
+        "from sidecar.clients.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=d.env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert " stopped since " in _lock_text(d), (_lock_text(d), done.stderr[-3000:])
+    assert "daemon_stop_in_start" in done.stderr, done.stderr[-3000:]
+    code, out, _err = _run(d, "status")
+    assert code == ExitCode.NOT_RUNNING and "stale" not in out, out
+
+
+@dataclass
+class _Stopping:
+    """A home whose lock this process holds saying stopping (as a daemon's own), a socket bound
+    at a short path whose requests the test answers or not, and a client of that home that does
+    not wait: ``looked`` is set once it has looked at the lock."""
+
+    cfg: Any
+    server: Any
+    looked: Any
+
+
+@pytest.fixture
+def stopping(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[_Stopping]:
+    """``_Stopping``; parametrised by ``queue_asked`` False, the socket's send queue cannot be
+    asked (``termios.TIOCOUTQ`` gone, as on macOS: the fallback)."""
+    import socket
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.clients.lockholder import StartWatch
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    if not request.param:
+        monkeypatch.delattr(termios, "TIOCOUTQ")
+    path = tmp_path / "s.sock"
+    cfg = load_config(flags={"home": str(tmp_path / "h"), "socket": str(path)}, env={})
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    lock.phase(lockstate.STOPPING)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    watch = StartWatch(cfg, wait=False)
+    looked = threading.Event()
+    unanswered = watch.unanswered
+
+    def look(timeout: float) -> tuple[str, str] | None:
+        said = unanswered(timeout)
+        looked.set()
+        return said
+
+    watch.unanswered = look  # type: ignore[method-assign]
+    client.watch_starts(watch)
+    try:
+        yield _Stopping(cfg, server, looked)
+    finally:
+        client.watch_starts(None)
+        server.close()
+        lock.release()
+
+
+_QUEUE_ASKED = pytest.mark.parametrize("stopping", [True, False], ids=["linux", "fallback"], indirect=True)
+
+
+@_QUEUE_ASKED
+def test_a_stopping_daemons_unread_request_is_said_stopping(stopping: _Stopping) -> None:
+    """A request left in the queue of a daemon stopping is never read: said as a refused
+    connection is (stopping), not waited for to the timeout. Where the socket's send queue cannot
+    be asked (macOS: the fallback) it is said once the stop closes the socket."""
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.contracts.errors import DaemonNotRunningError
+
+    closer = threading.Thread(target=lambda: stopping.looked.wait(60) and stopping.server.close())
+    closer.start()
+    try:
+        with (
+            pytest.raises(DaemonNotRunningError) as err,
+            client.Client(stopping.cfg.socket_path, timeout=60) as c,
+        ):
+            c.call("health")
+        assert f"the daemon (pid {os.getpid()}) is stopping" in str(err.value), err.value
+    finally:
+        closer.join()
+
+
+@_QUEUE_ASKED
+def test_a_request_a_stopping_daemon_read_is_answered(
+    stopping: _Stopping, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop drains the requests it took up: one read before the stop, answered late, is waited
+    for. Where the send queue cannot be asked (the fallback) it was given up on and said
+    stopping, its answer lost."""
+    import threading
+
+    from sidecar.clients import client
+    from sidecar.contracts.protocol import ok_frame
+
+    asked = threading.Event()  # the client asked whether its request was read: its first wait over
+    unread = client._unread
+
+    def ask(sock: Any) -> bool | None:
+        got = unread(sock)
+        asked.set()
+        return got
+
+    monkeypatch.setattr(client, "_unread", ask)
+
+    def drain() -> None:
+        peer, _ = stopping.server.accept()
+        with peer:
+            assert peer.recv(4096).endswith(b"\n")
+            asked.wait(60)  # answered late: after the client's first wait
+            peer.sendall(ok_frame(1, {"drained": True}))
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    try:
+        with client.Client(stopping.cfg.socket_path, timeout=60) as c:
+            assert c.call("health") == {"drained": True}
+    finally:
+        thread.join()
+    # Where the queue can be asked, a request read is not looked up in the lock at all.
+    assert stopping.looked.is_set() is (termios.__dict__.get("TIOCOUTQ") is None)
+
+
+def test_a_stop_signal_ends_a_wait_for_the_lock(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
+    """A stop signal is held while the lock is taken (``test_a_stop_signal_as_the_lock_is_taken_
+    says_stopped``), but not through the service's wait for a `sidecar index` run between tries:
+    the daemon stops at once (exit 0), the run's lock and record untouched."""
+    import socket
+
+    from sidecar.daemon.process import INDEX_RUN, IndexLock
+
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # a service manager's notify socket
+    sink.bind(str(tmp_path / "notify.sock"))
+    d = daemon_factory(vault, keyword_only=True, env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+    held = IndexLock(d.home / "index", by=INDEX_RUN)
+    held.acquire()
+    try:
+        d.start(wait=None)
+        _paused_when(d, lambda d: "index_lock_wait" in d.log.read_text())  # in its wait
+        d.proc.send_signal(signal.SIGTERM)  # delivered as it goes on
+        os.kill(d.pid, signal.SIGCONT)
+        assert d.proc.wait(timeout=60) == 0, d.log.read_text()[-3000:]
+        assert _lock_text(d).startswith(f"{INDEX_RUN} (pid {os.getpid()})"), _lock_text(d)
+    finally:
+        held.release()
+        sink.close()

@@ -365,13 +365,20 @@ def test_a_refused_second_start_changes_nothing(daemon_factory: Any, vault: Path
         folder.chmod(0o755)  # what a start tightens: not a refused one
     tops = (home, Path(first.env["XDG_STATE_HOME"]))
 
-    def settled(_h: Any) -> bool:  # the person's note indexed, and the first daemon writes no more
-        found = first.call("search", {"query": "saved by a person"}, agent="ed")["hits"]
-        if not any(h["reference"] == "memory/person" for h in found):
+    found = False
+
+    def settled(health: Any) -> bool:
+        """The person's note indexed whole, and the first daemon's indexer has nothing left to
+        write. A search finds a note once its keyword index commits; the manifest is written
+        after that, in the same batch (the first daemon's own -wal was written while the second
+        ran, under load): the batch has ended when health, read after the find, says idle."""
+        nonlocal found
+        if not found:
+            hits = first.call("search", {"query": "saved by a person"}, agent="ed")["hits"]
+            found = any(h["reference"] == "memory/person" for h in hits)
             return False
-        was = _modes_and_times(*tops)
-        time.sleep(0.2)
-        return _modes_and_times(*tops) == was
+        index = health["index"]
+        return bool(index["first_sweep_done"] and index["phase"] == "idle" and health["queue"]["depth"] == 0)
 
     first.wait_for(settled, 30)
     before = _modes_and_times(*tops)

@@ -95,7 +95,7 @@ class StartWatch(Protocol):
 
     def absent(self, timeout: float) -> bool: ...
 
-    def unanswered(self, timeout: float) -> str | None: ...
+    def unanswered(self, timeout: float) -> tuple[str, str] | None: ...
 
     def say(self, line: str) -> None: ...
 
@@ -257,10 +257,11 @@ class Client:
 
     def _answer(self, op: str) -> bytes:
         """The answer's line. One not come within a moment, its request still unread, has the lock
-        file looked at: a daemon starting (its socket bound, its stores opening) is said at once
-        to a command that does not wait, except for a change (done once it serves: a retry would
-        do it twice); a command that waits is told and waits within its own timeout, as the
-        request does."""
+        file looked at (``StartWatch.unanswered`` decides what it says): a daemon starting (its
+        socket bound, its stores opening) is said at once to a command that does not wait, except
+        for a change (done once it serves: a retry would do it twice); a command that waits is
+        told and waits within its own timeout, as the request does. A daemon stopping never reads
+        a request left in its queue: said as a refused connection is."""
         assert self._sock is not None
         if _watch is None or self.timeout <= _FIRST_ANSWER_S:
             return self._readline()
@@ -273,22 +274,29 @@ class Client:
             self._sock.settimeout(self.timeout)
         # Read by the daemon (it serves, busy with it): not a start, whatever its lock says.
         unread = _unread(self._sock)
-        words = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if unread else None
-        if words is None and unread and op not in _CHANGES:
+        said = _watch.unanswered(self.timeout - _FIRST_ANSWER_S) if unread is not False else None
+        kind, words = said if said is not None else (None, "")
+        if kind == STOPPING and unread and op not in _CHANGES:
             # A stop drains what it took up, then closes its socket: a request left in the queue
             # before that close is never read. Said as a refused connection is, not waited for.
-            said = _watch.why_not()
-            if said is not None and said[0] == STOPPING:
-                self.close()
-                raise self._not_running()
-        if words is not None and not _watch.wait and op not in _CHANGES:
+            self.close()
+            raise self._not_running()
+        if kind == STARTING and not _watch.wait and op not in _CHANGES:
             self.close()
             raise DaemonStartingError(f"{words}; try again in a moment")
-        if words is not None and _watch.wait:
+        if kind == STARTING and _watch.wait:
             _watch.say(f"{words}, waiting up to {round(self.timeout, 1):g} s for it")
         self._sock.settimeout(max(0.001, self.timeout - _FIRST_ANSWER_S))
         try:
             return self._readline()
+        except (TimeoutError, ConnectionError) as exc:
+            # Where the queue cannot be asked (``_unread`` None), a stopping daemon's request may
+            # have been read (the stop drains it: answered) or not (never read): waited for, and
+            # the stop said once its socket closes (the connection ends) or the time is up.
+            if kind != STOPPING or op in _CHANGES:
+                raise
+            self.close()
+            raise self._not_running() from exc
         finally:
             if self._sock is not None:
                 self._sock.settimeout(self.timeout)
@@ -306,14 +314,15 @@ class Client:
         return line
 
 
-def _unread(sock: socket.socket) -> bool:
+def _unread(sock: socket.socket) -> bool | None:
     """Whether the request still waits in the socket unread: its bytes still count in this end's
-    send queue (Linux); a daemon starting leaves it in its accept queue. True where the queue
-    cannot be asked (the lock file then decides)."""
+    send queue (Linux); a daemon starting leaves it in its accept queue. None where the queue
+    cannot be asked (macOS and the BSDs refuse the ioctl on a socket): the lock file then
+    decides a start (one reads nothing before it says serving), and a stop is waited for."""
     try:
         queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
     except (OSError, AttributeError):
-        return True
+        return None
     return bool(struct.unpack("i", queued)[0] > 0)
 
 

@@ -73,12 +73,12 @@ def phase_said(view: LockView) -> tuple[str, str] | None:
             f"{record.age_words()} ago, and that process is no longer running: a stale lock left by "
             "a daemon killed or crashed (nothing holds the index now; the next start catches up)"
         )
-    if view.current and record.phase == lockstate.STARTING:
+    if view.moving == lockstate.STARTING:
         return (
             lockstate.STARTING,
             f"the daemon ({record.who}) is starting, {record.since_words()}: it answers once started",
         )
-    if view.current and record.phase == lockstate.STOPPING:
+    if view.moving == lockstate.STOPPING:
         return lockstate.STOPPING, (
             f"the daemon ({record.who}) is stopping, {record.since_words()}: start it again once it "
             "has stopped (a service manager restarting it does so itself)"
@@ -90,9 +90,7 @@ def phase_said(view: LockView) -> tuple[str, str] | None:
 def starting_or_stopping(cfg: Config) -> str | None:
     """What the lock says of this home's daemon when it is starting or stopping, else None."""
     view = lock_view(cfg)
-    if view is None or not view.current or view.record.phase not in (lockstate.STARTING, lockstate.STOPPING):
-        return None
-    return phase_words(view)
+    return None if view is None or view.moving is None else phase_words(view)
 
 
 def _earlier_record(view: LockView) -> str | None:
@@ -196,11 +194,13 @@ class StartWatch:
         self._wait_for(view, timeout)
         return True
 
-    def unanswered(self, timeout: float) -> str | None:
-        """Connected, but no answer yet: the words of a daemon starting (its request waits in the
-        socket's queue until it serves), or None (a daemon serving, busy)."""
+    def unanswered(self, timeout: float) -> tuple[str, str] | None:
+        """Connected, but no answer yet: what the lock says of a daemon starting (a request waits
+        in its socket's queue until it serves) or stopping (one left in the queue is never read),
+        as ``phase_said``'s kind (STARTING or STOPPING) and words; None otherwise (a daemon
+        serving, busy)."""
         view = lock_view(self.cfg, timeout)
-        return phase_words(view) if view is not None and view.starting else None
+        return None if view is None or view.moving is None else phase_said(view)
 
     def _wait_for(self, view: LockView, bound: float) -> None:
         started = time.monotonic()

@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +173,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # Closes the stores of a failed switch once its threads still running end (``_close_after``).
         self._closing: threading.Thread | None = None
         self._closing_for: tuple[list[str], float] = ([], 0.0)  # its threads' names, since (monotonic)
-        self._said_closing = False
-        self._said_stuck = False
+        self._said_closing = self._said_stuck = False
         # The read-only state last logged at ERROR/WARNING (a failed switch is tried every few
         # seconds: each try logged both again); None once writable.
         self._said_read_only: str | None = None
@@ -199,6 +198,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
         self._said_stopping = False
         self._hangup_deferred = False  # a SIGHUP came before ``serve`` took it: reloaded then
+        # A stop signal during the lock take is held (``_stop_waits``) until the daemon knows the
+        # lock it took (``_stops_held_back``), except in a wait between tries (``_pausing``).
+        # Plain flags: a handler that takes a lock (Event.set) can deadlock the thread it interrupts.
+        self._stops_held = self._pausing = self._stop_waits = False
         self._sleep: Callable[[float], None] = time.sleep  # the wait for the home's (tests: a clock)
         self._clock: Callable[[], float] = time.monotonic
         self._asked_holder: tuple[str, float, dict[str, Any] | None] | None = None
@@ -233,9 +236,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
                 # The lock first: a refused start changes nothing. Under systemd a `sidecar
                 # index` run or another daemon holding the index or socket is waited for (exit 4
                 # is not restarted there).
-                self._lock = lock_waiting_for_index_run(
-                    self.cfg, send, self._sleep, check=self._socket_free, clock=self._clock
-                )
+                with self._stops_held_back():
+                    self._lock = lock_waiting_for_index_run(
+                        self.cfg, send, self._pause, check=self._socket_free, clock=self._clock
+                    )
                 self._make_agents_folder()  # the lock first: a second daemon records nothing
                 break
             except OSError as exc:  # a read-only or immutable home, a file where a folder belongs
@@ -292,9 +296,37 @@ class Daemon(ConfigReload, ReadOnlyStart):
             return
 
         def asked(_signum: int, _frame: Any) -> None:
+            if self._stops_held and not self._pausing:  # the lock being taken: stopped once held
+                self._stop_waits = True
+                return
             raise _StopAsked  # no logging here: the main thread may hold its lock
 
         signal.signal(signal.SIGTERM, asked)
+
+    @contextlib.contextmanager
+    def _stops_held_back(self) -> Iterator[None]:
+        """The lock take, a stop signal held until it is over: one landing between the lock
+        file's first write (``starting``) and ``self._lock`` killed the start with nothing to
+        say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". A stop in
+        a wait between tries (``_pause``: nothing held then) ends it at once, so a wait for a
+        `sidecar index` run or another daemon still stops."""
+        self._stops_held, self._stop_waits = True, False
+        try:
+            yield
+        finally:
+            self._stops_held = False
+            if self._stop_waits:
+                raise _StopAsked  # the lock, if taken, is known now: the stop writes stopping, stopped
+
+    def _pause(self, seconds: float) -> None:
+        """A wait between tries of the lock (the last one refused: nothing is held)."""
+        if self._stop_waits:  # asked during the refused try
+            raise _StopAsked
+        self._pausing = True
+        try:
+            self._sleep(seconds)
+        finally:
+            self._pausing = False
 
     def _exit_on_second_signal(self) -> None:
         """A Ctrl-C (or SIGTERM) during the stop ends the process at once, the index left as a
@@ -343,9 +375,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
         """The phase this home's lock file gives for the daemon ``holder`` on the socket (``pid
         N``) when it is starting or stopping (its socket is bound but answers nothing), else None."""
         view = lockstate.look(self.cfg.index_dir / ".lock")
-        if view is None or not view.current or f"pid {view.record.pid}" != holder:
+        if view is None or view.moving is None or f"pid {view.record.pid}" != holder:
             return None
-        return view.record.phase_words() if view.record.phase in (STARTING, STOPPING) else None
+        return view.record.phase_words()
 
     def _holder_health(self, holder: str) -> dict[str, Any] | None:
         """The health of the daemon answering on the socket, asked once per holder (a wait for a

@@ -53,6 +53,11 @@ class IndexLock:
         self.path = index_dir / ".lock"
         self.by = by
         self._fh: IO[str] | None = None
+        # The locked file opened again for writing, when the lock was taken on it read-only (an
+        # immutable index): once it may be written (the flag lifted, the switch to writable) the
+        # record names this daemon, not the one before it. A second opening of the same file;
+        # the flock stays on the first (closing this one does not let it go).
+        self._writer: IO[str] | None = None
         self._folder: tuple[int, int] | None = None  # the index folder's (device, inode) when locked
         # The daemon's phase, its start and step, written in the file as it moves (``phase``);
         # a `sidecar index` run (``by``) writes its name only.
@@ -125,9 +130,31 @@ class IndexLock:
         self._phase = (phase, kept[1] if kept[0] == phase else time.time(), step)
         self._write()
 
-    def _write(self) -> None:
+    def rewrite(self) -> None:
+        """Write the record again (a lock taken read-only: its file may be written now)."""
+        self._write()
+
+    def _writable(self) -> IO[str] | None:
+        """The locked file, opened for writing: ``_fh`` itself, or (taken read-only) a writable
+        opening of the same file once one can be made; None while it cannot (its words kept)."""
         fh = self._fh
-        if fh is None or not fh.writable():  # a read-only file (an immutable index) keeps its words
+        if fh is None or fh.writable():
+            return fh
+        if self._writer is None:
+            try:
+                writer = os.fdopen(os.open(str(self.path), os.O_RDWR), "r+")
+            except OSError:  # still immutable or read-only
+                return None
+            held, opened = os.fstat(fh.fileno()), os.fstat(writer.fileno())
+            if (held.st_dev, held.st_ino) != (opened.st_dev, opened.st_ino):
+                writer.close()  # another file at the path now (``keep`` says so): not ours to write
+                return None
+            self._writer = writer
+        return self._writer
+
+    def _write(self) -> None:
+        fh = self._writable()
+        if fh is None:
             return
         try:
             if self.by:
@@ -163,16 +190,19 @@ class IndexLock:
 
     def _lock_again(self, fh: IO[str]) -> tuple[str, str] | None:
         """Make and lock the lock file anew (the one at ``fh`` was removed)."""
+        writer, self._writer = self._writer, None
         try:
             self._fh = None
             self.acquire()
         except DaemonRunningError as exc:
-            self._fh = fh  # still ours, through the file that was removed
+            self._fh, self._writer = fh, writer  # still ours, through the file that was removed
             return "stores", f"{exc}; two daemons on one home write the same index: stop one"
         except OSError as exc:
-            self._fh = fh
+            self._fh, self._writer = fh, writer
             return "stores", f"the index lock {self.path} cannot be made again: {exc.strerror or exc}"
         fh.close()  # the old, removed file's lock
+        if writer is not None:
+            writer.close()
         log.warning("index_lock_restored path=%s", self.path)
         return None
 
@@ -191,6 +221,9 @@ class IndexLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def make_private(cfg: Config) -> None:

@@ -31,6 +31,7 @@ from sidecar.contracts.errors import (
 from sidecar.contracts.protocol import Request
 from sidecar.daemon.compose import Dispatcher, Parts, build_handlers, build_read_only
 from sidecar.daemon.handlers import Handlers, ServiceState
+from sidecar.daemon.process import IndexLock
 from sidecar.daemon.readonly import (
     Dispatch,
     InboxOnly,
@@ -78,6 +79,7 @@ class ReadOnlyStart:
     _dispatch: Dispatch | None
     _switching: threading.Lock
     _closing: threading.Thread | None
+    _lock: IndexLock | None
     _closing_for: tuple[list[str], float]
     _said_closing: bool
     _said_stuck: bool
@@ -216,6 +218,10 @@ class ReadOnlyStart:
         with self._reload_lock:
             self._read_only = False
             waits, self._reload_waits = self._reload_waits, False
+        if self._lock is not None:
+            # A lock taken on an immutable index could not write its file, which still named the
+            # daemon before this one (status, a second serve): it names this one now.
+            self._lock.rewrite()
         if waits:
             log.info("config_reload_applied_now reason=asked while the index was read-only")
             try:

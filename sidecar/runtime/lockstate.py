@@ -164,9 +164,17 @@ class LockView:
         )
 
     @property
+    def moving(self) -> str | None:
+        """STARTING or STOPPING when the record is the holder's own and says so (its socket is
+        bound but answers nothing: its stores are opening, or closing), else None. The one rule
+        the daemon's second start and every client read the lock by."""
+        phase = self.record.phase
+        return phase if self.current and phase in (STARTING, STOPPING) else None
+
+    @property
     def starting(self) -> bool:
         """A daemon starting now: the only state a command waits on."""
-        return self.current and self.record.phase == STARTING
+        return self.moving == STARTING
 
     @property
     def stale(self) -> bool:
