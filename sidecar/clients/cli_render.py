@@ -253,9 +253,7 @@ def _compaction_last_said(last: dict[str, Any]) -> str:
         return f"{words}; {since:,} documents deleted since" if since else words
     if backoff := last.get("backoff"):
         times = "once" if backoff["gave_way"] == 1 else f"{backoff['gave_way']:,} times"
-        words += (
-            f"; it gave way {times} in a row, next try in about {duration(backoff['next_try_seconds'])}"
-        )
+        words += f"; it gave way {times} in a row, next try in about {duration(backoff['next_try_seconds'])}"
     # Said as it is now: Tantivy's merges drop the deleted documents with no compaction (an older
     # daemon sends no ``due_now``: nothing said of it).
     if last.get("due_now"):

@@ -16,10 +16,10 @@ from sidecar import __version__
 from sidecar.config import Config
 from sidecar.contracts.protocol import PROTOCOL_VERSION, Request, check_known
 from sidecar.daemon import limits
+from sidecar.index import repair
 from sidecar.index.activity import Activity
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
-from sidecar.index import repair
 from sidecar.index.repair import compaction_current, compaction_due, memory_gap
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.memory.ops import MemoryOps
@@ -169,7 +169,9 @@ class HealthOp:
                 # What came of the last run that found that rewrite due (compacted, skipped, gave
                 # way...), its reason, when and the back-off after a give-way; None also once the
                 # index it is about was replaced or rebuilt.
-                "keyword_compaction_last": _compaction_last(self.vectors.stores, self.cfg.index.optimize_minutes),
+                "keyword_compaction_last": _compaction_last(
+                    self.vectors.stores, self.cfg.index.optimize_minutes
+                ),
                 # While a person's search reads the agents' own keyword indexes instead of the one
                 # of all memory (being filled, damaged, read-only): why, and how many agents'
                 # memory it finds by no word meanwhile (their own index removed as unused).

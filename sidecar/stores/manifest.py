@@ -647,7 +647,9 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     # --- health --------------------------------------------------------------------------
 
 
-def _in_one_transaction(db: sqlite3.Connection, reads: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+def _in_one_transaction(
+    db: sqlite3.Connection, reads: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[Any]]:
     """``reads`` on a reader connection in one read transaction: its first read fixes the moment
     all of them see; ended (its snapshot released) whatever happens."""
     db.execute("BEGIN")

@@ -70,6 +70,9 @@ class VectorBook:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
+    def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
@@ -270,7 +273,9 @@ class VectorBook:
         """Chunks that wait for a vector in ``flag``'s table (those past the per-note limit wait
         for none)."""
         sql = f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0 AND ord < ?"
-        return int(self._query(sql, (self.vector_cap,))[0][0])
+        # A scan of every chunk (health asks at each call, the watchdog each minute): on a reader,
+        # not through the writer's connection under its lock, where every write waited for it.
+        return int(self._committed(sql, (self.vector_cap,))[0][0])
 
     def pending_count_of(self, caps: Mapping[str, int], flag: str = "has_vector") -> int:
         """Of ``pending_count``, the chunks of these notes, at most ``caps[key]`` of each."""
@@ -333,7 +338,7 @@ class VectorBook:
         """Chunks within the per-note limit left to a switch's table (``NEXT_ONLY``): no vector
         serves them, search finds them by keywords only until the switch ends."""
         sql = f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY} AND ord < ?"
-        return int(self._query(sql, (self.vector_cap,))[0][0])
+        return int(self._committed(sql, (self.vector_cap,))[0][0])  # on a reader: ``pending_count``
 
     def release_next_only(self) -> int:
         """Chunks left to a switch's table wait for a serving vector again (the table serves
