@@ -65,3 +65,42 @@ def test_counts_are_of_one_moment_and_a_write_meanwhile_does_not_wait(
         assert (after["files"], after["skipped"]) == (4, {"binary": 2})
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("count", ["pending_count", "left_to_switch"])
+def test_the_counts_of_chunks_waiting_for_vectors_keep_no_write_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: str
+) -> None:
+    """Health's (and the watchdog's) scans of every chunk for those waiting for a vector: read
+    through the writer's connection under its lock, every write waited for them."""
+    from sidecar.stores import manifest as manifest_module
+    from sidecar.stores.manifest import Manifest
+
+    armed = threading.Event()
+    written = threading.Event()
+    real = manifest_module.guarded_connect
+
+    def write() -> None:
+        m.set_meta("written", "1")
+        written.set()
+
+    def traced(sql: str) -> None:
+        if armed.is_set() and "count(*) FROM chunks WHERE" in sql:
+            armed.clear()
+            t = threading.Thread(target=write, daemon=True)
+            t.start()
+            t.join(30)  # a guard against a hang, not a timing: held back, the write never ends here
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        db = real(*args, **kwargs)
+        db.set_trace_callback(traced)
+        return db
+
+    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    m = Manifest(tmp_path / "m.sqlite")
+    try:
+        armed.set()
+        assert getattr(m, count)() == 0
+        assert written.is_set(), "the write waited for the count"
+    finally:
+        m.close()
