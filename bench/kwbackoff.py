@@ -7,7 +7,8 @@ that finds the rewrite due fills a whole copy).
 DIR: the eval corpora's Obsidian help vault unless given. Its first ``--notes`` notes (path order)
 are swept keyword-only into a temporary home (nothing is written to the vault), 40 % of them
 written again (a fifth of the index deleted: the compaction due). Then, per way, one thread
-writes a note into the index every 20 ms as the watcher does (a vault that stays busy) while the
+writes ``--batch`` notes into the index per commit, 20 ms after the last (a vault that stays busy:
+a sync, a checkout), while the
 schedule's run (``compact_bm25``) is called ``--runs`` times one after the other, each taken for
 an hourly one. ``--swap`` stands for ``beside.SWAP_NOTES`` (500): the notes a swap writes under
 the lock, scaled to this small vault and this writer, so that each run falls behind as a large
@@ -18,6 +19,7 @@ in the runs, and the writer's latency p50 / p99.
 from __future__ import annotations
 
 import argparse
+import random
 import shutil
 import statistics
 import tempfile
@@ -33,7 +35,29 @@ from sidecar.index import beside, repair
 from sidecar.index.bm25fill import bm25_doc
 
 
-def _runs(stores: Any, notes: dict[str, list[Any]], runs: int, backoff: int) -> str:
+class BatchWriter(Writer):
+    """Writes ``batch`` vault notes at a time into the index, as a sweep's batch does (a sync, a
+    checkout), 20 ms after its last batch ended, until stopped."""
+
+    def __init__(self, stores: Any, notes: dict[str, list[Any]], batch: int) -> None:
+        super().__init__(stores, notes)
+        self.batch = batch
+
+    def run(self) -> None:
+        keys = sorted(self.notes)
+        rng = random.Random(7)
+        while not self.stop.wait(0.02):
+            asked = time.perf_counter()
+            with self.stores.write_lock:
+                bm25 = self.stores.bm25  # the index swapped in, once it is
+                for key in rng.sample(keys, self.batch):
+                    bm25.replace_note(key, self.notes[key])
+                bm25.commit()
+            self.latencies.append(time.perf_counter() - asked)
+
+
+def _runs(stores: Any, notes: dict[str, list[Any]], args: argparse.Namespace, backoff: int) -> str:
+    runs = args.runs
     repair.BACKOFF_MAX_RUNS = backoff
     stores.keyword_backoff = None
     fills: list[int] = []
@@ -45,18 +69,19 @@ def _runs(stores: Any, notes: dict[str, list[Any]], runs: int, backoff: int) -> 
 
     beside.fill_bm25 = fill  # type: ignore[assignment]
     outcomes: list[str] = []
-    writer = Writer(stores, notes)
+    writer = BatchWriter(stores, notes, args.batch)
     writer.start()
     time.sleep(0.5)
     began = time.perf_counter()
     try:
         for _ in range(runs):
+            before = stores.keyword_compaction_last
             repair.compact_bm25(stores)
             while not stores.beside_lock.acquire(timeout=1):  # a given-up refill's step ends
                 pass
             stores.beside_lock.release()
             last = stores.keyword_compaction_last
-            outcomes.append(last[0] if last else "not due")
+            outcomes.append(last[0] if last is not None and last is not before else "not due")
     finally:
         seconds = time.perf_counter() - began
         writer.stop.set()
@@ -67,9 +92,10 @@ def _runs(stores: Any, notes: dict[str, list[Any]], runs: int, backoff: int) -> 
     name = "every run (before)" if backoff == 0 else f"back-off up to {backoff} runs"
     return (
         f"{name:<24} runs {runs}: fills {len(fills)}, gave way {outcomes.count('gave way')}, skipped "
-        f"{outcomes.count('skipped')}, compacted {outcomes.count('compacted')}; "
+        f"{outcomes.count('skipped')}, compacted {outcomes.count('compacted')}, not due "
+        f"{outcomes.count('not due')}; "
         f"{seconds:6.1f} s in the runs; "
-        f"writer p50 {statistics.median(lat) * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms ({len(lat)} writes)"
+        f"writer p50 {statistics.median(lat) * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms ({len(lat)} batches)"
     )
 
 
@@ -78,7 +104,8 @@ def main() -> None:
     ap.add_argument("--vault", type=Path, default=HELP_VAULT)
     ap.add_argument("--notes", type=int, default=600, help="only the first N notes (path order)")
     ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--swap", type=int, default=2, help="beside.SWAP_NOTES for this small vault")
+    ap.add_argument("--swap", type=int, default=20, help="beside.SWAP_NOTES for this small vault")
+    ap.add_argument("--batch", type=int, default=20, help="notes the busy writer writes per commit")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kwbackoff-"))
     try:
@@ -93,7 +120,7 @@ def main() -> None:
         deleted, total = stores.bm25.deleted_docs()
         print(f"index: {total - deleted:,} live + {deleted:,} deleted documents", flush=True)
         for backoff in (0, repair.BACKOFF_MAX_RUNS):
-            print(_runs(stores, notes, args.runs, backoff), flush=True)
+            print(_runs(stores, notes, args, backoff), flush=True)
         stores.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
