@@ -2,18 +2,19 @@
 back-off after a give-way (``repair.BACKOFF_MAX_RUNS``; 0 is the behaviour before it: every run
 that finds the rewrite due fills a whole copy).
 
-    python bench/kwbackoff.py [--vault DIR] [--notes N] [--runs 8] [--swap 10]
+    python bench/kwbackoff.py [--vault DIR] [--notes N] [--runs 8] [--swap 20] [--batch 20]
 
 DIR: the eval corpora's Obsidian help vault unless given. Its first ``--notes`` notes (path order)
 are swept keyword-only into a temporary home (nothing is written to the vault), 40 % of them
-written again (a fifth of the index deleted: the compaction due). Then, per way, one thread
-writes ``--batch`` notes into the index per commit, 20 ms after the last (a vault that stays busy:
-a sync, a checkout), while the
-schedule's run (``compact_bm25``) is called ``--runs`` times one after the other, each taken for
-an hourly one. ``--swap`` stands for ``beside.SWAP_NOTES`` (500): the notes a swap writes under
-the lock, scaled to this small vault and this writer, so that each run falls behind as a large
-vault's does under a sync. Printed per way: whole fills begun, give-ways, skips, the seconds spent
-in the runs, and the writer's latency p50 / p99.
+written again (a fifth of the index deleted: the compaction due). Then, per way, one thread writes
+``--batch`` notes into the index per commit, 20 ms after the last (a vault that stays busy: a
+sync, a checkout), while the schedule's run (``compact_bm25``) is called ``--runs`` times one
+after the other, each taken for an hourly one (before each, 40 % of the notes written again if
+Tantivy's merges left the index no longer due: an hour of that vault's edits). ``--swap`` stands
+for ``beside.SWAP_NOTES`` (500): the notes a swap writes under the lock, scaled to this small
+vault and this writer, so that each run falls behind as a large vault's does under a sync. Printed
+per way: whole fills begun, give-ways, skips, the seconds spent in the runs, and the writer's
+latency p50 / p99.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def _runs(stores: Any, notes: dict[str, list[Any]], args: argparse.Namespace, ba
     began = time.perf_counter()
     try:
         for _ in range(runs):
+            if not repair.compaction_due(*stores.bm25.deleted_docs()):
+                churn(stores, notes, 0.4)  # an hour of a busy vault's edits (its merges dropped them)
             before = stores.keyword_compaction_last
             repair.compact_bm25(stores)
             while not stores.beside_lock.acquire(timeout=1):  # a given-up refill's step ends

@@ -182,6 +182,11 @@ class VectorBook:
             table,
         )
 
+    def newest_kept(self) -> float | None:
+        """The newest stamp of a kept vector, None when none is kept (the stamps' index)."""
+        got = self._query("SELECT max(kept_at) FROM kept_vectors")[0][0]
+        return None if got is None else float(got)
+
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
         """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
         replaced first, then the oldest: the notes that left the index have the whole budget."""
