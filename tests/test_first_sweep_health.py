@@ -80,13 +80,9 @@ def _asked_meanwhile(server: InProcessServer) -> tuple[threading.Thread, list[di
     return asking, answer
 
 
-def test_health_read_while_the_first_sweep_ends_says_idle_only_over_its_notes(
-    unswept: tuple[Harness, InProcessServer],
-) -> None:
-    """A health request that counts the notes mid-batch and is answered after the sweep ended
-    says the sweep under way, not "idle" beside none of its notes (the counts read first, the
-    phase after them: one run of the broken-notes test saw idle with 0 of 6 notes)."""
-    h, server = unswept
+def _health_mid_first_sweep(h: Harness, server: InProcessServer) -> dict[str, Any]:
+    """Health asked while the first sweep writes its first batch, its counts taken mid-batch and
+    answered after the sweep ended: that answer's index."""
     with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
         sweep = threading.Thread(target=h.indexer.sweep, name="sweep")
         sweep.start()
@@ -94,10 +90,22 @@ def test_health_read_while_the_first_sweep_ends_says_idle_only_over_its_notes(
         asking, answer = _asked_meanwhile(server)
         assert counted.wait(WAIT_S)
         sweep.join(WAIT_S)
-        assert not sweep.is_alive() and h.indexer.activity.phase == "idle"
+        act = h.indexer.activity
+        assert not sweep.is_alive() and act.phase == "idle" and act.first_sweep_done
         swept.set()
         asking.join(WAIT_S)
     (idx,) = answer
+    return idx
+
+
+def test_health_read_while_the_first_sweep_ends_says_idle_only_over_its_notes(
+    unswept: tuple[Harness, InProcessServer],
+) -> None:
+    """A health request that counts the notes mid-batch and is answered after the sweep ended
+    says the sweep under way, not "idle" beside none of its notes (the counts read first, the
+    phase after them: one run of the broken-notes test saw idle with 0 of 6 notes)."""
+    h, server = unswept
+    idx = _health_mid_first_sweep(h, server)
     assert idx["files"] == 0  # counted mid-batch: the moment under test
     assert (idx["phase"], idx["sweeps"], idx["state"]) == ("indexing", 0, "building"), idx
     after = _index(server)
@@ -240,17 +248,7 @@ def test_health_says_the_first_sweep_done_after_the_first_whole_sweep(
     read before the counts: true only beside every note it wrote."""
     h, server = unswept
     assert _index(server)["first_sweep_done"] is False
-    with _counted_mid_batch(h.stores.manifest) as (marked, counted, swept):
-        sweep = threading.Thread(target=h.indexer.sweep, name="sweep")
-        sweep.start()
-        assert marked.wait(WAIT_S)
-        asking, answer = _asked_meanwhile(server)
-        assert counted.wait(WAIT_S)
-        sweep.join(WAIT_S)
-        assert not sweep.is_alive() and h.indexer.activity.first_sweep_done
-        swept.set()
-        asking.join(WAIT_S)
-    (idx,) = answer
+    idx = _health_mid_first_sweep(h, server)
     assert (idx["files"], idx["first_sweep_done"]) == (0, False), idx
     after = _index(server)
     assert (after["files"], after["first_sweep_done"]) == (4, True)

@@ -352,3 +352,56 @@ def test_vectors_kept_while_the_clock_was_ahead_do_not_push_out_newer_ones(
         assert not [t for t in model.embedded if "ferry" in t]
     finally:
         h.close()
+
+
+def test_a_folder_deleted_while_the_clock_is_set_back_keeps_its_vectors_ahead_of_older_ones(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The wall clock set back under a running daemon (a board without a clock battery booting
+    in 2000 until NTP steps it, a wrong manual setting): a folder deleted meanwhile was stamped as
+    decades older than the vectors kept before it, the cap pushed it out first, and restored it
+    was embedded again in full. It is stamped just after the newest kept vector now."""
+    before = _folder(vault, "Before", "market")
+    after = _folder(vault, "After", "ferry")
+    h = Harness(make_cfg(vault, **{"index.keepDeletedVectorsMax": 10}), FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, before)
+        newest = max(_stamps(h).values())
+        h.vectors.clock = lambda: 946_684_800.0  # 2000-01-01
+        _delete(h, after)
+        stamps = _stamps(h)
+        assert len(stamps) == 10 and all(at > newest for at in stamps.values())
+        model = h.slot.model
+        assert isinstance(model, FakeEmbedder)
+        model.embedded.clear()
+        for p, data in after.items():
+            p.write_bytes(data)
+        h.sweep()
+        assert not [t for t in model.embedded if "ferry" in t]
+    finally:
+        h.close()
+
+
+def test_a_start_with_the_wall_clock_not_set_yet_restamps_nothing(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A start while the wall clock is still in 2000 (not set yet): every kept vector is "more
+    than a day ahead" of it, and restamped to it they were pruned by age once NTP stepped the
+    clock forward. They keep their stamps, and it is logged."""
+    from sidecar.index import vector_rows
+
+    folder = _folder(vault, "Gone", "market")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        _delete(h, folder)
+        kept = _stamps(h)
+        assert len(kept) == 10
+        h.vectors.clock = lambda: vector_rows.WALL_CLOCK_FLOOR - 25 * 365 * 86400.0
+        caplog.set_level("WARNING", logger="sidecar")
+        h.vectors.mend_kept_times()
+        assert _stamps(h) == kept
+        assert "vectors_kept_not_restamped reason=the wall clock says 2000-" in caplog.text
+    finally:
+        h.close()

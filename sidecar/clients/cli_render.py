@@ -238,14 +238,24 @@ _LAST_SAID = {
 
 
 def _compaction_last_said(last: dict[str, Any]) -> str:
-    """What came of the last run that found a large vault's keyword index due for a rewrite."""
+    """What came of the last run that found a large vault's keyword index due for a rewrite, as
+    the index is now: documents deleted since a rewrite, a back-off after a give-way."""
     outcome = str(last["outcome"])
     what = _LAST_SAID.get(outcome, shown(outcome))
-    words = f"keyword index {what} {_ago(last['at'])}: {shown(last['reason'])}"
+    age = last.get("age_seconds")  # the daemon's monotonic age (an older daemon: its wall time)
+    when = f"{duration(age)} ago" if isinstance(age, (int, float)) else _ago(last["at"])
+    words = f"keyword index {what} {when}: {shown(last['reason'])}"
     if outcome == "compacted":
-        return words
-    # Said as it is now: a rebuild, an upgrade's refill or Tantivy's merges drop the deleted
-    # documents with no compaction (an older daemon sends no ``due_now``: nothing said of it).
+        # Said until a restart as it was right after the rewrite, while the index went on.
+        since = last.get("deleted_now") or 0
+        if last.get("due_now"):
+            return f"{words}; {since:,} documents deleted since, due again (the next run rewrites it)"
+        return f"{words}; {since:,} documents deleted since" if since else words
+    if backoff := last.get("backoff"):
+        times = "once" if backoff["gave_way"] == 1 else f"{backoff['gave_way']:,} times"
+        words += f"; it gave way {times} in a row, next try in about {duration(backoff['next_try_seconds'])}"
+    # Said as it is now: Tantivy's merges drop the deleted documents with no compaction (an older
+    # daemon sends no ``due_now``: nothing said of it).
     if last.get("due_now"):
         weigh = "weigh in its scores until a later run rewrites it"
         return f"{words}; its {last['deleted_now']:,} deleted documents {weigh}"

@@ -16,10 +16,11 @@ from sidecar import __version__
 from sidecar.config import Config
 from sidecar.contracts.protocol import PROTOCOL_VERSION, Request, check_known
 from sidecar.daemon import limits
+from sidecar.index import repair
 from sidecar.index.activity import Activity
 from sidecar.index.indexer import TOKENIZER_WAIT_S, Indexer
 from sidecar.index.problems import Problems
-from sidecar.index.repair import compaction_due, memory_gap
+from sidecar.index.repair import compaction_current, compaction_due, memory_gap
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.memory.ops import MemoryOps
 from sidecar.model.embedder import EmbedderSlot
@@ -166,8 +167,11 @@ class HealthOp:
                 # dropped), which answers searches meanwhile: {phase, done, total}, else None.
                 "keyword_compaction": _compaction(self.vectors.stores.keyword_compaction),
                 # What came of the last run that found that rewrite due (compacted, skipped, gave
-                # way...), its reason and when: {outcome, reason, at}, else None.
-                "keyword_compaction_last": _compaction_last(self.vectors.stores),
+                # way...), its reason, when and the back-off after a give-way; None also once the
+                # index it is about was replaced or rebuilt.
+                "keyword_compaction_last": _compaction_last(
+                    self.vectors.stores, self.cfg.index.optimize_minutes
+                ),
                 # While a person's search reads the agents' own keyword indexes instead of the one
                 # of all memory (being filled, damaged, read-only): why, and how many agents'
                 # memory it finds by no word meanwhile (their own index removed as unused).
@@ -275,19 +279,36 @@ def _compaction(state: tuple[str, int, int] | None) -> dict[str, Any] | None:
     return None if state is None else {"phase": state[0], "done": state[1], "total": state[2]}
 
 
-def _compaction_last(stores: Stores) -> dict[str, Any] | None:
+def _compaction_last(stores: Stores, every_minutes: float) -> dict[str, Any] | None:
     """The last compaction run's outcome, with the index's deleted documents now and whether it
-    is still due: a rebuild, an upgrade's refill or Tantivy's own merges drop them with no
-    compaction, and status said for weeks that they weighed in the scores."""
-    if (last := stores.keyword_compaction_last) is None:
+    is still due: Tantivy's own merges drop them with no compaction, and status said for weeks
+    that they weighed in the scores. None once the index it is about was replaced or rebuilt
+    (``compaction_current``). ``every_minutes``: the runs' interval, for the back-off's next try."""
+    if (last := stores.keyword_compaction_last) is None or not compaction_current(stores):
         return None
+    about = stores.keyword_compaction_of
+    age = max(repair._clock() - about[2], 0.0) if about is not None else None
     deleted, total = stores.bm25.deleted_docs()  # the segments' meta files: no document read
+    backoff = stores.keyword_backoff
     return {
         "outcome": last[0],
         "reason": last[1],
         "at": last[2],
+        # Seconds since, by the daemon's monotonic clock: right when the wall clock was set.
+        "age_seconds": None if age is None else round(age, 1),
         "deleted_now": deleted,
         "due_now": compaction_due(deleted, total),
+        # After a give-way that wasted a whole fill: how often in a row, the due runs still
+        # skipped, and about when the next try comes (the runs' interval after the last run).
+        "backoff": (
+            None
+            if backoff is None or age is None
+            else {
+                "gave_way": backoff[0],
+                "runs_skipped": backoff[1],
+                "next_try_seconds": round(max((backoff[1] + 1) * every_minutes * 60 - age, 0.0)),
+            }
+        ),
     }
 
 

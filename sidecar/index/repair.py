@@ -61,6 +61,15 @@ MAX_VECTOR_REBUILDS = 2
 # Seconds the agents with memory are kept by ``unsearchable_agents`` (one query of the manifest).
 MEMORY_AGENTS_KEPT = 1.0
 _clock = time.monotonic  # the clock of that, replaced by tests
+# After a large vault's compaction gave way to the notes written meanwhile (its whole fill
+# wasted: minutes and a second copy on the disk at 60,000 documents), the next runs that find it
+# due skip it, more of them at each give-way in a row (1, 3, then 7: every 8th run, 8 hours with
+# the hourly default, while the vault stays that busy). Tried at every run, a vault busy for a
+# day filled a whole copy each hour for nothing.
+BACKOFF_MAX_RUNS = 7
+# The give-ways that wasted a whole fill (``beside.Ended``): the others changed the index itself
+# (a rebuild, a repair), which the next run judges afresh.
+_WASTED = frozenset({"behind", "count"})
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
@@ -243,6 +252,7 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
     if not compaction_due(deleted, total):
+        stores.keyword_backoff = None  # dropped otherwise (a rebuild, merges): the next due begins anew
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
@@ -282,6 +292,9 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if no_room := _no_room(stores, "vault", (stores.bm25.path,)):
         _outcome(stores, "skipped", no_room)  # logged at debug: every run while it lasts
         return False
+    if backing := _backed_off(stores):
+        _skipped(stores, backing, "backoff")
+        return False
     if cut := _recut_waiting(stores):
         _skipped(stores, cut, "recut")
         return False
@@ -304,6 +317,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if swapped is None:
         _given_up(stores, why[0] if why else "replaced")
         return False
+    stores.keyword_backoff = None
     _outcome(stores, "compacted", f"{deleted:,} deleted documents dropped, {live:,} live")
     log.info(
         "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
@@ -315,6 +329,24 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
         swapped.lock_seconds,
     )
     return True
+
+
+def _backed_off(stores: Stores) -> str | None:
+    """Why this run skips a due compaction to back off after it gave way (``BACKOFF_MAX_RUNS``),
+    the skip counted; else None."""
+    if (backoff := stores.keyword_backoff) is None or backoff[1] <= 0:
+        return None
+    times, left = backoff
+    stores.keyword_backoff = (times, left - 1)
+    again = "the next run tries again" if left == 1 else f"{left - 1:,} more runs skip it"
+    return (
+        f"backing off after it gave way {_times(times)} in a row to the notes written meanwhile (a "
+        f"busy vault: each try fills a whole copy); {again}"
+    )
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n:,} times"
 
 
 def _recut_waiting(stores: Stores) -> str | None:
@@ -367,6 +399,17 @@ def _given_up(stores: Stores, why: str) -> None:
         )
     else:  # logged by ``beside`` (``bm25_refill_gave_way``, ``bm25_refill_count_mismatch``)
         _outcome(stores, "gave way", _GIVEN_UP.get(why, why))
+        if why in _WASTED:
+            times = (stores.keyword_backoff or (0, 0))[0] + 1
+            runs = min(2**times - 1, BACKOFF_MAX_RUNS)
+            stores.keyword_backoff = (times, runs)
+            log.info(
+                "bm25_compact_backoff part=vault gave_way=%d skip_runs=%d (the next %s that find it "
+                "due skip it)",
+                times,
+                runs,
+                "run" if runs == 1 else f"{runs} runs",
+            )
 
 
 def _skipped(stores: Stores, reason: str, event: str) -> None:
@@ -378,6 +421,15 @@ def _skipped(stores: Stores, reason: str, event: str) -> None:
 
 def _outcome(stores: Stores, outcome: str, reason: str) -> None:
     stores.keyword_compaction_last = (outcome, reason, time.time())
+    stores.keyword_compaction_of = (stores.bm25, stores.bm25.refills, _clock())
+
+
+def compaction_current(stores: Stores) -> bool:
+    """Whether the last compaction's outcome is about the index live now: not when a rebuild, a
+    repair or an upgrade's swap replaced or refilled it since (their index has no deleted
+    documents of its own; said of it, \"last rewritten 3 weeks ago\" described an index gone)."""
+    about = stores.keyword_compaction_of
+    return about is not None and about[0] is stores.bm25 and about[1] == stores.bm25.refills
 
 
 def _no_room(stores: Stores, part: str, folders: tuple[Path, ...]) -> str | None:

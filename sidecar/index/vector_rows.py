@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -37,6 +38,12 @@ NOT_WALL_CLOCK_S = 20 * 365 * 86400.0
 # Kept vectors stamped this far ahead of the wall clock at a start were stamped while it was set
 # ahead (a Pi without a clock battery, a wrong manual setting), since corrected.
 AHEAD_OF_WALL_CLOCK_S = 86400.0
+# A wall clock before this (2025-01-01, before this version existed) is not set: nothing is
+# restamped by it at a start (``mend_kept_times``).
+WALL_CLOCK_FLOOR = 1_735_689_600.0
+# How far after the newest kept stamp the vectors kept while the wall clock is behind it are
+# stamped (``VectorRows._stamp``).
+AFTER_NEWEST_S = 0.001
 
 # Why a table's rows of chunks the index no longer has are there, by why the table is checked:
 # at a start (an upgrade's first sweep cut notes anew) a bare count read as damage.
@@ -170,6 +177,15 @@ class VectorRows:
                 _ORPHANS_WHY[cause],
             )
 
+    def _stamp(self, now: float) -> float:
+        """When the vectors kept now are stamped: the wall clock's ``now``, but never before the
+        newest stamp kept (a clock set back while the daemon runs). Stamped by the clock set
+        back, a folder deleted meanwhile counted as older than every vector kept before it: the
+        cap pushed it out first, and restored it was embedded again in full. Just after the
+        newest, each edit's rows keep a stamp of their own (``prune_edits`` counts them)."""
+        newest = self.manifest.newest_kept()
+        return now if newest is None or now >= newest else newest + AFTER_NEWEST_S
+
     def mend_kept_times(self) -> None:
         """At a start: kept vectors (and chunks remembered to keep) whose stamp is no wall-clock
         time (``NOT_WALL_CLOCK_S``) count as kept now, in their order: the newest now, the others
@@ -180,6 +196,16 @@ class VectorRows:
         future (a clock set ahead, then corrected) count as kept now too: else no age cut-off
         reached them and the cap kept them ahead of every newer deletion, for years."""
         now = self.clock()
+        if now < WALL_CLOCK_FLOOR:
+            # Not set yet (a board without a clock battery boots in 1970 or 2000 until NTP steps
+            # it): every row is "ahead" of it, and restamped to it they were pruned by age at the
+            # step forward, every folder deleted before embedded again when it came back.
+            log.warning(
+                "vectors_kept_not_restamped reason=the wall clock says %s, before this version existed "
+                "(not set yet?): kept vectors keep their stamps",
+                time.strftime("%Y-%m-%d", time.gmtime(now)),
+            )
+            return
         try:
             behind, ahead = self.manifest.restamp_kept(
                 now - NOT_WALL_CLOCK_S, now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
@@ -288,6 +314,6 @@ class VectorRows:
                 for cid, v in vecs.items()
             ]
             now = self.clock()
-            manifest.keep_vectors(vs.store.name, rows, now)
+            manifest.keep_vectors(vs.store.name, rows, self._stamp(now))
             manifest.prune_edits(vs.store.name, {n for _, _, n in rows if n}, EDITS_KEPT_PER_NOTE)
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)

@@ -98,6 +98,15 @@ class Stores:
     # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed"; else
     # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
     keyword_compaction_last: tuple[str, str, float] | None = None
+    # What that outcome is about: the index live then, its refills from the manifest then
+    # (``Bm25Index.refills``) and when by the monotonic clock (an age no change of the wall clock
+    # bends). A rebuild, a repair or an upgrade's swap since: it is about an index no longer
+    # there, and health drops it (status said "last rewritten" of it until a restart).
+    keyword_compaction_of: tuple[Bm25Index, int, float] | None = None
+    # After that rewrite gave way to the notes written meanwhile (its whole fill wasted: a busy
+    # vault): (give-ways in a row, runs that find it due still to skip), else None
+    # (``repair._backed_off``).
+    keyword_backoff: tuple[int, int] | None = None
     # The notes that could be cut again at the last compaction skipped for them, else None: a run
     # that finds no fewer goes ahead (notes whose read fails, or any the sweep does not get to,
     # must not hold the compaction back for good).

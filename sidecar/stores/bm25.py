@@ -142,6 +142,7 @@ class Bm25Index(Bm25Rewrite):
         # search of that index succeeds or a refill rebuilt it (the repair refills the index).
         self.failing: dict[str, str] = {}
         self._refilling = False  # ``delete_all`` was called: the next commit ends a refill
+        self.refills = 0  # refills committed (a rebuild): what health's last compaction is about
         self._kept_use: dict[Path, tuple[int, int]] = {}  # agents' last use a refill puts back
         self._scorer = Scorer()
         # The notes' words written with an umlaut (``umlaut_readings``), kept beside the index.
@@ -569,6 +570,7 @@ class Bm25Index(Bm25Rewrite):
             elif not any(f.dirty for f in pair) and all(f.searcher.num_docs == 0 for f in pair):
                 gone.add(agent)
         if self._refilling:  # rebuilt from the manifest: what failed before is replaced
+            self.refills += 1
             self.failing.clear()
             restore_mtimes({m: t for m, t in self._kept_use.items() if m.exists()})
             if self._everyone is not None and not self.everyone_ready:

@@ -239,28 +239,54 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                     return db.execute(sql, args).fetchall()
                 finally:
                     self._give_back(db)
-            rows = self._read_through_writer(sql, args, may_give_way=gave_way < GIVE_WAY_TIMES)
-            if rows is not None:
-                return rows
+            got = self._read_through_writer([(sql, args)], may_give_way=gave_way < GIVE_WAY_TIMES)
+            if got is not None:
+                return got[0]
             gave_way += 1
 
-    def _read_through_writer(self, sql: str, args: Sequence[Any], *, may_give_way: bool) -> list[Any] | None:
-        """``sql`` read on the writer's connection, under its lock (no commit runs amid it, so the
-        commit's settle read still finds a read-mark slot: ``READERS``). Where it ``may_give_way``:
+    def _committed_together(self, reads: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """Several reads of what is committed that all see one moment (health's counts: read one
+        by one, a batch committed between two of them made ``skipped`` run a batch ahead of
+        ``files``). In one read transaction on a reader connection: in WAL mode the writer
+        commits meanwhile, unseen by it, and never waits for it (read through the writer's
+        connection, each count held the writer's lock for its whole scan). Else through the
+        writer's connection as one, under its lock (``_read_through_writer``)."""
+        if self.read_only:
+            with self._lock:
+                return [self._db.execute(sql, args).fetchall() for sql, args in reads]
+        gave_way = 0
+        while True:
+            db = self._take_reader()
+            if db is not None:
+                try:
+                    return _in_one_transaction(db, reads)
+                finally:
+                    self._give_back(db)
+            got = self._read_through_writer(reads, may_give_way=gave_way < GIVE_WAY_TIMES)
+            if got is not None:
+                return got
+            gave_way += 1
+
+    def _read_through_writer(
+        self, reads: Sequence[tuple[str, Sequence[Any]]], *, may_give_way: bool
+    ) -> list[list[Any]] | None:
+        """``reads`` read on the writer's connection, under its lock (no commit runs amid them, so
+        the commit's settle read still finds a read-mark slot: ``READERS``). Where it ``may_give_way``:
         None when a write queued for the lock before the read began or while it ran (the write
         interrupts it, ``_write_lock``: the caller tries again, on a reader or here). Else (it gave
         way ``GIVE_WAY_TIMES`` already) read to its end like any read under the lock, the writes
         waiting meanwhile; so inside this thread's own transaction too: the writes waiting wait
         for that anyway."""
         if self._owned_here() or not may_give_way:
-            return self._query(sql, args)
+            with self._lock:
+                return [self._db.execute(sql, args).fetchall() for sql, args in reads]
         with self._lock:
             with self._waiting_count:  # a write counted after this interrupts the read
                 if self._writes_waiting:
                     return None
                 self._interruptible, self._interrupted = True, False
             try:
-                return self._db.execute(sql, args).fetchall()
+                return [self._db.execute(sql, args).fetchall() for sql, args in reads]
             except sqlite3.OperationalError:
                 if not self._interrupted:
                     raise
@@ -619,3 +645,15 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     # --- chunks and vectors ----------------------------------------------------------------
 
     # --- health --------------------------------------------------------------------------
+
+
+def _in_one_transaction(
+    db: sqlite3.Connection, reads: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[Any]]:
+    """``reads`` on a reader connection in one read transaction: its first read fixes the moment
+    all of them see; ended (its snapshot released) whatever happens."""
+    db.execute("BEGIN")
+    try:
+        return [db.execute(sql, args).fetchall() for sql, args in reads]
+    finally:
+        db.execute("ROLLBACK")  # nothing written: only the snapshot let go

@@ -69,6 +69,8 @@ class ManifestChunks:
 
         def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]: ...
 
+        def _committed_together(self, reads: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]: ...
+
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
 
@@ -226,29 +228,35 @@ class ManifestChunks:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks")}
 
     def counts(self) -> dict[str, Any]:
-        """Files and chunks per source and per agent, plus skipped files by reason."""
-        by_source: dict[str, dict[str, int]] = {}
-        for source, files, chunks in self._query(
-            f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE {_COUNTED} GROUP BY source"
-        ):
-            by_source[source] = {"files": files, "chunks": chunks}
-        by_agent = {
-            agent: {"files": files, "chunks": chunks}
-            for agent, files, chunks in self._query(
-                "SELECT agent, count(*), coalesce(sum(chunks), 0) FROM files "
-                f"WHERE {_COUNTED} AND source = 'memory' GROUP BY agent"
-            )
-        }
-        skipped = dict(
-            self._query("SELECT error, count(*) FROM files WHERE state = 'skipped' GROUP BY error")
+        """Files and chunks per source and per agent, plus skipped files by reason: all of one
+        moment (one read transaction), the writer not waiting for them (``_committed_together``)."""
+        sources, agents, skips, unread = self._committed_together(
+            [
+                (
+                    f"SELECT source, count(*), coalesce(sum(chunks), 0) FROM files WHERE {_COUNTED} "
+                    "GROUP BY source",
+                    (),
+                ),
+                (
+                    "SELECT agent, count(*), coalesce(sum(chunks), 0) FROM files "
+                    f"WHERE {_COUNTED} AND source = 'memory' GROUP BY agent",
+                    (),
+                ),
+                ("SELECT error, count(*) FROM files WHERE state = 'skipped' GROUP BY error", ()),
+                # Indexed notes whose front matter could not be read (invalid YAML): found by their
+                # text, without their title, tags, aliases and dates. Vault and wiki only: an
+                # inbox's notes are checked as they are written, and health must not name one
+                # agent's notes to another.
+                (
+                    "SELECT key, error FROM files WHERE state = 'indexed' AND error IS NOT NULL "
+                    "AND source != 'memory' ORDER BY key",
+                    (),
+                ),
+            ]
         )
-        # Indexed notes whose front matter could not be read (invalid YAML): found by their text,
-        # without their title, tags, aliases and dates. Vault and wiki only: an inbox's notes are
-        # checked as they are written, and health must not name one agent's notes to another.
-        unread = self._query(
-            "SELECT key, error FROM files WHERE state = 'indexed' AND error IS NOT NULL "
-            "AND source != 'memory' ORDER BY key"
-        )
+        by_source = {source: {"files": files, "chunks": chunks} for source, files, chunks in sources}
+        by_agent = {agent: {"files": files, "chunks": chunks} for agent, files, chunks in agents}
+        skipped = dict(skips)
         return {
             "files": sum(v["files"] for v in by_source.values()),
             "chunks": sum(v["chunks"] for v in by_source.values()),

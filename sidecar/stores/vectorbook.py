@@ -70,6 +70,9 @@ class VectorBook:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
+    def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
@@ -179,6 +182,11 @@ class VectorBook:
             table,
         )
 
+    def newest_kept(self) -> float | None:
+        """The newest stamp of a kept vector, None when none is kept (the stamps' index)."""
+        got = self._query("SELECT max(kept_at) FROM kept_vectors")[0][0]
+        return None if got is None else float(got)
+
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
         """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
         replaced first, then the oldest: the notes that left the index have the whole budget."""
@@ -270,7 +278,9 @@ class VectorBook:
         """Chunks that wait for a vector in ``flag``'s table (those past the per-note limit wait
         for none)."""
         sql = f"SELECT count(*) FROM chunks WHERE {_flag(flag)} = 0 AND ord < ?"
-        return int(self._query(sql, (self.vector_cap,))[0][0])
+        # A scan of every chunk (health asks at each call, the watchdog each minute): on a reader,
+        # not through the writer's connection under its lock, where every write waited for it.
+        return int(self._committed(sql, (self.vector_cap,))[0][0])
 
     def pending_count_of(self, caps: Mapping[str, int], flag: str = "has_vector") -> int:
         """Of ``pending_count``, the chunks of these notes, at most ``caps[key]`` of each."""
@@ -333,7 +343,7 @@ class VectorBook:
         """Chunks within the per-note limit left to a switch's table (``NEXT_ONLY``): no vector
         serves them, search finds them by keywords only until the switch ends."""
         sql = f"SELECT count(*) FROM chunks WHERE has_vector = {NEXT_ONLY} AND ord < ?"
-        return int(self._query(sql, (self.vector_cap,))[0][0])
+        return int(self._committed(sql, (self.vector_cap,))[0][0])  # on a reader: ``pending_count``
 
     def release_next_only(self) -> int:
         """Chunks left to a switch's table wait for a serving vector again (the table serves

@@ -1,0 +1,161 @@
+"""A large vault's keyword compaction over time (``repair.compact_bm25``): after it gave way to
+the notes written meanwhile (a busy vault) the next runs back off, said in health and status;
+what status says of the last run goes once the index it is about was rebuilt, and follows the
+index's deletions after a rewrite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests import test_keyword_compaction_beside as beside_tests
+from tests.conftest import write
+
+large = beside_tests.large  # the small vault taken for a large one, alpha's memory too
+_delete, _dropped, _agrees = beside_tests._delete, beside_tests._dropped, beside_tests._agrees
+
+
+class _Busy:
+    """Notes written again by another thread during each fill and each catch-up with no lock
+    held (``beside.SWAP_NOTES`` set low): every compaction falls behind and gives way while
+    ``on``. ``fills``: the whole fills begun."""
+
+    def __init__(self, s: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        from sidecar.index import beside
+
+        self.s, self.on, self.fills, self.edits = s, True, 0, 0
+        monkeypatch.setattr(beside, "SWAP_NOTES", 2)
+        real_fill, real_cu = beside.fill_bm25, beside.catch_up
+        stores = s.harness.stores
+
+        def fill(index: Any, manifest: Any, stop: Any = None, progress: Any = None) -> None:
+            self.fills += 1
+            real_fill(index, manifest, stop, progress)
+            self._write()
+
+        def cu(new: Any, manifest: Any, keys: Any, *, everything: bool, stop: Any = None) -> None:
+            real_cu(new, manifest, keys, everything=everything, stop=stop)
+            if not beside_tests._write_lock_held(stores):  # the unlocked passes only
+                self._write()
+
+        monkeypatch.setattr(beside, "fill_bm25", fill)
+        monkeypatch.setattr(beside, "catch_up", cu)
+
+    def _write(self) -> None:
+        if not self.on:
+            return
+        n, self.edits = self.edits, self.edits + 1
+
+        def busy() -> None:
+            for i in (20, 21, 22):
+                write(self.s.cfg.vault.path / f"Log/Note{i}.md", f"# Note {i}\n\nEdit {n}, zqedit{n}x{i}.\n")
+            self.s.harness.sweep()
+
+        beside_tests._threaded(busy)
+
+
+def test_a_compaction_that_gave_way_to_a_busy_vault_backs_off(
+    large: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A vault written to faster than a compaction catches up (a sync, a checkout, a large
+    sweep): each run filled a whole copy of the index and gave way, every hour for as long as it
+    lasted. Now the runs after a give-way skip it, more of them at each give-way in a row (1, 3,
+    then 7), logged and said in health and status; once it gets through, it no longer backs off."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    busy = _Busy(s, monkeypatch)
+    assert compact_bm25(stores) is False  # filled, then gave way to the notes written meanwhile
+    _dropped(stores)
+    assert busy.fills == 1 and stores.keyword_compaction_last is not None
+    assert stores.keyword_compaction_last[0] == "gave way"
+    health = s.call("health")
+    backoff = health["index"]["keyword_compaction_last"]["backoff"]
+    assert backoff["gave_way"] == 1 and backoff["runs_skipped"] == 1
+    assert "it gave way once in a row, next try in about " in render_status(health)
+    with caplog.at_level("INFO"):
+        assert compact_bm25(stores) is False  # backs off: no fill
+    assert busy.fills == 1, "the run after a give-way filled a whole copy again"
+    skipped = [r.message for r in caplog.records if "bm25_compact_skipped" in r.message]
+    assert skipped and "part=vault reason=backoff" in skipped[0]
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "skipped" and "backing off after it gave way once in a row" in last["reason"]
+    assert "the next run tries again" in last["reason"]
+    status = render_status(s.call("health"))
+    assert "keyword index rewrite skipped " in status and "backing off after it gave way" in status
+    runs = [compact_bm25(stores) for _ in range(4)]  # tried (gave way again), then 3 skipped
+    _dropped(stores)
+    assert runs == [False] * 4 and busy.fills == 2
+    assert stores.keyword_backoff == (2, 0)
+    busy.on = False  # the vault calmed down
+    assert compact_bm25(stores) is True and busy.fills == 3
+    assert stores.keyword_backoff is None and _agrees(stores)
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "compacted" and last["backoff"] is None
+
+
+def test_the_back_off_grows_to_its_bound_and_ends_when_nothing_is_due(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Give-ways in a row skip 1, 3, then at most ``BACKOFF_MAX_RUNS`` runs; a run that finds
+    the compaction no longer due (a rebuild dropped the deleted documents) ends the back-off."""
+    from sidecar.index import repair
+    from sidecar.index.repair import compact_bm25, rebuild_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    busy = _Busy(s, monkeypatch)
+    skipped: list[int] = []
+    for _ in range(3):
+        assert compact_bm25(stores) is False
+        _dropped(stores)
+        assert stores.keyword_backoff is not None
+        skipped.append(stores.keyword_backoff[1])
+        for _ in range(skipped[-1]):
+            assert compact_bm25(stores) is False
+    assert skipped == [1, 3, repair.BACKOFF_MAX_RUNS] and busy.fills == 3
+    rebuild_bm25(stores)
+    assert compact_bm25(stores) is False  # nothing due
+    assert stores.keyword_backoff is None
+
+
+def test_the_last_rewrite_said_follows_the_index_and_goes_with_it(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status said "keyword index last rewritten ... ago" as it was right after the rewrite until
+    a restart: weeks, the index long written to, rebuilt or repaired since. Now its age is the
+    daemon's own (no wall clock set back bends it), it says the documents deleted since and when
+    the rewrite is due again, and it goes once a rebuild refilled the index."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
+    from sidecar.index.repair import compact_bm25, rebuild_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    assert compact_bm25(stores) is True
+    real_clock = repair._clock
+    monkeypatch.setattr(repair, "_clock", lambda: real_clock() + 7200.0)  # two hours on
+    monkeypatch.setattr(repair.time, "time", lambda: 0.0)  # the wall clock set far back
+    status = render_status(s.call("health"))
+    assert "keyword index last rewritten beside the live one 2h 0m ago: " in status
+    assert "deleted since" not in status
+    _delete(s, 12, 14)  # two notes deleted since: their documents too
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["deleted_now"] > 0 and last["due_now"] is False
+    status = render_status(s.call("health"))
+    assert f"; {last['deleted_now']:,} documents deleted since" in status
+    for i in range(14, 30):  # edited: their old documents deleted, a fifth of the index again
+        write(s.cfg.vault.path / f"Log/Note{i}.md", f"# Note {i}\n\nThe lantern {i} again, zqnew{i}.\n")
+    s.harness.sweep()
+    status = render_status(s.call("health"))
+    assert "documents deleted since, due again (the next run rewrites it)" in status
+    rebuild_bm25(stores)  # what the rewrite said is of an index no longer there
+    health = s.call("health")
+    assert health["index"]["keyword_compaction_last"] is None
+    assert "keyword index last rewritten" not in render_status(health)
