@@ -571,6 +571,48 @@ def test_a_lock_taken_read_only_names_its_holder_once_its_file_may_be_written(tm
     assert f"pid {me} stopped since " in _lock_text_of(cfg.index_dir)
 
 
+def test_the_switch_to_writable_never_writes_serving_over_a_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switch to writable rewrites the record on its own thread while a stop may write
+    `stopping` on the main one: the two writes took turns inside each other, so the file said
+    `serving` after `stopping` and clients did not say the daemon was stopping."""
+    import threading
+
+    from sidecar.config import load_config
+    from sidecar.daemon.process import IndexLock
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    lock = IndexLock(cfg.index_dir)
+    lock.acquire()
+    lock.phase(lockstate.SERVING)
+    inside, go_on = threading.Event(), threading.Event()
+    write = lockstate.write_record
+
+    def held_write(fh: Any, text: str) -> None:
+        if threading.current_thread().name == "switch":
+            inside.set()
+            assert go_on.wait(30)
+        write(fh, text)
+
+    monkeypatch.setattr(lockstate, "write_record", held_write)
+    switch = threading.Thread(target=lock.rewrite, name="switch")
+    switch.start()
+    try:
+        assert inside.wait(30)  # the switch's write has its phase (serving) and is writing
+        stop = threading.Thread(target=lock.phase, args=(lockstate.STOPPING,))
+        stop.start()
+        stop.join(0.5)  # the stop's write waits for the switch's (it went first before)
+    finally:
+        go_on.set()
+        switch.join(30)
+    stop.join(30)
+    try:
+        assert f"pid {os.getpid()} stopping since " in _lock_text_of(cfg.index_dir)
+    finally:
+        lock.release()
+
+
 def test_what_the_lock_says_of_an_unanswered_request_comes_with_its_kind(tmp_path: Path) -> None:
     """One rule reads a daemon starting or stopping from its lock (``LockView.moving``): the
     client's look at an unanswered request gives the kind with the words, starting or stopping,

@@ -502,8 +502,8 @@ def _not_answering(args: argparse.Namespace, cfg: Config, exc: DaemonNotRunningE
         lock = {"pid": view.holder or record.pid, "held": view.held, "stale": view.stale}
         if view.current and record.phase is not None:
             lock |= {"phase": record.phase, "since": record.since, "step": record.step}
-            if record.phase in ("starting", "stopping"):
-                head = f"sidecar is {record.phase} (pid {record.pid}), {record.since_words()}."
+            if view.moving is not None:
+                head = f"sidecar is {view.moving} (pid {record.pid}), {record.since_words()}."
     other = other_daemon(cfg) if said is None else None
     if said is not None:
         why = f"no sidecar daemon answers on {cfg.socket_path}: {said}"

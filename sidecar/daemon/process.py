@@ -15,6 +15,7 @@ import logging
 import os
 import resource
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +63,10 @@ class IndexLock:
         # The daemon's phase, its start and step, written in the file as it moves (``phase``);
         # a `sidecar index` run (``by``) writes its name only.
         self._phase: tuple[str, float, str | None] = (lockstate.STARTING, time.time(), None)
+        # The switch to writable rewrites the record on its own thread while a stop may write
+        # `stopping`: one write at a time, each with the phase of its moment (re-entrant: a
+        # signal's stop may write on the thread that is writing).
+        self._writing = threading.RLock()
 
     def acquire(self) -> None:
         try:
@@ -126,9 +131,10 @@ class IndexLock:
     def phase(self, phase: str, step: str | None = None) -> None:
         """Say in the lock file that the daemon is in ``phase`` (its start kept while the phase
         stays, ``step`` what a start is doing): clients read it when the socket does not answer."""
-        kept = self._phase
-        self._phase = (phase, kept[1] if kept[0] == phase else time.time(), step)
-        self._write()
+        with self._writing:
+            kept = self._phase
+            self._phase = (phase, kept[1] if kept[0] == phase else time.time(), step)
+            self._write()
 
     def rewrite(self) -> None:
         """Write the record again (a lock taken read-only: its file may be written now)."""
@@ -153,6 +159,10 @@ class IndexLock:
         return self._writer
 
     def _write(self) -> None:
+        with self._writing:
+            self._write_now()
+
+    def _write_now(self) -> None:
         fh = self._writable()
         if fh is None:
             return
@@ -161,8 +171,11 @@ class IndexLock:
                 lockstate.write_record(fh, f"{self.by} (pid {os.getpid()})")
             else:
                 lockstate.write_record(fh, lockstate.record_text(os.getpid(), *self._phase))
-        except OSError as exc:  # the lock holds all the same; only what clients read is older
-            log.warning("index_lock_unwritten path=%s error=%s", self.path, exc.strerror or exc)
+        # The lock holds all the same; only what clients read is older (ValueError: the file was
+        # closed under the write).
+        except (OSError, ValueError) as exc:
+            said = getattr(exc, "strerror", None) or exc
+            log.warning("index_lock_unwritten path=%s error=%s", self.path, said)
 
     def keep(self) -> tuple[str, str] | None:
         """Make sure the lock file at the path is the one this process holds: one removed under
@@ -215,6 +228,10 @@ class IndexLock:
         return (st.st_dev, st.st_ino) == self._folder
 
     def release(self) -> None:
+        with self._writing:
+            self._release()
+
+    def _release(self) -> None:
         if self._fh is not None:
             if not self.by:  # whoever reads it next knows the daemon stopped, not crashed
                 self.phase(lockstate.STOPPED)
