@@ -338,3 +338,33 @@ def test_a_change_given_up_before_it_began_never_begins_and_keeps_nothing() -> N
     assert kept == []
     begun.end()
     assert kept == ["released"]
+
+
+def test_a_close_handed_to_the_holder_runs_at_its_last_release_and_nowhere_else() -> None:
+    """The lock's hand-over: a close that could not wait for the holder runs as the holder lets
+    go of its outermost hold (not an inner one, not in another thread's look at whether the lock
+    is free, which may hold a lock the close takes); from then on taking the lock raises."""
+    from sidecar.stores.closing import ClosingLock
+
+    lock = ClosingLock(lambda: StoresClosedError("closed"))
+    ran: list[str] = []
+    held, let_go = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            with lock:
+                held.set()
+                assert let_go.wait(30)
+            ran.append("inner released")  # the close has not run at the inner release
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(30)
+    assert lock.close_with(lambda: ran.append(threading.current_thread().name), 0.0) is False
+    assert not lock.is_free() and ran == []
+    let_go.set()
+    t.join(30)
+    assert ran == ["inner released", t.name] and lock.closed
+    with pytest.raises(StoresClosedError):
+        lock.__enter__()
+    assert lock.close_with(lambda: ran.append("again"), 0.0) is True and ran[-1] == t.name

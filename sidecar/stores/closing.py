@@ -62,6 +62,15 @@ class ClosingLock:
     def __exit__(self, *_exc: object) -> None:
         self.release()
 
+    def is_free(self) -> bool:
+        """Whether this thread could take the lock now (no one holds it, or this thread does).
+        Never waits, and never runs a close handed to the holder (the caller may hold a lock the
+        close takes: ``Manifest._take_reader`` asks under the readers' lock)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._lock.release()
+        return True
+
     def _is_owned(self) -> bool:
         """Whether this thread holds the lock (``threading.RLock``'s own question)."""
         owned: Any = self._lock._is_owned()  # type: ignore[attr-defined]

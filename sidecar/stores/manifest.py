@@ -330,10 +330,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     def _writer_free(self) -> bool:
         """Whether this thread could take the writer's lock now (no one holds it, or this thread
         does). Never waits, so it is safe under ``_reader_free``."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        self._lock.release()
-        return True
+        return self._lock.is_free()
 
     def _give_back(self, db: sqlite3.Connection) -> None:
         with self._reader_free:
