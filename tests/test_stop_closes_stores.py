@@ -148,7 +148,7 @@ def test_a_job_holding_the_writer_past_the_closes_wait_closes_it_itself_as_it_en
     job.start()
     try:
         assert entered.wait(30)
-        closing = threading.Thread(target=m.close)
+        closing = threading.Thread(target=lambda: m.close(stopping=True))
         closing.start()
         closing.join(30)
         assert not closing.is_alive()  # handed over, not waited for

@@ -459,11 +459,15 @@ class ManifestFile:
 
         Never under a statement in flight (closed under it, the process died of a segmentation
         fault): a reader a read holds is closed by that read's thread as it ends; the writer's
-        connection once the call holding it lets go, waited for ``CLOSE_WAIT_S`` (a read through
-        it gives way at once), else closed by that call's thread as it ends. From here on every
-        call raises ``ManifestClosedError`` (the daemon is stopping)."""
+        connection once the call holding it lets go (a read through it gives way at once), at the
+        stop waited for ``CLOSE_WAIT_S`` only, then closed by that call's thread as it ends. From
+        here on every call raises ``ManifestClosedError`` (the daemon is stopping)."""
         with self._queued(counted=True):  # a read through the writer gives way to the close
-            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), CLOSE_WAIT_S)
+            # Bounded at the stop only: the process exits next. Any other close (a repair moving the
+            # file aside, a failed switch) waits as long as it takes: a connection still open on a
+            # file moved aside and made anew could write into the new one's log.
+            wait = CLOSE_WAIT_S if stopping else -1
+            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), wait)
         if not ran:
             log.warning(
                 "manifest_close_handed path=%s (a call under way holds the index's connection: "
