@@ -263,6 +263,26 @@ def test_a_memory_write_inside_sqlite_when_the_stores_close_is_refused_with_noth
     assert not note.exists()
 
 
+def test_memory_changes_after_the_stores_closed_are_refused_busy_with_nothing_changed(
+    serve_in_process: Any,
+) -> None:
+    """A write or a delete that reaches the stores after the stop closed them (one its client
+    gave up on, run late by its worker): refused ``busy`` with the stop's words, the inbox as it
+    was (a write answered ``internal`` before; a delete moved the note to .trash and left its
+    index entry)."""
+    server: InProcessServer = serve_in_process()
+    inbox = server.cfg.agents_dir / "alice" / "memory"
+    server.call("write", {"slug": "kept", "content": _NOTE}, agent="alice")
+    before = (inbox / "kept.md").read_bytes()
+    server.harness.stores.close()
+    for op, params in (("write", {"slug": "late", "content": _NOTE}), ("delete", {"slug": "kept"})):
+        with pytest.raises(RemoteError) as err:
+            server.call(op, params, agent="alice")
+        assert err.value.code == "busy" and "the daemon is stopping" in str(err.value), (op, err.value)
+    assert not (inbox / "late.md").exists()
+    assert (inbox / "kept.md").read_bytes() == before
+
+
 # --- a memory change given up on keeps its note's lock ----------------------------------------
 
 

@@ -441,6 +441,8 @@ class MemoryOps:
         key = f"memory/{agent}/{slug}"
         self._inbox_answers(agent, "deleted")
         self._inbox_checked(agent, "deleted", room=False)
+        if self.manifest.closed:  # the stop closed the index meanwhile: nothing is moved
+            raise BusyError(stopping_message(quoted(req.op)))
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = in_inbox(
