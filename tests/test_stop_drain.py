@@ -409,6 +409,11 @@ def test_the_drain_gets_only_what_is_left_of_the_stops_bound(
         held.release.set()
     assert answer["error"]["code"] == "timeout", answer
     assert "daemon_draining requests=1 seconds=0" in caplog.text
+    # The write runs on: waited for here, as the daemon's stop waits for it before closing the
+    # stores (left running, it met the stores this test's teardown closed, in the next test).
+    server.close()
+    server.server.lanes["write"].pool.shutdown(wait=True)
+    assert _note(server, "spent").read_text(encoding="utf-8").endswith(_NOTE)
 
 
 def test_the_daemons_waits_share_the_stops_one_deadline(make_cfg: Any, vault: Path) -> None:

@@ -936,6 +936,7 @@ def test_a_manifest_closes_its_writer_when_a_reader_close_raises(tmp_path: Path)
     m = Manifest(tmp_path / "m.sqlite")
     other = sqlite3.connect(tmp_path / "m.sqlite")
     m._readers.extend([Stuck(), other])  # type: ignore[list-item]
+    m._idle.extend(m._readers)  # no read holds them (one that does closes its own: test_stop_closes_stores)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
         m.close()
     for db in (other, m._db):

@@ -128,6 +128,15 @@ class PassingFaultError(StoreError):
     handles left): not damage, nothing is moved aside; tried again later."""
 
 
+class StoresClosedError(PassingFaultError):
+    """A call into a store its close has begun or ended (the daemon stops): refused before it
+    reaches the engine, nothing read or written (a call already in the engine ends first: the
+    close never runs under it). No damage; answered ``busy``, as any request during a stop."""
+
+    code = "busy"
+    exit_code = ExitCode.REQUEST_FAILED
+
+
 class DiskFullError(PassingFaultError):
     """A store could not be written because its disk is full: a fault that passes, not damage
     (nothing is moved aside; the write is tried again once there is space)."""

@@ -191,6 +191,7 @@ class InboxOnly:
                         call="moving to .trash",
                         slug=slug,
                         done="deleted",
+                        keep=lambda: self.inboxes.keep(agent, slug),
                     )
                 except OSError as exc:
                     raise StorageError(f"not deleted: {exc.strerror or exc}; the note is unchanged") from exc
@@ -218,6 +219,7 @@ class InboxOnly:
                     call="writing",
                     slug=slug,
                     done="written",
+                    keep=lambda: self.inboxes.keep(agent, slug),
                 )
             except OSError as exc:
                 raise StorageError(f"not written: {exc.strerror or exc}; the inbox is unchanged") from exc

@@ -25,8 +25,53 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class _Change:
+    """Whether a change began and ended, told between its thread and its request's: the request
+    that gives up on it decides under one lock whether nothing was done (it had not begun: it
+    never begins now) or whether it lands later, in which case the note's lock is kept until it
+    ends (``keep``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._began = self._given_up = self._ended = False
+        self._then: list[Callable[[], None]] = []
+
+    def begin(self, slug: str) -> None:
+        """The change's thread, before its first call: GivenUp if its request gave up already."""
+        with self._lock:
+            if self._given_up:
+                raise GivenUp(f"{slug}.md")
+            self._began = True
+
+    def end(self) -> None:
+        """The change's thread, as it ends however it ends: what waits for its end runs now."""
+        with self._lock:
+            self._ended, then, self._then = True, self._then, []
+        for release in then:
+            release()
+
+    def give_up(self, keep: Callable[[], Callable[[], None]] | None) -> bool:
+        """The request gives up on the change: whether it had begun (it lands whole or not at all
+        once its share answers). ``keep``: taken now (the request still holds the note's lock),
+        its release called as the change ends."""
+        with self._lock:
+            self._given_up = True
+            if not self._began:
+                return False
+            if not self._ended and keep is not None:
+                self._then.append(keep())
+            return True
+
+
 def in_inbox(
-    supervisor: Supervisor, root: Root, fn: Callable[[], T], *, call: str, slug: str, done: str
+    supervisor: Supervisor,
+    root: Root,
+    fn: Callable[[], T],
+    *,
+    call: str,
+    slug: str,
+    done: str,
+    keep: Callable[[], Callable[[], None]] | None = None,
 ) -> T:
     """``fn()`` (the change: ``call`` on ``slug``'s note, in the inbox ``root``), run as one call
     of a request's look at the inbox, which the daemon's stop neither refuses nor cuts (the stop
@@ -34,8 +79,12 @@ def in_inbox(
     Refused before it began (the inbox hangs): StorageError, nothing ``done``. Given up on while
     it runs: StorageError saying it lands whole or not at all once the share answers; the inbox
     is marked hanging (or the look cut, on a share learnt slow), so the next change of that
-    inbox is refused at once while this one's call is still in. Raises what ``fn`` raises."""
-    began = threading.Event()
+    inbox is refused at once while this one's call is still in. ``keep``: called (the caller
+    holding the note's lock) when the change is given up on while it runs; what it returns is
+    called once the change has ended: the note stays locked meanwhile (the daily prune and other
+    changes of it keep away from a file a write may still rename into place). Raises what ``fn``
+    raises."""
+    change_of = _Change()
 
     def step(asking: Asking) -> None:
         # Given up on (answered "not confirmed"), the change goes on to its end all the same, as
@@ -44,18 +93,21 @@ def in_inbox(
             asking.ask(call, f"{slug}.md")
 
     def change(asking: Asking) -> T:
-        with asked(asking, call, f"{slug}.md"):
-            began.set()
-            # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
-            # again: bounded as a sum, a slow share answering each call in time was answered
-            # "not confirmed", said hanging, and learnt slow.
-            with told(lambda: step(asking)):
-                return fn()
+        try:
+            with asked(asking, call, f"{slug}.md"):
+                change_of.begin(slug)
+                # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
+                # again: bounded as a sum, a slow share answering each call in time was answered
+                # "not confirmed", said hanging, and learnt slow.
+                with told(lambda: step(asking)):
+                    return fn()
+        finally:
+            change_of.end()
 
     try:
         return supervisor.looked(root, change, through_stop=True)
     except RootUnreachable as exc:
-        if not began.is_set():  # refused before the change began: the inbox is untouched
+        if not change_of.give_up(keep):  # refused before the change began: the inbox is untouched
             raise StorageError(f"not {done}: {exc}; nothing {done}: try again once it answers") from exc
         log.error("memory_change_hung root=%s slug=%s call=%s error=%s", root.name, slug, call, exc)
         raise StorageError(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
-from sidecar.contracts.errors import NotFoundError
+from sidecar.contracts.errors import NotFoundError, StorageError
 from sidecar.memory.inbox_files import _move_kept, _note_sizes_asked, _State
 from sidecar.memory.inbox_text import _names_as_text, _now, _plain, _unstamped
 from sidecar.memory.inbox_types import (
@@ -192,25 +192,55 @@ class Notes:
     def locked(self, agent: str, slug: str) -> Iterator[None]:
         """The note's lock: held by the inbox's own changes, and by a caller around a change and
         its index update, so a delete cannot fall between a write's file and its index entry
-        (which left an index entry without a file). Re-entrant."""
+        (which left an index entry without a file). Re-entrant. Kept past its holder by a change
+        given up on that still runs (``keep``): refused then (StorageError, nothing done) instead
+        of waited for, as long as that change's share hangs."""
         key = (agent, slug)
         with self._guard:
             while agent in self._retiring:  # its folders go: the write makes fresh ones after
                 self._retired.wait()
             self._busy[agent] = self._busy.get(agent, 0) + 1
-            held = self._locks.setdefault(key, [threading.RLock(), 0])
+            held = self._locks.setdefault(key, [threading.RLock(), 0, 0])  # lock, holders, kept
             held[1] += 1
         try:
+            again = held[0]._is_owned()  # this thread's own re-entry: no new change begins
             with held[0]:
+                if held[2] and not again:
+                    raise StorageError(
+                        f"not changed: an earlier change of {slug!r} that was not confirmed (its "
+                        "inbox's share did not answer) is still under way; nothing was done: look at "
+                        "the note (memory_get) and try again once the share answers"
+                    )
                 yield
         finally:
-            with self._guard:
-                held[1] -= 1
-                if held[1] == 0:
-                    del self._locks[key]
-                self._busy[agent] -= 1
-                if self._busy[agent] == 0:
-                    del self._busy[agent]
+            self._let_go(key)
+
+    def _let_go(self, key: tuple[str, str], *, kept: bool = False) -> None:
+        """One holder (or, ``kept``, one change kept) of the note's lock gone."""
+        agent = key[0]
+        with self._guard:
+            held = self._locks[key]
+            held[1] -= 1
+            held[2] -= kept
+            if held[1] == 0:
+                del self._locks[key]
+            self._busy[agent] -= 1
+            if self._busy[agent] == 0:
+                del self._busy[agent]
+
+    def keep(self, agent: str, slug: str) -> Callable[[], None]:
+        """Keep the note's lock, which the caller holds, past the caller's release: a change of
+        the note it gave up on (a share that hangs) may still rename its file into place, and the
+        daily prune (which leaves alone a note whose lock is held) and other changes of the note
+        must wait for that. Returns the release, called once the change has ended (or never: the
+        process stops). The agent counts as busy meanwhile (its folders are not retired)."""
+        key = (agent, slug)
+        with self._guard:
+            held = self._locks[key]
+            held[1] += 1
+            held[2] += 1
+            self._busy[agent] += 1
+        return lambda: self._let_go(key, kept=True)
 
     def write(
         self,

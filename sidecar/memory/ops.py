@@ -29,9 +29,11 @@ from sidecar.contracts.errors import (
     SidecarError,
     StorageError,
     StoreError,
+    StoresClosedError,
     stopping_message,
 )
 from sidecar.contracts.plainerror import plain_error
+from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import (
     LIST_LIMIT_DEFAULT,
     LIST_LIMIT_RANGE,
@@ -183,6 +185,8 @@ class MemoryOps:
                 f"(threshold {self.cfg.memory.write.duplicate_threshold:.0%}); {_instead(best['reference'])}"
             )
         problems = self.problems
+        if self.manifest.closed:  # the stop closed the index meanwhile: nothing is written
+            raise BusyError(stopping_message(quoted(req.op)))
         # The note's lock over the file and its index entry: a delete in between would leave an
         # entry without a file (found by search, "no note" on get).
         with self.inboxes.locked(agent, slug):
@@ -196,6 +200,7 @@ class MemoryOps:
                     call="writing",
                     slug=slug,
                     done="written",
+                    keep=lambda: self.inboxes.keep(agent, slug),
                 )
             except HomeChangedError as exc:  # the home's share unmounted: nothing made on its mount point
                 problems.report("home", held(exc.why))
@@ -370,6 +375,8 @@ class MemoryOps:
                         continue
                     row = best.setdefault(view.key, [0.0] * len(chunks))
                     row[i] = max(row[i], sim)
+        except StoresClosedError:
+            raise  # the daemon stops: the write is refused with nothing written
         except (EmbedderError, StoreError) as exc:
             log.warning("duplicate_check_failed error=%s", exc)
             return None, fresh
@@ -434,6 +441,8 @@ class MemoryOps:
         key = f"memory/{agent}/{slug}"
         self._inbox_answers(agent, "deleted")
         self._inbox_checked(agent, "deleted", room=False)
+        if self.manifest.closed:  # the stop closed the index meanwhile: nothing is moved
+            raise BusyError(stopping_message(quoted(req.op)))
         with self.inboxes.locked(agent, slug):  # the file and its index entry go together
             try:
                 moved = in_inbox(
@@ -443,6 +452,7 @@ class MemoryOps:
                     call="moving to .trash",
                     slug=slug,
                     done="deleted",
+                    keep=lambda: self.inboxes.keep(agent, slug),
                 )
             except HomeChangedError as exc:
                 self.problems.report("home", held(exc.why))

@@ -20,13 +20,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from sidecar.contracts.errors import StoreError, store_error_class
+from sidecar.contracts.errors import StoreError, StoresClosedError, store_error_class
 from sidecar.notes import links
 from sidecar.notes.dayformat import DayFormats
+from sidecar.stores.closing import ClosingLock
 from sidecar.stores.embedtext import split_embed_text
 from sidecar.stores.frozen import FrozenShmError, frozen, guarded_connect
 from sidecar.stores.manifest_aside import ManifestAside
@@ -39,6 +40,7 @@ from sidecar.stores.manifest_file import (
     _newer,
     _refuse_newer,
     close_failed_open,
+    close_left_reader,
 )
 from sidecar.stores.manifest_keys import ManifestKeys
 from sidecar.stores.manifest_rows import ChunkRecord, FileRecord, NoteDay, _placed, _under
@@ -78,8 +80,21 @@ log = logging.getLogger(__name__)
 _NAME_PROPERTIES = ("aliases", "alias", "tags", "tag", "title")
 
 
+class ManifestClosedError(sqlite3.ProgrammingError, StoresClosedError):
+    """A call on the manifest after its close (``ClosingLock``): SQLite's own error for a closed
+    connection to the stores' handlers that catch those, a stop's refusal for everyone else."""
+
+
+def closed_words(path: Path) -> str:
+    """What a call on a closed manifest raises (``ManifestClosedError``)."""
+    return f"the index is closed (the daemon is stopping): nothing was read from or written to {path}"
+
+
 class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):
     """Thread-safe wrapper over one sqlite connection (WAL); the daemon is the only writer."""
+
+    _idle: list[sqlite3.Connection]
+    _left_to_readers: list[sqlite3.Connection]
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path, self.read_only = path, read_only
@@ -100,13 +115,19 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         self.day_formats: DayFormats = ()
         self.generation = 0  # committed write transactions: what a cache of rows is keyed by
         self._note_days: tuple[int, DayFormats, list[NoteDay]] | None = None
-        self._lock = threading.RLock()
+        # Every call on the writer's connection holds it, and so does ``close``: never run under a
+        # statement in flight; after it, a call raises ``ManifestClosedError``.
+        self._lock = ClosingLock(lambda: ManifestClosedError(closed_words(path)))
         # Searches read chunk views on connections of their own (``READERS`` at most, shared by
         # the threads): in WAL mode a reader sees the last commit and never waits for the writer,
         # whose transactions hold ``_lock`` for tens of ms under a load of memory writes (a search
         # waited up to 80 ms).
         self._readers: list[sqlite3.Connection] = []  # every one open (closed by ``close``)
-        self._idle: list[sqlite3.Connection] = []  # those no read holds now
+        # ``_idle``: those no read holds now. ``_left_to_readers``: those a read held as ``close``
+        # began, each closed by its read's own thread as it gives it back (``_give_back``); closed
+        # by ``close``, its statement in flight returned into a freed connection (a segmentation
+        # fault).
+        self._idle, self._left_to_readers = [], []
         self._opening = 0  # readers being opened (counted against ``READERS``)
         self._reader_free = threading.Condition(threading.Lock())
         self._readers_shut = False  # closed: a read after it opens none (it fails on the writer)
@@ -164,6 +185,11 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
             # Not left open (and its write-ahead log behind) by a failed start.
             close_failed_open(getattr(self, "_db", None), path)
             raise store_error_class(exc)(f"manifest {path} cannot be opened: {exc}") from exc
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` ran: every call raises ``ManifestClosedError`` now."""
+        return self._lock.closed
 
     def written_back(self) -> bool:
         """Whether every commit is in the main file now (the write-ahead log checkpointed and
@@ -299,9 +325,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
 
     def _owned_here(self) -> bool:
         """Whether this thread holds the writer's lock (inside a transaction of its own)."""
-        # RLock's own question (Condition asks it too): private, there in 3.11 to 3.13 (the C
-        # RLock and the Python one); typeshed does not list it.
-        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+        return self._lock._is_owned()
 
     def _take_reader(self) -> sqlite3.Connection | None:
         """A reader no read holds: an idle one, a new one while fewer than ``READERS`` are open,
@@ -332,27 +356,31 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
     def _writer_free(self) -> bool:
         """Whether this thread could take the writer's lock now (no one holds it, or this thread
         does). Never waits, so it is safe under ``_reader_free``."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        self._lock.release()
-        return True
+        return self._lock.is_free()
 
     def _give_back(self, db: sqlite3.Connection) -> None:
         with self._reader_free:
-            if db in self._readers:  # not closed meanwhile (``close``)
+            left = db in self._left_to_readers  # ``close`` began while this read ran: closed here
+            if left:
+                self._left_to_readers.remove(db)
+            elif db in self._readers:
                 self._idle.append(db)
             self._reader_free.notify()
+        if left:
+            close_left_reader(db, self.path)
 
     def _readers_taken(self) -> list[sqlite3.Connection]:
-        """For ``close``: every reader, none registered or taken after it (a read then goes
-        through the writer), any read waiting for one goes on."""
+        """For ``close``: the readers no read holds, to close now; those a read holds are closed
+        by that read's thread as it ends (``_give_back``). None is registered or taken after it (a
+        read then goes through the writer, which is closed); any read waiting for one goes on."""
         with self._reader_free:
-            readers = list(self._readers)
+            idle = list(self._idle)
+            self._left_to_readers.extend(r for r in self._readers if r not in idle)
             self._readers.clear()
             self._idle.clear()
             self._readers_shut = True
             self._reader_free.notify_all()
-        return readers
+        return idle
 
     def _open_reader(self) -> sqlite3.Connection | None:
         """A reader on the writer's own file; None (read through the writer) when the file was
@@ -385,8 +413,19 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         """The writer's lock, taken for a write: counted in ``_writes_waiting`` while it waits, so
         that a read through the writer's connection gives way (``_read_through_writer``). Not
         counted while the ``-shm`` is immutable: the write will be refused (``FrozenShmError``),
-        and a read stopped for it was read again for nothing."""
-        counted = not frozen(self.path.with_name(self.path.name + "-shm"))
+        and a read stopped for it was read again for nothing. Raises ``ManifestClosedError``
+        after ``close``."""
+        with self._queued(counted=not frozen(self.path.with_name(self.path.name + "-shm"))):
+            self._lock.__enter__()
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    @contextmanager
+    def _queued(self, *, counted: bool) -> Iterator[None]:
+        """A wait for the writer's lock, ``counted`` in ``_writes_waiting``: a read through the
+        writer's connection gives way to it (it is interrupted)."""
         try:
             if counted:
                 with self._waiting_count:
@@ -395,16 +434,15 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
                         self._interrupted = True
                         # The read through the writer's connection gives way. Inside the try: a
                         # raise (the connection closed by a racing stop) leaves the count as it was.
-                        self._db.interrupt()
-            self._lock.acquire()
+                        # SQLite's interrupt is safe from any thread, and Python refuses it on a
+                        # closed connection before it reaches SQLite.
+                        with suppress(sqlite3.ProgrammingError):
+                            self._db.interrupt()
+            yield
         finally:
             if counted:
                 with self._waiting_count:
                     self._writes_waiting -= 1
-        try:
-            yield
-        finally:
-            self._lock.release()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

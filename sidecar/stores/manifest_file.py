@@ -19,10 +19,12 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
+from sidecar.stores.closing import ClosingLock
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.frozen import (
     CLOSED_BESIDE_KEPT,
@@ -136,6 +138,9 @@ def _refuse_newer(path: Path) -> None:
 
 
 # Writable connections open in this process, by file (``_open_read_only``).
+# How long a close waits for the call that holds the writer's connection (a transaction takes tens
+# of ms; a read through it gives way at once) before it hands the close to that call's thread.
+CLOSE_WAIT_S = 2.0
 _open_writers: Counter[Path] = Counter()
 _writers_lock = threading.Lock()
 
@@ -159,6 +164,15 @@ def close_failed_open(db: sqlite3.Connection | None, path: Path) -> None:
         log.warning("manifest_close_failed path=%s error=%s (after a failed open)", path, exc)
 
 
+def close_left_reader(db: sqlite3.Connection, path: Path) -> None:
+    """Close a reader the manifest's close left to the read that held it, on that read's thread as
+    it ends (``Manifest._give_back``); an error of it is logged, never raised: the read went well."""
+    try:
+        _close(db, path)
+    except Exception as exc:
+        log.warning("manifest_close_failed path=%s error=%s (a reader, as its read ended)", path, exc)
+
+
 class ManifestFile:
     """The manifest's file: made or upgraded at open (``Manifest.__init__`` calls the steps),
     opened read-only, compacted, closed; the state it works on is the manifest's own."""
@@ -167,12 +181,15 @@ class ManifestFile:
     read_only: bool
     inode: int
     _db: sqlite3.Connection
-    _lock: threading.RLock
+    _lock: ClosingLock
     _readers: list[sqlite3.Connection]
     _counted: bool
 
     def _readers_taken(self) -> list[sqlite3.Connection]:
         raise NotImplementedError  # ``Manifest``'s: the readers, taken under their own lock
+
+    def _queued(self, *, counted: bool) -> AbstractContextManager[None]:
+        raise NotImplementedError  # ``Manifest``'s: a wait for the writer's lock
 
     def _count_writer(self) -> None:
         with _writers_lock:
@@ -438,32 +455,53 @@ class ManifestFile:
         connection open, its log unwritten and its count taken (a read-only open of this file in
         the process then read it as changing, never ``immutable``). ``stopping``: the process
         exits next, and the writer's connection is left open while the ``-shm`` is immutable
-        (``_left_at_stop``)."""
-        with self._lock:
-            if getattr(self, "_left", False) or (stopping and self._left_at_stop()):
-                return
-            failed: BaseException | None = None
-            # Readers first: the last connection to close checkpoints the WAL into the file and
-            # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL).
-            for reader in self._readers_taken():
-                try:
-                    reader.close()
-                except BaseException as exc:  # raised below, once the rest is closed
-                    failed = failed or exc
+        (``_left_at_stop``).
+
+        Never under a statement in flight (closed under it, the process died of a segmentation
+        fault): a reader a read holds is closed by that read's thread as it ends; the writer's
+        connection once the call holding it lets go (a read through it gives way at once), at the
+        stop waited for ``CLOSE_WAIT_S`` only, then closed by that call's thread as it ends. From
+        here on every call raises ``ManifestClosedError`` (the daemon is stopping)."""
+        with self._queued(counted=True):  # a read through the writer gives way to the close
+            # Bounded at the stop only: the process exits next. Any other close (a repair moving the
+            # file aside, a failed switch) waits as long as it takes: a connection still open on a
+            # file moved aside and made anew could write into the new one's log.
+            wait = CLOSE_WAIT_S if stopping else -1
+            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), wait)
+        if not ran:
+            log.warning(
+                "manifest_close_handed path=%s (a call under way holds the index's connection: "
+                "its thread closes it as it ends; no call begins meanwhile)",
+                self.path,
+            )
+
+    def _close_now(self, *, stopping: bool) -> None:
+        """``close``'s work, under the writer's lock."""
+        if getattr(self, "_left", False) or (stopping and self._left_at_stop()):
+            return
+        failed: BaseException | None = None
+        # Readers first: the last connection to close checkpoints the WAL into the file and
+        # removes it, which a read-only one cannot do (a clean stop left 45-79 MB of WAL). A
+        # reader a read still holds is closed by it (``Manifest._give_back``).
+        for reader in self._readers_taken():
             try:
-                if not self.read_only:
-                    with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
-                        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                reader.close()
+            except BaseException as exc:  # raised below, once the rest is closed
+                failed = failed or exc
+        try:
+            if not self.read_only:
+                with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            try:
+                self._release_writer()
             finally:
-                try:
-                    self._release_writer()
-                finally:
-                    _close(self._db, self.path)
-            if failed is not None:
-                try:
-                    raise failed
-                finally:
-                    failed = None  # no cycle through this frame
+                _close(self._db, self.path)
+        if failed is not None:
+            try:
+                raise failed
+            finally:
+                failed = None  # no cycle through this frame
 
     def close_after_failure(self) -> None:
         """``close`` after another step failed (a start's): an error of the close is logged, never

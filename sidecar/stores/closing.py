@@ -1,0 +1,104 @@
+"""A store's lock whose close never runs under a call in flight.
+
+SQLite's C code on one thread and a close of the same connection on another: the statement
+returns into a freed connection and the process dies of a segmentation fault (a memory write let
+go after the stop, reading the manifest as the stop closed it). Every call on the connection holds
+this lock, and so does the close: it waits for the call that holds it, but only so long
+(``close_with``): past that the close is handed to that call's thread, which runs it as it lets go
+of the lock (a call hung on a disk must not hang the stop). From the close on, taking the lock
+raises the store's own "closed" error: nothing reaches the engine any more.
+
+Imports nothing of the project."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class ClosingLock:
+    """Re-entrant per thread, like ``threading.RLock`` (``with``, ``acquire``, ``release``);
+    ``with`` raises ``closed_error()`` once ``close_with`` closed the store. ``acquire`` does not
+    (``Manifest._writer_free`` only asks whether the lock is free)."""
+
+    def __init__(self, closed_error: Callable[[], BaseException]) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0  # the holder's entries: changed by the holder only
+        self._handed: Callable[[], None] | None = None  # a close the holder runs at its last release
+        self._closed_error = closed_error
+        self.closed = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        if self._depth == 1 and self._handed is not None:
+            close, self._handed = self._handed, None
+            try:
+                self._run(close)
+            except Exception:  # nobody to hand it to: the close was asked for long before
+                log.exception("store_close_failed (run by the call that held the store as the close began)")
+            finally:
+                self._depth -= 1
+                self._lock.release()
+            return
+        self._depth -= 1
+        self._lock.release()
+
+    def __enter__(self) -> ClosingLock:
+        self.acquire()
+        if self.closed:
+            self.release()
+            raise self._closed_error()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def is_free(self) -> bool:
+        """Whether this thread could take the lock now (no one holds it, or this thread does).
+        Never waits, and never runs a close handed to the holder (the caller may hold a lock the
+        close takes: ``Manifest._take_reader`` asks under the readers' lock)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self._lock.release()
+        return True
+
+    def _is_owned(self) -> bool:
+        """Whether this thread holds the lock (``threading.RLock``'s own question)."""
+        owned: Any = self._lock._is_owned()  # type: ignore[attr-defined]
+        return bool(owned)
+
+    def _run(self, close: Callable[[], None]) -> None:
+        """``close`` once (the caller holds the lock); closed from here on even when it raises."""
+        if self.closed:
+            return
+        try:
+            close()
+        finally:
+            self.closed = True
+
+    def close_with(self, close: Callable[[], None], wait: float) -> bool:
+        """Run ``close`` under the lock, closing the store for good (a second call does nothing).
+        True when it ran here (raising what it raises); False when the call that holds the lock did
+        not let go within ``wait`` seconds: that call's thread runs it as it lets go (from now on no
+        other call begins), and an error of it is logged there."""
+        if self.acquire(timeout=wait):
+            try:
+                self._run(close)
+            finally:
+                self.release()
+            return True
+        self._handed = close
+        # The holder may have let go between the wait and the handing: then nobody would run it.
+        if self.acquire(blocking=False):
+            self.release()  # runs the close handed, unless the holder ran it already
+            return True
+        return False

@@ -1,0 +1,390 @@
+"""The stop closes the stores while other threads may still be in them (a read it does not wait
+for, a memory write given up on, a job past its join): no call ever runs on a closed connection.
+A call inside SQLite's own code finishes first (the close is left to its thread), and a call
+after the close is refused with a clear "stopping" error. The pauses are SQLite's own trace
+callback, which runs inside its step on the calling thread with the connection's mutex held:
+only the pause is fake. Before, the close freed the connection under the statement, and the
+process died of a segmentation fault."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.contracts.errors import BusyError, RemoteError, StorageError, StoresClosedError
+from sidecar.contracts.protocol import parse_request
+from sidecar.daemon.readonly import Dispatch
+from sidecar.memory import inbox as inbox_module
+from sidecar.stores import manifest_file
+from sidecar.stores.manifest import Manifest, ManifestClosedError
+from tests.in_process import InProcessServer
+
+_VIEWS = "FROM chunks c JOIN files f"  # the statement of ``Manifest.views`` (searches, duplicates)
+_REPO = Path(__file__).resolve().parent.parent
+
+
+class InSqlite:
+    """Reads on the manifest's reader connections held inside SQLite, once armed, at the first
+    statement whose text holds ``pattern``, until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, pattern: str = _VIEWS) -> None:
+        self.pattern = pattern
+        self.armed, self.entered, self.release = threading.Event(), threading.Event(), threading.Event()
+        real = Manifest._open_reader
+
+        def opened(manifest: Manifest) -> Any:
+            db = real(manifest)
+            if db is not None:
+                db.set_trace_callback(self.trace)
+            return db
+
+        monkeypatch.setattr(Manifest, "_open_reader", opened)
+
+    def trace(self, sql: str) -> None:
+        if self.armed.is_set() and self.pattern in sql and not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(60)
+
+
+def _manifest_with_a_note(path: Path) -> Manifest:
+    from sidecar.stores.manifest_rows import ChunkRecord, FileRecord
+
+    m = Manifest(path)
+    record = FileRecord("vault/Boat.md", "vault", "", "Boat.md", 1, 10, "h", "indexed")
+    chunk = ChunkRecord(
+        "c1", record.key, 0, "The boat needs plugs.", (), 1, 2, "The boat needs plugs.", 5, ""
+    )
+    with m.transaction() as db:
+        m.commit_file(record, [chunk], db)
+    return m
+
+
+def _close_under_a_read(folder: str) -> None:
+    """Run in a child process (a segmentation fault must not take the test run with it): a read
+    held inside SQLite on a reader while the manifest closes; prints what each side saw."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        held = InSqlite(monkeypatch)
+        m = _manifest_with_a_note(Path(folder) / "m.sqlite")
+        held.armed.set()
+        got: list[Any] = []
+        reading = threading.Thread(target=lambda: got.append(sorted(m.views(["c1"]))))
+        reading.start()
+        assert held.entered.wait(30)
+        closing = threading.Thread(target=m.close)
+        closing.start()
+        closing.join(30)  # before: the close waited for SQLite's mutex, then freed it under the read
+        closed_at_once = not closing.is_alive()
+        held.release.set()
+        reading.join(30)
+        closing.join(30)
+        try:
+            m.views(["c1"])
+            after = "answered"
+        except ManifestClosedError as exc:
+            after = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"closed_at_once": closed_at_once, "read": got, "after": after}))
+
+
+def test_a_read_inside_sqlite_as_the_manifest_closes_ends_well_and_later_calls_say_stopping(
+    tmp_path: Path,
+) -> None:
+    """The CI crash: the stop closed a reader connection while a memory write's duplicate check
+    read through it, and the process died (SIGSEGV). Now the close leaves that reader to its read
+    (closed by its thread as it ends), returns at once, the read gets its rows, and a read after
+    the close raises the stop's error. Run in a child process: before, it died of signal 11."""
+    code = f"from tests.test_stop_closes_stores import _close_under_a_read as run; run({str(tmp_path)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=_REPO, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["closed_at_once"] is True
+    assert said["read"] == [["c1"]]
+    assert said["after"].startswith("ManifestClosedError: the index is closed (the daemon is stopping)")
+
+
+def test_a_call_after_the_close_is_refused_as_stopping_and_is_an_sqlite_error_too(tmp_path: Path) -> None:
+    """Every kind of call on a closed manifest (a read on a reader, a read and a write on the
+    writer's connection) raises one error: a StoresClosedError (answered ``busy``) that the
+    stores' handlers of SQLite's errors still catch as one (they caught ProgrammingError)."""
+    m = _manifest_with_a_note(tmp_path / "m.sqlite")
+    m.close()
+    assert m.closed
+    for call in (lambda: m.views(["c1"]), lambda: m.get_meta("x"), lambda: m.set_meta("x", "1")):
+        with pytest.raises(ManifestClosedError) as err:
+            call()
+        assert isinstance(err.value, StoresClosedError) and isinstance(err.value, sqlite3.Error)
+        assert err.value.code == "busy"
+    m.close()  # a second close does nothing
+
+
+def test_a_job_holding_the_writer_past_the_closes_wait_closes_it_itself_as_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A background job (the daily give-back, a compaction left past its join) inside a
+    statement on the writer's connection as the stop closes the manifest: the close waits for it
+    only ``CLOSE_WAIT_S`` (a hung disk must not hang the stop; before, it waited without end),
+    then hands the close to the job, whose write commits whole and whose thread closes the
+    connection as it lets go; the next call says stopping, and a new open finds the write."""
+    monkeypatch.setattr(manifest_file, "CLOSE_WAIT_S", 0.0)
+    m = _manifest_with_a_note(tmp_path / "m.sqlite")
+    entered, release = threading.Event(), threading.Event()
+
+    def trace(sql: str) -> None:
+        if "INSERT OR REPLACE INTO meta" in sql and not entered.is_set():
+            entered.set()
+            release.wait(60)
+
+    m._db.set_trace_callback(trace)
+    job = threading.Thread(target=lambda: m.set_meta("given_back", "yes"))
+    job.start()
+    try:
+        assert entered.wait(30)
+        closing = threading.Thread(target=lambda: m.close(stopping=True))
+        closing.start()
+        closing.join(30)
+        assert not closing.is_alive()  # handed over, not waited for
+        assert "manifest_close_handed" in caplog.text
+        assert not m.closed
+    finally:
+        release.set()
+        job.join(30)
+    assert m.closed
+    with pytest.raises(ManifestClosedError):
+        m.get_meta("given_back")
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        m._db.execute("SELECT 1")  # closed by the job's thread
+    again = Manifest(tmp_path / "m.sqlite")
+    try:
+        assert again.get_meta("given_back") == "yes"
+    finally:
+        again.close()
+
+
+# --- through the daemon's stop ---------------------------------------------------------------
+
+_SEARCH = b'{"id": 5, "op": "search", "agent": "alice", "params": {"query": "zebrafinch"}}\n'
+_NOTE = "Zebrafinch migration notes: the zebrafinch flock leaves the valley in autumn.\n"
+
+
+def _daemon_over(server: InProcessServer, dispatch: Dispatch) -> Any:
+    from sidecar.daemon.compose import Parts
+    from sidecar.daemon.lifecycle import Daemon
+
+    h = server.harness
+    daemon = Daemon(server.cfg)
+    daemon._dispatch = dispatch
+    daemon.parts = Parts(h.problems, h.stores, h.vectors, h.supervisor, h.indexer, h.repair)
+    return daemon
+
+
+def test_a_search_inside_sqlite_when_the_stop_closes_the_stores_is_answered_and_the_process_lives(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop does not wait for a read (one hung on a share would hold every stop): it closed
+    the stores under a search reading chunk views, and the process died. Now the stop ends
+    without waiting for it (its stores closed, the index released), and the search, let go,
+    ends: answered, or refused ``busy`` with the stop's words; nothing at ERROR."""
+    held = InSqlite(monkeypatch)
+    server: InProcessServer = serve_in_process()
+    dispatch = Dispatch(server.handlers)
+    daemon = _daemon_over(server, dispatch)
+    outcome: list[Any] = []
+
+    def search() -> None:
+        try:
+            outcome.append(dispatch.dispatch(parse_request(_SEARCH)))
+        except BusyError as exc:
+            outcome.append(exc)
+
+    reading = threading.Thread(target=search)
+    try:
+        held.armed.set()
+        reading.start()
+        assert held.entered.wait(30)
+        server.close()
+        stopping = threading.Thread(target=daemon.shutdown)
+        stopping.start()
+        stopping.join(30)
+        assert not stopping.is_alive() and daemon.stopped.is_set()  # not waiting for the read
+        assert server.harness.stores.manifest.closed
+    finally:
+        held.release.set()
+        reading.join(30)
+        daemon.notifier.close()
+    assert len(outcome) == 1
+    if isinstance(outcome[0], BusyError):
+        assert "the daemon is stopping" in str(outcome[0])
+    else:
+        assert "hits" in outcome[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_a_memory_write_inside_sqlite_when_the_stores_close_is_refused_with_nothing_written(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI crash, through the server: a memory write's duplicate check inside SQLite (chunk
+    views) when the stores are closed under it (a write the stop's drain gave up on, closed
+    without waiting by a harness or a stuck stop). Now the process lives and the write is refused
+    ``busy`` with the stop's words, its note not written (whole or not at all: not at all)."""
+    held = InSqlite(monkeypatch)
+    server: InProcessServer = serve_in_process()
+    note = server.cfg.agents_dir / "alice" / "memory" / "late.md"
+    answer: list[Any] = []
+
+    def write() -> None:
+        try:
+            answer.append(server.call("write", {"slug": "late", "content": _NOTE}, agent="alice"))
+        except RemoteError as exc:
+            answer.append(exc)
+
+    writing = threading.Thread(target=write)
+    try:
+        held.armed.set()
+        writing.start()
+        assert held.entered.wait(30)
+        closing = threading.Thread(target=server.harness.stores.close)
+        closing.start()
+        closing.join(30)
+        assert not closing.is_alive()  # the reader is left to the write's thread
+    finally:
+        held.release.set()
+        writing.join(30)
+    assert len(answer) == 1 and isinstance(answer[0], RemoteError), answer
+    assert answer[0].code == "busy" and "the daemon is stopping" in str(answer[0])
+    assert not note.exists()
+
+
+def test_memory_changes_after_the_stores_closed_are_refused_busy_with_nothing_changed(
+    serve_in_process: Any,
+) -> None:
+    """A write or a delete that reaches the stores after the stop closed them (one its client
+    gave up on, run late by its worker): refused ``busy`` with the stop's words, the inbox as it
+    was (a write answered ``internal`` before; a delete moved the note to .trash and left its
+    index entry)."""
+    server: InProcessServer = serve_in_process()
+    inbox = server.cfg.agents_dir / "alice" / "memory"
+    server.call("write", {"slug": "kept", "content": _NOTE}, agent="alice")
+    before = (inbox / "kept.md").read_bytes()
+    server.harness.stores.close()
+    for op, params in (("write", {"slug": "late", "content": _NOTE}), ("delete", {"slug": "kept"})):
+        with pytest.raises(RemoteError) as err:
+            server.call(op, params, agent="alice")
+        assert err.value.code == "busy" and "the daemon is stopping" in str(err.value), (op, err.value)
+    assert not (inbox / "late.md").exists()
+    assert (inbox / "kept.md").read_bytes() == before
+
+
+# --- a memory change given up on keeps its note's lock ----------------------------------------
+
+
+def test_a_given_up_write_keeps_its_notes_lock_until_it_really_ends(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A memory write given up on (its inbox's share hangs in the write itself: answered "not
+    confirmed") still runs and may rename its file into place; its note's lock was let go at
+    the answer, and the daily prune (which leaves alone the leftovers of a note whose lock is
+    held) settled that note's files under it. Now the lock is kept until the write has ended:
+    the prune leaves the note's leftover in .trash, another change of the note is refused with
+    nothing done; once the write ends the lock goes and the next prune settles the leftover."""
+    served: InProcessServer = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
+    inboxes = served.handlers.memory.inboxes
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    served.call("write", {"slug": "plan", "content": "# Plan\n\nRotate the zeppelin disks.\n"}, agent="ada")
+    (inbox / ".trash").mkdir(mode=0o700, exist_ok=True)
+    leftover = inbox / ".trash" / ".fresh--20260101T000000000000.0123abcd.held"
+    leftover.write_text("# Fresh\n\nAn older text of the note.\n", encoding="utf-8")
+    release, entered = threading.Event(), threading.Event()
+    real = inbox_module.write_in
+
+    def write_in(*args: Any, **kwargs: Any) -> Any:
+        if args[1] == "fresh.md":
+            entered.set()
+            release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inbox_module, "write_in", write_in)
+    text = "# Fresh\n\nThe canoe goes in the boathouse.\n"
+    stuck = served.harness.supervisor
+    try:
+        with pytest.raises(RemoteError, match=r"not confirmed: writing fresh\.md"):
+            served.call("write", {"slug": "fresh", "content": text}, agent="ada")
+        assert entered.is_set()
+        inboxes.prune_trash()
+        assert leftover.exists()  # the write still runs: its note is left alone
+        with (
+            pytest.raises(StorageError, match=r"earlier change of 'fresh' .* still under way"),
+            inboxes.locked("ada", "fresh"),
+        ):
+            pass
+    finally:
+        release.set()
+    st = stuck.roots["memory/ada"]
+    assert st._stuck is not None
+    st._stuck.join(20)
+    assert text.strip() in (inbox / "fresh.md").read_text(encoding="utf-8")
+    assert ("ada", "fresh") not in inboxes._locks  # let go as the write ended
+    inboxes.prune_trash()
+    assert not leftover.exists()  # settled now
+    with inboxes.locked("ada", "fresh"):
+        pass
+
+
+def test_a_change_given_up_before_it_began_never_begins_and_keeps_nothing() -> None:
+    """A change whose request gave up before its first call is refused "not written, nothing
+    written" and never runs afterwards (it ran once its thread got there, after the answer said
+    nothing was done); nothing of the note's lock is kept."""
+    from sidecar.memory.inbox_bounded import _Change
+    from sidecar.vault.sources import GivenUp
+
+    change = _Change()
+    kept: list[str] = []
+    assert change.give_up(lambda: lambda: kept.append("released")) is False
+    with pytest.raises(GivenUp):
+        change.begin("fresh")
+    change.end()
+    assert kept == []
+    begun = _Change()
+    begun.begin("fresh")
+    assert begun.give_up(lambda: lambda: kept.append("released")) is True
+    assert kept == []
+    begun.end()
+    assert kept == ["released"]
+
+
+def test_a_close_handed_to_the_holder_runs_at_its_last_release_and_nowhere_else() -> None:
+    """The lock's hand-over: a close that could not wait for the holder runs as the holder lets
+    go of its outermost hold (not an inner one, not in another thread's look at whether the lock
+    is free, which may hold a lock the close takes); from then on taking the lock raises."""
+    from sidecar.stores.closing import ClosingLock
+
+    lock = ClosingLock(lambda: StoresClosedError("closed"))
+    ran: list[str] = []
+    held, let_go = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            with lock:
+                held.set()
+                assert let_go.wait(30)
+            ran.append("inner released")  # the close has not run at the inner release
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(30)
+    assert lock.close_with(lambda: ran.append(threading.current_thread().name), 0.0) is False
+    assert not lock.is_free() and ran == []
+    let_go.set()
+    t.join(30)
+    assert ran == ["inner released", t.name] and lock.closed
+    with pytest.raises(StoresClosedError):
+        lock.__enter__()
+    assert lock.close_with(lambda: ran.append("again"), 0.0) is True and ran[-1] == t.name
