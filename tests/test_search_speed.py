@@ -270,3 +270,41 @@ def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: P
     assert {v.aliases for v in now.values()} == {("Canoe",)}
     assert any("at the bow" in v.text for v in now.values())
     assert not any("at the bow" in v.text for v in first.values())
+
+
+def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apart(
+    harness: Harness, vault: Path
+) -> None:
+    """Within one look a word's count and analysis are kept, but each (field, searchers) count
+    and each analyser's terms apart: the same word counted in the title and in the body, in the
+    chunks and in the pages, or analysed plain, stemmed and German-folded gives inside a look
+    what it gives outside, whichever is asked first."""
+    section = "Gardens need water in summer. " * 40
+    write(vault / "Gardens.md", f"# Gardens\n\n## Beds\n\n{section}\n\n## Paths\n\n{section}\n")
+    write(vault / "Allotment.md", "# Allotment\n\nOur gardens share one tap; the Gärten der Nachbarn zwei.\n")
+    harness.sweep()
+    bm25 = harness.stores.bm25
+    fields = ("body", "title", "body_en", "body_de")
+    asks = [(w, f, p) for w in ("gardens", "Gärten", "tap") for f in fields for p in (False, True)]
+    texts = ["gardens", "Gärten der Nachbarn", "Gaerten"]
+
+    def counts(order: Sequence[tuple[str, str, bool]]) -> dict[tuple[str, str, bool], int]:
+        return {(w, f, p): bm25.doc_freq(w, field=f, pages=p) for w, f, p in order}
+
+    def analysed(order: Sequence[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+        return {(t, f): bm25.analyze(t, f) for t, f in order}
+
+    pairs = [(t, f) for t in texts for f in fields]
+    outside, terms = counts(asks), analysed(pairs)
+    # What the test tells apart: the same word counted differently by field and by index, and
+    # analysed differently by each field's analyser.
+    assert outside["gardens", "body", False] != outside["gardens", "title", False]
+    assert outside["gardens", "body", False] != outside["gardens", "body", True]
+    assert terms["gardens", "body"] != terms["gardens", "body_en"]
+    assert terms["Gaerten", "body"] != terms["Gaerten", "body_de"]
+    for order in (asks, asks[::-1]):
+        with one_look():
+            assert counts(order) == outside
+    for each in (pairs, pairs[::-1]):
+        with one_look():
+            assert analysed(each) == terms
