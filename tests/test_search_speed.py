@@ -6,7 +6,9 @@ the keyword index (each searcher taken once, each word counted once) ends with t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -308,3 +310,24 @@ def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apa
     for each in (pairs, pairs[::-1]):
         with one_look():
             assert analysed(each) == terms
+
+
+def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
+    """`why` scores a note's chunks with the vector the vector arm searched with: the query is
+    embedded once, and the cosines are the search's."""
+    from sidecar.search.explain import explain
+
+    model = _Counting("fake-bow@1")
+    h = Harness(make_cfg(vault), model)
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        r.cfg = replace(r.cfg, query_cache=0)  # every ask of the vector would embed again
+        hits = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        hit = next(x for x in hits if x.reference == "vault/Garden")
+        model.queries.clear()
+        why = explain(r, "vault/Garden", "tomatoes need sun", None)
+        assert model.queries == ["tomatoes need sun"]
+        assert why.chunks[0].vec_score == pytest.approx(hit.vec_score, abs=1e-4)
+    finally:
+        h.close()
