@@ -272,6 +272,41 @@ def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: P
     assert {v.aliases for v in now.values()} == {("Canoe",)}
     assert any("at the bow" in v.text for v in now.values())
     assert not any("at the bow" in v.text for v in first.values())
+    # Only the front matter changed, the text kept: seen at once.
+    note.write_text("---\naliases: [Dinghy]\n---\n# Kayak\n\nThe kayak leaks at the bow.\n")
+    harness.sweep()
+    again = manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Kayak")])
+    assert {v.aliases for v in again.values()} == {("Dinghy",)}
+
+
+def test_only_a_searchs_reads_keep_views_and_they_are_bounded_in_bytes(harness: Harness, vault: Path) -> None:
+    """Reads of many chunks at once (a refill's, an agent's, a note's) build their views without
+    keeping them; a search's kept views hold no copy of their note's front matter and stay within
+    their bound of bytes, the least recently used going first."""
+    big = "---\naliases: [Long]\nsummary: " + "x" * 5000 + "\n---\n"
+    for i in range(6):
+        write(vault / f"Long{i}.md", f"{big}# Long {i}\n\nparagraph {i} about boats.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    kept = manifest.kept_views
+    list(manifest.all_chunks())
+    manifest.chunks_of("vault/Long0")
+    list(manifest.chunks_under("vault/"))
+    assert len(kept) == 0 and kept.bytes == 0
+    ids = [v.chunk_id for i in range(6) for v in manifest.chunks_of(f"vault/Long{i}")]
+    views = manifest.views(ids)
+    assert len(views) == len(ids) == len(kept)
+    assert 0 < kept.bytes < 5000 * len(ids)  # no front matter kept
+    assert not any(isinstance(x, str) and "x" * 5000 in x for k in kept._kept for x in k)
+    kept.max_bytes = kept.bytes // 2  # a smaller bound: the least recently used go as new ones come
+    manifest.views(ids[-1:])  # used last: stays
+    write(vault / "Boat.md", "# Boat\n\nThe boat floats.\n")
+    harness.sweep()
+    manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Boat")])
+    assert kept.bytes <= kept.max_bytes and 0 < len(kept) < len(ids)
+    assert manifest.views(ids[-1:])[ids[-1]] is views[ids[-1]]  # kept
+    assert manifest.views(ids[:1])[ids[0]] is not views[ids[0]]  # the oldest went: built again
+    assert manifest.views(ids) == views  # the same views, kept or built again
 
 
 def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apart(
