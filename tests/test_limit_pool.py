@@ -165,7 +165,7 @@ def test_a_limit_takes_the_wider_looks_it_needs_in_turn(wide: Harness) -> None:
 def test_a_wider_look_searches_with_the_query_vector_of_the_first(wide: Harness, monkeypatch: Any) -> None:
     """With the query cache off, a search that takes wider looks embeds its query once: the
     looks of 200 and 600 search with the first look's vector (each embedded it again); ``why``
-    ranks its looks the same way."""
+    ranks its looks the same way, and scores the note's chunks with that vector too."""
     from dataclasses import replace
 
     from sidecar.search.explain import explain
@@ -192,7 +192,7 @@ def test_a_wider_look_searches_with_the_query_vector_of_the_first(wide: Harness,
     r.pools = []
     explain(r, wider.reference, query, None)
     assert r.pools == [None, 200]
-    assert embedded == [query, query]  # the arms' once, and the note's own cosines once
+    assert embedded == [query]  # the arms' once: the note's own cosines are taken with its vector
 
 
 def test_no_hit_of_a_wider_look_is_hidden_at_every_limit(wide: Harness) -> None:

@@ -6,7 +6,9 @@ the keyword index (each searcher taken once, each word counted once) ends with t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -270,3 +272,97 @@ def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: P
     assert {v.aliases for v in now.values()} == {("Canoe",)}
     assert any("at the bow" in v.text for v in now.values())
     assert not any("at the bow" in v.text for v in first.values())
+    # Only the front matter changed, the text kept: seen at once.
+    note.write_text("---\naliases: [Dinghy]\n---\n# Kayak\n\nThe kayak leaks at the bow.\n")
+    harness.sweep()
+    again = manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Kayak")])
+    assert {v.aliases for v in again.values()} == {("Dinghy",)}
+
+
+def test_only_a_searchs_reads_keep_views_and_they_are_bounded_in_bytes(harness: Harness, vault: Path) -> None:
+    """Reads of many chunks at once (a refill's, an agent's, a note's) build their views without
+    keeping them; a search's kept views hold no copy of their note's front matter and stay within
+    their bound of bytes, the least recently used going first."""
+    big = "---\naliases: [Long]\nsummary: " + "x" * 5000 + "\n---\n"
+    for i in range(6):
+        write(vault / f"Long{i}.md", f"{big}# Long {i}\n\nparagraph {i} about boats.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    kept = manifest.kept_views
+    list(manifest.all_chunks())
+    manifest.chunks_of("vault/Long0")
+    list(manifest.chunks_under("vault/"))
+    assert len(kept) == 0 and kept.bytes == 0
+    ids = [v.chunk_id for i in range(6) for v in manifest.chunks_of(f"vault/Long{i}")]
+    views = manifest.views(ids)
+    assert len(views) == len(ids) == len(kept)
+    assert 0 < kept.bytes < 5000 * len(ids)  # no front matter kept
+    assert not any(isinstance(x, str) and "x" * 5000 in x for k in kept._kept for x in k)
+    kept.max_bytes = kept.bytes // 2  # a smaller bound: the least recently used go as new ones come
+    manifest.views(ids[-1:])  # used last: stays
+    write(vault / "Boat.md", "# Boat\n\nThe boat floats.\n")
+    harness.sweep()
+    manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Boat")])
+    assert kept.bytes <= kept.max_bytes and 0 < len(kept) < len(ids)
+    assert manifest.views(ids[-1:])[ids[-1]] is views[ids[-1]]  # kept
+    assert manifest.views(ids[:1])[ids[0]] is not views[ids[0]]  # the oldest went: built again
+    assert manifest.views(ids) == views  # the same views, kept or built again
+
+
+def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apart(
+    harness: Harness, vault: Path
+) -> None:
+    """Within one look a word's count and analysis are kept, but each (field, searchers) count
+    and each analyser's terms apart: the same word counted in the title and in the body, in the
+    chunks and in the pages, or analysed plain, stemmed and German-folded gives inside a look
+    what it gives outside, whichever is asked first."""
+    section = "Gardens need water in summer. " * 40
+    write(vault / "Gardens.md", f"# Gardens\n\n## Beds\n\n{section}\n\n## Paths\n\n{section}\n")
+    write(vault / "Allotment.md", "# Allotment\n\nOur gardens share one tap; the Gärten der Nachbarn zwei.\n")
+    harness.sweep()
+    bm25 = harness.stores.bm25
+    fields = ("body", "title", "body_en", "body_de")
+    asks = [(w, f, p) for w in ("gardens", "Gärten", "tap") for f in fields for p in (False, True)]
+    texts = ["gardens", "Gärten der Nachbarn", "Gaerten"]
+
+    def counts(order: Sequence[tuple[str, str, bool]]) -> dict[tuple[str, str, bool], int]:
+        return {(w, f, p): bm25.doc_freq(w, field=f, pages=p) for w, f, p in order}
+
+    def analysed(order: Sequence[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
+        return {(t, f): bm25.analyze(t, f) for t, f in order}
+
+    pairs = [(t, f) for t in texts for f in fields]
+    outside, terms = counts(asks), analysed(pairs)
+    # What the test tells apart: the same word counted differently by field and by index, and
+    # analysed differently by each field's analyser.
+    assert outside["gardens", "body", False] != outside["gardens", "title", False]
+    assert outside["gardens", "body", False] != outside["gardens", "body", True]
+    assert terms["gardens", "body"] != terms["gardens", "body_en"]
+    assert terms["Gaerten", "body"] != terms["Gaerten", "body_de"]
+    for order in (asks, asks[::-1]):
+        with one_look():
+            assert counts(order) == outside
+    for each in (pairs, pairs[::-1]):
+        with one_look():
+            assert analysed(each) == terms
+
+
+def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
+    """`why` scores a note's chunks with the vector the vector arm searched with: the query is
+    embedded once, and the cosines are the search's."""
+    from sidecar.search.explain import explain
+
+    model = _Counting("fake-bow@1")
+    h = Harness(make_cfg(vault), model)
+    try:
+        h.sweep()
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        r.cfg = replace(r.cfg, query_cache=0)  # every ask of the vector would embed again
+        hits = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        hit = next(x for x in hits if x.reference == "vault/Garden")
+        model.queries.clear()
+        why = explain(r, "vault/Garden", "tomatoes need sun", None)
+        assert model.queries == ["tomatoes need sun"]
+        assert why.chunks[0].vec_score == pytest.approx(hit.vec_score, abs=1e-4)
+    finally:
+        h.close()

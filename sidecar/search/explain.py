@@ -53,7 +53,13 @@ def explain(
     direct_vec: dict[str, float] = {}
     serving = r.stores.serving
     if serving is not None and qa.words:
-        q = serving.model.embed_query(seen)
+        # The vector the arm searched with, when the serving model made it (embedding the query
+        # again cost as much as the rest of the explanation).
+        q = (
+            found.embedded.vector
+            if found.embedded is not None and found.embedded.model is serving.model
+            else serving.model.embed_query(seen)
+        )
         direct_vec = {cid: float(np.dot(v, q)) for cid, v in serving.store.vectors_of(ids).items()}
     scored = {s.candidate.chunk_id: s for s in ranking.scored}
     # As `search` does: drop what is below minScore, then cut at the limit (ranks count the kept).

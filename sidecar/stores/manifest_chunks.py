@@ -7,6 +7,8 @@ answer, not what a write changes; the connection is the ``Manifest``'s.
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +35,14 @@ _PAGE_NOTES = 500
 # The same chunks come back search after search (a search builds 150-odd views, and building one,
 # 17 fields of a frozen dataclass, cost more than reading its row). A view is a function of its
 # row and the daily-note formats alone: a row that changed (its text, its note's front matter,
-# its vector) is another key, so nothing is invalidated; rows hold a chunk's text, hence the bound.
-@functools.lru_cache(maxsize=4096)
-def _view(r: tuple[Any, ...], day_formats: DayFormats) -> ChunkView:
+# its vector) is another key, so nothing is invalidated. Only a search's reads keep views (a
+# refill or an agent's chunks read once would push them out); the key holds the front matter by
+# its hash and length, not a copy (SQLite gives each row its own: a note of 30 chunks held 30,
+# each up to the size of the note's front matter), and the views are bounded by their text's bytes.
+VIEW_BYTES = 8 << 20
+
+
+def _build(r: Sequence[Any], day_formats: DayFormats) -> ChunkView:
     return ChunkView(
         r[0],
         r[1],
@@ -56,6 +63,64 @@ def _view(r: tuple[Any, ...], day_formats: DayFormats) -> ChunkView:
     )
 
 
+def _row_bytes(r: tuple[Any, ...]) -> int:
+    return sum(len(v) for v in r if isinstance(v, str))
+
+
+_VIEW_COLUMNS = (
+    "c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, c.end_line, "
+    "f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.ctime_ns, f.indexed_at"
+)
+
+
+class KeptViews:
+    """Chunk views by row, the least recently used dropped past ``max_bytes`` of their text."""
+
+    def __init__(self, max_bytes: int = VIEW_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[Any, ...], tuple[ChunkView, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def views(self, rows: Sequence[tuple[Any, ...]], day_formats: DayFormats) -> list[ChunkView]:
+        """Each row's view, kept or built (and kept)."""
+        kept, out = self._kept, []
+        for r in rows:
+            # The front matter by its hash and length: the key keeps no copy of it (a different
+            # front matter of a row otherwise the same, mtime and all, hashing alike: 1 in 2**64).
+            fm = r[11]
+            key = (*r[:11], hash(fm), len(fm or ""), *r[12:15], day_formats)
+            found = kept.get(key)
+            if found is None:
+                view = self._keep(key, _build(r, day_formats))
+            else:
+                view = found[0]
+                # Not contextlib.suppress: this runs 150 times a search. A KeyError: another
+                # thread dropped it meanwhile.
+                try:  # noqa: SIM105
+                    kept.move_to_end(key)
+                except KeyError:
+                    pass
+            out.append(view)
+        return out
+
+    def _keep(self, key: tuple[Any, ...], view: ChunkView) -> ChunkView:
+        size = _row_bytes(key)
+        if size > self.max_bytes:
+            return view
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = (view, size)
+                self.bytes += size
+                while self.bytes > self.max_bytes:
+                    _, (_, gone) = self._kept.popitem(last=False)
+                    self.bytes -= gone
+        return view
+
+
 class ManifestChunks:
     """The chunk reads and counts of a ``Manifest`` (which sets the state below)."""
 
@@ -70,6 +135,11 @@ class ManifestChunks:
         def _committed(self, sql: str, args: Sequence[Any] = ()) -> list[Any]: ...
 
         def _committed_together(self, reads: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]: ...
+
+    @functools.cached_property
+    def kept_views(self) -> KeptViews:
+        """A search's chunk views, kept by their rows."""
+        return KeptViews()
 
     def chunk_ids(self, key: str) -> set[str]:
         return {r[0] for r in self._query("SELECT chunk_id FROM chunks WHERE key = ?", (key,))}
@@ -137,25 +207,27 @@ class ManifestChunks:
 
     def views(self, chunk_ids: Sequence[str]) -> dict[str, ChunkView]:
         """The chunks' views as last committed (a search's read: it never waits for a writer),
-        those of notes on their way out left out."""
+        those of notes on their way out left out; kept for the next search (``KeptViews``)."""
         out: dict[str, ChunkView] = {}
+        kept, formats = self.kept_views, self.day_formats
         for part, marks in _in_groups(chunk_ids):
-            where = f"{_SHOWN} AND c.chunk_id IN ({marks})"
-            out.update((v.chunk_id, v) for v in self._views(where, part, committed=True))
+            rows = self._committed(
+                f"SELECT {_VIEW_COLUMNS} FROM chunks c JOIN files f ON f.key = c.key "
+                f"WHERE {_SHOWN} AND c.chunk_id IN ({marks}) ORDER BY c.key, c.ord",
+                part,
+            )
+            out.update((v.chunk_id, v) for v in kept.views(rows, formats))
         return out
 
     def _views(self, where: str, args: Sequence[Any], *, committed: bool = False) -> Iterator[ChunkView]:
         rows = (self._committed if committed else self._query)(
-            "SELECT c.chunk_id, c.key, f.source, f.agent, f.title, c.text, c.headings, c.start_line, "
-            "c.end_line, f.tags, f.mtime_ns, f.front_matter, c.has_vector, f.ctime_ns, f.indexed_at "
-            "FROM chunks c JOIN files f ON f.key = c.key "
-            f"WHERE {where} "
-            "ORDER BY c.key, c.ord",
+            f"SELECT {_VIEW_COLUMNS} FROM chunks c JOIN files f ON f.key = c.key "
+            f"WHERE {where} ORDER BY c.key, c.ord",
             args,
         )
         formats = self.day_formats
         for r in rows:
-            yield _view(tuple(r), formats)
+            yield _build(r, formats)
 
     def note_days(self) -> list[NoteDay]:
         """Every indexed note that has chunks, with its day (a time phrase lists a period's notes).
