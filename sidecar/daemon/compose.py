@@ -176,6 +176,7 @@ def build_watcher(
         stat=stat,
         walk=walk,
         walk_timeout=cfg.watch.scan_timeout_seconds,
+        slow=supervisor.slow_folder if supervisor is not None else None,
     )
 
 

@@ -651,6 +651,22 @@ class Supervisor:
             None if self.stopping.is_set() else agent,
         )
 
+    def slow_folder(self, folder: Path) -> bool:
+        """Whether ``folder``, a folder the file watch covers or leaves out (the vault, the
+        agents folder, an agent's folder in it), holds a root learnt slow: its share answers,
+        later than watch.probeTimeoutSeconds (the watch says so, not "hangs", and walks it on a
+        thread of its own)."""
+        with self._lock:
+            held = list(self.roots.values())
+        # (an inbox's agent folder is what the agents folder's watch leaves out for it)
+        return any(
+            st.slow
+            and (
+                folder == Path(st.path) or (st.name.startswith("memory/") and folder == Path(st.path).parent)
+            )
+            for st in held
+        )
+
     def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
         """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
         vault = self.cfg.vault.path

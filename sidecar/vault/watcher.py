@@ -332,6 +332,7 @@ class Watcher:
         stat: Callable[[Path], os.stat_result] | None = None,
         walk: AskWalk | None = None,
         walk_timeout: float = 600.0,
+        slow: Callable[[Path], bool] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -357,6 +358,12 @@ class Watcher:
         # again for it. The next start waits 5 s, 10 s, ... up to 5 min (at each answer it
         # started again, with a sweep of every root, and left it out again: a loop).
         self._late: dict[Path, tuple[int, float]] = {}
+        # Whether a watched folder (or an agent's folder in one) is on a share learnt slow: the
+        # daemon's supervisor's word. Such a folder is walked on a thread of its own (``_Behind``)
+        # while the watch of the others is set up without it: waited for in line, its walk held
+        # every root's events, up to watch.scanTimeoutSeconds, at each set-up of the watch.
+        self._slow: Callable[[Path], bool] = slow or (lambda _path: False)
+        self._behind: dict[Path, _Behind] = {}
         self._ask_walk: AskWalk = walk or (
             lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
@@ -581,18 +588,23 @@ class Watcher:
         self.left_out = {}
         self._walk_stuck = {p: t for p, t in self._walk_stuck.items() if t.is_alive()}
         partial: list[Path] = []  # the watched folders whose walk went around a folder in them
+        behind: list[Path] = []  # on a slow share, walked on a thread of their own meanwhile
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
             left: dict[Path, threading.Thread] = {}
             try:
-                found, link = self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
+                got = self._walk_of(path, limit, left)
             except NoAnswer as exc:
-                if exc.stuck is not None:
+                if exc.stuck is not None and exc.stuck.is_alive():
                     self._walk_stuck[path] = exc.stuck
                 log.error(
                     "watcher_walk_hung path=%s error=%s: left out of the watch until it answers", path, exc
                 )
                 continue
+            if got is None:
+                behind.append(path)
+                continue
+            found, link = got
             self._walk_stuck.update(left)  # the watch starts again once one of them answers
             if left:
                 partial.append(path)
@@ -619,7 +631,8 @@ class Watcher:
             )
         self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
         self._late = {p: v for p, v in self._late.items() if p in self._walk_stuck}  # walked: no longer late
-        self._say_left_out([*sorted(self.left_out), *(p for p in existing if p not in answered)])
+        gone = [*sorted(self.left_out), *(p for p in existing if p not in answered and p not in behind)]
+        self._say_left_out(gone, behind)
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
@@ -665,17 +678,57 @@ class Watcher:
             new |= {str(f) for f in settings_folders(existing)} - known
         return new
 
-    def _say_left_out(self, gone: list[Path]) -> None:
-        """Tell ``on_left_out`` why ``gone`` (folders whose walk hangs) are left out of the
-        watch, as it changes."""
-        why = (
-            "file events do not cover "
-            + ", ".join(map(str, gone))
-            + ": a call there hangs (hung share?); their notes are found by the sweeps meanwhile, the "
-            "other folders keep their events, and the watch takes them in again once it answers"
-            if gone
-            else None
-        )
+    def _walk_of(self, path: Path, limit: int, left: dict[Path, threading.Thread]) -> Walked | None:
+        """The walk of the watched folder ``path`` for this set-up of the watch: asked now, or the
+        answer of its walk on a thread of its own (``_Behind``) that ended since the last set-up;
+        None while a folder on a share learnt slow is walked so (it is left out of this watch,
+        and the watch starts again once that walk answered: ``_walk_answered``). Raises NoAnswer
+        (OSError) as the walk does."""
+        ready = self._behind.pop(path, None)
+        if ready is not None and not ready.thread.is_alive():
+            left.update(ready.left)
+            if ready.error is not None:
+                raise ready.error
+            return ready.answer
+        if ready is None and not self._slow(path):
+            return self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
+        if ready is None:
+            ready = _Behind(self._ask_walk, path, limit)
+            log.warning(
+                "watcher_walk_behind path=%s: a slow share, walked on a thread of its own; the other "
+                "folders keep their events meanwhile",
+                path,
+            )
+        self._behind[path] = ready
+        self._walk_stuck[path] = ready.thread  # the watch starts again once it answers
+        return None
+
+    def _say_left_out(self, gone: list[Path], behind: Sequence[Path] = ()) -> None:
+        """Tell ``on_left_out`` why folders are left out of the watch, as it changes: ``gone``,
+        those whose walk did not answer in time (a share that hangs, or one that is slow: its
+        calls answer, later than the watch waits for), and ``behind``, those on a share learnt
+        slow whose walk runs on a thread of its own. Slow and hung are said apart: a slow share
+        said "hangs (hung share?)" sent the user looking for an outage that was none."""
+        slow = [p for p in gone if p in self._late or self._slow(p)]
+        hung = [p for p in gone if p not in slow]
+        slow += behind
+        parts = []
+        if hung:
+            parts.append(
+                "file events do not cover "
+                + ", ".join(map(str, hung))
+                + ": a call there hangs (hung share?); their notes are found by the sweeps meanwhile, "
+                "the other folders keep their events, and the watch takes them in again once it answers"
+            )
+        if slow:
+            parts.append(
+                "file events do not cover "
+                + ", ".join(map(str, slow))
+                + " yet: a slow share, not a hung one (its calls answer, later than "
+                "watch.probeTimeoutSeconds); their notes are found by the sweeps meanwhile, the other "
+                "folders keep their events, and the watch takes them in once their walk has answered"
+            )
+        why = "; ".join(parts) or None
         if why != self.left_out_why:
             self.left_out_why = why
             self.on_left_out(why)
@@ -798,6 +851,31 @@ class _Looks:
         if kind == "real" or not real:
             return real if kind == "real" else []
         return [str(f) for f in _walk([Path(path)], asking=self.asking)[0]]
+
+
+class _Behind:
+    """The walk of a watched folder on a share learnt slow, on a thread of its own (its calls
+    waited for as that share's scans' are): the watch of the other folders is set up meanwhile,
+    and this one's answer (or error) is used at the next set-up."""
+
+    def __init__(self, ask_walk: AskWalk, path: Path, limit: int) -> None:
+        self.left: dict[Path, threading.Thread] = {}
+        self.answer: Walked | None = None
+        self.error: NoAnswer | OSError | None = None
+        walk = functools.partial(_walk_noting, path, limit, self.left)
+        self.thread = threading.Thread(
+            target=self._run, args=(ask_walk, path, walk), name="watch-walk-behind", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, ask_walk: AskWalk, path: Path, walk: Callable[[Asking], Walked]) -> None:
+        try:
+            self.answer = ask_walk(path, walk)
+        except (NoAnswer, OSError) as exc:  # raised at the set-up that uses it, as in line
+            self.error = exc
+        except Exception:  # a bug: the watch goes on without this folder, and says so
+            log.exception("watcher_walk_failed path=%s", path)
+            self.error = NoAnswer(f"the walk of {path} failed")
 
 
 def _new_folders(
