@@ -273,9 +273,7 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = (
-            r"memory change refused: looking up ada/memory in .*agents did not answer within 0.3 s .*nothing"
-        )
+        hung = r"memory change refused: looking up \. in .*agents/ada/memory did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
         saved = refusing.dispatch(
@@ -283,14 +281,17 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
         )
         assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
         with pytest.raises(
-            StorageError, match=r"an earlier call on .*agents \(looking up ada/memory\) still hangs"
+            StorageError, match=r"an earlier call on .*agents/ada/memory \(looking up \.\) still hangs"
         ):
             refusing.dispatch(Request("list", {}, agent="ada"))
         said = rule.message()
         assert "until there is space (memory writes are saved in the inboxes" in said
         assert re.search(
-            r"memory changes of agent ada are refused while looking up ada/memory in .*agents has not", said
+            r"memory changes of agent ada are refused while looking up \. in .*agents/ada/memory has not",
+            said,
         )
+        # One root name, one folder: the inbox, as the list's look says it (not the agents folder).
+        assert [(n, f) for n, f, _ in rule.looks.hung_looks()] == [("memory/ada", str(ada))]
         assert "memory writes and rebuilds wait until there is space" not in said
     finally:
         release.set()
