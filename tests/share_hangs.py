@@ -24,13 +24,23 @@ class SupervisorClock:
     def __init__(self) -> None:
         self.ahead = 0.0
         self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
+        self._read = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     def monotonic(self) -> float:
         self.asked += 1
+        self._read.set()
         return time.monotonic() + self.ahead
+
+    def past(self, seconds: float) -> None:
+        """A call of a slow share taking ``seconds``, by this clock: it is set ahead, and the
+        call (the caller's thread) goes on once the clock was read since (the waiter's tick,
+        which judges the call that long): no real wait of that length."""
+        self.ahead += seconds
+        self._read.clear()
+        assert self._read.wait(20), "nobody read the clock"
 
 
 def inbox_of(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:
@@ -95,9 +105,12 @@ def held_scans(
     returns once both were given up on, with the refusal each met, by its note."""
     errors: dict[str, str] = {}
 
+    entered = {name: threading.Event() for name in ("a.md", "b.md")}
+
     def held(name: str, gate: threading.Event) -> threading.Thread:
         def fn(asking: Asking) -> int:
             with asked(asking, "stat", name):
+                entered[name].set()
                 gate.wait(20)
             return 1
 
@@ -111,8 +124,8 @@ def held_scans(
 
     a, b = held("a.md", first), held("b.md", second)
     a.start()
-    time.sleep(0.1)  # the second starts while the first's call is under its bound
-    b.start()
+    assert entered["a.md"].wait(10)
+    b.start()  # the second starts while the first's call is in, under its bound
     a.join(10)
     b.join(10)
     return errors
