@@ -273,7 +273,7 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = r"memory change refused: looking up \. in .*agents/ada/memory did not answer within 0.3 s .*nothing"
+        hung = r"memory change refused: looking up \. in .*ada/memory did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
         saved = refusing.dispatch(

@@ -9,15 +9,13 @@ Imports: contracts, vault."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from sidecar.contracts.errors import StorageError
-from sidecar.memory.steps import told
-from sidecar.vault.sources import Asking, GivenUp, Root, asked
+from sidecar.vault.sources import Asking, Root, asked
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
 log = logging.getLogger(__name__)
@@ -37,20 +35,14 @@ def in_inbox(
     inbox is refused at once while this one's call is still in. Raises what ``fn`` raises."""
     began = threading.Event()
 
-    def step(asking: Asking) -> None:
-        # Given up on (answered "not confirmed"), the change goes on to its end all the same, as
-        # the answer says it does once the share answers (ended at its next call, it was dropped).
-        with contextlib.suppress(GivenUp):
-            asking.ask(call, f"{slug}.md")
-
     def change(asking: Asking) -> T:
+        # Each call of the change (a fsync, a rename, a listing's answer) starts the wait again
+        # (``timeout.step``, which never ends the change: given up on, answered "not confirmed",
+        # it goes on to its end as the answer says): bounded as a sum, a slow share answering
+        # each call in time was answered "not confirmed", said hanging, and learnt slow.
         with asked(asking, call, f"{slug}.md"):
             began.set()
-            # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
-            # again: bounded as a sum, a slow share answering each call in time was answered
-            # "not confirmed", said hanging, and learnt slow.
-            with told(lambda: step(asking)):
-                return fn()
+            return fn()
 
     try:
         return supervisor.looked(root, change, through_stop=True)

@@ -620,13 +620,14 @@ class Supervisor:
             timeout = self._bound(st)
         asking = Asking()
         asking.avoid = dict(avoid)
-
-        def given_up() -> bool:
-            now = asking.now
-            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
-
         value, stuck = run_with_timeout(
-            lambda: walk(asking), self.cfg.watch.scan_timeout_seconds, "watch-walk", None, given_up
+            lambda: walk(asking),
+            self.cfg.watch.scan_timeout_seconds,
+            "watch-walk",
+            None,
+            self.stopping.is_set,
+            calls=asking,
+            per_call=timeout,
         )
         if stuck is None:
             return value  # type: ignore[return-value]  # the walk's own result
@@ -816,7 +817,7 @@ class Supervisor:
             return cap is not None and time.monotonic() - started >= cap
 
         def hung() -> bool:
-            return stopping.is_set() or call_hung() or cut()
+            return stopping.is_set() or cut()
 
         with self._lock:
             st._under_way.add(asking)
@@ -827,6 +828,8 @@ class Supervisor:
                 root.name,
                 None if request else beat,
                 hung,
+                calls=asking,
+                per_call=None if slow else timeout,  # a slow share's: the whole scan's bound
             )
         finally:
             with self._lock:

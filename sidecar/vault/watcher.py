@@ -184,14 +184,11 @@ def bounded_walk(
     if earlier is not None and earlier.is_alive():
         raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
     asking = Asking()
-
-    def given_up() -> bool:
-        now = asking.now
-        return now is not None and time.monotonic() - now[2] >= timeout
-
     # The whole walk of a big tree may take long on a slow share: one call that does not answer
     # ends it (each listing's entries start the clock again), or the whole past a scan's bound.
-    value, left = run_with_timeout(lambda: walk(asking), total, "watch-walk", None, given_up)
+    value, left = run_with_timeout(
+        lambda: walk(asking), total, "watch-walk", None, None, calls=asking, per_call=timeout
+    )
     if left is None:
         stuck.pop(path, None)
         return value  # type: ignore[return-value]  # the walk's own result
