@@ -53,6 +53,17 @@ from sidecar.vault.watch_looks import WatchLooks
 
 log = logging.getLogger(__name__)
 
+# What callers import from here, its moved parts included (``root_status``).
+__all__ = [
+    "Identity",
+    "LookCut",
+    "RootStatus",
+    "RootUnreachable",
+    "StopCut",
+    "Supervisor",
+    "identity_of",
+]
+
 T = TypeVar("T")
 
 
