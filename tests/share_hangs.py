@@ -131,6 +131,17 @@ def held_scans(
     return errors
 
 
+def read_only(cfg: Any, stop: threading.Event | None = None) -> tuple[Any, Any]:
+    """Read-only mode's handlers (the index cannot be read, the inboxes still can), their looks
+    ended at ``stop`` when given: the rule (``ReadOnly``, status's words) and the handlers."""
+    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
+
+    looks = folder_looks(cfg, stop)
+    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
+    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
+    return rule, Refusing("the index cannot be read: bm25 locked", only)
+
+
 def hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:
     """``os.scandir`` of ``folder`` waits for ``release`` (a share whose listing of it stalls: an
     SMB/NFS readdir); every other call answers. The names of the threads that asked it, in order."""

@@ -22,16 +22,7 @@ from sidecar.vault import sources as sources_module
 from sidecar.vault import supervisor as supervisor_module
 from sidecar.vault.sources import Root
 from tests.conftest import write
-from tests.share_hangs import SupervisorClock
-
-
-def _read_only(cfg: Any, stop: threading.Event | None = None) -> Any:
-    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
-
-    looks = folder_looks(cfg, stop)
-    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
-    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
-    return Refusing("the index cannot be read: bm25 locked", only)
+from tests.share_hangs import SupervisorClock, hang_listing, read_only
 
 
 def _stuck_threads(name: str) -> list[threading.Thread]:
@@ -50,7 +41,7 @@ def test_read_only_list_of_an_inbox_that_answered_late_is_waited_for_next_time(
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox = cfg.agents_dir / "ops" / "memory"
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
-    refusing = _read_only(cfg)
+    _rule, refusing = read_only(cfg)
     release = threading.Event()
     calls: list[str] = []
     real = os.scandir
@@ -86,7 +77,7 @@ def test_read_only_look_ends_at_the_daemons_stop(
     inbox = cfg.agents_dir / "ops" / "memory"
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
     stop = threading.Event()
-    refusing = _read_only(cfg, stop)
+    _rule, refusing = read_only(cfg, stop)
     release = threading.Event()
     entered = threading.Event()
     real = os.scandir
@@ -182,7 +173,7 @@ def test_a_memory_delete_whose_move_hangs_in_read_only_mode_is_answered(
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox = cfg.agents_dir / "ops" / "memory"
     inbox.mkdir(parents=True)
-    refusing = _read_only(cfg)
+    _rule, refusing = read_only(cfg)
     refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
     assert (inbox / "canoe.md").exists()
     release = threading.Event()
@@ -429,14 +420,7 @@ def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
         inboxes[agent] = inbox
         sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == inboxes["ada"]:
-            release.wait(20)
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    hang_listing(monkeypatch, inboxes["ada"], release)
     said: list[str | None] = []
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
     watcher.on_left_out = said.append

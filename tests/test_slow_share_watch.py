@@ -15,23 +15,7 @@ from sidecar.vault.sources import Root
 from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.watcher import Watcher
 from tests.conftest import write
-
-
-def _held_listing(monkeypatch: pytest.MonkeyPatch, folder: Path) -> tuple[threading.Event, list[str]]:
-    """``os.scandir`` of ``folder`` waits until the event returned is set (a slow share's
-    listing); the names of the threads that asked it, in order."""
-    real = os.scandir
-    release = threading.Event()
-    asked: list[str] = []
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == folder:
-            asked.append(threading.current_thread().name)
-            release.wait(30)
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    return release, asked
+from tests.share_hangs import hang_listing
 
 
 def test_an_inbox_left_out_of_the_watch_for_a_slow_share_is_said_slow_not_hung(
@@ -93,7 +77,8 @@ def test_a_vault_learnt_slow_holds_no_other_folders_events_while_it_is_walked(
     (cfg.agents_dir / "ada" / "memory").mkdir(parents=True)
     sup = Supervisor(cfg)
     sup.status(Root("vault", vault, exclude=cfg.vault.wiki_subfolder)).slow = True
-    release, asked = _held_listing(monkeypatch, vault / "Projects")
+    release = threading.Event()
+    asked = hang_listing(monkeypatch, vault / "Projects", release)
     said: list[str | None] = []
     watcher = Watcher(
         [vault, cfg.agents_dir],
