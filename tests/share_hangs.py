@@ -24,13 +24,23 @@ class SupervisorClock:
     def __init__(self) -> None:
         self.ahead = 0.0
         self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
+        self._read = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     def monotonic(self) -> float:
         self.asked += 1
+        self._read.set()
         return time.monotonic() + self.ahead
+
+    def past(self, seconds: float) -> None:
+        """A call of a slow share taking ``seconds``, by this clock: it is set ahead, and the
+        call (the caller's thread) goes on once the clock was read since (the waiter's tick,
+        which judges the call that long): no real wait of that length."""
+        self.ahead += seconds
+        self._read.clear()
+        assert self._read.wait(20), "nobody read the clock"
 
 
 def inbox_of(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:
@@ -95,9 +105,12 @@ def held_scans(
     returns once both were given up on, with the refusal each met, by its note."""
     errors: dict[str, str] = {}
 
+    entered = {name: threading.Event() for name in ("a.md", "b.md")}
+
     def held(name: str, gate: threading.Event) -> threading.Thread:
         def fn(asking: Asking) -> int:
             with asked(asking, "stat", name):
+                entered[name].set()
                 gate.wait(20)
             return 1
 
@@ -111,11 +124,22 @@ def held_scans(
 
     a, b = held("a.md", first), held("b.md", second)
     a.start()
-    time.sleep(0.1)  # the second starts while the first's call is under its bound
-    b.start()
+    assert entered["a.md"].wait(10)
+    b.start()  # the second starts while the first's call is in, under its bound
     a.join(10)
     b.join(10)
     return errors
+
+
+def read_only(cfg: Any, stop: threading.Event | None = None) -> tuple[Any, Any]:
+    """Read-only mode's handlers (the index cannot be read, the inboxes still can), their looks
+    ended at ``stop`` when given: the rule (``ReadOnly``, status's words) and the handlers."""
+    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
+
+    looks = folder_looks(cfg, stop)
+    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
+    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
+    return rule, Refusing("the index cannot be read: bm25 locked", only)
 
 
 def hang_listing(monkeypatch: pytest.MonkeyPatch, folder: Path, release: threading.Event) -> list[str]:

@@ -19,7 +19,7 @@ from sidecar.contracts.protocol import Request
 from sidecar.vault.sources import Asking, Root, asked
 from sidecar.vault.supervisor import LookCut, RootUnreachable, Supervisor
 from tests.conftest import write
-from tests.share_hangs import hang_listing, held_scans, inbox_of, scan_waiting, slow_inbox
+from tests.share_hangs import hang_listing, held_scans, inbox_of, read_only, scan_waiting, slow_inbox
 
 
 def test_a_look_cut_at_its_cap_leaves_the_only_thread_in_the_share_until_it_answers(
@@ -204,16 +204,6 @@ def test_a_hang_two_scans_met_is_said_until_the_second_ones_call_answers_too(
     assert sup.bounded(root, lambda _asking: 3) == 3
 
 
-def _read_only(cfg: Any) -> tuple[Any, Any]:
-    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
-
-    looks = folder_looks(cfg)
-    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
-    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
-    refusing = Refusing("the index cannot be read: bm25 locked", only)
-    return rule, refusing
-
-
 def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,7 +213,7 @@ def test_read_only_modes_list_of_a_hung_inbox_is_refused_in_words_not_waited_for
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox, _root = inbox_of(cfg, "ops")
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
-    _rule, refusing = _read_only(cfg)
+    _rule, refusing = read_only(cfg)
     release = threading.Event()
     listed: list[str] = []
     real = os.scandir
@@ -262,7 +252,7 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     ada, _root = inbox_of(cfg, "ada")
     bob, _ = inbox_of(cfg, "bob")
-    rule, refusing = _read_only(cfg)
+    rule, refusing = read_only(cfg)
     release = threading.Event()
     real = os.access
 
@@ -273,9 +263,7 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
 
     monkeypatch.setattr(os, "access", access)
     try:
-        hung = (
-            r"memory change refused: looking up ada/memory in .*agents did not answer within 0.3 s .*nothing"
-        )
+        hung = r"memory change refused: looking up \. in .*ada/memory did not answer within 0.3 s .*nothing"
         with pytest.raises(StorageError, match=hung):
             refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ada"))
         saved = refusing.dispatch(
@@ -283,14 +271,17 @@ def test_read_only_modes_room_check_of_a_hung_inbox_refuses_that_agents_write_on
         )
         assert saved["reference"] == "memory/kayak" and (bob / "kayak.md").exists()
         with pytest.raises(
-            StorageError, match=r"an earlier call on .*agents \(looking up ada/memory\) still hangs"
+            StorageError, match=r"an earlier call on .*agents/ada/memory \(looking up \.\) still hangs"
         ):
             refusing.dispatch(Request("list", {}, agent="ada"))
         said = rule.message()
         assert "until there is space (memory writes are saved in the inboxes" in said
         assert re.search(
-            r"memory changes of agent ada are refused while looking up ada/memory in .*agents has not", said
+            r"memory changes of agent ada are refused while looking up \. in .*agents/ada/memory has not",
+            said,
         )
+        # One root name, one folder: the inbox, as the list's look says it (not the agents folder).
+        assert [(n, f) for n, f, _ in rule.looks.hung_looks()] == [("memory/ada", str(ada))]
         assert "memory writes and rebuilds wait until there is space" not in said
     finally:
         release.set()
@@ -304,7 +295,7 @@ def test_read_only_modes_status_of_a_hung_agents_folder_names_the_share_not_the_
     while it does not answer (it said they waited for space on the index's disk)."""
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox_of(cfg, "ada")
-    rule, _refusing = _read_only(cfg)
+    rule, _refusing = read_only(cfg)
     release = threading.Event()
     real = os.access
 

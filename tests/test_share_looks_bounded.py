@@ -18,17 +18,11 @@ import pytest
 from sidecar.contracts.errors import BusyError, RemoteError, StorageError
 from sidecar.contracts.protocol import Request
 from sidecar.memory import inbox as inbox_module
+from sidecar.vault import sources as sources_module
+from sidecar.vault import supervisor as supervisor_module
 from sidecar.vault.sources import Root
 from tests.conftest import write
-
-
-def _read_only(cfg: Any, stop: threading.Event | None = None) -> Any:
-    from sidecar.daemon.readonly import InboxOnly, ReadOnly, Refusing, folder_looks
-
-    looks = folder_looks(cfg, stop)
-    rule = ReadOnly(cfg.index_dir, cfg.index_dir / "manifest.sqlite", cfg.agents_dir, looks)
-    only = InboxOnly(cfg, rule.inboxes_writable, time.time(), looks)
-    return Refusing("the index cannot be read: bm25 locked", only)
+from tests.share_hangs import SupervisorClock, hang_listing, read_only
 
 
 def _stuck_threads(name: str) -> list[threading.Thread]:
@@ -42,10 +36,12 @@ def test_read_only_list_of_an_inbox_that_answered_late_is_waited_for_next_time(
     is refused; that listing answers after all, so the share is slow, not hung: the next list,
     whose listing takes as long, waits for it and answers (read-only mode refused a slow inbox's
     every list: it learnt nothing, as the daemon's looks do)."""
+    clock = SupervisorClock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox = cfg.agents_dir / "ops" / "memory"
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
-    refusing = _read_only(cfg)
+    _rule, refusing = read_only(cfg)
     release = threading.Event()
     calls: list[str] = []
     real = os.scandir
@@ -56,7 +52,7 @@ def test_read_only_list_of_an_inbox_that_answered_late_is_waited_for_next_time(
             if len(calls) == 1:
                 release.wait(20)  # held past the probe timeout, then answers
             else:
-                threading.Event().wait(1.5)  # as slow, answering past the probe timeout
+                clock.past(1.5)  # as slow: judged by the waiter 1.5 s long, then answers
         return real(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
@@ -81,7 +77,7 @@ def test_read_only_look_ends_at_the_daemons_stop(
     inbox = cfg.agents_dir / "ops" / "memory"
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
     stop = threading.Event()
-    refusing = _read_only(cfg, stop)
+    _rule, refusing = read_only(cfg, stop)
     release = threading.Event()
     entered = threading.Event()
     real = os.scandir
@@ -177,7 +173,7 @@ def test_a_memory_delete_whose_move_hangs_in_read_only_mode_is_answered(
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox = cfg.agents_dir / "ops" / "memory"
     inbox.mkdir(parents=True)
-    refusing = _read_only(cfg)
+    _rule, refusing = read_only(cfg)
     refusing.dispatch(Request("write", {"slug": "canoe", "content": "# Canoe\n\nx\n"}, agent="ops"))
     assert (inbox / "canoe.md").exists()
     release = threading.Event()
@@ -275,11 +271,17 @@ def test_a_memory_write_on_a_slow_share_answering_each_call_in_time_lands(
     inbox = served.cfg.agents_dir / "ada" / "memory"
     write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
     served.harness.sweep()
+    # One clock for the waiter and for the calls' start (``Asking``), set ahead by each call.
+    clock = SupervisorClock()
+    monkeypatch.setattr(supervisor_module, "time", clock)
+    monkeypatch.setattr(sources_module, "time", clock)
     real = os.fsync
     calls = []
 
     def fsync(fd: int) -> None:
-        time.sleep(0.2)  # the slow share: each call answers, in 0.2 s
+        # The slow share: each call answers, 0.2 s later by the clock (a call bounded with the
+        # others, as a sum, would have taken 0.6 s and more: the inbox learnt slow, or given up on).
+        clock.ahead += 0.2
         real(fd)
         calls.append(fd)
 
@@ -311,12 +313,22 @@ def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
     write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
     fresh = root / "New"
     real = watcher_module._is_real_folder
+    real_ask = watcher_module._Looks.ask
+    gave_up = threading.Event()  # a look that asked about New returned without its answer
+
+    def ask(looks: Any, keys: list[Any]) -> dict[Any, Any]:
+        got = real_ask(looks, keys)
+        if any(k[1] == str(fresh) and k not in got for k in keys):
+            gave_up.set()
+        return got
 
     def is_real_folder(path: str) -> bool:
         if path == str(fresh):
-            time.sleep(0.6)  # the slow share: twice the probe timeout, every time
+            gave_up.clear()
+            gave_up.wait(20)  # the slow share: it answers, each time after the watcher stopped waiting
         return real(path)
 
+    monkeypatch.setattr(watcher_module._Looks, "ask", ask)
     monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
     told: Counter[str] = Counter()
     changed = threading.Condition()
@@ -408,14 +420,7 @@ def test_the_agents_folder_watched_around_a_hung_inbox_is_said_partial(
         inboxes[agent] = inbox
         sup.status(Root("memory", inbox, agent=agent))
     release = threading.Event()
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == inboxes["ada"]:
-            release.wait(20)
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    hang_listing(monkeypatch, inboxes["ada"], release)
     said: list[str | None] = []
     watcher = Watcher([cfg.agents_dir], lambda *_: None, threading.Event(), 50, 0.2, walk=sup.watched_walk)
     watcher.on_left_out = said.append

@@ -923,9 +923,11 @@ def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
     sup = Supervisor(cfg)
     st = sup.status(Root("vault", vault, exclude="wiki"))
     st.slow = True
-    # The supervisor's clock, injected: the listing of Projects answers once the walk's waiter
-    # has looked at it 5 s (by that clock) after the listing began, past probeTimeoutSeconds.
+    # The supervisor's clock and the bounded work's (``run_with_timeout``, whose waiter judges
+    # each call), injected: the listing of Projects answers once the walk's waiter has looked at
+    # it 5 s (by that clock) after the listing began, past probeTimeoutSeconds.
     from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import timeout as timeout_module
 
     ahead = [0.0]
     looked_late = threading.Event()
@@ -940,6 +942,7 @@ def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
             return time.monotonic() + ahead[0]
 
     monkeypatch.setattr(supervisor_module, "time", Clock())
+    monkeypatch.setattr(timeout_module, "time", Clock())
     real = os.scandir
 
     def scandir(path: Any = ".") -> Any:

@@ -43,7 +43,8 @@ from sidecar.stores.bm25 import open_bm25
 from sidecar.stores.lifecycle import open_stores
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.homeguard import clock_path
-from sidecar.vault.supervisor import CLOCK_META, Supervisor
+from sidecar.vault.remembered import CLOCK_META
+from sidecar.vault.supervisor import Supervisor
 from sidecar.vault.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ def build_watcher(
         stat=stat,
         walk=walk,
         walk_timeout=cfg.watch.scan_timeout_seconds,
+        slow=supervisor.slow_folder if supervisor is not None else None,
     )
 
 

@@ -34,7 +34,7 @@ from sidecar.runtime.backoff import Backoff
 from sidecar.stores.space import fault_words
 from sidecar.vault.notenames import is_note_name
 from sidecar.vault.sources import Root, vault_roots
-from sidecar.vault.watcher import obsidian_setting
+from sidecar.vault.watch_filter import obsidian_setting
 
 log = logging.getLogger(__name__)
 

@@ -468,23 +468,25 @@ class ReadOnly:
         inbox = agents if agent is None else agents / agent / "memory"
 
         def reach(asking: Asking) -> bool:
+            # Named from the inbox, as the list's calls are: one root name, one folder.
             at = inbox
             while at != agents:  # made by the write
-                with asked(asking, "stat", str(at.relative_to(agents))):
+                with asked(asking, "stat", os.path.relpath(at, inbox)):
                     if at.exists():
                         break
                 at = at.parent
-            with asked(asking, "stat", str(at.relative_to(agents))):
+            with asked(asking, "stat", os.path.relpath(at, inbox)):
                 return writable(at)
 
         try:
             # The agents folder's own calls kept under a root of its own, an agent's under its
-            # inbox's name (the list's too: one stuck thread per inbox, whichever look left it),
-            # named from the agents folder: one agent's hung inbox refuses that agent's changes,
-            # not every agent's.
+            # inbox (the list's too: one stuck thread per inbox, whichever look left it): one
+            # agent's hung inbox refuses that agent's changes, not every agent's. The inbox's
+            # root is its own folder, as the list's is (kept under the agents folder, one root
+            # name held two folders, and status named the agents folder as the inbox that hangs).
             if not self.looks.looked(Root("agents", agents), room):
                 return False
-            return agent is None or self.looks.looked(Root("memory", agents, agent=agent), reach)
+            return agent is None or self.looks.looked(Root("memory", inbox, agent=agent), reach)
         except StopCut as exc:
             raise BusyError(stopping_message("the change (nothing changed)")) from exc
         except RootUnreachable as exc:

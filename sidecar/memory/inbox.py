@@ -62,7 +62,6 @@ from sidecar.memory.inbox_types import (
     MemoryUnreadableError,
 )
 from sidecar.memory.retention import Retention
-from sidecar.memory.steps import step
 from sidecar.memory.trash import HELD, Fd, Trash, drop_stamp, read_stamp, trash_dir, write_stamp
 from sidecar.runtime.steadyclock import SteadyClock
 from sidecar.vault.confine import (
@@ -71,6 +70,7 @@ from sidecar.vault.confine import (
     read_fd,
 )
 from sidecar.vault.homeguard import HomeGuard
+from sidecar.vault.timeout import step
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,12 @@ Imports: contracts, vault."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from sidecar.contracts.errors import StorageError
-from sidecar.memory.steps import told
 from sidecar.vault.sources import Asking, GivenUp, Root, asked
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 
@@ -86,21 +84,16 @@ def in_inbox(
     raises."""
     change_of = _Change()
 
-    def step(asking: Asking) -> None:
-        # Given up on (answered "not confirmed"), the change goes on to its end all the same, as
-        # the answer says it does once the share answers (ended at its next call, it was dropped).
-        with contextlib.suppress(GivenUp):
-            asking.ask(call, f"{slug}.md")
-
     def change(asking: Asking) -> T:
         try:
             with asked(asking, call, f"{slug}.md"):
                 change_of.begin(slug)
                 # Each call of the change (a fsync, a rename, a listing's answer) starts the wait
-                # again: bounded as a sum, a slow share answering each call in time was answered
-                # "not confirmed", said hanging, and learnt slow.
-                with told(lambda: step(asking)):
-                    return fn()
+                # again (``timeout.step``, which never ends the change: given up on, answered "not
+                # confirmed", it goes on to its end as the answer says): bounded as a sum, a slow
+                # share answering each call in time was answered "not confirmed", said hanging,
+                # and learnt slow.
+                return fn()
         finally:
             change_of.end()
 

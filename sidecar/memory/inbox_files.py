@@ -13,11 +13,11 @@ import os
 from collections.abc import Iterator
 
 from sidecar.memory import replace
-from sidecar.memory.steps import step
 from sidecar.memory.trash import KEPT, Fd, Trash, trash_dir
 from sidecar.vault.confine import NotRegularError, open_regular, read_fd
 from sidecar.vault.notenames import inbox_copy_reason, is_markdown_name
 from sidecar.vault.sources import Asking, asked
+from sidecar.vault.timeout import step
 
 # A note changed this recently by another program may be in the middle of its save (an editor
 # truncates, then writes its buffer; a slow or network disk stretches that gap): looked at again

@@ -30,12 +30,12 @@ from sidecar.memory.inbox_types import (
     check_agent,
     check_slug,
 )
-from sidecar.memory.steps import step
 from sidecar.memory.trash import Fd, Trash, trash_dir
 from sidecar.notes.frontmatter import front_matter_problem, split_front_matter
 from sidecar.vault.confine import open_regular, private_dirs, read_fd
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.sources import Asking, agent_inbox, asked
+from sidecar.vault.timeout import step
 
 # The log lines keep the logger of the module they came from: journald users grep by it.
 log = logging.getLogger("sidecar.memory.inbox")

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.contracts.errors import SourceError
-from sidecar.memory.steps import step
 from sidecar.vault import confine
+from sidecar.vault.timeout import step
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import stat
 import threading
 from typing import Any
 
-from sidecar.memory.steps import step
 from sidecar.vault.confine import open_private_dir, open_regular, read_fd
+from sidecar.vault.timeout import step
 
 log = logging.getLogger(__name__)
 

@@ -211,6 +211,15 @@ class Asking:
         self._ended()
         self.now = None
 
+    def again(self) -> None:
+        """The call under way is followed by another of the same (``timeout.step``: a change's
+        fsync after its write): its wait starts anew. Never ends the work (a change given up on
+        runs to its end, as its answer says)."""
+        self._ended()
+        now = self.now
+        if now is not None:
+            self.now = (now[0], now[1], time.monotonic())
+
     def abandon(self) -> None:
         self._abandoned = True
 

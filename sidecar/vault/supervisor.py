@@ -17,61 +17,54 @@ beats the watchdog while the timeout runs.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError
-from sidecar.contracts.wire import hold_advice
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.homeguard import HomeGuard
 from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
+from sidecar.vault.remembered import Remembered
+from sidecar.vault.root_report import RootReport
+from sidecar.vault.root_status import (
+    _NEVER,
+    Identity,
+    LookCut,
+    MetaStore,
+    RootStatus,
+    RootUnreachable,
+    StopCut,
+    _after,
+    _duration,
+    _moved,
+    _not_waited_for,
+    _record_hang,
+    _still_hangs,
+    _waiting_on,
+)
 from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, inbox_root, scan, vault_roots
 from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
+from sidecar.vault.watch_looks import WatchLooks
 
 log = logging.getLogger(__name__)
 
+# What callers import from here, its moved parts included (``root_status``).
+__all__ = [
+    "Identity",
+    "LookCut",
+    "RootStatus",
+    "RootUnreachable",
+    "StopCut",
+    "Supervisor",
+    "identity_of",
+]
+
 T = TypeVar("T")
-
-# Below this many indexed notes a root is too small for the mass-deletion guard to mean anything.
-MASS_DELETION_MIN_FILES = 4
-# Why a root's deletions are held; only "mass" is ever applied by the clock.
-HOLD_WHY = {
-    "unmounted": "is not on the mount it was on any more (share unmounted?)",
-    "device": "is on a different device than before (another share or disk mounted here?)",
-    "empty": "is empty or missing although {known} of its notes are indexed (unmounted? moved?)",
-    "mass": "lost {missing} of {known} indexed notes in one burst of deletions",
-}
-
-
-CLOCK_META = "steady_clock"
-# Meta rows ``slow:<root>``: the root is a slow share (``RootStatus.slow``), kept across runs.
-SLOW_META = "slow:"
-
-
-class MetaStore(Protocol):
-    def get_meta(self, name: str) -> str | None: ...
-    def set_meta(self, name: str, value: str) -> None: ...
-    def meta_names(self, prefix: str) -> list[str]: ...
-    def delete_meta(self, names: Collection[str]) -> None: ...
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a root folder is: a mount point of its own or not, its device, and the mount point
-    it lies on (None when the mount table is unknown)."""
-
-    mount: bool
-    dev: int
-    under: str | None = None
 
 
 def identity_of(path: Path, mounts: list[tuple[str, str]] | None = None) -> Identity:
@@ -81,119 +74,7 @@ def identity_of(path: Path, mounts: list[tuple[str, str]] | None = None) -> Iden
     return Identity(os.path.ismount(os.path.realpath(path)), st.st_dev, found[0] if found else None)
 
 
-def _moved(memo: dict[str, Any], ident: Identity) -> bool:
-    """Whether a root is not on the mount it was on: it was a mount point and is not any more,
-    or it now lies on another mount point (a folder under an unmounted share's mount point: what
-    is there is the disk's stale copy below it, not the share)."""
-    was_under = memo.get("under")
-    return (bool(memo.get("mount")) and not ident.mount) or (
-        was_under is not None and ident.under is not None and was_under != ident.under
-    )
-
-
-@dataclass
-class RootStatus:
-    name: str
-    path: str
-    offline: bool = False
-    error: str | None = None
-    fs_type: str | None = None
-    network: bool = False
-    failures: int = 0
-    next_retry: float | None = None
-    last_sweep: float | None = None
-    last_sweep_seconds: float | None = None
-    seen: int = 0
-    skipped: int = 0
-    held_deletions: int = 0
-    waiting_deletions: int = 0  # deletions seen while the root's file events still come (index.bursts)
-    hold_kind: str | None = None  # unmounted | device | empty | mass
-    hold_since: float | None = None
-    unreadable: list[str] = field(default_factory=list)  # folders/files kept because unreadable
-    identity: Identity | None = None  # as seen by the last listing
-    absent: bool = False  # the folder is not there inside a reachable parent (a wiki not made yet)
-    hung_on: str | None = None  # the call that hangs, when one does ("reading a.md", "listing b")
-    # A listing or stat of this root answered, but only after watch.probeTimeoutSeconds (a slow
-    # share, not a hung one): its scans are bounded by watch.scanTimeoutSeconds as a whole, not
-    # per call, until one ends with every call quicker (given up per call, it was never indexed).
-    slow: bool = False
-    _stuck: threading.Thread | None = field(default=None, repr=False)
-    # The scan given up on at one call, and that call: the hang is over once the call answered
-    # (the scan then ends at its next call: ``Asking.abandon``).
-    _asking: Asking | None = field(default=None, repr=False)
-    _given_up: tuple[str, str, float] | None = field(default=None, repr=False)
-    # That call was given up on after probeTimeoutSeconds: answering after all, it shows a slow
-    # share (given up on under the whole-scan bound, it showed a hung one).
-    _learn: bool = field(default=False, repr=False)
-    # The slow mark as set here but not yet in the index (its write failed, a locked or full
-    # disk): written at the root's next scan, or a run after this one would not know it.
-    _mark_unsaved: bool = field(default=False, repr=False)
-    _mark_text: str | None = field(default=None, repr=False)  # the row's JSON (None: no mark)
-    _mark_failed: bool = field(default=False, repr=False)  # its last write failed (logged once)
-    # The scans and looks of this root under way now (each one's ``Asking``: its call and since
-    # when), for a look started beside them to see one that already waits past its bound.
-    _under_way: set[Asking] = field(default_factory=set, repr=False)
-    # A request's look ended at its cap (``LookCut``) whose call is still in the share: the next
-    # request's look is refused at once while it is (one thread per root, not one per write).
-    _cut: tuple[threading.Thread, Asking] | None = field(default=None, repr=False)
-    # Other scans given up on while a hang was recorded, each still in its call (its thread, its
-    # Asking, that call, and what it is): the root hangs on one of them once the recorded one's
-    # call answered (``hanging``), whichever answers first.
-    _also: list[tuple[threading.Thread, Asking | None, tuple[str, str, float] | None, str | None]] = field(
-        default_factory=list, repr=False
-    )
-
-    def cut_look(self) -> tuple[threading.Thread, Asking] | None:
-        """The request's look cut at its cap that is still in its call, if any."""
-        cut = self._cut
-        if cut is not None and (not cut[0].is_alive() or cut[1].now is None):
-            self._cut = cut = None  # it answered: the next look asks the share again
-        return cut
-
-    @property
-    def hanging(self) -> threading.Thread | None:
-        """The call on this root that still hangs (a hung share), if any."""
-        stuck = self._stuck
-        # The call given up on answered: not hung (its scan stops at its next call)...
-        if (
-            stuck is not None
-            and stuck.is_alive()
-            and (self._asking is None or self._asking.now is self._given_up)
-        ):
-            return stuck
-        # ...unless another scan's call given up on meanwhile is still in: the root hangs on it.
-        still = [h for h in self._also if h[0].is_alive() and (h[1] is None or h[1].now is h[2])]
-        self._also = still[1:]
-        if not still:
-            return None
-        self._stuck, self._asking, self._given_up, self.hung_on = still[0]
-        return self._stuck
-
-
-class RootUnreachable(Exception):  # noqa: N818 - a state of the world, not a bug
-    pass
-
-
-class StopCut(RootUnreachable):
-    """A wait for a share's call ended because the daemon stops: no outage (``Supervisor.unreachable``
-    logs it as a stop and leaves the root's state alone)."""
-
-
-class LookCut(RootUnreachable):
-    """A request's look at a share learnt slow (or long) ended at its cap (``Supervisor.looked``):
-    the share is not hung and nothing is marked; the request is refused with nothing done."""
-
-
-class WalkHung(NoAnswer):
-    """A watch's walk given up on at a call; ``agent``: the agent's folder of the agents folder
-    that call lay in (None: the folder itself, or the vault)."""
-
-    def __init__(self, message: str, stuck: threading.Thread | None, agent: str | None) -> None:
-        super().__init__(message, stuck)
-        self.agent = agent
-
-
-class Supervisor:
+class Supervisor(WatchLooks, RootReport, Remembered):
     """Status, probing, backoff and the mass-deletion guard for every root."""
 
     def __init__(
@@ -265,81 +146,6 @@ class Supervisor:
         # starts with the whole-scan bound (given up per call, it gave up at the same listing).
         return RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
 
-    def _slow_remembered(self, name: str) -> bool:
-        if self.meta is None:
-            return False
-        try:
-            return self.meta.get_meta(f"{SLOW_META}{name}") is not None
-        except (sqlite3.Error, StoreError, OSError):
-            return False
-
-    def _set_slow(self, st: RootStatus, slow: bool, call: str | None) -> None:
-        """The root is slow (or not any more): remembered in the manifest (meta row
-        ``slow:<root>``: since when, the call that was late) for the runs after this one."""
-        if st.slow == slow:
-            return
-        st.slow = slow
-        st._mark_text = json.dumps({"since": self.clock(), "call": call}, sort_keys=True) if slow else None
-        st._mark_unsaved = True
-        self._save_slow(st)
-
-    def _save_slow(self, st: RootStatus) -> None:
-        """Write the root's slow mark as this run knows it, if it is not in the index yet (set
-        now, or its write failed before: retried at each scan of the root until it is written)."""
-        if self.meta is None or not st._mark_unsaved:
-            return
-        row = f"{SLOW_META}{st.name}"
-        try:
-            if st._mark_text is not None:
-                self.meta.set_meta(row, st._mark_text)
-            else:
-                self.meta.delete_meta([row])
-        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
-            if not st._mark_failed:  # a disk that stays full: said once, not at each scan
-                log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
-            st._mark_failed = True
-            return
-        if st._mark_failed:
-            log.info("root_meta_saved row=%s (after failed writes)", row)
-        st._mark_unsaved = st._mark_failed = False
-
-    def keep_memory_roots(self, names: Collection[str]) -> None:
-        """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
-        removed, it is no root until a note comes, and a status kept for every agent that ever
-        wrote grew health and `status` by a line each, for good. Its remembered mount state
-        (meta row ``root:memory/<agent>``) goes too: a memory root is never held by the guard,
-        and a row kept per agent name ever used grew the manifest for good; the first call also
-        drops the rows of inboxes retired before this start. One whose call still hangs is kept,
-        so no second call is started on it."""
-        with self._lock:
-            gone = [
-                name
-                for name, st in self.roots.items()
-                if name.startswith("memory/") and name not in names and st.hanging is None
-            ]
-            for name in gone:
-                del self.roots[name]
-            kept = set(names) | {n for n, st in self.roots.items() if st.hanging is not None}
-        for name in gone:
-            log.info("root_retired root=%s reason=no notes in the inbox or the index", name)
-        self._forget_rows(gone, kept)
-
-    def _forget_rows(self, gone: Collection[str], kept: Collection[str]) -> None:
-        if self.meta is None:
-            return
-        rows = {f"{prefix}{name}" for name in gone for prefix in ("root:", SLOW_META)}
-        try:
-            if not self._meta_swept:
-                for prefix in ("root:", SLOW_META):
-                    names = self.meta.meta_names(f"{prefix}memory/")
-                    rows.update(r for r in names if r[len(prefix) :] not in kept)
-            if rows:
-                self.meta.delete_meta(sorted(rows))
-            self._meta_swept = True
-        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: tried again next sweep
-            log.warning("root_meta_forget_failed rows=%d error=%s", len(rows), exc)
-            self._meta_swept = False
-
     def classify(self, roots: list[Root]) -> None:
         """Record each root's filesystem type (network shares are polled). Finding it resolves
         the root's path, which a hung share never answers: asked with the probe timeout, and a
@@ -373,13 +179,6 @@ class Supervisor:
                 continue
             st.fs_type = found
             st.network = is_network(st.fs_type)
-
-    def hung_looks(self) -> list[tuple[str, str, str]]:
-        """Each root with a call still in its share: (root name, its folder, that call), for
-        read-only mode's status to name the agents whose changes are refused meanwhile."""
-        with self._lock:
-            held = list(self.roots.values())
-        return sorted((st.name, st.path, st.hung_on or "its look") for st in held if st.hanging is not None)
 
     def stuck_within(self, root: Root) -> threading.Thread | None:
         """The call still hanging on the folder this root lies in (the wiki's vault), if any."""
@@ -539,131 +338,6 @@ class Supervisor:
             self._bound(st),
         )
 
-    def watched_stat(self, path: Path) -> os.stat_result:
-        """The stat of a folder the file watch covers (the vault, the agents folder), asked as
-        a probe of the roots it holds is (``_probe``, waited for probeTimeoutSeconds at most):
-        NoAnswer at once while the vault hangs, or while the agents folder's own last stat is
-        still in, and one that times out marks them hanging (the vault; each inbox known, for
-        the agents folder), so status says the share hangs
-        and the sweeps retry it with their backoff. Raises OSError as os.stat does."""
-        vault = self.cfg.vault.path
-        if vault is not None and path == vault:
-            root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
-            timeout = self.cfg.watch.probe_timeout_seconds  # the watcher waits no longer
-            return self._probe(root, "watch-stat", lambda: os.stat(path), beat=False, patience=timeout)
-        inboxes = self._inboxes_in(path)
-        # The agents folder is asked even while an inbox in it hangs (one agent's inbox hung by a
-        # read of one note must not end the watch of the others'); only its own look that is
-        # still in tells the next at once (``SharedProbes``).
-        since = time.monotonic()
-        try:
-            timeout = self.cfg.watch.probe_timeout_seconds
-            return self.probes.ask(("watch-stat", str(path)), lambda: os.stat(path), timeout, "watch")
-        except NoAnswer as exc:
-            if exc.stuck is not None and exc.stuck.is_alive():
-                for st in inboxes:
-                    if not st.slow:  # waited probeTimeoutSeconds: a slow share's is not judged
-                        self._hung(st, exc.stuck, since)
-            raise
-
-    def watched_walk(self, path: Path, walk: Callable[[Asking], T]) -> T:
-        """A walk of a folder the file watch covers (the vault, the agents folder) when a watch
-        is set up, each listing and stat waited for probeTimeoutSeconds (the watcher's one
-        thread carries every root's events): NoAnswer at once while the vault hangs, and one
-        call that does not answer marks the roots it lies in hanging (the vault; the inbox it
-        was in, or each inbox known for the agents folder itself; a vault learnt slow is waited
-        for as long as its scans' calls, an inbox learnt slow is not judged), so status says so
-        and the watch leaves the folder out rather than watch it in part. Raises NoAnswer (what
-        ``walk`` raises otherwise).
-
-        The agents folder is walked around an agent whose inbox hangs (``Asking.avoid``: that
-        agent's folder is not asked, and the watch goes folder by folder without it), and a walk
-        that hangs in one agent's folder is walked again without it: one agent's hung inbox left
-        every other agent's notes without file events until it answered."""
-        vault = self.cfg.vault.path
-        if vault is not None and path == vault:
-            return self._walk_once(path, walk, {})
-        avoid: dict[str, threading.Thread] = {}
-        for st in self._inboxes_in(path):
-            if (stuck := st.hanging) is not None:
-                avoid[Path(st.path).parent.name] = stuck
-        while True:
-            try:
-                return self._walk_once(path, walk, avoid)
-            except WalkHung as exc:
-                if exc.agent is None or exc.agent in avoid or exc.stuck is None:
-                    raise
-                avoid[exc.agent] = exc.stuck  # the others are walked (and watched) without it
-
-    def _walk_once(self, path: Path, walk: Callable[[Asking], T], avoid: dict[str, threading.Thread]) -> T:
-        """One walk of ``path`` for the watch (``watched_walk``), ``avoid``'s folders not asked.
-        NoAnswer names, as ``agent``, the agent's folder of the agents folder its call hung in."""
-        vault = self.cfg.vault.path
-        timeout = self.cfg.watch.probe_timeout_seconds
-        # An earlier walk of this folder still in its call: told at once (one thread left in a
-        # share that hangs, not one per try); one still in an agent's folder leaves that agent
-        # out (the others keep their watch).
-        with self._lock:
-            earlier = {k: t for k, t in self._walks.items() if t.is_alive()}
-            self._walks = earlier
-        if (stuck_here := earlier.get(str(path))) is not None:
-            raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", stuck_here)
-        for key, thread in earlier.items():
-            if Path(key).parent == path:
-                avoid.setdefault(Path(key).name, thread)
-        if vault is not None and path == vault:
-            st = self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))
-            if st.hanging is not None:
-                raise NoAnswer(_still_hangs(st), st.hanging)
-            # A vault learnt slow: each call waited for as its scans' are (given up on sooner, the
-            # walk left it out of the watch and was tried again each time it answered late).
-            timeout = self._bound(st)
-        asking = Asking()
-        asking.avoid = dict(avoid)
-
-        def given_up() -> bool:
-            now = asking.now
-            return self.stopping.is_set() or (now is not None and time.monotonic() - now[2] >= timeout)
-
-        value, stuck = run_with_timeout(
-            lambda: walk(asking), self.cfg.watch.scan_timeout_seconds, "watch-walk", None, given_up
-        )
-        if stuck is None:
-            return value  # type: ignore[return-value]  # the walk's own result
-        asking.abandon()  # it ends at its next call once this one answers
-        now = asking.now
-        call, rel = (now[0], now[1]) if now is not None else ("walking", ".")
-        agent = rel.split("/", 1)[0] if (vault is None or path != vault) and rel not in (".", "") else None
-        with self._lock:  # by the agent's folder it hangs in, for the agents folder
-            self._walks[str(path / agent) if agent is not None else str(path)] = stuck
-        what = f"{call} {rel}" if call == "listing" else f"looking up {rel}"
-        if not self.stopping.is_set():
-            for st in self._walked_roots(path, rel):
-                if st.hanging is None and (not st.slow or timeout >= self._bound(st)):
-                    # as ``_hung``: learnt slow should it answer (a slow one is a hung share now)
-                    st._stuck, st.hung_on = stuck, f"{what} (the file watch's walk)"
-                    st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
-                    self._gave_up(st, slow=st.slow)
-            log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
-        raise WalkHung(
-            f"{what} in {path} did not answer within {timeout:g} s (hung share?)",
-            stuck,
-            None if self.stopping.is_set() else agent,
-        )
-
-    def _walked_roots(self, path: Path, rel: str) -> list[RootStatus]:
-        """The roots a call of the watch's walk of ``path`` (``rel`` in it) lies in."""
-        vault = self.cfg.vault.path
-        if vault is not None and path == vault:
-            return [self.status(Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder))]
-        agent = rel.split("/", 1)[0] if rel not in (".", "") else None
-        return [st for st in self._inboxes_in(path) if agent is None or Path(st.path).parent.name == agent]
-
-    def _inboxes_in(self, agents: Path) -> list[RootStatus]:
-        """The inboxes known (``<agents>/<agent>/memory``) of the agents folder ``agents``."""
-        with self._lock:
-            return [st for st in self.roots.values() if Path(st.path).parent.parent == agents]
-
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
         request's look at one of its notes is not started beside it."""
@@ -800,7 +474,7 @@ class Supervisor:
             return cap is not None and time.monotonic() - started >= cap
 
         def hung() -> bool:
-            return stopping.is_set() or call_hung() or cut()
+            return stopping.is_set() or cut()
 
         with self._lock:
             st._under_way.add(asking)
@@ -811,6 +485,8 @@ class Supervisor:
                 root.name,
                 None if request else beat,
                 hung,
+                calls=asking,
+                per_call=None if slow else timeout,  # a slow share's: the whole scan's bound
             )
         finally:
             with self._lock:
@@ -987,249 +663,6 @@ class Supervisor:
 
     # --- the mass-deletion guard -------------------------------------------------------------
 
-    def _remembered(self, root: Root) -> dict[str, Any]:
-        if self.meta is None:
-            return {}
-        try:
-            raw = self.meta.get_meta(f"root:{root.name}")
-            value = json.loads(raw) if raw else {}
-        except ValueError:
-            value = {}
-        return value if isinstance(value, dict) else {}
-
-    def _remember(self, root: Root, value: dict[str, Any]) -> None:
-        if self.meta is not None and value != self._remembered(root):
-            self.meta.set_meta(f"root:{root.name}", json.dumps(value, sort_keys=True))
-
-    def _reconfigured(self, root: Root, before: Any) -> bool | None:
-        """Whether the configuration names another folder than the one swept before: the two
-        differ by their real paths too (a vault named through a symlink is spelled either way,
-        as the symlink when the share answered slowly at start). The folder named now is asked
-        as a probe of the root (``_probe``): one that times out marks the root hanging. The
-        folder remembered may lie on a share the root has left (a vault moved off a dead NAS):
-        its look is bounded on its own and marks nothing, one stuck thread for it at most (the
-        next sweep is told at once while it is still in), and None says it did not answer.
-        Raises NoAnswer when the folder named now does not (the deletions wait)."""
-        now = root.path
-        if not isinstance(before, str) or before == str(now):
-            return False
-        real_now = self._probe(root, "realpath", lambda: os.path.realpath(now))
-        timeout = self.cfg.watch.probe_timeout_seconds
-        try:
-            real_before = self.probes.ask(
-                ("realpath-remembered", before),
-                lambda: os.path.realpath(before),
-                timeout,
-                root.name,
-                self.beat,
-            )
-        except NoAnswer:
-            return None
-        return real_before != real_now
-
-    def _folder_judged(
-        self, root: Root, memo: dict[str, Any], present: int, lost: int
-    ) -> tuple[bool, dict[str, Any]] | None:
-        """Whether the configuration names another folder than the one swept before
-        (``_reconfigured``), and what is remembered of the root to judge its deletions by; None
-        when its ``lost`` notes wait: the root hangs now (marked so), no evidence of anything."""
-        try:
-            reconfigured = present > 0 and self._reconfigured(root, memo.get("path"))
-        except NoAnswer:
-            return None if lost > 0 else (False, memo)
-        if reconfigured is not None:
-            return reconfigured, memo
-        # The folder named now answered, the one swept before does not (a vault moved off a dead
-        # NAS whose mount hangs): whether they are one folder cannot be told, so what was
-        # remembered of the old one (its mount, its device) says nothing of this one, which is
-        # judged as a folder never swept before (emptied or a mass loss: still held) and
-        # remembered from now on. Waiting for the old mount held its deletions for as long as
-        # it hung (the path was remembered only after a sweep with nothing to judge).
-        log.warning(
-            "root_former_folder_silent root=%s from=%s to=%s missing=%d: judged as a new folder",
-            root.name, memo.get("path"), root.path, lost,
-        )  # fmt: skip
-        ident = self.status(root).identity
-        memo = {**(_memo_of(ident, root) if ident is not None else {}), **_hold_of(memo)}
-        self._remember(root, memo)
-        return False, memo
-
-    def hold_deletions(
-        self,
-        root: Root,
-        known: int,
-        missing: int,
-        present: int,
-        confirmed: bool,
-        *,
-        moved: int = 0,
-        moved_away: int = 0,
-        copies: int = 0,
-        arrived: int = 0,
-        applied: int = 0,
-        settling: bool = False,
-    ) -> str | None:
-        """Why this sweep must not delete (``unmounted``, ``device``, ``empty``, ``mass``,
-        ``wait``), or None.
-
-        ``mass`` still lets the sweep index the notes that are there; the others leave the root
-        alone entirely (what is there is not the share). The hold's start is remembered across
-        restarts; a mass deletion is applied once it has lasted ``massDeletionHoldMinutes``.
-        ``moved`` of the ``missing`` notes turned up under other keys in the same sweep: moves,
-        no loss, so they count neither toward ``empty`` nor toward ``mass``. They say nothing
-        about the mount, though: a root that is not on the mount it was holds them all.
-        ``moved_away`` of those left the root (into an excluded folder, into another root): a
-        mass loss is judged against the notes that stay (``known`` less them), as it would be had
-        the move been seen on its own first; moves within the root stay among its notes.
-        ``copies`` of the held notes have a look-alike in an excluded folder (said, no evidence).
-        ``arrived`` notes are new in the root (no move's new half): a branch switch that moves and
-        edits its notes brings as many as it takes, and is no loss; they count among the notes
-        that stay. ``applied`` deletions of the same burst left the index already (file events
-        apply a few at once): they count as lost and as known, not as held. ``settling``: the
-        root's deletions and new notes are still coming (``index.bursts``): a loss the guard
-        would apply or hold as ``mass`` waits (``wait``) to be judged whole (the moves are applied
-        at once: a folder renamed is no loss); the other kinds hold at once.
-        """
-        applied = applied if missing > moved else 0  # only beside a loss now
-        lost = missing - moved + applied
-        indexed = known - moved_away + applied  # what the root held, as the message counts it
-        staying = indexed + arrived
-        st = self.status(root)
-        ident = st.identity
-        memo = self._remembered(root)
-        now = self.hold_clock()
-        kind: str | None = None
-        judged = self._folder_judged(root, memo, present, missing - moved)
-        if judged is None:
-            return "wait"  # the root hangs now (marked so): its deletions wait for a sweep that can tell
-        reconfigured, memo = judged
-        if confirmed or root.source == "memory" or reconfigured:
-            if confirmed and memo.get("hold"):
-                log.warning(
-                    "mass_deletion_confirmed root=%s missing=%d of %d by=user", root.name, missing, known
-                )
-            elif reconfigured and missing:
-                # The configuration names another folder now: the notes of the old one go (a
-                # share that is not mounted is told by the same path, not by a new one).
-                log.warning(
-                    "root_path_changed root=%s from=%s to=%s deleted=%d",
-                    root.name, memo.get("path"), root.path, missing,
-                )  # fmt: skip
-        else:
-            kind = self._kind(root, memo, ident, (known, missing, present), lost=lost, staying=staying)
-        if settling and kind in (None, "mass") and missing > moved:
-            return "wait"  # judged once the root went quiet: only the moves are applied now
-        if kind is None:
-            if ident is not None:
-                self._remember(root, _memo_of(ident, root))
-            st.hold_kind = st.hold_since = None
-            return None
-        since = memo.get("hold", {}).get("since") if memo.get("hold", {}).get("kind") == kind else None
-        since = float(since) if isinstance(since, (int, float)) else now
-        # A start remembered ahead of now (a time saved by an older version on a wall clock
-        # that was ahead): counted from now, not held until then.
-        since = min(since, now)
-        if kind == "mass" and now - since >= self.cfg.index.mass_deletion_hold_minutes * 60:
-            log.warning(
-                "mass_deletion_confirmed root=%s missing=%d of %d by=hold held_minutes=%.1f",
-                root.name, missing, known, (now - since) / 60,
-            )  # fmt: skip
-            if ident is not None:
-                self._remember(root, _memo_of(ident, root))
-            st.hold_kind = st.hold_since = None
-            return None
-        self._remember(root, {**memo, "hold": {"kind": kind, "since": since}})
-        if self.meta is not None and self.hold_record is not None:
-            self.meta.set_meta(CLOCK_META, self.hold_record())
-        held = lost - applied if kind == "mass" else missing  # a mass hold applies the moves at once
-        st.held_deletions, st.hold_kind, st.hold_since = held, kind, since
-        why = HOLD_WHY[kind].format(
-            missing=lost if kind == "mass" else held, known=indexed if kind == "mass" else known
-        )
-        if kind == "mass":
-            left = self.cfg.index.mass_deletion_hold_minutes * 60 - (now - since)
-            then = f"applied in {_duration(left)} unless they come back"
-            if copies:
-                # A copy is no move (a backup looks the same): the user may know it for one.
-                why += (
-                    f" ({copies} of them have a copy with the same time and size in an excluded "
-                    "folder: moved there by copying, or a backup?)"
-                )
-        else:
-            then = "held while it stays so"
-        advice = hold_advice(kind, f"`sidecar index --confirm-deletions {root.name}`")
-        self.mark_offline(root, f"{root.path} {why}; {held} deletions {then} ({advice})")
-        return kind
-
-    def _kind(
-        self,
-        root: Root,
-        memo: dict[str, Any],
-        ident: Identity | None,
-        counts: tuple[int, int, int],
-        *,
-        lost: int,
-        staying: int,
-    ) -> str | None:
-        """The kind of hold a sweep's deletions call for (``hold_deletions``), or None;
-        ``counts``: the notes known, missing and present."""
-        known, missing, present = counts
-        share = self.cfg.index.mass_deletion_share
-        if missing and ident is not None and _moved(memo, ident):
-            return "unmounted"
-        if (
-            missing
-            and ident is not None
-            and "dev" in memo
-            and memo["dev"] != ident.dev
-            and (present == 0 or missing / max(known, 1) > share)
-        ):
-            return "device"
-        if known >= MASS_DELETION_MIN_FILES and present == 0 and lost and not self._inside_vault(root):
-            # An empty folder where notes were is what an unmounted share looks like; not when
-            # all its notes went elsewhere in the vault, nor for a wiki emptied inside a vault
-            # that is there (its share is the vault's): a loss there is a mass deletion like any
-            # other. Some notes moved and the rest lost: still empty, held whole.
-            return "empty"
-        if staying >= MASS_DELETION_MIN_FILES and lost / staying > share:
-            return "mass"
-        return None
-
-    def _inside_vault(self, root: Root) -> bool:
-        """Whether this root is a folder inside a vault that is there: the vault answers, is not
-        empty, is on the mount it was on, and is not held as unmounted or empty itself. Asked
-        with the probe timeout; no answer counts as not there."""
-        if root.within is None:
-            return False
-        with self._lock:
-            outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
-        if outer is not None and (outer.hanging is not None or (outer.offline and outer.hold_kind != "mass")):
-            return False
-        try:
-            return self.ask_vault_not_there() is False
-        except (NoAnswer, OSError):
-            return False
-
-    def ask_vault_not_there(self) -> bool:
-        """``vault_not_there`` asked with the probe timeout, one probe at a time (its answer
-        shared by those asking meanwhile); one that times out marks the vault hanging. Raises
-        NoAnswer."""
-        vault = self.cfg.vault.path
-        if vault is None:
-            return True
-        root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
-        return self._probe(root, "not-there", self.vault_not_there)
-
-    def applies_at(self, st: RootStatus) -> float | None:
-        """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
-        if st.hold_kind != "mass" or st.hold_since is None:
-            return None
-        return self._as_wall(st.hold_since) + self.cfg.index.mass_deletion_hold_minutes * 60
-
-    def _as_wall(self, ts: float) -> float:
-        """A time of the hold clock as the wall clock reads it now (clients compare with theirs)."""
-        return self.clock() - max(self.hold_clock() - ts, 0.0)
-
     def deletable(self, root: Root) -> bool:
         """Deletions seen by file events may go ahead: the root is online, on the mount it was
         on, and not empty (else a full sweep of it decides, through the guard)."""
@@ -1297,17 +730,6 @@ class Supervisor:
                 answered.append(st.name)
         return answered
 
-    def hung_call(self) -> str | None:
-        """A call on a share indexing waits for now, or one given up on that still hangs (a
-        thread blocked in the kernel until the share answers), in words; None when none is known."""
-        waiting = self.waiting
-        if waiting is not None:
-            return f"{waiting[0]} ({waiting[3]} {waiting[1]})"
-        with self._lock:
-            statuses = list(self.roots.values())
-        hung = next((st for st in statuses if st.hanging is not None), None)
-        return None if hung is None else f"{hung.name} ({hung.hung_on or 'a call'})"
-
     def describe_waiting(self) -> dict[str, Any] | None:
         """The call indexing waits for now (past a second): the read of a note, the listing of a
         folder or the stat (``call``: read, listing, stat) of an entry, and for how long."""
@@ -1332,56 +754,6 @@ class Supervisor:
             "learning": learning,
         }
 
-    def describe(self, watched: Callable[[str], bool]) -> list[dict[str, Any]]:
-        now = self.clock()
-        out = []
-        with self._lock:
-            statuses = list(self.roots.values())
-        for st in statuses:
-            # A call on the root that still hangs (a probe's too, before any sweep marked the
-            # root offline) is said as it is now: the root is not read until it answers.
-            hangs = not st.offline and st.hanging is not None
-            mode = (
-                # A mass deletion held: the folder is there and followed, only deletions wait.
-                ("held" if st.hold_kind == "mass" else "offline")
-                if st.offline or hangs
-                else ("polling" if st.network or not watched(st.path) else "events")
-            )
-            out.append(
-                {
-                    "name": st.name,
-                    "path": st.path,
-                    "mode": mode,
-                    "error": _still_hangs(st) if hangs else st.error,
-                    "fs_type": st.fs_type,
-                    "next_retry_seconds": None
-                    if st.next_retry is None
-                    else round(max(st.next_retry - now, 0), 1),
-                    "failures": st.failures,
-                    "last_sweep": st.last_sweep,
-                    "last_sweep_seconds": None
-                    if st.last_sweep_seconds is None
-                    else round(st.last_sweep_seconds, 3),
-                    "files_seen": st.seen,
-                    "absent": st.absent,
-                    "slow": st.slow,
-                    "files_skipped": st.skipped,
-                    "held_deletions": st.held_deletions,
-                    "waiting_deletions": st.waiting_deletions,
-                    "hold": None
-                    if st.hold_kind is None
-                    else {
-                        "kind": st.hold_kind,
-                        "since": None if st.hold_since is None else self._as_wall(st.hold_since),
-                        "applies_at": self.applies_at(st),
-                        "confirm": f"sidecar index --confirm-deletions {st.name}",
-                    },
-                    "unreadable": st.unreadable[:20],
-                    "look_waiting": self._look_waiting(st),
-                }
-            )
-        return out
-
     def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None:
         """A call on the root that makes a request's look refused as slow (``_not_beside``) and
         is not a hang said (a request's look cut at its cap, still in its call; a scan's call
@@ -1396,77 +768,9 @@ class Supervisor:
         return None if late is None else _waiting_on(*late, "scan")
 
 
-def _memo_of(ident: Identity, root: Root) -> dict[str, Any]:
-    """What is remembered of a root: its folder, and its mount state (the mount point it lies
-    on, where known)."""
-    memo: dict[str, Any] = {"path": str(root.path), "mount": ident.mount, "dev": ident.dev}
-    if ident.under is not None:
-        memo["under"] = ident.under
-    return memo
-
-
-def _hold_of(memo: dict[str, Any]) -> dict[str, Any]:
-    """The hold a root's remembered state carries, if any (kept when the rest is replaced)."""
-    return {"hold": memo["hold"]} if isinstance(memo.get("hold"), dict) else {}
-
-
 def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     """Cheap reachability check: the folder answers a stat and a listing; what it is."""
     ident = identity_of(root.path, mounts)
     with os.scandir(root.path) as it:
         next(it, None)
     return ident
-
-
-# The stop of a wait that the daemon's stop does not cut (``looked``'s ``through_stop``).
-_NEVER = threading.Event()
-
-
-def _not_waited_for(root: Root, stopping: threading.Event) -> None:
-    """RootUnreachable when a wait for ``root`` ended because the daemon stops (no hang said)."""
-    if stopping.is_set():
-        raise StopCut(f"{root.path}: not waited for, the daemon stops")
-
-
-def _after(seconds: float, fn: Callable[[], None]) -> None:
-    timer = threading.Timer(seconds, fn)
-    timer.daemon = True
-    timer.start()
-
-
-def _waiting_on(call: str, path: str, seconds: float, by: str) -> dict[str, Any]:
-    return {"call": call, "path": path, "seconds": round(seconds, 1), "by": by}
-
-
-def _record_hang(st: RootStatus, stuck: threading.Thread, asking: Asking) -> str | None:
-    """A scan of the root given up on at ``asking``'s call, ``stuck`` still in it: the root hangs
-    until that call answers. A hang another scan recorded meanwhile whose call is still in is
-    kept, and this one is kept beside it (``RootStatus._also``): replaced by this one, the root
-    was said healthy once this call answered while the other still hung; dropped, once the other
-    answered first. What this call is ("looking up a.md"), for its own refusal."""
-    now = asking.now
-    # ("writing", "moving to .trash": a memory change's own call, said as it is)
-    what = None if now is None else (f"looking up {now[1]}" if now[0] == "stat" else f"{now[0]} {now[1]}")
-    if st.hanging is not None:
-        st._also.append((stuck, asking if now is not None else None, now, what))
-        return what
-    st._stuck = stuck  # still in the call: none started beside it (the stop's join knows it)
-    # (no call named: the whole past its bound; an earlier scan's record is not this one's)
-    st.hung_on, st._asking, st._given_up = what, (asking if now is not None else None), now
-    return what
-
-
-def _still_hangs(st: RootStatus) -> str:
-    """Why a root is not asked again: a call on it still hangs (and what it was: reading a note,
-    listing a folder)."""
-    on = f" ({st.hung_on})" if st.hung_on else ""
-    return f"an earlier call on {st.path}{on} still hangs (hung share?)"
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds / 3600:.1f} h"

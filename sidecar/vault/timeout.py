@@ -2,6 +2,12 @@
 
 The work runs in a daemon thread; a thread blocked in a hung NFS call cannot be killed, so it is
 left behind and handed back, for the caller to refuse a second one on the same root while it hangs.
+
+``run_with_timeout`` is the one runner of bounded work: a whole deadline, and with ``calls`` a
+deadline per call of the work (a scan's listings and stats, a watch's walk, a memory change's
+fsync and rename), each waited for on its own, not their sum, so a slow share that answers each
+call in time is not taken for a hung one. The work tells its calls to ``calls`` (``Asking``),
+or, deep in code that has no ``Asking`` to hand, by ``step()``.
 """
 
 from __future__ import annotations
@@ -13,9 +19,30 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
+
+
+class Calls(Protocol):
+    """What bounded work tells of its calls (``sources.Asking``): the call under way and since
+    when (monotonic), or None between calls; ``again`` starts that call's wait anew."""
+
+    now: tuple[str, str, float] | None
+
+    def again(self) -> None: ...
+
+
+_local = threading.local()
+
+
+def step() -> None:
+    """The next call of the bounded work this thread runs begins (a fsync, a rename, an entry
+    of a listing): its wait starts again (``run_with_timeout``'s ``per_call``). Outside bounded
+    work, nothing."""
+    calls: Calls | None = getattr(_local, "calls", None)
+    if calls is not None:
+        calls.again()
 
 
 def run_with_timeout(
@@ -24,6 +51,9 @@ def run_with_timeout(
     name: str,
     beat: Callable[[], None] | None = None,
     give_up: Callable[[], bool] | None = None,
+    *,
+    calls: Calls | None = None,
+    per_call: float | None = None,
 ) -> tuple[T | None, threading.Thread | None]:
     """Run ``fn`` in a daemon thread; (result, None), or (None, the stuck thread) after ``timeout``.
 
@@ -31,24 +61,34 @@ def run_with_timeout(
     no second one is started for the same root while it hangs. ``beat`` is called about once a
     second while waiting: the caller is alive as long as the wait is bounded, so a long scan of a
     slow share does not look like a hung daemon to the watchdog. ``give_up`` (asked as often)
-    ends the wait early, as the deadline does: one call of a long scan that hangs.
+    ends the wait early, as the deadline does. ``calls``: what ``fn`` tells of its calls (and
+    ``step`` in its thread); with ``per_call``, the wait also ends once one call has not
+    answered for that long: one call of a long scan that hangs.
     """
     box: dict[str, Any] = {}
     done = threading.Event()
 
     def target() -> None:
+        _local.calls = calls
         try:
             box["value"] = fn()
         except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
         finally:
+            _local.calls = None
             done.set()
+
+    def call_hung() -> bool:
+        now = calls.now if calls is not None else None
+        return per_call is not None and now is not None and time.monotonic() - now[2] >= per_call
 
     thread = threading.Thread(target=target, name=f"probe-{name}", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
-    while not done.wait(max(min(1.0, deadline - time.monotonic()), 0.0)):
-        if time.monotonic() >= deadline or (give_up is not None and give_up()):
+    # Checked at least as often as a call may take (a per-call bound under a second).
+    tick = 1.0 if per_call is None else min(1.0, max(per_call / 2, 0.01))
+    while not done.wait(max(min(tick, deadline - time.monotonic()), 0.0)):
+        if time.monotonic() >= deadline or call_hung() or (give_up is not None and give_up()):
             return None, thread
         if beat is not None:
             beat()

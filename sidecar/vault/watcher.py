@@ -41,9 +41,16 @@ import watchfiles
 
 from sidecar.runtime.backoff import Backoff
 from sidecar.vault.confine import decodable, printable
-from sidecar.vault.notenames import COUNTED_SUFFIXES, NOTE_SUFFIXES, is_debris
+from sidecar.vault.notenames import NOTE_SUFFIXES
 from sidecar.vault.sources import Asking, _listed, asked
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat, run_with_timeout
+from sidecar.vault.watch_filter import (
+    NoteFilter,
+    _in_settings,
+    _other_kind,
+    obsidian_setting,
+    settings_folders,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,14 +191,11 @@ def bounded_walk(
     if earlier is not None and earlier.is_alive():
         raise NoAnswer(f"an earlier walk of {path} still hangs (hung share?)", earlier)
     asking = Asking()
-
-    def given_up() -> bool:
-        now = asking.now
-        return now is not None and time.monotonic() - now[2] >= timeout
-
     # The whole walk of a big tree may take long on a slow share: one call that does not answer
     # ends it (each listing's entries start the clock again), or the whole past a scan's bound.
-    value, left = run_with_timeout(lambda: walk(asking), total, "watch-walk", None, given_up)
+    value, left = run_with_timeout(
+        lambda: walk(asking), total, "watch-walk", None, None, calls=asking, per_call=timeout
+    )
     if left is None:
         stuck.pop(path, None)
         return value  # type: ignore[return-value]  # the walk's own result
@@ -207,84 +211,6 @@ def _walk_hung(path: Path, now: tuple[str, str, float] | None, timeout: float) -
     """Why a watched folder's walk was given up on, in words."""
     call = f"{now[0]} {now[1]}" if now is not None else "a call"
     return f"{call} in {path} did not answer within {timeout:g} s (hung share?)"
-
-
-# Obsidian's settings that decide what is indexed and how (Excluded files; the daily notes' name
-# format, which dates a note): a change to one is a reason to sweep, not a note.
-OBSIDIAN_SETTINGS = frozenset(
-    {
-        ".obsidian/app.json",
-        ".obsidian/daily-notes.json",
-        ".obsidian/plugins/periodic-notes/data.json",
-        ".obsidian/templates.json",  # the templates folder (left out of the index)
-        ".obsidian/plugins/templater-obsidian/data.json",
-        ".obsidian/plugins/calendar/data.json",  # the week start time phrases read weeks by
-        ".obsidian/community-plugins.json",  # the plugins switched on (the Calendar plugin's start)
-        ".obsidian/core-plugins.json",  # the core plugins switched on (the Templates plugin's folder)
-    }
-)
-# The folders they lie in (.obsidian, .obsidian/plugins, ...): one made or removed (renamed away,
-# a vault synced in) makes or takes its settings with one event, or none of their own.
-SETTINGS_FOLDERS = frozenset(
-    "/".join(parts[:i])
-    for s in OBSIDIAN_SETTINGS
-    if (parts := s.split("/")[:-1])
-    for i in range(1, len(parts) + 1)
-)
-
-
-def obsidian_setting(path: str, vault: Path | None) -> bool:
-    """Whether ``path`` is one of the vault's ``OBSIDIAN_SETTINGS`` or a folder they lie in."""
-    if vault is None:
-        return False
-    top = str(vault).rstrip("/") + "/"
-    return path.startswith(top) and path[len(top) :] in OBSIDIAN_SETTINGS | SETTINGS_FOLDERS
-
-
-def settings_folders(paths: Sequence[Path]) -> list[Path]:
-    """The folders of ``SETTINGS_FOLDERS`` there are under ``paths`` (a link to one too: a
-    shared .obsidian is watched without its subfolders, never walked)."""
-    out = []
-    for p in paths:
-        for rel in sorted(SETTINGS_FOLDERS):
-            with contextlib.suppress(OSError):
-                if (p / rel).is_dir():
-                    out.append(p / rel)
-    return out
-
-
-class NoteFilter:
-    """Accept changes to Markdown notes and to folders (a new folder may hold notes) under the roots,
-    and to Obsidian's settings at a root's top (``OBSIDIAN_SETTINGS``), and folders of theirs
-    made or removed (``SETTINGS_FOLDERS``)."""
-
-    def __init__(self, roots: Sequence[Path]) -> None:
-        self.roots = [str(r).rstrip("/") + "/" for r in roots]
-
-    def __call__(self, change: watchfiles.Change, path: str) -> bool:
-        root = next((r for r in self.roots if path.startswith(r)), None)
-        rel = path[len(root) :] if root else Path(path).name
-        if rel in OBSIDIAN_SETTINGS:
-            return True
-        if rel in SETTINGS_FOLDERS:
-            return change in (watchfiles.Change.added, watchfiles.Change.deleted)
-        parts = rel.split("/")
-        if any(p.startswith(".") for p in parts):
-            return False
-        name = parts[-1]
-        if _other_kind(name):
-            # Another kind of file, or a folder named so ("Node.js", "Trip 2026.12"): moving or
-            # renaming a folder gives one event, for the folder only, so one that appears or may
-            # have been one (its keys go by prefix) is let through; which added ones are folders
-            # the watcher asks per batch, with a deadline (no stat here: it could hang).
-            return change in (watchfiles.Change.added, watchfiles.Change.deleted)
-        return not is_debris(name)
-
-
-def _other_kind(name: str) -> bool:
-    """A name with a dot that is not one a scan counts (a note's, a Bases file's, ...: a file of a
-    counted kind is counted by its events as a sweep counts it): an attachment, or a folder named so."""
-    return "." in name and not name.lower().endswith(COUNTED_SUFFIXES)
 
 
 def _is_real_folder(path: str) -> bool:
@@ -332,6 +258,7 @@ class Watcher:
         stat: Callable[[Path], os.stat_result] | None = None,
         walk: AskWalk | None = None,
         walk_timeout: float = 600.0,
+        slow: Callable[[Path], bool] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.on_change = on_change
@@ -357,6 +284,12 @@ class Watcher:
         # again for it. The next start waits 5 s, 10 s, ... up to 5 min (at each answer it
         # started again, with a sweep of every root, and left it out again: a loop).
         self._late: dict[Path, tuple[int, float]] = {}
+        # Whether a watched folder (or an agent's folder in one) is on a share learnt slow: the
+        # daemon's supervisor's word. Such a folder is walked on a thread of its own (``_Behind``)
+        # while the watch of the others is set up without it: waited for in line, its walk held
+        # every root's events, up to watch.scanTimeoutSeconds, at each set-up of the watch.
+        self._slow: Callable[[Path], bool] = slow or (lambda _path: False)
+        self._behind: dict[Path, _Behind] = {}
         self._ask_walk: AskWalk = walk or (
             lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
@@ -581,18 +514,23 @@ class Watcher:
         self.left_out = {}
         self._walk_stuck = {p: t for p, t in self._walk_stuck.items() if t.is_alive()}
         partial: list[Path] = []  # the watched folders whose walk went around a folder in them
+        behind: list[Path] = []  # on a slow share, walked on a thread of their own meanwhile
         for path in existing:
             limit = MAX_FLAT_FOLDERS - len(walked)
             left: dict[Path, threading.Thread] = {}
             try:
-                found, link = self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
+                got = self._walk_of(path, limit, left)
             except NoAnswer as exc:
-                if exc.stuck is not None:
+                if exc.stuck is not None and exc.stuck.is_alive():
                     self._walk_stuck[path] = exc.stuck
                 log.error(
                     "watcher_walk_hung path=%s error=%s: left out of the watch until it answers", path, exc
                 )
                 continue
+            if got is None:
+                behind.append(path)
+                continue
+            found, link = got
             self._walk_stuck.update(left)  # the watch starts again once one of them answers
             if left:
                 partial.append(path)
@@ -619,7 +557,8 @@ class Watcher:
             )
         self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
         self._late = {p: v for p, v in self._late.items() if p in self._walk_stuck}  # walked: no longer late
-        self._say_left_out([*sorted(self.left_out), *(p for p in existing if p not in answered)])
+        gone = [*sorted(self.left_out), *(p for p in existing if p not in answered and p not in behind)]
+        self._say_left_out(gone, behind)
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
@@ -665,17 +604,57 @@ class Watcher:
             new |= {str(f) for f in settings_folders(existing)} - known
         return new
 
-    def _say_left_out(self, gone: list[Path]) -> None:
-        """Tell ``on_left_out`` why ``gone`` (folders whose walk hangs) are left out of the
-        watch, as it changes."""
-        why = (
-            "file events do not cover "
-            + ", ".join(map(str, gone))
-            + ": a call there hangs (hung share?); their notes are found by the sweeps meanwhile, the "
-            "other folders keep their events, and the watch takes them in again once it answers"
-            if gone
-            else None
-        )
+    def _walk_of(self, path: Path, limit: int, left: dict[Path, threading.Thread]) -> Walked | None:
+        """The walk of the watched folder ``path`` for this set-up of the watch: asked now, or the
+        answer of its walk on a thread of its own (``_Behind``) that ended since the last set-up;
+        None while a folder on a share learnt slow is walked so (it is left out of this watch,
+        and the watch starts again once that walk answered: ``_walk_answered``). Raises NoAnswer
+        (OSError) as the walk does."""
+        ready = self._behind.pop(path, None)
+        if ready is not None and not ready.thread.is_alive():
+            left.update(ready.left)
+            if ready.error is not None:
+                raise ready.error
+            return ready.answer
+        if ready is None and not self._slow(path):
+            return self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
+        if ready is None:
+            ready = _Behind(self._ask_walk, path, limit)
+            log.warning(
+                "watcher_walk_behind path=%s: a slow share, walked on a thread of its own; the other "
+                "folders keep their events meanwhile",
+                path,
+            )
+        self._behind[path] = ready
+        self._walk_stuck[path] = ready.thread  # the watch starts again once it answers
+        return None
+
+    def _say_left_out(self, gone: list[Path], behind: Sequence[Path] = ()) -> None:
+        """Tell ``on_left_out`` why folders are left out of the watch, as it changes: ``gone``,
+        those whose walk did not answer in time (a share that hangs, or one that is slow: its
+        calls answer, later than the watch waits for), and ``behind``, those on a share learnt
+        slow whose walk runs on a thread of its own. Slow and hung are said apart: a slow share
+        said "hangs (hung share?)" sent the user looking for an outage that was none."""
+        slow = [p for p in gone if p in self._late or self._slow(p)]
+        hung = [p for p in gone if p not in slow]
+        slow += behind
+        parts = []
+        if hung:
+            parts.append(
+                "file events do not cover "
+                + ", ".join(map(str, hung))
+                + ": a call there hangs (hung share?); their notes are found by the sweeps meanwhile, "
+                "the other folders keep their events, and the watch takes them in again once it answers"
+            )
+        if slow:
+            parts.append(
+                "file events do not cover "
+                + ", ".join(map(str, slow))
+                + " yet: a slow share, not a hung one (its calls answer, later than "
+                "watch.probeTimeoutSeconds); their notes are found by the sweeps meanwhile, the other "
+                "folders keep their events, and the watch takes them in once their walk has answered"
+            )
+        why = "; ".join(parts) or None
         if why != self.left_out_why:
             self.left_out_why = why
             self.on_left_out(why)
@@ -800,6 +779,31 @@ class _Looks:
         return [str(f) for f in _walk([Path(path)], asking=self.asking)[0]]
 
 
+class _Behind:
+    """The walk of a watched folder on a share learnt slow, on a thread of its own (its calls
+    waited for as that share's scans' are): the watch of the other folders is set up meanwhile,
+    and this one's answer (or error) is used at the next set-up."""
+
+    def __init__(self, ask_walk: AskWalk, path: Path, limit: int) -> None:
+        self.left: dict[Path, threading.Thread] = {}
+        self.answer: Walked | None = None
+        self.error: NoAnswer | OSError | None = None
+        walk = functools.partial(_walk_noting, path, limit, self.left)
+        self.thread = threading.Thread(
+            target=self._run, args=(ask_walk, path, walk), name="watch-walk-behind", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, ask_walk: AskWalk, path: Path, walk: Callable[[Asking], Walked]) -> None:
+        try:
+            self.answer = ask_walk(path, walk)
+        except (NoAnswer, OSError) as exc:  # raised at the set-up that uses it, as in line
+            self.error = exc
+        except Exception:  # a bug: the watch goes on without this folder, and says so
+            log.exception("watcher_walk_failed path=%s", path)
+            self.error = NoAnswer(f"the walk of {path} failed")
+
+
 def _new_folders(
     changes: set[tuple[watchfiles.Change, str]],
     known: set[str],
@@ -835,11 +839,6 @@ def _around(top: Path, walked: list[Path], left_out: list[Path]) -> list[Path]:
         else:
             out.append(folder)
     return out
-
-
-def _in_settings(path: str, roots: Sequence[Path]) -> bool:
-    """A path in the Obsidian settings folder of one of ``roots``, or that folder."""
-    return any(path == f"{r}/.obsidian" or path.startswith(f"{r}/.obsidian/") for r in roots)
 
 
 def _gone(changes: set[tuple[watchfiles.Change, str]]) -> frozenset[str]:
