@@ -28,6 +28,32 @@ from tests.in_process import InProcessServer
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`.ci/run` uses ``--dist loadgroup``): the tests that share one of our
+    module- or session-scoped fixtures (a daemon, a loaded model) run on one worker, so it is set
+    up once, not once per worker that happens to get one of them."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        for name in item.fixturenames:
+            defs = info.name2fixturedefs.get(name) or ()
+            shared = [
+                d
+                for d in defs
+                if d.scope in ("module", "session")
+                and getattr(d.func, "__module__", "").startswith("tests.")
+                and name not in _CHEAP_SHARED
+            ]
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(f"{shared[-1].baseid}::{name}"))
+                break
+
+
+# Shared fixtures that cost nothing to set up again (a folder name): no reason to group their users.
+_CHEAP_SHARED = {"prepared_models"}
+
+
 @pytest.fixture(scope="session")
 def prepared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache of the int8-kernel model copy for the whole run: made once by the first test
