@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,19 @@ def _lock_text(d: Any) -> str:
         return ""
 
 
-def _paused_in(d: Any, phase: str, timeout: float = 120) -> None:
-    """SIGSTOP the daemon as soon as its lock file says ``phase``; the process stays there."""
+def _paused_when(d: Any, ready: Callable[[], bool], timeout: float = 120) -> None:
+    """SIGSTOP the daemon as soon as ``ready()`` holds; the process stays there."""
     deadline = time.monotonic() + timeout
-    while f" {phase} since " not in _lock_text(d):
+    while not ready():
         assert d.proc.poll() is None, d.log.read_text()[-3000:]
         assert time.monotonic() < deadline, (_lock_text(d), d.log.read_text()[-3000:])
         time.sleep(0.002)
     os.kill(d.pid, signal.SIGSTOP)
+
+
+def _paused_in(d: Any, phase: str, timeout: float = 120) -> None:
+    """SIGSTOP the daemon as soon as its lock file says ``phase``; the process stays there."""
+    _paused_when(d, lambda: f" {phase} since " in _lock_text(d), timeout)
 
 
 def _cli(d: Any, *args: str, **kw: Any) -> subprocess.Popen[str]:
@@ -58,20 +64,28 @@ def _run(d: Any, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def _started_paused(daemon_factory: Any, tmp_path: Path) -> Any:
-    """A keyword-only daemon paused in its start (its lock says starting). A start that got past
-    it before the pause (a fast machine) is stopped and made again."""
-    vault = tmp_path / "vault"
-    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe lighthouse keeper rows out at dawn.\n")
+def _paused_starting(
+    daemon_factory: Any, vault: Path, name: str, ready: Callable[[Any], bool] | None = None
+) -> Any:
+    """A keyword-only daemon over ``vault`` paused in its start (its lock says starting), as soon
+    as ``ready(daemon)`` holds (by default: at once). A start that got past its starting phase
+    before the pause landed (a fast machine) is stopped and made again."""
     for attempt in range(5):
-        d = daemon_factory(vault, name=f"home{attempt}", keyword_only=True)
+        d = daemon_factory(vault, name=f"{name}{attempt}", keyword_only=True)
         d.start(wait=None)
-        _paused_in(d, "starting")
+        _paused_when(d, lambda d=d: " starting since " in _lock_text(d) and (ready is None or ready(d)))
         if " starting since " in _lock_text(d):
             return d
         os.kill(d.pid, signal.SIGCONT)
         assert d.stop() == 0
     raise AssertionError("every start got past its starting phase before it was paused")
+
+
+def _started_paused(daemon_factory: Any, tmp_path: Path) -> Any:
+    """A keyword-only daemon over a one-note vault, paused in its start."""
+    vault = tmp_path / "vault"
+    write(vault / "Lighthouse.md", "# Lighthouse\n\nThe lighthouse keeper rows out at dawn.\n")
+    return _paused_starting(daemon_factory, vault, "home")
 
 
 def test_a_start_is_said_starting_the_hook_does_not_wait_and_a_search_waits_for_it(
@@ -346,20 +360,12 @@ def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_facto
     """Paused once its socket is bound, before it answers (its stores opening): the socket takes
     connections into its queue and answers nothing. A second serve found a daemon on the socket
     and said "already serving"; status would have waited in that queue. Both say starting."""
-    for attempt in range(5):
-        d = daemon_factory(vault, name=f"bound{attempt}", keyword_only=True)
-        d.start(wait=None)
-        deadline = time.monotonic() + 120
-        while not ("(opening the index)" in _lock_text(d) and d.socket.exists()):
-            assert d.proc.poll() is None and time.monotonic() < deadline, d.log.read_text()[-3000:]
-            time.sleep(0.002)
-        os.kill(d.pid, signal.SIGSTOP)
-        if " starting since " in _lock_text(d):
-            break
-        os.kill(d.pid, signal.SIGCONT)
-        assert d.stop() == 0
-    else:
-        raise AssertionError("every start got past its starting phase before it was paused")
+    d = _paused_starting(
+        daemon_factory,
+        vault,
+        "bound",
+        lambda d: "(opening the index)" in _lock_text(d) and d.socket.exists(),
+    )
     try:
         second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
         assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr
