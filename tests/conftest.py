@@ -3,9 +3,11 @@ server in this process and a real daemon in a subprocess."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import random
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +59,31 @@ _CHEAP_SHARED = {"prepared_models"}
 @pytest.fixture(scope="session")
 def prepared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache of the int8-kernel model copy for the whole run: made once by the first test
-    that loads the model (the same code path as a user's first start), reused by the rest."""
-    return tmp_path_factory.mktemp("prepared-models")
+    that loads the model (the same code path as a user's first start), reused by the rest.
+
+    Under pytest-xdist one cache serves every worker, the default model converted into it once,
+    before the worker's first test: a conversion per worker, all at the start, doubled its CPU
+    and on a busy machine held the first daemons' starts past their bound; two conversions at
+    once into one folder would replace it under a daemon reading it, hence the lock."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.mktemp("prepared-models")
+    run = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+    folder = run / "prepared-models"
+    with (run / "prepared-models.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.mkdir(exist_ok=True)
+        done = run / "prepared-models.done"
+        if not done.exists():
+            from sidecar.model.locate import resolve_model
+
+            home = tmp_path_factory.mktemp("prepare-home")
+            env = {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(folder)}
+            try:
+                resolve_model(load_config(env=env))
+            except Exception as exc:  # the model tests say what is wrong; daemons prepare it then
+                print(f"the default model was not prepared ahead: {exc}", file=sys.stderr)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(autouse=True)
