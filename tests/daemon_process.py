@@ -181,6 +181,29 @@ class DaemonProcess:
             f"timed out; last health: {json.dumps(last)[:2000]}\n{self.log.read_text()[-3000:]}"
         )
 
+    def log_size(self) -> int:
+        """Bytes in the log now: give it to ``wait_for_log`` to look only at what comes after."""
+        try:
+            return self.log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_log(self, text: str, after: int = 0, count: int = 1, timeout: float = 60.0) -> str:
+        """Wait until the log, from byte ``after`` on, holds ``text`` ``count`` times (an event the
+        daemon logs, instead of sleeping for as long as it might take); that part of the log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.log.open("rb") as fh:
+                fh.seek(after)
+                tail = fh.read().decode("utf-8", "replace")
+            if tail.count(text) >= count:
+                return tail
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{tail[-3000:]}")
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{text!r} not logged {count}x in {timeout} s:\n{tail[-3000:]}")
+            time.sleep(0.05)
+
     def wait_ready(self, timeout: float = 120.0, poll: float = 0.1, verbose: bool = False) -> float:
         """Wait for the ready state; the seconds from the start until then."""
 

@@ -19,6 +19,12 @@ from sidecar.search.retrieval import Retriever
 from tests.conftest import FakeEmbedder, Harness, write
 from tests.index_helpers import search
 
+
+def _recall(r: Retriever, message: str, req: Any) -> Any:
+    """A recall of ``message`` (no conversation before it), its tokens counted as words."""
+    return recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts])
+
+
 # Words the notes are made of: a few a query asks for, many that only fill.
 _ASKED = ["alpha", "beta", "gamma", "delta", "epsilon"]
 _FILLER = [f"w{i}" for i in range(40)]
@@ -89,7 +95,7 @@ def test_recall_at_a_smaller_limit_recalls_the_first_notes_of_a_larger_one(
 
         def hits(message: str, limit: int) -> list[tuple[Any, ...]]:
             req = SearchRequest("", limit, 0.0, token_budget=50_000)
-            found = recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts])
+            found = _recall(r, message, req)
             return [(x.reference, x.lines, x.score) for x in found.hits]
 
         for message in QUERIES:
@@ -248,13 +254,13 @@ def test_recall_ranks_the_pool_recall_candidates_sets(make_cfg: Any, tmp_path: P
         h.sweep()
         r = _looks(h)
         req = SearchRequest("", 3, 0.0, token_budget=50_000)
-        recall(r, "alpha beta gamma", [], req, lambda texts: [len(t.split()) for t in texts])
+        _recall(r, "alpha beta gamma", req)
         assert r.pools == [12]
         gated = _Looks(h.stores, h.slot, h.cfg.search, replace(RecallConfig(), candidates=12))  # its gates
         gated.pools = []
         for message in ("what is the weather like on mars", "schreib mir ein gedicht"):
             gated.pools = []
-            found = recall(gated, message, [], replace(req, limit=20), lambda t: [len(x.split()) for x in t])
+            found = _recall(gated, message, replace(req, limit=20))
             assert len(found.hits) < 20 and gated.pools == [12], message
     finally:
         h.close()
@@ -275,7 +281,7 @@ def test_recall_takes_the_wider_looks_a_large_limit_needs(make_cfg: Any, tmp_pat
 
         def hits(message: str, limit: int) -> list[Any]:
             req = SearchRequest("", limit, 0.0, token_budget=500_000)
-            return list(recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts]).hits)
+            return list(_recall(r, message, req).hits)
 
         for message in QUERIES:
             r.pools = []
@@ -307,7 +313,7 @@ def test_a_recall_whose_keyword_arm_found_a_few_notes_takes_no_wider_look(
         for message in ("the printer jams again in room 3", "printer jams"):
             r.pools = []
             req = SearchRequest("", 5, 0.0)
-            recall(r, message, [], req, lambda texts: [len(t.split()) for t in texts])
+            _recall(r, message, req)
             assert r.pools == [60], message
     finally:
         h.close()

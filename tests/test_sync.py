@@ -88,10 +88,17 @@ def test_a_vault_failing_with_an_error_starts_offline_and_events_go_on(
 def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """After the vault folder is replaced by a new one, saves in it are still seen by events."""
     d: DaemonProcess = daemon_factory(vault).start()
+    mark = d.log_size()
     shutil.copytree(vault, tmp_path / "copy")
     shutil.rmtree(vault)
     (tmp_path / "copy").rename(vault)
-    time.sleep(6)  # one liveness tick (5 s) notices the new inode and restarts the watch
+    # A liveness look (every 5 s) notices the new inode and starts the watch again, with a sweep
+    # for what came meanwhile: waited for, so the note below is seen by an event, not that sweep.
+    restarted = "watcher_restart reason=a watched folder was replaced"
+    tail = d.wait_for_log(restarted, mark, timeout=30)
+    after = mark + len(tail[: tail.index(restarted)].encode())
+    d.wait_for_log("watcher_started", after, timeout=30)
+    d.wait_for_log("sweep_done", after, timeout=30)
     write(vault / "Fresh.md", "# Fresh\n\nThe greenhouse heater switches on below five degrees.\n")
     d.wait_for(lambda h: h["index"]["files"] == 5 and h["index"]["pending_vectors"] == 0, timeout=30)
     assert d.call("search", {"query": "greenhouse heater"})["hits"][0]["reference"] == "vault/Fresh"

@@ -365,8 +365,14 @@ def test_a_symlink_loop_drops_nothing_else_of_its_folder_from_the_walk(
 
 
 def test_a_folder_symlink_made_in_a_folder_by_folder_watch_restarts_it_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from sidecar.vault import watcher as w
+
+    # A watch's first turn comes after watchfiles' timeout without events (5 s): 0.5 s here, so
+    # a restart loop shows within 3 s, not 12.
+    real_watch = w.watchfiles.watch
+    monkeypatch.setattr(w.watchfiles, "watch", lambda *a, **k: real_watch(*a, **{**k, "rust_timeout": 500}))
     vault = tmp_path / "vault"
     (vault / "a").mkdir(parents=True)
     outside = tmp_path / "outside"
@@ -376,7 +382,7 @@ def test_a_folder_symlink_made_in_a_folder_by_folder_watch_restarts_it_once(
     batches = Batches()
     with watching(vault, batches):
         os.symlink(outside, vault / "out")
-        time.sleep(12)  # two first yields of restarted watches (5 s each) would show a loop
+        time.sleep(3)  # first turns of restarted watches (0.5 s each) would show a loop
     starts = [r for r in caplog.records if r.getMessage().startswith("watcher_started")]
     assert len(starts) <= 2, len(starts)
 

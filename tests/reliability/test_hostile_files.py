@@ -220,15 +220,19 @@ def test_links_out_of_the_vault_are_refused_by_sweeps_and_file_events(
     # and still sees notes in folders made later, a dotted name too, and in a folder deleted and
     # made again (its old watch died with it).
     assert "watcher_flat reason=a folder symlink inside" in _log(d)
+    mark = d.log_size()
     (vault / "v1.2").mkdir()
-    time.sleep(2)
+    d.wait_for_log("watcher_started", mark)  # the new folder's event restarted the watch with it
     _new_note_is_indexed(d, vault, "v1.2/Dotted", "pangolinscales")
     (vault / "Again").mkdir()
     _new_note_is_indexed(d, vault, "Again/First", "axolotlgills")
     shutil.rmtree(vault / "Again")
     d.wait_for(lambda h: h["index"]["by_source"]["vault"]["files"] == 3, 20)  # Good, Later, Dotted
+    mark = d.log_size()
     (vault / "Again").mkdir()
-    time.sleep(2)  # the folder's own event is handled before the note is written in it
+    # the folder's own event is handled (the watch started again with it) before the note is
+    # written in it
+    d.wait_for_log("watcher_started", mark)
     _new_note_is_indexed(d, vault, "Again/Second", "narwhaltusk")
     assert d.stop() == 0
 
