@@ -147,3 +147,17 @@ def made_idle(s: Any, agent: str) -> float:
         bm25._open.pop(agent, None)
     bm25._used_at.pop(agent, None)
     return old
+
+
+def newer_manifest_in_log(path: Path, schema: int = 99) -> sqlite3.Connection:
+    """A new manifest a newer sidecar runs on: its schema (above this version's) and every other
+    commit only in the write-ahead log, the file's header still saying 0 (no checkpoint yet). The
+    connection is the running writer: the caller closes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE meta(name TEXT PRIMARY KEY, value TEXT)")
+    db.execute(f"PRAGMA user_version={schema}")
+    db.commit()
+    return db

@@ -5,21 +5,26 @@ field of a real ``health`` answer is named in its section."""
 
 from __future__ import annotations
 
+import argparse
+import functools
 import itertools
 import json
 import re
 import shlex
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.clients.cli_parser import build_parser
+from sidecar.config import load_config
+from tests.conftest import FakeEmbedder, Harness, make_vault
 from tests.in_process import InProcessServer
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "RELIABILITY.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROTOCOL = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
 
 # What a placeholder of a synopsis stands for, as a value its option takes.
@@ -49,9 +54,43 @@ _OPTION_VALUES = {"--tokens": "300"}
 _OUTPUT = re.compile(r"sidecar (is |\d+\.\d+)")
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The command line's parser, built once for the file (a parse changes nothing in it)."""
+    return build_parser()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    """One real server in this process for the file, over the small vault with the fake embedder:
+    the op tests send requests it refuses or only reads, and the health test's one memory write
+    changes none of their answers. Its configuration reads no environment (``env={}``): it is made
+    before each test's own hermetic one."""
+    root = tmp_path_factory.mktemp("docs-forms")
+    vault = make_vault(root / "vault")
+    h = Harness(
+        load_config(flags={"home": str(root / "home"), "vault.path": str(vault)}, env={}), FakeEmbedder()
+    )
+    try:
+        h.sweep()
+        srv = InProcessServer(h)
+    except BaseException:
+        h.close()
+        raise
+    try:
+        yield srv
+    finally:
+        try:
+            srv.close()
+        finally:
+            h.close()
+
+
 def _command_forms() -> list[tuple[str, str]]:
     """(document, form) for each command line the docs show: inline code and shell blocks' lines
-    that run ``sidecar`` (by name or by a path ending in it), cut at a pipe or redirection."""
+        that run ``sidecar`` (by name or by a path ending in it), cut at a shell pipe (blanks around it:
+    ``write|edit|delete`` and ``[--source wiki|vault]`` are alternatives, each one checked) or a
+    redirection."""
     forms: list[tuple[str, str]] = []
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")
@@ -66,7 +105,7 @@ def _command_forms() -> list[tuple[str, str]]:
                     continue
                 if not part.strip().startswith(("sidecar ", "/", "~", ".venv", "claude mcp")):
                     continue  # prose in code: "the folder sidecar kept …"
-                forms.append((doc.name, re.split(r"(?<!\\)\||\s>\s", m.group(2))[0].strip()))
+                forms.append((doc.name, re.split(r"\s\|\s|\s>\s", m.group(2))[0].strip()))
     return sorted(set(forms))
 
 
@@ -100,7 +139,7 @@ def test_every_command_form_the_docs_show_parses(doc: str, form: str) -> None:
     every option of its synopsis (`[--source wiki|vault]`: each alternative)."""
     for line in _command_lines(form):
         try:
-            build_parser().parse_args(line)
+            _parser().parse_args(line)
         except SystemExit as exc:  # argparse's way of ending: --version's 0, a refusal's 2
             if exc.code == 0 or _names_what_exists(line):
                 continue
@@ -112,7 +151,7 @@ def _names_what_exists(line: list[str]) -> bool:
     ``memory write``: its arguments left out): its command, action and option exist."""
     if len(line) > 2:
         return False
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    sub = next(a for a in _parser()._actions if a.dest == "command")
     command = sub.choices.get(line[0])  # type: ignore[union-attr]
     if command is None:
         return False
@@ -131,7 +170,7 @@ def test_the_mcp_snippets_args_parse() -> None:
     for json_args, toml_args in snippets:
         args = json.loads(json_args or toml_args)
         assert args[0] == "mcp", args
-        build_parser().parse_args(args)
+        _parser().parse_args(args)
 
 
 def _sections() -> dict[str, str]:
@@ -168,18 +207,18 @@ def _send(server: InProcessServer, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_op_the_daemon_serves_is_documented_and_every_documented_op_served(
-    in_process: InProcessServer,
+    server: InProcessServer,
 ) -> None:
     """The ops the daemon names for an unknown op are exactly the ops docs/protocol.md has a
     section for."""
-    answer = _send(in_process, {"v": 1, "op": "no-such-op"})
+    answer = _send(server, {"v": 1, "op": "no-such-op"})
     assert answer["error"]["code"] == "bad_request"
     known = set(answer["error"]["message"].split("known ops: ", 1)[1].split(", "))
     assert known == set(_sections()), (known, set(_sections()))
 
 
 @pytest.mark.parametrize("op", sorted(_sections()))
-def test_each_ops_documented_parameters_are_the_ones_it_takes(in_process: InProcessServer, op: str) -> None:
+def test_each_ops_documented_parameters_are_the_ones_it_takes(server: InProcessServer, op: str) -> None:
     """An op's parameter table names exactly the parameters its handler accepts (the handler
     lists them when it refuses an unknown one)."""
     section = _sections()[op]
@@ -188,7 +227,7 @@ def test_each_ops_documented_parameters_are_the_ones_it_takes(in_process: InProc
         same = re.match(r"\s*Same parameters as `(\w+)`", section)
         assert same is not None, f"{op}: no parameter table and no 'No parameters'"
         documented = _documented_params(_sections()[same.group(1)])
-    answer = _send(in_process, {"v": 1, "op": op, "agent": "claude", "params": {"noSuchParam": 1}})
+    answer = _send(server, {"v": 1, "op": op, "agent": "claude", "params": {"noSuchParam": 1}})
     message = answer["error"]["message"]
     assert answer["error"]["code"] == "bad_request", answer
     if "this op takes no parameters" in message:
@@ -198,7 +237,7 @@ def test_each_ops_documented_parameters_are_the_ones_it_takes(in_process: InProc
     assert documented == accepted, (op, documented, accepted)
 
 
-def test_the_protocol_docs_example_requests_are_answered(in_process: InProcessServer) -> None:
+def test_the_protocol_docs_example_requests_are_answered(server: InProcessServer) -> None:
     """Every request the protocol doc shows as JSON (a block, or inline code with an ``op``) is
     answered ``ok``, its ``id`` echoed."""
     blocks = re.findall(r"^```json\n(.*?)^```", PROTOCOL, re.M | re.S)
@@ -206,7 +245,7 @@ def test_the_protocol_docs_example_requests_are_answered(in_process: InProcessSe
     requests = [json.loads(b) for b in [*blocks, *inline] if '"op"' in b]
     assert requests
     for request in requests:
-        answer = _send(in_process, request)
+        answer = _send(server, request)
         assert answer.get("ok") is True, (request, answer)
         assert answer.get("id") == request.get("id")
 
@@ -234,11 +273,11 @@ _KEYED_BY_DATA = (
 )
 
 
-def test_every_health_field_is_named_in_its_section(in_process: InProcessServer) -> None:
+def test_every_health_field_is_named_in_its_section(server: InProcessServer) -> None:
     """Each field of a real ``health`` answer is named in docs/protocol.md's ``health`` section
     (in its example or in backticks), so a field added to the answer is documented with it."""
-    in_process.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
-    health = _send(in_process, {"v": 1, "op": "health", "agent": "claude"})["result"]
+    server.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
+    health = _send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]
     section = _sections()["health"]
     named = set(re.findall(r'"(\w+)":', section)) | set(re.findall(r"[`.\[\]](\w+)", section))
     missing = sorted(

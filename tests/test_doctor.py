@@ -853,3 +853,20 @@ def test_the_index_check_reads_the_schema_a_running_daemon_wrote(make_cfg: Any, 
     finally:
         h.close()
     assert f"manifest schema {MANIFEST_SCHEMA}," in check_index(cfg).verdict  # closed: in the file
+
+
+def test_the_index_check_says_an_index_a_newer_sidecar_runs_on_is_newer(make_cfg: Any, vault: Path) -> None:
+    """A new index a newer sidecar runs on keeps its schema in the write-ahead log, the header
+    saying 0: read through the log, doctor said `manifest schema 99 ...: this version reads them`
+    (ok), though a daemon of this version refuses to start on it. It says a newer sidecar wrote it."""
+    from sidecar.clients.doctor import check_index
+    from tests.index_helpers import newer_manifest_in_log
+
+    cfg = make_cfg(vault)
+    writer = newer_manifest_in_log(cfg.index_dir / "manifest.sqlite")
+    try:
+        check = check_index(cfg)
+    finally:
+        writer.close()
+    assert not check.ok, check
+    assert "index written by a newer sidecar (manifest schema 99," in check.verdict, check.verdict

@@ -364,6 +364,28 @@ def test_a_read_only_manifest_writes_nothing_and_refuses_what_it_cannot_read_who
         Manifest(path, read_only=True)
 
 
+def test_a_newer_schema_only_in_the_write_ahead_log_is_seen_as_newer(tmp_path: Path) -> None:
+    """The header of a new manifest says 0 until a checkpoint: a newer sidecar's index read by its
+    header alone was no newer store (status said nothing) and the read-only open refused it as an
+    older one ("an upgrade writes"). Both ask through the log, as doctor does."""
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.manifest import Manifest
+    from sidecar.stores.versions import manifest_schema, manifest_schema_now, newer_store
+    from tests.index_helpers import newer_manifest_in_log
+
+    path = tmp_path / "index" / "manifest.sqlite"
+    writer = newer_manifest_in_log(path)
+    try:
+        assert manifest_schema(path) == 0 and manifest_schema_now(path) == 99
+        newer = newer_store(path.parent)
+        assert newer is not None and (newer.store, newer.found) == ("manifest", 99), newer
+        with pytest.raises(StoreError, match=r"index written by a newer sidecar \(manifest schema 99,"):
+            Manifest(path, read_only=True)
+    finally:
+        writer.close()  # the last connection's close checkpoints: the header says 99 now
+    assert manifest_schema(path) == manifest_schema_now(path) == 99
+
+
 def test_a_read_only_manifest_beside_a_writer_of_this_process_reads_its_new_commits(
     make_cfg: Any, vault: Path
 ) -> None:

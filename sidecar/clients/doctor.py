@@ -55,7 +55,14 @@ from sidecar.runtime.release import (
     this_release,
     written_unrecorded,
 )
-from sidecar.stores.versions import BM25_LAYOUT, MANIFEST_SCHEMA, bm25_layout, manifest_schema, newer_store
+from sidecar.stores.versions import (
+    BM25_LAYOUT,
+    MANIFEST_SCHEMA,
+    NewerStore,
+    bm25_layout,
+    manifest_schema_now,
+    newer_store,
+)
 from sidecar.vault.dailynotes import DailyNoteFormats
 from sidecar.vault.timeout import folder_state, near_folder, run_with_timeout
 
@@ -501,20 +508,6 @@ def _writers(path: Path) -> str | None:
     return str(row[0]) if row else None
 
 
-def _schema_now(path: Path) -> int | None:
-    """The manifest's schema as a reader sees it. The file's header alone said 0 for the index of
-    a daemon running now: a new manifest's schema stays in its write-ahead log until a checkpoint,
-    and the running daemon's log has its -shm beside it, so a read-only open reads through it."""
-    schema = manifest_schema(path)
-    if schema is None or schema >= MANIFEST_SCHEMA or not path.with_name(f"{path.name}-shm").exists():
-        return schema
-    try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2)) as db:
-            return int(db.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.Error:
-        return schema
-
-
 def _last_other_build(writers: str | None) -> dict[str, str] | None:
     """The last writer when this installation's build is a downgrade from it (a build of its
     release that wrote the index first), else None; an installed build never seen is an upgrade."""
@@ -527,9 +520,16 @@ def check_index(cfg: Config) -> Check:
     newer = newer_store(cfg.index_dir)
     if newer is not None:
         return Check("index", False, newer.describe(), REBUILD_TODO)
-    schema = _schema_now(cfg.index_dir / "manifest.sqlite")
+    # Through the write-ahead log where the header says 0: a running daemon's new index keeps its
+    # schema there until a checkpoint (the header alone said "schema 0, upgraded at the next start").
+    manifest = cfg.index_dir / "manifest.sqlite"
+    schema = manifest_schema_now(manifest)
     if schema is None:
         return Check("index", True, "no index yet: the daemon builds it at its first start")
+    if schema > MANIFEST_SCHEMA:  # a newer sidecar's, checkpointed since newer_store read it
+        return Check(
+            "index", False, NewerStore("manifest", manifest, schema, MANIFEST_SCHEMA).describe(), REBUILD_TODO
+        )
     layout = bm25_layout(cfg.index_dir / "bm25")
     later = " (upgraded at the next start)" if schema < MANIFEST_SCHEMA else ""
     keywords = f"keyword index layout {layout}" if layout is not None else "no keyword index yet"

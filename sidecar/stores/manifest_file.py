@@ -36,7 +36,7 @@ from sidecar.stores.frozen import (
     leave_open,
 )
 from sidecar.stores.space import PROBE_BYTES, free_bytes, same_disk, sqlite_temp_dir
-from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema
+from sidecar.stores.versions import MANIFEST_SCHEMA, NewerStore, manifest_schema, schema_in_log
 
 SCHEMA_VERSION = MANIFEST_SCHEMA  # read by thin clients from stores.versions
 
@@ -217,7 +217,7 @@ class ManifestFile:
         pending = wal.exists() and wal.stat().st_size > 0
         # A file whose every commit is still in its log (a kill before the first checkpoint)
         # says schema 0 in its header: its schema is asked through the log once open.
-        if version not in (5, SCHEMA_VERSION) and not (pending and version == 0):
+        if version not in (5, SCHEMA_VERSION) and not schema_in_log(path, version):
             raise _older(path, version)
         if pending and not shm.exists():
             raise StoreError(
@@ -243,6 +243,8 @@ class ManifestFile:
                 self._db = guarded_connect(uri, path, uri=True, check_same_thread=False, isolation_level=None)
             if version == 0:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:  # a newer sidecar's, only in its log: not an older one
+                    raise StoreError(NewerStore("manifest", path, version, SCHEMA_VERSION).describe())
                 if version not in (5, SCHEMA_VERSION):
                     raise _older(path, version)
             if version != SCHEMA_VERSION:
@@ -253,6 +255,11 @@ class ManifestFile:
             if self._db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 raise StoreError(f"manifest {path} failed its integrity check")
             self.inode = path.stat().st_ino
+        except StoreError:
+            # A schema read through the log refused (newer, or older than 5): the connection
+            # stayed open, holding the file (its last close is the writer's checkpoint).
+            close_failed_open(getattr(self, "_db", None), path)
+            raise
         except (sqlite3.Error, OSError) as exc:
             close_failed_open(getattr(self, "_db", None), path)
             hint = f" (reading {wal.name} rebuilds {shm.name}: free some space)" if pending else ""

@@ -1,6 +1,8 @@
-"""The versions the index's stores were written in, read from their files without opening them.
+"""The versions the index's stores were written in, read from their files without opening them
+as stores.
 
-The manifest's schema is SQLite's ``user_version`` (the file header, offset 60, big-endian). The
+The manifest's schema is SQLite's ``user_version`` (the file header, offset 60, big-endian; asked
+through a read-only connection where a new manifest's is still only in its write-ahead log). The
 keyword index's layout is recorded in ``bm25/layout.json``; an index from before that file was
 written carries its layout only in its analyzers' names (``sidecar_text_2``: text prepared
 differently gets a new name), read from ``chunks/meta.json``. A store of a newer version is not
@@ -15,6 +17,8 @@ import json
 import logging
 import os
 import re
+import sqlite3
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +48,33 @@ def manifest_schema(path: Path) -> int | None:
     if len(head) == 100 and head.startswith(b"SQLite format 3\x00"):
         return int.from_bytes(head[60:64], "big", signed=True)
     return None
+
+
+def schema_in_log(path: Path, header: int | None) -> bool:
+    """Whether the manifest's schema is to be asked through its write-ahead log: its header says 0
+    (a new manifest: every commit, the schema's too, stays in the log until a checkpoint, as for a
+    running daemon's new index or a kill before the first checkpoint) and the log holds commits."""
+    if header != 0:
+        return False
+    try:
+        return path.with_name(f"{path.name}-wal").stat().st_size > 0
+    except OSError:
+        return False
+
+
+def manifest_schema_now(path: Path) -> int | None:
+    """The manifest's schema as a reader sees it: the header's, or the one its write-ahead log holds
+    when the header says 0 (``schema_in_log``) and the log's -shm is there (a read-only connection
+    then reads through it and makes no file); the header's when that read fails."""
+    header = manifest_schema(path)
+    if not schema_in_log(path, header) or not path.with_name(f"{path.name}-shm").exists():
+        return header
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=2)) as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return header
 
 
 def bm25_layout(folder: Path) -> int | None:
@@ -123,9 +154,10 @@ class NewerStore:
 
 
 def newer_store(index_dir: Path) -> NewerStore | None:
-    """The first store in ``index_dir`` a newer sidecar wrote, or None."""
+    """The first store in ``index_dir`` a newer sidecar wrote, or None. The manifest's schema is
+    read through its write-ahead log where the header alone says 0 (``manifest_schema_now``)."""
     manifest = index_dir / "manifest.sqlite"
-    schema = manifest_schema(manifest)
+    schema = manifest_schema_now(manifest)
     if schema is not None and schema > MANIFEST_SCHEMA:
         return NewerStore("manifest", manifest, schema, MANIFEST_SCHEMA)
     bm25 = index_dir / "bm25"
