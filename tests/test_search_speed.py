@@ -299,13 +299,13 @@ def test_only_a_searchs_reads_keep_views_and_they_are_bounded_in_bytes(harness: 
     assert 0 < kept.bytes < 5000 * len(ids)  # no front matter kept
     assert not any(isinstance(x, str) and "x" * 5000 in x for k in kept._kept for x in k)
     kept.max_bytes = kept.bytes // 2  # a smaller bound: the least recently used go as new ones come
-    manifest.views(ids[-1:])  # used last: stays
+    manifest.views(ids[:1])  # the first kept, used again: now the most recently used, it stays
     write(vault / "Boat.md", "# Boat\n\nThe boat floats.\n")
     harness.sweep()
     manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Boat")])
     assert kept.bytes <= kept.max_bytes and 0 < len(kept) < len(ids)
-    assert manifest.views(ids[-1:])[ids[-1]] is views[ids[-1]]  # kept
-    assert manifest.views(ids[:1])[ids[0]] is not views[ids[0]]  # the oldest went: built again
+    assert manifest.views(ids[:1])[ids[0]] is views[ids[0]]  # kept
+    assert manifest.views(ids[1:2])[ids[1]] is not views[ids[1]]  # the least recently used went: built again
     assert manifest.views(ids) == views  # the same views, kept or built again
 
 

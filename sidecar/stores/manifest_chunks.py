@@ -63,8 +63,13 @@ def _build(r: Sequence[Any], day_formats: DayFormats) -> ChunkView:
     )
 
 
+# What a kept view costs beyond its text (the view, its key tuple and their small objects: some
+# 1 KB measured): counted, so that the bound holds for many short chunks too.
+VIEW_OVERHEAD = 1024
+
+
 def _row_bytes(r: tuple[Any, ...]) -> int:
-    return sum(len(v) for v in r if isinstance(v, str))
+    return VIEW_OVERHEAD + sum(len(v) for v in r if isinstance(v, str))
 
 
 _VIEW_COLUMNS = (
@@ -74,7 +79,8 @@ _VIEW_COLUMNS = (
 
 
 class KeptViews:
-    """Chunk views by row, the least recently used dropped past ``max_bytes`` of their text."""
+    """Chunk views by row, the least recently used dropped past ``max_bytes`` (their text and
+    ``VIEW_OVERHEAD`` each)."""
 
     def __init__(self, max_bytes: int = VIEW_BYTES) -> None:
         self.max_bytes = max_bytes
