@@ -5,10 +5,13 @@ index's deletions after a rewrite."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from sidecar.clients.foreground import duration
+from sidecar.runtime.steadyclock import steady_reading
 from tests import test_keyword_compaction_beside as beside_tests
 from tests.conftest import write
 
@@ -63,20 +66,27 @@ def test_a_compaction_that_gave_way_to_a_busy_vault_backs_off(
     lasted. Now the runs after a give-way skip it, more of them at each give-way in a row (1, 3,
     then 7), logged and said in health and status; once it gets through, it no longer backs off."""
     from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
     from sidecar.index.repair import compact_bm25
 
     s = large
     _delete(s, 0, 12)
     stores = s.harness.stores
     busy = _Busy(s, monkeypatch)
+    now = [1000.0]
+    monkeypatch.setattr(repair, "_age_clock", lambda: now[0])
     assert compact_bm25(stores) is False  # filled, then gave way to the notes written meanwhile
     _dropped(stores)
     assert busy.fills == 1 and stores.keyword_compaction_last is not None
     assert stores.keyword_compaction_last[0] == "gave way"
+    now[0] += 300.0  # five minutes after: the next run (skipped) and the one after it (tried) to come
     health = s.call("health")
     backoff = health["index"]["keyword_compaction_last"]["backoff"]
-    assert backoff["gave_way"] == 1 and backoff["runs_skipped"] == 1
-    assert "it gave way once in a row, next try in about " in render_status(health)
+    every = s.cfg.index.optimize_minutes * 60
+    assert backoff == {"gave_way": 1, "runs_to_skip": 1, "next_try_seconds": round(2 * every - 300)}
+    assert f"it gave way once in a row, next try in about {duration(2 * every - 300)}" in render_status(
+        health
+    )
     with caplog.at_level("INFO"):
         assert compact_bm25(stores) is False  # backs off: no fill
     assert busy.fills == 1, "the run after a give-way filled a whole copy again"
@@ -85,8 +95,11 @@ def test_a_compaction_that_gave_way_to_a_busy_vault_backs_off(
     last = s.call("health")["index"]["keyword_compaction_last"]
     assert last["outcome"] == "skipped" and "backing off after it gave way once in a row" in last["reason"]
     assert "the next run tries again" in last["reason"]
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["backoff"]["next_try_seconds"] == round(every)  # the skip just now: one run on
     status = render_status(s.call("health"))
     assert "keyword index rewrite skipped " in status and "backing off after it gave way" in status
+    assert status.count("gave way") == 1, "the give-ways said twice on one line"
     runs = [compact_bm25(stores) for _ in range(4)]  # tried (gave way again), then 3 skipped
     _dropped(stores)
     assert runs == [False] * 4 and busy.fills == 2
@@ -139,8 +152,8 @@ def test_the_last_rewrite_said_follows_the_index_and_goes_with_it(
     _delete(s, 0, 12)
     stores = s.harness.stores
     assert compact_bm25(stores) is True
-    real_clock = repair._clock
-    monkeypatch.setattr(repair, "_clock", lambda: real_clock() + 7200.0)  # two hours on
+    real_clock = repair._age_clock
+    monkeypatch.setattr(repair, "_age_clock", lambda: real_clock() + 7200.0)  # two hours on
     monkeypatch.setattr(repair.time, "time", lambda: 0.0)  # the wall clock set far back
     status = render_status(s.call("health"))
     assert "keyword index last rewritten beside the live one 2h 0m ago: " in status
@@ -159,3 +172,64 @@ def test_the_last_rewrite_said_follows_the_index_and_goes_with_it(
     health = s.call("health")
     assert health["index"]["keyword_compaction_last"] is None
     assert "keyword index last rewritten" not in render_status(health)
+
+
+@pytest.mark.parametrize("why", ["rebuild", "replaced"])
+def test_a_give_way_to_a_rebuild_or_a_repair_starts_no_back_off(large: Any, why: str) -> None:
+    """A refill beside that gave way to a rebuild (the index emptied meanwhile) or a repair (it
+    was replaced) wasted no fill on a busy vault: the next run must not skip the rewrite."""
+    from sidecar.index import repair
+
+    stores = large.harness.stores
+    repair._given_up(stores, why)
+    assert stores.keyword_compaction_last is not None and stores.keyword_compaction_last[0] == "gave way"
+    assert stores.keyword_backoff is None
+    repair._given_up(stores, "behind")  # the give-way to a busy vault: backs off
+    assert stores.keyword_backoff == (1, 1)
+
+
+@pytest.mark.skipif(
+    steady_reading()[0].startswith("run:"), reason="no clock counting suspends here (CLOCK_BOOTTIME, Linux)"
+)
+def test_the_last_rewrite_s_age_counts_the_time_the_machine_slept(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The monotonic clock stops while a laptop sleeps: a rewrite made before a night's sleep
+    was said "0s ago" in the morning. The age is read on CLOCK_BOOTTIME, which counts it (the
+    sleep here: that clock moved on 8 hours, the monotonic one did not)."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25
+    from sidecar.runtime import steadyclock
+
+    s = large
+    _delete(s, 0, 12)
+    assert compact_bm25(s.harness.stores) is True
+    real = time.clock_gettime
+    slept = 8 * 3600.0
+    monkeypatch.setattr(
+        steadyclock.time,
+        "clock_gettime",
+        lambda clock: real(clock) + (slept if clock == time.CLOCK_BOOTTIME else 0.0),
+    )
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["age_seconds"] >= slept
+    assert "keyword index last rewritten beside the live one 8h 0m ago" in render_status(s.call("health"))
+
+
+def test_status_after_a_failed_run_says_the_earlier_give_ways_not_in_a_row() -> None:
+    """A run that failed after give-ways neither gave way nor skipped: status said "it gave way 3
+    times in a row" of it, as if the failure were one more."""
+    from sidecar.clients.cli_render import _compaction_last_said
+
+    last = {
+        "outcome": "failed",
+        "reason": "disk error",
+        "at": 0.0,
+        "age_seconds": 300.0,
+        "deleted_now": 9,
+        "due_now": True,
+        "backoff": {"gave_way": 3, "runs_to_skip": 0, "next_try_seconds": 3300},
+    }
+    line = _compaction_last_said(last)
+    assert "in a row" not in line
+    assert "it had given way 3 times before, next try in about 55m 0s" in line

@@ -242,7 +242,7 @@ def _compaction_last_said(last: dict[str, Any]) -> str:
     the index is now: documents deleted since a rewrite, a back-off after a give-way."""
     outcome = str(last["outcome"])
     what = _LAST_SAID.get(outcome, shown(outcome))
-    age = last.get("age_seconds")  # the daemon's monotonic age (an older daemon: its wall time)
+    age = last.get("age_seconds")  # the daemon's own age, sleep counted (an older daemon: its wall time)
     when = f"{duration(age)} ago" if isinstance(age, (int, float)) else _ago(last["at"])
     words = f"keyword index {what} {when}: {shown(last['reason'])}"
     if outcome == "compacted":
@@ -253,7 +253,13 @@ def _compaction_last_said(last: dict[str, Any]) -> str:
         return f"{words}; {since:,} documents deleted since" if since else words
     if backoff := last.get("backoff"):
         times = "once" if backoff["gave_way"] == 1 else f"{backoff['gave_way']:,} times"
-        words += f"; it gave way {times} in a row, next try in about {duration(backoff['next_try_seconds'])}"
+        next_try = f"next try in about {duration(backoff['next_try_seconds'])}"
+        if outcome == "gave way":
+            words += f"; it gave way {times} in a row, {next_try}"
+        elif outcome == "skipped":  # the reason says the give-ways already
+            words += f"; {next_try}"
+        else:  # a run that failed or stopped after give-ways: it neither gave way nor skipped
+            words += f"; it had given way {times} before, {next_try}"
     # Said as it is now: Tantivy's merges drop the deleted documents with no compaction (an older
     # daemon sends no ``due_now``: nothing said of it).
     if last.get("due_now"):

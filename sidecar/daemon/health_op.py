@@ -58,6 +58,12 @@ class HealthOp:
 
     def health(self, req: Request) -> dict[str, Any]:
         check_known(req.params, ())
+        # Every manifest read of the answer in one read transaction on a reader: of one moment,
+        # and no scan (counts, the largest waiting note, the links' totals) holds a write back.
+        with self.manifest.snapshot():
+            return self._health(req)
+
+    def _health(self, req: Request) -> dict[str, Any]:
         act = self.indexer.activity
         # The indexer's state before any count: read after them, a sweep that ended meanwhile
         # said "idle" (and "ready") beside files counted before its batch was written; a sweep
@@ -287,25 +293,27 @@ def _compaction_last(stores: Stores, every_minutes: float) -> dict[str, Any] | N
     if (last := stores.keyword_compaction_last) is None or not compaction_current(stores):
         return None
     about = stores.keyword_compaction_of
-    age = max(repair._clock() - about[2], 0.0) if about is not None else None
+    age = max(repair._age_clock() - about[2], 0.0) if about is not None else None
     deleted, total = stores.bm25.deleted_docs()  # the segments' meta files: no document read
     backoff = stores.keyword_backoff
     return {
         "outcome": last[0],
         "reason": last[1],
         "at": last[2],
-        # Seconds since, by the daemon's monotonic clock: right when the wall clock was set.
+        # Seconds since, by a clock that counts a suspend and no wall clock step (CLOCK_BOOTTIME;
+        # elsewhere the monotonic clock, which stops while a Mac sleeps).
         "age_seconds": None if age is None else round(age, 1),
         "deleted_now": deleted,
         "due_now": compaction_due(deleted, total),
-        # After a give-way that wasted a whole fill: how often in a row, the due runs still
-        # skipped, and about when the next try comes (the runs' interval after the last run).
+        # After a give-way that wasted a whole fill: how often in a row, the due runs still to
+        # skip, and about when the next try comes (the runs' interval after the last run). Kept
+        # in memory: a restart forgets it, and its first due run tries.
         "backoff": (
             None
             if backoff is None or age is None
             else {
                 "gave_way": backoff[0],
-                "runs_skipped": backoff[1],
+                "runs_to_skip": backoff[1],
                 "next_try_seconds": round(max((backoff[1] + 1) * every_minutes * 60 - age, 0.0)),
             }
         ),

@@ -26,6 +26,7 @@ from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
+from sidecar.runtime.steadyclock import steady_reading
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
 from sidecar.stores.bm25_search import EVERYONE, EVERYONE_DIR
@@ -61,6 +62,15 @@ MAX_VECTOR_REBUILDS = 2
 # Seconds the agents with memory are kept by ``unsearchable_agents`` (one query of the manifest).
 MEMORY_AGENTS_KEPT = 1.0
 _clock = time.monotonic  # the clock of that, replaced by tests
+
+
+def _age_clock() -> float:
+    """The clock of the last compaction's age and of the back-off's next try: it counts the
+    time a laptop sleeps (CLOCK_BOOTTIME; the monotonic clock stops in a suspend, so status
+    said "1h ago" of a rewrite made before a night's sleep) and no step of the wall clock."""
+    return steady_reading()[1]
+
+
 # After a large vault's compaction gave way to the notes written meanwhile (its whole fill
 # wasted: minutes and a second copy on the disk at 60,000 documents), the next runs that find it
 # due skip it, more of them at each give-way in a row (1, 3, then 7: every 8th run, 8 hours with
@@ -421,7 +431,7 @@ def _skipped(stores: Stores, reason: str, event: str) -> None:
 
 def _outcome(stores: Stores, outcome: str, reason: str) -> None:
     stores.keyword_compaction_last = (outcome, reason, time.time())
-    stores.keyword_compaction_of = (stores.bm25, stores.bm25.refills, _clock())
+    stores.keyword_compaction_of = (stores.bm25, stores.bm25.refills, _age_clock())
 
 
 def compaction_current(stores: Stores) -> bool:

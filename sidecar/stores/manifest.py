@@ -128,7 +128,9 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         # by ``close``, its statement in flight returned into a freed connection (a segmentation
         # fault).
         self._idle, self._left_to_readers = [], []
-        self._opening = 0  # readers being opened (counted against ``READERS``)
+        # Readers being opened (counted against ``READERS``); the read transaction a thread's
+        # ``snapshot`` holds open on a reader (its reads go there).
+        self._opening, self._pinned = 0, threading.local()
         self._reader_free = threading.Condition(threading.Lock())
         self._readers_shut = False  # closed: a read after it opens none (it fails on the writer)
         self._write_back_waits = False  # ``written_back`` said it waits for room (said once)
@@ -255,7 +257,7 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         Every statement is read to its end (``fetchall``), so none keeps a read transaction, and
         with it an old snapshot, open past its call."""
         # Read-only (immutable): nothing writes, and a reader of its own would make files.
-        if self.read_only:
+        if self.read_only or self._snapshot_here() is not None:
             return self._query(sql, args)
         gave_way = 0
         while True:
@@ -277,6 +279,8 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
         commits meanwhile, unseen by it, and never waits for it (read through the writer's
         connection, each count held the writer's lock for its whole scan). Else through the
         writer's connection as one, under its lock (``_read_through_writer``)."""
+        if (pinned := self._snapshot_here()) is not None:
+            return [pinned.execute(sql, args).fetchall() for sql, args in reads]
         if self.read_only:
             with self._lock:
                 return [self._db.execute(sql, args).fetchall() for sql, args in reads]
@@ -457,8 +461,43 @@ class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, Vector
             self.generation += 1  # after the commit: a reader that saw the old count recomputes
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        if (pinned := self._snapshot_here()) is not None:
+            return pinned.execute(sql, args).fetchall()
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of this thread's in the block sees one committed moment and holds no write
+        back (health: its counts, the largest waiting note, the links' totals...; through the
+        writer's connection, each held its lock for its whole scan, and the links' count of a
+        large vault alone made a write wait over 100 ms). One read transaction on a reader
+        connection: in WAL mode the writer commits meanwhile, unseen by it. Reads inside this
+        thread's own transaction stay on the writer (``_snapshot_here``). With no reader to be
+        had (read-only, all busy), the reads run as without it, each on its own."""
+        if self.read_only or getattr(self._pinned, "db", None) is not None:
+            yield
+            return
+        db = self._take_reader()
+        if db is None:
+            yield
+            return
+        try:
+            db.execute("BEGIN")
+            self._pinned.db = db
+            try:
+                yield
+            finally:
+                self._pinned.db = None
+                db.execute("ROLLBACK")  # nothing written: only the snapshot let go
+        finally:
+            self._give_back(db)
+
+    def _snapshot_here(self) -> sqlite3.Connection | None:
+        """The reader this thread's ``snapshot`` holds, unless this thread is inside a write
+        transaction of its own (its reads must see what it wrote)."""
+        db: sqlite3.Connection | None = getattr(self._pinned, "db", None)
+        return None if db is None or self._owned_here() else db
 
     def read(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         """A read-only query for modules that keep their own tables here (the link graph)."""
