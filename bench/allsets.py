@@ -50,12 +50,15 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "inflected-de": (["questions", "bench/questions-inflected-de.jsonl", *GERMAN_VAULTS], "de", True),
     # the help sets' English questions with their German pages (bench/endequestions.py writes it)
     "en-de": (["questions", "bench/questions-en-de.jsonl", *GERMAN_VAULTS], "de", True),
+    # questions that search by a name (people, places, products, commands)
+    "names-de": (["questions", "bench/questions-names-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),
     "short-help": (["questions", "bench/questions-blind-short-help.jsonl", *HELP_VAULT], "help", True),
     "aliases": (["questions", "bench/questions-aliases.jsonl", *HELP_VAULT], "help", True),
     "inflected-en": (["questions", "bench/questions-inflected-en.jsonl", *HELP_VAULT], "help", True),
+    "names-help": (["questions", "bench/questions-names-help.jsonl", *HELP_VAULT], "help", True),
     "lang": (["questions", "bench/questions-lang.jsonl", *TEAMS_34], "lang", True),
     "scifact": (["beir", str(EVAL / "scifact")], "scifact", False),
     "xqde": (["beir", str(EVAL / "xquad-de")], "xqde", False),
