@@ -276,17 +276,18 @@ def test_a_memory_write_on_a_slow_share_answering_each_call_in_time_lands(
     inbox = served.cfg.agents_dir / "ada" / "memory"
     write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
     served.harness.sweep()
-    # One clock for the waiter and for the calls' start (``Asking``), set ahead by each call.
+    # One clock for the waiters (the supervisor's and the runner's per-call bound) and for the
+    # calls' start (``Asking``), set ahead by each call.
     clock = SupervisorClock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
-    monkeypatch.setattr(sources_module, "time", clock)
+    for module in (supervisor_module, sources_module, timeout_module):
+        monkeypatch.setattr(module, "time", clock)
     real = os.fsync
     calls = []
 
     def fsync(fd: int) -> None:
         # The slow share: each call answers, 0.2 s later by the clock (a call bounded with the
         # others, as a sum, would have taken 0.6 s and more: the inbox learnt slow, or given up on).
-        clock.ahead += 0.2
+        clock.past(0.2)  # judged so by the waiter before it answers
         real(fd)
         calls.append(fd)
 
