@@ -286,7 +286,7 @@ class Watcher:
         self._late: dict[Path, tuple[int, float]] = {}
         # Whether a watched folder (or an agent's folder in one) is on a share learnt slow: the
         # daemon's supervisor's word, asked again each time it is said (a slow share may turn
-        # hung). Such a folder is walked on a thread of its own (``_Behind``)
+        # hung). Such a watched folder (the vault) is walked on a thread of its own (``_Behind``)
         # while the watch of the others is set up without it: waited for in line, its walk held
         # every root's events, up to watch.scanTimeoutSeconds, at each set-up of the watch.
         self._slow: Callable[[Path], bool] = slow or (lambda _path: False)
@@ -817,7 +817,8 @@ class _Looks:
 
 
 class _Behind:
-    """The walk of a watched folder on a share learnt slow, on a thread of its own (its calls
+    """The walk of a watched folder on a share learnt slow (the vault: ``slow_folder`` is never
+    true of the agents folder itself), on a thread of its own (its calls
     waited for as that share's scans' are): the watch of the other folders is set up meanwhile,
     and this one's answer (or error) is used at the next set-up."""
 
