@@ -24,23 +24,28 @@ class SupervisorClock:
     def __init__(self) -> None:
         self.ahead = 0.0
         self.asked = 0  # how often the clock was read: the waiter reads it at each of its ticks
-        self._read = threading.Event()
+        self._read = threading.Condition()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     def monotonic(self) -> float:
-        self.asked += 1
-        self._read.set()
+        with self._read:
+            self.asked += 1
+            self._read.notify_all()
         return time.monotonic() + self.ahead
 
     def past(self, seconds: float) -> None:
         """A call of a slow share taking ``seconds``, by this clock: it is set ahead, and the
-        call (the caller's thread) goes on once the clock was read since (the waiter's tick,
-        which judges the call that long): no real wait of that length."""
-        self.ahead += seconds
-        self._read.clear()
-        assert self._read.wait(20), "nobody read the clock"
+        call (the caller's thread) goes on once the clock was read three times since: the
+        runner's waiter reads it three times a tick (the tick's length, the deadline, the
+        call's bound), so the call was judged that long whatever read came first (after one
+        read, the tick's length, the call answered before it was judged). No real wait of that
+        length."""
+        with self._read:
+            self.ahead += seconds
+            since = self.asked
+            assert self._read.wait_for(lambda: self.asked >= since + 3, 20), "nobody read the clock"
 
 
 def inbox_of(cfg: Any, agent: str = "ada") -> tuple[Path, Root]:

@@ -20,6 +20,7 @@ from sidecar.contracts.protocol import Request
 from sidecar.memory import inbox as inbox_module
 from sidecar.vault import sources as sources_module
 from sidecar.vault import supervisor as supervisor_module
+from sidecar.vault import timeout as timeout_module
 from sidecar.vault.sources import Root
 from tests.conftest import write
 from tests.share_hangs import SupervisorClock, hang_listing, read_only
@@ -37,7 +38,11 @@ def test_read_only_list_of_an_inbox_that_answered_late_is_waited_for_next_time(
     whose listing takes as long, waits for it and answers (read-only mode refused a slow inbox's
     every list: it learnt nothing, as the daemon's looks do)."""
     clock = SupervisorClock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
+    # The clock every judge of the call reads: the supervisor's, the calls' start (``Asking``)
+    # and the runner's per-call bound (faked on the supervisor's alone, the listing was never
+    # judged long, and the test passed whether or not the inbox was learnt slow).
+    for module in (supervisor_module, sources_module, timeout_module):
+        monkeypatch.setattr(module, "time", clock)
     cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.3})
     inbox = cfg.agents_dir / "ops" / "memory"
     write(inbox / "canoe.md", "# Canoe\n\nThe zeppelin canoe.\n")
@@ -271,17 +276,18 @@ def test_a_memory_write_on_a_slow_share_answering_each_call_in_time_lands(
     inbox = served.cfg.agents_dir / "ada" / "memory"
     write(inbox / "plan.md", "# Plan\n\nRotate the zeppelin disks.\n")
     served.harness.sweep()
-    # One clock for the waiter and for the calls' start (``Asking``), set ahead by each call.
+    # One clock for the waiters (the supervisor's and the runner's per-call bound) and for the
+    # calls' start (``Asking``), set ahead by each call.
     clock = SupervisorClock()
-    monkeypatch.setattr(supervisor_module, "time", clock)
-    monkeypatch.setattr(sources_module, "time", clock)
+    for module in (supervisor_module, sources_module, timeout_module):
+        monkeypatch.setattr(module, "time", clock)
     real = os.fsync
     calls = []
 
     def fsync(fd: int) -> None:
         # The slow share: each call answers, 0.2 s later by the clock (a call bounded with the
         # others, as a sum, would have taken 0.6 s and more: the inbox learnt slow, or given up on).
-        clock.ahead += 0.2
+        clock.past(0.2)  # judged so by the waiter before it answers
         real(fd)
         calls.append(fd)
 

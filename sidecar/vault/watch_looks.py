@@ -169,8 +169,8 @@ class WatchLooks:
     def slow_folder(self, folder: Path) -> bool:
         """Whether ``folder``, a folder the file watch covers or leaves out (the vault, the
         agents folder, an agent's folder in it), holds a root learnt slow: its share answers,
-        later than watch.probeTimeoutSeconds (the watch says so, not "hangs", and walks it on a
-        thread of its own)."""
+        later than watch.probeTimeoutSeconds (the watch says so, not "hangs", and walks the vault
+        so on a thread of its own). Never the agents folder itself: no root has it as its path."""
         with self._lock:
             held = list(self.roots.values())
         # (an inbox's agent folder is what the agents folder's watch leaves out for it)

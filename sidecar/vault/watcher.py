@@ -285,11 +285,14 @@ class Watcher:
         # started again, with a sweep of every root, and left it out again: a loop).
         self._late: dict[Path, tuple[int, float]] = {}
         # Whether a watched folder (or an agent's folder in one) is on a share learnt slow: the
-        # daemon's supervisor's word. Such a folder is walked on a thread of its own (``_Behind``)
+        # daemon's supervisor's word, asked again each time it is said (a slow share may turn
+        # hung). Such a watched folder (the vault) is walked on a thread of its own (``_Behind``)
         # while the watch of the others is set up without it: waited for in line, its walk held
         # every root's events, up to watch.scanTimeoutSeconds, at each set-up of the watch.
         self._slow: Callable[[Path], bool] = slow or (lambda _path: False)
         self._behind: dict[Path, _Behind] = {}
+        # What the last set-up left out, as said (``_say_left_out``): gone around, failed, behind.
+        self._said: tuple[list[Path], list[Path], list[Path]] = ([], [], [])
         self._ask_walk: AskWalk = walk or (
             lambda p, fn: bounded_walk(p, fn, self.probe_timeout, self._walk_stuck, walk_timeout)
         )
@@ -488,8 +491,9 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set(), frozenset())
                 return
-            if self._walk_answered():
-                log.info("watcher_restart reason=a watched folder whose walk hung answers again")
+            answered = self._walk_answered()
+            if answered:
+                log.info("watcher_restart reason=%s", answered)
                 self._catch_up = True  # its changes meanwhile had no events
                 return
             if self.partial is not None and self._room_again(existing[0]):
@@ -557,8 +561,9 @@ class Watcher:
             )
         self._around = {p: _around(p, walked, list(self.left_out)) for p in partial if self.left_out}
         self._late = {p: v for p, v in self._late.items() if p in self._walk_stuck}  # walked: no longer late
-        gone = [*sorted(self.left_out), *(p for p in existing if p not in answered and p not in behind)]
-        self._say_left_out(gone, behind)
+        failed = [p for p in existing if p not in answered and p not in behind]
+        self._said = (sorted(self.left_out), failed, behind)
+        self._say_left_out(*self._said)
         if not answered:
             # Nothing to watch now: retried with backoff (the scheduled sweeps go on meanwhile).
             raise OSError(errno.ETIMEDOUT, "no watched folder answered its walk (hung share?)")
@@ -629,15 +634,17 @@ class Watcher:
         self._walk_stuck[path] = ready.thread  # the watch starts again once it answers
         return None
 
-    def _say_left_out(self, gone: list[Path], behind: Sequence[Path] = ()) -> None:
-        """Tell ``on_left_out`` why folders are left out of the watch, as it changes: ``gone``,
-        those whose walk did not answer in time (a share that hangs, or one that is slow: its
-        calls answer, later than the watch waits for), and ``behind``, those on a share learnt
-        slow whose walk runs on a thread of its own. Slow and hung are said apart: a slow share
-        said "hangs (hung share?)" sent the user looking for an outage that was none."""
-        slow = [p for p in gone if p in self._late or self._slow(p)]
-        hung = [p for p in gone if p not in slow]
-        slow += behind
+    def _say_left_out(self, around: list[Path], failed: list[Path], behind: Sequence[Path] = ()) -> None:
+        """Tell ``on_left_out`` why folders are left out of the watch, as it changes: ``around``,
+        the folders a walk went around (a call there did not answer in time), ``failed``, the
+        watched folders whose walk did not answer, and ``behind``, those on a share learnt slow
+        whose walk runs on a thread of its own. Slow and hung are said apart: a slow share said
+        "hangs (hung share?)" sent the user looking for an outage that was none. A folder is said
+        slow only while its calls answer: one gone around on a share the supervisor holds slow
+        now, or one walked behind; a walk that failed, or a share once late that hangs now, or
+        one the supervisor has since marked hanging (no longer slow), is said to hang."""
+        slow = [p for p in around if self._slow(p)] + [p for p in behind if self._slow(p)]
+        hung = [p for p in [*around, *failed, *behind] if p not in slow]
         parts = []
         if hung:
             parts.append(
@@ -659,18 +666,48 @@ class Watcher:
             self.left_out_why = why
             self.on_left_out(why)
 
-    def _walk_answered(self) -> bool:
-        """Whether a walk given up on (its folder left out of the watch) has answered since."""
+    def _walk_answered(self) -> str | None:
+        """Whether a walk given up on (its folder left out of the watch) has answered since: why
+        the watch starts again, or None. A
+        walk on a thread of its own (``_Behind``) that ended in an error answered nothing: its
+        folder is said to hang from then on, and the watch starts again only once the call it
+        hangs in answers (no restart, no sweep now: the watch is the same as before)."""
         now = time.monotonic()
-        due = False
+        due: str | None = None
         for p in [p for p, t in self._walk_stuck.items() if not t.is_alive()]:
+            ended = self._behind.get(p)
+            if ended is not None and ended.thread is self._walk_stuck[p] and ended.error is not None:
+                self._behind_failed(p, ended)
+                continue
             times, last = self._late.get(p, (0, 0.0))
             if times and now - last < min(_LATE_CAP_S, _LATE_BASE_S * 2 ** (times - 1)):
                 continue  # answered late again: the watch starts again for it later, not at once
+            if ended is not None and ended.thread is self._walk_stuck.get(p):
+                due = "the walk of a folder on a slow share, on a thread of its own, answered"
+            else:
+                due = due or "a watched folder whose walk hung answers again"
             del self._walk_stuck[p]
             self._late[p] = (times + 1, now)
-            due = True
         return due
+
+    def _behind_failed(self, path: Path, ended: _Behind) -> None:
+        """A walk on a thread of its own that ended in an error: its folder hangs (or fails), so
+        it is said so now, not slow, and waited for as an inline walk that hung is."""
+        del self._behind[path]
+        stuck = getattr(ended.error, "stuck", None)
+        if isinstance(stuck, threading.Thread) and stuck.is_alive():
+            self._walk_stuck[path] = stuck  # the watch starts again once that call answers
+        else:
+            del self._walk_stuck[path]
+        log.error(
+            "watcher_walk_hung path=%s error=%s: its walk on a thread of its own failed; left out of "
+            "the watch until it answers",
+            path,
+            ended.error,
+        )
+        around, failed, behind = self._said
+        self._said = (around, [*failed, path], [p for p in behind if p != path])
+        self._say_left_out(*self._said)
 
     def _room_again(self, path: Path) -> bool:
         """While the limit is used up: whether a new watch may cover every folder now, because the
@@ -780,7 +817,8 @@ class _Looks:
 
 
 class _Behind:
-    """The walk of a watched folder on a share learnt slow, on a thread of its own (its calls
+    """The walk of a watched folder on a share learnt slow (the vault: ``slow_folder`` is never
+    true of the agents folder itself), on a thread of its own (its calls
     waited for as that share's scans' are): the watch of the other folders is set up meanwhile,
     and this one's answer (or error) is used at the next set-up."""
 
