@@ -8,6 +8,7 @@ import hashlib
 import os
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,60 +31,55 @@ from tests.in_process import InProcessServer
 REPO = Path(__file__).resolve().parent.parent
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`.ci/run` uses ``--dist loadgroup``): the tests that share one of our
-    module- or session-scoped fixtures (a daemon, a loaded model) run on one worker, so it is set
-    up once, not once per worker that happens to get one of them."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("xdist_group") is not None:
-            continue
-        for name in item.fixturenames:
-            defs = info.name2fixturedefs.get(name) or ()
-            shared = [
-                d
-                for d in defs
-                if d.scope in ("module", "session")
-                and getattr(d.func, "__module__", "").startswith("tests.")
-                and name not in _CHEAP_SHARED
-            ]
-            if shared:
-                item.add_marker(pytest.mark.xdist_group(f"{shared[-1].baseid}::{name}"))
-                break
-
-
-# Shared fixtures that cost nothing to set up again (a folder name): no reason to group their users.
-_CHEAP_SHARED = {"prepared_models"}
-
-
 @pytest.fixture(scope="session")
 def prepared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache of the int8-kernel model copy for the whole run: made once by the first test
     that loads the model (the same code path as a user's first start), reused by the rest.
 
-    Under pytest-xdist one cache serves every worker, the default model converted into it once,
+    Under pytest-xdist (`.ci/run`) one cache serves every worker, the default model converted into it once,
     before the worker's first test: a conversion per worker, all at the start, doubled its CPU
     and on a busy machine held the first daemons' starts past their bound; two conversions at
     once into one folder would replace it under a daemon reading it, hence the lock."""
+    own = tmp_path_factory.mktemp("prepared-models")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return tmp_path_factory.mktemp("prepared-models")
+        return own
     run = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
     folder = run / "prepared-models"
     with (run / "prepared-models.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        folder.mkdir(exist_ok=True)
-        done = run / "prepared-models.done"
-        if not done.exists():
-            from sidecar.model.locate import resolve_model
-
-            home = tmp_path_factory.mktemp("prepare-home")
-            env = {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(folder)}
+        # Bounded: a worker that cannot have the shared cache in time (another worker's conversion
+        # starved on a loaded machine) converts into its own folder, within its first test's
+        # timeout, instead of failing that setup and with it every test of the worker.
+        deadline = time.monotonic() + _PREPARE_WAIT_S
+        while True:
             try:
-                resolve_model(load_config(env=env))
-            except Exception as exc:  # the model tests say what is wrong; daemons prepare it then
-                print(f"the default model was not prepared ahead: {exc}", file=sys.stderr)
-            done.touch()
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return own
+                time.sleep(0.2)
+        done = run / "prepared-models.done"
+        if done.exists():
+            return folder
+        from sidecar.model.locate import resolve_model
+
+        folder.mkdir(exist_ok=True)
+        home = tmp_path_factory.mktemp("prepare-home")
+        env = {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(folder)}
+        try:
+            resolve_model(load_config(env=env))
+        except Exception as exc:  # the model tests say what is wrong; daemons prepare it then
+            # Not marked done: unlocked, daemons of two workers converting into one folder at
+            # once would replace it under each other. This worker's own folder serves it.
+            print(f"the default model was not prepared ahead: {exc}", file=sys.stderr)
+            return own
+        done.touch()
     return folder
+
+
+# How long a worker waits for another's conversion of the default model (tens of seconds on an
+# idle machine), well inside the first test's timeout (pytest's ``timeout``, 300 s).
+_PREPARE_WAIT_S = 150.0
 
 
 @pytest.fixture(autouse=True)
