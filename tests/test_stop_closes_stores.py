@@ -283,6 +283,30 @@ def test_memory_changes_after_the_stores_closed_are_refused_busy_with_nothing_ch
     assert (inbox / "kept.md").read_bytes() == before
 
 
+def test_a_memory_write_saved_and_indexed_as_the_stores_close_is_answered_saved_not_refused(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stores close after a memory write's note is written and indexed, before its answer
+    reads how it can be found: it was answered ``busy`` "nothing was read from or written to",
+    and the agent would write again a note it had saved. Now it is answered as saved, with the
+    stop's reason why its searchability is not confirmed."""
+    server: InProcessServer = serve_in_process()
+    note = server.cfg.agents_dir / "alice" / "memory" / "late.md"
+    indexer = server.harness.indexer
+    real = indexer.index_now
+
+    def index_then_close(*args: Any, **kwargs: Any) -> Any:
+        key = real(*args, **kwargs)
+        server.harness.stores.close()
+        return key
+
+    monkeypatch.setattr(indexer, "index_now", index_then_close)
+    answer = server.call("write", {"slug": "late", "content": _NOTE}, agent="alice")
+    assert answer["action"] == "created" and answer["searchable"] is False
+    assert answer["warning"] == "saved, but not confirmed searchable: the daemon is stopping"
+    assert _NOTE in note.read_text(encoding="utf-8")
+
+
 # --- a memory change given up on keeps its note's lock ----------------------------------------
 
 
