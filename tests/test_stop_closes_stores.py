@@ -111,6 +111,60 @@ def test_a_read_inside_sqlite_as_the_manifest_closes_ends_well_and_later_calls_s
     assert said["after"].startswith("ManifestClosedError: the index is closed (the daemon is stopping)")
 
 
+def test_the_stops_close_never_waits_for_a_read_inside_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read held inside its statement after its snapshot began (SQLite's progress handler runs
+    there; the trace callback above runs before it): the stop's close checkpointed the log with
+    TRUNCATE, which waits for that read's snapshot up to the busy timeout (5 s a manifest, past
+    the stop's bound). With the busy timeout raised, that wait shows as a close that has not
+    ended while the read is held. Now the stop's checkpoint never waits: the close ends, the
+    read gets its rows, and the manifest opens again with everything written."""
+    armed, entered, release = threading.Event(), threading.Event(), threading.Event()
+    real = Manifest._open_reader
+
+    def opened(manifest: Manifest) -> Any:
+        db = real(manifest)
+        if db is not None:
+
+            def step() -> int:
+                if armed.is_set() and not entered.is_set():
+                    entered.set()
+                    release.wait(60)
+                return 0
+
+            db.set_progress_handler(step, 1)
+        return db
+
+    monkeypatch.setattr(Manifest, "_open_reader", opened)
+    path = tmp_path / "m.sqlite"
+    m = _manifest_with_a_note(path)
+    for i in range(50):  # frames in the log past the read's snapshot: a checkpoint to wait for
+        m.set_meta(f"k{i}", "v" * 100)
+    m._db.execute("PRAGMA busy_timeout=600000")
+    armed.set()
+    got: list[Any] = []
+    reading = threading.Thread(target=lambda: got.append(sorted(m.views(["c1"]))))
+    reading.start()
+    closing = threading.Thread(target=lambda: m.close(stopping=True))
+    try:
+        assert entered.wait(30)
+        closing.start()
+        closing.join(30)
+        closed_at_once = not closing.is_alive()
+    finally:
+        release.set()
+        reading.join(30)
+        closing.join(30)
+    assert closed_at_once
+    assert got == [["c1"]] and m.closed
+    again = Manifest(path)
+    try:
+        assert again.get_meta("k49") == "v" * 100
+    finally:
+        again.close()
+
+
 def test_a_call_after_the_close_is_refused_as_stopping_and_is_an_sqlite_error_too(tmp_path: Path) -> None:
     """Every kind of call on a closed manifest (a read on a reader, a read and a write on the
     writer's connection) raises one error: a StoresClosedError (answered ``busy``) that the
