@@ -416,6 +416,51 @@ def test_a_given_up_write_keeps_its_notes_lock_until_it_really_ends(
         pass
 
 
+def test_the_prune_skips_a_note_kept_by_a_change_given_up_on_since_it_looked_and_goes_on(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prune looks whether a note's lock is held, then takes it: a change of the note given
+    up on in between (its share hangs) keeps the lock, and taking it is refused "still under
+    way". That refusal went up uncaught and the rest of the day's prune was skipped (the
+    leftovers after it, the caps). Now just that note is left to the next prune: its inbox temp
+    file and its ``.held`` leftover stay, the rest is pruned, and once the change ends the next
+    prune settles them."""
+    served: InProcessServer = serve_in_process()
+    inboxes = served.handlers.memory.inboxes
+    inbox = served.cfg.agents_dir / "ada" / "memory"
+    for slug in ("plan", "fresh"):
+        served.call(
+            "write", {"slug": slug, "content": f"# {slug}\n\nRotate the zeppelin disks.\n"}, agent="ada"
+        )
+    trash = inbox / ".trash"
+    trash.mkdir(mode=0o700, exist_ok=True)
+    held = trash / ".plan--20260101T000000000000.0123abcd.held"
+    held.write_text("# Plan\n\nAn older text of the note.\n", encoding="utf-8")
+    temp = inbox / ".fresh.abcdefgh.tmp"
+    temp.write_text("# Fresh\n\nA killed write's text.\n", encoding="utf-8")
+    killed_keep = trash / ".plan--20260101T000000000000.0123abcd.tmp"  # removed after the .held ones
+    killed_keep.write_text("x", encoding="utf-8")
+    real = inboxes.locked
+    ended: list[Any] = []
+
+    def locked(agent: str, slug: str) -> Any:
+        if slug in ("plan", "fresh") and len(ended) < 2 and slug not in [s for s, _ in ended]:
+            with real(agent, slug):  # a change of the note begins, and is given up on
+                ended.append((slug, inboxes.keep(agent, slug)))
+        return real(agent, slug)
+
+    monkeypatch.setattr(inboxes, "locked", locked)
+    inboxes.prune_trash()
+    assert sorted(s for s, _ in ended) == ["fresh", "plan"]
+    assert held.exists() and temp.exists()  # left to the next prune
+    assert not killed_keep.exists()  # the rest of the prune ran
+    monkeypatch.undo()
+    for _slug, end in ended:
+        end()
+    inboxes.prune_trash()
+    assert not held.exists() and not temp.exists()
+
+
 def test_a_change_given_up_before_it_began_never_begins_and_keeps_nothing() -> None:
     """A change whose request gave up before its first call is refused "not written, nothing
     written" and never runs afterwards (it ran once its thread got there, after the answer said
