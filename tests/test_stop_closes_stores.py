@@ -361,6 +361,24 @@ def test_a_memory_write_saved_and_indexed_as_the_stores_close_is_answered_saved_
     assert _NOTE in note.read_text(encoding="utf-8")
 
 
+def test_a_rebuilds_put_back_meeting_the_closed_stores_keeps_the_copy_without_an_error_log(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rebuild's put-back of the notes it could not read, run as the stop closes the stores:
+    the stop's error has no SQLite code and none of its words, so it was judged a copy of another
+    version and logged ``rebuild_aside_dropped`` at ERROR (while the drop itself met the closed
+    stores too and dropped nothing). Now it passes as a stop does: raised, the copy kept for the
+    next start's put-back, nothing at ERROR."""
+    server: InProcessServer = serve_in_process()
+    indexer = server.harness.indexer
+    server.harness.stores.close()
+    indexer._aside = True
+    with pytest.raises(StoresClosedError):
+        indexer._restore_aside()
+    assert indexer._aside  # put back at the next start
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
 # --- a memory change given up on keeps its note's lock ----------------------------------------
 
 
