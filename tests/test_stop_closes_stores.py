@@ -529,3 +529,98 @@ def test_a_close_handed_to_the_holder_runs_at_its_last_release_and_nowhere_else(
     with pytest.raises(StoresClosedError):
         lock.__enter__()
     assert lock.close_with(lambda: ran.append("again"), 0.0) is True and ran[-1] == t.name
+
+
+class _Gate:
+    """The raw lock of a ``ClosingLock``, with a hook at each step (for the hand-over's races)."""
+
+    def __init__(
+        self, real: Any, on_acquire: Any = None, on_release: Any = None, on_enter: Any = None
+    ) -> None:
+        self.real, self.on_acquire, self.on_release, self.on_enter = real, on_acquire, on_release, on_enter
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = bool(self.real.acquire(blocking, timeout))
+        if self.on_acquire is not None:
+            self.on_acquire(blocking, timeout, got)
+        return got
+
+    def release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
+        self.real.release()
+
+    def __enter__(self) -> bool:
+        if self.on_enter is not None:
+            self.on_enter()
+        return self.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def _is_owned(self) -> bool:
+        return bool(self.real._is_owned())
+
+
+@pytest.mark.parametrize("race", ["a look at whether the lock is free", "the holder letting go"])
+def test_a_close_handed_as_the_holder_lets_go_is_never_lost(race: str) -> None:
+    """The close's wait fails, the holder lets go, and the close is handed and tried at once.
+    Lost before, the close neither run nor left to anyone (the connection open, its log not
+    written back, at the stop): when another thread's look at whether the lock was free held it
+    for that instant, or when the holder looked for a close handed before it was handed and let
+    go after the try. Now the look never takes the lock, and the handing and a release's look
+    are one step: the close runs, here or by the holder."""
+    from sidecar.stores.closing import ClosingLock
+
+    lock = ClosingLock(lambda: StoresClosedError("closed"))
+    ran: list[str] = []
+    closer = threading.current_thread()
+    holds, go, in_release, tried, look_in = (threading.Event() for _ in range(5))
+    looking: list[threading.Thread] = []
+
+    def holder() -> None:
+        with lock:
+            holds.set()
+            assert go.wait(30)
+
+    h = threading.Thread(target=holder)
+
+    def on_acquire(blocking: bool, timeout: float, got: bool) -> None:
+        me = threading.current_thread()
+        if me is closer and blocking and not got:  # the close's timed wait failed
+            go.set()
+            if race == "the holder letting go":
+                in_release.wait(30)  # the holder has looked for a close handed: none yet
+                return
+            h.join(30)  # the holder let go; a look holds the lock now
+            look = threading.Thread(target=lock.is_free)
+            looking.append(look)
+            look.start()
+            while not look_in.is_set() and look.is_alive():
+                look_in.wait(0.01)
+        elif me is closer and not blocking:  # the try after the handing
+            tried.set()
+        elif looking and me is looking[0] and got:
+            look_in.set()
+            tried.wait(30)
+
+    def on_release() -> None:
+        if threading.current_thread() is h and race == "the holder letting go":
+            in_release.set()
+            tried.wait(30)  # let go once the closer tried (or waits to hand: the fix)
+
+    lock._lock = _Gate(lock._lock, on_acquire, on_release)  # type: ignore[assignment]
+    if hasattr(lock, "_hand"):  # the fix's: the closer waits there for the holder's release
+
+        def handing() -> None:
+            if threading.current_thread() is closer:
+                tried.set()
+
+        lock._hand = _Gate(threading.Lock(), on_enter=handing)  # type: ignore[assignment]
+    h.start()
+    assert holds.wait(30)
+    handed_here = lock.close_with(lambda: ran.append("closed"), 0.0)
+    h.join(30)
+    for look in looking:
+        look.join(30)
+    assert lock.closed and ran == ["closed"], (handed_here, ran, lock._handed)
