@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.config import Config
+from sidecar.contracts.errors import PassingFaultError
 from sidecar.index.diff import ChangeFinder, Diff
 from sidecar.index.problems import Problems
 from sidecar.index.unreadable import kept_by
@@ -273,6 +274,8 @@ _PASSING_SQLITE = frozenset({5, 6, 7, 8, 9, 10, 13, 14})
 
 def _passing(exc: sqlite3.Error) -> bool:
     """Whether a database error is a fault that passes, not the form of what was read."""
+    if isinstance(exc, PassingFaultError):  # the stores closed by a stop: no code, no SQLite words
+        return True
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _PASSING_SQLITE

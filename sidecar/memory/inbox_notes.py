@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sidecar.config import Config
-from sidecar.contracts.errors import NotFoundError, StorageError
+from sidecar.contracts.errors import NotFoundError
 from sidecar.memory.inbox_files import _move_kept, _note_sizes_asked, _State
 from sidecar.memory.inbox_text import _names_as_text, _now, _plain, _unstamped
 from sidecar.memory.inbox_types import (
+    ChangeUnderWayError,
     Deleted,
     InboxGoneError,
     MemoryUnreadableError,
@@ -206,7 +207,7 @@ class Notes:
             again = held[0]._is_owned()  # this thread's own re-entry: no new change begins
             with held[0]:
                 if held[2] and not again:
-                    raise StorageError(
+                    raise ChangeUnderWayError(
                         f"not changed: an earlier change of {slug!r} that was not confirmed (its "
                         "inbox's share did not answer) is still under way; nothing was done: look at "
                         "the note (memory_get) and try again once the share answers"

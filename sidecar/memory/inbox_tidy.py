@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sidecar.config import Config, valid_agent
 from sidecar.contracts.errors import SourceError
 from sidecar.memory.inbox_files import _MAX_EXISTING, _move_kept, _newest_kept, _state
+from sidecar.memory.inbox_types import ChangeUnderWayError
 from sidecar.memory.trash import HELD, Fd, Trash, trash_dir
 from sidecar.vault.confine import NotRegularError, open_regular, read_fd
 from sidecar.vault.homeguard import HomeGuard
@@ -137,8 +138,14 @@ class Tidy:
         if busy:
             yield False
             return
-        with self.locked(agent, slug):
-            yield True
+        with contextlib.ExitStack() as lock:
+            try:
+                lock.enter_context(self.locked(agent, slug))
+            except ChangeUnderWayError:  # kept by a change given up on since the look above
+                free = False
+            else:
+                free = True
+            yield free
 
     def _clear(self, agent: str, inbox_fd: int, dir_fd: int, name: str, slug: str) -> bool:
         """One leftover of a killed write, or an empty file a write replaced. A second name of the
@@ -210,6 +217,8 @@ class Tidy:
                     self._clear(agent, inbox_fd, trash_fd, name, m.group(1))
             except FileNotFoundError:  # settled by a write meanwhile
                 continue
+            except ChangeUnderWayError:  # kept by a change given up on since the look above
+                continue  # the next prune, as for a note a write holds
             except (OSError, SourceError) as exc:  # the prune's other work goes on (the caps)
                 log.warning("inbox_held_not_settled agent=%s file=.trash/%s error=%s", agent, name, exc)
 

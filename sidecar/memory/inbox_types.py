@@ -59,6 +59,11 @@ class InboxGoneError(StorageError):
     """An agent's inbox is gone while the index holds its notes: not made anew by a write."""
 
 
+class ChangeUnderWayError(StorageError):
+    """A change of a note refused: an earlier one given up on (its inbox's share hangs) still
+    runs and keeps the note's lock. Nothing was done."""
+
+
 @dataclass(frozen=True)
 class Written:
     slug: str

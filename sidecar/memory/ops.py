@@ -279,7 +279,13 @@ class MemoryOps:
             out["trashDropped"] = list(written.trash_dropped)
         if warning is None:
             empty = None if has_text else ("its name and front matter" if front_matter else "its name")
-            searchable, by, warning = self._searchable(key, empty)
+            try:
+                searchable, by, warning = self._searchable(key, empty)
+            except StoresClosedError:
+                # The note is on disk (and indexed, or indexed at the next start): the stop's
+                # "nothing was read from or written to" would tell the agent it was not saved.
+                searchable, by = False, []
+                warning = "saved, but not confirmed searchable: the daemon is stopping"
             out["searchable"], out["searchableBy"] = searchable, by
         warning = "; ".join(w for w in (warning, audit) if w)
         if warning:

@@ -29,6 +29,10 @@ class ClosingLock:
         self._lock = threading.RLock()
         self._depth = 0  # the holder's entries: changed by the holder only
         self._handed: Callable[[], None] | None = None  # a close the holder runs at its last release
+        # The handing and a release's look for a close handed, each with its step on the lock, as
+        # one: a holder that looked (none handed) and let go as the close was handed, its try
+        # failing meanwhile, left a close that nobody ran.
+        self._hand = threading.Lock()
         self._closed_error = closed_error
         self.closed = False
 
@@ -39,18 +43,20 @@ class ClosingLock:
         return True
 
     def release(self) -> None:
-        if self._depth == 1 and self._handed is not None:
-            close, self._handed = self._handed, None
-            try:
-                self._run(close)
-            except Exception:  # nobody to hand it to: the close was asked for long before
-                log.exception("store_close_failed (run by the call that held the store as the close began)")
-            finally:
+        with self._hand:
+            close = self._handed if self._depth == 1 else None
+            if close is None:
                 self._depth -= 1
                 self._lock.release()
-            return
-        self._depth -= 1
-        self._lock.release()
+                return
+            self._handed = None
+        try:
+            self._run(close)
+        except Exception:  # nobody to hand it to: the close was asked for long before
+            log.exception("store_close_failed (run by the call that held the store as the close began)")
+        finally:
+            self._depth -= 1
+            self._lock.release()
 
     def __enter__(self) -> ClosingLock:
         self.acquire()
@@ -64,12 +70,11 @@ class ClosingLock:
 
     def is_free(self) -> bool:
         """Whether this thread could take the lock now (no one holds it, or this thread does).
-        Never waits, and never runs a close handed to the holder (the caller may hold a lock the
-        close takes: ``Manifest._take_reader`` asks under the readers' lock)."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        self._lock.release()
-        return True
+        Never waits, never takes the lock, and so never runs a close handed to the holder (the
+        caller may hold a lock the close takes: ``Manifest._take_reader`` asks under the readers'
+        lock). It took the lock for an instant: a close's try then failed, with none left to run
+        it. The holder's count read without the lock is a look, as the instant's was."""
+        return self._depth == 0 or self._is_owned()
 
     def _is_owned(self) -> bool:
         """Whether this thread holds the lock (``threading.RLock``'s own question)."""
@@ -96,9 +101,13 @@ class ClosingLock:
             finally:
                 self.release()
             return True
-        self._handed = close
         # The holder may have let go between the wait and the handing: then nobody would run it.
-        if self.acquire(blocking=False):
-            self.release()  # runs the close handed, unless the holder ran it already
+        # Handed and tried as one step (``_hand``): a failed try means a call holds the lock, and
+        # its last release looks for the close after this.
+        with self._hand:
+            self._handed = close
+            got = self.acquire(blocking=False)
+        if got:
+            self.release()  # runs the close handed
             return True
         return False

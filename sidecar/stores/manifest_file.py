@@ -497,8 +497,13 @@ class ManifestFile:
                 failed = failed or exc
         try:
             if not self.read_only:
+                # At a stop, PASSIVE: it never waits for a read still in its snapshot (a reader
+                # left to its read, another program's), where TRUNCATE waited SQLite's busy
+                # timeout (5 s) past the stop's bound. What it leaves, the last connection's close
+                # checkpoints when nothing reads, or the next open replays.
+                mode = "PASSIVE" if stopping else "TRUNCATE"
                 with contextlib.suppress(sqlite3.Error):  # a full disk: the next open replays it
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._db.execute(f"PRAGMA wal_checkpoint({mode})")
         finally:
             try:
                 self._release_writer()
