@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.vault.sources import Root
-from sidecar.vault.supervisor import Supervisor
+from sidecar.vault.supervisor import RootStatus, Supervisor
 from sidecar.vault.watcher import Watcher
-from tests.conftest import write
+from tests.conftest import FakeEmbedder, Harness, write
 from tests.share_hangs import hang_listing
 
 
@@ -65,6 +68,51 @@ def test_an_inbox_left_out_of_the_watch_for_a_slow_share_is_said_slow_not_hung(
         release.set()
 
 
+@dataclass
+class SlowVault:
+    """A vault learnt slow whose listing of ``Projects`` waits for ``release``, an agent's inbox
+    beside it, and a watch of both whose stat and walk the supervisor asks."""
+
+    cfg: Any
+    sup: Supervisor
+    st: RootStatus
+    release: threading.Event
+    asked: list[str]  # the threads that listed ``Projects``, in order
+    watcher: Watcher
+    said: list[str | None]  # what the watch said it left out, in order
+
+
+def slow_vault(
+    make_cfg: Any,
+    vault: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    on_change: Callable[[set[str], frozenset[str]], None] = lambda *_: None,
+    stop: threading.Event | None = None,
+    **settings: Any,
+) -> SlowVault:
+    """The set-up of a vault learnt slow (``settings``: more of the configuration)."""
+    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, **settings})
+    write(vault / "Projects" / "a.md", "# A\n\nThe zeppelin.\n")
+    (cfg.agents_dir / "ada" / "memory").mkdir(parents=True)
+    sup = Supervisor(cfg)
+    st = sup.status(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
+    st.slow = True
+    release = threading.Event()
+    asked = hang_listing(monkeypatch, vault / "Projects", release)
+    said: list[str | None] = []
+    watcher = Watcher(
+        [vault, cfg.agents_dir],
+        on_change,
+        stop or threading.Event(),
+        50,
+        0.2,
+        walk=sup.watched_walk,
+        slow=sup.slow_folder,
+    )
+    watcher.on_left_out = said.append
+    return SlowVault(cfg, sup, st, release, asked, watcher, said)
+
+
 def test_a_vault_learnt_slow_holds_no_other_folders_events_while_it_is_walked(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,43 +120,27 @@ def test_a_vault_learnt_slow_holds_no_other_folders_events_while_it_is_walked(
     agents folder without waiting for it (each set-up held every root's events until the
     vault's walk answered, up to watch.scanTimeoutSeconds), the vault is said slow, and once its
     walk answered the watch starts again and takes it in with that answer, not walking it again."""
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2})
-    write(vault / "Projects" / "a.md", "# A\n\nThe zeppelin.\n")
-    (cfg.agents_dir / "ada" / "memory").mkdir(parents=True)
-    sup = Supervisor(cfg)
-    sup.status(Root("vault", vault, exclude=cfg.vault.wiki_subfolder)).slow = True
-    release = threading.Event()
-    asked = hang_listing(monkeypatch, vault / "Projects", release)
-    said: list[str | None] = []
-    watcher = Watcher(
-        [vault, cfg.agents_dir],
-        lambda *_: None,
-        threading.Event(),
-        50,
-        0.2,
-        walk=sup.watched_walk,
-        slow=sup.slow_folder,
-    )
-    watcher.on_left_out = said.append
+    s = slow_vault(make_cfg, vault, monkeypatch)
+    agents, watcher, said = s.cfg.agents_dir, s.watcher, s.said
     got: list[Any] = []
-    setup = threading.Thread(target=lambda: got.append(watcher._walked([vault, cfg.agents_dir])), daemon=True)
+    setup = threading.Thread(target=lambda: got.append(watcher._walked([vault, agents])), daemon=True)
     try:
         setup.start()
         setup.join(20)
         assert not setup.is_alive(), "the watch's set-up waits for the slow vault's walk"
         _walked, answered, _linked = got[0]
-        assert answered == [cfg.agents_dir]
+        assert answered == [agents]
         assert said[-1] is not None and f"{vault} yet: a slow share, not a hung one" in said[-1]
         assert not watcher._walk_answered()  # still walking
     finally:
-        release.set()
+        s.release.set()
     behind = watcher._behind[vault].thread
     behind.join(20)
     assert watcher._walk_answered()  # the watch starts again, with the vault
-    before = len(asked)
-    walked, answered, _linked = watcher._walked([vault, cfg.agents_dir])
-    assert answered == [vault, cfg.agents_dir]
-    assert vault / "Projects" in walked and len(asked) == before  # its walk's answer, used
+    before = len(s.asked)
+    walked, answered, _linked = watcher._walked([vault, agents])
+    assert answered == [vault, agents]
+    assert vault / "Projects" in walked and len(s.asked) == before  # its walk's answer, used
     assert said[-1] is None
 
 
@@ -119,45 +151,154 @@ def test_a_slow_vault_whose_walk_on_its_own_thread_hangs_is_said_hung_and_not_re
     answers, past watch.scanTimeoutSeconds: the supervisor marks the vault hanging (no longer
     slow). The watch says it hangs from then on, as status does, not "a slow share, not a hung
     one"; and that failed walk answered nothing, so it starts no new watch and no sweep."""
-    cfg = make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2, "watch.scanTimeoutSeconds": 1})
-    write(vault / "Projects" / "a.md", "# A\n\nThe zeppelin.\n")
-    (cfg.agents_dir / "ada" / "memory").mkdir(parents=True)
-    sup = Supervisor(cfg)
-    st = sup.status(Root("vault", vault, exclude=cfg.vault.wiki_subfolder))
-    st.slow = True
-    release = threading.Event()
-    real = os.scandir
-
-    def scandir(path: Any = ".") -> Any:
-        if not isinstance(path, int) and Path(path) == vault / "Projects":
-            release.wait(60)  # hangs until the test ends
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
-    said: list[str | None] = []
-    watcher = Watcher(
-        [vault, cfg.agents_dir],
-        lambda *_: None,
-        threading.Event(),
-        50,
-        0.2,
-        walk=sup.watched_walk,
-        slow=sup.slow_folder,
-    )
-    watcher.on_left_out = said.append
+    s = slow_vault(make_cfg, vault, monkeypatch, **{"watch.scanTimeoutSeconds": 1})
+    agents, watcher, said = s.cfg.agents_dir, s.watcher, s.said
     try:
-        watcher._walked([vault, cfg.agents_dir])
+        watcher._walked([vault, agents])
         assert "yet: a slow share, not a hung one" in (said[-1] or "")
         watcher._behind[vault].thread.join(20)
-        assert st.hanging is not None and not sup.slow_folder(vault)
+        assert s.st.hanging is not None and not s.sup.slow_folder(vault)
         assert not watcher._walk_answered()  # no restart, no sweep: nothing answered
         assert f"cover {vault}: a call there hangs" in (said[-1] or ""), said[-1]
         assert "slow share" not in (said[-1] or "")
-        watcher._walked([vault, cfg.agents_dir])  # a set-up for another reason: still hung
+        watcher._walked([vault, agents])  # a set-up for another reason: still hung
         assert f"cover {vault}: a call there hangs" in (said[-1] or ""), said[-1]
         assert "slow share" not in (said[-1] or "")
     finally:
-        release.set()
+        s.release.set()
+
+
+def _turning_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running watch turns (and looks at its walks) every 0.1 s, not every 5 s."""
+    from sidecar.vault import watcher as watcher_module
+
+    real_watch = watcher_module.watchfiles.watch
+    monkeypatch.setattr(
+        watcher_module.watchfiles, "watch", lambda *a, **k: real_watch(*a, **{**k, "rust_timeout": 100})
+    )
+    monkeypatch.setattr(watcher_module, "_IDENTITY_EVERY_S", 0.0)
+
+
+class Told:
+    """What a running watch told: the paths of its batches, its sweeps of every root, and the
+    folders whose roots alone it had swept."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.whole = 0
+        self.folders: list[list[Path]] = []
+        self.changed = threading.Condition()
+
+    def on_change(self, paths: set[str], _gone: frozenset[str]) -> None:
+        with self.changed:
+            self.paths |= paths
+            self.whole += not paths
+            self.changed.notify_all()
+
+    def on_catch_up(self, folders: list[Path]) -> None:
+        with self.changed:
+            self.folders.append(folders)
+            self.changed.notify_all()
+
+    def until(self, test: Callable[[], bool], what: str) -> None:
+        """Waits for ``test`` (asked at each thing told, and every 0.05 s: a watcher's own state
+        changes untold), 20 s at most."""
+        deadline = time.monotonic() + 20
+        with self.changed:
+            while not test():
+                assert time.monotonic() < deadline, what
+                self.changed.wait(0.05)
+
+
+def test_a_folder_made_after_a_slow_vaults_walk_on_its_own_thread_gets_file_events(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vault is learnt slow and watched folder by folder (a folder symlink in it); once its
+    walk on a thread of its own answered, the watch starts again with that walk's answer. A
+    folder made after that walk, before the new watch ran, had no watch (no event told it, and
+    the answer did not hold it): its notes waited for the next whole sweep, and nothing said so.
+    The vault is walked again once the watch runs, and the watch takes in what that walk found."""
+    _turning_often(monkeypatch)
+    (tmp_path / "elsewhere").mkdir()
+    (vault / "link").symlink_to(tmp_path / "elsewhere")
+    told, stop = Told(), threading.Event()
+    s = slow_vault(make_cfg, vault, monkeypatch, told.on_change, stop)
+    agents, watcher = s.cfg.agents_dir, s.watcher
+    made = vault / "Made meanwhile"
+    walks: list[Path] = []
+    walk = watcher._ask_walk
+
+    def ask_walk(path: Path, fn: Any) -> Any:
+        walks.append(path)
+        if path == agents and walks.count(agents) == 2:
+            made.mkdir()  # the new watch's set-up: after the vault's walk, before the watch runs
+        return walk(path, fn)
+
+    watcher._ask_walk = ask_walk
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        told.until(lambda: watcher._behind != {}, "the vault was not walked on a thread of its own")
+        s.release.set()
+        told.until(lambda: str(made) in told.paths, "the folder made meanwhile was never told")
+        write(made / "later.md", "# Later\n\nThe zeppelin lands.\n")
+        told.until(lambda: str(made / "later.md") in told.paths, "no file event in the folder made meanwhile")
+        assert watcher.flat or watcher.linked
+    finally:
+        s.release.set()
+        stop.set()
+        thread.join(10)
+
+
+def test_a_slow_vaults_walk_that_answered_sweeps_the_vault_not_every_root(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch starts again once the slow vault's walk on a thread of its own answered: what
+    changed in the vault meanwhile had no event, so the vault's roots are swept; the agents
+    folder was watched throughout, and its inboxes are not swept again (each restart swept
+    every root)."""
+    _turning_often(monkeypatch)
+    told, stop = Told(), threading.Event()
+    s = slow_vault(make_cfg, vault, monkeypatch, told.on_change, stop)
+    s.watcher.on_catch_up = told.on_catch_up
+    thread = threading.Thread(target=s.watcher.run, daemon=True)
+    thread.start()
+    try:
+        told.until(lambda: s.watcher._behind != {}, "the vault was not walked on a thread of its own")
+        s.release.set()
+        told.until(lambda: told.folders != [] or told.whole > 0, "no catch-up after the walk answered")
+        assert (told.folders, told.whole) == ([[vault]], 0)
+    finally:
+        s.release.set()
+        stop.set()
+        thread.join(10)
+
+
+def test_a_catch_up_of_a_watched_folder_sweeps_its_roots_and_those_unreachable_only(
+    make_cfg: Any, vault: Path
+) -> None:
+    """The index loop, told the watch started again for the vault alone, sweeps the vault's roots
+    (the wiki in it too) and a root unreachable, not an inbox whose watch stayed."""
+    from sidecar.daemon.indexing import IndexLoop
+
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        for agent in ("ada", "bob"):
+            write(h.cfg.agents_dir / agent / "memory" / "plan.md", f"# Plan\n\n{agent}'s plan.\n")
+        h.indexer.sweep()
+        sup = h.supervisor
+        sup.mark_offline(Root("memory", h.cfg.agents_dir / "bob" / "memory", agent="bob"), "gone")
+        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+        loop.catch_up([vault])
+        job = loop.jobs.get_nowait()
+        assert job.roots == {"vault", "wiki", "memory/bob"} and job.restarted
+        before = {name: st.last_sweep for name, st in sup.roots.items()}
+        loop._run(job)
+        after = {name: st.last_sweep for name, st in sup.roots.items()}
+        assert after["memory/ada"] == before["memory/ada"]
+        assert after["vault"] != before["vault"]
+    finally:
+        h.close()
 
 
 def test_a_folder_whose_walk_answered_late_once_and_hangs_now_is_said_hung(

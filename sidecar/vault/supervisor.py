@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -698,6 +698,16 @@ class Supervisor(WatchLooks, RootReport, Remembered):
                 ):
                     out.append(st.name)
         return out
+
+    def roots_in(self, folders: Collection[Path]) -> frozenset[str]:
+        """The roots lying in one of ``folders`` (watched folders, or an agent's folder in one)
+        and those unreachable now: what a watch started again for those folders alone sweeps (the
+        other roots kept their watch). Empty when no root known lies there (then every root is)."""
+        with self._lock:
+            held = list(self.roots.values())
+        paths = {st.name: Path(st.path) for st in held} | {r.name: r.path for r in vault_roots(self.cfg)}
+        inside = {name for name, p in paths.items() if any(p.is_relative_to(f) for f in folders)}
+        return frozenset(inside | {st.name for st in held if st.offline}) if inside else frozenset()
 
     def await_given_up(self) -> list[str]:
         """For a run with no later sweep (`sidecar index` alone): wait for each listing or stat

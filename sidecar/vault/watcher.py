@@ -291,6 +291,12 @@ class Watcher:
         # every root's events, up to watch.scanTimeoutSeconds, at each set-up of the watch.
         self._slow: Callable[[Path], bool] = slow or (lambda _path: False)
         self._behind: dict[Path, _Behind] = {}
+        # A watched folder whose watch was set up from such a walk's answer, which had ended
+        # before (``_stale``): a folder made in between is in no folder-by-folder watch, so it
+        # is walked again on a thread of its own once the watch runs (``_checks``), and the
+        # watch starts again with what that walk found new (``_checked``).
+        self._stale: set[Path] = set()
+        self._checks: dict[Path, _Behind] = {}
         # What the last set-up left out, as said (``_say_left_out``): gone around, failed, behind.
         self._said: tuple[list[Path], list[Path], list[Path]] = ([], [], [])
         self._ask_walk: AskWalk = walk or (
@@ -302,6 +308,11 @@ class Watcher:
         # A sweep of every root asked for once the next watch runs (what changed before it was
         # set up had no event).
         self._catch_up = False
+        # The watched folders whose watch changed at the last restart (a walk left out that
+        # answered): only their roots, and those unreachable, are swept once the next watch runs
+        # (``on_catch_up``), not every root (the others' watch stayed the same).
+        self._catch_up_in: set[Path] = set()
+        self.on_catch_up: Callable[[list[Path]], None] = lambda _folders: on_change(set(), frozenset())
         self._stuck_looks = SharedProbes()  # a look at a batch's paths that still hangs
         # A folder-by-folder watch's look at new paths, each call bounded on its own; the paths
         # (and the folders to walk) it has not answered yet, looked at again at the next turn.
@@ -464,9 +475,13 @@ class Watcher:
             if first:
                 first = False
                 self._check_limit(existing)
+                self._start_checks(flat)
             if self._catch_up:
-                self._catch_up = False
+                self._catch_up, self._catch_up_in = False, set()
                 self.on_change(set(), frozenset())
+            elif self._catch_up_in:
+                folders, self._catch_up_in = sorted(self._catch_up_in), set()
+                self.on_catch_up(folders)
             changes: set[tuple[watchfiles.Change, str]] = set()
             if batch or again:
                 changes = _covered(self._files_dropped(batch))
@@ -491,10 +506,20 @@ class Watcher:
                 log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
                 self.on_change(set(), frozenset())
                 return
+            made = self._checked(known) if flat else set()
+            if made:
+                log.info(
+                    "watcher_restart reason=%d folders made before the watch was set up from an "
+                    "earlier walk",
+                    len(made),
+                )
+                self._recheck = made  # told, and walked, once the next watch runs
+                return
             answered = self._walk_answered()
             if answered:
+                # Those folders' changes meanwhile had no events: their roots are swept
+                # (``_catch_up_in``, filled by ``_walk_answered``).
                 log.info("watcher_restart reason=%s", answered)
-                self._catch_up = True  # its changes meanwhile had no events
                 return
             if self.partial is not None and self._room_again(existing[0]):
                 log.info("watcher_restart reason=inotify watches to spare again")
@@ -517,6 +542,10 @@ class Watcher:
         linked = False
         self.left_out = {}
         self._walk_stuck = {p: t for p, t in self._walk_stuck.items() if t.is_alive()}
+        self._stale = set()
+        # A check of a folder not watched now ends with no use: dropped (one still in its call
+        # for a folder walked now is taken as that folder's walk, ``_walk_of``).
+        self._checks = {p: c for p, c in self._checks.items() if p in existing}
         partial: list[Path] = []  # the watched folders whose walk went around a folder in them
         behind: list[Path] = []  # on a slow share, walked on a thread of their own meanwhile
         for path in existing:
@@ -616,10 +645,15 @@ class Watcher:
         and the watch starts again once that walk answered: ``_walk_answered``). Raises NoAnswer
         (OSError) as the walk does."""
         ready = self._behind.pop(path, None)
+        check = self._checks.pop(path, None)
+        if ready is None and check is not None and (self._slow(path) or not check.thread.is_alive()):
+            ready = check  # the walk of it under way, or just ended: no second walk beside it
         if ready is not None and not ready.thread.is_alive():
             left.update(ready.left)
             if ready.error is not None:
                 raise ready.error
+            # Walked before this set-up: a folder made since is walked for once the watch runs.
+            self._stale.add(path)
             return ready.answer
         if ready is None and not self._slow(path):
             return self._ask_walk(path, functools.partial(_walk_noting, path, limit, left))
@@ -688,7 +722,36 @@ class Watcher:
                 due = due or "a watched folder whose walk hung answers again"
             del self._walk_stuck[p]
             self._late[p] = (times + 1, now)
+            self._catch_up_in.add(p)  # its changes meanwhile had no events: its roots are swept
         return due
+
+    def _start_checks(self, flat: bool) -> None:
+        """Once a watch runs: each watched folder it was set up for from an earlier walk's answer
+        (``_stale``) is walked again on a thread of its own, for the folders made between that
+        walk and this watch (no event told them). Only a folder-by-folder watch needs it: a
+        recursive one covers every folder under its watched folders."""
+        stale, self._stale = self._stale, set()
+        for path in sorted(stale) if flat else ():
+            self._checks[path] = _Behind(self._ask_walk, path, MAX_FLAT_FOLDERS)
+
+    def _checked(self, known: set[str]) -> set[str]:
+        """The folders the checks that ended found and this watch does not cover (``known``):
+        made after the walk the watch was set up from. That check's answer is the next set-up's
+        walk of its folder (``_behind``: not walked a third time). A check that failed changes
+        nothing: the watch stays, and the supervisor has said the share hangs."""
+        made: set[str] = set()
+        for path, check in list(self._checks.items()):
+            if check.thread.is_alive():
+                continue
+            del self._checks[path]
+            if check.error is not None or check.answer is None:
+                log.warning("watcher_check_failed path=%s error=%s: the watch stays as it is", path, check.error)
+                continue
+            new = {str(f) for f in check.answer[0]} - known
+            if new:
+                self._behind[path] = check
+                made |= new
+        return made
 
     def _behind_failed(self, path: Path, ended: _Behind) -> None:
         """A walk on a thread of its own that ended in an error: its folder hangs (or fails), so
