@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.vault import supervisor as supervisor_module
+from sidecar.vault import supervisor_base as supervisor_module
 from sidecar.vault.sources import Asking, Root, asked
 from sidecar.vault.supervisor import RootUnreachable, Supervisor
 

@@ -18,7 +18,7 @@ import pytest
 
 from sidecar.contracts.errors import RemoteError
 from sidecar.daemon import note_ops
-from sidecar.vault import note_text
+from sidecar.vault import note_text, supervisor_base
 from sidecar.vault import sources as sources_mod
 from sidecar.vault import supervisor as supervisor_mod
 from sidecar.vault.supervisor import Identity
@@ -158,7 +158,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
     real = supervisor_mod.identity_of
     state = {"mount": True, "dev": 77}
     monkeypatch.setattr(
-        supervisor_mod,
+        supervisor_base,
         "identity_of",
         lambda p, *a: Identity(state["mount"], state["dev"]) if Path(p) == vault else real(p, *a),
     )
@@ -213,7 +213,7 @@ def test_a_stale_copy_under_an_unmounted_share_is_not_the_share(
     real = supervisor_mod.identity_of
     state = {"under": "/mnt/nas", "dev": 77}
     monkeypatch.setattr(
-        supervisor_mod,
+        supervisor_base,
         "identity_of",
         lambda p, *a: Identity(False, state["dev"], state["under"]) if Path(p) == vault else real(p, *a),
     )
@@ -3847,7 +3847,7 @@ def test_a_remembered_slow_share_whose_first_stat_is_slow_is_indexed(
             time.sleep(1.0)
         return real(path, mounts)
 
-    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    monkeypatch.setattr(supervisor_base, "identity_of", identity_of)
     assert not index_once(cfg, rebuild=False)["offline"]
 
 
@@ -3874,7 +3874,7 @@ def test_a_slow_first_stat_is_learnt_by_sidecar_index(
         if w.get("learning") and w["call"] == "stat" and w["path"] == ".":
             learning.set()
 
-    monkeypatch.setattr(supervisor_mod, "identity_of", identity_of)
+    monkeypatch.setattr(supervisor_base, "identity_of", identity_of)
     assert not index_once(cfg, rebuild=False, waiting=told)["offline"]
     assert learning.is_set()
     m = Manifest(cfg.index_dir / "manifest.sqlite")

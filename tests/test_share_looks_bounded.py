@@ -19,7 +19,7 @@ from sidecar.contracts.errors import BusyError, RemoteError, StorageError
 from sidecar.contracts.protocol import Request
 from sidecar.memory import inbox as inbox_module
 from sidecar.vault import sources as sources_module
-from sidecar.vault import supervisor as supervisor_module
+from sidecar.vault import supervisor_base as supervisor_module
 from sidecar.vault import timeout as timeout_module
 from sidecar.vault.sources import Root
 from tests.conftest import write

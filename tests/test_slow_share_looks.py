@@ -259,7 +259,7 @@ def test_a_requests_look_neither_beats_for_the_indexer_nor_says_what_indexing_wa
     of the indexer is sent from it (a wedged indexer stayed hidden from the watchdog), and the
     call a sweep waits for stays what status says indexing waits for (the look overwrote it,
     then cleared it)."""
-    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import supervisor_base as supervisor_module
     from sidecar.vault.sources import asked
 
     clock = SupervisorClock()
@@ -296,7 +296,7 @@ def test_a_requests_look_at_a_slow_share_ends_at_its_cap_and_marks_nothing(
     (30 s of 120 s; scanTimeoutSeconds 600): the look ends there, said as slow, and the inbox is
     neither marked hanging nor unlearnt slow (it waited up to 600 s, past the request's and the
     client's timeouts)."""
-    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import supervisor_base as supervisor_module
     from sidecar.vault.sources import asked
     from sidecar.vault.supervisor import LookCut
 
@@ -331,7 +331,7 @@ def test_a_write_whose_look_passes_its_cap_is_refused_as_slow_with_nothing_writt
 ) -> None:
     """The same through the daemon: the write is refused (`storage`, the inbox said slow) and
     nothing is written, not answered `timeout` and written minutes later."""
-    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import supervisor_base as supervisor_module
 
     served = serve_in_process(**{"watch.probeTimeoutSeconds": 0.3})
     inbox = served.cfg.agents_dir / "ada" / "memory"

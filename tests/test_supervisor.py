@@ -512,3 +512,58 @@ def test_one_stuck_thread_per_key_serves_unshared_calls_and_shared_probes() -> N
     release.set()
     stuck.join(10)
     assert bounded_call(lambda: "e", 5, probes, "vault", "t") == "e"
+
+
+def test_the_supervisors_parts_define_each_method_once() -> None:
+    """The supervisor's parts are built on one base (``SupervisorBase``: the roots' state and the
+    calls the parts make of one another): a method defined in two of them would be taken from
+    whichever comes first in the inheritance order, silently, so none is."""
+    from sidecar.vault.remembered import Remembered
+    from sidecar.vault.root_report import RootReport
+    from sidecar.vault.supervisor_base import SupervisorBase
+    from sidecar.vault.watch_looks import WatchLooks
+
+    parts = [SupervisorBase, Remembered, RootReport, WatchLooks, Supervisor]
+    owners: dict[str, list[str]] = {}
+    for part in parts:
+        for name in vars(part):
+            if not (name.startswith("__") and name.endswith("__")):
+                owners.setdefault(name, []).append(part.__name__)
+    assert {n: o for n, o in owners.items() if len(o) > 1} == {}
+    assert all(issubclass(part, SupervisorBase) for part in parts)
+
+
+def test_the_watchs_look_reads_the_supervisors_one_clock(
+    make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch's stat of the agents folder (``WatchLooks``) times the call it gives up on by
+    the clock every part of the supervisor reads: it read a clock of its own, which a test
+    setting the supervisor's clock ahead never reached."""
+    import os
+
+    from sidecar.vault import supervisor_base
+    from sidecar.vault.timeout import NoAnswer
+    from tests.share_hangs import SupervisorClock, inbox_of
+
+    clock = SupervisorClock()
+    monkeypatch.setattr(supervisor_base, "time", clock)
+    clock.ahead = 10_000.0
+    cfg = make_cfg(tmp_path / "vault", **{"watch.probeTimeoutSeconds": 0.2})
+    sup = Supervisor(cfg)
+    _, root = inbox_of(cfg)
+    st = sup.status(root)
+    release = threading.Event()
+    real = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path) == cfg.agents_dir:
+            release.wait(20)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    try:
+        with pytest.raises(NoAnswer):
+            sup.watched_stat(cfg.agents_dir)
+        assert st._given_up is not None and st._given_up[2] >= time.monotonic() + 9_000
+    finally:
+        release.set()

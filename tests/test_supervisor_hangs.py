@@ -926,7 +926,7 @@ def test_the_watchs_walk_of_a_vault_learnt_slow_waits_as_its_scans_do(
     # The supervisor's clock and the bounded work's (``run_with_timeout``, whose waiter judges
     # each call), injected: the listing of Projects answers once the walk's waiter has looked at
     # it 5 s (by that clock) after the listing began, past probeTimeoutSeconds.
-    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import supervisor_base as supervisor_module
     from sidecar.vault import timeout as timeout_module
 
     ahead = [0.0]

@@ -1,7 +1,8 @@
-"""What the index's manifest keeps of each root, for the supervisor (``Supervisor``, which
-mixes this in): the slow mark of a share (meta rows ``slow:<root>``, kept across runs), each
-root's mount state, and the mass-deletion guard that judges a root's deletions by it (a hold
-until the wall-clock hold ends or the user confirms). Moved out of ``supervisor``.
+"""What the index's manifest keeps of each root, for the supervisor (``Supervisor``, built on
+this and on ``SupervisorBase``, which keeps the slow mark of a share: meta rows ``slow:<root>``,
+kept across runs): each root's mount state, and the mass-deletion guard that judges a root's
+deletions by it (a hold until the wall-clock hold ends or the user confirms). Moved out of
+``supervisor``.
 
 Imports: config, contracts, vault."""
 
@@ -11,17 +12,15 @@ import json
 import logging
 import os
 import sqlite3
-import threading
-from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Collection
+from typing import Any, TypeVar
 
-from sidecar.config import Config
 from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import hold_advice
-from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.root_status import Identity, MetaStore, RootStatus, _duration, _hold_of, _memo_of, _moved
+from sidecar.vault.root_status import Identity, _duration, _hold_of, _memo_of, _moved
 from sidecar.vault.sources import Root
-from sidecar.vault.timeout import NoAnswer, SharedProbes
+from sidecar.vault.supervisor_base import SLOW_META, SupervisorBase
+from sidecar.vault.timeout import NoAnswer
 
 # Its log lines keep the logger of the module they came from (``supervisor``): users grep by it.
 log = logging.getLogger("sidecar.vault.supervisor")
@@ -39,78 +38,10 @@ HOLD_WHY = {
     "empty": "is empty or missing although {known} of its notes are indexed (unmounted? moved?)",
     "mass": "lost {missing} of {known} indexed notes in one burst of deletions",
 }
-# Meta rows ``slow:<root>``: the root is a slow share (``RootStatus.slow``), kept across runs.
-SLOW_META = "slow:"
 
 
-class Remembered:
+class Remembered(SupervisorBase):
     """The slow marks, mount states and deletion holds of the roots, kept in ``meta``."""
-
-    cfg: Config
-    meta: MetaStore | None
-    roots: dict[str, RootStatus]
-    clock: Callable[[], float]
-    hold_clock: Callable[[], float]
-    hold_record: Callable[[], str] | None
-    home: HomeGuard
-    mounts: list[tuple[str, str]]
-    probes: SharedProbes
-    beat: Callable[[], None] | None
-    _lock: threading.Lock
-    _meta_swept: bool
-
-    if TYPE_CHECKING:  # the supervisor's own (``Supervisor``)
-
-        def status(self, root: Root) -> RootStatus: ...
-        def mark_offline(self, root: Root, why: str) -> None: ...
-        def vault_not_there(self) -> bool: ...
-        def _probe(
-            self,
-            root: Root,
-            question: str,
-            fn: Callable[[], T],
-            *,
-            beat: bool = True,
-            patience: float | None = None,
-        ) -> T: ...
-
-    def _slow_remembered(self, name: str) -> bool:
-        if self.meta is None:
-            return False
-        try:
-            return self.meta.get_meta(f"{SLOW_META}{name}") is not None
-        except (sqlite3.Error, StoreError, OSError):
-            return False
-
-    def _set_slow(self, st: RootStatus, slow: bool, call: str | None) -> None:
-        """The root is slow (or not any more): remembered in the manifest (meta row
-        ``slow:<root>``: since when, the call that was late) for the runs after this one."""
-        if st.slow == slow:
-            return
-        st.slow = slow
-        st._mark_text = json.dumps({"since": self.clock(), "call": call}, sort_keys=True) if slow else None
-        st._mark_unsaved = True
-        self._save_slow(st)
-
-    def _save_slow(self, st: RootStatus) -> None:
-        """Write the root's slow mark as this run knows it, if it is not in the index yet (set
-        now, or its write failed before: retried at each scan of the root until it is written)."""
-        if self.meta is None or not st._mark_unsaved:
-            return
-        row = f"{SLOW_META}{st.name}"
-        try:
-            if st._mark_text is not None:
-                self.meta.set_meta(row, st._mark_text)
-            else:
-                self.meta.delete_meta([row])
-        except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: this run still knows
-            if not st._mark_failed:  # a disk that stays full: said once, not at each scan
-                log.warning("root_meta_failed row=%s error=%s retry=at the root's next scan", row, exc)
-            st._mark_failed = True
-            return
-        if st._mark_failed:
-            log.info("root_meta_saved row=%s (after failed writes)", row)
-        st._mark_unsaved = st._mark_failed = False
 
     def keep_memory_roots(self, names: Collection[str]) -> None:
         """Forget the status of each agent inbox not in ``names`` (the roots now): emptied or
@@ -148,16 +79,6 @@ class Remembered:
         except (sqlite3.Error, StoreError, OSError) as exc:  # bookkeeping: tried again next sweep
             log.warning("root_meta_forget_failed rows=%d error=%s", len(rows), exc)
             self._meta_swept = False
-
-    def _remembered(self, root: Root) -> dict[str, Any]:
-        if self.meta is None:
-            return {}
-        try:
-            raw = self.meta.get_meta(f"root:{root.name}")
-            value = json.loads(raw) if raw else {}
-        except ValueError:
-            value = {}
-        return value if isinstance(value, dict) else {}
 
     def _remember(self, root: Root, value: dict[str, Any]) -> None:
         if self.meta is not None and value != self._remembered(root):
@@ -381,13 +302,3 @@ class Remembered:
             return True
         root = Root("vault", vault, exclude=self.cfg.vault.wiki_subfolder)
         return self._probe(root, "not-there", self.vault_not_there)
-
-    def applies_at(self, st: RootStatus) -> float | None:
-        """When a mass hold ends, as the wall clock reads it now (held time is real time)."""
-        if st.hold_kind != "mass" or st.hold_since is None:
-            return None
-        return self._as_wall(st.hold_since) + self.cfg.index.mass_deletion_hold_minutes * 60
-
-    def _as_wall(self, ts: float) -> float:
-        """A time of the hold clock as the wall clock reads it now (clients compare with theirs)."""
-        return self.clock() - max(self.hold_clock() - ts, 0.0)

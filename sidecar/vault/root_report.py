@@ -1,32 +1,22 @@
-"""The roots' state in words and records, for the supervisor (``Supervisor``, which mixes this
-in): each root for health and status (``describe``: its mode, a call that still hangs, its hold),
-the call a share hangs on (``hung_call``) and the roots whose look still hangs (``hung_looks``).
+"""The roots' state in words and records, for the supervisor (``Supervisor``, built on this
+and on ``SupervisorBase``): each root for health and status (``describe``: its mode, a call that
+still hangs, its hold), the call a share hangs on (``hung_call``) and the roots whose look still
+hangs (``hung_looks``).
 Moved out of ``supervisor``.
 
 Imports: vault."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sidecar.vault.root_status import RootStatus, _still_hangs
+from sidecar.vault.root_status import _still_hangs
+from sidecar.vault.supervisor_base import SupervisorBase
 
 
-class RootReport:
+class RootReport(SupervisorBase):
     """Health's and status's records of the roots, read from their statuses."""
-
-    clock: Callable[[], float]
-    roots: dict[str, RootStatus]
-    waiting: tuple[str, str, float, str] | None
-    _lock: threading.Lock
-
-    if TYPE_CHECKING:  # the supervisor's own (``Supervisor``)
-
-        def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None: ...
-        def _as_wall(self, ts: float) -> float: ...
-        def applies_at(self, st: RootStatus) -> float | None: ...
 
     def hung_looks(self) -> list[tuple[str, str, str]]:
         """Each root with a call still in its share: (root name, its folder, that call), for

@@ -12,6 +12,10 @@ and do not count. Each root's mount state (mount point of its own, device) is re
 manifest, so a restart while the share is away still knows. Listing a root runs in a helper
 thread with a timeout, so a hanging NFS mount never blocks the other roots; the waiting thread
 beats the watchdog while the timeout runs.
+
+Its parts (``WatchLooks``, ``RootReport``, ``Remembered``) are built on ``SupervisorBase``, which
+holds the roots' state and the calls they make of one another (and the one monotonic clock they
+read, ``SupervisorBase._now``).
 """
 
 from __future__ import annotations
@@ -20,35 +24,30 @@ import functools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sidecar.config import Config
-from sidecar.runtime.backoff import Backoff
-from sidecar.vault.homeguard import HomeGuard
-from sidecar.vault.mounts import fs_type_of, is_network, mount_of, read_mounts
+from sidecar.vault import supervisor_base as base
+from sidecar.vault.mounts import fs_type_of, is_network, read_mounts
 from sidecar.vault.remembered import Remembered
 from sidecar.vault.root_report import RootReport
 from sidecar.vault.root_status import (
     _NEVER,
     Identity,
     LookCut,
-    MetaStore,
     RootStatus,
     RootUnreachable,
     StopCut,
-    _after,
     _duration,
     _moved,
     _not_waited_for,
     _record_hang,
     _still_hangs,
-    _waiting_on,
 )
 from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, inbox_root, scan, vault_roots
-from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
+from sidecar.vault.supervisor_base import identity_of
+from sidecar.vault.timeout import NoAnswer, run_with_timeout
 from sidecar.vault.watch_looks import WatchLooks
 
 log = logging.getLogger(__name__)
@@ -67,84 +66,8 @@ __all__ = [
 T = TypeVar("T")
 
 
-def identity_of(path: Path, mounts: list[tuple[str, str]] | None = None) -> Identity:
-    st = os.stat(path)
-    found = mount_of(path, mounts) if mounts else None
-    # Asked of the real path: a root named through a symlink is a mount point if its target is.
-    return Identity(os.path.ismount(os.path.realpath(path)), st.st_dev, found[0] if found else None)
-
-
 class Supervisor(WatchLooks, RootReport, Remembered):
     """Status, probing, backoff and the mass-deletion guard for every root."""
-
-    def __init__(
-        self,
-        cfg: Config,
-        clock: Callable[[], float] = time.time,
-        meta: MetaStore | None = None,
-        beat: Callable[[], None] | None = None,
-        hold_clock: Callable[[], float] | None = None,
-        *,
-        hold_record: Callable[[], str] | None = None,
-        judge_after: Callable[[float, Callable[[], None]], None] | None = None,
-    ) -> None:
-        self.cfg = cfg
-        # Runs a judge of a call given up on early once its seconds have passed (``read_hangs``):
-        # a timer thread of its own; tests fire it by hand.
-        self.judge_after = judge_after or _after
-        self.clock = clock
-        # What a mass-deletion hold's length is measured on: the daemon passes a clock that
-        # counts only real elapsed time (a step of the wall clock ended a 6 h hold at once).
-        self.hold_clock = hold_clock or clock
-        self.meta = meta  # where each root's mount state and hold survive a restart
-        # The hold clock's reading, kept with the holds (meta row ``CLOCK_META``): a lost clock
-        # file must not make the next start count a hold from the wall clock.
-        self.hold_record = hold_record
-        self.backoff = Backoff(cfg.watch.retry_base_seconds, cfg.watch.retry_max_seconds)
-        self.roots: dict[str, RootStatus] = {}
-        self.beat = beat  # the indexer's heartbeat, during long waits
-        # The probes of a root's folder outside its scans (is the vault there? may an event's
-        # deletions go ahead?): one at a time per question, its answer shared, none started while
-        # the last one still hangs (each call left a thread behind on a hung share).
-        self.probes = SharedProbes()
-        self.mounts: list[tuple[str, str]] = []  # the mount table, as read by the last classify
-        # Every mount point these tables named since the start: a folder of a root that was one
-        # (a bind mount of a folder the root also holds, which keeps device and inode numbers)
-        # and is no longer is an unmounted folder, not notes moved (``index.moves``).
-        self.mount_points_seen: set[str] = set()
-        # The call (the read of a note, a listing, a stat) indexing waits for longer than a second
-        # now: (root name, relative path, since ``time.monotonic()``, call), for `status` and
-        # `sidecar index` to say what indexing waits for.
-        self.waiting: tuple[str, str, float, str] | None = None  # root, path, since, call
-        # ``waiting`` is a call already given up on, waited for to learn whether the share is
-        # only slow (``await_given_up``).
-        self.learning = False
-        # Set by the daemon's stop: a wait for a share's call ends at once (the stop waited the
-        # call's whole deadline, up to scanTimeoutSeconds, in its join of the indexer).
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
-        # Calls given up on sooner than probeTimeoutSeconds, to be judged then (``read_hangs``).
-        self._judging: set[threading.Thread] = set()
-        # The watch's walk of a folder given up on, by folder, while it is still in its call.
-        self._walks: dict[str, threading.Thread] = {}
-        self._meta_swept = False  # the rows of inboxes retired before this start are gone
-        # The home's agents folder as first seen: gone or replaced (the home's share unmounted),
-        # every inbox is unreachable, as an unmounted vault is (nothing of it deleted).
-        self.home = HomeGuard(cfg)
-
-    def status(self, root: Root) -> RootStatus:
-        with self._lock:
-            st = self.roots.get(root.name)
-        if st is not None:
-            return st
-        fresh = self._new_status(root)
-        with self._lock:
-            return self.roots.setdefault(root.name, fresh)
-
-    def _new_status(self, root: Root) -> RootStatus:
-        # Slow as an earlier run found it: a `sidecar index` of its own, or a daemon restarted,
-        # starts with the whole-scan bound (given up per call, it gave up at the same listing).
-        return RootStatus(root.name, str(root.path), slow=self._slow_remembered(root.name))
 
     def classify(self, roots: list[Root]) -> None:
         """Record each root's filesystem type (network shares are polled). Finding it resolves
@@ -163,7 +86,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
                 st._stuck = outer
             if not mounts or st.hanging is not None or self.stopping.is_set():
                 continue
-            since = time.monotonic()
+            since = self._now()
             try:
                 found, stuck = run_with_timeout(
                     functools.partial(fs_type_of, root.path, mounts),
@@ -179,14 +102,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
                 continue
             st.fs_type = found
             st.network = is_network(st.fs_type)
-
-    def stuck_within(self, root: Root) -> threading.Thread | None:
-        """The call still hanging on the folder this root lies in (the wiki's vault), if any."""
-        if root.within is None:
-            return None
-        with self._lock:
-            outer = next((s for s in self.roots.values() if s.path == str(root.within)), None)
-        return outer.hanging if outer is not None else None
 
     def home_problem(self, root: Root) -> str | None:
         """Why an inbox is unreachable because the home or its agents folder is gone or replaced."""
@@ -255,7 +170,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
         this look may take: each write's look left one more thread in the share until its call
         answered, and was cut at the same cap anyway."""
         if (cut := st.cut_look()) is not None and (now := cut[1].now) is not None:
-            waited = time.monotonic() - now[2]
+            waited = self._now() - now[2]
             log.warning("look_refused root=%s call=%s %s waited=%.0fs", root.name, now[0], now[1], waited)
             raise LookCut(
                 f"{root.path} is slow: an earlier request's look at it ({now[0]} {now[1]}) has waited "
@@ -268,25 +183,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
                 f"{root.path} is slow: its scan under way has waited {_duration(waited)} on {call} {rel}, "
                 "longer than a request's look may take, so none is started beside it"
             )
-
-    def _waits_on(self, st: RootStatus, bound: float) -> tuple[str, str, float] | None:
-        """The call of a scan or look of the root under way that has waited ``bound`` seconds or
-        more (call, path, seconds), if any."""
-        now_ = time.monotonic()
-        with self._lock:
-            calls = [a.now for a in st._under_way]
-        late = [(c, r, now_ - since) for c, r, since in (n for n in calls if n is not None)]
-        longest = max(late, key=lambda c: c[2], default=None)
-        return longest if longest is not None and longest[2] >= bound else None
-
-    def look_cap(self) -> float:
-        """How long a request's look (``looked``) may take as a whole: a quarter of
-        server.requestTimeoutSeconds (30 s at its default of 120 s), and never past
-        watch.scanTimeoutSeconds. A quarter: the answer then comes before the CLI's own wait
-        (60 s by default) ends, with the rest of the request's time left for its duplicate check
-        and the write itself; a slow share waited for longer held both write workers and every
-        agent's writes behind them."""
-        return min(self.cfg.server.request_timeout_seconds / 4, self.cfg.watch.scan_timeout_seconds)
 
     def _fresh(self, root: Root, stop: threading.Event | None = None) -> RootStatus:
         """The root's status before a new scan: RootUnreachable while a call on it still hangs; a
@@ -313,31 +209,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             self.cfg.watch.probe_timeout_seconds,
         )
 
-    def _bound(self, st: RootStatus) -> float:
-        """How long one call on the root is waited for: a slow share's as long as a whole scan."""
-        watch = self.cfg.watch
-        return watch.scan_timeout_seconds if st.slow else watch.probe_timeout_seconds
-
-    def hangs(self, root: Root, stuck: threading.Thread, since: float) -> None:
-        """A look-up of the root's folder outside its scans (its type, whether it is there or
-        empty) given up on after its deadline: the root hangs, the one rule for every such probe.
-        No call on it is asked while that one is in (each would wait its timeout and leave a
-        thread), status says so while it does (``describe``: offline, "still hangs"), and should
-        it answer, the share is learnt slow as from a scan's call (``_gave_up``)."""
-        self._hung(self.status(root), stuck, since)
-
-    def _hung(self, st: RootStatus, stuck: threading.Thread, since: float) -> None:
-        if st.hanging is not None:
-            return  # already said, with the call that hangs
-        st._stuck, st.hung_on = stuck, "looking up ."
-        st._asking, st._given_up = None, ("stat", ".", since)
-        self._gave_up(st, slow=st.slow)
-        log.error(
-            "probe_hung root=%s timeout=%gs: no call on it is asked until it answers",
-            st.name,
-            self._bound(st),
-        )
-
     def still_hangs(self, name: str) -> NoAnswer | None:
         """NoAnswer (to raise) while a call on the root ``name`` still hangs, else None: a
         request's look at one of its notes is not started beside it."""
@@ -361,7 +232,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
         probeTimeoutSeconds have passed since then, should it still be in its call: a slow read
         is no hung share."""
         timeout = self.cfg.watch.probe_timeout_seconds
-        left = 0.0 if since is None else since + timeout - time.monotonic()
+        left = 0.0 if since is None else since + timeout - self._now()
         if left > 0:
             with self._lock:  # one judge per stuck call (each get meeting it asks again)
                 judged = (st := self.roots.get(name)) is not None and st.hanging is stuck
@@ -387,55 +258,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             self._judging.discard(stuck)
         self.read_hangs(name, what, stuck)
 
-    def _probe(
-        self,
-        root: Root,
-        question: str,
-        fn: Callable[[], T],
-        *,
-        beat: bool = True,
-        patience: float | None = None,
-    ) -> T:
-        """``fn``, a look-up of ``root``'s folder, waited for as one call of its scans is
-        (``_bound``: a share learnt slow as long as a whole scan): one at a time per question, its
-        answer shared (``SharedProbes``); NoAnswer at once while a call on the root, or on the
-        folder it lies in, still hangs; one that times out marks the root hanging (``hangs``).
-        ``patience``: a shorter wait of the caller's own (the watcher's thread, which carries
-        every root's events): given up on sooner than the root's bound, it marks nothing (a slow
-        share is no hung one)."""
-        if (st := self.status(root)).hanging is not None:
-            raise NoAnswer(_still_hangs(st), st.hanging)
-        if (outer := self.stuck_within(root)) is not None:
-            raise NoAnswer(f"an earlier call on {root.within} still hangs (hung share?)", outer)
-        since = time.monotonic()
-        bound = self._bound(st)
-        wait = bound if patience is None else min(patience, bound)
-        # (``beat``: asked by the indexer, whose heartbeat the wait keeps; not by the watcher)
-        alive = self.beat if beat else None
-        try:
-            return self.probes.ask((question, root.name), fn, wait, root.name, alive)
-        except NoAnswer as exc:
-            if exc.stuck is not None and exc.stuck.is_alive() and wait >= bound:
-                self.hangs(root, exc.stuck, since)
-            raise
-
-    def _gave_up(self, st: RootStatus, *, slow: bool) -> None:
-        """A call on the root was given up on (``st._given_up``). Under probeTimeoutSeconds it
-        is learnt from should it answer; under the whole-scan bound the share is hung, not slow:
-        its mark goes (the next run, or the next start, waits probeTimeoutSeconds again, not
-        scanTimeoutSeconds on each root that hangs)."""
-        given = st._given_up is not None and not self.stopping.is_set()
-        st._learn = given and not slow
-        if given and slow:
-            self._set_slow(st, False, None)
-            log.warning(
-                "share_hung root=%s call=%s scan_timeout=%.0fs: not slow but hung; its calls are "
-                "given up on after probeTimeoutSeconds again",
-                st.name,
-                st.hung_on,
-                self.cfg.watch.scan_timeout_seconds,
-            )
-
     def _asked(
         self,
         root: Root,
@@ -455,23 +277,21 @@ class Supervisor(WatchLooks, RootReport, Remembered):
         stopping = stop or self.stopping
         asking = Asking()
         slow = st.slow
-        started = time.monotonic()
+        started = self._now()
         cap = self.look_cap() if request else None
 
         def beat() -> None:  # once a second: say the listing or stat the scan waits on (past a second)
             now = asking.now
-            self.waiting = (
-                (root.name, now[1], now[2], now[0]) if now and time.monotonic() - now[2] >= 1 else None
-            )
+            self.waiting = (root.name, now[1], now[2], now[0]) if now and self._now() - now[2] >= 1 else None
             if self.beat is not None:
                 self.beat()
 
         def call_hung() -> bool:  # one call past the probe timeout: given up on, as a hung read is
             now = asking.now
-            return not slow and now is not None and time.monotonic() - now[2] >= timeout
+            return not slow and now is not None and self._now() - now[2] >= timeout
 
         def cut() -> bool:  # a request's look past its cap
-            return cap is not None and time.monotonic() - started >= cap
+            return cap is not None and self._now() - started >= cap
 
         def hung() -> bool:
             return stopping.is_set() or cut()
@@ -553,7 +373,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
         if outer is not None:
             raise RootUnreachable(f"{root.within} (around {root.path}) still hangs (hung share?)")
         timeout = self.cfg.watch.probe_timeout_seconds
-        since = time.monotonic()
+        since = self._now()
 
         def beat() -> None:  # called once a second while the read waits: say what it waits for
             self.waiting = (root.name, rel, since, "read")
@@ -607,28 +427,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
         except OSError as exc:
             raise RootUnreachable(f"cannot read {root.path}: {exc.strerror or exc}") from exc
 
-    def vault_not_there(self) -> bool:
-        """Whether the vault folder is missing, empty, unmounted or another device than before
-        (what it holds then is not the vault: its settings are not read). Not bounded: call it
-        with a timeout."""
-        return self.cfg.vault.path is not None and self._vault_not_there()
-
-    def _vault_not_there(self) -> bool:
-        """The wiki's folder is missing: is the vault around it missing, empty or unmounted too
-        (then the wiki is unreachable, however few notes it has)?"""
-        vault = self.cfg.vault.path
-        if vault is None:
-            return True
-        try:
-            with os.scandir(vault) as it:
-                if next(it, None) is None:
-                    return True
-            ident = identity_of(vault, self.mounts)
-        except OSError:
-            return True
-        memo = self._remembered(Root("vault", vault))
-        return _moved(memo, ident) or memo.get("dev", ident.dev) != ident.dev
-
     def unreachable(self, root: Root, exc: RootUnreachable) -> None:
         """A root could not be read: offline with ``exc``'s reason, unless the wait was only cut
         short by the daemon's stop (a stop is not an outage: nothing said, saved or retried)."""
@@ -636,23 +434,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             log.info("share_wait_stopped root=%s: the daemon stops", root.name)
             return
         self.mark_offline(root, str(exc))
-
-    def mark_offline(self, root: Root, why: str) -> None:
-        st = self.status(root)
-        now = self.clock()
-        if st.offline and st.next_retry is not None and now < st.next_retry:
-            # A sweep before the retry was due (a file event, a user's index): the same schedule,
-            # whatever it says now (a hung root says "did not answer", then "still hangs").
-            if st.error != why:
-                log.info("root_offline root=%s reason=%s", root.name, why)
-            st.error = why
-            return
-        st.failures += 1
-        delay = self.backoff.delay(st.failures)
-        st.next_retry = now + delay
-        if not st.offline or st.error != why:
-            log.warning("watcher_retry root=%s reason=%s retry_in=%.0fs", root.name, why, delay)
-        st.offline, st.error = True, why
 
     def mark_online(self, root: Root) -> None:
         st = self.status(root)
@@ -672,7 +453,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             return False
 
         def look() -> tuple[Identity, bool]:
-            ident = identity_of(root.path, self.mounts)
+            ident = base.identity_of(root.path, self.mounts)
             with os.scandir(root.path) as it:
                 return ident, next(it, None) is None
 
@@ -726,7 +507,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             self.learning = True
             try:  # (a call that answered while the rest was done is learnt from at once)
                 while st.hanging is not None and not self.stopping.is_set():
-                    left = deadline - time.monotonic()
+                    left = deadline - self._now()
                     if left <= 0:
                         break
                     self.waiting = (st.name, rel, since, call)
@@ -755,7 +536,7 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             "root": name,
             "path": rel,
             "call": call,
-            "seconds": round(time.monotonic() - since, 1),
+            "seconds": round(self._now() - since, 1),
             # A slow root's listings and stats wait as long as its whole scan may take.
             "timeout_seconds": watch.scan_timeout_seconds
             if slow or learning
@@ -764,23 +545,10 @@ class Supervisor(WatchLooks, RootReport, Remembered):
             "learning": learning,
         }
 
-    def _look_waiting(self, st: RootStatus) -> dict[str, Any] | None:
-        """A call on the root that makes a request's look refused as slow (``_not_beside``) and
-        is not a hang said (a request's look cut at its cap, still in its call; a scan's call
-        waiting longer than a look may take, on a share learnt slow): what it waits on and how
-        long, for status to say why a write is refused. Not from probeTimeoutSeconds on: status
-        said looks were refused while they were still started."""
-        cut = st.cut_look()
-        now = cut[1].now if cut is not None else None
-        if now is not None:
-            return _waiting_on(now[0], now[1], time.monotonic() - now[2], "look")
-        late = self._waits_on(st, self.look_cap())
-        return None if late is None else _waiting_on(*late, "scan")
-
 
 def _probe(root: Root, mounts: list[tuple[str, str]] | None = None) -> Identity:
     """Cheap reachability check: the folder answers a stat and a listing; what it is."""
-    ident = identity_of(root.path, mounts)
+    ident = base.identity_of(root.path, mounts)
     with os.scandir(root.path) as it:
         next(it, None)
     return ident

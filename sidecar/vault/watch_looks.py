@@ -1,8 +1,8 @@
-"""The file watch's looks at the folders it covers, for the supervisor (``Supervisor``, which
-mixes this in): the stat of the vault or the agents folder and the walk of their folders when a
-watch is set up, each call bounded as a probe of the roots they hold is, a call that does not
-answer marking those roots hanging, and the agents folder walked around an agent whose inbox
-hangs. Moved out of ``supervisor``.
+"""The file watch's looks at the folders it covers, for the supervisor (``Supervisor``, built on
+this and on ``SupervisorBase``): the stat of the vault or the agents folder and the walk of their
+folders when a watch is set up, each call bounded as a probe of the roots they hold is, a call
+that does not answer marking those roots hanging, and the agents folder walked around an agent
+whose inbox hangs. Moved out of ``supervisor``.
 
 Imports: config, vault."""
 
@@ -11,15 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from sidecar.config import Config
 from sidecar.vault.root_status import RootStatus, WalkHung, _still_hangs
 from sidecar.vault.sources import Asking, Root
-from sidecar.vault.timeout import NoAnswer, SharedProbes, run_with_timeout
+from sidecar.vault.supervisor_base import SupervisorBase
+from sidecar.vault.timeout import NoAnswer, run_with_timeout
 
 # Its log lines keep the logger of the module they came from (``supervisor``): users grep by it.
 log = logging.getLogger("sidecar.vault.supervisor")
@@ -27,31 +26,8 @@ log = logging.getLogger("sidecar.vault.supervisor")
 T = TypeVar("T")
 
 
-class WatchLooks:
+class WatchLooks(SupervisorBase):
     """The watch's stat and walk of a watched folder, bounded and told to the roots in it."""
-
-    cfg: Config
-    roots: dict[str, RootStatus]
-    probes: SharedProbes
-    stopping: threading.Event
-    _lock: threading.Lock
-    _walks: dict[str, threading.Thread]
-
-    if TYPE_CHECKING:  # the supervisor's own (``Supervisor``)
-
-        def status(self, root: Root) -> RootStatus: ...
-        def _bound(self, st: RootStatus) -> float: ...
-        def _hung(self, st: RootStatus, stuck: threading.Thread, since: float) -> None: ...
-        def _gave_up(self, st: RootStatus, *, slow: bool) -> None: ...
-        def _probe(
-            self,
-            root: Root,
-            question: str,
-            fn: Callable[[], T],
-            *,
-            beat: bool = True,
-            patience: float | None = None,
-        ) -> T: ...
 
     def watched_stat(self, path: Path) -> os.stat_result:
         """The stat of a folder the file watch covers (the vault, the agents folder), asked as
@@ -69,7 +45,7 @@ class WatchLooks:
         # The agents folder is asked even while an inbox in it hangs (one agent's inbox hung by a
         # read of one note must not end the watch of the others'); only its own look that is
         # still in tells the next at once (``SharedProbes``).
-        since = time.monotonic()
+        since = self._now()
         try:
             timeout = self.cfg.watch.probe_timeout_seconds
             return self.probes.ask(("watch-stat", str(path)), lambda: os.stat(path), timeout, "watch")
@@ -157,7 +133,7 @@ class WatchLooks:
                 if st.hanging is None and (not st.slow or timeout >= self._bound(st)):
                     # as ``_hung``: learnt slow should it answer (a slow one is a hung share now)
                     st._stuck, st.hung_on = stuck, f"{what} (the file watch's walk)"
-                    st._asking, st._given_up = None, (call, rel, now[2] if now else time.monotonic())
+                    st._asking, st._given_up = None, (call, rel, now[2] if now else self._now())
                     self._gave_up(st, slow=st.slow)
             log.error("walk_hung path=%s call=%s timeout=%gs", path, what, timeout)
         raise WalkHung(

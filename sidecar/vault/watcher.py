@@ -502,34 +502,43 @@ class Watcher:
             if time.monotonic() - checked < _IDENTITY_EVERY_S:
                 continue
             checked = time.monotonic()
-            if self._identity() != identity:
-                log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
-                self.on_change(set(), frozenset())
+            if self._restarts(existing, identity, known, flat):
                 return
-            made = self._checked(known) if flat else set()
-            if made:
-                log.info(
-                    "watcher_restart reason=%d folders made before the watch was set up from an "
-                    "earlier walk",
-                    len(made),
-                )
-                self._recheck = made  # told, and walked, once the next watch runs
-                return
-            answered = self._walk_answered()
-            if answered:
-                # Those folders' changes meanwhile had no events: their roots are swept
-                # (``_catch_up_in``, filled by ``_walk_answered``).
-                log.info("watcher_restart reason=%s", answered)
-                return
-            if self.partial is not None and self._room_again(existing[0]):
-                log.info("watcher_restart reason=inotify watches to spare again")
-                self._catch_up = True  # what the polls have not found yet
-                return
-            if self.partial is None and time.monotonic() - self._probed >= _ROOM_PROBE_S:
-                # Watches used up after this watch was set up (other programs took them, or it
-                # grew into new folders): a folder made from then on gets none, silently. Probed
-                # once a minute; the roots are polled until there is room again.
-                self._check_limit(existing)
+
+    def _restarts(
+        self, existing: list[Path], identity: list[tuple[str, int, int] | None], known: set[str], flat: bool
+    ) -> bool:
+        """Whether the running watch starts again now (said, with what it sweeps then): a watched
+        folder replaced, folders made before it was set up from an earlier walk, a walk left out
+        that answered, inotify watches to spare again. Probes for watches used up meanwhile."""
+        if self._identity() != identity:
+            log.info("watcher_restart reason=a watched folder was replaced, mounted or unmounted")
+            self.on_change(set(), frozenset())
+            return True
+        made = self._checked(known) if flat else set()
+        if made:
+            log.info(
+                "watcher_restart reason=%d folders made before the watch was set up from an earlier walk",
+                len(made),
+            )
+            self._recheck = made  # told, and walked, once the next watch runs
+            return True
+        answered = self._walk_answered()
+        if answered:
+            # Those folders' changes meanwhile had no events: their roots are swept
+            # (``_catch_up_in``, filled by ``_walk_answered``).
+            log.info("watcher_restart reason=%s", answered)
+            return True
+        if self.partial is not None and self._room_again(existing[0]):
+            log.info("watcher_restart reason=inotify watches to spare again")
+            self._catch_up = True  # what the polls have not found yet
+            return True
+        if self.partial is None and time.monotonic() - self._probed >= _ROOM_PROBE_S:
+            # Watches used up after this watch was set up (other programs took them, or it
+            # grew into new folders): a folder made from then on gets none, silently. Probed
+            # once a minute; the roots are polled until there is room again.
+            self._check_limit(existing)
+        return False
 
     def _walked(self, existing: list[Path]) -> tuple[list[Path], list[Path], bool]:
         """The folders under the watched ones (``_walk``, each asked with a deadline per call):
@@ -745,7 +754,9 @@ class Watcher:
                 continue
             del self._checks[path]
             if check.error is not None or check.answer is None:
-                log.warning("watcher_check_failed path=%s error=%s: the watch stays as it is", path, check.error)
+                log.warning(
+                    "watcher_check_failed path=%s error=%s: the watch stays as it is", path, check.error
+                )
                 continue
             new = {str(f) for f in check.answer[0]} - known
             if new:
