@@ -210,6 +210,7 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
     after the probe timeout and a note written elsewhere still comes as an event (the watcher's
     one thread waited in that look-up for as long as the share hung, every root's events with
     it); once the look-up answers, the new folder is told again for its notes to be swept."""
+    from sidecar.vault import watch_walk as watch_walk_module
     from sidecar.vault import watcher as watcher_module
     from sidecar.vault.watcher import Watcher
 
@@ -224,7 +225,8 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
             release.wait(30)
         return real(path)
 
-    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    for module in (watcher_module, watch_walk_module):  # the batch's look and a new folder's
+        monkeypatch.setattr(module, "_is_real_folder", is_real_folder)
     seen: set[str] = set()
     changed = threading.Condition()
 
@@ -312,6 +314,7 @@ def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
     at every turn, without end)."""
     from collections import Counter
 
+    from sidecar.vault import watch_walk as watch_walk_module
     from sidecar.vault import watcher as watcher_module
     from sidecar.vault.watcher import Watcher
 
@@ -335,7 +338,8 @@ def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
         return real(path)
 
     monkeypatch.setattr(watcher_module._Looks, "ask", ask)
-    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
+    for module in (watcher_module, watch_walk_module):  # the batch's look and a new folder's
+        monkeypatch.setattr(module, "_is_real_folder", is_real_folder)
     told: Counter[str] = Counter()
     changed = threading.Condition()
 
@@ -383,7 +387,7 @@ def test_the_look_at_new_paths_waits_for_each_call_not_their_sum(monkeypatch: py
     one ask (bounded as a sum, the batch was given up on and asked again at every turn). The
     clock is a stand-in that each look-up moves on."""
     from sidecar.vault import sources as sources_module
-    from sidecar.vault import watcher as watcher_module
+    from sidecar.vault import watch_walk as watch_walk_module
 
     clock = [1000.0]
 
@@ -396,10 +400,10 @@ def test_the_look_at_new_paths_waits_for_each_call_not_their_sum(monkeypatch: py
         clock[0] += 0.2  # each call 0.2 s against a timeout of 0.3 s
         return path.endswith("dir")
 
-    monkeypatch.setattr(watcher_module, "time", Clock)
+    monkeypatch.setattr(watch_walk_module, "time", Clock)
     monkeypatch.setattr(sources_module, "time", Clock)  # the calls' start, told by ``Asking``
-    monkeypatch.setattr(watcher_module, "_is_real_folder", is_real_folder)
-    looks = watcher_module._Looks(0.3, threading.Event())
+    monkeypatch.setattr(watch_walk_module, "_is_real_folder", is_real_folder)
+    looks = watch_walk_module._Looks(0.3, threading.Event())
     keys = [("real", f"/v/n{i}.md") for i in range(30)] + [("real", "/v/dir")]
     got = looks.ask(keys)
     assert set(got) == set(keys)

@@ -320,7 +320,7 @@ def test_a_new_folder_is_looked_at_again_once_a_folder_by_folder_watch_covers_it
 def test_a_folder_symlink_is_no_new_folder_of_a_folder_by_folder_watch(tmp_path: Path) -> None:
     """The watch never follows a folder symlink, so one is not "new" at every restart (it
     restarted the watch every few seconds and walked out of the vault through it)."""
-    from sidecar.vault import watcher as w
+    from sidecar.vault import watch_walk as w
 
     vault = tmp_path / "vault"
     (vault / "a").mkdir(parents=True)
@@ -341,7 +341,7 @@ def test_a_symlink_loop_drops_nothing_else_of_its_folder_from_the_walk(
     """A symlink loop (x.md -> x.md) raises ELOOP when followed: the folder-by-folder walk skips
     that entry alone, so the folders listed after it are still watched and a folder symlink
     after it still keeps the watch from going recursive."""
-    from sidecar.vault import watcher as w
+    from sidecar.vault import watch_walk as w
 
     vault = tmp_path / "vault"
     (vault / "b-sub" / "deeper").mkdir(parents=True)
@@ -468,7 +468,7 @@ def test_a_note_written_while_the_watch_turns_folder_by_folder_is_swept(
     folders are walked (before the new watch exists, so no event names it) is found by the
     catch-up sweep, which is asked once the new watch runs (asked at once, it ran before the
     note was there, and the note waited for the periodic sweep)."""
-    from sidecar.vault import watcher as w
+    from sidecar.vault import watch_walk as w
 
     vault = tmp_path / "vault"
     write(vault / "a.md", "# A\n")
