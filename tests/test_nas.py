@@ -155,7 +155,7 @@ def test_unmounted_share_holds_even_with_notes_in_the_mount_point(
 ) -> None:
     """A root that was a mount point and is not (or is on another device) stays offline while
     it stays so, whatever lies in the folder, and the clock never applies it."""
-    real = supervisor_mod.identity_of
+    real = supervisor_base.identity_of
     state = {"mount": True, "dev": 77}
     monkeypatch.setattr(
         supervisor_base,
@@ -210,7 +210,7 @@ def test_a_stale_copy_under_an_unmounted_share_is_not_the_share(
     goes, the same path shows the disk's old copy under the mount point, with a few notes
     missing and stale ones of its own. It lies on another mount now: held offline, nothing of
     the copy indexed, nothing deleted (was: the missing notes deleted, the stale ones indexed)."""
-    real = supervisor_mod.identity_of
+    real = supervisor_base.identity_of
     state = {"under": "/mnt/nas", "dev": 77}
     monkeypatch.setattr(
         supervisor_base,
@@ -3840,7 +3840,7 @@ def test_a_remembered_slow_share_whose_first_stat_is_slow_is_indexed(
     m = Manifest(cfg.index_dir / "manifest.sqlite")
     m.set_meta("slow:vault", '{"call": "x", "since": 0}')
     m.close()
-    real = supervisor_mod.identity_of
+    real = supervisor_base.identity_of
 
     def identity_of(path: Path, mounts: Any = None) -> Any:
         if Path(path) == vault:
@@ -3862,7 +3862,7 @@ def test_a_slow_first_stat_is_learnt_by_sidecar_index(
 
     cfg = make_cfg(vault, **{"embedder.enabled": False, "watch.probeTimeoutSeconds": 0.5})
     index_once(cfg, rebuild=False)
-    real = supervisor_mod.identity_of
+    real = supervisor_base.identity_of
     learning = threading.Event()
 
     def identity_of(path: Path, mounts: Any = None) -> Any:

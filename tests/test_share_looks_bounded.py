@@ -211,22 +211,21 @@ def test_a_folder_by_folder_watchs_look_at_a_new_folder_that_hangs_keeps_the_oth
     one thread waited in that look-up for as long as the share hung, every root's events with
     it); once the look-up answers, the new folder is told again for its notes to be swept."""
     from sidecar.vault import watch_walk as watch_walk_module
-    from sidecar.vault import watcher as watcher_module
     from sidecar.vault.watcher import Watcher
 
     root = tmp_path / "vault"
     write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
     fresh = root / "New"
     release = threading.Event()
-    real = watcher_module._is_real_folder
+    real = watch_walk_module._is_real_folder
 
     def is_real_folder(path: str) -> bool:
         if path == str(fresh):
             release.wait(30)
         return real(path)
 
-    for module in (watcher_module, watch_walk_module):  # the batch's look and a new folder's
-        monkeypatch.setattr(module, "_is_real_folder", is_real_folder)
+    # The batch's look and a new folder's (the watcher reaches it in ``watch_walk``).
+    monkeypatch.setattr(watch_walk_module, "_is_real_folder", is_real_folder)
     seen: set[str] = set()
     changed = threading.Condition()
 
@@ -321,7 +320,7 @@ def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
     root = tmp_path / "vault"
     write(root / "A" / "a.md", "# A\n\nThe zeppelin.\n")
     fresh = root / "New"
-    real = watcher_module._is_real_folder
+    real = watch_walk_module._is_real_folder
     real_ask = watcher_module._Looks.ask
     gave_up = threading.Event()  # a look that asked about New returned without its answer
 
@@ -338,8 +337,8 @@ def test_a_new_folder_on_a_slow_share_is_watched_and_no_note_is_told_twice(
         return real(path)
 
     monkeypatch.setattr(watcher_module._Looks, "ask", ask)
-    for module in (watcher_module, watch_walk_module):  # the batch's look and a new folder's
-        monkeypatch.setattr(module, "_is_real_folder", is_real_folder)
+    # The batch's look and a new folder's (the watcher reaches it in ``watch_walk``).
+    monkeypatch.setattr(watch_walk_module, "_is_real_folder", is_real_folder)
     told: Counter[str] = Counter()
     changed = threading.Condition()
 

@@ -180,24 +180,17 @@ def _turning_often(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Told:
-    """What a running watch told: the paths of its batches, its sweeps of every root, and the
-    folders whose roots alone it had swept."""
+    """What a running watch told: the paths of its batches and its sweeps of every root."""
 
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.whole = 0
-        self.folders: list[list[Path]] = []
         self.changed = threading.Condition()
 
     def on_change(self, paths: set[str], _gone: frozenset[str]) -> None:
         with self.changed:
             self.paths |= paths
             self.whole += not paths
-            self.changed.notify_all()
-
-    def on_catch_up(self, folders: list[Path]) -> None:
-        with self.changed:
-            self.folders.append(folders)
             self.changed.notify_all()
 
     def until(self, test: Callable[[], bool], what: str) -> None:
@@ -250,54 +243,84 @@ def test_a_folder_made_after_a_slow_vaults_walk_on_its_own_thread_gets_file_even
         thread.join(10)
 
 
-def test_a_slow_vaults_walk_that_answered_sweeps_the_vault_not_every_root(
-    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("made", [False, True], ids=["the walk answered", "folders made after the walk"])
+def test_a_note_written_into_an_inbox_while_the_watch_restarts_is_indexed_by_the_catch_up_sweep(
+    make_cfg: Any, vault: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: bool
 ) -> None:
-    """The watch starts again once the slow vault's walk on a thread of its own answered: what
-    changed in the vault meanwhile had no event, so the vault's roots are swept; the agents
-    folder was watched throughout, and its inboxes are not swept again (each restart swept
-    every root)."""
-    _turning_often(monkeypatch)
-    told, stop = Told(), threading.Event()
-    s = slow_vault(make_cfg, vault, monkeypatch, told.on_change, stop)
-    s.watcher.on_catch_up = told.on_catch_up
-    thread = threading.Thread(target=s.watcher.run, daemon=True)
-    thread.start()
-    try:
-        told.until(lambda: s.watcher._behind != {}, "the vault was not walked on a thread of its own")
-        s.release.set()
-        told.until(lambda: told.folders != [] or told.whole > 0, "no catch-up after the walk answered")
-        assert (told.folders, told.whole) == ([[vault]], 0)
-    finally:
-        s.release.set()
-        stop.set()
-        thread.join(10)
-
-
-def test_a_catch_up_of_a_watched_folder_sweeps_its_roots_and_those_unreachable_only(
-    make_cfg: Any, vault: Path
-) -> None:
-    """The index loop, told the watch started again for the vault alone, sweeps the vault's roots
-    (the wiki in it too) and a root unreachable, not an inbox whose watch stayed."""
+    """The watch starts again once the slow vault's walk on a thread of its own answered (and,
+    watched folder by folder, again for a folder made between that walk and the watch set up
+    from its answer). Every watch is down meanwhile, the agents folder's too: the set-up adds
+    the vault's tree before it (seconds on a big tree, minutes on a share). A note another
+    program writes into an inbox then has no event; the sweep after the restart indexes it (it
+    swept the vault's roots alone, or nothing, and the note waited for the next scheduled
+    sweep, ten minutes, with nothing said). Wired as the daemon wires its watch and loop."""
+    from sidecar.daemon.compose import build_watcher
     from sidecar.daemon.indexing import IndexLoop
 
-    h = Harness(make_cfg(vault), FakeEmbedder())
+    _turning_often(monkeypatch)
+    if made:
+        (tmp_path / "elsewhere").mkdir()
+        (vault / "link").symlink_to(tmp_path / "elsewhere")  # the watch goes folder by folder
+    h = Harness(make_cfg(vault, **{"watch.probeTimeoutSeconds": 0.2}), FakeEmbedder())
+    stop, thread = threading.Event(), None
     try:
-        for agent in ("ada", "bob"):
-            write(h.cfg.agents_dir / agent / "memory" / "plan.md", f"# Plan\n\n{agent}'s plan.\n")
+        cfg, sup = h.cfg, h.supervisor
+        inbox = cfg.agents_dir / "ada" / "memory"
+        write(vault / "Projects" / "a.md", "# A\n\nThe zeppelin.\n")
+        write(inbox / "plan.md", "# Plan\n\nada's plan.\n")
         h.indexer.sweep()
-        sup = h.supervisor
-        sup.mark_offline(Root("memory", h.cfg.agents_dir / "bob" / "memory", agent="bob"), "gone")
-        loop = IndexLoop(h.cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
-        loop.catch_up([vault])
-        job = loop.jobs.get_nowait()
-        assert job.roots == {"vault", "wiki", "memory/bob"} and job.restarted
-        before = {name: st.last_sweep for name, st in sup.roots.items()}
-        loop._run(job)
-        after = {name: st.last_sweep for name, st in sup.roots.items()}
-        assert after["memory/ada"] == before["memory/ada"]
-        assert after["vault"] != before["vault"]
+        sup.roots["vault"].slow = True
+        release = threading.Event()
+        hang_listing(monkeypatch, vault / "Projects", release)
+        told = Told()
+        loop = IndexLoop(cfg, h.indexer, h.slot, h.problems, stop=threading.Event(), beat=lambda _a: None)
+
+        def on_change(paths: set[str], gone: frozenset[str]) -> None:
+            loop.changed(paths, gone)
+            told.on_change(paths, gone)
+
+        watcher = build_watcher(cfg, on_change, stop, sup)
+        restarts = 2 if made else 1
+        during = inbox / "during.md"
+
+        def caught_up() -> int:
+            """The catch-up sweeps asked so far (the loop is not run: its jobs wait in its queue)."""
+            with loop.jobs.mutex:
+                return sum(job.restarted for job in loop.jobs.queue)
+
+        before: list[int] = []  # the catch-up sweeps asked before the note was written
+        walk, setups = watcher._ask_walk, [0]
+
+        def ask_walk(path: Path, fn: Any) -> Any:
+            if path == cfg.agents_dir:
+                setups[0] += 1
+                if made and setups[0] == 2:  # set up from the vault's walk: a folder it does not hold
+                    (vault / "Made meanwhile").mkdir()
+                if setups[0] == restarts + 1:  # the last restart's set-up: no watch is up
+                    write(during, "# During\n\nWritten by another program meanwhile.\n")
+                    before.append(caught_up())
+            return walk(path, fn)
+
+        watcher._ask_walk = ask_walk
+        thread = threading.Thread(target=watcher.run, daemon=True)
+        thread.start()
+        told.until(lambda: watcher._behind != {}, "the vault was not walked on a thread of its own")
+        release.set()
+        told.until(
+            lambda: before != [] and caught_up() > before[0], "no catch-up sweep after the last restart"
+        )
+        stop.set()
+        thread.join(10)
+        assert str(during) not in told.paths  # no event told it: the sweep must
+        while not loop.jobs.empty():
+            loop._run(loop.jobs.get_nowait())
+        rows = h.stores.manifest.read("SELECT rel FROM files WHERE agent = 'ada'")
+        assert sorted(r[0] for r in rows) == ["during.md", "plan.md"]
     finally:
+        release.set()
+        stop.set()
+        if thread is not None:
+            thread.join(10)
         h.close()
 
 

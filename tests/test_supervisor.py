@@ -533,6 +533,25 @@ def test_the_supervisors_parts_define_each_method_once() -> None:
     assert all(issubclass(part, SupervisorBase) for part in parts)
 
 
+def test_a_patch_of_a_name_that_moved_out_of_the_supervisor_or_the_watcher_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The clock, ``identity_of`` and the watch's folder look moved to ``supervisor_base`` and
+    ``watch_walk``: a test patching them where they were would reach nothing, silently; the old
+    modules keep no such name, so the patch raises."""
+    from sidecar.vault import supervisor as supervisor_module
+    from sidecar.vault import watcher as watcher_module
+
+    for module, name in [
+        (supervisor_module, "time"),
+        (supervisor_module, "identity_of"),
+        (watcher_module, "time"),
+        (watcher_module, "_is_real_folder"),
+    ]:
+        with pytest.raises(AttributeError):
+            monkeypatch.setattr(module, name, None)
+
+
 def test_the_watchs_look_reads_the_supervisors_one_clock(
     make_cfg: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from sidecar.config import Config
 from sidecar.contracts.errors import StorageError, StoreError, UnreadableError
@@ -175,13 +174,6 @@ class IndexLoop:
             self.problems.clear(LOST_AREA, subject=WATCH_LIMIT)
         else:
             self.problems.report(LOST_AREA, why, subject=WATCH_LIMIT)
-
-    def catch_up(self, folders: list[Path]) -> None:
-        """The watch started again for these watched folders (a walk it had left out answered):
-        a sweep of their roots and of those unreachable (``Supervisor.roots_in``), not of every
-        root (the others' watch is the same as before); every root when none is known there."""
-        names = self.indexer.supervisor.roots_in(folders)
-        self.jobs.put(Job(roots=names, restarted=True) if names else Job(restarted=True))
 
     def watch_left_out(self, why: str | None) -> None:
         """The watcher's word on folders it went around (``Watcher.left_out_why``: a call in

@@ -533,7 +533,6 @@ class Daemon(ConfigReload, ReadOnlyStart):
         loop.on_lost, loop.watched = watcher.events_lost, lambda: [str(p) for p in watcher.covered()]
         watcher.on_partial = loop.watch_partial
         watcher.on_left_out = loop.watch_left_out
-        watcher.on_catch_up = loop.catch_up
         handlers = self._handlers(parts, loop, watcher)
         backfill = Backfill(
             cfg,

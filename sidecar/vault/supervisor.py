@@ -24,8 +24,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Collection
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sidecar.vault import supervisor_base as base
@@ -46,7 +45,6 @@ from sidecar.vault.root_status import (
     _still_hangs,
 )
 from sidecar.vault.sources import Asking, NoteFile, Root, Skipped, asked, inbox_root, scan, vault_roots
-from sidecar.vault.supervisor_base import identity_of
 from sidecar.vault.timeout import NoAnswer, run_with_timeout
 from sidecar.vault.watch_looks import WatchLooks
 
@@ -60,7 +58,6 @@ __all__ = [
     "RootUnreachable",
     "StopCut",
     "Supervisor",
-    "identity_of",
 ]
 
 T = TypeVar("T")
@@ -479,16 +476,6 @@ class Supervisor(WatchLooks, RootReport, Remembered):
                 ):
                     out.append(st.name)
         return out
-
-    def roots_in(self, folders: Collection[Path]) -> frozenset[str]:
-        """The roots lying in one of ``folders`` (watched folders, or an agent's folder in one)
-        and those unreachable now: what a watch started again for those folders alone sweeps (the
-        other roots kept their watch). Empty when no root known lies there (then every root is)."""
-        with self._lock:
-            held = list(self.roots.values())
-        paths = {st.name: Path(st.path) for st in held} | {r.name: r.path for r in vault_roots(self.cfg)}
-        inside = {name for name, p in paths.items() if any(p.is_relative_to(f) for f in folders)}
-        return frozenset(inside | {st.name for st in held if st.offline}) if inside else frozenset()
 
     def await_given_up(self) -> list[str]:
         """For a run with no later sweep (`sidecar index` alone): wait for each listing or stat

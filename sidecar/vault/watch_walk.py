@@ -1,5 +1,5 @@
 """The walks of the folders the file watch covers (moved out of ``watcher``): the folders under a
-watched folder whose names decode (``watchable_folders``), each stat and listing told to the
+watched folder whose names decode (``_walk``), each stat and listing told to the
 ``Asking`` a bounded walk gives (``bounded_walk``: a share that hangs is given up on at one call);
 the walk of a watched folder on a share learnt slow, on a thread of its own (``_Behind``); a
 folder-by-folder watch's look at the paths new in a batch, on a thread of its own (``_Looks``);
@@ -35,11 +35,6 @@ log = logging.getLogger("sidecar.vault.watcher")
 MAX_FLAT_FOLDERS = 50_000
 
 
-def watchable_folders(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS) -> list[Path]:
-    """The folders under ``paths`` whose names decode, without dot-folders or symlinks."""
-    return _walk(paths, limit)[0]
-
-
 Walked = tuple[list[Path], bool]
 
 
@@ -48,7 +43,8 @@ AskWalk = Callable[[Path, Callable[[Asking], Walked]], Walked]
 
 
 def _walk(paths: Sequence[Path], limit: int = MAX_FLAT_FOLDERS, asking: Asking | None = None) -> Walked:
-    """``watchable_folders``, and whether the watch must go folder by folder: a folder symlink
+    """The folders under ``paths`` whose names decode, without dot-folders or symlinks (at most
+    ``limit``), and whether the watch must go folder by folder: a folder symlink
     was met on the way, or a folder ``asking`` says to avoid was left out (a recursive watch
     would ask it). ``asking`` is told of each stat and listing (relative to the first of
     ``paths``): a share that hangs is given up on there."""

@@ -32,13 +32,14 @@ import os
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from time import monotonic
 
 import watchfiles
 
 from sidecar.runtime.backoff import Backoff
+from sidecar.vault import watch_walk
 from sidecar.vault.confine import printable
 from sidecar.vault.notenames import NOTE_SUFFIXES
 from sidecar.vault.timeout import NoAnswer, SharedProbes, bounded_call, bounded_stat
@@ -55,13 +56,16 @@ from sidecar.vault.watch_walk import (
     Walked,
     _around,
     _Behind,
-    _is_real_folder,
     _Looks,
     _walk_noting,
     bounded_walk,
 )
 
 log = logging.getLogger(__name__)
+
+# The clock (``monotonic``) and the folder look (``watch_walk._is_real_folder``) go by names of
+# their own here: a test patching ``time`` or ``_is_real_folder`` on this module, meaning the
+# walks' (which moved to ``watch_walk``), fails loudly instead of reaching nothing.
 
 # A watch that fails is started again after 5 s, 10 s, 20 s ... up to 5 min.
 RETRY = Backoff(base=5.0, cap=300.0)
@@ -198,11 +202,6 @@ class Watcher:
         # A sweep of every root asked for once the next watch runs (what changed before it was
         # set up had no event).
         self._catch_up = False
-        # The watched folders whose watch changed at the last restart (a walk left out that
-        # answered): only their roots, and those unreachable, are swept once the next watch runs
-        # (``on_catch_up``), not every root (the others' watch stayed the same).
-        self._catch_up_in: set[Path] = set()
-        self.on_catch_up: Callable[[list[Path]], None] = lambda _folders: on_change(set(), frozenset())
         self._stuck_looks = SharedProbes()  # a look at a batch's paths that still hangs
         # A folder-by-folder watch's look at new paths, each call bounded on its own; the paths
         # (and the folders to walk) it has not answered yet, looked at again at the next turn.
@@ -270,7 +269,7 @@ class Watcher:
             return batch
         try:
             folders = bounded_call(
-                lambda: {p for p in asked if _is_real_folder(p)},
+                lambda: {p for p in asked if watch_walk._is_real_folder(p)},
                 self.probe_timeout,
                 self._stuck_looks,
                 "added",
@@ -345,7 +344,7 @@ class Watcher:
             f" folders={len(folders)} (one by one)" if flat else "",
         )
         identity = self._identity()
-        checked = time.monotonic()
+        checked = monotonic()
         first = True
         for batch in watchfiles.watch(
             *folders,
@@ -367,11 +366,8 @@ class Watcher:
                 self._check_limit(existing)
                 self._start_checks(flat)
             if self._catch_up:
-                self._catch_up, self._catch_up_in = False, set()
+                self._catch_up = False
                 self.on_change(set(), frozenset())
-            elif self._catch_up_in:
-                folders, self._catch_up_in = sorted(self._catch_up_in), set()
-                self.on_catch_up(folders)
             changes: set[tuple[watchfiles.Change, str]] = set()
             if batch or again:
                 changes = _covered(self._files_dropped(batch))
@@ -389,9 +385,9 @@ class Watcher:
                 return
             # inotify dies silently when a watched folder is deleted, recreated or remounted:
             # compare device and inode now and then and start a new watch (and a catch-up sweep).
-            if time.monotonic() - checked < _IDENTITY_EVERY_S:
+            if monotonic() - checked < _IDENTITY_EVERY_S:
                 continue
-            checked = time.monotonic()
+            checked = monotonic()
             if self._restarts(existing, identity, known, flat):
                 return
 
@@ -412,18 +408,22 @@ class Watcher:
                 len(made),
             )
             self._recheck = made  # told, and walked, once the next watch runs
+            self._catch_up = True  # every root: each watch was down during the restart (below)
             return True
         answered = self._walk_answered()
         if answered:
-            # Those folders' changes meanwhile had no events: their roots are swept
-            # (``_catch_up_in``, filled by ``_walk_answered``).
+            # Every root is swept once the next watch runs, not only the answered folder's: a
+            # restart takes every watch down, and the next set-up adds the vault's tree before
+            # the agents folder (seconds on a big local tree, minutes on a slow share), so a
+            # note written into an inbox meanwhile has no event either.
             log.info("watcher_restart reason=%s", answered)
+            self._catch_up = True
             return True
         if self.partial is not None and self._room_again(existing[0]):
             log.info("watcher_restart reason=inotify watches to spare again")
             self._catch_up = True  # what the polls have not found yet
             return True
-        if self.partial is None and time.monotonic() - self._probed >= _ROOM_PROBE_S:
+        if self.partial is None and monotonic() - self._probed >= _ROOM_PROBE_S:
             # Watches used up after this watch was set up (other programs took them, or it
             # grew into new folders): a folder made from then on gets none, silently. Probed
             # once a minute; the roots are polled until there is room again.
@@ -605,7 +605,7 @@ class Watcher:
         walk on a thread of its own (``_Behind``) that ended in an error answered nothing: its
         folder is said to hang from then on, and the watch starts again only once the call it
         hangs in answers (no restart, no sweep now: the watch is the same as before)."""
-        now = time.monotonic()
+        now = monotonic()
         due: str | None = None
         for p in [p for p, t in self._walk_stuck.items() if not t.is_alive()]:
             ended = self._behind.get(p)
@@ -621,7 +621,6 @@ class Watcher:
                 due = due or "a watched folder whose walk hung answers again"
             del self._walk_stuck[p]
             self._late[p] = (times + 1, now)
-            self._catch_up_in.add(p)  # its changes meanwhile had no events: its roots are swept
         return due
 
     def _start_checks(self, flat: bool) -> None:
@@ -679,7 +678,7 @@ class Watcher:
         ended; probed once a minute: each try builds the whole watch again)."""
         if watch_limit() != self._limit_seen:
             return True
-        now = time.monotonic()
+        now = monotonic()
         if now - self._probed < _ROOM_PROBE_S:
             return False
         self._probed = now
@@ -688,7 +687,7 @@ class Watcher:
     def _check_limit(self, existing: list[Path]) -> None:
         """Whether the watch just set up ran out of inotify watches; said as it changes."""
         limit = self._limit_seen = watch_limit()
-        self._probed = time.monotonic()
+        self._probed = monotonic()
         why = None
         if watches_used_up(existing[0]):
             shown = f"{limit:,}" if limit is not None else "its"
