@@ -52,6 +52,8 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "en-de": (["questions", "bench/questions-en-de.jsonl", *GERMAN_VAULTS], "de", True),
     # questions that search by a name (people, places, products, commands)
     "names-de": (["questions", "bench/questions-names-de.jsonl", *GERMAN_VAULTS], "de", True),
+    # questions about one page with a word that names another page (its "tempting" neighbour)
+    "neighbour-de": (["questions", "bench/questions-neighbour-de.jsonl", *GERMAN_VAULTS], "de", True),
     "help": (["questions", "bench/questions-help.jsonl", *HELP_VAULT], "help", True),
     "help2": (["questions", "bench/questions-help2.jsonl", *HELP_VAULT], "help", True),
     "blind-help": (["questions", "bench/questions-blind-help.jsonl", *HELP_VAULT], "help", True),
@@ -59,6 +61,7 @@ SETS: dict[str, tuple[list[str], str, bool]] = {
     "aliases": (["questions", "bench/questions-aliases.jsonl", *HELP_VAULT], "help", True),
     "inflected-en": (["questions", "bench/questions-inflected-en.jsonl", *HELP_VAULT], "help", True),
     "names-help": (["questions", "bench/questions-names-help.jsonl", *HELP_VAULT], "help", True),
+    "neighbour-help": (["questions", "bench/questions-neighbour-help.jsonl", *HELP_VAULT], "help", True),
     "lang": (["questions", "bench/questions-lang.jsonl", *TEAMS_34], "lang", True),
     "scifact": (["beir", str(EVAL / "scifact")], "scifact", False),
     "xqde": (["beir", str(EVAL / "xquad-de")], "xqde", False),
