@@ -36,6 +36,7 @@ from sidecar.contracts.errors import (
     SharedSocketError,
     StorageError,
     StoreError,
+    StoresClosedError,
     foreign_socket,
     shared_socket,
 )
@@ -309,21 +310,34 @@ class Daemon(ConfigReload, ReadOnlyStart):
         file's first write (``starting``) and ``self._lock`` killed the start with nothing to
         say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". A stop in
         a wait between tries (``_pause``: nothing held then) ends it at once, so a wait for a
-        `sidecar index` run or another daemon still stops."""
+        `sidecar index` run or another daemon still stops. A Ctrl-C (SIGINT) likewise, for the
+        take only (its KeyboardInterrupt left the record ``starting``); its own handler after."""
+        interrupt = self._hold_interrupts()
         self._stops_held, self._stop_waits = True, False
         try:
             yield
         finally:
             self._stops_held = False
+            if interrupt is not None:
+                signal.signal(signal.SIGINT, interrupt)
             if self._stop_waits:
                 raise _StopAsked  # the lock, if taken, is known now: the stop writes stopping, stopped
 
+    def _hold_interrupts(self) -> Any:
+        """SIGINT handled as the start's SIGTERM is (``_stop_in_start``); the handler it had
+        (None off the main thread, where no handler can be set)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
+
     def _pause(self, seconds: float) -> None:
         """A wait between tries of the lock (the last one refused: nothing is held)."""
-        if self._stop_waits:  # asked during the refused try
-            raise _StopAsked
+        # Marked first, then looked: a signal just before the mark was only noted (``_stop_waits``)
+        # and the 2 s wait ran out before the stop; one after it raises in the handler.
         self._pausing = True
         try:
+            if self._stop_waits:  # asked during the refused try, or just now
+                raise _StopAsked
             self._sleep(seconds)
         finally:
             self._pausing = False
@@ -755,6 +769,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
             parts.stores.manifest.give_back(between=self._between_steps)
         except _HousekeepingStoppedError:
             log.info("manifest_give_back_stopped reason=the daemon stops (the rest is done tomorrow)")
+        except StoresClosedError:  # the stop closed the index under it: no failure, nothing lost
+            log.info(
+                "manifest_give_back_stopped reason=the index closed for the stop (the rest is done tomorrow)"
+            )
         except sqlite3.Error as exc:  # a full disk, a busy file: the next day tries again
             log.warning("manifest_give_back_failed error=%s", exc)
 
@@ -844,19 +862,26 @@ class Daemon(ConfigReload, ReadOnlyStart):
         read still running fails quietly ``busy``: see ``Dispatch.stores_closing``)."""
         if self._dispatch is not None:
             self._dispatch.stores_closing()
+        quiet = True  # no vector write can land after the lock is released
         try:
             parts = self.parts
             if idle and parts is not None:
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
-                parts.stores.close(stopping=True)
+                quiet = parts.stores.close(stopping=True)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
-                    other.stores.close(stopping=True)
+                    quiet = other.stores.close(stopping=True) and quiet
         finally:
-            if self._lock is not None and idle:
+            if not quiet:
+                # Released, another daemon could open the index while this one's write lands.
+                log.warning(
+                    "shutdown_timeout vectors=still being written: the index stays locked until "
+                    "this process exits"
+                )
+            elif self._lock is not None and idle:
                 self._lock.release()
             if idle:  # whoever takes it next sees the stop and opens nothing
                 self._switching.release()

@@ -179,17 +179,26 @@ class Stores:
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
-    def close(self, *, stopping: bool = False) -> None:
-        """Flush and close BM25 and the manifest (the vector tables need no closing, their
-        centres' churn is written: ``VectorStore.keep_centre``); the manifest also when BM25's
-        close raises (its writer connection and lock count kept). ``stopping``: the process
-        exits next (``ManifestFile.close``)."""
+    def close(self, *, stopping: bool = False) -> bool:
+        """Flush and close BM25 and the manifest (the vector tables' centres' churn written:
+        ``VectorStore.keep_centre``); the manifest also when BM25's close raises (its writer
+        connection and lock count kept). ``stopping``: the process exits next, and the index
+        lock is released after this: each store's close waits for a call under way a moment
+        only (``CLOSE_WAIT_S``), every later call is refused ``busy``, and the vector tables
+        are closed too (otherwise they need none). True unless a vector write (or an index
+        build) under way may still land: the stop then keeps the index locked until the process
+        exits."""
+        quiet = True
         try:
             for store in self.vector_stores():
                 store.keep_centre()
-            self.bm25.close()
+            if stopping:
+                for store in self.vector_stores():
+                    quiet = store.close(stopping=True) and quiet
+            self.bm25.close(stopping=stopping)
         finally:
             self.manifest.close(stopping=stopping)
+        return quiet
 
 
 def _stamp(store: VectorStore) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
+from sidecar.stores import closing
 from sidecar.stores.closing import ClosingLock
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.frozen import (
@@ -138,9 +139,9 @@ def _refuse_newer(path: Path) -> None:
 
 
 # Writable connections open in this process, by file (``_open_read_only``).
-# How long a close waits for the call that holds the writer's connection (a transaction takes tens
-# of ms; a read through it gives way at once) before it hands the close to that call's thread.
-CLOSE_WAIT_S = 2.0
+# How long a stop's close waits for the call that holds the writer's connection (a read through
+# it gives way at once) before it hands the close to that call's thread (``ClosingLock``).
+CLOSE_WAIT_S = closing.CLOSE_WAIT_S
 _open_writers: Counter[Path] = Counter()
 _writers_lock = threading.Lock()
 
