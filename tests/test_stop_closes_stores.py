@@ -8,12 +8,14 @@ process died of a segmentation fault."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,21 @@ class InSqlite:
         if self.armed.is_set() and self.pattern in sql and not self.entered.is_set():
             self.entered.set()
             self.release.wait(60)
+
+
+@contextlib.contextmanager
+def _held_inside_sqlite(held: InSqlite, call: Callable[[], None]) -> Iterator[None]:
+    """``call`` run on a thread of its own and held inside SQLite (``held``) for the block; let go
+    and joined after it."""
+    thread = threading.Thread(target=call)
+    try:
+        held.armed.set()
+        thread.start()
+        assert held.entered.wait(30)
+        yield
+    finally:
+        held.release.set()
+        thread.join(30)
 
 
 def _manifest_with_a_note(path: Path) -> Manifest:
@@ -259,20 +276,15 @@ def test_a_search_inside_sqlite_when_the_stop_closes_the_stores_is_answered_and_
         except BusyError as exc:
             outcome.append(exc)
 
-    reading = threading.Thread(target=search)
     try:
-        held.armed.set()
-        reading.start()
-        assert held.entered.wait(30)
-        server.close()
-        stopping = threading.Thread(target=daemon.shutdown)
-        stopping.start()
-        stopping.join(30)
-        assert not stopping.is_alive() and daemon.stopped.is_set()  # not waiting for the read
-        assert server.harness.stores.manifest.closed
+        with _held_inside_sqlite(held, search):
+            server.close()
+            stopping = threading.Thread(target=daemon.shutdown)
+            stopping.start()
+            stopping.join(30)
+            assert not stopping.is_alive() and daemon.stopped.is_set()  # not waiting for the read
+            assert server.harness.stores.manifest.closed
     finally:
-        held.release.set()
-        reading.join(30)
         daemon.notifier.close()
     assert len(outcome) == 1
     if isinstance(outcome[0], BusyError):
@@ -300,18 +312,11 @@ def test_a_memory_write_inside_sqlite_when_the_stores_close_is_refused_with_noth
         except RemoteError as exc:
             answer.append(exc)
 
-    writing = threading.Thread(target=write)
-    try:
-        held.armed.set()
-        writing.start()
-        assert held.entered.wait(30)
+    with _held_inside_sqlite(held, write):
         closing = threading.Thread(target=server.harness.stores.close)
         closing.start()
         closing.join(30)
         assert not closing.is_alive()  # the reader is left to the write's thread
-    finally:
-        held.release.set()
-        writing.join(30)
     assert len(answer) == 1 and isinstance(answer[0], RemoteError), answer
     assert answer[0].code == "busy" and "the daemon is stopping" in str(answer[0])
     assert not note.exists()
@@ -624,3 +629,202 @@ def test_a_close_handed_as_the_holder_lets_go_is_never_lost(race: str) -> None:
     for look in looking:
         look.join(30)
     assert lock.closed and ran == ["closed"], (handed_here, ran, lock._handed)
+
+
+# --- the keyword index and the vector tables at the stop ---------------------------------------
+
+
+def _doc(key: str, body: str) -> Any:
+    from sidecar.stores.bm25_text import Bm25Doc
+
+    name = key.rsplit("/", 1)[-1]
+    return Bm25Doc.of(f"{key}#0", key, "vault", "", title=name, aliases=(), headings=(), body=body)
+
+
+def _held_in(target: Any, name: str, entered: threading.Event, release: threading.Event) -> None:
+    """``target.name`` (a real call) held at its first call until ``release``, ``entered`` set."""
+    real = getattr(target, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            release.wait(60)
+        return real(*args, **kwargs)
+
+    setattr(target, name, held)
+
+
+def test_the_stops_close_of_the_keyword_index_hands_a_held_commit_its_close_and_refuses_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit under way (a disk that hangs in its fsync: only the pause is fake) holds the
+    keyword index as the stop closes the stores: the close waited for its lock without a bound,
+    and the stop with it. Now it waits ``CLOSE_WAIT_S`` only, hands the close to the commit's
+    thread, which commits whole and closes as it lets go; every later search or write is refused
+    ``busy`` (the daemon is stopping) before it reaches a Tantivy writer or searcher, and a new
+    open finds the commit."""
+    from sidecar.index.vectoring import Stores
+    from sidecar.stores import bm25_folder, closing
+    from sidecar.stores.bm25 import Bm25ClosedError, Bm25Index
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.0)
+    bm25 = Bm25Index(tmp_path / "bm25")
+    stores = Stores(_manifest_with_a_note(tmp_path / "m.sqlite"), bm25)
+    entered, release = threading.Event(), threading.Event()
+    _held_in(bm25_folder.Folder, "commit", entered, release)
+    bm25.add([_doc("vault/Boat", "The zebrafinch boat needs plugs.")])
+    job = threading.Thread(target=bm25.commit)
+    job.start()
+    closing_thread = threading.Thread(target=lambda: stores.close(stopping=True))
+    try:
+        assert entered.wait(30)
+        closing_thread.start()
+        closing_thread.join(30)
+        assert not closing_thread.is_alive()  # handed over, not waited for (before: waited)
+        assert "bm25_close_handed" in caplog.text and not bm25.closed_for_stop
+    finally:
+        release.set()
+        job.join(30)
+        closing_thread.join(30)
+    assert bm25.closed_for_stop
+    for call in (
+        lambda: bm25.search("zebrafinch", 5),
+        lambda: bm25.add([_doc("vault/Late", "zebrafinch")]),
+        bm25.commit,
+        lambda: bm25.compact_shared([]),
+    ):
+        with pytest.raises(Bm25ClosedError, match="the daemon is stopping") as err:
+            call()
+        assert err.value.code == "busy"
+    monkeypatch.undo()
+    again = Bm25Index(tmp_path / "bm25")
+    try:
+        assert [cid for cid, _s in again.search("zebrafinch", 5)] == ["vault/Boat#0"]
+    finally:
+        again.close()
+
+
+def _vector_store(path: Path) -> Any:
+    from sidecar.stores.vectors import VectorStore
+
+    return VectorStore(path, "test-model", 4, "mean")
+
+
+def _rows(*ids: str) -> tuple[list[tuple[str, str, str, str]], Any]:
+    import numpy as np
+
+    rows = [(i, f"vault/{i}", "vault", "") for i in ids]
+    return rows, np.ones((len(ids), 4), dtype=np.float32)
+
+
+def test_no_vector_write_lands_after_the_stops_close_and_one_under_way_keeps_the_index_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector tables were not closed at a stop: a job stuck past it (a backfill batch, a
+    memory write given up on) wrote vectors after the index lock was released, when another
+    daemon may hold the index. Now the stop's close refuses every vector write that comes after
+    it (``busy``) and lets go of LanceDB's handles (a search is refused too); a write already
+    under way past its short wait is said (False), so that the stop keeps the lock until the
+    process exits."""
+    from sidecar.index.vectoring import Stores, VectorSet
+    from sidecar.stores import closing
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.vectors import VectorsClosedError
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.0)
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a"))
+    stores = Stores(_manifest_with_a_note(tmp_path / "m.sqlite"), Bm25Index(tmp_path / "bm25"))
+    stores.serving = VectorSet(store, None, "has_vector")  # type: ignore[arg-type]  # no model needed
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store._table, "add", entered, release)  # a LanceDB add under way (a hung disk)
+    job = threading.Thread(target=lambda: store.add(*_rows("b")))
+    job.start()
+    closed: list[Any] = []
+    try:
+        assert entered.wait(30)
+        closed.append(stores.close(stopping=True))
+    finally:
+        release.set()
+        job.join(30)
+    assert closed == [False]  # a write was under way: the stop keeps the index locked
+    for call in (lambda: store.add(*_rows("c")), lambda: store.search(_rows("x")[1][0], 5)):
+        with pytest.raises(VectorsClosedError, match="the daemon is stopping") as err:
+            call()
+        assert err.value.code == "busy"
+    again = _vector_store(tmp_path / "vectors")
+    assert sorted(again.ids()) == ["a", "b"]  # the write under way landed whole, none after it
+    quiet = _vector_store(tmp_path / "quiet")
+    assert quiet.close(stopping=True) is True
+    with pytest.raises(VectorsClosedError):
+        quiet.add(*_rows("d"))
+
+
+def test_the_stop_keeps_the_index_lock_while_a_vector_write_may_still_land(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon's stop with a vector write still under way past the close's wait: released,
+    the lock let another daemon open the index while that write landed. Now the lock is kept
+    (said in the log) until the process exits; with none under way it is released as before."""
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    released: list[bool] = []
+
+    class Lock:
+        def release(self) -> None:
+            released.append(True)
+
+    daemon._lock = Lock()  # type: ignore[assignment]
+    monkeypatch.setattr(server.harness.stores, "close", lambda stopping=False: False)
+    assert daemon._switching.acquire(timeout=30)  # as the stop takes it
+    try:
+        daemon._close_stores(idle=True, stuck=False)
+    finally:
+        daemon.notifier.close()
+    assert released == [] and "the index stays locked until this process exits" in caplog.text
+
+
+def test_the_daily_give_back_cut_by_the_stops_close_is_said_stopped_not_failed(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daily give-back of the manifest's free pages, run as the stop closes the stores: it
+    was logged ``manifest_give_back_failed`` (a warning that asks for a look); it is a stop, and
+    is said as one (``manifest_give_back_stopped``)."""
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    server.harness.stores.close()
+    caplog.set_level(logging.INFO)
+    try:
+        daemon._give_back_manifest()
+    finally:
+        daemon.notifier.close()
+    assert "manifest_give_back_failed" not in caplog.text
+    assert "manifest_give_back_stopped" in caplog.text
+
+
+def test_a_delete_that_met_the_closed_index_says_it_moved_the_note_and_what_waits(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A memory delete whose note was moved to .trash when the stores closed: its answer carried
+    the index's "nothing was read from or written to", after the note had been moved, and an
+    ERROR asked for a look. Now it says what was done (moved) and what waits (the index entry,
+    at the next start); no ERROR. A search cut short by the closed index says no note changed."""
+    server: InProcessServer = serve_in_process()
+    server.call("write", {"slug": "kept", "content": _NOTE}, agent="alice")
+    inbox = server.cfg.agents_dir / "alice" / "memory"
+    ops = server.handlers.memory
+    real = ops.inboxes.delete
+
+    def delete_then_close(*args: Any, **kwargs: Any) -> Any:
+        moved = real(*args, **kwargs)
+        server.harness.stores.close()
+        return moved
+
+    monkeypatch.setattr(ops.inboxes, "delete", delete_then_close)
+    answer = server.call("delete", {"slug": "kept"}, agent="alice")
+    assert not (inbox / "kept.md").exists()
+    assert "moved to .trash" in answer["warning"] and "next start" in answer["warning"]
+    assert "nothing was" not in answer["warning"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with pytest.raises(BusyError, match=r"cut short .*no note was changed"):
+        Dispatch(server.handlers).dispatch(parse_request(_SEARCH))
