@@ -195,7 +195,10 @@ class Stores:
             if stopping:
                 for store in self.vector_stores():
                     quiet = store.close(stopping=True) and quiet
-            self.bm25.close(stopping=stopping)
+            if stopping:
+                self.bm25.close(stopping=True)
+            else:
+                self.bm25.close()
         finally:
             self.manifest.close(stopping=stopping)
         return quiet
