@@ -873,3 +873,22 @@ def test_a_stop_signal_just_before_a_wait_between_lock_tries_ends_it_at_once(
         signals.signal(signals.SIGTERM, previous)
         daemon.notifier.close()
     assert slept == []
+
+
+def test_an_ignored_sigint_stays_ignored_through_the_lock_take(tmp_path: Path) -> None:
+    """A daemon started with SIGINT ignored (a background job of a shell, a launcher that sets
+    it so): the lock take's hold of stop signals put the start's handler in for SIGINT too, and a
+    SIGINT in that moment stopped it. Now an ignored SIGINT stays ignored through the take, and
+    is ignored after it as before."""
+    from sidecar.config import load_config
+    from sidecar.daemon.lifecycle import Daemon
+
+    daemon = Daemon(load_config(flags={"home": str(tmp_path / "h")}, env={}))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with daemon._stops_held_back():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        daemon.notifier.close()

@@ -69,13 +69,14 @@ from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
+from sidecar.index.vectoring import Stores
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import lockstate
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.lockstate import SERVING, STARTING, STOPPING
+from sidecar.runtime.lockstate import SERVING, STARTING, STOPPED, STOPPING
 from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
@@ -193,7 +194,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
         self._model_retries = ModelRetries()
-        self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
+        # A worker still ran (in native code) when the stop gave up waiting (``stuck``); the stop
+        # kept the index lock past the stores' close, a vector write may still land: the process
+        # exits at once after it (``lock_kept``, ``exiting``).
+        self.stuck = self.lock_kept = False
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
@@ -325,8 +329,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _hold_interrupts(self) -> Any:
         """SIGINT handled as the start's SIGTERM is (``_stop_in_start``); the handler it had
-        (None off the main thread, where no handler can be set)."""
+        (None off the main thread, where no handler can be set, and when SIGINT is ignored)."""
         if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # Ignored by who started it (a background job of a shell, a launcher): stays so, and
+            # a SIGINT during the take does not stop the daemon.
             return None
         return signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
 
@@ -862,31 +870,49 @@ class Daemon(ConfigReload, ReadOnlyStart):
         read still running fails quietly ``busy``: see ``Dispatch.stores_closing``)."""
         if self._dispatch is not None:
             self._dispatch.stores_closing()
-        quiet = True  # no vector write can land after the lock is released
+        asked: list[Stores] = []  # the stores whose close began: each says if a vector write may land
         try:
             parts = self.parts
             if idle and parts is not None:
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
-                quiet = parts.stores.close(stopping=True)
+                asked.append(parts.stores)
+                parts.stores.close(stopping=True)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
-                    quiet = other.stores.close(stopping=True) and quiet
+                    asked.append(other.stores)
+                    other.stores.close(stopping=True)
         finally:
-            if not quiet:
+            # Read from the stores, not from the close's return: a keyword index's or manifest's
+            # close that raised (a failing disk) lost that, and the lock was let go with a vector
+            # write still under way.
+            if any(not stores.vectors_settled for stores in asked):
                 # Released, another daemon could open the index while this one's write lands.
                 log.warning(
                     "shutdown_timeout vectors=still being written: the index stays locked until "
                     "this process exits"
                 )
+                self._keep_lock_to_exit()
             elif self._lock is not None and idle:
                 self._lock.release()
             if idle:  # whoever takes it next sees the stop and opens nothing
                 self._switching.release()
             log.info("daemon_stopped")
             self.stopped.set()
+
+    def _keep_lock_to_exit(self) -> None:
+        """The lock kept until the process exits: its record says so while it runs (clients read
+        a stop), and ``stopped`` as it exits (``exiting``): a clean stop is not read as a crash."""
+        self.lock_kept = True
+        self._phase(STOPPING, "a vector write under way: the index is let go as the process exits")
+
+    def exiting(self) -> None:
+        """The process exits next (``cmd_serve``): a lock kept past the stores' close says
+        ``stopped`` now, and the exit lets it go (a service manager's restart takes it then)."""
+        if self.lock_kept:
+            self._phase(STOPPED)
 
     def requests_left(self) -> int:
         """Requests still running after the stop (reads it did not wait for, hung on a share)."""

@@ -133,6 +133,9 @@ class Stores:
     flags_turn: int = field(default=0, repr=False, compare=False)
     flags_asked: set[str] = field(default_factory=set, repr=False, compare=False)
     flags_kept: list[Path] = field(default_factory=list, repr=False, compare=False)
+    # The stop's close (``close(stopping=True)``): whether no vector write may land after it;
+    # None before it, False while it runs or when it raised before the vector tables answered.
+    vectors_settled: bool | None = field(default=None, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:
@@ -186,22 +189,28 @@ class Stores:
         lock is released after this: each store's close waits for a call under way a moment
         only (``CLOSE_WAIT_S``), every later call is refused ``busy``, and the vector tables
         are closed too (otherwise they need none). True unless a vector write (or an index
-        build) under way may still land: the stop then keeps the index locked until the process
-        exits."""
-        quiet = True
-        try:
-            for store in self.vector_stores():
-                store.keep_centre()
-            if stopping:
+        build, or a centre being written) under way may still land: the stop then keeps the
+        index locked until the process exits. That answer is kept in ``vectors_settled`` before
+        the keyword index and the manifest close: one of those raising (a disk failing under
+        both) loses the return value, not the answer."""
+        if not stopping:
+            try:
                 for store in self.vector_stores():
-                    quiet = store.close(stopping=True) and quiet
-            if stopping:
-                self.bm25.close(stopping=True)
-            else:
+                    store.keep_centre()
                 self.bm25.close()
+            finally:
+                self.manifest.close()
+            return True
+        self.vectors_settled = False
+        try:
+            settled = True
+            for store in self.vector_stores():
+                settled = store.close(stopping=True) and settled
+            self.vectors_settled = settled
+            self.bm25.close(stopping=True)
         finally:
-            self.manifest.close(stopping=stopping)
-        return quiet
+            self.manifest.close(stopping=True)
+        return self.vectors_settled
 
 
 def _stamp(store: VectorStore) -> str:

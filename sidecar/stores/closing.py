@@ -57,7 +57,12 @@ class ClosingLock:
             self._handed = None
         try:
             self._run(close)
-        except Exception:  # nobody to hand it to: the close was asked for long before
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        # Nobody to hand it to (the close was asked for long before), and not the holder's: its
+        # call ended well, and an engine's error here (a Rust panic is a BaseException) in its
+        # place read as that call failing.
+        except BaseException:
             log.exception("store_close_failed (run by the call that held the store as the close began)")
         finally:
             self._depth -= 1

@@ -397,17 +397,23 @@ class VectorStore(AnnIndexing):
             with self._lock:
                 self.closed = True
             return True
+        deadline = time.monotonic() + closing.CLOSE_WAIT_S
+        # The churn counted since the centre's record was written, kept first (refused once
+        # closed) in the same bound: a search taking the centre holds its lock over a LanceDB
+        # read, and one hung on a disk hung the stop. Not kept, the next start counts that churn
+        # again (as after a kill); its holder may still write the centre's file, so the lock is
+        # kept until the process exits (False) as for a write.
+        centre_kept = self.keep_centre(wait=closing.CLOSE_WAIT_S)
         # Set before the wait: the write under way is the last one (a write looks under the lock).
         self.closed_for_stop = self.closed = True
-        deadline = time.monotonic() + closing.CLOSE_WAIT_S
-        if not self._lock.acquire(timeout=closing.CLOSE_WAIT_S):
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             log.warning("vectors_close_waits table=%s (a write under way did not end in time)", self.name)
             return False
         try:
             self._let_go()
         finally:
             self._lock.release()
-        return self._build_child_ended(max(0.0, deadline - time.monotonic()))
+        return self._build_child_ended(max(0.0, deadline - time.monotonic())) and centre_kept
 
     def _let_go(self) -> None:
         """LanceDB's handles dropped (the caller holds the lock): each later use raises."""
@@ -738,13 +744,25 @@ class VectorStore(AnnIndexing):
             if due or CENTRE_UNSAVED_SHARE * (counted.churn - self._centre_saved) >= counted.rows:
                 self._save_centre()
 
-    def keep_centre(self) -> None:
+    def keep_centre(self, wait: float = -1) -> bool:
         """Write the churn counted since the record was last written (a compaction, the stores'
-        close at a stop: ``Stores.close``). Not at ``close``: that handle's table is being
-        replaced, and the fresh handle at the same path keeps its own record."""
-        with self._centre_lock:
+        close, the stop's ``close``). Not at a replacing ``close``: that handle's table is being
+        replaced, and the fresh handle at the same path keeps its own record. ``wait``: seconds
+        at most for the centre's lock (a search taking the centre holds it over a LanceDB read);
+        False when it was not had then (nothing written; logged)."""
+        if not self._centre_lock.acquire(timeout=wait):
+            log.warning(
+                "vector_centre_not_kept table=%s (a search taking the centre did not end in time: "
+                "the churn since its last record is counted again at the next start)",
+                self.name,
+            )
+            return False
+        try:
             if self._centre is not None and self._centre.churn != self._centre_saved:
                 self._save_centre()
+        finally:
+            self._centre_lock.release()
+        return True
 
     def _save_centre(self) -> None:
         """The centre and its churn written (the caller holds ``_centre_lock``); not after the
