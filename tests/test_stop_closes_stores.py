@@ -839,7 +839,7 @@ def test_the_stop_keeps_the_index_lock_while_a_vector_write_may_still_land_and_s
     job.start()
     if keyword_close == "raises":
 
-        def failing(*, stopping: bool = False) -> None:
+        def failing(*, stopping: bool = False, wait: float | None = None) -> None:
             raise OSError(5, "Input/output error")
 
         monkeypatch.setattr(stores.bm25, "close", failing)
@@ -875,8 +875,56 @@ def test_the_stop_keeps_the_index_lock_while_a_vector_write_may_still_land_and_s
     again.release()
 
 
+def test_the_stops_closes_count_inside_the_stops_one_bound(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The stores' closes at a stop came after its one bound (20 s), 2 s each for a call under
+    way that does not end: four held stores took the stop past launchd's ExitTimeOut (25 s),
+    which kills it. Now each close waits only what the stop's clock leaves: with the bound spent
+    (and each close's own wait made long here), a LanceDB add held under way does not hold the
+    stop; the lock is kept to the exit as for any write that may still land."""
+    from sidecar.daemon.server import StopClock
+    from sidecar.index.vectoring import VectorSet
+    from sidecar.stores import closing
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 60.0)
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    daemon.stop_clock = StopClock(budget=0.0)  # the stop's bound spent by its drain
+    stores = server.harness.stores
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a"))
+    stores.serving, stores.building = VectorSet(store, None, "has_vector"), None  # type: ignore[arg-type]
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store._table, "add", entered, release)
+    job = threading.Thread(target=lambda: store.add(*_rows("b")))
+    job.start()
+    assert daemon._switching.acquire(timeout=30)  # as the stop takes it
+    closer = threading.Thread(target=lambda: daemon._close_stores(idle=True, stuck=False))
+    try:
+        assert entered.wait(30)
+        closer.start()
+        closer.join(30)
+        held = closer.is_alive()
+    finally:
+        release.set()
+        job.join(30)
+        closer.join(60)
+        daemon.notifier.close()
+    assert not held, "the stop's close waited past the stop's bound"
+    assert daemon.lock_kept and stores.vectors_settled is False
+
+
+@pytest.mark.parametrize(
+    ("op", "slug", "action"), [("write", "late", "created"), ("edit", "kept", "updated")]
+)
 def test_a_memory_write_or_edit_whose_note_was_saved_as_the_index_closed_says_saved_and_what_waits(
-    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    serve_in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    op: str,
+    slug: str,
+    action: str,
 ) -> None:
     """A memory write (or edit) whose note was written when the stop closed the index, before it
     was indexed: it was logged ``memory_index_failed`` at ERROR (a problem in status) and told a
@@ -893,13 +941,12 @@ def test_a_memory_write_or_edit_whose_note_was_saved_as_the_index_closed_says_sa
 
     monkeypatch.setattr(indexer, "index_now", close_then_index)
     caplog.set_level(logging.INFO)
-    answer = server.call("write", {"slug": "late", "content": _NOTE}, agent="alice")
-    assert answer["action"] == "created" and answer["searchable"] is False
-    assert (
-        answer["warning"]
-        == "saved, but not searchable yet: the daemon is stopping; it is indexed at its next start"
-    )
-    assert _NOTE in (inbox / "late.md").read_text(encoding="utf-8")
+    content = _NOTE + f"Changed by the {op}.\n"
+    answer = server.call(op, {"slug": slug, "content": content}, agent="alice")
+    assert answer["action"] == action and answer["searchable"] is False
+    said = "saved, but not searchable yet: the daemon is stopping; it is indexed at its next start"
+    assert answer["warning"] == said
+    assert content in (inbox / f"{slug}.md").read_text(encoding="utf-8")
     assert "memory_index_stopped" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
@@ -916,6 +963,7 @@ def test_the_stops_close_never_waits_unbounded_for_a_search_taking_the_vector_ce
     from sidecar.stores import closing
     from sidecar.stores import vectors as vector_module
     from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.vectors import VectorsClosedError
 
     monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.2)
     monkeypatch.setattr(vector_module, "CENTROID_MIN_ROWS", 1)
@@ -925,7 +973,15 @@ def test_the_stops_close_never_waits_unbounded_for_a_search_taking_the_vector_ce
     stores.serving = VectorSet(store, None, "has_vector")  # type: ignore[arg-type]
     entered, release = threading.Event(), threading.Event()
     _held_in(store, "_sampled_mean", entered, release)
-    reader = threading.Thread(target=store.centroid)
+    read: list[object] = []
+
+    def search_takes_the_centre() -> None:
+        try:
+            read.append(store.centroid())
+        except VectorsClosedError as exc:  # its read met the closed table: refused busy
+            read.append(exc)
+
+    reader = threading.Thread(target=search_takes_the_centre)
     reader.start()
     closed: list[bool] = []
     closer = threading.Thread(target=lambda: closed.append(stores.close(stopping=True)))
@@ -940,6 +996,7 @@ def test_the_stops_close_never_waits_unbounded_for_a_search_taking_the_vector_ce
         closer.join(30)
     assert not hung, "the stop's close waited for the centre's lock past its bound"
     assert closed == [False] and stores.vectors_settled is False
+    assert len(read) == 1 and isinstance(read[0], VectorsClosedError) and read[0].code == "busy"
 
 
 def test_the_daily_give_back_cut_by_the_stops_close_is_said_stopped_not_failed(

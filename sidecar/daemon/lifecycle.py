@@ -878,12 +878,12 @@ class Daemon(ConfigReload, ReadOnlyStart):
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
                 asked.append(parts.stores)
-                parts.stores.close(stopping=True)
+                parts.stores.close(stopping=True, left=self.stop_clock.left)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
                     asked.append(other.stores)
-                    other.stores.close(stopping=True)
+                    other.stores.close(stopping=True, left=self.stop_clock.left)
         finally:
             # Read from the stores, not from the close's return: a keyword index's or manifest's
             # close that raised (a failing disk) lost that, and the lock was let go with a vector

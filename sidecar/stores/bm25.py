@@ -749,7 +749,7 @@ class Bm25Index(Bm25Rewrite):
         """Whether the stop closed it (``close(stopping=True)``): every call raises now."""
         return self._lock.closed
 
-    def close(self, *, stopping: bool = False) -> None:
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> None:
         """Wait for background merges and release the writer locks; safe to call twice. Each
         folder is closed even when one before it raises (the first error is raised after):
         a folder left open kept its writer's lock, and a reopen took it for another daemon's.
@@ -761,7 +761,8 @@ class Bm25Index(Bm25Rewrite):
         thread, which runs it as it lets go (it waited without a bound: a commit on a hung disk
         held the stop). From then on every call raises ``Bm25ClosedError`` (``busy``, the daemon
         is stopping) before it reaches a writer or a searcher. Any other close (a repair, an
-        upgrade's swap) waits as long as it takes, and the index stays usable as before."""
+        upgrade's swap) waits as long as it takes, and the index stays usable as before.
+        ``wait``: the stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
         if not stopping:
             self._lock.acquire()
             try:
@@ -769,7 +770,7 @@ class Bm25Index(Bm25Rewrite):
             finally:
                 self._lock.release()
             return
-        if not self._lock.close_with(self._close_now, closing.CLOSE_WAIT_S):
+        if not self._lock.close_with(self._close_now, closing.CLOSE_WAIT_S if wait is None else wait):
             log.warning(
                 "bm25_close_handed path=%s (a call under way holds the keyword index: its thread "
                 "closes it as it ends; no call begins meanwhile)",

@@ -457,7 +457,7 @@ class ManifestFile:
             )
         return done
 
-    def close(self, *, stopping: bool = False) -> None:
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> None:
         """Close every connection and release the writer's count, each even when a step before
         raises (the first error is raised after): a reader whose close raised left the writer's
         connection open, its log unwritten and its count taken (a read-only open of this file in
@@ -469,13 +469,14 @@ class ManifestFile:
         fault): a reader a read holds is closed by that read's thread as it ends; the writer's
         connection once the call holding it lets go (a read through it gives way at once), at the
         stop waited for ``CLOSE_WAIT_S`` only, then closed by that call's thread as it ends. From
-        here on every call raises ``ManifestClosedError`` (the daemon is stopping)."""
+        here on every call raises ``ManifestClosedError`` (the daemon is stopping). ``wait``: the
+        stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
         with self._queued(counted=True):  # a read through the writer gives way to the close
             # Bounded at the stop only: the process exits next. Any other close (a repair moving the
             # file aside, a failed switch) waits as long as it takes: a connection still open on a
             # file moved aside and made anew could write into the new one's log.
-            wait = CLOSE_WAIT_S if stopping else -1
-            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), wait)
+            bound = (CLOSE_WAIT_S if wait is None else wait) if stopping else -1
+            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), bound)
         if not ran:
             log.warning(
                 "manifest_close_handed path=%s (a call under way holds the index's connection: "

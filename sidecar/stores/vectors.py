@@ -378,7 +378,7 @@ class VectorStore(AnnIndexing):
                 self._ending = False
             self._count_write()
 
-    def close(self, *, stopping: bool = False) -> bool:
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> bool:
         """This handle writes no more: its table is being replaced (a repair moves it aside and
         makes a new one at the same path). Waits for a write or compaction through it that runs.
         A write through the handle after it (a batch computed for the old table) would commit a
@@ -391,19 +391,21 @@ class VectorStore(AnnIndexing):
         write under way waited for ``CLOSE_WAIT_S`` at most (a hung disk must not hang the stop),
         then LanceDB's connection and table let go: a search after it is refused too. False when
         a write under way or an index build's child did not end within that wait: it may still
-        land, so the stop keeps the index locked until the process exits (which ends both)."""
+        land, so the stop keeps the index locked until the process exits (which ends both).
+        ``wait``: the stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
         self.stop_build()
         if not stopping:
             with self._lock:
                 self.closed = True
             return True
-        deadline = time.monotonic() + closing.CLOSE_WAIT_S
+        bound = closing.CLOSE_WAIT_S if wait is None else wait
+        deadline = time.monotonic() + bound
         # The churn counted since the centre's record was written, kept first (refused once
         # closed) in the same bound: a search taking the centre holds its lock over a LanceDB
         # read, and one hung on a disk hung the stop. Not kept, the next start counts that churn
         # again (as after a kill); its holder may still write the centre's file, so the lock is
         # kept until the process exits (False) as for a write.
-        centre_kept = self.keep_centre(wait=closing.CLOSE_WAIT_S)
+        centre_kept = self.keep_centre(wait=bound)
         # Set before the wait: the write under way is the last one (a write looks under the lock).
         self.closed_for_stop = self.closed = True
         if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
