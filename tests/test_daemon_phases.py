@@ -654,8 +654,11 @@ def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, va
     d = daemon_factory(vault, keyword_only=True)
     d.home.mkdir(parents=True)
     argv = d.cmd()[d.cmd().index("serve") :]
+    # SIGINT as a terminal's Python has it: a parallel test run's workers ignore it, the child
+    # inherits that, and an ignored SIGINT is left ignored by the start (as it should be).
     script = (
         "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from sidecar.runtime import lockstate\n"
         "written = lockstate.write_record\n"
         "def write_then_stop(fh, text):\n"
