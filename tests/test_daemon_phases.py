@@ -643,24 +643,29 @@ def test_what_the_lock_says_of_an_unanswered_request_comes_with_its_kind(tmp_pat
     assert watch.unanswered(5.0) is None  # stopped: nothing holds it
 
 
-def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, vault: Path) -> None:
-    """SIGTERM in the moment between the lock file's first write (``starting``) and the daemon
-    holding the lock as its own: the start ended with nothing to write ``stopped``, and clients
-    read a stale lock of a daemon "killed or crashed". The signal is delivered there (the
-    process sends it to itself right after that write: no other way lands it in that moment);
-    the daemon stops as any stop does: exit 0, the record says stopped."""
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_as_the_lock_is_taken_says_stopped(daemon_factory: Any, vault: Path, stop: str) -> None:
+    """SIGTERM (a service manager's stop) or SIGINT (Ctrl-C) in the moment between the lock
+    file's first write (``starting``) and the daemon holding the lock as its own: the start ended
+    with nothing to write ``stopped``, and clients read a stale lock of a daemon "killed or
+    crashed" (Ctrl-C's KeyboardInterrupt did so still after SIGTERM was held). The signal is
+    delivered there (the process sends it to itself right after that write: no other way lands
+    it in that moment); the daemon stops as any stop does: exit 0, the record says stopped."""
     d = daemon_factory(vault, keyword_only=True)
     d.home.mkdir(parents=True)
     argv = d.cmd()[d.cmd().index("serve") :]
+    # SIGINT as a terminal's Python has it: a parallel test run's workers ignore it, the child
+    # inherits that, and an ignored SIGINT is left ignored by the start (as it should be).
     script = (
         "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from sidecar.runtime import lockstate\n"
         "written = lockstate.write_record\n"
         "def write_then_stop(fh, text):\n"
         "    written(fh, text)\n"
         "    if ' starting since ' in text:\n"
         "        lockstate.write_record = written\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        f"        os.kill(os.getpid(), signal.{stop})\n"
         "lockstate.write_record = write_then_stop\n"
         "from sidecar.clients.cli import main\n"
         "raise SystemExit(main(sys.argv[1:]))\n"
@@ -823,3 +828,70 @@ def test_a_stop_signal_ends_a_wait_for_the_lock(daemon_factory: Any, vault: Path
     finally:
         held.release()
         sink.close()
+
+
+def test_a_stop_signal_just_before_a_wait_between_lock_tries_ends_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop signal landing after the wait's look for a stop asked and before the wait began was
+    only noted (the lock take holds stops back), and the 2 s wait ran out before the stop. Now the
+    wait marks itself first and looks after: it ends at once, the sleep never begun. The signal's
+    handler is run where a signal would land: at the wait's mark, on the main thread."""
+    import inspect
+    import signal as signals
+
+    from sidecar.config import load_config
+    from sidecar.daemon import lifecycle
+    from sidecar.daemon.lifecycle import Daemon
+
+    cfg = load_config(flags={"home": str(tmp_path / "h")}, env={})
+    daemon = Daemon(cfg)
+    slept: list[float] = []
+    daemon._sleep = slept.append
+    previous = signals.getsignal(signals.SIGTERM)
+    daemon._stop_in_start()  # the start's handler
+    handler = signals.getsignal(signals.SIGTERM)
+    source, first = inspect.getsourcelines(Daemon._pause)
+    mark = first + next(i for i, line in enumerate(source) if "self._pausing = True" in line)
+    code = Daemon._pause.__code__
+
+    def tracer(frame: Any, event: str, _arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        if event == "line" and frame.f_lineno == mark:
+            assert callable(handler)
+            handler(signals.SIGTERM, frame)  # lands here: the stop is noted, as in the take
+        return tracer
+
+    try:
+        with daemon._stops_held_back():
+            sys.settrace(tracer)
+            try:
+                with pytest.raises(lifecycle._StopAsked):
+                    daemon._pause(2.0)
+            finally:
+                sys.settrace(None)
+            daemon._stop_waits = False  # asked and taken: the take's end raises nothing more
+    finally:
+        signals.signal(signals.SIGTERM, previous)
+        daemon.notifier.close()
+    assert slept == []
+
+
+def test_an_ignored_sigint_stays_ignored_through_the_lock_take(tmp_path: Path) -> None:
+    """A daemon started with SIGINT ignored (a background job of a shell, a launcher that sets
+    it so): the lock take's hold of stop signals put the start's handler in for SIGINT too, and a
+    SIGINT in that moment stopped it. Now an ignored SIGINT stays ignored through the take, and
+    is ignored after it as before."""
+    from sidecar.config import load_config
+    from sidecar.daemon.lifecycle import Daemon
+
+    daemon = Daemon(load_config(flags={"home": str(tmp_path / "h")}, env={}))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with daemon._stops_held_back():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        daemon.notifier.close()

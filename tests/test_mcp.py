@@ -594,6 +594,37 @@ def test_a_refusal_as_the_daemon_stops_names_the_tool(tmp_path: Path) -> None:
     assert "30 s" in text
 
 
+def test_a_call_cut_short_by_the_stop_names_the_tool_not_the_daemons_op(tmp_path: Path) -> None:
+    """A search cut short where it met the index the stop closed: the daemon names its own op
+    ('search'), and the agent, which called memory_search, read a name it never used. The shim
+    names the tool, as for a call refused before it ran."""
+    import io
+
+    from sidecar.clients.mcp_calls import ToolCalls
+    from sidecar.clients.mcp_shim import Shim
+    from sidecar.contracts.errors import RemoteError, cut_short_message
+
+    calls = ToolCalls(tmp_path / "no.sock", "claude")
+
+    def cut(*_a: Any, **_k: Any) -> dict[str, Any]:
+        raise RemoteError("busy", cut_short_message("'search'", write=False))
+
+    calls._ask = cut  # type: ignore[method-assign]
+    shim = Shim(tmp_path / "no.sock", "claude", io.BytesIO(), calls)
+    result = shim.answer(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_search", "arguments": {"query": "x"}},
+        }
+    )
+    assert result is not None and result["result"]["isError"] is True
+    text = result["result"]["content"][0]["text"]
+    assert text.startswith("busy: the daemon is stopping: memory_search was cut short where"), text
+    assert "no note was changed" in text
+
+
 def test_the_frontmatter_schema_says_a_yes_no_is_refused_as_a_name() -> None:
     """An agent reads the tool's schema before it writes: that JSON true/false under aliases, tags
     or title is refused (send it as text) is said there, not learnt from a failed write."""

@@ -8,12 +8,14 @@ process died of a segmentation fault."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,21 @@ class InSqlite:
         if self.armed.is_set() and self.pattern in sql and not self.entered.is_set():
             self.entered.set()
             self.release.wait(60)
+
+
+@contextlib.contextmanager
+def _held_inside_sqlite(held: InSqlite, call: Callable[[], None]) -> Iterator[None]:
+    """``call`` run on a thread of its own and held inside SQLite (``held``) for the block; let go
+    and joined after it."""
+    thread = threading.Thread(target=call)
+    try:
+        held.armed.set()
+        thread.start()
+        assert held.entered.wait(30)
+        yield
+    finally:
+        held.release.set()
+        thread.join(30)
 
 
 def _manifest_with_a_note(path: Path) -> Manifest:
@@ -259,20 +276,15 @@ def test_a_search_inside_sqlite_when_the_stop_closes_the_stores_is_answered_and_
         except BusyError as exc:
             outcome.append(exc)
 
-    reading = threading.Thread(target=search)
     try:
-        held.armed.set()
-        reading.start()
-        assert held.entered.wait(30)
-        server.close()
-        stopping = threading.Thread(target=daemon.shutdown)
-        stopping.start()
-        stopping.join(30)
-        assert not stopping.is_alive() and daemon.stopped.is_set()  # not waiting for the read
-        assert server.harness.stores.manifest.closed
+        with _held_inside_sqlite(held, search):
+            server.close()
+            stopping = threading.Thread(target=daemon.shutdown)
+            stopping.start()
+            stopping.join(30)
+            assert not stopping.is_alive() and daemon.stopped.is_set()  # not waiting for the read
+            assert server.harness.stores.manifest.closed
     finally:
-        held.release.set()
-        reading.join(30)
         daemon.notifier.close()
     assert len(outcome) == 1
     if isinstance(outcome[0], BusyError):
@@ -300,20 +312,16 @@ def test_a_memory_write_inside_sqlite_when_the_stores_close_is_refused_with_noth
         except RemoteError as exc:
             answer.append(exc)
 
-    writing = threading.Thread(target=write)
-    try:
-        held.armed.set()
-        writing.start()
-        assert held.entered.wait(30)
+    with _held_inside_sqlite(held, write):
         closing = threading.Thread(target=server.harness.stores.close)
         closing.start()
         closing.join(30)
         assert not closing.is_alive()  # the reader is left to the write's thread
-    finally:
-        held.release.set()
-        writing.join(30)
     assert len(answer) == 1 and isinstance(answer[0], RemoteError), answer
     assert answer[0].code == "busy" and "the daemon is stopping" in str(answer[0])
+    # Refused before anything was written: "not run", not "cut short" (what a change that wrote
+    # before meeting the closed index is told)
+    assert "'write' was not run" in str(answer[0]), answer[0]
     assert not note.exists()
 
 
@@ -531,6 +539,43 @@ def test_a_close_handed_to_the_holder_runs_at_its_last_release_and_nowhere_else(
     assert lock.close_with(lambda: ran.append("again"), 0.0) is True and ran[-1] == t.name
 
 
+def test_an_engine_error_in_a_handed_close_is_logged_not_raised_in_the_holders_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A close handed to the holder that raises what is no ``Exception`` (a Rust panic of the
+    engine is a ``BaseException``): it left the holder's ``with`` in place of that call's own
+    result, read there as the call failing. Now it is logged, and the call ends as it would."""
+    from sidecar.stores.closing import ClosingLock
+
+    class Panic(BaseException):
+        pass
+
+    def close() -> None:
+        raise Panic("the engine panicked in its close")
+
+    lock = ClosingLock(lambda: StoresClosedError("closed"))
+    held, let_go = threading.Event(), threading.Event()
+    ended: list[object] = []
+
+    def holder() -> None:
+        try:
+            with lock:
+                held.set()
+                assert let_go.wait(30)
+            ended.append("ended well")
+        except BaseException as exc:  # what the holder's call met
+            ended.append(exc)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(30)
+    assert lock.close_with(close, 0.0) is False
+    let_go.set()
+    t.join(30)
+    assert ended == ["ended well"] and lock.closed
+    assert "store_close_failed" in caplog.text and "panicked" in caplog.text
+
+
 class _Gate:
     """The raw lock of a ``ClosingLock``, with a hook at each step (for the hand-over's races)."""
 
@@ -624,3 +669,377 @@ def test_a_close_handed_as_the_holder_lets_go_is_never_lost(race: str) -> None:
     for look in looking:
         look.join(30)
     assert lock.closed and ran == ["closed"], (handed_here, ran, lock._handed)
+
+
+# --- the keyword index and the vector tables at the stop ---------------------------------------
+
+
+def _doc(key: str, body: str) -> Any:
+    from sidecar.stores.bm25_text import Bm25Doc
+
+    name = key.rsplit("/", 1)[-1]
+    return Bm25Doc.of(f"{key}#0", key, "vault", "", title=name, aliases=(), headings=(), body=body)
+
+
+def _held_in(target: Any, name: str, entered: threading.Event, release: threading.Event) -> None:
+    """``target.name`` (a real call) held at its first call until ``release``, ``entered`` set."""
+    real = getattr(target, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            release.wait(60)
+        return real(*args, **kwargs)
+
+    setattr(target, name, held)
+
+
+def test_the_stops_close_of_the_keyword_index_hands_a_held_commit_its_close_and_refuses_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit under way (a disk that hangs in its fsync: only the pause is fake) holds the
+    keyword index as the stop closes the stores: the close waited for its lock without a bound,
+    and the stop with it. Now it waits ``CLOSE_WAIT_S`` only, hands the close to the commit's
+    thread, which commits whole and closes as it lets go; every later search or write is refused
+    ``busy`` (the daemon is stopping) before it reaches a Tantivy writer or searcher, and a new
+    open finds the commit."""
+    from sidecar.index.vectoring import Stores
+    from sidecar.stores import bm25_folder, closing
+    from sidecar.stores.bm25 import Bm25ClosedError, Bm25Index
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.0)
+    bm25 = Bm25Index(tmp_path / "bm25")
+    stores = Stores(_manifest_with_a_note(tmp_path / "m.sqlite"), bm25)
+    entered, release = threading.Event(), threading.Event()
+    _held_in(bm25_folder.Folder, "commit", entered, release)
+    bm25.add([_doc("vault/Boat", "The zebrafinch boat needs plugs.")])
+    job = threading.Thread(target=bm25.commit)
+    job.start()
+    closing_thread = threading.Thread(target=lambda: stores.close(stopping=True))
+    try:
+        assert entered.wait(30)
+        closing_thread.start()
+        closing_thread.join(30)
+        assert not closing_thread.is_alive()  # handed over, not waited for (before: waited)
+        assert "bm25_close_handed" in caplog.text and not bm25.closed_for_stop
+    finally:
+        release.set()
+        job.join(30)
+        closing_thread.join(30)
+    assert bm25.closed_for_stop
+    for call in (
+        lambda: bm25.search("zebrafinch", 5),
+        lambda: bm25.add([_doc("vault/Late", "zebrafinch")]),
+        bm25.commit,
+        lambda: bm25.compact_shared([]),
+    ):
+        with pytest.raises(Bm25ClosedError, match="the daemon is stopping") as err:
+            call()
+        assert err.value.code == "busy"
+    monkeypatch.undo()
+    again = Bm25Index(tmp_path / "bm25")
+    try:
+        assert [cid for cid, _s in again.search("zebrafinch", 5)] == ["vault/Boat#0"]
+    finally:
+        again.close()
+
+
+def _vector_store(path: Path) -> Any:
+    from sidecar.stores.vectors import VectorStore
+
+    return VectorStore(path, "test-model", 4, "mean")
+
+
+def _rows(*ids: str) -> tuple[list[tuple[str, str, str, str]], Any]:
+    import numpy as np
+
+    rows = [(i, f"vault/{i}", "vault", "") for i in ids]
+    return rows, np.ones((len(ids), 4), dtype=np.float32)
+
+
+def test_no_vector_write_lands_after_the_stops_close_and_one_under_way_keeps_the_index_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector tables were not closed at a stop: a job stuck past it (a backfill batch, a
+    memory write given up on) wrote vectors after the index lock was released, when another
+    daemon may hold the index. Now the stop's close refuses every vector write that comes after
+    it (``busy``) and lets go of LanceDB's handles (a search is refused too); a write already
+    under way past its short wait is said (False), so that the stop keeps the lock until the
+    process exits."""
+    from sidecar.index.vectoring import Stores, VectorSet
+    from sidecar.stores import closing
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.vectors import VectorsClosedError
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.0)
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a"))
+    stores = Stores(_manifest_with_a_note(tmp_path / "m.sqlite"), Bm25Index(tmp_path / "bm25"))
+    stores.serving = VectorSet(store, None, "has_vector")  # type: ignore[arg-type]  # no model needed
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store._table, "add", entered, release)  # a LanceDB add under way (a hung disk)
+    job = threading.Thread(target=lambda: store.add(*_rows("b")))
+    job.start()
+    closed: list[Any] = []
+    try:
+        assert entered.wait(30)
+        closed.append(stores.close(stopping=True))
+    finally:
+        release.set()
+        job.join(30)
+    assert closed == [False]  # a write was under way: the stop keeps the index locked
+    for call in (lambda: store.add(*_rows("c")), lambda: store.search(_rows("x")[1][0], 5)):
+        with pytest.raises(VectorsClosedError, match="the daemon is stopping") as err:
+            call()
+        assert err.value.code == "busy"
+    again = _vector_store(tmp_path / "vectors")
+    assert sorted(again.ids()) == ["a", "b"]  # the write under way landed whole, none after it
+    quiet = _vector_store(tmp_path / "quiet")
+    assert quiet.close(stopping=True) is True
+    with pytest.raises(VectorsClosedError):
+        quiet.add(*_rows("d"))
+
+
+@pytest.mark.parametrize("keyword_close", ["closes", "raises"])
+def test_the_stop_keeps_the_index_lock_while_a_vector_write_may_still_land_and_says_stopped_at_exit(
+    serve_in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    keyword_close: str,
+) -> None:
+    """The daemon's stop with a LanceDB add still under way past the close's wait (a hung disk:
+    only the pause is fake), on the real index lock. Released, the lock let another daemon open
+    the index while that write landed: it is kept until the process exits, also when the keyword
+    index's close then raises (the same failing disk: its error is the one fake), which lost the
+    vector tables' answer and let the lock go. Kept, its record said ``stopping`` after a clean
+    exit, which every client read as a daemon killed or crashed: it says why it is kept while the
+    process runs, ``stopped`` as it exits, and the next start takes the lock."""
+    from sidecar.clients.lockholder import phase_said
+    from sidecar.contracts.errors import DaemonRunningError
+    from sidecar.daemon.process import IndexLock
+    from sidecar.index.vectoring import VectorSet
+    from sidecar.runtime import lockstate
+    from sidecar.stores import closing
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.2)
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    lock = IndexLock(server.cfg.index_dir)
+    lock.acquire()
+    lock.phase(lockstate.STOPPING)  # as the stop says it
+    daemon._lock = lock
+    stores = server.harness.stores
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a"))
+    stores.serving, stores.building = VectorSet(store, None, "has_vector"), None  # type: ignore[arg-type]
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store._table, "add", entered, release)
+    job = threading.Thread(target=lambda: store.add(*_rows("b")))
+    job.start()
+    if keyword_close == "raises":
+
+        def failing(*, stopping: bool = False, wait: float | None = None) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(stores.bm25, "close", failing)
+    assert daemon._switching.acquire(timeout=30)  # as the stop takes it
+    lock_path = server.cfg.index_dir / ".lock"
+    try:
+        assert entered.wait(30)
+        with (
+            pytest.raises(OSError, match="Input/output")
+            if keyword_close == "raises"
+            else contextlib.nullcontext()
+        ):
+            daemon._close_stores(idle=True, stuck=False)
+        assert "the index stays locked until this process exits" in caplog.text
+        with pytest.raises(DaemonRunningError, match="is stopping"):
+            IndexLock(server.cfg.index_dir).acquire()  # kept: a second daemon is refused
+        view = lockstate.look(lock_path)
+        assert view is not None and view.moving == lockstate.STOPPING
+        assert view.record.step is not None and "vector write" in view.record.step
+        daemon.exiting()  # ``cmd_serve``, as the process exits
+        assert lock._fh is not None
+        lock._fh.close()  # the exit lets the lock go
+    finally:
+        release.set()
+        job.join(30)
+        daemon.notifier.close()
+        monkeypatch.undo()  # the keyword index closes at the harness's end
+    view = lockstate.look(lock_path)
+    assert view is not None and view.record.phase == lockstate.STOPPED and not view.stale
+    assert phase_said(view) is None  # no "killed or crashed"
+    again = IndexLock(server.cfg.index_dir)
+    again.acquire()  # a service manager's restart takes it
+    again.release()
+
+
+def test_the_stops_closes_count_inside_the_stops_one_bound(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The stores' closes at a stop came after its one bound (20 s), 2 s each for a call under
+    way that does not end: four held stores took the stop past launchd's ExitTimeOut (25 s),
+    which kills it. Now each close waits only what the stop's clock leaves: with the bound spent
+    (and each close's own wait made long here), a LanceDB add held under way does not hold the
+    stop; the lock is kept to the exit as for any write that may still land."""
+    from sidecar.daemon.server import StopClock
+    from sidecar.index.vectoring import VectorSet
+    from sidecar.stores import closing
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 60.0)
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    daemon.stop_clock = StopClock(budget=0.0)  # the stop's bound spent by its drain
+    stores = server.harness.stores
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a"))
+    stores.serving, stores.building = VectorSet(store, None, "has_vector"), None  # type: ignore[arg-type]
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store._table, "add", entered, release)
+    job = threading.Thread(target=lambda: store.add(*_rows("b")))
+    job.start()
+    assert daemon._switching.acquire(timeout=30)  # as the stop takes it
+    closer = threading.Thread(target=lambda: daemon._close_stores(idle=True, stuck=False))
+    try:
+        assert entered.wait(30)
+        closer.start()
+        closer.join(30)
+        held = closer.is_alive()
+    finally:
+        release.set()
+        job.join(30)
+        closer.join(60)
+        daemon.notifier.close()
+    assert not held, "the stop's close waited past the stop's bound"
+    assert daemon.lock_kept and stores.vectors_settled is False
+
+
+@pytest.mark.parametrize(
+    ("op", "slug", "action"), [("write", "late", "created"), ("edit", "kept", "updated")]
+)
+def test_a_memory_write_or_edit_whose_note_was_saved_as_the_index_closed_says_saved_and_what_waits(
+    serve_in_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    op: str,
+    slug: str,
+    action: str,
+) -> None:
+    """A memory write (or edit) whose note was written when the stop closed the index, before it
+    was indexed: it was logged ``memory_index_failed`` at ERROR (a problem in status) and told a
+    fault. Now it is answered saved, indexed at the next start, and logged at info only."""
+    server: InProcessServer = serve_in_process()
+    inbox = server.cfg.agents_dir / "alice" / "memory"
+    server.call("write", {"slug": "kept", "content": _NOTE}, agent="alice")
+    indexer = server.harness.indexer
+    real = indexer.index_now
+
+    def close_then_index(*args: Any, **kwargs: Any) -> Any:
+        server.harness.stores.close()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(indexer, "index_now", close_then_index)
+    caplog.set_level(logging.INFO)
+    content = _NOTE + f"Changed by the {op}.\n"
+    answer = server.call(op, {"slug": slug, "content": content}, agent="alice")
+    assert answer["action"] == action and answer["searchable"] is False
+    said = "saved, but not searchable yet: the daemon is stopping; it is indexed at its next start"
+    assert answer["warning"] == said
+    assert content in (inbox / f"{slug}.md").read_text(encoding="utf-8")
+    assert "memory_index_stopped" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_the_stops_close_never_waits_unbounded_for_a_search_taking_the_vector_centre(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search taking the vector table's centre holds its lock over a LanceDB read (one hung on
+    a disk: only the pause is fake); the stop's close wrote the centre's churn first and waited
+    for that lock without a bound, and the stop with it. Now that wait is bounded like the
+    others; the close says False (that search may still write the centre's file), so the stop
+    keeps the index locked until the process exits."""
+    from sidecar.index.vectoring import Stores, VectorSet
+    from sidecar.stores import closing
+    from sidecar.stores import vectors as vector_module
+    from sidecar.stores.bm25 import Bm25Index
+    from sidecar.stores.vectors import VectorsClosedError
+
+    monkeypatch.setattr(closing, "CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr(vector_module, "CENTROID_MIN_ROWS", 1)
+    store = _vector_store(tmp_path / "vectors")
+    store.add(*_rows("a", "b"))
+    stores = Stores(_manifest_with_a_note(tmp_path / "m.sqlite"), Bm25Index(tmp_path / "bm25"))
+    stores.serving = VectorSet(store, None, "has_vector")  # type: ignore[arg-type]
+    entered, release = threading.Event(), threading.Event()
+    _held_in(store, "_sampled_mean", entered, release)
+    read: list[object] = []
+
+    def search_takes_the_centre() -> None:
+        try:
+            read.append(store.centroid())
+        except VectorsClosedError as exc:  # its read met the closed table: refused busy
+            read.append(exc)
+
+    reader = threading.Thread(target=search_takes_the_centre)
+    reader.start()
+    closed: list[bool] = []
+    closer = threading.Thread(target=lambda: closed.append(stores.close(stopping=True)))
+    try:
+        assert entered.wait(30)
+        closer.start()
+        closer.join(30)
+        hung = closer.is_alive()
+    finally:
+        release.set()
+        reader.join(30)
+        closer.join(30)
+    assert not hung, "the stop's close waited for the centre's lock past its bound"
+    assert closed == [False] and stores.vectors_settled is False
+    assert len(read) == 1 and isinstance(read[0], VectorsClosedError) and read[0].code == "busy"
+
+
+def test_the_daily_give_back_cut_by_the_stops_close_is_said_stopped_not_failed(
+    serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daily give-back of the manifest's free pages, run as the stop closes the stores: it
+    was logged ``manifest_give_back_failed`` (a warning that asks for a look); it is a stop, and
+    is said as one (``manifest_give_back_stopped``)."""
+    server: InProcessServer = serve_in_process()
+    daemon = _daemon_over(server, Dispatch(server.handlers))
+    server.harness.stores.close()
+    caplog.set_level(logging.INFO)
+    try:
+        daemon._give_back_manifest()
+    finally:
+        daemon.notifier.close()
+    assert "manifest_give_back_failed" not in caplog.text
+    assert "manifest_give_back_stopped" in caplog.text
+
+
+def test_a_delete_that_met_the_closed_index_says_it_moved_the_note_and_what_waits(
+    serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A memory delete whose note was moved to .trash when the stores closed: its answer carried
+    the index's "nothing was read from or written to", after the note had been moved, and an
+    ERROR asked for a look. Now it says what was done (moved) and what waits (the index entry,
+    at the next start); no ERROR. A search cut short by the closed index says no note changed."""
+    server: InProcessServer = serve_in_process()
+    server.call("write", {"slug": "kept", "content": _NOTE}, agent="alice")
+    inbox = server.cfg.agents_dir / "alice" / "memory"
+    ops = server.handlers.memory
+    real = ops.inboxes.delete
+
+    def delete_then_close(*args: Any, **kwargs: Any) -> Any:
+        moved = real(*args, **kwargs)
+        server.harness.stores.close()
+        return moved
+
+    monkeypatch.setattr(ops.inboxes, "delete", delete_then_close)
+    answer = server.call("delete", {"slug": "kept"}, agent="alice")
+    assert not (inbox / "kept.md").exists()
+    assert "moved to .trash" in answer["warning"] and "next start" in answer["warning"]
+    assert "nothing was" not in answer["warning"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with pytest.raises(BusyError, match=r"cut short .*no note was changed"):
+        Dispatch(server.handlers).dispatch(parse_request(_SEARCH))

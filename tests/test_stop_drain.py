@@ -121,9 +121,9 @@ def test_a_write_outlasting_the_drain_is_answered_timeout_and_the_stores_close_a
     closed_during: list[bool] = []
     close = h.stores.close
 
-    def recording_close(*, stopping: bool = False) -> None:
+    def recording_close(*, stopping: bool = False, left: Any = None) -> bool:
         closed_during.append(held.release.is_set())
-        close(stopping=stopping)
+        return close(stopping=stopping, left=left)
 
     h.stores.close = recording_close  # type: ignore[method-assign]
     try:

@@ -97,7 +97,10 @@ def cmd_serve(args: argparse.Namespace, cfg: Config) -> int:
     # A request that outlasted the stop's drain runs on and the stores close after it: waited for,
     # with a bound (the interpreter's exit would wait on its worker for ever).
     stopped = daemon.wait_stopped()
-    if not stopped or daemon.stuck or daemon.requests_left():
+    if stopped:
+        daemon.exiting()
+    # The index lock kept for a vector write under way: exit at once (its record says `stopped`).
+    if not stopped or daemon.stuck or daemon.requests_left() or daemon.lock_kept:
         # A worker is still inside the model's native code (a batch of a model switch outlasts
         # the stop's wait): the interpreter's own exit would tear down under it and abort (exit
         # 134, "terminate called without an active exception"), and it would wait for ever on a

@@ -76,8 +76,9 @@ RESOURCE_TEMPLATES = [
 ]
 
 
-# A request refused as the daemon stops (``stopping_message``), as the shim renders it.
-_STOPPING = re.compile(r"^(busy: the daemon is stopping: )'[^']*' was not run")
+# A request refused as the daemon stops (``stopping_message``), or cut short by its closed index
+# (``cut_short_message``), as the shim renders it: the op quoted there is the daemon's own.
+_STOPPING = re.compile(r"^(busy: the daemon is stopping: )'[^']*'( was not run| was cut short)")
 
 
 class Shim:
@@ -238,7 +239,7 @@ class Shim:
                 ) from exc
         except ToolError as exc:
             # The daemon names its own op ('write'); the agent called a tool (memory_write).
-            said = _STOPPING.sub(rf"\g<1>{name} was not run", str(exc), count=1)
+            said = _STOPPING.sub(rf"\g<1>{name}\g<2>", str(exc), count=1)
             error = {"content": [{"type": "text", "text": escape_terminal(said)}], "isError": True}
             return error if exc.structured is None else {**error, "structuredContent": exc.structured}
         # Hosts print tool text in a terminal: a note's ESC sequences (a web clipping's title

@@ -338,6 +338,22 @@ def stopping_message(op: str) -> str:
     )
 
 
+def cut_short_message(op: str, *, write: bool) -> str:
+    """Why a request that met the index closed by the stop partway was not answered (``op`` as
+    the error shows it, quoted): what it did and what it did not. A read changed no note; a
+    change (the memory changes say their own) may have changed its note before: that stays, and
+    its index entry follows at the next start."""
+    done = (
+        "what it changed before that stays, and the index catches up with it at the next start"
+        if write
+        else "no note was changed"
+    )
+    return (
+        f"the daemon is stopping: {op} was cut short where it met the closed index ({done}); try "
+        "again once it is back (a restart takes up to about 30 s, plus the embedding model's load)"
+    )
+
+
 class ProtocolError(SidecarError):
     """A request or response violates the wire protocol."""
 

@@ -36,6 +36,7 @@ from sidecar.contracts.errors import (
     SharedSocketError,
     StorageError,
     StoreError,
+    StoresClosedError,
     foreign_socket,
     shared_socket,
 )
@@ -68,13 +69,14 @@ from sidecar.daemon.schedule import Schedule, build_scheduler
 from sidecar.daemon.server import Server, StopClock, bind_socket, holder_health
 from sidecar.daemon.watchdog import Watchdog, status_line
 from sidecar.index.migration import serving_model
+from sidecar.index.vectoring import Stores
 from sidecar.memory.counting import BoundedCounts
 from sidecar.memory.inbox import Inboxes
 from sidecar.model import prepared
 from sidecar.model.embedder import EmbedderSlot
 from sidecar.runtime import lockstate
 from sidecar.runtime.foreground import FOREGROUND
-from sidecar.runtime.lockstate import SERVING, STARTING, STOPPING
+from sidecar.runtime.lockstate import SERVING, STARTING, STOPPED, STOPPING
 from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
@@ -192,7 +194,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
         # parallel threads and the one finishing last won, with an older file's values.
         self._reload_lock = threading.Lock()
         self._model_retries = ModelRetries()
-        self.stuck = False  # a worker still ran (in native code) when the stop gave up waiting
+        # A worker still ran (in native code) when the stop gave up waiting (``stuck``); the stop
+        # kept the index lock past the stores' close, a vector write may still land: the process
+        # exits at once after it (``lock_kept``, ``exiting``).
+        self.stuck = self.lock_kept = False
         self.stopped = threading.Event()  # set once the stop closed the stores (``_close_stores``)
         self._exit: Callable[[int], Any] = exit_now  # a forced stop's (tests record it)
         self.stop_clock = StopClock()  # one deadline for every wait of the stop, the server's too
@@ -309,21 +314,38 @@ class Daemon(ConfigReload, ReadOnlyStart):
         file's first write (``starting``) and ``self._lock`` killed the start with nothing to
         say ``stopped``, and clients read a stale lock of a daemon "killed or crashed". A stop in
         a wait between tries (``_pause``: nothing held then) ends it at once, so a wait for a
-        `sidecar index` run or another daemon still stops."""
+        `sidecar index` run or another daemon still stops. A Ctrl-C (SIGINT) likewise, for the
+        take only (its KeyboardInterrupt left the record ``starting``); its own handler after."""
+        interrupt = self._hold_interrupts()
         self._stops_held, self._stop_waits = True, False
         try:
             yield
         finally:
             self._stops_held = False
+            if interrupt is not None:
+                signal.signal(signal.SIGINT, interrupt)
             if self._stop_waits:
                 raise _StopAsked  # the lock, if taken, is known now: the stop writes stopping, stopped
 
+    def _hold_interrupts(self) -> Any:
+        """SIGINT handled as the start's SIGTERM is (``_stop_in_start``); the handler it had
+        (None off the main thread, where no handler can be set, and when SIGINT is ignored)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            # Ignored by who started it (a background job of a shell, a launcher): stays so, and
+            # a SIGINT during the take does not stop the daemon.
+            return None
+        return signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
+
     def _pause(self, seconds: float) -> None:
         """A wait between tries of the lock (the last one refused: nothing is held)."""
-        if self._stop_waits:  # asked during the refused try
-            raise _StopAsked
+        # Marked first, then looked: a signal just before the mark was only noted (``_stop_waits``)
+        # and the 2 s wait ran out before the stop; one after it raises in the handler.
         self._pausing = True
         try:
+            if self._stop_waits:  # asked during the refused try, or just now
+                raise _StopAsked
             self._sleep(seconds)
         finally:
             self._pausing = False
@@ -755,6 +777,10 @@ class Daemon(ConfigReload, ReadOnlyStart):
             parts.stores.manifest.give_back(between=self._between_steps)
         except _HousekeepingStoppedError:
             log.info("manifest_give_back_stopped reason=the daemon stops (the rest is done tomorrow)")
+        except StoresClosedError:  # the stop closed the index under it: no failure, nothing lost
+            log.info(
+                "manifest_give_back_stopped reason=the index closed for the stop (the rest is done tomorrow)"
+            )
         except sqlite3.Error as exc:  # a full disk, a busy file: the next day tries again
             log.warning("manifest_give_back_failed error=%s", exc)
 
@@ -844,24 +870,49 @@ class Daemon(ConfigReload, ReadOnlyStart):
         read still running fails quietly ``busy``: see ``Dispatch.stores_closing``)."""
         if self._dispatch is not None:
             self._dispatch.stores_closing()
+        asked: list[Stores] = []  # the stores whose close began: each says if a vector write may land
         try:
             parts = self.parts
             if idle and parts is not None:
                 if not stuck:
                     with contextlib.suppress(StoreError, sqlite3.Error):
                         parts.vectors.mark_clean()
-                parts.stores.close(stopping=True)
+                asked.append(parts.stores)
+                parts.stores.close(stopping=True, left=self.stop_clock.left)
                 parts.clock.save()
             for other in (self._read_only_parts, self._kept):
                 if idle and other is not None:
-                    other.stores.close(stopping=True)
+                    asked.append(other.stores)
+                    other.stores.close(stopping=True, left=self.stop_clock.left)
         finally:
-            if self._lock is not None and idle:
+            # Read from the stores, not from the close's return: a keyword index's or manifest's
+            # close that raised (a failing disk) lost that, and the lock was let go with a vector
+            # write still under way.
+            if any(not stores.vectors_settled for stores in asked):
+                # Released, another daemon could open the index while this one's write lands.
+                log.warning(
+                    "shutdown_timeout vectors=still being written: the index stays locked until "
+                    "this process exits"
+                )
+                self._keep_lock_to_exit()
+            elif self._lock is not None and idle:
                 self._lock.release()
             if idle:  # whoever takes it next sees the stop and opens nothing
                 self._switching.release()
             log.info("daemon_stopped")
             self.stopped.set()
+
+    def _keep_lock_to_exit(self) -> None:
+        """The lock kept until the process exits: its record says so while it runs (clients read
+        a stop), and ``stopped`` as it exits (``exiting``): a clean stop is not read as a crash."""
+        self.lock_kept = True
+        self._phase(STOPPING, "a vector write under way: the index is let go as the process exits")
+
+    def exiting(self) -> None:
+        """The process exits next (``cmd_serve``): a lock kept past the stores' close says
+        ``stopped`` now, and the exit lets it go (a service manager's restart takes it then)."""
+        if self.lock_kept:
+            self._phase(STOPPED)
 
     def requests_left(self) -> int:
         """Requests still running after the stop (reads it did not wait for, hung on a share)."""

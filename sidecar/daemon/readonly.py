@@ -18,7 +18,15 @@ from typing import Any
 
 from sidecar import __version__
 from sidecar.config import Config
-from sidecar.contracts.errors import BusyError, ProtocolError, StorageError, engine_text, stopping_message
+from sidecar.contracts.errors import (
+    BusyError,
+    ProtocolError,
+    StorageError,
+    StoresClosedError,
+    cut_short_message,
+    engine_text,
+    stopping_message,
+)
 from sidecar.contracts.printable import quoted
 from sidecar.contracts.protocol import (
     LIST_LIMIT_DEFAULT,
@@ -301,9 +309,13 @@ class Dispatch:
         assert handlers is not None
         try:
             return handlers.dispatch(req)
+        except StoresClosedError:
+            # Met the closed index partway: said as what it is (the store's words are of that
+            # one step; "nothing was written" would be untrue of a request that wrote before).
+            raise BusyError(cut_short_message(quoted(req.op), write=write)) from None
         except Exception:
             if self._stores_closed:  # a read that outlasted the stop: its stores are gone
-                raise BusyError(stopping_message(quoted(req.op))) from None
+                raise BusyError(cut_short_message(quoted(req.op), write=write)) from None
             raise
         finally:
             then = None

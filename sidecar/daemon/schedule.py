@@ -27,7 +27,7 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_J
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sidecar.config import Config
-from sidecar.contracts.errors import StoreError
+from sidecar.contracts.errors import StoreError, StoresClosedError
 from sidecar.daemon.indexing import IndexLoop
 from sidecar.daemon.repairs import RepairPolicy
 from sidecar.index.repair import compact_bm25, compact_memory
@@ -338,10 +338,12 @@ def optimize(
         try:
             try:
                 compact_bm25(vectors.stores, stop)
+            except StoresClosedError:
+                raise  # the stop closed the stores: no failure (below)
             except StoreError as exc:
                 log.error("bm25_compact_failed error=%s", exc)
             compact_memory(vectors.stores, stop)
-        except sqlite3.ProgrammingError as exc:
+        except (sqlite3.ProgrammingError, StoresClosedError) as exc:
             if stop is None or not stop.is_set():
                 raise
             # Run on past the stop's bound (``Schedule.join``): the stores closed under it.

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError
+from sidecar.contracts.errors import DaemonRunningError, PassingFaultError, StoreError, StoresClosedError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index import beside
 from sidecar.index.beside import UPGRADE_AREA, refill_beside
@@ -499,6 +499,8 @@ def compact_memory(stores: Stores, stop: threading.Event | None = None) -> list[
                 # Chosen for its counts alone: left as it is when, under the lock, they agree
                 # after all (a write committed between the two reads), as no rewrite is needed.
                 rewritten = stores.bm25.compact_memory(name, docs, stop, drift_only=only_drift)
+        except StoresClosedError:
+            raise  # the stop closed the stores: the rest waits for the next run, no failure
         except (StoreError, DaemonRunningError) as exc:  # a full disk: the old index stays whole,
             log.error("bm25_compact_failed part=%s error=%s", part, exc)  # the next run tries again
             continue

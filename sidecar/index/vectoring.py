@@ -36,6 +36,7 @@ from sidecar.index.vector_rows import VectorRows
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.group import GroupCommit
 from sidecar.runtime.pace import Pace
+from sidecar.stores import closing
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.frozen import IndexFlags, frozen, frozen_in_index
 from sidecar.stores.manifest import Manifest
@@ -133,6 +134,9 @@ class Stores:
     flags_turn: int = field(default=0, repr=False, compare=False)
     flags_asked: set[str] = field(default_factory=set, repr=False, compare=False)
     flags_kept: list[Path] = field(default_factory=list, repr=False, compare=False)
+    # The stop's close (``close(stopping=True)``): whether no vector write may land after it;
+    # None before it, False while it runs or when it raised before the vector tables answered.
+    vectors_settled: bool | None = field(default=None, repr=False, compare=False)
 
     @property
     def vectors(self) -> VectorStore | None:
@@ -179,17 +183,41 @@ class Stores:
     def vector_stores(self) -> list[VectorStore]:
         return [s.store for s in (self.serving, self.building) if s is not None]
 
-    def close(self, *, stopping: bool = False) -> None:
-        """Flush and close BM25 and the manifest (the vector tables need no closing, their
-        centres' churn is written: ``VectorStore.keep_centre``); the manifest also when BM25's
-        close raises (its writer connection and lock count kept). ``stopping``: the process
-        exits next (``ManifestFile.close``)."""
+    def close(self, *, stopping: bool = False, left: Callable[[float], float] | None = None) -> bool:
+        """Flush and close BM25 and the manifest (the vector tables' centres' churn written:
+        ``VectorStore.keep_centre``); the manifest also when BM25's close raises (its writer
+        connection and lock count kept). ``stopping``: the process exits next, and the index
+        lock is released after this: each store's close waits for a call under way a moment
+        only (``CLOSE_WAIT_S``), every later call is refused ``busy``, and the vector tables
+        are closed too (otherwise they need none). True unless a vector write (or an index
+        build, or a centre being written) under way may still land: the stop then keeps the
+        index locked until the process exits. That answer is kept in ``vectors_settled`` before
+        the keyword index and the manifest close: one of those raising (a disk failing under
+        both) loses the return value, not the answer. ``left``: the stop's clock
+        (``StopClock.left``): each store's wait is what it leaves of ``CLOSE_WAIT_S``, so the
+        closes count inside the stop's one bound."""
+        if not stopping:
+            try:
+                for store in self.vector_stores():
+                    store.keep_centre()
+                self.bm25.close()
+            finally:
+                self.manifest.close()
+            return True
+
+        def wait() -> float:
+            return closing.CLOSE_WAIT_S if left is None else left(closing.CLOSE_WAIT_S)
+
+        self.vectors_settled = False
         try:
+            settled = True
             for store in self.vector_stores():
-                store.keep_centre()
-            self.bm25.close()
+                settled = store.close(stopping=True, wait=wait()) and settled
+            self.vectors_settled = settled
+            self.bm25.close(stopping=True, wait=wait())
         finally:
-            self.manifest.close(stopping=stopping)
+            self.manifest.close(stopping=True, wait=wait())
+        return self.vectors_settled
 
 
 def _stamp(store: VectorStore) -> str:

@@ -177,7 +177,10 @@ class MemoryOps:
         # The inbox (a private folder) and its room, before any similarity work.
         sizes = self._inbox_checked(agent, "written", room=True)
         self.inboxes.check_room(slug, content, front_matter, sizes)
-        duplicates, fresh = self._near_duplicates(agent, slug, content)
+        try:
+            duplicates, fresh = self._near_duplicates(agent, slug, content)
+        except StoresClosedError:  # the stop closed the index before anything was written
+            raise BusyError(stopping_message(quoted(req.op))) from None
         if duplicates and not must_exist and self.cfg.memory.write.on_duplicate == "reject":
             best = duplicates[0]
             raise DuplicateError(
@@ -218,6 +221,13 @@ class MemoryOps:
                     key = self.indexer.index_now(
                         root, written.path, (written.data, written.mtime_ns, written.ctime_ns)
                     )
+            except StoresClosedError:
+                # The stop closed the index after the note was written: no fault to report.
+                log.info("memory_index_stopped agent=%s slug=%s (indexed at the next start)", agent, slug)
+                key = root.key_of_path(written.path)
+                warning = (
+                    "saved, but not searchable yet: the daemon is stopping; it is indexed at its next start"
+                )
             except (StoreError, EmbedderError, OSError, sqlite3.Error) as exc:
                 # The note is safely on disk; the index catches up once it can be written again.
                 why = fault_words(exc, self.stores.manifest.path)
@@ -471,6 +481,13 @@ class MemoryOps:
             try:
                 if key in self.manifest.file_states(key):
                     self.indexer.delete([key])
+            except StoresClosedError:
+                # The stop closed the index after the note was moved: no fault to report.
+                log.info("memory_index_stopped agent=%s slug=%s (removed at the next start)", agent, slug)
+                unindexed = (
+                    "deleted (moved to .trash); its index entry is removed at the daemon's next start: "
+                    "the daemon is stopping"
+                )
             except (StoreError, OSError, sqlite3.Error) as exc:
                 # The note is in .trash; its index entry goes once the index can be written (the
                 # move's file event queues that sweep).

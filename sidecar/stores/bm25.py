@@ -26,8 +26,10 @@ from sidecar.contracts.errors import (
     PassingFaultError,
     StoreError,
     StoreOutdatedError,
+    StoresClosedError,
 )
 from sidecar.contracts.wire import memory_agent
+from sidecar.stores import closing
 from sidecar.stores.aside import aside_name
 from sidecar.stores.bm25_folder import (
     REMOVED_MARK,
@@ -53,6 +55,7 @@ from sidecar.stores.bm25_text import (
     german_fold,
 )
 from sidecar.stores.cjk import bigrams
+from sidecar.stores.closing import ClosingLock
 from sidecar.stores.umlauts import UmlautWords
 from sidecar.stores.versions import BM25_LAYOUT, LAYOUT_FILE, bm25_layout, record_bm25_layout
 
@@ -74,6 +77,16 @@ def _close_after_failure(folder: Folder) -> None:
 _FILLED = "filled"
 
 NOT_OPEN = "the keyword index is not open"  # how a search or write on a lost index begins
+
+
+class Bm25ClosedError(StoresClosedError):
+    """A call on the keyword index after the stop closed it (``Bm25Index.close``): refused
+    before it reaches a Tantivy writer or searcher; answered ``busy``."""
+
+
+def closed_words(path: Path) -> str:
+    """What a call on a keyword index closed by the stop raises (``Bm25ClosedError``)."""
+    return f"the keyword index {path} is closed: the daemon is stopping"
 
 
 class Bm25Index(Bm25Rewrite):
@@ -113,7 +126,9 @@ class Bm25Index(Bm25Rewrite):
         # ``_all_changed``: every document was dropped meanwhile (a rebuild).
         self._changed: set[str] | None = None
         self._all_changed = False
-        self._lock = threading.Lock()  # writes, commits, and closing an inbox
+        # Writes, commits, and closing an inbox; and the stop's close, which never runs under a
+        # call that holds it (``close``): after it, every call raises ``Bm25ClosedError``.
+        self._lock = ClosingLock(lambda: Bm25ClosedError(closed_words(self.path)))
         self._inbox_lock = threading.RLock()  # the table of open inboxes
         self._closed = False
         self._unclosed: list[Folder] = []  # folders whose close raised: the next close tries again
@@ -723,32 +738,61 @@ class Bm25Index(Bm25Rewrite):
             self.unavailable = why
 
     def _usable(self) -> None:
+        self._lock.refuse_if_closed()  # closed by the stop: no writer or searcher is touched
         if self.unavailable is not None:
             raise IndexNotOpenError(
                 f"{NOT_OPEN} ({self.unavailable}); it is opened again by itself every few seconds"
             )
 
-    def close(self) -> None:
+    @property
+    def closed_for_stop(self) -> bool:
+        """Whether the stop closed it (``close(stopping=True)``): every call raises now."""
+        return self._lock.closed
+
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> None:
         """Wait for background merges and release the writer locks; safe to call twice. Each
         folder is closed even when one before it raises (the first error is raised after):
         a folder left open kept its writer's lock, and a reopen took it for another daemon's.
         A second call closes again the folders whose close raised (it did nothing: they kept
-        their writers)."""
-        with self._lock:
-            folders = self._unclosed if self._closed else self._folders()
-            self._closed, self._unclosed = True, []
-            failed: BaseException | None = None
-            for folder in folders:
-                try:
-                    folder.close()
-                except BaseException as exc:  # raised below, once the rest is closed
-                    self._unclosed.append(folder)
-                    failed = failed or exc
-            if failed is not None:
-                try:
-                    raise failed
-                finally:
-                    failed = None  # no cycle through this frame: it kept the writers it reached
+        their writers).
+
+        ``stopping`` (the process exits next): the call that holds the index (a commit, a
+        compaction's fill) is waited for ``CLOSE_WAIT_S`` only, then the close is handed to its
+        thread, which runs it as it lets go (it waited without a bound: a commit on a hung disk
+        held the stop). From then on every call raises ``Bm25ClosedError`` (``busy``, the daemon
+        is stopping) before it reaches a writer or a searcher. Any other close (a repair, an
+        upgrade's swap) waits as long as it takes, and the index stays usable as before.
+        ``wait``: the stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
+        if not stopping:
+            self._lock.acquire()
+            try:
+                self._close_now()
+            finally:
+                self._lock.release()
+            return
+        if not self._lock.close_with(self._close_now, closing.CLOSE_WAIT_S if wait is None else wait):
+            log.warning(
+                "bm25_close_handed path=%s (a call under way holds the keyword index: its thread "
+                "closes it as it ends; no call begins meanwhile)",
+                self.path,
+            )
+
+    def _close_now(self) -> None:
+        """``close``'s work, under the lock."""
+        folders = self._unclosed if self._closed else self._folders()
+        self._closed, self._unclosed = True, []
+        failed: BaseException | None = None
+        for folder in folders:
+            try:
+                folder.close()
+            except BaseException as exc:  # raised below, once the rest is closed
+                self._unclosed.append(folder)
+                failed = failed or exc
+        if failed is not None:
+            try:
+                raise failed
+            finally:
+                failed = None  # no cycle through this frame: it kept the writers it reached
 
 
 def open_bm25(path: Path, *, read_only: bool = False) -> Bm25Index:

@@ -35,6 +35,7 @@ from sidecar.stores.bm25_folder import (
 )
 from sidecar.stores.bm25_scoring import Scorer
 from sidecar.stores.bm25_text import Bm25Doc
+from sidecar.stores.closing import ClosingLock
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class Bm25Inboxes:
     read_only: bool
     unavailable: str | None
     failing: dict[str, str]
-    _lock: threading.Lock
+    _lock: ClosingLock
     _inbox_lock: threading.RLock
     _agents: set[str]
     _open: OrderedDict[str, Pair]

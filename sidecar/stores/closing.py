@@ -19,6 +19,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# How long a stop's close waits for the call that holds a store (a transaction or a commit takes
+# tens of ms) before it hands the close to that call's thread: a call hung on a disk must not
+# hang the stop.
+CLOSE_WAIT_S = 2.0
+
 
 class ClosingLock:
     """Re-entrant per thread, like ``threading.RLock`` (``with``, ``acquire``, ``release``);
@@ -52,7 +57,12 @@ class ClosingLock:
             self._handed = None
         try:
             self._run(close)
-        except Exception:  # nobody to hand it to: the close was asked for long before
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        # Nobody to hand it to (the close was asked for long before), and not the holder's: its
+        # call ended well, and an engine's error here (a Rust panic is a BaseException) in its
+        # place read as that call failing.
+        except BaseException:
             log.exception("store_close_failed (run by the call that held the store as the close began)")
         finally:
             self._depth -= 1
@@ -67,6 +77,12 @@ class ClosingLock:
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+    def refuse_if_closed(self) -> None:
+        """Raise the store's closed error once ``close_with`` closed it (a call that reads without
+        the lock: a search)."""
+        if self.closed:
+            raise self._closed_error()
 
     def is_free(self) -> bool:
         """Whether this thread could take the lock now (no one holds it, or this thread does).

@@ -86,8 +86,9 @@ class ManifestClosedError(sqlite3.ProgrammingError, StoresClosedError):
 
 
 def closed_words(path: Path) -> str:
-    """What a call on a closed manifest raises (``ManifestClosedError``)."""
-    return f"the index is closed (the daemon is stopping): nothing was read from or written to {path}"
+    """What a call on a closed manifest raises (``ManifestClosedError``): that call was refused,
+    nothing more (a request that wrote before it says what it did itself: ``Dispatch``)."""
+    return f"the index is closed (the daemon is stopping): {path} was not read or written by this step"
 
 
 class Manifest(ManifestFile, ManifestAside, ManifestKeys, ManifestChunks, VectorBook):

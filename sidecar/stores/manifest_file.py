@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sidecar.contracts.errors import PermissionDeniedError, StoreError, StoreNewerError, is_disk_full
 from sidecar.notes import links
+from sidecar.stores import closing
 from sidecar.stores.closing import ClosingLock
 from sidecar.stores.embedtext import embed_hash, split_embed_text
 from sidecar.stores.frozen import (
@@ -138,9 +139,9 @@ def _refuse_newer(path: Path) -> None:
 
 
 # Writable connections open in this process, by file (``_open_read_only``).
-# How long a close waits for the call that holds the writer's connection (a transaction takes tens
-# of ms; a read through it gives way at once) before it hands the close to that call's thread.
-CLOSE_WAIT_S = 2.0
+# How long a stop's close waits for the call that holds the writer's connection (a read through
+# it gives way at once) before it hands the close to that call's thread (``ClosingLock``).
+CLOSE_WAIT_S = closing.CLOSE_WAIT_S
 _open_writers: Counter[Path] = Counter()
 _writers_lock = threading.Lock()
 
@@ -456,7 +457,7 @@ class ManifestFile:
             )
         return done
 
-    def close(self, *, stopping: bool = False) -> None:
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> None:
         """Close every connection and release the writer's count, each even when a step before
         raises (the first error is raised after): a reader whose close raised left the writer's
         connection open, its log unwritten and its count taken (a read-only open of this file in
@@ -468,13 +469,14 @@ class ManifestFile:
         fault): a reader a read holds is closed by that read's thread as it ends; the writer's
         connection once the call holding it lets go (a read through it gives way at once), at the
         stop waited for ``CLOSE_WAIT_S`` only, then closed by that call's thread as it ends. From
-        here on every call raises ``ManifestClosedError`` (the daemon is stopping)."""
+        here on every call raises ``ManifestClosedError`` (the daemon is stopping). ``wait``: the
+        stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
         with self._queued(counted=True):  # a read through the writer gives way to the close
             # Bounded at the stop only: the process exits next. Any other close (a repair moving the
             # file aside, a failed switch) waits as long as it takes: a connection still open on a
             # file moved aside and made anew could write into the new one's log.
-            wait = CLOSE_WAIT_S if stopping else -1
-            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), wait)
+            bound = (CLOSE_WAIT_S if wait is None else wait) if stopping else -1
+            ran = self._lock.close_with(lambda: self._close_now(stopping=stopping), bound)
         if not ran:
             log.warning(
                 "manifest_close_handed path=%s (a call under way holds the index's connection: "

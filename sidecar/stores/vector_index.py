@@ -89,6 +89,7 @@ class AnnIndexing:
     nprobes: int
     indexed: bool
     closed: bool
+    closed_for_stop: bool
     trained_rows: int | None
     retrain_failed_rows: int | None
     retrain_failed_at: float | None
@@ -292,7 +293,7 @@ class AnnIndexing:
             if epoch != self._epoch:
                 ended: str | None = self._epoch_why
             elif self.closed:
-                ended = "table replaced"
+                ended = "stopped" if self.closed_for_stop else "table replaced"
             elif self._stopped and not built:  # one that finished before the stop counts
                 ended = "stopped"
             else:

@@ -25,10 +25,11 @@ import pyarrow as pa
 
 from sidecar.contracts.errors import (
     StoreError,
+    StoresClosedError,
     engine_message,
     store_error_class,
 )
-from sidecar.stores import vector_index
+from sidecar.stores import closing, vector_index
 from sidecar.stores.centre import Centre, centre_path, forget_centre, read_centre, write_centre
 from sidecar.stores.salvage import Salvage
 from sidecar.stores.vector_index import AnnIndexing
@@ -123,6 +124,22 @@ class _Exact:
         )
 
 
+class VectorsClosedError(StoresClosedError):
+    """A call on a vector table after the stop closed it (``VectorStore.close``): refused before
+    it reaches LanceDB; answered ``busy``."""
+
+
+class _Closed:
+    """What a closed handle holds in place of LanceDB's connection and table: every use raises the
+    stop's error (a search that took the handle before the close gets ``busy``, never a None)."""
+
+    def __init__(self, error: StoresClosedError) -> None:
+        self._error = error
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._error
+
+
 def _norms(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     norms: np.ndarray[Any, Any] = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
     return norms
@@ -190,8 +207,10 @@ class VectorStore(AnnIndexing):
         self._cleanup_at: float | None = None
         self._building = False  # an index build runs outside the lock; compaction waits for it
         # Set by ``close`` when the table is replaced (a repair): another table may stand at the
-        # same path, and this handle's writes would land in it naming this one's data files.
-        self.closed = False
+        # same path, and this handle's writes would land in it naming this one's data files. And
+        # by the stop's close (``closed_for_stop`` too): the index lock is released next, and
+        # another daemon may write the table then.
+        self.closed = self.closed_for_stop = False
         self._child: subprocess.Popen[str] | None = None
         # Set by ``stop_build`` (the daemon stops): no build child is started after it. A retrain
         # the idle upkeep began a moment after the stop ended the running ones ran on, and the
@@ -359,19 +378,77 @@ class VectorStore(AnnIndexing):
                 self._ending = False
             self._count_write()
 
-    def close(self) -> None:
+    def close(self, *, stopping: bool = False, wait: float | None = None) -> bool:
         """This handle writes no more: its table is being replaced (a repair moves it aside and
         makes a new one at the same path). Waits for a write or compaction through it that runs.
         A write through the handle after it (a batch computed for the old table) would commit a
         version of the new table that names the old table's data files, which every read of the
         new table then fails on ("Not found"): it raises instead, and compaction and index builds
-        through it do nothing."""
+        through it do nothing.
+
+        ``stopping`` (the process exits next, the index lock is released before): closed at once
+        for every write that takes the lock from now on (refused ``VectorsClosedError``, busy), a
+        write under way waited for ``CLOSE_WAIT_S`` at most (a hung disk must not hang the stop),
+        then LanceDB's connection and table let go: a search after it is refused too. False when
+        a write under way or an index build's child did not end within that wait: it may still
+        land, so the stop keeps the index locked until the process exits (which ends both).
+        ``wait``: the stop's wait instead of ``CLOSE_WAIT_S`` (less once the stop's time runs out)."""
         self.stop_build()
-        with self._lock:
-            self.closed = True
+        if not stopping:
+            with self._lock:
+                self.closed = True
+            return True
+        bound = closing.CLOSE_WAIT_S if wait is None else wait
+        deadline = time.monotonic() + bound
+        # The churn counted since the centre's record was written, kept first (refused once
+        # closed) in the same bound: a search taking the centre holds its lock over a LanceDB
+        # read, and one hung on a disk hung the stop. Not kept, the next start counts that churn
+        # again (as after a kill); its holder may still write the centre's file, so the lock is
+        # kept until the process exits (False) as for a write.
+        centre_kept = self.keep_centre(wait=bound)
+        # Set before the wait: the write under way is the last one (a write looks under the lock).
+        self.closed_for_stop = self.closed = True
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            log.warning("vectors_close_waits table=%s (a write under way did not end in time)", self.name)
+            return False
+        try:
+            self._let_go()
+        finally:
+            self._lock.release()
+        return self._build_child_ended(max(0.0, deadline - time.monotonic())) and centre_kept
+
+    def _let_go(self) -> None:
+        """LanceDB's handles dropped (the caller holds the lock): each later use raises."""
+        error = self._stop_error("use")
+        db, self._db, self._table = self._db, _Closed(error), _Closed(error)
+        try:
+            db.close()
+        except (OSError, ValueError, RuntimeError) as exc:  # let go all the same
+            log.debug("vectors_close table=%s error=%s", self.name, exc)
+
+    def _build_child_ended(self, wait: float) -> bool:
+        """Whether no index build's child runs (``stop_build`` ended it; waited ``wait`` at most):
+        a child still running may commit its index into the table."""
+        with self._child_lock:
+            child = self._child
+        if child is None:
+            return True
+        try:
+            child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            log.warning("vectors_close_waits table=%s (an index build did not end in time)", self.name)
+            return False
+        return True
+
+    def _stop_error(self, what: str) -> VectorsClosedError:
+        return VectorsClosedError(
+            f"vector {what} on {self.name} refused: the vector table is closed (the daemon is stopping)"
+        )
 
     def _check_open(self, what: str) -> None:
         """Raise if the handle was closed (the caller holds the lock)."""
+        if self.closed_for_stop:
+            raise self._stop_error(what)
         if self.closed:
             raise StoreError(
                 f"vector {what} on {self.name} refused: that table was replaced, and this handle of "
@@ -493,6 +570,8 @@ class VectorStore(AnnIndexing):
         Hubness is how much closer than average a chunk lies to the centre of the whole table
         (``centroid``): a chunk about everything a little (a command list, an index page) is near
         every query, and ranking can discount it. 0 while the table is too small to tell."""
+        if self.closed_for_stop:
+            raise self._stop_error("search")
         centre = self.centroid()
         exact = self._exact_copy()
         if exact is not None:
@@ -667,17 +746,32 @@ class VectorStore(AnnIndexing):
             if due or CENTRE_UNSAVED_SHARE * (counted.churn - self._centre_saved) >= counted.rows:
                 self._save_centre()
 
-    def keep_centre(self) -> None:
+    def keep_centre(self, wait: float = -1) -> bool:
         """Write the churn counted since the record was last written (a compaction, the stores'
-        close at a stop: ``Stores.close``). Not at ``close``: that handle's table is being
-        replaced, and the fresh handle at the same path keeps its own record."""
-        with self._centre_lock:
+        close, the stop's ``close``). Not at a replacing ``close``: that handle's table is being
+        replaced, and the fresh handle at the same path keeps its own record. ``wait``: seconds
+        at most for the centre's lock (a search taking the centre holds it over a LanceDB read);
+        False when it was not had then (nothing written; logged)."""
+        if not self._centre_lock.acquire(timeout=wait):
+            log.warning(
+                "vector_centre_not_kept table=%s (a search taking the centre did not end in time: "
+                "the churn since its last record is counted again at the next start)",
+                self.name,
+            )
+            return False
+        try:
             if self._centre is not None and self._centre.churn != self._centre_saved:
                 self._save_centre()
+        finally:
+            self._centre_lock.release()
+        return True
 
     def _save_centre(self) -> None:
-        """The centre and its churn written (the caller holds ``_centre_lock``)."""
+        """The centre and its churn written (the caller holds ``_centre_lock``); not after the
+        stop's close (another daemon may hold the index then)."""
         assert self._centre is not None
+        if self.closed_for_stop:
+            return
         write_centre(self._centre_path(), self._centre, self.name)
         self._centre_saved = self._centre.churn
 
@@ -731,7 +825,12 @@ class VectorStore(AnnIndexing):
     def _count_write(self) -> None:
         self._writes += 1
         self._last_write = time.monotonic()
-        if self.optimize_every and self._writes >= self.optimize_every and not self._building:
+        if (
+            self.optimize_every
+            and self._writes >= self.optimize_every
+            and not self._building
+            and not self.closed
+        ):
             self._compact()
 
     def _compact(self) -> None:
