@@ -5,6 +5,7 @@ the keyword index (each searcher taken once, each word counted once) ends with t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tantivy
 
 from sidecar.search.querycache import QueryCache
 from sidecar.search.request import SearchRequest
@@ -19,6 +21,7 @@ from sidecar.search.retrieval import Retriever
 from sidecar.stores import bm25_folder
 from sidecar.stores import vectors as vectors_mod
 from sidecar.stores.bm25_folder import one_look
+from sidecar.stores.bm25_search import any_of
 from sidecar.stores.vectors import VectorStore
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -277,6 +280,58 @@ def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: P
     harness.sweep()
     again = manifest.views([v.chunk_id for v in manifest.chunks_of("vault/Kayak")])
     assert {v.aliases for v in again.values()} == {("Dinghy",)}
+
+
+def test_a_kept_view_follows_its_notes_front_matter_alone(harness: Harness, vault: Path) -> None:
+    """The front matter is part of a kept view's key on its own: a row whose front matter
+    changed while everything else stayed (mtime and indexing time too) gets a new view. A sweep's
+    edit changes the note's mtime and indexing time as well, so it cannot tell."""
+    write(vault / "Kayak.md", "---\naliases: [Paddle boat]\n---\n# Kayak\n\nThe kayak leaks.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    ids = [v.chunk_id for v in manifest.chunks_of("vault/Kayak")]
+    first = manifest.views(ids)
+    assert {v.aliases for v in first.values()} == {("Paddle boat",)}
+    before = manifest.read("SELECT mtime_ns, indexed_at FROM files WHERE key = ?", ("vault/Kayak",))
+    with manifest.transaction() as db:
+        db.execute(
+            "UPDATE files SET front_matter = ? WHERE key = ?",
+            (json.dumps({"aliases": ["Canoe"]}), "vault/Kayak"),
+        )
+    assert manifest.read("SELECT mtime_ns, indexed_at FROM files WHERE key = ?", ("vault/Kayak",)) == before
+    assert {v.aliases for v in manifest.views(ids).values()} == {("Canoe",)}
+
+
+def test_any_of_finds_what_a_term_set_finds(harness: Harness, vault: Path) -> None:
+    """The keyword index's restriction to notes (``any_of``) matches the documents Tantivy's term
+    set does, for one, several, unknown and no values, and a restricted page search scores what
+    the unrestricted one scores."""
+    for name in ("Kayak", "Canoe", "Dinghy boat", "Ärger"):
+        write(vault / f"{name}.md", f"# {name}\n\nThe {name} floats on the lake.\n")
+    harness.sweep()
+    bm25 = harness.stores.bm25
+    searcher, schema = bm25._pages.searcher, bm25.schema
+    keys = ["vault/Kayak", "vault/Canoe", "vault/Dinghy boat", "vault/Ärger"]
+    floats = tantivy.Query.term_query(schema, "body", "floats")
+
+    def found(restriction: tantivy.Query) -> list[tuple[float, int, int]]:
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, floats),
+                (tantivy.Occur.Must, tantivy.Query.const_score_query(restriction, 0.0)),
+            ]
+        )
+        return sorted((s, a.segment_ord, a.doc) for s, a in searcher.search(query, limit=10).hits)
+
+    for wanted in ([], keys[:1], keys[1:], [*keys[2:], "vault/None", "vault/kayak"], ["vault/None"]):
+        assert found(any_of(schema, "key", wanted)) == found(
+            tantivy.Query.term_set_query(schema, "key", wanted)
+        )
+    assert len(found(any_of(schema, "key", keys))) == 4
+    whole = dict(bm25.search_pages("floats lake", 10))
+    assert whole and dict(bm25.search_pages("floats lake", 10, keys=keys[1:3])) == {
+        k: whole[k] for k in keys[1:3]
+    }
 
 
 def test_only_a_searchs_reads_keep_views_and_they_are_bounded_in_bytes(harness: Harness, vault: Path) -> None:
