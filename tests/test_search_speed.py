@@ -6,6 +6,7 @@ the keyword index (each searcher taken once, each word counted once) ends with t
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ import tantivy
 from sidecar.search.querycache import QueryCache
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
-from sidecar.stores import bm25_folder
+from sidecar.stores import bm25_folder, bm25_search
 from sidecar.stores import vectors as vectors_mod
 from sidecar.stores.bm25_folder import one_look
 from sidecar.stores.bm25_search import any_of
@@ -400,6 +401,19 @@ def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apa
     for each in (pairs, pairs[::-1]):
         with one_look():
             assert analysed(each) == terms
+    # A query's ideal score, kept too: by text, chunks or pages, and the language stemmed.
+    ideals = [(t, p, stem) for t in texts for p in (False, True) for stem in (None, "en", "de")]
+
+    def ideal(order: Sequence[tuple[str, bool, str | None]]) -> dict[tuple[str, bool, str | None], float]:
+        return {(t, p, stem): bm25.ideal_score(t, pages=p, stem=stem) for t, p, stem in order}
+
+    scores = ideal(ideals)
+    assert scores["gardens", False, None] != scores["gardens", True, None]
+    assert scores["gardens", False, None] != scores["gardens", False, "en"]
+    assert any(scores[t, False, "en"] != scores[t, False, "de"] for t in texts)
+    for each in (ideals, ideals[::-1]):
+        with one_look():
+            assert ideal(each) == scores
 
 
 def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
@@ -419,5 +433,71 @@ def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
         why = explain(r, "vault/Garden", "tomatoes need sun", None)
         assert model.queries == ["tomatoes need sun"]
         assert why.chunks[0].vec_score == pytest.approx(hit.vec_score, abs=1e-4)
+    finally:
+        h.close()
+
+
+class _Waiting(FakeEmbedder):
+    """A query embedding that lasts until ``go`` is set (or a few seconds pass); ``ready``
+    once it ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.ready = threading.Event()  # a query's vector is ready
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.go.wait(10)
+        self.ready.set()
+        return super().embed_query(text)
+
+
+def test_a_searchs_scale_is_counted_while_the_query_embeds_and_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query's scale needs the keyword index alone: the search counts it while the vector arm
+    still embeds the query, and its ranking takes the same counts (one look) without counting
+    again; the answer is the one counted after the embedding."""
+    model = _Waiting()
+    write(vault / "Garden.md", "# Garden\n\nTomatoes need sun and water.\n")
+    write(vault / "Shed.md", "# Shed\n\nThe shed holds the tools.\n")
+    h = Harness(make_cfg(vault), model)
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        counted: list[tuple[str, bool, bool]] = []  # (text, pages, while embedding)
+        computed: list[bool] = []  # per ask: whether it counted (else it was kept)
+        real, boosts = bm25.ideal_score, bm25_search.field_boosts
+
+        def field_boosts(stem: str | None = None) -> dict[str, float]:
+            computed[-1:] = [True] if computed else []  # an ask of ideal_score's that counts
+            return boosts(stem)
+
+        def ideal_score(text: str, *, pages: bool = False, stem: str | None = None) -> float:
+            counted.append((text, pages, not model.ready.is_set()))
+            computed.append(False)
+            return real(text, pages=pages, stem=stem)
+
+        monkeypatch.setattr(bm25_search, "field_boosts", field_boosts)
+        monkeypatch.setattr(bm25, "ideal_score", ideal_score)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        r.cfg = replace(r.cfg, query_cache=0)
+        # Whatever the search does while the query embeds, then the embedding ends (without it,
+        # the embedding lasts its few seconds and every count comes after it).
+        monkeypatch.setattr(
+            r, "_scale_meanwhile", lambda *a: (Retriever._scale_meanwhile(r, *a), model.go.set())
+        )
+        hits = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        during = {(t, p) for t, p, embedding in counted if embedding}
+        assert {p for _, p in during} == {False, True}  # chunks and pages counted while it embedded
+        later = [(t, p, c) for (t, p, embedding), c in zip(counted, computed, strict=True) if not embedding]
+        assert later and all((t, p) in during and not c for t, p, c in later)  # the ranking's: kept
+        assert computed.count(True) == len(during)  # each counted once
+        # The same answer as a search whose vector was ready before any count.
+        monkeypatch.setattr(bm25, "ideal_score", real)
+        again = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        assert [(x.reference, x.score, x.relevance) for x in again] == [
+            (x.reference, x.score, x.relevance) for x in hits
+        ]
     finally:
         h.close()

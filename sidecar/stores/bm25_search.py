@@ -569,6 +569,13 @@ class Bm25Search(Bm25Inboxes):
         once", a match of the rarest of three words counts more than one of the commonest. Words
         the index has never seen count fully (a query about something absent is not a good match)."""
         searcher = (self._pages if pages else self._chunks).searcher
+        # Within a search (``one_look``) once: its scale is asked while the query embeds (``arms``)
+        # and again by each ranking of the same words (kept with the searcher, as a count is).
+        memo = look_memo()
+        key = ("ideal", text, pages, stem, id(searcher))
+        cached = memo.get(key) if memo is not None else None
+        if isinstance(cached, tuple) and cached[0] is searcher:
+            return float(cached[1])
         n = max(int(searcher.num_docs), 1)
         total = 0.0
         boosts = field_boosts(stem)
@@ -580,4 +587,6 @@ class Bm25Search(Bm25Inboxes):
                 except StoreError:
                     df = 0
                 total += boosts[f] * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        if memo is not None:
+            memo[key] = (searcher, total)
         return total
