@@ -15,7 +15,8 @@ checkout's daemon (and the old one) runs with ``search.queryCache: 0`` unless ``
 figure is then a query embedded afresh, as a distinct query would be. The load average is read
 before and after each setting (other processes share the cores); beside the percentiles, the
 median of each query's new/old time ratio (its two searches ran one after the other: steadier on a
-loaded machine).
+loaded machine), and each daemon's CPU time per search over the timed rounds (its own clock: the
+steadiest figure where other processes share the cores).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from common import ROOT, code_daemon, emit, pct, rss_mb
+from common import ROOT, code_daemon, cpu_seconds, emit, pct, rss_mb
 from core import ARM_CONFIGS, QUERIES
 
 from sidecar.clients.client import Client
@@ -178,6 +179,7 @@ def main() -> None:
                     s.search(q)
             load_before = os.getloadavg()[0]
             lat: dict[str, list[float]] = {s.name: [] for s in sides}
+            cpu_before = {s.name: cpu_seconds(s.daemon.pid) for s in sides}
             differ: set[str] = set()
             gap = 0.0
             n = 0
@@ -196,8 +198,13 @@ def main() -> None:
                         else:
                             gap = max(gap, _score_gap(answers["new"], answers["old"]))
             row: dict[str, Any] = {"load_before": round(load_before, 2), "load_after": os.getloadavg()[0]}
-            for side, values in lat.items():
-                row[f"{side}_p50_ms"], row[f"{side}_p95_ms"] = pct(values, 0.5), pct(values, 0.95)
+            for s in sides:
+                values = lat[s.name]
+                row[f"{s.name}_p50_ms"], row[f"{s.name}_p95_ms"] = pct(values, 0.5), pct(values, 0.95)
+                # The daemon's own CPU clock over the timed searches (its idle threads included):
+                # what a search costs, whatever else runs on the cores.
+                spent = cpu_seconds(s.daemon.pid) - cpu_before[s.name]
+                row[f"{s.name}_cpu_ms_per_search"] = round(1000 * spent / len(values), 2)
             if len(sides) == 2:  # hits in another order or other hits; else how far scores moved
                 # Each query's pair of times (one after the other, same load): the median of their
                 # ratios holds still where the load moves both percentiles.

@@ -5,6 +5,8 @@ the keyword index (each searcher taken once, each word counted once) ends with t
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -12,13 +14,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tantivy
 
 from sidecar.search.querycache import QueryCache
 from sidecar.search.request import SearchRequest
 from sidecar.search.retrieval import Retriever
-from sidecar.stores import bm25_folder
+from sidecar.stores import bm25_folder, bm25_search
 from sidecar.stores import vectors as vectors_mod
 from sidecar.stores.bm25_folder import one_look
+from sidecar.stores.bm25_search import _UNION_MOST, any_of
 from sidecar.stores.vectors import VectorStore
 from tests.conftest import FakeEmbedder, Harness, write
 
@@ -279,6 +283,60 @@ def test_chunk_views_are_kept_and_follow_every_change(harness: Harness, vault: P
     assert {v.aliases for v in again.values()} == {("Dinghy",)}
 
 
+def test_a_kept_view_follows_its_notes_front_matter_alone(harness: Harness, vault: Path) -> None:
+    """The front matter is part of a kept view's key on its own: a row whose front matter
+    changed while everything else stayed (mtime and indexing time too) gets a new view. A sweep's
+    edit changes the note's mtime and indexing time as well, so it cannot tell."""
+    write(vault / "Kayak.md", "---\naliases: [Paddle boat]\n---\n# Kayak\n\nThe kayak leaks.\n")
+    harness.sweep()
+    manifest = harness.stores.manifest
+    ids = [v.chunk_id for v in manifest.chunks_of("vault/Kayak")]
+    first = manifest.views(ids)
+    assert {v.aliases for v in first.values()} == {("Paddle boat",)}
+    before = manifest.read("SELECT mtime_ns, indexed_at FROM files WHERE key = ?", ("vault/Kayak",))
+    with manifest.transaction() as db:
+        db.execute(
+            "UPDATE files SET front_matter = ? WHERE key = ?",
+            (json.dumps({"aliases": ["Canoe"]}), "vault/Kayak"),
+        )
+    assert manifest.read("SELECT mtime_ns, indexed_at FROM files WHERE key = ?", ("vault/Kayak",)) == before
+    assert {v.aliases for v in manifest.views(ids).values()} == {("Canoe",)}
+
+
+def test_any_of_finds_what_a_term_set_finds(harness: Harness, vault: Path) -> None:
+    """The keyword index's restriction to notes (``any_of``) matches the documents Tantivy's term
+    set does, for one, several, unknown and no values, and a restricted page search scores what
+    the unrestricted one scores."""
+    for name in ("Kayak", "Canoe", "Dinghy boat", "Ärger"):
+        write(vault / f"{name}.md", f"# {name}\n\nThe {name} floats on the lake.\n")
+    harness.sweep()
+    bm25 = harness.stores.bm25
+    searcher, schema = bm25._pages.searcher, bm25.schema
+    keys = ["vault/Kayak", "vault/Canoe", "vault/Dinghy boat", "vault/Ärger"]
+    floats = tantivy.Query.term_query(schema, "body", "floats")
+
+    def found(restriction: tantivy.Query) -> list[tuple[float, int, int]]:
+        query = tantivy.Query.boolean_query(
+            [
+                (tantivy.Occur.Must, floats),
+                (tantivy.Occur.Must, tantivy.Query.const_score_query(restriction, 0.0)),
+            ]
+        )
+        return sorted((s, a.segment_ord, a.doc) for s, a in searcher.search(query, limit=10).hits)
+
+    # Past _UNION_MOST values the term set itself answers: the same documents either way.
+    many = [*keys[1:3], *(f"vault/absent {i}" for i in range(_UNION_MOST + 1))]
+    for wanted in ([], keys[:1], keys[1:], [*keys[2:], "vault/None", "vault/kayak"], ["vault/None"], many):
+        assert found(any_of(schema, "key", wanted)) == found(
+            tantivy.Query.term_set_query(schema, "key", wanted)
+        )
+    assert len(found(any_of(schema, "key", keys))) == 4
+    whole = dict(bm25.search_pages("floats lake", 10))
+    assert whole and dict(bm25.search_pages("floats lake", 10, keys=keys[1:3])) == {
+        k: whole[k] for k in keys[1:3]
+    }
+
+
 def test_only_a_searchs_reads_keep_views_and_they_are_bounded_in_bytes(harness: Harness, vault: Path) -> None:
     """Reads of many chunks at once (a refill's, an agent's, a note's) build their views without
     keeping them; a search's kept views hold no copy of their note's front matter and stay within
@@ -345,6 +403,19 @@ def test_a_looks_kept_counts_and_analyses_keep_each_field_index_and_analyser_apa
     for each in (pairs, pairs[::-1]):
         with one_look():
             assert analysed(each) == terms
+    # A query's ideal score, kept too: by text, chunks or pages, and the language stemmed.
+    ideals = [(t, p, stem) for t in texts for p in (False, True) for stem in (None, "en", "de")]
+
+    def ideal(order: Sequence[tuple[str, bool, str | None]]) -> dict[tuple[str, bool, str | None], float]:
+        return {(t, p, stem): bm25.ideal_score(t, pages=p, stem=stem) for t, p, stem in order}
+
+    scores = ideal(ideals)
+    assert scores["gardens", False, None] != scores["gardens", True, None]
+    assert scores["gardens", False, None] != scores["gardens", False, "en"]
+    assert any(scores[t, False, "en"] != scores[t, False, "de"] for t in texts)
+    for each in (ideals, ideals[::-1]):
+        with one_look():
+            assert ideal(each) == scores
 
 
 def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
@@ -364,5 +435,71 @@ def test_why_embeds_the_query_once(make_cfg: Any, vault: Path) -> None:
         why = explain(r, "vault/Garden", "tomatoes need sun", None)
         assert model.queries == ["tomatoes need sun"]
         assert why.chunks[0].vec_score == pytest.approx(hit.vec_score, abs=1e-4)
+    finally:
+        h.close()
+
+
+class _Waiting(FakeEmbedder):
+    """A query embedding that lasts until ``go`` is set (or a few seconds pass); ``ready``
+    once it ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.ready = threading.Event()  # a query's vector is ready
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.go.wait(10)
+        self.ready.set()
+        return super().embed_query(text)
+
+
+def test_a_searchs_scale_is_counted_while_the_query_embeds_and_once(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query's scale needs the keyword index alone: the search counts it while the vector arm
+    still embeds the query, and its ranking takes the same counts (one look) without counting
+    again; the answer is the one counted after the embedding."""
+    model = _Waiting()
+    write(vault / "Garden.md", "# Garden\n\nTomatoes need sun and water.\n")
+    write(vault / "Shed.md", "# Shed\n\nThe shed holds the tools.\n")
+    h = Harness(make_cfg(vault), model)
+    try:
+        h.sweep()
+        bm25 = h.stores.bm25
+        counted: list[tuple[str, bool, bool]] = []  # (text, pages, while embedding)
+        computed: list[bool] = []  # per ask: whether it counted (else it was kept)
+        real, boosts = bm25.ideal_score, bm25_search.field_boosts
+
+        def field_boosts(stem: str | None = None) -> dict[str, float]:
+            computed[-1:] = [True] if computed else []  # an ask of ideal_score's that counts
+            return boosts(stem)
+
+        def ideal_score(text: str, *, pages: bool = False, stem: str | None = None) -> float:
+            counted.append((text, pages, not model.ready.is_set()))
+            computed.append(False)
+            return real(text, pages=pages, stem=stem)
+
+        monkeypatch.setattr(bm25_search, "field_boosts", field_boosts)
+        monkeypatch.setattr(bm25, "ideal_score", ideal_score)
+        r = Retriever(h.stores, h.slot, h.cfg.search, h.cfg.recall)
+        r.cfg = replace(r.cfg, query_cache=0)
+        # Whatever the search does while the query embeds, then the embedding ends (without it,
+        # the embedding lasts its few seconds and every count comes after it).
+        monkeypatch.setattr(
+            r, "_scale_meanwhile", lambda *a: (Retriever._scale_meanwhile(r, *a), model.go.set())
+        )
+        hits = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        during = {(t, p) for t, p, embedding in counted if embedding}
+        assert {p for _, p in during} == {False, True}  # chunks and pages counted while it embedded
+        later = [(t, p, c) for (t, p, embedding), c in zip(counted, computed, strict=True) if not embedding]
+        assert later and all((t, p) in during and not c for t, p, c in later)  # the ranking's: kept
+        assert computed.count(True) == len(during)  # each counted once
+        # The same answer as a search whose vector was ready before any count.
+        monkeypatch.setattr(bm25, "ideal_score", real)
+        again = r.search(SearchRequest("tomatoes need sun", limit=5, min_score=0.0)).hits
+        assert [(x.reference, x.score, x.relevance) for x in again] == [
+            (x.reference, x.score, x.relevance) for x in hits
+        ]
     finally:
         h.close()

@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -227,7 +227,16 @@ class Arms(QueryPlan):
         if not qa.words and vectors is None:
             return found([], None)
         try:
-            hits, query = self._vector_hits(serving, vectors, text, req, early=early, embedded=embedded)
+            hits, query = self._vector_hits(
+                serving,
+                vectors,
+                text,
+                req,
+                early=early,
+                embedded=embedded,
+                # The query's scale is the keyword index's alone: counted while the query embeds.
+                meanwhile=(lambda: self._scale_meanwhile(qa, parts, weight, stem)) if answered else None,
+            )
             problems.clear("vector_search")
             pending, continuous, left = self.pending_vectors()
             return replace(
@@ -251,6 +260,15 @@ class Arms(QueryPlan):
                 raise no_arm(f"{why} too") from exc
             return found([], _joined(bm_note, f"{why}; keyword results only"))
 
+    def _scale_meanwhile(
+        self, qa: QueryAnalysis, parts: BmParts | None, weight: float, stem: str | None
+    ) -> None:
+        """The query's scale, which is the keyword index's alone, counted while the query embeds
+        rather than after it: ``ideal_score`` keeps it for the ranking within this search's look."""
+        self.scale(
+            [(bm25_text(qa), 1.0)] if parts is None else parts, pages=self.page_share(weight) > 0, stem=stem
+        )
+
     def _vector_hits(
         self,
         serving: VectorSet,
@@ -260,14 +278,18 @@ class Arms(QueryPlan):
         *,
         early: EarlyVectors | None,
         embedded: QueryVector | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> tuple[list[VecList], QueryVector | None]:
         """Each vector query's hits from ``serving``, and the query's vector when this arm
         embedded it (or took ``embedded``, the same query's vector by the serving model); a
         search overtaken by a model switch (its table dropped under it) asks the new serving
-        table, with that table's model, once."""
+        table, with that table's model, once. ``meanwhile``: run while the early arm is still
+        embedding (not once it is done: then it would only delay the answer)."""
         fetch = self._fetch(req)
         try:
             if early is not None and early.serving is serving:
+                if meanwhile is not None and not early.found.done():
+                    meanwhile()  # work of this thread's that needs no vector, done as it waits
                 query, hits = early.found.result()
                 return hits, QueryVector(serving.model, query)
             # No early start, or the serving table changed meanwhile.

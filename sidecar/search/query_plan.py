@@ -17,10 +17,11 @@ from typing import Any
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
 from sidecar.contracts.errors import StoreError
 from sidecar.index.vectoring import Stores, VectorSet
-from sidecar.model.embedder import model_name
+from sidecar.model.embedder import cosine_range, model_name
+from sidecar.search.fusion import Scale
 from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
-from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
+from sidecar.search.querywords import BmParts, _language_set, _stopword_stems, _with_umlauts, unread_words
 from sidecar.stores.bm25_text import german_fold
 
 # recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
@@ -116,6 +117,27 @@ class QueryPlan:
     cfg: SearchConfig
     recall_cfg: RecallConfig
     queries: QueryCache
+
+    def scale(self, parts: BmParts, *, pages: bool = False, stem: str | None = None) -> Scale:
+        """This query's scale: the model's cosine range, the query's ideal BM25 score (of a
+        chunk; with ``pages`` also of a whole note)."""
+        serving = self.stores.serving
+        lo, hi = cosine_range(serving.model if serving else None, self.cfg)
+        bm25 = self.stores.bm25
+        try:
+            ideal = sum(w * bm25.ideal_score(text, stem=stem) for text, w in parts)
+            page = (
+                sum(w * bm25.ideal_score(text, pages=True, stem=stem) for text, w in parts) if pages else 0.0
+            )
+        except StoreError:
+            ideal = page = 0.0
+        return Scale(lo, hi, ideal, page)
+
+    def page_share(self, weight: float) -> float:
+        """The share of a chunk's keyword part that comes from its note (``search.pageKeywords``;
+        calibrated fusion only, and nothing when the keyword arm has no share)."""
+        cfg = self.cfg
+        return cfg.page_keywords if cfg.fusion == "calibrated" and weight < 1.0 else 0.0
 
     def reads(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model reads the query's language (its ``embedder.languages``; while

@@ -16,7 +16,6 @@ from sidecar.contracts.errors import StoreError
 from sidecar.contracts.wire import memory_agent
 from sidecar.index.keyword_faults import handles_seen, keyword_damage
 from sidecar.index.vectoring import Stores
-from sidecar.model.embedder import cosine_range
 from sidecar.notes.links import cited_by
 from sidecar.search.arms import Found
 from sidecar.search.fusion import Candidate, Rules, Scale, Scored, apply_rules, cap_per_note, fold, fuse
@@ -155,27 +154,6 @@ class Ranker(QueryPlan):
             for s in ranked
         ]
         return sorted(out, key=lambda s: -s.score)
-
-    def scale(self, parts: BmParts, *, pages: bool = False, stem: str | None = None) -> Scale:
-        """This query's scale: the model's cosine range, the query's ideal BM25 score (of a
-        chunk; with ``pages`` also of a whole note)."""
-        serving = self.stores.serving
-        lo, hi = cosine_range(serving.model if serving else None, self.cfg)
-        bm25 = self.stores.bm25
-        try:
-            ideal = sum(w * bm25.ideal_score(text, stem=stem) for text, w in parts)
-            page = (
-                sum(w * bm25.ideal_score(text, pages=True, stem=stem) for text, w in parts) if pages else 0.0
-            )
-        except StoreError:
-            ideal = page = 0.0
-        return Scale(lo, hi, ideal, page)
-
-    def page_share(self, weight: float) -> float:
-        """The share of a chunk's keyword part that comes from its note (``search.pageKeywords``;
-        calibrated fusion only, and nothing when the keyword arm has no share)."""
-        cfg = self.cfg
-        return cfg.page_keywords if cfg.fusion == "calibrated" and weight < 1.0 else 0.0
 
     def _pages_or_nothing(
         self, parts: BmParts, keys: Sequence[str], req: SearchRequest, stem: str | None = None
