@@ -233,3 +233,56 @@ def test_status_after_a_failed_run_says_the_earlier_give_ways_not_in_a_row() -> 
     line = _compaction_last_said(last)
     assert "in a row" not in line
     assert "it had given way 3 times before, next try in about 55m 0s" in line
+
+
+def test_the_back_off_outlives_a_restart(
+    large: Any, serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The back-off lived in memory: a daemon restarted daily (a login's service start, an
+    upgrade) on a vault that never calms down filled a whole copy at the first due run of every
+    start. Kept in the index's manifest, the run after a restart still skips it, and the one after
+    that tries."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    busy = _Busy(s, monkeypatch)
+    assert compact_bm25(s.harness.stores) is False  # gave way to the notes written meanwhile
+    _dropped(s.harness.stores)
+    assert s.harness.stores.keyword_backoff == (1, 1) and busy.fills == 1
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()  # a restart over the same home
+    assert "bm25_compact_backoff_resumed gave_way=1 runs_to_skip=1" in caplog.text
+    stores = again.harness.stores
+    assert stores.keyword_backoff == (1, 1)
+    busy.s = again
+    assert compact_bm25(stores) is False and busy.fills == 1, "the first run after a restart filled a copy"
+    assert stores.keyword_backoff == (1, 0)
+    busy.on = False
+    assert compact_bm25(stores) is True and busy.fills == 2  # the run after it tries, and gets through
+    again.close()
+    again.harness.close()
+    assert serve_in_process().harness.stores.keyword_backoff is None  # ended: no back-off resumed
+
+
+@pytest.mark.parametrize("damaged", ["{not json", '{"gave_way": "1", "runs_to_skip": 1}'])
+def test_a_damaged_back_off_record_is_ignored_and_said(
+    large: Any, serve_in_process: Any, caplog: pytest.LogCaptureFixture, damaged: str
+) -> None:
+    """A back-off record that cannot be read (damaged, written otherwise) does not stop the start
+    or skip a rewrite for ever: it is logged, dropped, and the first due run tries the rewrite."""
+    from sidecar.index.repair import BACKOFF_META, compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    s.harness.stores.manifest.set_meta(BACKOFF_META, damaged)
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()
+    assert "bm25_compact_backoff_ignored" in caplog.text
+    stores = again.harness.stores
+    assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
+    assert compact_bm25(stores) is True

@@ -9,8 +9,10 @@ while vectors are recomputed. When to repair is the daemon's policy, not this mo
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Collection
@@ -80,6 +82,10 @@ BACKOFF_MAX_RUNS = 7
 # The give-ways that wasted a whole fill (``beside.Ended``): the others changed the index itself
 # (a rebuild, a repair), which the next run judges afresh.
 _WASTED = frozenset({"behind", "count"})
+# The manifest's meta row that keeps the back-off across restarts: a daemon restarted daily (a
+# login's service start, an upgrade) on a vault that never calms down forgot it and filled a
+# whole copy at the first due run of every start.
+BACKOFF_META = "keyword_compaction_backoff"
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
@@ -262,7 +268,7 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
     if not compaction_due(deleted, total):
-        stores.keyword_backoff = None  # dropped otherwise (a rebuild, merges): the next due begins anew
+        _keep_backoff(stores, None)  # dropped otherwise (a rebuild, merges): the next due begins anew
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
@@ -327,7 +333,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if swapped is None:
         _given_up(stores, why[0] if why else "replaced")
         return False
-    stores.keyword_backoff = None
+    _keep_backoff(stores, None)
     _outcome(stores, "compacted", f"{deleted:,} deleted documents dropped, {live:,} live")
     log.info(
         "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
@@ -347,7 +353,7 @@ def _backed_off(stores: Stores) -> str | None:
     if (backoff := stores.keyword_backoff) is None or backoff[1] <= 0:
         return None
     times, left = backoff
-    stores.keyword_backoff = (times, left - 1)
+    _keep_backoff(stores, (times, left - 1))
     again = "the next run tries again" if left == 1 else f"{left - 1:,} more runs skip it"
     return (
         f"backing off after it gave way {_times(times)} in a row to the notes written meanwhile (a "
@@ -412,7 +418,7 @@ def _given_up(stores: Stores, why: str) -> None:
         if why in _WASTED:
             times = (stores.keyword_backoff or (0, 0))[0] + 1
             runs = min(2**times - 1, BACKOFF_MAX_RUNS)
-            stores.keyword_backoff = (times, runs)
+            _keep_backoff(stores, (times, runs))
             log.info(
                 "bm25_compact_backoff part=vault gave_way=%d skip_runs=%d (the next %s that find it "
                 "due skip it)",
@@ -420,6 +426,53 @@ def _given_up(stores: Stores, why: str) -> None:
                 runs,
                 "run" if runs == 1 else f"{runs} runs",
             )
+
+
+def _keep_backoff(stores: Stores, backoff: tuple[int, int] | None) -> None:
+    """The back-off as it is now, kept in memory and in the manifest (``BACKOFF_META``, one
+    transaction: a crash leaves the old row or the new one). A write that fails (a full disk) is
+    logged and leaves the one in memory: the next start then goes on from the last one written."""
+    if backoff == stores.keyword_backoff:
+        return  # every run that finds nothing due: nothing written
+    stores.keyword_backoff = backoff
+    try:
+        if backoff is None:
+            stores.manifest.delete_meta([BACKOFF_META])
+        else:
+            value = {"gave_way": backoff[0], "runs_to_skip": backoff[1]}
+            stores.manifest.set_meta(BACKOFF_META, json.dumps(value, sort_keys=True))
+    except (sqlite3.Error, StoreError, OSError) as exc:
+        log.warning("bm25_compact_backoff_unsaved error=%s (a restart goes on from the last one kept)", exc)
+
+
+def remembered_backoff(stores: Stores) -> None:
+    """At a start: the back-off the last run kept (``_keep_backoff``). A row that cannot be read
+    as one (damaged, or written otherwise by a later version) is logged and ignored: the first
+    due run then tries the rewrite, as before the back-off was kept."""
+    try:
+        raw = stores.manifest.get_meta(BACKOFF_META)
+    except (sqlite3.Error, StoreError) as exc:
+        log.warning("bm25_compact_backoff_unread error=%s (the first due run tries the rewrite)", exc)
+        return
+    if raw is None:
+        return
+    try:
+        value = json.loads(raw)
+        times, runs = value["gave_way"], value["runs_to_skip"]
+        if not all(type(n) is int for n in (times, runs)) or times < 1 or not 0 <= runs <= BACKOFF_MAX_RUNS:
+            raise ValueError("not a back-off")
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning(
+            "bm25_compact_backoff_ignored value=%.80r error=%s (a damaged record: the first due run "
+            "tries the rewrite)",
+            raw,
+            exc,
+        )
+        with contextlib.suppress(sqlite3.Error, StoreError, OSError):  # read-only: said at each start
+            stores.manifest.delete_meta([BACKOFF_META])
+        return
+    stores.keyword_backoff = (times, runs)
+    log.info("bm25_compact_backoff_resumed gave_way=%d runs_to_skip=%d", times, runs)
 
 
 def _skipped(stores: Stores, reason: str, event: str) -> None:
@@ -606,6 +659,7 @@ class Repair:
         # The serving table's handle this repair read whole and attached: a switch that cannot
         # begin, tried again, does not read it again while no search fails on it.
         self._sound: VectorStore | None = None
+        remembered_backoff(stores)
 
     def repair_bm25(self, reason: str) -> None:
         """A keyword index that fails under the running daemon: move it aside and refill a fresh
