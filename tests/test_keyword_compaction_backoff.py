@@ -286,3 +286,53 @@ def test_a_damaged_back_off_record_is_ignored_and_said(
     stores = again.harness.stores
     assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
     assert compact_bm25(stores) is True
+
+
+def test_status_says_a_rewrite_given_up_is_no_longer_due_once_the_index_outgrew_its_deletions(
+    large: Any,
+) -> None:
+    """After a run that did not rewrite the index (here: it gave way), the notes written since
+    can make its deleted documents too small a share to be due: status said they weigh in its
+    scores until a later run rewrites it, a rewrite that will not come. It says "no longer due"."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    repair._given_up(stores, "behind")
+    status = render_status(s.call("health"))
+    assert "keyword index rewrite given up " in status and "deleted documents weigh in its scores" in status
+    for i in range(100, 200):  # the vault grew: its deletions under a fifth of it
+        write(s.cfg.vault.path / f"More/Note{i}.md", f"# More {i}\n\nThe mill {i} by the river, zqm{i}.\n")
+    s.harness.sweep()
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "gave way" and last["due_now"] is False and last["deleted_now"] > 0
+    status = render_status(s.call("health"))
+    assert f"; no longer due ({last['deleted_now']:,} deleted documents now)" in status
+    assert "weigh in its scores" not in status
+
+
+def test_a_rewrite_in_place_replaces_what_status_said_of_the_last_one_beside(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large vault's index rewritten beside, then (shrunk) rewritten in place: status went on
+    saying "last rewritten beside the live one" of the first, the documents deleted since counted
+    from it. The rewrite in place is said instead."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    assert compact_bm25(stores) is True
+    assert "keyword index last rewritten beside the live one " in render_status(s.call("health"))
+    _delete(s, 12, 14)
+    monkeypatch.setattr(repair, "_SHARED_SMALL", 10_000)  # small now: rewritten in place
+    index = stores.bm25
+    assert compact_bm25(stores) is True and stores.bm25 is index and index.deleted_docs()[0] == 0
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "compacted in place" and last["deleted_now"] == 0
+    status = render_status(s.call("health"))
+    assert "keyword index last rewritten in place " in status and "beside" not in status

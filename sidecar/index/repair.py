@@ -86,6 +86,9 @@ _WASTED = frozenset({"behind", "count"})
 # login's service start, an upgrade) on a vault that never calms down forgot it and filled a
 # whole copy at the first due run of every start.
 BACKOFF_META = "keyword_compaction_backoff"
+# The outcome of a small index's rewrite in place (``compact_shared``), said as the rewrite
+# beside's "compacted" is.
+IN_PLACE = "compacted in place"
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
@@ -286,6 +289,11 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         return False
     seconds = time.monotonic() - started
     log.info("bm25_compacted part=vault deleted=%d live=%d seconds=%.2f", deleted, live, seconds)
+    # Said in place of a rewrite beside before it (a large vault that shrank): status went on
+    # saying "last rewritten beside" of an index rewritten since, its deleted documents counted
+    # from the wrong rewrite.
+    _keep_backoff(stores, None)
+    _outcome(stores, IN_PLACE, f"{deleted:,} deleted documents dropped, {live:,} live")
     return True
 
 

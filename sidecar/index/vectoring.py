@@ -95,7 +95,8 @@ class Stores:
     # second copy on the disk and writes slower: health says why.
     keyword_compaction: tuple[str, int, int] | None = None
     # What came of the last run that found that rewrite due: (outcome, its reason in words, when
-    # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed"; else
+    # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed" (a
+    # small index's rewrite in place: "compacted in place", ``repair.IN_PLACE``); else
     # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
     keyword_compaction_last: tuple[str, str, float] | None = None
     # What that outcome is about: the index live then, its refills from the manifest then
@@ -105,7 +106,8 @@ class Stores:
     keyword_compaction_of: tuple[Bm25Index, int, float] | None = None
     # After that rewrite gave way to the notes written meanwhile (its whole fill wasted: a busy
     # vault): (give-ways in a row, runs that find it due still to skip), else None
-    # (``repair._backed_off``).
+    # (``repair._backed_off``); also in the manifest's meta, resumed at a start
+    # (``repair.remembered_backoff``).
     keyword_backoff: tuple[int, int] | None = None
     # The notes that could be cut again at the last compaction skipped for them, else None: a run
     # that finds no fewer goes ahead (notes whose read fails, or any the sweep does not get to,
