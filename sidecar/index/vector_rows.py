@@ -41,6 +41,14 @@ AHEAD_OF_WALL_CLOCK_S = 86400.0
 # A wall clock before this (2025-01-01, before this version existed) is not set: nothing is
 # restamped by it at a start (``mend_kept_times``).
 WALL_CLOCK_FLOOR = 1_735_689_600.0
+
+
+def _not_wall_clock(now: float) -> float:
+    """Kept stamps before this are no wall-clock time: a counter since boot (``NOT_WALL_CLOCK_S``)
+    or a clock not set yet (``WALL_CLOCK_FLOOR``: no version stamped a row before it)."""
+    return max(now - NOT_WALL_CLOCK_S, WALL_CLOCK_FLOOR)
+
+
 # How far after the newest kept stamp the vectors kept while the wall clock is behind it are
 # stamped (``VectorRows._stamp``).
 AFTER_NEWEST_S = 0.001
@@ -156,7 +164,7 @@ class VectorRows:
         ago than ``keep_seconds`` are not kept)."""
         if self.keep_max <= 0 or self.keep_seconds <= 0:
             return
-        now = self.clock()
+        now = self._clock_mended()
         later = self.manifest.kept_later(orphans, now - self.keep_seconds)
         if later:
             vecs = store.vectors_of(sorted(later))
@@ -188,7 +196,7 @@ class VectorRows:
 
     def mend_kept_times(self) -> None:
         """At a start: kept vectors (and chunks remembered to keep) whose stamp is no wall-clock
-        time (``NOT_WALL_CLOCK_S``) count as kept now, in their order: the newest now, the others
+        time (``_not_wall_clock``) count as kept now, in their order: the newest now, the others
         as much earlier as they were kept before it, squeezed into half of ``keep_seconds``, so
         each stays at least that long and their edits stay apart (``prune_edits`` counts distinct
         stamps). Pruned at once, every note deleted or excluded in the week before the upgrade was
@@ -206,17 +214,40 @@ class VectorRows:
                 time.strftime("%Y-%m-%d", time.gmtime(now)),
             )
             return
+        self._restamp(now)
+
+    def _clock_mended(self) -> float:
+        """The wall clock's ``now`` for a keep, the stamps mended first (``mend_kept_times``)
+        when some show a wrong clock corrected while the daemon runs: rows stamped while it was
+        set ahead (and every keep after them, stamped after the newest: ``_stamp``) aged out
+        only after a restart; rows kept while it read 2000 with nothing kept before were pruned
+        by age as soon as NTP stepped it. The ends of the stamps are two reads of their index."""
+        now = self.clock()
+        if now < WALL_CLOCK_FLOOR:
+            return now  # not set yet: mended once it is
+        try:
+            oldest, newest = self.manifest.kept_span()
+        except sqlite3.Error:
+            return now
+        if (oldest is not None and oldest < _not_wall_clock(now)) or (
+            newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
+        ):
+            self._restamp(now)
+        return now
+
+    def _restamp(self, now: float) -> None:
         try:
             behind, ahead = self.manifest.restamp_kept(
-                now - NOT_WALL_CLOCK_S, now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
+                _not_wall_clock(now), now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
             )
         except sqlite3.Error as exc:  # a cache: the start goes on (they age as they were stamped)
             log.warning("vectors_kept_not_restamped error=%s", exc)
             return
         if behind:
             log.info(
-                "vectors_kept_restamped rows=%d (stamped by a counter since boot by an older "
-                "version: counted as kept now, in their order)",
+                "vectors_kept_restamped rows=%d (stamped by no wall clock: by a counter since boot "
+                "(an older version), or while the clock was not set; counted as kept now, in their "
+                "order)",
                 behind,
             )
         if ahead:
@@ -297,7 +328,7 @@ class VectorRows:
             # attached, which deletes them as unknown; their texts are remembered, so that it
             # keeps their vectors first (lost, a folder excluded meanwhile was embedded again
             # when it was let back in).
-            now = self.clock()
+            now = self._clock_mended()
             known = manifest.embed_hashes(chunk_ids[: self.keep_max])
             manifest.keep_later(sorted(known.items()), now, now - self.keep_seconds, self.keep_max)
             return
@@ -313,7 +344,7 @@ class VectorRows:
                 (hashes[cid], np.asarray(v, dtype=np.float32).tobytes(), notes.get(cid, ""))
                 for cid, v in vecs.items()
             ]
-            now = self.clock()
+            now = self._clock_mended()
             manifest.keep_vectors(vs.store.name, rows, self._stamp(now))
             manifest.prune_edits(vs.store.name, {n for _, _, n in rows if n}, EDITS_KEPT_PER_NOTE)
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)
