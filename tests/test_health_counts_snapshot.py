@@ -160,3 +160,40 @@ def test_reads_in_a_snapshot_are_of_one_moment(tmp_path: Path) -> None:
 def _batch(m: Any) -> None:
     with m.transaction() as db:
         _add(db, "vault/b", "indexed")
+
+
+def test_health_s_looks_at_the_disk_hold_no_read_transaction(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A health call held its manifest snapshot (a read transaction, which a TRUNCATE checkpoint
+    waits for with the writer's lock held) for the whole call: also while it counted the asking
+    agent's inbox (up to 2 s on a share that hangs) and asked the index's files for flags (up to
+    2,000 statx calls). Those read nothing of the manifest and are made outside it; the answer
+    still has them."""
+    from sidecar.index.vectoring import Stores
+    from sidecar.memory.ops import MemoryOps
+    from tests.conftest import KEYWORD_ONLY, Harness
+    from tests.in_process import InProcessServer
+
+    h = Harness(make_cfg(vault), KEYWORD_ONLY)
+    held: dict[str, bool] = {}
+
+    def watching(name: str, real: Any) -> Any:
+        def look(*args: Any, **kwargs: Any) -> Any:
+            held[name] = h.stores.manifest._snapshot_here() is not None
+            return real(*args, **kwargs)
+
+        return look
+
+    monkeypatch.setattr(MemoryOps, "usage", watching("inbox", MemoryOps.usage))
+    monkeypatch.setattr(Stores, "flags", watching("flags", Stores.flags))
+    server = InProcessServer(h)
+    try:
+        health = server.call("health", agent="claude")
+        assert held == {"inbox": False, "flags": False}, "a look at the disk held the snapshot"
+        assert "inbox" in health and health["index"]["immutable_checked"] in ("all", "partial")
+    finally:
+        try:
+            server.close()
+        finally:
+            h.close()
