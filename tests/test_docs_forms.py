@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -250,16 +250,18 @@ def test_the_protocol_docs_example_requests_are_answered(server: InProcessServer
         assert answer.get("id") == request.get("id")
 
 
-def _field_names(value: Any, below: str = "") -> set[tuple[str, str]]:
-    """(parent, key) of every object key in a JSON value, a list's objects under ``parent[]``."""
-    out: set[tuple[str, str]] = set()
-    if isinstance(value, dict):
+def _field_paths(value: Any, below: str = "") -> set[str]:
+    """The path of every object key in a JSON value (``index.files``), a list's objects under
+    ``parent[]`` (``roots[].mode``); not below the objects keyed by data (``_KEYED_BY_DATA``)."""
+    out: set[str] = set()
+    if isinstance(value, dict) and below not in _KEYED_BY_DATA:
         for key, inner in value.items():
-            out.add((below, key))
-            out |= _field_names(inner, f"{below}.{key}" if below else key)
+            path = f"{below}.{key}" if below else key
+            out.add(path)
+            out |= _field_paths(inner, path)
     elif isinstance(value, list):
         for item in value:
-            out |= _field_names(item, f"{below}[]")
+            out |= _field_paths(item, f"{below}[]")
     return out
 
 
@@ -270,22 +272,134 @@ _KEYED_BY_DATA = (
     "vectors.embedded_by_table",
     "index.skipped",
     "index.excluded",
+    "index.catching_up.leaving_by_source",
 )
 
 
-def test_every_health_field_is_named_in_its_section(server: InProcessServer) -> None:
-    """Each field of a real ``health`` answer is named in docs/protocol.md's ``health`` section
-    (in its example or in backticks), so a field added to the answer is documented with it."""
+def _example_paths(text: str) -> set[str]:
+    """The path of every key in the JSON examples of ``text`` (``…`` and elisions allowed: its
+    strings and brackets are scanned, it is not parsed)."""
+    paths: set[str] = set()
+    for block in re.findall(r"^```json\n(.*?)^```", text, re.M | re.S):
+        stack: list[tuple[str, str]] = []  # (bracket, path) of each open object or list
+        key = ""
+        for m in re.finditer(r'"((?:[^"\\]|\\.)*)"(\s*:)?|[{}\[\]]', block):
+            token = m.group(0)
+            if token in "{[":
+                top = stack[-1] if stack else None
+                path = "" if top is None else f"{top[1]}[]" if top[0] == "[" else key
+                stack.append((token, path))
+            elif token in "}]":
+                if stack:
+                    stack.pop()
+            elif m.group(2) and stack and stack[-1][0] == "{":
+                parent = stack[-1][1]
+                key = f"{parent}.{m.group(1)}" if parent else m.group(1)
+                paths.add(key)
+    return paths
+
+
+def _prose_paths(text: str) -> set[str]:
+    """The fields the prose of ``text`` names, each by its whole path: a path in backticks
+    (`` `index.files` ``, `` `roots[].fs_type` ``), and in the item of a list that names one, the
+    names it gives in backticks or as ``{"a", "b"}``, taken for that path's siblings and for fields
+    below it (`` `index.keyword_compaction_last`: `{"outcome", …}` … `backoff`: `{"gave_way"}` ``:
+    ``…backoff.gave_way``). A name is never taken for a field of a parent its item does not name."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    paths: set[str] = set()
+    for item in re.split(r"^- ", prose, flags=re.M):
+        code = re.findall(r"`([^`]+)`", item)
+        named = {c for c in code if re.fullmatch(r"\w+(\[\])?(\.\w+(\[\])?)+", c)}
+        words = {c for c in code if re.fullmatch(r"\w+", c)}
+        words |= {w for c in code if c.startswith("{") for w in re.findall(r'"(\w+)"', c)}
+        # Its siblings (`` `roots[].files_seen` / `files_skipped` ``), then their fields.
+        found = named | {f"{p.rsplit('.', 1)[0]}.{w}" for p in named for w in words}
+        for _ in range(2):  # a field's fields (``backoff``'s)
+            found |= {f"{p}.{w}" for p in found for w in words} | {f"{p}[].{w}" for p in found for w in words}
+        paths |= found | words  # a bare name: a field of the answer's top level
+    return paths
+
+
+def _health_states(server: InProcessServer, serve_in_process: Any, tmp_path: Path) -> list[dict[str, Any]]:
+    """Health answers of a healthy vault asked by an agent, and of states whose fields only they
+    have: a share down (the vault unmounted: its deletions held), an agent's inbox refused (an
+    active problem), the model off by configuration, a large vault's keyword rewrite given up to a
+    busy vault (its outcome and back-off), and the keyword index rebuilt after damage (the copy
+    moved aside)."""
+    import shutil
+
+    from sidecar.index import repair
+
     server.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
-    health = _send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]
+    states = [_send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]]
+
+    def health_of(name: str, set_up: Callable[[InProcessServer], object], **start: Any) -> None:
+        other = serve_in_process(make_vault(tmp_path / name), home=str(tmp_path / f"{name}-home"), **start)
+        try:
+            set_up(other)
+            states.append(other.call("health"))
+        finally:
+            other.close()
+            other.harness.close()
+
+    def down(other: InProcessServer) -> None:
+        vault, aside = other.cfg.vault.path, tmp_path / "aside"
+        for i in range(5):  # enough notes for the guard against a mass loss
+            (vault / f"Notes/n{i}.md").parent.mkdir(exist_ok=True)
+            (vault / f"Notes/n{i}.md").write_text(f"# Note {i}\n\nThe keeper of lighthouse {i}.\n")
+        other.harness.sweep()
+        aside.mkdir()
+        for p in list(vault.iterdir()):  # the share unmounted: its mount point stays, empty
+            shutil.move(str(p), str(aside / p.name))
+        other.harness.sweep()
+        assert other.harness.supervisor.roots["vault"].hold_kind == "empty"
+
+    def refused(other: InProcessServer) -> None:
+        inbox = other.cfg.agents_dir / "bob" / "memory"
+        inbox.parent.mkdir(parents=True)
+        inbox.symlink_to(tmp_path)  # a symbolic link: refused, said as a problem
+        other.harness.sweep()
+
+    health_of("nas", down)
+    health_of("refused", refused)
+    health_of("off", lambda _: None, model=None, **{"embedder.enabled": False})
+    health_of("busy", lambda other: repair._given_up(other.harness.stores, "behind"))
+    # The keyword index repaired: moved aside (kept for a month, ``moved_aside``), rebuilt.
+    health_of("rebuilt", lambda other: other.harness.repair.repair_bm25("a test's damage"))
+    return states
+
+
+def test_every_health_field_is_named_in_its_section(
+    server: InProcessServer, serve_in_process: Any, tmp_path: Path
+) -> None:
+    """Each field of real ``health`` answers, in a healthy vault and in states whose fields only
+    they have, is named in docs/protocol.md's ``health`` section by its whole path (in an example,
+    or in the prose under the field it belongs to), so a field added to the answer is documented
+    with it. Matched by its name alone, a new ``vectors.failures`` passed as ``roots[].failures``."""
     section = _sections()["health"]
-    named = set(re.findall(r'"(\w+)":', section)) | set(re.findall(r"[`.\[\]](\w+)", section))
-    missing = sorted(
-        f"{parent}.{key}" if parent else key
-        for parent, key in _field_names(health)
-        if not parent.startswith(_KEYED_BY_DATA) and key not in named
-    )
+    documented = _example_paths(section) | _prose_paths(section)
+    fields: set[str] = set()
+    for health in _health_states(server, serve_in_process, tmp_path):
+        fields |= _field_paths(health)
+    missing = sorted(fields - documented)
     assert missing == [], missing
+
+
+def test_the_health_field_check_takes_a_name_for_its_own_parent_only() -> None:
+    """The check of the health section names a field by its path: a name documented under one
+    parent does not document it under another."""
+    text = (
+        '```json\n{"roots": [{"name": "vault", "failures": 0}], "index": {"files": 3, "x": "{a"}}\n```\n\n'
+        "- `roots[].failures`: retries so far.\n"
+        '- `index.keyword_compaction_last`: `{"outcome"}`; `backoff`: `{"gave_way"}`.\n'
+    )
+    documented = _example_paths(text) | _prose_paths(text)
+    assert {"roots[].name", "roots[].failures", "index.files", "index.x"} <= documented
+    assert "index.keyword_compaction_last.backoff.gave_way" in documented
+    assert "vectors.failures" not in documented and "index.failures" not in documented
+    sibling = "- `roots[].files_seen` / `files_skipped`: the notes the last sweep found.\n"
+    assert "roots[].files_skipped" in _prose_paths(sibling)
+    assert "index.files_skipped" not in _prose_paths(sibling)
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
