@@ -254,9 +254,9 @@ def test_the_back_off_outlives_a_restart(
     s.harness.close()
     with caplog.at_level("INFO"):
         again = serve_in_process()  # a restart over the same home
-    assert "bm25_compact_backoff_resumed gave_way=1 runs_to_skip=1" in caplog.text
     stores = again.harness.stores
-    assert stores.keyword_backoff == (1, 1)
+    assert stores.keyword_backoff == (1, 1), "the restart forgot the back-off"
+    assert "bm25_compact_backoff_resumed gave_way=1 runs_to_skip=1" in caplog.text
     busy.s = again
     assert compact_bm25(stores) is False and busy.fills == 1, "the first run after a restart filled a copy"
     assert stores.keyword_backoff == (1, 0)
