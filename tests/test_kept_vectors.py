@@ -453,3 +453,31 @@ def test_vectors_kept_while_the_clock_read_2000_survive_its_correction(
         _back_not_embedded(h, gone, "ferry")
     finally:
         h.close()
+
+
+def test_vectors_kept_before_a_clock_set_back_survive_its_correction(make_cfg: Any, vault: Path) -> None:
+    """The wall clock set a month back under a running daemon (a restored VM, a wrong manual
+    setting), then corrected: the rows kept before the step are stamped right, not ahead. Counted
+    as kept at the clock behind, they looked a month old once NTP set it forward, and the next
+    deletion pruned them: a folder put back was embedded again in full. Only a step forward this
+    process saw marks rows as stamped ahead."""
+    gone = _folder(vault, "Gone", "ferry")
+    one = write(vault / "One.md", "# One\n\nA note deleted while the clock is behind.\n")
+    two = write(vault / "Two.md", "# Two\n\nA note deleted after the correction.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        real = time.time()
+        now = [real]
+        h.vectors.clock = lambda: now[0]
+        _delete(h, gone)  # kept at the true time
+        now[0] = real - 30 * 86400.0  # a month back
+        one.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})
+        now[0] = real + 3600.0  # NTP corrects it, an hour later
+        two.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        assert len(_stamps(h)) == 12, "vectors kept before the step back were pruned at its correction"
+        _back_not_embedded(h, gone, "ferry")
+    finally:
+        h.close()

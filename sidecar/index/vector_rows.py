@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sidecar.runtime.steadyclock import steady_reading
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore
 
@@ -41,6 +42,10 @@ AHEAD_OF_WALL_CLOCK_S = 86400.0
 # A wall clock before this (2025-01-01, before this version existed) is not set: nothing is
 # restamped by it at a start (``mend_kept_times``).
 WALL_CLOCK_FLOOR = 1_735_689_600.0
+
+
+def _steady() -> float:
+    return steady_reading()[1]
 
 
 def _not_wall_clock(now: float) -> float:
@@ -70,6 +75,11 @@ class VectorRows:
     stores: Stores
     manifest: Manifest
     clock: Callable[[], float]
+    # The wall clock's lead over a clock that counts no step (``steady_reading``): the highest
+    # seen, and the wall time at which it first rose more than ``AHEAD_OF_WALL_CLOCK_S`` above
+    # every earlier one (``_seen_ahead``). In memory: only this process saw the step.
+    _lead_top: float | None
+    _ahead_from: float | None
     keep_seconds: float
     keep_max: int
     reused: int
@@ -214,32 +224,52 @@ class VectorRows:
                 time.strftime("%Y-%m-%d", time.gmtime(now)),
             )
             return
-        self._restamp(now)
+        self._restamp(now, now + AHEAD_OF_WALL_CLOCK_S)
 
     def _clock_mended(self) -> float:
-        """The wall clock's ``now`` for a keep, the stamps mended first (``mend_kept_times``)
-        when some show a wrong clock corrected while the daemon runs: rows stamped while it was
-        set ahead (and every keep after them, stamped after the newest: ``_stamp``) aged out
-        only after a restart; rows kept while it read 2000 with nothing kept before were pruned
-        by age as soon as NTP stepped it. The ends of the stamps are two reads of their index."""
+        """The wall clock's ``now`` for a keep, the stamps mended first when they show a wrong
+        clock corrected while the daemon runs. Rows kept while it read 2000 with nothing kept
+        before (no wall-clock time: ``_not_wall_clock``) were pruned by age as soon as NTP
+        stepped it. Rows stamped while it was set ahead (and every keep after them, stamped
+        after the newest: ``_stamp``) aged out only after a restart; they are mended only when
+        this process saw the clock step forward to them (``_seen_ahead``): rows more than a day
+        ahead of a clock that stepped back are stamped right, and restamped to the clock behind
+        they were pruned as a month old once NTP set it forward again."""
         now = self.clock()
         if now < WALL_CLOCK_FLOOR:
             return now  # not set yet: mended once it is
+        ahead_from = self._seen_ahead(now)
         try:
             oldest, newest = self.manifest.kept_span()
         except sqlite3.Error:
             return now
-        if (oldest is not None and oldest < _not_wall_clock(now)) or (
-            newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
-        ):
-            self._restamp(now)
+        ahead = ahead_from is not None and newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
+        if ahead or (oldest is not None and oldest < _not_wall_clock(now)):
+            # Only the rows stamped since the step forward (a keep stamps at least its ``now``).
+            self._restamp(now, max(now + AHEAD_OF_WALL_CLOCK_S, (ahead_from or now) - AFTER_NEWEST_S))
+        if ahead:
+            self._ahead_from = None
+            self._lead_top = now - _steady()  # the corrected clock is the one to step from
         return now
 
-    def _restamp(self, now: float) -> None:
+    def _seen_ahead(self, now: float) -> float | None:
+        """The wall time at which this process saw the clock step more than a day ahead of every
+        reading before it (``_lead_top``), not mended since; None if it did not. A step back and
+        its correction return to a lead seen before: not a step ahead. A suspend moves neither
+        clock apart (``steady_reading`` counts it)."""
+        lead = now - _steady()
+        top = self._lead_top
+        if top is not None and lead > top + AHEAD_OF_WALL_CLOCK_S and self._ahead_from is None:
+            self._ahead_from = now
+        if top is None or lead > top:
+            self._lead_top = lead
+        return self._ahead_from
+
+    def _restamp(self, now: float, ahead: float) -> None:
+        """Rows stamped before ``_not_wall_clock(now)`` restamped in their order, those after
+        ``ahead`` stamped ``now`` (``Manifest.restamp_kept``)."""
         try:
-            behind, ahead = self.manifest.restamp_kept(
-                _not_wall_clock(now), now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
-            )
+            behind, over = self.manifest.restamp_kept(_not_wall_clock(now), now, self.keep_seconds / 2, ahead)
         except sqlite3.Error as exc:  # a cache: the start goes on (they age as they were stamped)
             log.warning("vectors_kept_not_restamped error=%s", exc)
             return
@@ -250,11 +280,11 @@ class VectorRows:
                 "order)",
                 behind,
             )
-        if ahead:
+        if over:
             log.info(
                 "vectors_kept_restamped rows=%d (stamped more than a day ahead of the wall clock: "
                 "a clock set ahead, then corrected; counted as kept now)",
-                ahead,
+                over,
             )
 
     def settle(self) -> None:

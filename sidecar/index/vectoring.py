@@ -32,7 +32,7 @@ from typing import Any
 from sidecar.contracts.errors import IndexBuildStoppedError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vector_embed import BACKFILL_RUN, WRITE_RUN, VectorEmbedding
-from sidecar.index.vector_rows import VectorRows
+from sidecar.index.vector_rows import WALL_CLOCK_FLOOR, VectorRows
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.group import GroupCommit
 from sidecar.runtime.pace import Pace
@@ -216,6 +216,10 @@ class Vectoring(VectorRows, VectorEmbedding):
     ) -> None:
         self.stores = stores
         self.clock = clock  # when vectors are kept (wall clock: the rows outlive the process)
+        self._lead_top = None
+        self._ahead_from = None
+        if clock() >= WALL_CLOCK_FLOOR:
+            self._seen_ahead(clock())  # the clock as this process found it
         self.manifest = stores.manifest
         self._changed = Event()
         self.embedded = 0  # vectors computed by the model
