@@ -336,3 +336,34 @@ def test_a_rewrite_in_place_replaces_what_status_said_of_the_last_one_beside(
     assert last["outcome"] == "compacted in place" and last["deleted_now"] == 0
     status = render_status(s.call("health"))
     assert "keyword index last rewritten in place " in status and "beside" not in status
+    _delete(s, 14, 16)
+    assert compact_bm25(stores) is True  # routine now: the shrink was said once
+    assert s.call("health")["index"]["keyword_compaction_last"] is None
+    assert "keyword index" not in render_status(s.call("health"))
+
+
+def test_a_small_vault_s_routine_rewrite_in_place_puts_nothing_on_record(serve_in_process: Any) -> None:
+    """A small vault's index is rewritten in place at any deleted document, so after ordinary
+    edits: said in status, every small vault showed for good a "last rewritten in place … due
+    again" line that read as a chore pending. Nothing is on record, as before."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25
+
+    s = serve_in_process()
+    try:
+        vault = s.cfg.vault.path
+        for i in range(30):
+            write(vault / f"N{i}.md", f"# N{i}\n\nNote {i} about the mill.\n")
+        s.harness.sweep()
+        write(vault / "N3.md", "# N3\n\nNote 3 about the mill, edited.\n")
+        s.harness.sweep()
+        assert s.harness.stores.bm25.deleted_docs()[0] > 0
+        assert compact_bm25(s.harness.stores) is True
+        write(vault / "N4.md", "# N4\n\nNote 4 edited.\n")
+        s.harness.sweep()
+        health = s.call("health")
+        assert health["index"]["keyword_compaction_last"] is None
+        assert "keyword index" not in render_status(health)
+    finally:
+        s.close()
+        s.harness.close()

@@ -330,7 +330,8 @@ def _compaction_last(stores: Stores, every_minutes: float) -> dict[str, Any] | N
         "due_now": compaction_due(deleted, total),
         # After a give-way that wasted a whole fill: how often in a row, the due runs still to
         # skip, and about when the next try comes (the runs' interval after the last run). Kept
-        # in memory: a restart forgets it, and its first due run tries.
+        # in the manifest across a restart (``repair.remembered_backoff``), shown once a run
+        # after the restart put an outcome on record.
         "backoff": (
             None
             if backoff is None or age is None

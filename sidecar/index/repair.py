@@ -86,8 +86,8 @@ _WASTED = frozenset({"behind", "count"})
 # login's service start, an upgrade) on a vault that never calms down forgot it and filled a
 # whole copy at the first due run of every start.
 BACKOFF_META = "keyword_compaction_backoff"
-# The outcome of a small index's rewrite in place (``compact_shared``), said as the rewrite
-# beside's "compacted" is.
+# The outcome of a small index's rewrite in place (``compact_shared``) after a large one's run (a
+# large vault that shrank), said as the rewrite beside's "compacted" is (``_in_place_said``).
 IN_PLACE = "compacted in place"
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
@@ -289,12 +289,24 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         return False
     seconds = time.monotonic() - started
     log.info("bm25_compacted part=vault deleted=%d live=%d seconds=%.2f", deleted, live, seconds)
-    # Said in place of a rewrite beside before it (a large vault that shrank): status went on
-    # saying "last rewritten beside" of an index rewritten since, its deleted documents counted
-    # from the wrong rewrite.
     _keep_backoff(stores, None)
-    _outcome(stores, IN_PLACE, f"{deleted:,} deleted documents dropped, {live:,} live")
+    _in_place_said(stores, f"{deleted:,} deleted documents dropped, {live:,} live")
     return True
+
+
+def _in_place_said(stores: Stores, reason: str) -> None:
+    """What status says after a rewrite in place. After a large index's run (a rewrite beside
+    on record, or its skip or give-way: a large vault that shrank), the rewrite in place is said
+    instead: status went on saying "last rewritten beside" of an index rewritten since, its
+    deleted documents counted from the wrong rewrite. Otherwise it is routine (every small vault,
+    at any edit) and nothing is on record, as before: a line on every small vault's status read
+    as a chore pending; the record of the shrink itself goes at the next routine rewrite."""
+    last = stores.keyword_compaction_last
+    if last is not None and last[0] != IN_PLACE and compaction_current(stores):
+        _outcome(stores, IN_PLACE, reason)
+    else:
+        stores.keyword_compaction_last = None
+        stores.keyword_compaction_of = None
 
 
 def compaction_due(deleted: int, total: int) -> bool:

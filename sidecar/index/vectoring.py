@@ -96,7 +96,8 @@ class Stores:
     keyword_compaction: tuple[str, int, int] | None = None
     # What came of the last run that found that rewrite due: (outcome, its reason in words, when
     # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed" (a
-    # small index's rewrite in place: "compacted in place", ``repair.IN_PLACE``); else
+    # small index's rewrite in place after a large one's run: "compacted in place",
+    # ``repair.IN_PLACE``, said once; routine ones leave None: ``repair._in_place_said``); else
     # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
     keyword_compaction_last: tuple[str, str, float] | None = None
     # What that outcome is about: the index live then, its refills from the manifest then
