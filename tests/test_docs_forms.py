@@ -12,7 +12,7 @@ import json
 import re
 import shlex
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -276,10 +276,11 @@ _KEYED_BY_DATA = (
 )
 
 
-def _example_paths(text: str) -> set[str]:
+def _example_paths(text: str) -> tuple[set[str], set[str]]:
     """The path of every key in the JSON examples of ``text`` (``…`` and elisions allowed: its
-    strings and brackets are scanned, it is not parsed)."""
+    strings and brackets are scanned, it is not parsed), and the paths whose value is a list."""
     paths: set[str] = set()
+    lists: set[str] = set()
     for block in re.findall(r"^```json\n(.*?)^```", text, re.M | re.S):
         stack: list[tuple[str, str]] = []  # (bracket, path) of each open object or list
         key = ""
@@ -288,6 +289,8 @@ def _example_paths(text: str) -> set[str]:
             if token in "{[":
                 top = stack[-1] if stack else None
                 path = "" if top is None else f"{top[1]}[]" if top[0] == "[" else key
+                if token == "[" and path:
+                    lists.add(path)
                 stack.append((token, path))
             elif token in "}]":
                 if stack:
@@ -296,76 +299,104 @@ def _example_paths(text: str) -> set[str]:
                 parent = stack[-1][1]
                 key = f"{parent}.{m.group(1)}" if parent else m.group(1)
                 paths.add(key)
-    return paths
+    return paths, lists
 
 
-def _prose_paths(text: str) -> set[str]:
-    """The fields the prose of ``text`` names, each by its whole path: a path in backticks
-    (`` `index.files` ``, `` `roots[].fs_type` ``), and in the item of a list that names one, the
-    names it gives in backticks or as ``{"a", "b"}``, taken for that path's siblings and for fields
-    below it (`` `index.keyword_compaction_last`: `{"outcome", …}` … `backoff`: `{"gave_way"}` ``:
-    ``…backoff.gave_way``). A name is never taken for a field of a parent its item does not name."""
+# A field's whole path as the prose writes it: snake-case names (a camelCase one is a setting,
+# ``index.optimizeMinutes``), a list's entries as ``[]``.
+_PATH = re.compile(r"[a-z_0-9]+(\[\])?(\.[a-z_0-9]+(\[\])?)+")
+
+
+def _prose_paths(text: str, lists: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+    """The fields the prose of ``text`` names, each by its whole path, read from its backticks in
+    order within each list item, by these rules only:
+    - a whole path (`` `index.files` ``, `` `roots[].fs_type` ``);
+    - a name joined to the path before it by `` / `` is its sibling (`` `vectors.serving` /
+      `serving_model` ``);
+    - the names of a ``{"a", "b"}`` (or ``{"a": …}``) right after a path, no other backticks
+      between, are its fields (its entries' where ``lists`` says it is a list, as the examples
+      show it);
+    - ``name``: that is one of those names, then a ``{…}`` right after it, gives its fields
+      (`` `backoff`: `{"gave_way"}` ``).
+    No bare name is a field of the answer's top level (those are in the example), and no other
+    backticked word is taken."""
     prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
     paths: set[str] = set()
     for item in re.split(r"^- ", prose, flags=re.M):
-        code = re.findall(r"`([^`]+)`", item)
-        named = {c for c in code if re.fullmatch(r"\w+(\[\])?(\.\w+(\[\])?)+", c)}
-        words = {c for c in code if re.fullmatch(r"\w+", c)}
-        words |= {w for c in code if c.startswith("{") for w in re.findall(r'"(\w+)"', c)}
-        # Its siblings (`` `roots[].files_seen` / `files_skipped` ``), then their fields.
-        found = named | {f"{p.rsplit('.', 1)[0]}.{w}" for p in named for w in words}
-        for _ in range(2):  # a field's fields (``backoff``'s)
-            found |= {f"{p}.{w}" for p in found for w in words} | {f"{p}[].{w}" for p in found for w in words}
-        paths |= found | words  # a bare name: a field of the answer's top level
+        last: str | None = None  # the path of the token just before, if it was one
+        fields: dict[str, str] = {}  # a name given in a {…} -> its whole path
+        for m in re.finditer(r"`([^`]+)`(\s*:)?", item):
+            code, between = m.group(1), item[: m.start()]
+            joined = last is not None and re.search(r"\s/\s*$", between) is not None
+            if _PATH.fullmatch(code):
+                last = code
+                paths.add(code)
+            elif code.startswith("{") and last is not None:
+                keyed = re.findall(r'"(\w+)"\s*:', code)
+                owner = f"{last}[]" if last in lists else last
+                for name in keyed or re.findall(r'"(\w+)"', code):
+                    fields[name] = f"{owner}.{name}"
+                    paths.add(fields[name])
+                last = None
+            elif re.fullmatch(r"\w+", code) and joined and last is not None:
+                last = f"{last.rsplit('.', 1)[0]}.{code}" if "." in last else None
+                if last is not None:
+                    paths.add(last)
+            elif re.fullmatch(r"\w+", code) and m.group(2) and code in fields:
+                last = fields[code]
+            else:
+                last = None
     return paths
 
 
+def _documented(section: str) -> set[str]:
+    """The field paths a section documents: its examples' keys, and the paths its prose names
+    (``_prose_paths``) below a top-level field of the examples (not ``manifest.sqlite``)."""
+    example, lists = _example_paths(section)
+    top = {p for p in example if "." not in p and "[" not in p}
+    return example | {p for p in _prose_paths(section, lists) if re.split(r"[.\[]", p)[0] in top}
+
+
 def _health_states(server: InProcessServer, serve_in_process: Any, tmp_path: Path) -> list[dict[str, Any]]:
-    """Health answers of a healthy vault asked by an agent, and of states whose fields only they
-    have: a share down (the vault unmounted: its deletions held), an agent's inbox refused (an
-    active problem), the model off by configuration, a large vault's keyword rewrite given up to a
-    busy vault (its outcome and back-off), and the keyword index rebuilt after damage (the copy
-    moved aside)."""
+    """Health answers of a healthy vault asked by an agent, and, on one more server with the model
+    off by configuration, of states whose fields only they have, one after the other: an agent's
+    inbox refused (an active problem), a large vault's keyword rewrite given up to a busy vault
+    (its outcome and back-off), the keyword index rebuilt after damage (the copy moved aside, a
+    recent problem), a share down (the vault unmounted: its deletions held)."""
     import shutil
 
     from sidecar.index import repair
 
     server.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
     states = [_send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]]
-
-    def health_of(name: str, set_up: Callable[[InProcessServer], object], **start: Any) -> None:
-        other = serve_in_process(make_vault(tmp_path / name), home=str(tmp_path / f"{name}-home"), **start)
-        try:
-            set_up(other)
-            states.append(other.call("health"))
-        finally:
-            other.close()
-            other.harness.close()
-
-    def down(other: InProcessServer) -> None:
-        vault, aside = other.cfg.vault.path, tmp_path / "aside"
+    other = serve_in_process(
+        make_vault(tmp_path / "other"), home=str(tmp_path / "home"), model=None, **{"embedder.enabled": False}
+    )
+    try:
+        vault, stores = other.cfg.vault.path, other.harness.stores
         for i in range(5):  # enough notes for the guard against a mass loss
             (vault / f"Notes/n{i}.md").parent.mkdir(exist_ok=True)
             (vault / f"Notes/n{i}.md").write_text(f"# Note {i}\n\nThe keeper of lighthouse {i}.\n")
+        inbox = other.cfg.agents_dir / "bob" / "memory"
+        inbox.parent.mkdir(parents=True)
+        inbox.symlink_to(tmp_path)  # a symbolic link: refused, said as a problem
         other.harness.sweep()
+        states.append(other.call("health"))
+        repair._given_up(stores, "behind")
+        states.append(other.call("health"))
+        # The keyword index repaired: moved aside (kept for a month, ``moved_aside``), rebuilt.
+        other.harness.repair.repair_bm25("a test's damage")
+        states.append(other.call("health"))
+        aside = tmp_path / "aside"
         aside.mkdir()
         for p in list(vault.iterdir()):  # the share unmounted: its mount point stays, empty
             shutil.move(str(p), str(aside / p.name))
         other.harness.sweep()
         assert other.harness.supervisor.roots["vault"].hold_kind == "empty"
-
-    def refused(other: InProcessServer) -> None:
-        inbox = other.cfg.agents_dir / "bob" / "memory"
-        inbox.parent.mkdir(parents=True)
-        inbox.symlink_to(tmp_path)  # a symbolic link: refused, said as a problem
-        other.harness.sweep()
-
-    health_of("nas", down)
-    health_of("refused", refused)
-    health_of("off", lambda _: None, model=None, **{"embedder.enabled": False})
-    health_of("busy", lambda other: repair._given_up(other.harness.stores, "behind"))
-    # The keyword index repaired: moved aside (kept for a month, ``moved_aside``), rebuilt.
-    health_of("rebuilt", lambda other: other.harness.repair.repair_bm25("a test's damage"))
+        states.append(other.call("health"))
+    finally:
+        other.close()
+        other.harness.close()
     return states
 
 
@@ -374,10 +405,9 @@ def test_every_health_field_is_named_in_its_section(
 ) -> None:
     """Each field of real ``health`` answers, in a healthy vault and in states whose fields only
     they have, is named in docs/protocol.md's ``health`` section by its whole path (in an example,
-    or in the prose under the field it belongs to), so a field added to the answer is documented
+    or written out in the prose by ``_prose_paths``' few rules), so a field added to the answer is documented
     with it. Matched by its name alone, a new ``vectors.failures`` passed as ``roots[].failures``."""
-    section = _sections()["health"]
-    documented = _example_paths(section) | _prose_paths(section)
+    documented = _documented(_sections()["health"])
     fields: set[str] = set()
     for health in _health_states(server, serve_in_process, tmp_path):
         fields |= _field_paths(health)
@@ -387,19 +417,29 @@ def test_every_health_field_is_named_in_its_section(
 
 def test_the_health_field_check_takes_a_name_for_its_own_parent_only() -> None:
     """The check of the health section names a field by its path: a name documented under one
-    parent does not document it under another."""
+    parent does not document it under another, and a word of the prose documents nothing by
+    itself (taken as a field of every path an item names, ``count`` and ``vectors.error``
+    passed undocumented)."""
     text = (
-        '```json\n{"roots": [{"name": "vault", "failures": 0}], "index": {"files": 3, "x": "{a"}}\n```\n\n'
-        "- `roots[].failures`: retries so far.\n"
-        '- `index.keyword_compaction_last`: `{"outcome"}`; `backoff`: `{"gave_way"}`.\n'
+        '```json\n{"roots": [{"name": "vault", "failures": 0}], "index": {"files": 3, "x": "{a"},\n'
+        ' "problems": {"active": []}, "vectors": {}}\n```\n\n'
+        "- `roots[].failures`: retries so far (`count`, `error`).\n"
+        '- `index.keyword_compaction_last`: `{"outcome", "backoff"}`; `backoff`: `{"gave_way"}`.\n'
+        '- `problems.active`: an entry is `{"area", "since"}`.\n'
     )
-    documented = _example_paths(text) | _prose_paths(text)
+    documented = _documented(text)
     assert {"roots[].name", "roots[].failures", "index.files", "index.x"} <= documented
     assert "index.keyword_compaction_last.backoff.gave_way" in documented
+    assert "problems.active[].area" in documented and "problems.active.area" not in documented
     assert "vectors.failures" not in documented and "index.failures" not in documented
+    assert not {"count", "error", "roots[].count", "roots[].failures.count"} & documented
     sibling = "- `roots[].files_seen` / `files_skipped`: the notes the last sweep found.\n"
     assert "roots[].files_skipped" in _prose_paths(sibling)
     assert "index.files_skipped" not in _prose_paths(sibling)
+    real = _documented(_sections()["health"])
+    assert "index.keyword_compaction_last.backoff.runs_to_skip" in real
+    assert not {"count", "error", "vectors.error", "vectors.reason", "index.count", "embedder.home"} & real
+    assert not {"index.keyword_compaction_last.outcome.reason", "index.bytes"} & real
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
