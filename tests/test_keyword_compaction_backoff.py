@@ -5,6 +5,7 @@ index's deletions after a rewrite."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -367,3 +368,32 @@ def test_a_small_vault_s_routine_rewrite_in_place_puts_nothing_on_record(serve_i
     finally:
         s.close()
         s.harness.close()
+
+
+def test_a_back_off_kept_for_a_replaced_keyword_index_is_not_resumed(
+    large: Any, serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kept back-off is of one keyword index: a repair (the index moved aside, a fresh one
+    filled) ends it, and a record kept for another index (one replaced while a version that keeps
+    none ran) is not resumed at a start, where it skipped up to 7 due runs of an index it was not
+    about (health, showing no record of a replaced index, said nothing of why)."""
+    from sidecar.index import repair
+    from sidecar.index.repair import BACKOFF_META
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    repair._given_up(stores, "behind")
+    assert stores.keyword_backoff == (1, 1) and stores.manifest.get_meta(BACKOFF_META) is not None
+    s.harness.repair.repair_bm25("a test's damage")
+    assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
+    repair._given_up(stores, "behind")
+    kept = json.loads(stores.manifest.get_meta(BACKOFF_META) or "{}")
+    stores.manifest.set_meta(BACKOFF_META, json.dumps({**kept, "index": "0:1"}))  # another index's
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()
+    assert "bm25_compact_backoff_ignored" in caplog.text and "about another keyword index" in caplog.text
+    assert again.harness.stores.keyword_backoff is None  # the first due run tries
+    assert again.harness.stores.manifest.get_meta(BACKOFF_META) is None

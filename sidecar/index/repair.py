@@ -97,6 +97,8 @@ def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest, stop)
         done = not (stop is not None and stop.is_set())
+    if done:
+        _keep_backoff(stores, None)  # a new index, no deleted document: the back-off was of the old
     if done and stores.bm25.layout == BM25_LAYOUT:
         # An upgrade's refill in place that failed (a full disk) is done now: its problem went on
         # saying searches find no words until the next start.
@@ -372,6 +374,9 @@ def _backed_off(stores: Stores) -> str | None:
     the skip counted; else None."""
     if (backoff := stores.keyword_backoff) is None or backoff[1] <= 0:
         return None
+    if stores.keyword_backoff_of != _index_id(stores):  # replaced since (a repair, an upgrade's swap)
+        _keep_backoff(stores, None)
+        return None
     times, left = backoff
     _keep_backoff(stores, (times, left - 1))
     again = "the next run tries again" if left == 1 else f"{left - 1:,} more runs skip it"
@@ -455,14 +460,26 @@ def _keep_backoff(stores: Stores, backoff: tuple[int, int] | None) -> None:
     if backoff == stores.keyword_backoff:
         return  # every run that finds nothing due: nothing written
     stores.keyword_backoff = backoff
+    stores.keyword_backoff_of = None if backoff is None else _index_id(stores)
     try:
         if backoff is None:
             stores.manifest.delete_meta([BACKOFF_META])
         else:
-            value = {"gave_way": backoff[0], "runs_to_skip": backoff[1]}
+            value = {"gave_way": backoff[0], "runs_to_skip": backoff[1], "index": stores.keyword_backoff_of}
             stores.manifest.set_meta(BACKOFF_META, json.dumps(value, sort_keys=True))
     except (sqlite3.Error, StoreError, OSError) as exc:
         log.warning("bm25_compact_backoff_unsaved error=%s (a restart goes on from the last one kept)", exc)
+
+
+def _index_id(stores: Stores) -> str | None:
+    """The keyword index the back-off is about: its folder (device and inode), new at a repair
+    or a swap beside; a refill in place ends the back-off itself (``rebuild_bm25``). None when
+    the folder cannot be read (then no record matches it)."""
+    try:
+        st = stores.bm25.path.stat()
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def remembered_backoff(stores: Stores) -> None:
@@ -478,9 +495,13 @@ def remembered_backoff(stores: Stores) -> None:
         return
     try:
         value = json.loads(raw)
-        times, runs = value["gave_way"], value["runs_to_skip"]
+        times, runs, about = value["gave_way"], value["runs_to_skip"], value["index"]
         if not all(type(n) is int for n in (times, runs)) or times < 1 or not 0 <= runs <= BACKOFF_MAX_RUNS:
             raise ValueError("not a back-off")
+        if about != _index_id(stores):
+            # Of a keyword index replaced since (a rebuild, a repair, an upgrade's refill beside;
+            # one by a version that kept no back-off): the index live now starts fresh.
+            raise ValueError(f"about another keyword index ({about!r}, now {_index_id(stores)!r})")
     except (ValueError, TypeError, KeyError) as exc:
         log.warning(
             "bm25_compact_backoff_ignored value=%.80r error=%s (a damaged record: the first due run "
@@ -491,7 +512,7 @@ def remembered_backoff(stores: Stores) -> None:
         with contextlib.suppress(sqlite3.Error, StoreError, OSError):  # read-only: said at each start
             stores.manifest.delete_meta([BACKOFF_META])
         return
-    stores.keyword_backoff = (times, runs)
+    stores.keyword_backoff, stores.keyword_backoff_of = (times, runs), about
     log.info("bm25_compact_backoff_resumed gave_way=%d runs_to_skip=%d", times, runs)
 
 
@@ -708,6 +729,7 @@ class Repair:
                 raise
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
+        _keep_backoff(stores, None)  # of the index moved aside: the fresh one starts anew
         self.problems.note(
             "stores", f"the keyword index failed ({reason}); moved aside and rebuilt", subject="bm25"
         )

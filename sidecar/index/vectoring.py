@@ -110,6 +110,8 @@ class Stores:
     # (``repair._backed_off``); also in the manifest's meta, resumed at a start
     # (``repair.remembered_backoff``).
     keyword_backoff: tuple[int, int] | None = None
+    # The keyword index that back-off is about (``repair._index_id``): a replaced one starts fresh.
+    keyword_backoff_of: str | None = None
     # The notes that could be cut again at the last compaction skipped for them, else None: a run
     # that finds no fewer goes ahead (notes whose read fails, or any the sweep does not get to,
     # must not hold the compaction back for good).
