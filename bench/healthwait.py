@@ -18,7 +18,14 @@ to the copy until it has N (a large vault's link graph).
 Printed per way and run: health reads done and their p50 seconds, the writer's latency (asked to
 committed) p50 / p99 / max in ms.
 
+``--checkpoint``: instead of the one-row writes, a write-back (``Manifest.written_back``: a
+TRUNCATE checkpoint, as at a switch to writable, a shrink, the daily give-back) every ``--every``
+ms, its latency printed the same way; a reader's transaction (the snapshot) makes it wait through
+the busy handler until that transaction ends. A third way, ``none``, runs no health reads: the
+checkpoint's own cost.
+
     python bench/healthwait.py --manifest PATH [--seconds 10] [--every 20] [--runs 2] [--backlog] [--links N]
+        [--checkpoint]
 
 PATH: any index's ``manifest.sqlite``; it and its ``-wal`` (a running daemon's last commits)
 are copied into a temporary folder first; nothing is written to them.
@@ -93,28 +100,34 @@ def _add_links(m: Manifest, total: int) -> None:
         )
 
 
-def _run(m: Manifest, way: str, seconds: float, every: float) -> str:
+def _run(m: Manifest, way: str, seconds: float, every: float, *, checkpoint: bool = False) -> str:
     read = _health_before if way == "writer" else _health_now
     stop = threading.Event()
     waits: list[float] = []
-    reads: list[float] = []
+    reads: list[float] = [0.0]
 
     def writer() -> None:
         n = 0
         while not stop.is_set():
+            if checkpoint:
+                m.set_meta("bench_healthwait", str(n))  # something in the log for it to write back
             asked = time.perf_counter()
-            m.set_meta("bench_healthwait", str(n))
+            if checkpoint:
+                m.written_back()
+            else:
+                m.set_meta("bench_healthwait", str(n))
             waits.append(time.perf_counter() - asked)
             n += 1
             stop.wait(every)
 
     def reader() -> None:
+        del reads[0]
         while not stop.is_set():
             began = time.perf_counter()
             read(m)
             reads.append(time.perf_counter() - began)
 
-    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    threads = [threading.Thread(target=writer)] + ([threading.Thread(target=reader)] if way != "none" else [])
     for t in threads:
         t.start()
     time.sleep(seconds)
@@ -124,7 +137,8 @@ def _run(m: Manifest, way: str, seconds: float, every: float) -> str:
     ms = sorted(w * 1000 for w in waits)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     return (
-        f"{way:7s} health reads {len(reads):4d} p50 {statistics.median(reads):.3f} s | writes {len(ms):4d} "
+        f"{way:7s} health reads {len(reads):4d} p50 {statistics.median(reads):.3f} s | "
+        f"{'checkpoints' if checkpoint else 'writes'} {len(ms):4d} "
         f"latency p50 {statistics.median(ms):.1f} ms p99 {p99:.1f} ms max {ms[-1]:.1f} ms"
     )
 
@@ -137,6 +151,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--backlog", action="store_true", help="every chunk waiting for its vector")
     ap.add_argument("--links", type=int, default=0, help="link rows added up to this many")
+    ap.add_argument("--checkpoint", action="store_true", help="time TRUNCATE checkpoints, not writes")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "manifest.sqlite"
@@ -157,8 +172,9 @@ def main() -> None:
             waiting = m.pending_count()
             print(f"manifest: {files:,} files, {chunks:,} chunks ({waiting:,} waiting), {links:,} links")
             for _ in range(args.runs):
-                for way in ("writer", "now"):
-                    print(_run(m, way, args.seconds, args.every / 1000), flush=True)
+                for way in ("writer", "now", *(("none",) if args.checkpoint else ())):
+                    said = _run(m, way, args.seconds, args.every / 1000, checkpoint=args.checkpoint)
+                    print(said, flush=True)
         finally:
             m.close()
 

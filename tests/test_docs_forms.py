@@ -250,16 +250,18 @@ def test_the_protocol_docs_example_requests_are_answered(server: InProcessServer
         assert answer.get("id") == request.get("id")
 
 
-def _field_names(value: Any, below: str = "") -> set[tuple[str, str]]:
-    """(parent, key) of every object key in a JSON value, a list's objects under ``parent[]``."""
-    out: set[tuple[str, str]] = set()
-    if isinstance(value, dict):
+def _field_paths(value: Any, below: str = "") -> set[str]:
+    """The path of every object key in a JSON value (``index.files``), a list's objects under
+    ``parent[]`` (``roots[].mode``); not below the objects keyed by data (``_KEYED_BY_DATA``)."""
+    out: set[str] = set()
+    if isinstance(value, dict) and below not in _KEYED_BY_DATA:
         for key, inner in value.items():
-            out.add((below, key))
-            out |= _field_names(inner, f"{below}.{key}" if below else key)
+            path = f"{below}.{key}" if below else key
+            out.add(path)
+            out |= _field_paths(inner, path)
     elif isinstance(value, list):
         for item in value:
-            out |= _field_names(item, f"{below}[]")
+            out |= _field_paths(item, f"{below}[]")
     return out
 
 
@@ -270,22 +272,174 @@ _KEYED_BY_DATA = (
     "vectors.embedded_by_table",
     "index.skipped",
     "index.excluded",
+    "index.catching_up.leaving_by_source",
 )
 
 
-def test_every_health_field_is_named_in_its_section(server: InProcessServer) -> None:
-    """Each field of a real ``health`` answer is named in docs/protocol.md's ``health`` section
-    (in its example or in backticks), so a field added to the answer is documented with it."""
+def _example_paths(text: str) -> tuple[set[str], set[str]]:
+    """The path of every key in the JSON examples of ``text`` (``…`` and elisions allowed: its
+    strings and brackets are scanned, it is not parsed), and the paths whose value is a list."""
+    paths: set[str] = set()
+    lists: set[str] = set()
+    for block in re.findall(r"^```json\n(.*?)^```", text, re.M | re.S):
+        stack: list[tuple[str, str]] = []  # (bracket, path) of each open object or list
+        key = ""
+        for m in re.finditer(r'"((?:[^"\\]|\\.)*)"(\s*:)?|[{}\[\]]', block):
+            token = m.group(0)
+            if token in "{[":
+                top = stack[-1] if stack else None
+                path = "" if top is None else f"{top[1]}[]" if top[0] == "[" else key
+                if token == "[" and path:
+                    lists.add(path)
+                stack.append((token, path))
+            elif token in "}]":
+                if stack:
+                    stack.pop()
+            elif m.group(2) and stack and stack[-1][0] == "{":
+                parent = stack[-1][1]
+                key = f"{parent}.{m.group(1)}" if parent else m.group(1)
+                paths.add(key)
+    return paths, lists
+
+
+# A field's whole path as the prose writes it: snake-case names (a camelCase one is a setting,
+# ``index.optimizeMinutes``), a list's entries as ``[]``.
+_PATH = re.compile(r"[a-z_0-9]+(\[\])?(\.[a-z_0-9]+(\[\])?)+")
+
+
+def _prose_paths(text: str, lists: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+    """The fields the prose of ``text`` names, each by its whole path, read from its backticks in
+    order within each list item, by these rules only:
+    - a whole path (`` `index.files` ``, `` `roots[].fs_type` ``);
+    - a name joined to the path before it by `` / `` is its sibling (`` `vectors.serving` /
+      `serving_model` ``);
+    - the names of a ``{"a", "b"}`` (or ``{"a": …}``) right after a path, no other backticks
+      between, are its fields (its entries' where ``lists`` says it is a list, as the examples
+      show it);
+    - ``name``: that is one of those names, then a ``{…}`` right after it, gives its fields
+      (`` `backoff`: `{"gave_way"}` ``).
+    No bare name is a field of the answer's top level (those are in the example), and no other
+    backticked word is taken."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    paths: set[str] = set()
+    for item in re.split(r"^- ", prose, flags=re.M):
+        last: str | None = None  # the path of the token just before, if it was one
+        fields: dict[str, str] = {}  # a name given in a {…} -> its whole path
+        for m in re.finditer(r"`([^`]+)`(\s*:)?", item):
+            code, between = m.group(1), item[: m.start()]
+            joined = last is not None and re.search(r"\s/\s*$", between) is not None
+            if _PATH.fullmatch(code):
+                last = code
+                paths.add(code)
+            elif code.startswith("{") and last is not None:
+                keyed = re.findall(r'"(\w+)"\s*:', code)
+                owner = f"{last}[]" if last in lists else last
+                for name in keyed or re.findall(r'"(\w+)"', code):
+                    fields[name] = f"{owner}.{name}"
+                    paths.add(fields[name])
+                last = None
+            elif re.fullmatch(r"\w+", code) and joined and last is not None:
+                last = f"{last.rsplit('.', 1)[0]}.{code}" if "." in last else None
+                if last is not None:
+                    paths.add(last)
+            elif re.fullmatch(r"\w+", code) and m.group(2) and code in fields:
+                last = fields[code]
+            else:
+                last = None
+    return paths
+
+
+def _documented(section: str) -> set[str]:
+    """The field paths a section documents: its examples' keys, and the paths its prose names
+    (``_prose_paths``) below a top-level field of the examples (not ``manifest.sqlite``)."""
+    example, lists = _example_paths(section)
+    top = {p for p in example if "." not in p and "[" not in p}
+    return example | {p for p in _prose_paths(section, lists) if re.split(r"[.\[]", p)[0] in top}
+
+
+def _health_states(server: InProcessServer, serve_in_process: Any, tmp_path: Path) -> list[dict[str, Any]]:
+    """Health answers of a healthy vault asked by an agent, and, on one more server with the model
+    off by configuration, of states whose fields only they have, one after the other: an agent's
+    inbox refused (an active problem), a large vault's keyword rewrite given up to a busy vault
+    (its outcome and back-off), the keyword index rebuilt after damage (the copy moved aside, a
+    recent problem), a share down (the vault unmounted: its deletions held)."""
+    import shutil
+
+    from sidecar.index import repair
+
     server.call("write", {"slug": "a-note", "content": "remember the backups"}, agent="claude")
-    health = _send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]
-    section = _sections()["health"]
-    named = set(re.findall(r'"(\w+)":', section)) | set(re.findall(r"[`.\[\]](\w+)", section))
-    missing = sorted(
-        f"{parent}.{key}" if parent else key
-        for parent, key in _field_names(health)
-        if not parent.startswith(_KEYED_BY_DATA) and key not in named
+    states = [_send(server, {"v": 1, "op": "health", "agent": "claude"})["result"]]
+    other = serve_in_process(
+        make_vault(tmp_path / "other"), home=str(tmp_path / "home"), model=None, **{"embedder.enabled": False}
     )
+    try:
+        vault, stores = other.cfg.vault.path, other.harness.stores
+        for i in range(5):  # enough notes for the guard against a mass loss
+            (vault / f"Notes/n{i}.md").parent.mkdir(exist_ok=True)
+            (vault / f"Notes/n{i}.md").write_text(f"# Note {i}\n\nThe keeper of lighthouse {i}.\n")
+        inbox = other.cfg.agents_dir / "bob" / "memory"
+        inbox.parent.mkdir(parents=True)
+        inbox.symlink_to(tmp_path)  # a symbolic link: refused, said as a problem
+        other.harness.sweep()
+        states.append(other.call("health"))
+        repair._given_up(stores, "behind")
+        states.append(other.call("health"))
+        # The keyword index repaired: moved aside (kept for a month, ``moved_aside``), rebuilt.
+        other.harness.repair.repair_bm25("a test's damage")
+        states.append(other.call("health"))
+        aside = tmp_path / "aside"
+        aside.mkdir()
+        for p in list(vault.iterdir()):  # the share unmounted: its mount point stays, empty
+            shutil.move(str(p), str(aside / p.name))
+        other.harness.sweep()
+        assert other.harness.supervisor.roots["vault"].hold_kind == "empty"
+        states.append(other.call("health"))
+    finally:
+        other.close()
+        other.harness.close()
+    return states
+
+
+def test_every_health_field_is_named_in_its_section(
+    server: InProcessServer, serve_in_process: Any, tmp_path: Path
+) -> None:
+    """Each field of real ``health`` answers, in a healthy vault and in states whose fields only
+    they have, is named in docs/protocol.md's ``health`` section by its whole path (in an example,
+    or written out in the prose by ``_prose_paths``' few rules), so a field added to the answer is documented
+    with it. Matched by its name alone, a new ``vectors.failures`` passed as ``roots[].failures``."""
+    documented = _documented(_sections()["health"])
+    fields: set[str] = set()
+    for health in _health_states(server, serve_in_process, tmp_path):
+        fields |= _field_paths(health)
+    missing = sorted(fields - documented)
     assert missing == [], missing
+
+
+def test_the_health_field_check_takes_a_name_for_its_own_parent_only() -> None:
+    """The check of the health section names a field by its path: a name documented under one
+    parent does not document it under another, and a word of the prose documents nothing by
+    itself (taken as a field of every path an item names, ``count`` and ``vectors.error``
+    passed undocumented)."""
+    text = (
+        '```json\n{"roots": [{"name": "vault", "failures": 0}], "index": {"files": 3, "x": "{a"},\n'
+        ' "problems": {"active": []}, "vectors": {}}\n```\n\n'
+        "- `roots[].failures`: retries so far (`count`, `error`).\n"
+        '- `index.keyword_compaction_last`: `{"outcome", "backoff"}`; `backoff`: `{"gave_way"}`.\n'
+        '- `problems.active`: an entry is `{"area", "since"}`.\n'
+    )
+    documented = _documented(text)
+    assert {"roots[].name", "roots[].failures", "index.files", "index.x"} <= documented
+    assert "index.keyword_compaction_last.backoff.gave_way" in documented
+    assert "problems.active[].area" in documented and "problems.active.area" not in documented
+    assert "vectors.failures" not in documented and "index.failures" not in documented
+    assert not {"count", "error", "roots[].count", "roots[].failures.count"} & documented
+    sibling = "- `roots[].files_seen` / `files_skipped`: the notes the last sweep found.\n"
+    assert "roots[].files_skipped" in _prose_paths(sibling)
+    assert "index.files_skipped" not in _prose_paths(sibling)
+    real = _documented(_sections()["health"])
+    assert "index.keyword_compaction_last.backoff.runs_to_skip" in real
+    assert not {"count", "error", "vectors.error", "vectors.reason", "index.count", "embedder.home"} & real
+    assert not {"index.keyword_compaction_last.outcome.reason", "index.bytes"} & real
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)

@@ -5,6 +5,7 @@ batch ahead of ``files``, and every count's scan held the writer back."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,47 +20,63 @@ def _add(db: Any, key: str, state: str, error: str | None = None) -> None:
     )
 
 
+class _WriteAmid:
+    """Every manifest connection opened from now on traced: once ``armed``, the first statement
+    that contains ``marker`` runs ``write`` on another thread and waits for it (30 s at most: a
+    guard against a hang, not a timing; held back by that statement, the write never ends
+    there). ``in_time``: whether the write had ended when the statement went on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, marker: str, write: Callable[[], Any]) -> None:
+        from sidecar.stores import manifest as manifest_module
+
+        self.armed = threading.Event()
+        self.in_time: list[bool] = []
+        real = manifest_module.guarded_connect
+        written = threading.Event()
+
+        def run() -> None:
+            write()
+            written.set()
+
+        def traced(sql: str) -> None:
+            if self.armed.is_set() and marker in sql:
+                self.armed.clear()
+                t = threading.Thread(target=run, daemon=True)
+                t.start()
+                t.join(30)
+                self.in_time.append(written.is_set())
+
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            db = real(*args, **kwargs)
+            db.set_trace_callback(traced)
+            return db
+
+        monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+
+
 def test_counts_are_of_one_moment_and_a_write_meanwhile_does_not_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch (one note indexed, one skipped) commits while health is between its counts: the
     write goes through at once, and the counts are all of the moment before it."""
-    from sidecar.stores import manifest as manifest_module
     from sidecar.stores.manifest import Manifest
-
-    armed = threading.Event()
-    written = threading.Event()
-    real = manifest_module.guarded_connect
 
     def batch() -> None:
         with m.transaction() as db:
             _add(db, "vault/new", "indexed")
             _add(db, "vault/new-bin", "skipped", "binary")
-        written.set()
 
-    def traced(sql: str) -> None:
-        # Between two of the counts (the skipped ones begin): the sweep's batch commits.
-        if armed.is_set() and "state = 'skipped' GROUP BY error" in sql:
-            armed.clear()
-            t = threading.Thread(target=batch, daemon=True)
-            t.start()
-            t.join(30)  # a guard against a hang, not a timing: held back, the write never ends here
-
-    def connect(*args: Any, **kwargs: Any) -> Any:
-        db = real(*args, **kwargs)
-        db.set_trace_callback(traced)
-        return db
-
-    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    # Between two of the counts (the skipped ones begin): the sweep's batch commits.
+    amid = _WriteAmid(monkeypatch, "state = 'skipped' GROUP BY error", batch)
     m = Manifest(tmp_path / "m.sqlite")
     try:
         with m.transaction() as db:
             for i in range(3):
                 _add(db, f"vault/n{i}", "indexed")
             _add(db, "vault/bin", "skipped", "binary")
-        armed.set()
+        amid.armed.set()
         counts = m.counts()
-        assert written.is_set(), "the write waited for health's counts"
+        assert amid.in_time == [True], "the write waited for health's counts"
         assert (counts["files"], counts["skipped"]) == (3, {"binary": 1})
         after = m.counts()
         assert (after["files"], after["skipped"]) == (4, {"binary": 2})
@@ -73,35 +90,14 @@ def test_the_counts_of_chunks_waiting_for_vectors_keep_no_write_waiting(
 ) -> None:
     """Health's (and the watchdog's) scans of every chunk for those waiting for a vector: read
     through the writer's connection under its lock, every write waited for them."""
-    from sidecar.stores import manifest as manifest_module
     from sidecar.stores.manifest import Manifest
 
-    armed = threading.Event()
-    written = threading.Event()
-    real = manifest_module.guarded_connect
-
-    def write() -> None:
-        m.set_meta("written", "1")
-        written.set()
-
-    def traced(sql: str) -> None:
-        if armed.is_set() and "count(*) FROM chunks WHERE" in sql:
-            armed.clear()
-            t = threading.Thread(target=write, daemon=True)
-            t.start()
-            t.join(30)  # a guard against a hang, not a timing: held back, the write never ends here
-
-    def connect(*args: Any, **kwargs: Any) -> Any:
-        db = real(*args, **kwargs)
-        db.set_trace_callback(traced)
-        return db
-
-    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    amid = _WriteAmid(monkeypatch, "count(*) FROM chunks WHERE", lambda: m.set_meta("written", "1"))
     m = Manifest(tmp_path / "m.sqlite")
     try:
-        armed.set()
+        amid.armed.set()
         assert getattr(m, count)() == 0
-        assert written.is_set(), "the write waited for the count"
+        assert amid.in_time == [True], "the write waited for the count"
     finally:
         m.close()
 
@@ -119,40 +115,17 @@ def test_a_whole_health_call_keeps_no_write_waiting(
     """Health's other manifest reads (the links' totals, the largest waiting note, the skipped
     files, meta) went through the writer's connection under its lock: a write made while one
     of them ran waited for it. Now all of the call's reads are one snapshot on a reader."""
-    from sidecar.stores import manifest as manifest_module
     from tests.conftest import KEYWORD_ONLY, Harness
     from tests.in_process import InProcessServer
 
-    armed = threading.Event()
-    written = threading.Event()
-    in_time: list[bool] = []  # whether the write ended while the read was still under way
-    real = manifest_module.guarded_connect
-
-    def write() -> None:
-        h.stores.manifest.set_meta("written", "1")
-        written.set()
-
-    def traced(sql: str) -> None:
-        if armed.is_set() and read in sql:
-            armed.clear()
-            t = threading.Thread(target=write, daemon=True)
-            t.start()
-            t.join(30)  # a guard against a hang, not a timing: held back, the write never ends here
-            in_time.append(written.is_set())
-
-    def connect(*args: Any, **kwargs: Any) -> Any:
-        db = real(*args, **kwargs)
-        db.set_trace_callback(traced)
-        return db
-
-    monkeypatch.setattr(manifest_module, "guarded_connect", connect)
+    amid = _WriteAmid(monkeypatch, read, lambda: h.stores.manifest.set_meta("written", "1"))
     h = Harness(make_cfg(vault), KEYWORD_ONLY)
     server = InProcessServer(h)
     try:
-        armed.set()
+        amid.armed.set()
         server.call("health")
-        assert not armed.is_set(), "health did not make the read"
-        assert in_time == [True], "the write waited for health's read"
+        assert not amid.armed.is_set(), "health did not make the read"
+        assert amid.in_time == [True], "the write waited for health's read"
     finally:
         try:
             server.close()
@@ -187,3 +160,40 @@ def test_reads_in_a_snapshot_are_of_one_moment(tmp_path: Path) -> None:
 def _batch(m: Any) -> None:
     with m.transaction() as db:
         _add(db, "vault/b", "indexed")
+
+
+def test_health_s_looks_at_the_disk_hold_no_read_transaction(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A health call held its manifest snapshot (a read transaction, which a TRUNCATE checkpoint
+    waits for with the writer's lock held) for the whole call: also while it counted the asking
+    agent's inbox (up to 2 s on a share that hangs) and asked the index's files for flags (up to
+    2,000 statx calls). Those read nothing of the manifest and are made outside it; the answer
+    still has them."""
+    from sidecar.index.vectoring import Stores
+    from sidecar.memory.ops import MemoryOps
+    from tests.conftest import KEYWORD_ONLY, Harness
+    from tests.in_process import InProcessServer
+
+    h = Harness(make_cfg(vault), KEYWORD_ONLY)
+    held: dict[str, bool] = {}
+
+    def watching(name: str, real: Any) -> Any:
+        def look(*args: Any, **kwargs: Any) -> Any:
+            held[name] = h.stores.manifest._snapshot_here() is not None
+            return real(*args, **kwargs)
+
+        return look
+
+    monkeypatch.setattr(MemoryOps, "usage", watching("inbox", MemoryOps.usage))
+    monkeypatch.setattr(Stores, "flags", watching("flags", Stores.flags))
+    server = InProcessServer(h)
+    try:
+        health = server.call("health", agent="claude")
+        assert held == {"inbox": False, "flags": False}, "a look at the disk held the snapshot"
+        assert "inbox" in health and health["index"]["immutable_checked"] in ("all", "partial")
+    finally:
+        try:
+            server.close()
+        finally:
+            h.close()

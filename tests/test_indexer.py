@@ -1471,3 +1471,15 @@ def test_rows_numbered_below_the_mark_read_every_note_again_once(
         assert _marked(h)[0] == 0
     finally:
         h.close()
+
+
+def test_sidecar_index_in_process_with_vectors_off_counts_no_chunk_waiting(
+    make_cfg: Any, vault: Path
+) -> None:
+    """`sidecar index --json` without a daemon, the model off by configuration: every chunk was
+    counted in `pending_vectors`, a backlog that never goes. None waits for a vector (health
+    says 0 too)."""
+    from sidecar.daemon.oneshot import index_once
+
+    summary = index_once(make_cfg(vault, **{"embedder.enabled": False}), rebuild=False)
+    assert summary["chunks"] > 0 and summary["pending_vectors"] == 0

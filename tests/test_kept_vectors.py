@@ -187,6 +187,18 @@ def _delete(h: Harness, folder: dict[Path, bytes]) -> None:
     h.indexer.sweep(confirm_deletions={"vault"})
 
 
+def _back_not_embedded(h: Harness, folder: dict[Path, bytes], word: str) -> None:
+    """The deleted ``folder`` put back and swept: none of its notes (all say ``word``) embedded
+    again, their kept vectors taken instead."""
+    model = h.slot.model
+    assert isinstance(model, FakeEmbedder)
+    model.embedded.clear()
+    for p, data in folder.items():
+        p.write_bytes(data)
+    h.sweep()
+    assert not [t for t in model.embedded if word in t], f"the {word} notes were embedded again"
+
+
 def test_vectors_kept_after_a_reboot_are_not_pushed_out_by_older_ones(
     make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,13 +221,7 @@ def test_vectors_kept_after_a_reboot_are_not_pushed_out_by_older_ones(
     try:
         _delete(h, after)
         assert h.stores.manifest.kept_count() == 10
-        model = h.slot.model
-        assert isinstance(model, FakeEmbedder)
-        model.embedded.clear()
-        for p, data in after.items():
-            p.write_bytes(data)
-        h.sweep()
-        assert not [t for t in model.embedded if "ferry" in t]
+        _back_not_embedded(h, after, "ferry")
     finally:
         h.close()
 
@@ -273,13 +279,7 @@ def test_vectors_an_older_version_kept_count_as_kept_at_the_upgrade(
         other.unlink()
         h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
         assert not walled & set(_stamps(h))
-        model = h.slot.model
-        assert isinstance(model, FakeEmbedder)
-        model.embedded.clear()
-        for p, data in folder.items():
-            p.write_bytes(data)
-        h.sweep()
-        assert not [t for t in model.embedded if "ferry" in t]
+        _back_not_embedded(h, folder, "ferry")
     finally:
         h.close()
 
@@ -343,13 +343,7 @@ def test_vectors_kept_while_the_clock_was_ahead_do_not_push_out_newer_ones(
         assert "vectors_kept_restamped rows=10 (stamped more than a day ahead" in caplog.text
         _delete(h, after)
         assert manifest.kept_count() == 10
-        model = h.slot.model
-        assert isinstance(model, FakeEmbedder)
-        model.embedded.clear()
-        for p, data in after.items():
-            p.write_bytes(data)
-        h.sweep()
-        assert not [t for t in model.embedded if "ferry" in t]
+        _back_not_embedded(h, after, "ferry")
     finally:
         h.close()
 
@@ -372,13 +366,7 @@ def test_a_folder_deleted_while_the_clock_is_set_back_keeps_its_vectors_ahead_of
         _delete(h, after)
         stamps = _stamps(h)
         assert len(stamps) == 10 and all(at > newest for at in stamps.values())
-        model = h.slot.model
-        assert isinstance(model, FakeEmbedder)
-        model.embedded.clear()
-        for p, data in after.items():
-            p.write_bytes(data)
-        h.sweep()
-        assert not [t for t in model.embedded if "ferry" in t]
+        _back_not_embedded(h, after, "ferry")
     finally:
         h.close()
 
@@ -403,5 +391,93 @@ def test_a_start_with_the_wall_clock_not_set_yet_restamps_nothing(
         h.vectors.mend_kept_times()
         assert _stamps(h) == kept
         assert "vectors_kept_not_restamped reason=the wall clock says 2000-" in caplog.text
+    finally:
+        h.close()
+
+
+def test_a_clock_set_ahead_then_corrected_under_the_daemon_leaves_no_stamp_in_the_future(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wall clock set a month ahead, then corrected, while the daemon runs: the rows kept
+    meanwhile, and every keep after them (stamped just after the newest), stayed a month in the
+    future until a restart, no age cut-off reaching them. They count as kept at the correction,
+    are still there to take while the user may want them, and age out after that."""
+    ahead = _folder(vault, "Ahead", "market")
+    after = _folder(vault, "After", "ferry")
+    late = write(vault / "Late.md", "# Late\n\nA note deleted a week later.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        real = time.time()
+        now = [real + 30 * 86400.0]  # a month ahead
+        h.vectors.clock = lambda: now[0]
+        _delete(h, ahead)
+        now[0] = real  # corrected (NTP)
+        caplog.set_level("INFO", logger="sidecar")
+        _delete(h, after)
+        stamps = _stamps(h)
+        assert len(stamps) == 20 and all(at <= real + 1.0 for at in stamps.values())
+        assert "vectors_kept_restamped rows=10 (stamped more than a day ahead" in caplog.text
+        _back_not_embedded(h, after, "ferry")  # kept: taken instead of the model
+        now[0] = real + h.vectors.keep_seconds + 86400.0  # past the keeping time
+        late.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        assert len(_stamps(h)) == 1, "rows kept under a clock set ahead were kept beyond their time"
+    finally:
+        h.close()
+
+
+def test_vectors_kept_while_the_clock_read_2000_survive_its_correction(
+    make_cfg: Any, vault: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A board without a clock battery boots in 2000 and a folder is deleted before NTP sets
+    the clock, nothing kept before it: its rows were stamped 2000, and the first deletion after
+    the step forward pruned them all by age (restored, the folder was embedded again in full).
+    They count as kept at the correction, in their order."""
+    gone = _folder(vault, "Gone", "ferry")
+    other = write(vault / "Other.md", "# Other\n\nA note deleted after the clock was set.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        now = [946_684_800.0]  # 2000-01-01: not set yet
+        h.vectors.clock = lambda: now[0]
+        _delete(h, gone)
+        assert set(_stamps(h).values()) == {946_684_800.0}
+        now[0] = time.time()  # NTP stepped it
+        caplog.set_level("INFO", logger="sidecar")
+        other.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        stamps = _stamps(h)
+        assert len(stamps) == 11 and all(at >= now[0] - 1.0 for at in stamps.values())
+        assert "vectors_kept_restamped rows=10 (stamped by no wall clock" in caplog.text
+        _back_not_embedded(h, gone, "ferry")
+    finally:
+        h.close()
+
+
+def test_vectors_kept_before_a_clock_set_back_survive_its_correction(make_cfg: Any, vault: Path) -> None:
+    """The wall clock set a month back under a running daemon (a restored VM, a wrong manual
+    setting), then corrected: the rows kept before the step are stamped right, not ahead. Counted
+    as kept at the clock behind, they looked a month old once NTP set it forward, and the next
+    deletion pruned them: a folder put back was embedded again in full. Only a step forward this
+    process saw marks rows as stamped ahead."""
+    gone = _folder(vault, "Gone", "ferry")
+    one = write(vault / "One.md", "# One\n\nA note deleted while the clock is behind.\n")
+    two = write(vault / "Two.md", "# Two\n\nA note deleted after the correction.\n")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        real = time.time()
+        now = [real]
+        h.vectors.clock = lambda: now[0]
+        _delete(h, gone)  # kept at the true time
+        now[0] = real - 30 * 86400.0  # a month back
+        one.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})
+        now[0] = real + 3600.0  # NTP corrects it, an hour later
+        two.unlink()
+        h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
+        assert len(_stamps(h)) == 12, "vectors kept before the step back were pruned at its correction"
+        _back_not_embedded(h, gone, "ferry")
     finally:
         h.close()

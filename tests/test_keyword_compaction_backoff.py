@@ -5,6 +5,7 @@ index's deletions after a rewrite."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -233,3 +234,166 @@ def test_status_after_a_failed_run_says_the_earlier_give_ways_not_in_a_row() -> 
     line = _compaction_last_said(last)
     assert "in a row" not in line
     assert "it had given way 3 times before, next try in about 55m 0s" in line
+
+
+def test_the_back_off_outlives_a_restart(
+    large: Any, serve_in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The back-off lived in memory: a daemon restarted daily (a login's service start, an
+    upgrade) on a vault that never calms down filled a whole copy at the first due run of every
+    start. Kept in the index's manifest, the run after a restart still skips it, and the one after
+    that tries."""
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    busy = _Busy(s, monkeypatch)
+    assert compact_bm25(s.harness.stores) is False  # gave way to the notes written meanwhile
+    _dropped(s.harness.stores)
+    assert s.harness.stores.keyword_backoff == (1, 1) and busy.fills == 1
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()  # a restart over the same home
+    stores = again.harness.stores
+    assert stores.keyword_backoff == (1, 1), "the restart forgot the back-off"
+    assert "bm25_compact_backoff_resumed gave_way=1 runs_to_skip=1" in caplog.text
+    busy.s = again
+    assert compact_bm25(stores) is False and busy.fills == 1, "the first run after a restart filled a copy"
+    assert stores.keyword_backoff == (1, 0)
+    busy.on = False
+    assert compact_bm25(stores) is True and busy.fills == 2  # the run after it tries, and gets through
+    again.close()
+    again.harness.close()
+    assert serve_in_process().harness.stores.keyword_backoff is None  # ended: no back-off resumed
+
+
+@pytest.mark.parametrize("damaged", ["{not json", '{"gave_way": "1", "runs_to_skip": 1}'])
+def test_a_damaged_back_off_record_is_ignored_and_said(
+    large: Any, serve_in_process: Any, caplog: pytest.LogCaptureFixture, damaged: str
+) -> None:
+    """A back-off record that cannot be read (damaged, written otherwise) does not stop the start
+    or skip a rewrite for ever: it is logged, dropped, and the first due run tries the rewrite."""
+    from sidecar.index.repair import BACKOFF_META, compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    s.harness.stores.manifest.set_meta(BACKOFF_META, damaged)
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()
+    assert "bm25_compact_backoff_ignored" in caplog.text
+    stores = again.harness.stores
+    assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
+    assert compact_bm25(stores) is True
+
+
+def test_status_says_a_rewrite_given_up_is_no_longer_due_once_the_index_outgrew_its_deletions(
+    large: Any,
+) -> None:
+    """After a run that did not rewrite the index (here: it gave way), the notes written since
+    can make its deleted documents too small a share to be due: status said they weigh in its
+    scores until a later run rewrites it, a rewrite that will not come. It says "no longer due"."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    repair._given_up(stores, "behind")
+    status = render_status(s.call("health"))
+    assert "keyword index rewrite given up " in status and "deleted documents weigh in its scores" in status
+    for i in range(100, 200):  # the vault grew: its deletions under a fifth of it
+        write(s.cfg.vault.path / f"More/Note{i}.md", f"# More {i}\n\nThe mill {i} by the river, zqm{i}.\n")
+    s.harness.sweep()
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "gave way" and last["due_now"] is False and last["deleted_now"] > 0
+    status = render_status(s.call("health"))
+    assert f"; no longer due ({last['deleted_now']:,} deleted documents now)" in status
+    assert "weigh in its scores" not in status
+
+
+def test_a_rewrite_in_place_replaces_what_status_said_of_the_last_one_beside(
+    large: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large vault's index rewritten beside, then (shrunk) rewritten in place: status went on
+    saying "last rewritten beside the live one" of the first, the documents deleted since counted
+    from it. The rewrite in place is said instead."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index import repair
+    from sidecar.index.repair import compact_bm25
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    assert compact_bm25(stores) is True
+    assert "keyword index last rewritten beside the live one " in render_status(s.call("health"))
+    _delete(s, 12, 14)
+    monkeypatch.setattr(repair, "_SHARED_SMALL", 10_000)  # small now: rewritten in place
+    index = stores.bm25
+    assert compact_bm25(stores) is True and stores.bm25 is index and index.deleted_docs()[0] == 0
+    last = s.call("health")["index"]["keyword_compaction_last"]
+    assert last["outcome"] == "compacted in place" and last["deleted_now"] == 0
+    status = render_status(s.call("health"))
+    assert "keyword index last rewritten in place " in status and "beside" not in status
+    _delete(s, 14, 16)
+    assert compact_bm25(stores) is True  # routine now: the shrink was said once
+    assert s.call("health")["index"]["keyword_compaction_last"] is None
+    assert "keyword index" not in render_status(s.call("health"))
+
+
+def test_a_small_vault_s_routine_rewrite_in_place_puts_nothing_on_record(serve_in_process: Any) -> None:
+    """A small vault's index is rewritten in place at any deleted document, so after ordinary
+    edits: said in status, every small vault showed for good a "last rewritten in place … due
+    again" line that read as a chore pending. Nothing is on record, as before."""
+    from sidecar.clients.cli_render import render_status
+    from sidecar.index.repair import compact_bm25
+
+    s = serve_in_process()
+    try:
+        vault = s.cfg.vault.path
+        for i in range(30):
+            write(vault / f"N{i}.md", f"# N{i}\n\nNote {i} about the mill.\n")
+        s.harness.sweep()
+        write(vault / "N3.md", "# N3\n\nNote 3 about the mill, edited.\n")
+        s.harness.sweep()
+        assert s.harness.stores.bm25.deleted_docs()[0] > 0
+        assert compact_bm25(s.harness.stores) is True
+        write(vault / "N4.md", "# N4\n\nNote 4 edited.\n")
+        s.harness.sweep()
+        health = s.call("health")
+        assert health["index"]["keyword_compaction_last"] is None
+        assert "keyword index" not in render_status(health)
+    finally:
+        s.close()
+        s.harness.close()
+
+
+def test_a_back_off_kept_for_a_replaced_keyword_index_is_not_resumed(
+    large: Any, serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kept back-off is of one keyword index: a repair (the index moved aside, a fresh one
+    filled) ends it, and a record kept for another index (one replaced while a version that keeps
+    none ran) is not resumed at a start, where it skipped up to 7 due runs of an index it was not
+    about (health, showing no record of a replaced index, said nothing of why)."""
+    from sidecar.index import repair
+    from sidecar.index.repair import BACKOFF_META
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    repair._given_up(stores, "behind")
+    assert stores.keyword_backoff == (1, 1) and stores.manifest.get_meta(BACKOFF_META) is not None
+    s.harness.repair.repair_bm25("a test's damage")
+    assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
+    repair._given_up(stores, "behind")
+    kept = json.loads(stores.manifest.get_meta(BACKOFF_META) or "{}")
+    stores.manifest.set_meta(BACKOFF_META, json.dumps({**kept, "index": "0:1"}))  # another index's
+    s.close()
+    s.harness.close()
+    with caplog.at_level("INFO"):
+        again = serve_in_process()
+    assert "bm25_compact_backoff_ignored" in caplog.text and "about another keyword index" in caplog.text
+    assert again.harness.stores.keyword_backoff is None  # the first due run tries
+    assert again.harness.stores.manifest.get_meta(BACKOFF_META) is None

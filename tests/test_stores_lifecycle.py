@@ -2244,3 +2244,34 @@ def test_a_write_whose_interrupt_raises_leaves_no_write_counted_as_queued(tmp_pa
         m.set_meta("x", "1")
     assert m._writes_waiting == 0
     assert writer is m._db
+
+
+def test_an_upgrade_s_schema_only_in_the_write_ahead_log_is_judged_by_the_log(tmp_path: Path) -> None:
+    """An index amid an upgrade keeps its new schema in the write-ahead log until a checkpoint,
+    its header the old one's: judged by the header (asked through the log only when it said 0),
+    a newer sidecar's upgrade of this version's index was no newer store, and status and doctor
+    said nothing of it. The log is asked whenever it holds commits."""
+    import sqlite3
+
+    from sidecar.contracts.errors import StoreError
+    from sidecar.stores.manifest import Manifest
+    from sidecar.stores.versions import MANIFEST_SCHEMA, manifest_schema, manifest_schema_now, newer_store
+
+    path = tmp_path / "index" / "manifest.sqlite"
+    path.parent.mkdir()
+    Manifest(path).close()  # this version's index, written back: its header says this schema
+    assert manifest_schema(path) == MANIFEST_SCHEMA
+    writer = sqlite3.connect(path)  # a newer sidecar's upgrade, not checkpointed yet
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE upgraded(x)")
+        writer.execute(f"PRAGMA user_version={MANIFEST_SCHEMA + 1}")
+        writer.commit()
+        assert manifest_schema(path) == MANIFEST_SCHEMA
+        assert manifest_schema_now(path) == MANIFEST_SCHEMA + 1
+        newer = newer_store(path.parent)
+        assert newer is not None and (newer.store, newer.found) == ("manifest", MANIFEST_SCHEMA + 1), newer
+        with pytest.raises(StoreError, match="index written by a newer sidecar"):
+            Manifest(path, read_only=True)
+    finally:
+        writer.close()

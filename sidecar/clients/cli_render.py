@@ -230,6 +230,7 @@ def _compaction_said(c: dict[str, Any]) -> str:
 # The last compaction beside, by its outcome: what status says of it.
 _LAST_SAID = {
     "compacted": "last rewritten beside the live one",
+    "compacted in place": "last rewritten in place",
     "skipped": "rewrite skipped",
     "stopped": "rewrite stopped",
     "gave way": "rewrite given up",
@@ -245,7 +246,7 @@ def _compaction_last_said(last: dict[str, Any]) -> str:
     age = last.get("age_seconds")  # the daemon's own age, sleep counted (an older daemon: its wall time)
     when = f"{duration(age)} ago" if isinstance(age, (int, float)) else _ago(last["at"])
     words = f"keyword index {what} {when}: {shown(last['reason'])}"
-    if outcome == "compacted":
+    if outcome in ("compacted", "compacted in place"):
         # Said until a restart as it was right after the rewrite, while the index went on.
         since = last.get("deleted_now") or 0
         if last.get("due_now"):

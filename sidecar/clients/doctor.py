@@ -520,8 +520,9 @@ def check_index(cfg: Config) -> Check:
     newer = newer_store(cfg.index_dir)
     if newer is not None:
         return Check("index", False, newer.describe(), REBUILD_TODO)
-    # Through the write-ahead log where the header says 0: a running daemon's new index keeps its
-    # schema there until a checkpoint (the header alone said "schema 0, upgraded at the next start").
+    # Through the write-ahead log where it holds commits: a running daemon's new index, or one amid
+    # an upgrade, keeps its schema there until a checkpoint (the header alone said "schema 0" or the
+    # old schema, "upgraded at the next start").
     manifest = cfg.index_dir / "manifest.sqlite"
     schema = manifest_schema_now(manifest)
     if schema is None:

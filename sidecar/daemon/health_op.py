@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,8 @@ from sidecar.runtime.foreground import FOREGROUND
 from sidecar.runtime.notify import under_service_manager
 from sidecar.runtime.release import WRITERS_META, build_id, newer_writer, other_build, read_writers
 from sidecar.search.retrieval import Retriever
-from sidecar.stores.aside import moved_aside
+from sidecar.stores.aside import MovedAside, moved_aside
+from sidecar.stores.frozen import IndexFlags
 from sidecar.stores.manifest import Manifest
 from sidecar.vault.supervisor import Supervisor
 
@@ -60,10 +62,22 @@ class HealthOp:
         check_known(req.params, ())
         # Every manifest read of the answer in one read transaction on a reader: of one moment,
         # and no scan (counts, the largest waiting note, the links' totals) holds a write back.
+        # The looks at the disk that read nothing of the manifest are made before it, outside
+        # that transaction: a TRUNCATE checkpoint (a switch to writable, a shrink, the daily
+        # give-back) waits, the writer's lock held, for as long as a reader holds one, and the
+        # inbox's count waits up to 2 s on a share that hangs, the index's flags are up to 2,000
+        # statx calls (30-60 ms, 290 ms on a loaded machine).
+        looked = _Looked(
+            {"inbox": self.memory.usage(req.agent)} if req.agent is not None else {},
+            self.vectors.stores.flags(),
+            moved_aside(self.cfg.index_dir),
+        )
         with self.manifest.snapshot():
-            return self._health(req)
+            answer = self._health(looked)
+        answer.update(looked.inbox)  # last, as it was
+        return answer
 
-    def _health(self, req: Request) -> dict[str, Any]:
+    def _health(self, looked: _Looked) -> dict[str, Any]:
         act = self.indexer.activity
         # The indexer's state before any count: read after them, a sweep that ended meanwhile
         # said "idle" (and "ready") beside files counted before its batch was written; a sweep
@@ -205,7 +219,7 @@ class HealthOp:
                 "complete": not self.indexer.reading_first_time,
                 # The index's file made immutable (chattr +i: a backup tool's or an admin's flag),
                 # else None: nothing can be written to it meanwhile, searches read it as it is.
-                "immutable": str(flags.found) if (flags := self.vectors.stores.flags()).found else None,
+                "immutable": str(flags.found) if (flags := looked.flags).found else None,
                 # "all": every entry of the index within the check's reach was asked; "partial": it
                 # stopped at its bound (a crowded folder, 2,000 entries), so a flag further in was
                 # not looked for (the files a write touches first always are).
@@ -221,7 +235,7 @@ class HealthOp:
                         "newer": c.newer,
                         "retired": c.retired,
                     }
-                    for c in moved_aside(self.cfg.index_dir)
+                    for c in looked.aside
                 ],
             },
             "roots": self.supervisor.describe(self._watched),
@@ -243,8 +257,6 @@ class HealthOp:
             "daily_notes_off": [d for d in self.indexer.daily_formats.describe() if "off" in d],
             # The weekday weeks begin on for time phrases, and how it was read (Calendar plugin).
             "week_start": self.indexer.week_start.describe(),
-            # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming).
-            **({"inbox": self.memory.usage(req.agent)} if req.agent is not None else {}),
         }
 
     def _catching_up(self) -> dict[str, Any] | None:
@@ -277,6 +289,17 @@ class HealthOp:
         }
 
 
+@dataclass(frozen=True)
+class _Looked:
+    """What a health call looks at on the disk before its manifest snapshot (``health``)."""
+
+    # The asking agent's own inbox (an agent near memory.maxInboxBytes sees it coming), as
+    # {"inbox": ...}, else empty (no agent asks).
+    inbox: dict[str, Any]
+    flags: IndexFlags
+    aside: list[MovedAside]
+
+
 def _in_place(progress: tuple[int, int] | None) -> dict[str, int] | None:
     return None if progress is None else {"done": progress[0], "total": progress[1]}
 
@@ -307,7 +330,8 @@ def _compaction_last(stores: Stores, every_minutes: float) -> dict[str, Any] | N
         "due_now": compaction_due(deleted, total),
         # After a give-way that wasted a whole fill: how often in a row, the due runs still to
         # skip, and about when the next try comes (the runs' interval after the last run). Kept
-        # in memory: a restart forgets it, and its first due run tries.
+        # in the manifest across a restart (``repair.remembered_backoff``), shown once a run
+        # after the restart put an outcome on record.
         "backoff": (
             None
             if backoff is None or age is None

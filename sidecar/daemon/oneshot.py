@@ -83,7 +83,9 @@ def index_once(
             **summary,
             "files": counts["files"],
             "chunks": counts["chunks"],
-            "pending_vectors": manifest.pending_count(),
+            # With the model off by configuration no chunk waits for a vector: none will come
+            # (as health says it; every chunk counted read like a backlog never worked off).
+            "pending_vectors": manifest.pending_count() if cfg.embedder.enabled else 0,
             # A rebuild that could not read every note back (``Indexer._restore_aside``).
             "rebuild_unfinished": (parts.problems.active_in("rebuild") or {}).get("error"),
             "offline": [

@@ -9,8 +9,10 @@ while vectors are recomputed. When to repair is the daemon's policy, not this mo
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Collection
@@ -80,6 +82,13 @@ BACKOFF_MAX_RUNS = 7
 # The give-ways that wasted a whole fill (``beside.Ended``): the others changed the index itself
 # (a rebuild, a repair), which the next run judges afresh.
 _WASTED = frozenset({"behind", "count"})
+# The manifest's meta row that keeps the back-off across restarts: a daemon restarted daily (a
+# login's service start, an upgrade) on a vault that never calms down forgot it and filled a
+# whole copy at the first due run of every start.
+BACKOFF_META = "keyword_compaction_backoff"
+# The outcome of a small index's rewrite in place (``compact_shared``) after a large one's run (a
+# large vault that shrank), said as the rewrite beside's "compacted" is (``_in_place_said``).
+IN_PLACE = "compacted in place"
 _DATA_FILE = re.compile(r"data/([0-9A-Za-z_-]+\.lance)")
 
 
@@ -88,6 +97,8 @@ def rebuild_bm25(stores: Stores, stop: threading.Event | None = None) -> None:
     with stores.write_lock:
         fill_bm25(stores.bm25, stores.manifest, stop)
         done = not (stop is not None and stop.is_set())
+    if done:
+        _keep_backoff(stores, None)  # a new index, no deleted document: the back-off was of the old
     if done and stores.bm25.layout == BM25_LAYOUT:
         # An upgrade's refill in place that failed (a full disk) is done now: its problem went on
         # saying searches find no words until the next start.
@@ -262,7 +273,7 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
     deleted, total = stores.bm25.deleted_docs()
     live = total - deleted
     if not compaction_due(deleted, total):
-        stores.keyword_backoff = None  # dropped otherwise (a rebuild, merges): the next due begins anew
+        _keep_backoff(stores, None)  # dropped otherwise (a rebuild, merges): the next due begins anew
         return False
     if stores.bm25.read_only or stores.bm25.unavailable is not None:
         return False
@@ -280,7 +291,24 @@ def compact_bm25(stores: Stores, stop: threading.Event | None = None) -> bool:
         return False
     seconds = time.monotonic() - started
     log.info("bm25_compacted part=vault deleted=%d live=%d seconds=%.2f", deleted, live, seconds)
+    _keep_backoff(stores, None)
+    _in_place_said(stores, f"{deleted:,} deleted documents dropped, {live:,} live")
     return True
+
+
+def _in_place_said(stores: Stores, reason: str) -> None:
+    """What status says after a rewrite in place. After a large index's run (a rewrite beside
+    on record, or its skip or give-way: a large vault that shrank), the rewrite in place is said
+    instead: status went on saying "last rewritten beside" of an index rewritten since, its
+    deleted documents counted from the wrong rewrite. Otherwise it is routine (every small vault,
+    at any edit) and nothing is on record, as before: a line on every small vault's status read
+    as a chore pending; the record of the shrink itself goes at the next routine rewrite."""
+    last = stores.keyword_compaction_last
+    if last is not None and last[0] != IN_PLACE and compaction_current(stores):
+        _outcome(stores, IN_PLACE, reason)
+    else:
+        stores.keyword_compaction_last = None
+        stores.keyword_compaction_of = None
 
 
 def compaction_due(deleted: int, total: int) -> bool:
@@ -327,7 +355,7 @@ def _compact_beside(stores: Stores, stop: threading.Event | None, deleted: int, 
     if swapped is None:
         _given_up(stores, why[0] if why else "replaced")
         return False
-    stores.keyword_backoff = None
+    _keep_backoff(stores, None)
     _outcome(stores, "compacted", f"{deleted:,} deleted documents dropped, {live:,} live")
     log.info(
         "bm25_compacted part=vault way=beside deleted=%d live=%d written_meanwhile=%s seconds=%.2f "
@@ -346,8 +374,11 @@ def _backed_off(stores: Stores) -> str | None:
     the skip counted; else None."""
     if (backoff := stores.keyword_backoff) is None or backoff[1] <= 0:
         return None
+    if stores.keyword_backoff_of != _index_id(stores):  # replaced since (a repair, an upgrade's swap)
+        _keep_backoff(stores, None)
+        return None
     times, left = backoff
-    stores.keyword_backoff = (times, left - 1)
+    _keep_backoff(stores, (times, left - 1))
     again = "the next run tries again" if left == 1 else f"{left - 1:,} more runs skip it"
     return (
         f"backing off after it gave way {_times(times)} in a row to the notes written meanwhile (a "
@@ -412,7 +443,7 @@ def _given_up(stores: Stores, why: str) -> None:
         if why in _WASTED:
             times = (stores.keyword_backoff or (0, 0))[0] + 1
             runs = min(2**times - 1, BACKOFF_MAX_RUNS)
-            stores.keyword_backoff = (times, runs)
+            _keep_backoff(stores, (times, runs))
             log.info(
                 "bm25_compact_backoff part=vault gave_way=%d skip_runs=%d (the next %s that find it "
                 "due skip it)",
@@ -420,6 +451,69 @@ def _given_up(stores: Stores, why: str) -> None:
                 runs,
                 "run" if runs == 1 else f"{runs} runs",
             )
+
+
+def _keep_backoff(stores: Stores, backoff: tuple[int, int] | None) -> None:
+    """The back-off as it is now, kept in memory and in the manifest (``BACKOFF_META``, one
+    transaction: a crash leaves the old row or the new one). A write that fails (a full disk) is
+    logged and leaves the one in memory: the next start then goes on from the last one written."""
+    if backoff == stores.keyword_backoff:
+        return  # every run that finds nothing due: nothing written
+    stores.keyword_backoff = backoff
+    stores.keyword_backoff_of = None if backoff is None else _index_id(stores)
+    try:
+        if backoff is None:
+            stores.manifest.delete_meta([BACKOFF_META])
+        else:
+            value = {"gave_way": backoff[0], "runs_to_skip": backoff[1], "index": stores.keyword_backoff_of}
+            stores.manifest.set_meta(BACKOFF_META, json.dumps(value, sort_keys=True))
+    except (sqlite3.Error, StoreError, OSError) as exc:
+        log.warning("bm25_compact_backoff_unsaved error=%s (a restart goes on from the last one kept)", exc)
+
+
+def _index_id(stores: Stores) -> str | None:
+    """The keyword index the back-off is about: its folder (device and inode), new at a repair
+    or a swap beside; a refill in place ends the back-off itself (``rebuild_bm25``). None when
+    the folder cannot be read (then no record matches it)."""
+    try:
+        st = stores.bm25.path.stat()
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def remembered_backoff(stores: Stores) -> None:
+    """At a start: the back-off the last run kept (``_keep_backoff``). A row that cannot be read
+    as one (damaged, or written otherwise by a later version) is logged and ignored: the first
+    due run then tries the rewrite, as before the back-off was kept."""
+    try:
+        raw = stores.manifest.get_meta(BACKOFF_META)
+    except (sqlite3.Error, StoreError) as exc:
+        log.warning("bm25_compact_backoff_unread error=%s (the first due run tries the rewrite)", exc)
+        return
+    if raw is None:
+        return
+    try:
+        value = json.loads(raw)
+        times, runs, about = value["gave_way"], value["runs_to_skip"], value["index"]
+        if not all(type(n) is int for n in (times, runs)) or times < 1 or not 0 <= runs <= BACKOFF_MAX_RUNS:
+            raise ValueError("not a back-off")
+        if about != _index_id(stores):
+            # Of a keyword index replaced since (a rebuild, a repair, an upgrade's refill beside;
+            # one by a version that kept no back-off): the index live now starts fresh.
+            raise ValueError(f"about another keyword index ({about!r}, now {_index_id(stores)!r})")
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning(
+            "bm25_compact_backoff_ignored value=%.80r error=%s (a damaged record: the first due run "
+            "tries the rewrite)",
+            raw,
+            exc,
+        )
+        with contextlib.suppress(sqlite3.Error, StoreError, OSError):  # read-only: said at each start
+            stores.manifest.delete_meta([BACKOFF_META])
+        return
+    stores.keyword_backoff, stores.keyword_backoff_of = (times, runs), about
+    log.info("bm25_compact_backoff_resumed gave_way=%d runs_to_skip=%d", times, runs)
 
 
 def _skipped(stores: Stores, reason: str, event: str) -> None:
@@ -608,6 +702,7 @@ class Repair:
         # The serving table's handle this repair read whole and attached: a switch that cannot
         # begin, tried again, does not read it again while no search fails on it.
         self._sound: VectorStore | None = None
+        remembered_backoff(stores)
 
     def repair_bm25(self, reason: str) -> None:
         """A keyword index that fails under the running daemon: move it aside and refill a fresh
@@ -636,6 +731,7 @@ class Repair:
                 raise
             stores.bm25 = fresh
         log.error("index_rebuilt store=bm25 reason=%s moved_to=%s", reason, aside)
+        _keep_backoff(stores, None)  # of the index moved aside: the fresh one starts anew
         self.problems.note(
             "stores", f"the keyword index failed ({reason}); moved aside and rebuilt", subject="bm25"
         )

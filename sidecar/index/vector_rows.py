@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sidecar.runtime.steadyclock import steady_reading
 from sidecar.stores.manifest import Manifest
 from sidecar.stores.vectors import VectorStore
 
@@ -41,6 +42,18 @@ AHEAD_OF_WALL_CLOCK_S = 86400.0
 # A wall clock before this (2025-01-01, before this version existed) is not set: nothing is
 # restamped by it at a start (``mend_kept_times``).
 WALL_CLOCK_FLOOR = 1_735_689_600.0
+
+
+def _steady() -> float:
+    return steady_reading()[1]
+
+
+def _not_wall_clock(now: float) -> float:
+    """Kept stamps before this are no wall-clock time: a counter since boot (``NOT_WALL_CLOCK_S``)
+    or a clock not set yet (``WALL_CLOCK_FLOOR``: no version stamped a row before it)."""
+    return max(now - NOT_WALL_CLOCK_S, WALL_CLOCK_FLOOR)
+
+
 # How far after the newest kept stamp the vectors kept while the wall clock is behind it are
 # stamped (``VectorRows._stamp``).
 AFTER_NEWEST_S = 0.001
@@ -62,6 +75,11 @@ class VectorRows:
     stores: Stores
     manifest: Manifest
     clock: Callable[[], float]
+    # The wall clock's lead over a clock that counts no step (``steady_reading``): the highest
+    # seen, and the wall time at which it first rose more than ``AHEAD_OF_WALL_CLOCK_S`` above
+    # every earlier one (``_seen_ahead``). In memory: only this process saw the step.
+    _lead_top: float | None
+    _ahead_from: float | None
     keep_seconds: float
     keep_max: int
     reused: int
@@ -156,7 +174,7 @@ class VectorRows:
         ago than ``keep_seconds`` are not kept)."""
         if self.keep_max <= 0 or self.keep_seconds <= 0:
             return
-        now = self.clock()
+        now = self._clock_mended()
         later = self.manifest.kept_later(orphans, now - self.keep_seconds)
         if later:
             vecs = store.vectors_of(sorted(later))
@@ -188,7 +206,7 @@ class VectorRows:
 
     def mend_kept_times(self) -> None:
         """At a start: kept vectors (and chunks remembered to keep) whose stamp is no wall-clock
-        time (``NOT_WALL_CLOCK_S``) count as kept now, in their order: the newest now, the others
+        time (``_not_wall_clock``) count as kept now, in their order: the newest now, the others
         as much earlier as they were kept before it, squeezed into half of ``keep_seconds``, so
         each stays at least that long and their edits stay apart (``prune_edits`` counts distinct
         stamps). Pruned at once, every note deleted or excluded in the week before the upgrade was
@@ -206,24 +224,67 @@ class VectorRows:
                 time.strftime("%Y-%m-%d", time.gmtime(now)),
             )
             return
+        self._restamp(now, now + AHEAD_OF_WALL_CLOCK_S)
+
+    def _clock_mended(self) -> float:
+        """The wall clock's ``now`` for a keep, the stamps mended first when they show a wrong
+        clock corrected while the daemon runs. Rows kept while it read 2000 with nothing kept
+        before (no wall-clock time: ``_not_wall_clock``) were pruned by age as soon as NTP
+        stepped it. Rows stamped while it was set ahead (and every keep after them, stamped
+        after the newest: ``_stamp``) aged out only after a restart; they are mended only when
+        this process saw the clock step forward to them (``_seen_ahead``): rows more than a day
+        ahead of a clock that stepped back are stamped right, and restamped to the clock behind
+        they were pruned as a month old once NTP set it forward again."""
+        now = self.clock()
+        if now < WALL_CLOCK_FLOOR:
+            return now  # not set yet: mended once it is
+        ahead_from = self._seen_ahead(now)
         try:
-            behind, ahead = self.manifest.restamp_kept(
-                now - NOT_WALL_CLOCK_S, now, self.keep_seconds / 2, now + AHEAD_OF_WALL_CLOCK_S
-            )
+            oldest, newest = self.manifest.kept_span()
+        except sqlite3.Error:
+            return now
+        ahead = ahead_from is not None and newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
+        if ahead or (oldest is not None and oldest < _not_wall_clock(now)):
+            # Only the rows stamped since the step forward (a keep stamps at least its ``now``).
+            self._restamp(now, max(now + AHEAD_OF_WALL_CLOCK_S, (ahead_from or now) - AFTER_NEWEST_S))
+        if ahead:
+            self._ahead_from = None
+            self._lead_top = now - _steady()  # the corrected clock is the one to step from
+        return now
+
+    def _seen_ahead(self, now: float) -> float | None:
+        """The wall time at which this process saw the clock step more than a day ahead of every
+        reading before it (``_lead_top``), not mended since; None if it did not. A step back and
+        its correction return to a lead seen before: not a step ahead. A suspend moves neither
+        clock apart (``steady_reading`` counts it)."""
+        lead = now - _steady()
+        top = self._lead_top
+        if top is not None and lead > top + AHEAD_OF_WALL_CLOCK_S and self._ahead_from is None:
+            self._ahead_from = now
+        if top is None or lead > top:
+            self._lead_top = lead
+        return self._ahead_from
+
+    def _restamp(self, now: float, ahead: float) -> None:
+        """Rows stamped before ``_not_wall_clock(now)`` restamped in their order, those after
+        ``ahead`` stamped ``now`` (``Manifest.restamp_kept``)."""
+        try:
+            behind, over = self.manifest.restamp_kept(_not_wall_clock(now), now, self.keep_seconds / 2, ahead)
         except sqlite3.Error as exc:  # a cache: the start goes on (they age as they were stamped)
             log.warning("vectors_kept_not_restamped error=%s", exc)
             return
         if behind:
             log.info(
-                "vectors_kept_restamped rows=%d (stamped by a counter since boot by an older "
-                "version: counted as kept now, in their order)",
+                "vectors_kept_restamped rows=%d (stamped by no wall clock: by a counter since boot "
+                "(an older version), or while the clock was not set; counted as kept now, in their "
+                "order)",
                 behind,
             )
-        if ahead:
+        if over:
             log.info(
                 "vectors_kept_restamped rows=%d (stamped more than a day ahead of the wall clock: "
                 "a clock set ahead, then corrected; counted as kept now)",
-                ahead,
+                over,
             )
 
     def settle(self) -> None:
@@ -297,7 +358,7 @@ class VectorRows:
             # attached, which deletes them as unknown; their texts are remembered, so that it
             # keeps their vectors first (lost, a folder excluded meanwhile was embedded again
             # when it was let back in).
-            now = self.clock()
+            now = self._clock_mended()
             known = manifest.embed_hashes(chunk_ids[: self.keep_max])
             manifest.keep_later(sorted(known.items()), now, now - self.keep_seconds, self.keep_max)
             return
@@ -313,7 +374,7 @@ class VectorRows:
                 (hashes[cid], np.asarray(v, dtype=np.float32).tobytes(), notes.get(cid, ""))
                 for cid, v in vecs.items()
             ]
-            now = self.clock()
+            now = self._clock_mended()
             manifest.keep_vectors(vs.store.name, rows, self._stamp(now))
             manifest.prune_edits(vs.store.name, {n for _, _, n in rows if n}, EDITS_KEPT_PER_NOTE)
             manifest.prune_kept(now - self.keep_seconds, self.keep_max)

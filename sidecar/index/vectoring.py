@@ -32,7 +32,7 @@ from typing import Any
 from sidecar.contracts.errors import IndexBuildStoppedError, StoreError
 from sidecar.index.problems import Problems
 from sidecar.index.vector_embed import BACKFILL_RUN, WRITE_RUN, VectorEmbedding
-from sidecar.index.vector_rows import VectorRows
+from sidecar.index.vector_rows import WALL_CLOCK_FLOOR, VectorRows
 from sidecar.model.embedder import Embedder
 from sidecar.runtime.group import GroupCommit
 from sidecar.runtime.pace import Pace
@@ -96,7 +96,9 @@ class Stores:
     # second copy on the disk and writes slower: health says why.
     keyword_compaction: tuple[str, int, int] | None = None
     # What came of the last run that found that rewrite due: (outcome, its reason in words, when
-    # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed"; else
+    # by the wall clock), outcome "compacted", "skipped", "stopped", "gave way" or "failed" (a
+    # small index's rewrite in place after a large one's run: "compacted in place",
+    # ``repair.IN_PLACE``, said once; routine ones leave None: ``repair._in_place_said``); else
     # None. A skipped or given-up one left the deleted documents in the scores, said nowhere.
     keyword_compaction_last: tuple[str, str, float] | None = None
     # What that outcome is about: the index live then, its refills from the manifest then
@@ -106,8 +108,11 @@ class Stores:
     keyword_compaction_of: tuple[Bm25Index, int, float] | None = None
     # After that rewrite gave way to the notes written meanwhile (its whole fill wasted: a busy
     # vault): (give-ways in a row, runs that find it due still to skip), else None
-    # (``repair._backed_off``).
+    # (``repair._backed_off``); also in the manifest's meta, resumed at a start
+    # (``repair.remembered_backoff``).
     keyword_backoff: tuple[int, int] | None = None
+    # The keyword index that back-off is about (``repair._index_id``): a replaced one starts fresh.
+    keyword_backoff_of: str | None = None
     # The notes that could be cut again at the last compaction skipped for them, else None: a run
     # that finds no fewer goes ahead (notes whose read fails, or any the sweep does not get to,
     # must not hold the compaction back for good).
@@ -242,6 +247,10 @@ class Vectoring(VectorRows, VectorEmbedding):
     ) -> None:
         self.stores = stores
         self.clock = clock  # when vectors are kept (wall clock: the rows outlive the process)
+        self._lead_top = None
+        self._ahead_from = None
+        if clock() >= WALL_CLOCK_FLOOR:
+            self._seen_ahead(clock())  # the clock as this process found it
         self.manifest = stores.manifest
         self._changed = Event()
         self.embedded = 0  # vectors computed by the model

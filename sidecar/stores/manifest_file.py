@@ -216,9 +216,10 @@ class ManifestFile:
         wal = path.with_name(path.name + "-wal")
         shm = path.with_name(path.name + "-shm")
         pending = wal.exists() and wal.stat().st_size > 0
-        # A file whose every commit is still in its log (a kill before the first checkpoint)
-        # says schema 0 in its header: its schema is asked through the log once open.
-        if version not in (5, SCHEMA_VERSION) and not schema_in_log(path, version):
+        # Commits still in the log may hold the schema (a kill before the first checkpoint left
+        # a header of 0; one amid an upgrade, the old schema's): it is asked through the log once open.
+        in_log = schema_in_log(path, version)
+        if version not in (5, SCHEMA_VERSION) and not in_log:
             raise _older(path, version)
         if pending and not shm.exists():
             raise StoreError(
@@ -242,7 +243,7 @@ class ManifestFile:
                 self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             else:
                 self._db = guarded_connect(uri, path, uri=True, check_same_thread=False, isolation_level=None)
-            if version == 0:
+            if in_log:
                 version = self._db.execute("PRAGMA user_version").fetchone()[0]
                 if version > SCHEMA_VERSION:  # a newer sidecar's, only in its log: not an older one
                     raise StoreError(NewerStore("manifest", path, version, SCHEMA_VERSION).describe())

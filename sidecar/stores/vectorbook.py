@@ -187,6 +187,17 @@ class VectorBook:
         got = self._query("SELECT max(kept_at) FROM kept_vectors")[0][0]
         return None if got is None else float(got)
 
+    def kept_span(self) -> tuple[float | None, float | None]:
+        """The oldest and the newest stamp of the kept vectors and remembered chunks (None, None
+        when none is kept): four reads of their stamps' indexes."""
+        row = self._query(
+            "SELECT (SELECT min(kept_at) FROM kept_vectors), (SELECT max(kept_at) FROM kept_vectors), "
+            "(SELECT min(kept_at) FROM kept_later), (SELECT max(kept_at) FROM kept_later)"
+        )[0]
+        lows = [float(v) for v in row[0::2] if v is not None]
+        highs = [float(v) for v in row[1::2] if v is not None]
+        return (min(lows) if lows else None, max(highs) if highs else None)
+
     def prune_kept(self, older_than: float, keep_at_most: int) -> int:
         """Forget kept vectors older than ``older_than``, and past ``keep_at_most`` those that edits
         replaced first, then the oldest: the notes that left the index have the whole budget."""

@@ -51,10 +51,13 @@ def manifest_schema(path: Path) -> int | None:
 
 
 def schema_in_log(path: Path, header: int | None) -> bool:
-    """Whether the manifest's schema is to be asked through its write-ahead log: its header says 0
-    (a new manifest: every commit, the schema's too, stays in the log until a checkpoint, as for a
-    running daemon's new index or a kill before the first checkpoint) and the log holds commits."""
-    if header != 0:
+    """Whether the manifest's schema is to be asked through its write-ahead log: the log holds
+    commits, and any of them may have set it. A new manifest's header says 0 until its first
+    checkpoint (a running daemon's new index, a kill before that checkpoint); an upgrade's new
+    schema stays in the log until one too (a header of 5 while the log says 6, or this version's
+    header while a newer sidecar's upgrade is in the log), and judged by its header such an index
+    was said to be upgraded at the next start, or not newer."""
+    if header is None:
         return False
     try:
         return path.with_name(f"{path.name}-wal").stat().st_size > 0
@@ -64,7 +67,7 @@ def schema_in_log(path: Path, header: int | None) -> bool:
 
 def manifest_schema_now(path: Path) -> int | None:
     """The manifest's schema as a reader sees it: the header's, or the one its write-ahead log holds
-    when the header says 0 (``schema_in_log``) and the log's -shm is there (a read-only connection
+    when the log holds commits (``schema_in_log``) and its -shm is there (a read-only connection
     then reads through it and makes no file); the header's when that read fails."""
     header = manifest_schema(path)
     if not schema_in_log(path, header) or not path.with_name(f"{path.name}-shm").exists():
@@ -155,7 +158,7 @@ class NewerStore:
 
 def newer_store(index_dir: Path) -> NewerStore | None:
     """The first store in ``index_dir`` a newer sidecar wrote, or None. The manifest's schema is
-    read through its write-ahead log where the header alone says 0 (``manifest_schema_now``)."""
+    read through its write-ahead log where that holds commits (``manifest_schema_now``)."""
     manifest = index_dir / "manifest.sqlite"
     schema = manifest_schema_now(manifest)
     if schema is not None and schema > MANIFEST_SCHEMA:
