@@ -143,9 +143,10 @@ class SearchConfig:
         # help2 (77 q, e5) MRR@10 0.767 -> 0.769 ("Stilregeln" 12th -> 7th), every other German,
         # help and language set the same; dropping the boost as well lost de 0.681 -> 0.677 and
         # short-de 0.565 -> 0.559 (BENCHMARKS.md, "A rare word that is an ordinary compound").
-        # The German word list as a second source of parts, with the guard for names: blind-de
-        # 0.462 -> 0.468, compound-de 0.765 -> 0.789, the name sets unchanged (BENCHMARKS.md,
-        # "Compounds split by a word list, names kept whole").
+        # The German word list as a second source of parts, with the guard for names (e5): blind-de
+        # 0.462 -> 0.468, blind-help 0.624 -> 0.634, compound-de 0.765 -> 0.789, the name sets and
+        # every other set unchanged (BENCHMARKS.md, "Compounds split by a word list, names kept
+        # whole").
         True,
         "A rare word of a German or English query (or of a query of no detected language, when "
         "the model reads German) that is an ordinary compound keeps the rareTerm boost but cuts "
@@ -173,7 +174,9 @@ class SearchConfig:
     )
     unmatched_keyword_cut: float = _opt(
         # 1.0: German MRR@10 compound-de 0.591 -> 0.765, en-de 0.397 -> 0.410 (BENCHMARKS.md,
-        # "Query words no note holds, third try").
+        # "Query words no note holds, third try"). None for a query of no detected language under
+        # a one-language model: MiniLM compound-de 0.352 -> 0.356, e5 unchanged (BENCHMARKS.md,
+        # "Compounds split by a word list, names kept whole").
         1.0,
         "The keyword arm's share of the ranking shrinks by this times the square of the share of "
         "the query's content words (each weighed by its idf) that no note holds in any form the "
