@@ -419,9 +419,13 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._start_thread("vector-library", warm_vector_library)
         languages = {x.strip().lower() for x in cfg.embedder.languages.split(",")}
         if cfg.embedder.enabled and languages & {"all", "de"}:
-            # The German word list compounds are split by, read before the first search asks; only
-            # a model that reads German asks (BM25 alone or an English model never reads it).
-            self._start_thread("word-list", warm_word_list)
+            # The German word list compounds are split by, opened before the first search asks
+            # (built once, in a child, the first time); only a model that reads German asks (BM25
+            # alone or an English model never opens or builds it). Not joined at a stop: it writes
+            # nothing here, and the child's file is written whole or not at all.
+            lists = threading.Thread(target=warm_word_list, args=(cfg.prepared_dir,), daemon=True)
+            lists.name = "word-list"
+            lists.start()
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
@@ -21,7 +22,7 @@ from sidecar.model.embedder import model_name
 from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import _language_set, _stopword_stems, _with_umlauts, unread_words
-from sidecar.search.wordlist import holds_whole, is_english_word, is_german_word
+from sidecar.search.wordlist import WordLists, holds_whole, is_english_word, is_german_word, lists
 from sidecar.stores.bm25_text import german_fold
 
 # recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
@@ -127,6 +128,8 @@ class QueryPlan:
     cfg: SearchConfig
     recall_cfg: RecallConfig
     queries: QueryCache
+    # The model cache holding the German word list's file (``wordlist``); None: no list.
+    word_lists: Path | None
 
     def reads(self, qa: QueryAnalysis) -> bool:
         """Whether the serving model reads the query's language (its ``embedder.languages``; while
@@ -248,10 +251,13 @@ class QueryPlan:
         try:
             limit = self.rare_limit()
             found: set[str] = set()
+            # The list only where a model that reads German serves: its share is what a compound
+            # keeps (keyword-only search has none, an English model reads no German parts).
+            listing = self._lists_read()
             for language in languages:
-                notes = self._ordinary_part(language, limit, agent, listed=False)
+                notes = self._ordinary_part(language, limit, agent, None)
                 german = language == "de"
-                listed = self._ordinary_part(language, limit, agent, listed=True) if german else None
+                listed = self._ordinary_part(language, limit, agent, listing) if german and listing else None
                 for w in rare:
                     if w in found or not _plain(w):
                         continue
@@ -259,17 +265,32 @@ class QueryPlan:
                     # A noun or name the list holds whole ("Frankfurt", "Hoffmann": the list holds
                     # names) is split by the notes only, as without a list; a word typed in lower
                     # case the list holds whole is an ordinary word ("kostenpflichtigen").
-                    whole = w[:1].isupper() and holds_whole(low)
-                    if _splits(low, notes) or (listed and not whole and _splits(low, listed)):
+                    if _splits(low, notes) or (
+                        listing is not None
+                        and listed is not None
+                        and not (w[:1].isupper() and holds_whole(listing(), low))
+                        and _splits(low, listed)
+                    ):
                         found.add(w)
             return tuple(w for w in rare if w in found)
         except StoreError:  # a damaged index: the search reports it
             return ()
 
-    def _ordinary_part(self, lang: str, limit: int, agent: str | None, listed: bool) -> Callable[[str], int]:
+    def _lists_read(self) -> Callable[[], WordLists] | None:
+        """How to get the German word list, when a model that reads German serves (None else:
+        the list is then never opened or built)."""
+        folder = self.word_lists
+        if folder is None or self.stores.serving is None or not self._reads_language("de"):
+            return None
+        return lambda: lists(folder)
+
+    def _ordinary_part(
+        self, lang: str, limit: int, agent: str | None, listed: Callable[[], WordLists] | None
+    ) -> Callable[[str], int]:
         """What a part of a compound is in ``lang`` (``_splits``): a word when more notes than
-        ``limit`` hold it in the language's stemmed field or, ``listed``, when the German word
-        list holds it (an English word when English uses it more)."""
+        ``limit`` hold it in the language's stemmed field or, with ``listed``, when the German word
+        list holds it (an English word when English uses it more). The list is opened by the
+        first part the notes do not hold."""
         field = f"body_{lang}"
         bm25 = self.stores.bm25
         known: dict[str, int] = {}
@@ -278,8 +299,8 @@ class QueryPlan:
             if text not in known:
                 if bm25.doc_freq(text, pages=True, agent=agent, field=field) > limit:
                     known[text] = _WORD
-                elif listed and is_german_word(text):
-                    known[text] = _ENGLISH_WORD if is_english_word(text) else _WORD
+                elif listed is not None and is_german_word(words := listed(), text):
+                    known[text] = _ENGLISH_WORD if is_english_word(words, text) else _WORD
                 else:
                     known[text] = _NO_WORD
             return known[text]

@@ -1,148 +1,238 @@
 """Whether a string is a German word by a word list that ships with the install, not with the
 vault: pyspellchecker's German frequency list (MIT; 339 k words), with its English list to tell
 the German list's English words. ``QueryPlan.compounds`` splits a rare word by it when the notes
-never write a part alone ("Abtast|rate" in a vault where no note writes "Rate"). Imports only the
-standard library and numpy; the lists are read from the package's data files, never through its
-spell checker.
+never write a part alone ("Abtast|rate" in a vault where no note writes "Rate"). Only a model
+that reads German asks (a keyword-only daemon or an English model never opens or builds it).
 
-The lists are read once, by the first search that asks or by ``warm`` (a thread of the daemon's
-start, only when the model reads German: nothing else asks), and kept as sorted arrays of the
-words' hashes. The lists come from film subtitles, so they hold names and English words too:
-``whole`` and ``english`` let the caller keep those from being read as compounds. A missing or
-unreadable list (any error: a damaged file must never break a search) is logged once
-(``wordlist_failed``) and counts as empty: compounds are then split by the notes alone.
+The package's lists are JSON (7 MB gzipped): parsing them costs seconds and a peak of about
+80 MB, and a serving daemon that parsed them kept about 27 MB of heap. So they are turned once,
+by a child process (``sidecar.search.wordlist_build``), into a file of sorted 64-bit hashes in
+the model cache (``embedder.cacheDir``), and that file is read through a memory map: the daemon
+keeps only the pages its look-ups touch (at most the file's 2.7 MB, clean pages the system may
+drop). The file's name carries its format and the source lists' sha256, so an upgraded list is
+built again; a file whose header, size or checksum is wrong (damaged, foreign, cut short) is
+built again, never trusted. A list that cannot be built or read (a damaged package file, a
+read-only cache) is logged once (``wordlist_failed``) and counts as empty: compounds are then
+split by the notes alone, and every search answers.
+
+The lists come from film subtitles, so they hold names and English words too: ``holds_whole``
+and ``is_english_word`` let the caller keep those from being read as compounds.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gzip
-import json
+import hashlib
 import logging
+import mmap
+import os
+import struct
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+
+from sidecar.model import prepared
+from sidecar.model.child import run as run_child
 
 log = logging.getLogger(__name__)
 
 # The package holding the lists and the files in it.
 _PACKAGE = "spellchecker"
-_GERMAN = "de.json.gz"
-_ENGLISH = "en.json.gz"
+GERMAN = "de.json.gz"
+ENGLISH = "en.json.gz"
 # Shorter strings are not kept: a compound's parts have at least four letters (``_PART_MIN``).
-_SHORTEST = 4
-_EMPTY = np.empty(0, dtype=np.int64)
+SHORTEST = 4
+# The file: magic, format, the sources' sha256, the two counts, the payload's sha256, then the
+# German hashes and the English-leaning ones (each sorted, little-endian uint64). A change of
+# the format or of what is hashed raises FORMAT (the name and the header carry it).
+MAGIC = b"SCWORDS\0"
+FORMAT = 1
+HEADER = struct.Struct("<8sI4x32sQQ32s")  # 96 bytes: the arrays start 8-aligned
+NAME = "wordlist-v{format}-{source}.bin"
+# Building parses 7 MB of JSON and hashes 339 k words: seconds, a minute on a loaded machine.
+BUILD_TIMEOUT_S = 600.0
+_CHUNK = 1 << 18
 
 
-@dataclass(frozen=True)
-class _Lists:
-    german: np.ndarray  # sorted hashes of the German list's words
-    english: np.ndarray  # of those, the ones the English list holds more often (per word read)
+def word_hash(text: str) -> int:
+    """The 64-bit hash the file holds for ``text`` (stable across processes, unlike ``hash``).
+    With 339 k words, a string the list does not hold matches one of them with a chance of
+    339e3 / 2**64 = 1.8e-14 a look-up; a query makes at most a few hundred look-ups (the
+    substrings of its rare words), so a false "word" comes about once in 1e11 queries. 32 bits
+    would make it 7.9e-5 a look-up, a few percent of such queries."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def source_folder() -> Path:
+    """The folder of the package's list files (an installed package is plain files)."""
+    return Path(str(resources.files(_PACKAGE).joinpath("resources")))
+
+
+def source_digest(folder: Path) -> bytes:
+    """The sha256 of the two list files, read in chunks (nothing of them stays in memory)."""
+    digest = hashlib.sha256()
+    for name in (GERMAN, ENGLISH):
+        digest.update(name.encode() + b"\0")
+        with (folder / name).open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return digest.digest()
+
+
+@dataclass(eq=False)
+class WordLists:
+    """The German list's hashes and, among them, the words English uses more (per word read)."""
+
+    german: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
+    english: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
+    # The memory map the arrays are views of (kept open while they live); None when empty.
+    _map: mmap.mmap | None = None
+
+    def holds(self, text: str, english: bool = False) -> bool:
+        array = self.english if english else self.german
+        if not len(array):
+            return False
+        h = np.uint64(word_hash(text))
+        i = int(np.searchsorted(array, h))
+        return i < len(array) and array[i] == h
+
+
+_EMPTY = WordLists()
 _lock = threading.Lock()
-_lists: _Lists | None = None
+# The lists of each cache folder, opened (or failed) once per process.
+_open: dict[Path, WordLists] = {}
 
 
-def _counts(name: str) -> dict[str, int]:
-    words = json.loads(gzip.decompress(resources.files(_PACKAGE).joinpath("resources", name).read_bytes()))
-    if not isinstance(words, dict):
-        raise ValueError(f"{name} holds no word list")
-    counts: dict[str, int] = {}
-    for w, n in words.items():
-        if len(w) >= _SHORTEST and w.isalpha():
-            counts[w.lower()] = counts.get(w.lower(), 0) + int(n)
-    return counts
+def _check(fh: BinaryIO, source: bytes) -> tuple[int, int] | str:
+    """The counts of the file ``fh`` (German, English-leaning), or why it cannot be trusted."""
+    head = fh.read(HEADER.size)
+    if len(head) != HEADER.size:
+        return "cut short"
+    magic, fmt, src, n_german, n_english, payload = HEADER.unpack(head)
+    problem = ""
+    if magic != MAGIC or fmt != FORMAT:
+        problem = "not a word list of this format"
+    elif src != source:
+        problem = "made from other lists"
+    elif os.fstat(fh.fileno()).st_size != HEADER.size + 8 * (n_german + n_english) or not n_german:
+        problem = "wrong size"
+    else:
+        digest = hashlib.sha256()
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+        if digest.digest() != payload:
+            problem = "checksum differs"
+    return problem or (n_german, n_english)
 
 
-def _hashes(words: Iterable[str]) -> np.ndarray:
-    # hash() is salted per process, and the arrays never leave the process that made them.
-    return np.unique(np.fromiter((hash(w) for w in words), dtype=np.int64))
-
-
-def _read() -> _Lists:
-    german = _counts(_GERMAN)
-    english = _counts(_ENGLISH)
-    de_total, en_total = max(sum(german.values()), 1), max(sum(english.values()), 1)
-    # Subtitles quote English: "matter", "most", "word", "press" are in the German list. A word
-    # English uses more often, per word read, than German is counted as English.
-    leaning = [w for w, n in german.items() if english.get(w, 0) / en_total > n / de_total]
-    lists = _Lists(_hashes(german), _hashes(leaning))
-    del german, english, leaning
-    _give_back()
-    return lists
-
-
-def _give_back() -> None:
-    """Hand the freed memory of the parsed lists back to the system (glibc keeps it otherwise:
-    about 40 MB that nothing uses again)."""
-    name = ctypes.util.find_library("c")
+def _read(path: Path, source: bytes) -> WordLists | str:
+    """The lists in ``path``, or why the file cannot be trusted. The checksum is read through
+    the file (the page cache), not the map, so the daemon maps only what its look-ups touch."""
     try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc (macOS): its allocator returns it itself
-        return
-    if trim is not None:
-        trim(0)
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return "missing"
+    with fh:
+        counts = _check(fh, source)
+        if isinstance(counts, str):
+            return counts
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    n_german, n_english = counts
+    german = np.frombuffer(mapped, dtype="<u8", count=n_german, offset=HEADER.size)
+    english = np.frombuffer(mapped, dtype="<u8", count=n_english, offset=HEADER.size + 8 * n_german)
+    return WordLists(german, english, mapped)
 
 
-def warm() -> None:
-    """Read the lists now (a thread of the daemon's start), not in the first search that asks."""
-    _loaded()
+def _build(source_dir: Path, path: Path) -> None:
+    """Build ``path`` in a child process: the parse's memory never enters the daemon."""
+    code, last = run_child("sidecar.search.wordlist_build", source_dir, path, BUILD_TIMEOUT_S)
+    if code != 0:
+        raise RuntimeError(last or f"the word list build exited with {code}")
 
 
-def _loaded() -> _Lists:
-    """The lists' hashes, read on the first call (the others wait for it)."""
-    global _lists
+def _load(folder: Path) -> WordLists:
+    start = time.monotonic()
+    source_dir = source_folder()
+    source = source_digest(source_dir)
+    path = folder / NAME.format(format=FORMAT, source=source.hex()[:12])
+    found = _read(path, source)
+    built = False
+    if isinstance(found, str):
+        if found != "missing":
+            log.warning("wordlist_rebuilt path=%s reason=%s", path, found)
+        _build(source_dir, path)
+        built = True
+        found = _read(path, source)
+        if isinstance(found, str):
+            raise RuntimeError(f"{path} as built: {found}")
+    # The cache's tidy removes copies no daemon used for 30 days: marked used while it is open.
+    prepared.loaded(found, folder, [path])
+    log.info(
+        "wordlist_loaded words=%d path=%s built=%s seconds=%.2f",
+        len(found.german),
+        path,
+        str(built).lower(),
+        time.monotonic() - start,
+    )
+    return found
+
+
+def lists(folder: Path | None) -> WordLists:
+    """The lists of the cache ``folder``, opened (built first if need be) on the first call; the
+    others wait for it. Empty when ``folder`` is None or the lists cannot be had (logged once)."""
+    if folder is None:
+        return _EMPTY
     with _lock:
-        if _lists is None:
-            start = time.monotonic()
+        found = _open.get(folder)
+        if found is None:
             try:
-                _lists = _read()
+                found = _load(folder)
             except Exception as exc:
-                # Any damage to a data file (zlib, json, a wrong shape): no list, never a failed search.
-                log.warning("wordlist_failed error=%s: compounds are split by the notes alone", exc)
-                _lists = _Lists(_EMPTY, _EMPTY)
-            else:
-                took = time.monotonic() - start
-                log.info("wordlist_loaded words=%d seconds=%.2f", len(_lists.german), took)
-        return _lists
+                # Any damage (the package's files, the cache, a read-only home, a killed child):
+                # no list, never a failed search.
+                log.warning(
+                    "wordlist_failed folder=%s error=%s: compounds are split by the notes alone",
+                    folder,
+                    exc,
+                )
+                found = _EMPTY
+            _open[folder] = found
+        return found
 
 
-def _holds(array: np.ndarray, text: str) -> bool:
-    h = hash(text)
-    i = int(np.searchsorted(array, h))
-    return i < len(array) and int(array[i]) == h
+def warm(folder: Path) -> None:
+    """Open (or build) the lists now (a thread of the daemon's start), not in the first search."""
+    lists(folder)
 
 
-def _form(text: str) -> str | None:
+def _form(lists: WordLists, text: str) -> str | None:
     """The list's form of ``text``: itself or, for a verb's stem ("abtast" of "abtasten"), the
     infinitive; None when the list holds neither."""
-    if len(text) < _SHORTEST:
+    if len(text) < SHORTEST:
         return None
-    german = _loaded().german
-    return next((f for f in (text, text + "en", text + "n") if _holds(german, f)), None)
+    return next((f for f in (text, text + "en", text + "n") if lists.holds(f)), None)
 
 
-def is_german_word(text: str) -> bool:
+def is_german_word(lists: WordLists, text: str) -> bool:
     """Whether ``text`` (lower case, letters only) is a word of the German list. A verb's stem
     counts too ("abtast" of "abtasten"): it is the first part of many compounds ("Abtast|rate",
     "Schreib|tisch")."""
-    return _form(text) is not None
+    return _form(lists, text) is not None
 
 
-def is_english_word(text: str) -> bool:
+def is_english_word(lists: WordLists, text: str) -> bool:
     """Whether the German list's word ``text`` is one English uses more ("matter", "press",
     "power"): the subtitles the list was made from quote English."""
-    form = _form(text)
-    return form is not None and _holds(_loaded().english, form)
+    form = _form(lists, text)
+    return form is not None and lists.holds(form, english=True)
 
 
-def holds_whole(text: str) -> bool:
+def holds_whole(lists: WordLists, text: str) -> bool:
     """Whether the German list holds ``text`` (lower case) itself: a word common enough to be a
     word of its own, or a name ("frankfurt", "hoffmann"), not a compound to read from parts."""
-    return len(text) >= _SHORTEST and _holds(_loaded().german, text)
+    return len(text) >= SHORTEST and lists.holds(text)
