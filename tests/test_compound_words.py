@@ -333,3 +333,24 @@ def test_an_english_model_daemon_never_opens_or_builds_the_list(
     assert d.stop() == 0
     assert "wordlist_" not in d.log.read_text()
     assert not list(cache.glob("*wordlist*"))
+
+
+def test_the_cache_tidy_keeps_an_open_list_file_and_removes_one_unused_for_a_month(
+    lists_folder: Path, tmp_path: Path
+) -> None:
+    """The list's file is one of the model cache's copies: the daily tidy marks it used while a
+    process has it open, and removes one no daemon opened for ``UNUSED_DAYS`` (an upgrade's
+    earlier list), as it does an earlier model's copy."""
+    import os
+
+    from sidecar.model import prepared
+
+    sound = _the_file(lists_folder)
+    month = prepared.UNUSED_DAYS * 86_400 + 60
+    os.utime(sound, (sound.stat().st_atime - month, sound.stat().st_mtime - month))
+    earlier = tmp_path / "cache" / "wordlist-v1-0123456789ab.bin"
+    earlier.parent.mkdir()
+    earlier.write_bytes(sound.read_bytes())
+    os.utime(earlier, (earlier.stat().st_atime - month, earlier.stat().st_mtime - month))
+    assert prepared.tidy(lists_folder) == [] and sound.is_file()
+    assert prepared.tidy(earlier.parent) == [earlier] and not earlier.exists()

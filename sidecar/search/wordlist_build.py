@@ -15,6 +15,7 @@ import numpy as np
 
 from sidecar.model.child import arguments
 from sidecar.runtime.atomic import atomic_write
+from sidecar.runtime.orphan import die_with_parent
 from sidecar.search.wordlist import ENGLISH, FORMAT, GERMAN, HEADER, MAGIC, SHORTEST, source_digest, word_hash
 
 
@@ -57,6 +58,7 @@ def main(argv: list[str]) -> int:
     if paths is None:
         return 2
     source, target = paths
+    die_with_parent()  # a daemon gone: nothing waits for the list (its file is written whole or not)
     try:
         data = build(source)
     except Exception as exc:  # a damaged package file: said on the last line, for the daemon's log
