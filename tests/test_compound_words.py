@@ -354,3 +354,24 @@ def test_the_cache_tidy_keeps_an_open_list_file_and_removes_one_unused_for_a_mon
     os.utime(earlier, (earlier.stat().st_atime - month, earlier.stat().st_mtime - month))
     assert prepared.tidy(lists_folder) == [] and sound.is_file()
     assert prepared.tidy(earlier.parent) == [earlier] and not earlier.exists()
+
+
+def test_a_search_while_the_list_is_built_ranks_without_it_and_does_not_wait(
+    make_cfg: Any, sound_vault: Path, lists_folder: Path, tmp_path: Path
+) -> None:
+    """The first start builds the list in its thread (seconds): a German search meanwhile does
+    not wait for the build (it waited on the lock, every request behind it); it ranks as without
+    a list, and the next search after the build has it."""
+    import shutil
+
+    from sidecar.search import wordlist
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(_the_file(lists_folder), cache)
+    question = ("Wie hell ist die Bildschirmhelligkeit?",)
+    with wordlist._lock:  # what the start's thread holds while it builds
+        assert _plans(make_cfg, sound_vault, question, cache) == [(("Bildschirmhelligkeit",), CUT)]
+    assert cache not in wordlist._open
+    (light,) = _plans(make_cfg, sound_vault, question, cache)
+    assert light[0] == ("Bildschirmhelligkeit",) and light[1] > CUT

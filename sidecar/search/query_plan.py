@@ -282,7 +282,7 @@ class QueryPlan:
         folder = self.word_lists
         if folder is None or self.stores.serving is None or not self._reads_language("de"):
             return None
-        return lambda: lists(folder)
+        return lambda: lists(folder, wait=False)
 
     def _ordinary_part(
         self, lang: str, limit: int, agent: str | None, listed: Callable[[], WordLists] | None

@@ -182,12 +182,19 @@ def _load(folder: Path) -> WordLists:
     return found
 
 
-def lists(folder: Path | None) -> WordLists:
+def lists(folder: Path | None, wait: bool = True) -> WordLists:
     """The lists of the cache ``folder``, opened (built first if need be) on the first call; the
-    others wait for it. Empty when ``folder`` is None or the lists cannot be had (logged once)."""
+    others wait for it, or with ``wait`` false get none meanwhile (a search while the start's
+    thread builds the file, seconds the first time: it ranks as without a list, not later).
+    Empty when ``folder`` is None or the lists cannot be had (logged once)."""
     if folder is None:
         return _EMPTY
-    with _lock:
+    found = _open.get(folder)
+    if found is not None:
+        return found
+    if not _lock.acquire(blocking=wait):
+        return _EMPTY
+    try:
         found = _open.get(folder)
         if found is None:
             try:
@@ -203,6 +210,8 @@ def lists(folder: Path | None) -> WordLists:
                 found = _EMPTY
             _open[folder] = found
         return found
+    finally:
+        _lock.release()
 
 
 def warm(folder: Path) -> None:
