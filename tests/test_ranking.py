@@ -524,6 +524,10 @@ def test_a_compound_is_two_or_more_words_of_the_notes_not_a_word_and_its_plural_
     assert not _splits("licenses", words.__contains__)
     assert not _splits("plantuml", words.__contains__)  # "uml": too short for a part
     assert not _splits("text", words.__contains__)  # one part is no compound
+    # parts the German word list holds that English uses more: a name of English words
+    english = {"matter": 2, "most": 2, "text": 1, "beschreibung": 1}
+    assert not _splits("mattermost", lambda w: english.get(w, 0))
+    assert _splits("textmost", lambda w: english.get(w, 0))  # one German part is enough
 
 
 def test_a_rare_word_of_the_other_language_still_lifts_the_chunk_holding_it(

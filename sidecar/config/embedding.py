@@ -55,7 +55,8 @@ class EmbedderConfig:
     )
     cache_dir: Path | None = _opt(
         None,
-        "Where converted models and int8-kernel copies are kept; default <home>/models/.prepared/. "
+        "Where converted models, int8-kernel copies and the German word list's hashes are kept; "
+        "default <home>/models/.prepared/. "
         "Copies no daemon used for 30 days are removed from it (only names sidecar writes).",
     )
 

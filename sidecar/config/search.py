@@ -143,14 +143,23 @@ class SearchConfig:
         # help2 (77 q, e5) MRR@10 0.767 -> 0.769 ("Stilregeln" 12th -> 7th), every other German,
         # help and language set the same; dropping the boost as well lost de 0.681 -> 0.677 and
         # short-de 0.565 -> 0.559 (BENCHMARKS.md, "A rare word that is an ordinary compound").
+        # The German word list as a second source of parts, with the guard for names (e5): blind-de
+        # 0.462 -> 0.468, blind-help 0.624 -> 0.634, compound-de 0.765 -> 0.789, the name sets and
+        # every other set unchanged (BENCHMARKS.md, "Compounds split by a word list, names kept
+        # whole").
         True,
-        "A rare word of a German or English query that is an ordinary compound of the query's "
-        "language keeps the rareTerm boost but cuts no vector share: letters only (no digit, "
-        "underscore or capital inside), it splits into two or more parts of at least four letters "
-        "(a linking s between them allowed), each a word that more notes than a rare word's limit "
-        "hold in the language's stemmed form ('Textbeschreibung', 'Einstellungsdateien'). The "
-        "model reads such a word from its parts; a name or code seldom splits so. false: every "
-        "rare word cuts it.",
+        "A rare word of a German or English query (or of a query of no detected language, when "
+        "the model reads German) that is an ordinary compound keeps the rareTerm boost but cuts "
+        "no vector share: letters only (no digit, underscore or capital inside), it splits into "
+        "two or more parts of at least four letters (a linking s between them allowed), each a "
+        "word that more notes than a rare word's limit hold in the language's stemmed form "
+        "('Textbeschreibung', 'Einstellungsdateien') or, in German, a word of the German word "
+        "list installed with sidecar ('Bildschirmhelligkeit' where no note writes 'Helligkeit'). "
+        "The list is made from film subtitles, so it holds names and English words: a word typed "
+        "with a capital that it holds whole ('Frankfurt', 'Hoffmann') or one that splits into "
+        "English words only ('mattermost', 'wordpress') is split by the notes alone. The model "
+        "reads such a word from its parts; a name or code seldom splits so. false: every rare "
+        "word cuts it.",
     )
     rare_term_vector_weight: float = _opt(
         0.3, "Vector share for queries with such a rare word.", min=0.0, max=1.0
@@ -165,7 +174,9 @@ class SearchConfig:
     )
     unmatched_keyword_cut: float = _opt(
         # 1.0: German MRR@10 compound-de 0.591 -> 0.765, en-de 0.397 -> 0.410 (BENCHMARKS.md,
-        # "Query words no note holds, third try").
+        # "Query words no note holds, third try"). None for a query of no detected language under
+        # a one-language model: MiniLM compound-de 0.352 -> 0.356, e5 unchanged (BENCHMARKS.md,
+        # "Compounds split by a word list, names kept whole").
         1.0,
         "The keyword arm's share of the ranking shrinks by this times the square of the share of "
         "the query's content words (each weighed by its idf) that no note holds in any form the "
@@ -174,7 +185,9 @@ class SearchConfig:
         "query's generic words alone. Not when every word is unmatched (the keyword arm finds "
         "nothing then), nor when the keyword arm's best note scores at least 1.6 times its second's "
         "(its matched words still single out a page); relevance (what minScore and recall's "
-        "gates compare) keeps the share without it. 0: off.",
+        "gates compare) keeps the share without it. Not for a query of no detected language when "
+        "the model reads one language only (embedder.languages): its missing words are mostly of "
+        "a language the model cannot read. 0: off.",
         min=0.0,
         max=1.0,
     )

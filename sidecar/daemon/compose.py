@@ -218,6 +218,7 @@ def build_handlers(
         cfg.embedder.languages,
         model_stem=model_stem(cfg),
         model_gates=model_gates(cfg),
+        word_lists=cfg.prepared_dir,
     )
     week = parts.indexer.week_start
     retriever.week_start = lambda: week.value  # Obsidian's, as the last sweep read it

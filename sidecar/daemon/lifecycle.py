@@ -81,6 +81,7 @@ from sidecar.runtime.notify import Notifier, under_service_manager
 from sidecar.runtime.peer import socket_peer
 from sidecar.runtime.release import build_id
 from sidecar.search.retrieval import Retriever
+from sidecar.search.wordlist import warm as warm_word_list
 from sidecar.stores.aside import remove_old_moved_aside
 from sidecar.stores.frozen import FrozenShmError
 from sidecar.stores.space import disk_full_at
@@ -438,6 +439,15 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._listener = bind_socket(cfg.socket_path)
         # The vector library loads beside the first sweep: nothing before the model needs it.
         self._start_thread("vector-library", warm_vector_library)
+        languages = {x.strip().lower() for x in cfg.embedder.languages.split(",")}
+        if cfg.embedder.enabled and languages & {"all", "de"}:
+            # The German word list compounds are split by, opened before the first search asks
+            # (built once, in a child, the first time); only a model that reads German asks (BM25
+            # alone or an English model never opens or builds it). Not joined at a stop: it writes
+            # nothing here, and the child's file is written whole or not at all.
+            lists = threading.Thread(target=warm_word_list, args=(cfg.prepared_dir,), daemon=True)
+            lists.name = "word-list"
+            lists.start()
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")

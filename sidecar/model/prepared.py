@@ -36,12 +36,16 @@ LEFT_OVER_S = 3600.0
 # The onnxruntime version a copy was made with ("1.32.0", "1.22.0.dev20250101", "1.17.0rc1").
 _ORT = r"ort\d+\.\d+(?:\.\d+)?(?:\.?(?:dev|post|rc|a|b)\d+)*(?:\+\w+)?"
 # What the preparations write: an e5 conversion's folder (sidecar.model.e5folder), an int8 copy
-# (sidecar.model.int8prep), and a copy being removed (renamed first, see ``_remove``).
-_COPY = re.compile(rf"(?:multilingual-e5-small-[0-9a-f]{{12}}-e\d+-{_ORT}|[0-9a-f]{{12}}-p\d+-{_ORT}\.onnx)")
+# (sidecar.model.int8prep), the German word list's hashes (sidecar.search.wordlist), and a copy
+# being removed (renamed first, see ``_remove``).
+_COPY = re.compile(
+    rf"(?:multilingual-e5-small-[0-9a-f]{{12}}-e\d+-{_ORT}|[0-9a-f]{{12}}-p\d+-{_ORT}\.onnx"
+    r"|wordlist-v\d+-[0-9a-f]{12}\.bin)"
+)
 # What a preparation under way writes beside its copy: e5's work folder (its process id last) and
 # early tokenizer, an int8 rewrite's temp file (runtime.atomic).
 _WORK = re.compile(rf"(?P<copy>{_COPY.pattern})\.(?:tmp-(?P<pid>\d+)|tokenizer\.model)")
-_TEMP = re.compile(rf"\.[0-9a-f]{{12}}-p\d+-{_ORT}\.\w+\.tmp")
+_TEMP = re.compile(rf"\.(?:[0-9a-f]{{12}}-p\d+-{_ORT}|wordlist-v\d+-[0-9a-f]{{12}})\.\w+\.tmp")
 _REMOVING = ".removing-"
 
 # A loaded model (by id) -> the copies it was read from. No lock: a model's finalizer removes its

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from sidecar.config import MODEL_DEFAULTS, RecallConfig, SearchConfig
@@ -22,6 +23,7 @@ from sidecar.search.fusion import Scale
 from sidecar.search.query import QueryAnalysis, a_form_of, analyze, split_clauses, word_forms
 from sidecar.search.querycache import QueryCache
 from sidecar.search.querywords import BmParts, _language_set, _stopword_stems, _with_umlauts, unread_words
+from sidecar.search.wordlist import WordLists, holds_whole, is_english_word, is_german_word, lists
 from sidecar.stores.bm25_text import german_fold
 
 # recall's gates a model may set (MODEL_DEFAULTS), by attribute; a model without its own has these.
@@ -59,22 +61,32 @@ _CODE_SHAPE = re.compile(r"[\d_]|.[A-Z]")
 _PART_MIN = 4
 
 
-def _splits(word: str, ordinary: Callable[[str], bool]) -> bool:
-    """Whether ``word`` (lower case) is two or more parts of at least ``_PART_MIN`` letters each
-    ``ordinary``, a German linking "s" allowed after a part ("Arbeit|s|speicher")."""
+# What a part of a compound is (``_splits``): no word, a word of the language, a word the German
+# list holds that English uses more ("matter", "press": the list is made from subtitles). A plain
+# yes or no (a bool) reads as the first two.
+_NO_WORD, _WORD, _ENGLISH_WORD = 0, 1, 2
+
+
+def _splits(word: str, part: Callable[[str], int]) -> bool:
+    """Whether ``word`` (lower case) is two or more parts of at least ``_PART_MIN`` letters, each
+    a word by ``part`` and at least one not an English one (a name made of English words,
+    "matter|most", "word|press", is no German compound), a German linking "s" allowed after a
+    part ("Arbeit|s|speicher")."""
     n = len(word)
-    ends = {0}  # where a run of parts from the start ends
+    ends = {0: False}  # where a run of parts from the start ends: whether one is no English word
     for i in range(n):
         if i not in ends:
             continue
         for j in range(i + _PART_MIN, n + 1):
             # The whole word is no part of itself: its stem may be common when the form is rare.
-            if j - i == n or not ordinary(word[i:j]):
+            kind = _NO_WORD if j - i == n else part(word[i:j])
+            if kind == _NO_WORD:
                 continue
-            ends.add(j)
+            native = ends[i] or kind == _WORD
+            ends[j] = ends.get(j, False) or native
             if j + 1 < n and word[j] == "s":  # a linking "s" between parts, not a plural's
-                ends.add(j + 1)
-    return n in ends
+                ends[j + 1] = ends.get(j + 1, False) or native
+    return ends.get(n, False)
 
 
 def _plain(word: str) -> bool:
@@ -117,6 +129,8 @@ class QueryPlan:
     cfg: SearchConfig
     recall_cfg: RecallConfig
     queries: QueryCache
+    # The model cache holding the German word list's file (``wordlist``); None: no list.
+    word_lists: Path | None
 
     def scale(self, parts: BmParts, *, pages: bool = False, stem: str | None = None) -> Scale:
         """This query's scale: the model's cosine range, the query's ideal BM25 score (of a
@@ -213,36 +227,107 @@ class QueryPlan:
             # the one meant) but cuts no share: dropping the boost too lost more than it won.
             compounds = set(self.compounds(cut, qa, agent))
             cut = tuple(w for w in cut if w not in compounds)
-        unmatched = self.unmatched_share(qa, agent) if self.cfg.unmatched_keyword_cut > 0 else 0.0
+        unmatched = self.unmatched_share(qa, agent) if self._lifts(qa) else 0.0
         return rare, self.vector_weight(qa, cut, unmatched), self.vector_weight(qa, cut)
+
+    def _lifts(self, qa: QueryAnalysis) -> bool:
+        """Whether words no note holds may lift the vector share (``search.unmatchedKeywordCut``):
+        not for a query of no detected language when the model reads only one. Such a query
+        ("Verzeichniskopie rekursiv") counts as read, but the words no note holds are mostly of the
+        language the model does not read, and the lift handed it to a vector arm blind to them."""
+        if self.cfg.unmatched_keyword_cut <= 0:
+            return False
+        return bool(qa.language) or self._multilingual()
+
+    def _multilingual(self) -> bool:
+        """Whether the serving model reads more than one language (``embedder.languages``)."""
+        serving = self.stores.serving
+        own = getattr(serving.model, "languages", None) if serving is not None else None
+        languages = _language_set(own) if isinstance(own, str) else self.languages
+        return "all" in languages or len(languages) > 1
 
     def compounds(self, rare: Sequence[str], qa: QueryAnalysis, agent: str | None = None) -> tuple[str, ...]:
         """Those of the rare words ``rare`` that are ordinary compounds of the query's language,
         German or English (``search.rareTermCompounds``): letters only (no digit, underscore or
         capital inside), splitting into two or more parts of at least ``_PART_MIN`` letters (a
         German linking "s" between them allowed), each a word that more notes than a rare word's
-        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien").
-        German capitalises every noun, so the capital that tells a name in English tells nothing
-        here. The model reads such a word from its parts; a name or code seldom splits so
-        ("plant|uml": "uml" is too short, "zotero" not at all). A compound whose parts the notes
-        hold only inside it ("Abtastrate" where no note writes "Rate") is not recognised."""
+        limit hold in the language's stemmed form ("Text|beschreibung", "Einstellung|s|dateien")
+        or, in German, a word of the German word list that ships with the install (``wordlist``:
+        "Abtast|rate", "Bildschirm|helligkeit" where no note writes "Rate" or "Helligkeit"
+        alone). German capitalises every noun, so the capital that tells a name in English tells
+        nothing here. The model reads such a word from its parts; a name or code seldom splits
+        so ("plant|uml": "uml" is too short, "zotero" not at all; "Docker|file": neither part is
+        a German word). A query of no detected language ("Verzeichniskopie rekursiv") is tried as
+        either when the model reads German. English takes no list: its closed compounds are words
+        of their own, and a list splits its suffixes ("accident|ally") and product names
+        ("Next|cloud") as parts."""
         lang = qa.language
-        if lang not in _MARKERS:
+        if lang in _MARKERS:
+            languages: tuple[str, ...] = (lang,)
+        elif not lang and self._reads_language("de"):
+            # Undecided ("Verzeichniskopie rekursiv"): tried as either, when the model reads
+            # German; a model that does not is better kept to the keyword arm's lead.
+            languages = ("de", "en")
+        else:
             return ()
-        field = f"body_{lang}"
-        bm25 = self.stores.bm25
         try:
             limit = self.rare_limit()
-            known: dict[str, bool] = {}
-
-            def ordinary(part: str) -> bool:
-                if part not in known:
-                    known[part] = bm25.doc_freq(part, pages=True, agent=agent, field=field) > limit
-                return known[part]
-
-            return tuple(w for w in rare if _plain(w) and _splits(w.lower(), ordinary))
+            found: set[str] = set()
+            # The list only where a model that reads German serves: its share is what a compound
+            # keeps (keyword-only search has none, an English model reads no German parts).
+            listing = self._lists_read()
+            for language in languages:
+                notes = self._ordinary_part(language, limit, agent, None)
+                german = language == "de"
+                listed = self._ordinary_part(language, limit, agent, listing) if german and listing else None
+                for w in rare:
+                    if w in found or not _plain(w):
+                        continue
+                    low = w.lower()
+                    # A noun or name the list holds whole ("Frankfurt", "Hoffmann": the list holds
+                    # names) is split by the notes only, as without a list; a word typed in lower
+                    # case the list holds whole is an ordinary word ("kostenpflichtigen").
+                    if _splits(low, notes) or (
+                        listing is not None
+                        and listed is not None
+                        and not (w[:1].isupper() and holds_whole(listing(), low))
+                        and _splits(low, listed)
+                    ):
+                        found.add(w)
+            return tuple(w for w in rare if w in found)
         except StoreError:  # a damaged index: the search reports it
             return ()
+
+    def _lists_read(self) -> Callable[[], WordLists] | None:
+        """How to get the German word list, when a model that reads German serves (None else:
+        the list is then never opened or built)."""
+        folder = self.word_lists
+        if folder is None or self.stores.serving is None or not self._reads_language("de"):
+            return None
+        return lambda: lists(folder, wait=False)
+
+    def _ordinary_part(
+        self, lang: str, limit: int, agent: str | None, listed: Callable[[], WordLists] | None
+    ) -> Callable[[str], int]:
+        """What a part of a compound is in ``lang`` (``_splits``): a word when more notes than
+        ``limit`` hold it in the language's stemmed field or, with ``listed``, when the German word
+        list holds it (an English word when English uses it more). The list is opened by the
+        first part the notes do not hold."""
+        field = f"body_{lang}"
+        bm25 = self.stores.bm25
+        known: dict[str, int] = {}
+
+        def part(text: str) -> int:
+            if text not in known:
+                if bm25.doc_freq(text, pages=True, agent=agent, field=field) > limit:
+                    known[text] = _WORD
+                elif listed is not None and is_german_word(words := listed(), text):
+                    known[text] = _ENGLISH_WORD if is_english_word(words, text) else _WORD
+                else:
+                    known[text] = _NO_WORD
+            return known[text]
+
+        return part
 
     def unmatched_share(self, qa: QueryAnalysis, agent: str | None = None) -> float:
         """The share of the query's content words, each weighed by its idf over the chunks (the

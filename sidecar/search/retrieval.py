@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from sidecar.config import RecallConfig, SearchConfig
 from sidecar.contracts.wire import SearchResult
@@ -41,6 +42,7 @@ class Retriever(WiderLooks):
         *,
         model_stem: bool = False,
         model_gates: Collection[str] = (),
+        word_lists: Path | None = None,
     ) -> None:
         self.languages = _language_set(languages)
         # search.stemFirst was not set: each model's own list counts, the serving one's (see stem).
@@ -48,6 +50,8 @@ class Retriever(WiderLooks):
         # recall's gates left to the models (recall.minSimilarity, recall.scoreFloor): the
         # serving model's own count, also while a switch migrates (see recall_settings).
         self.model_gates = frozenset(model_gates)
+        # The model cache the German word list's file is kept in (``wordlist``); None: no list.
+        self.word_lists = word_lists
         self.stores = stores
         self.slot = slot
         self.cfg = cfg
