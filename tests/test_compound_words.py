@@ -310,8 +310,11 @@ def test_no_lift_for_a_query_of_no_language_when_the_model_reads_one(garden: Har
 
 def test_a_daemon_without_a_model_never_reads_the_list(daemon_factory: Any, sound_vault: Path) -> None:
     """BM25 alone has no vector share to keep: a keyword-only daemon neither reads the list at
-    its start (it did, costing seconds and memory that stayed) nor for a German search."""
+    its start (it did, costing seconds and memory that stayed) nor for a German search. The list
+    says ``wordlist_opening`` before it builds or reads anything, so a start that wrongly opened it
+    has said so by the time its first sweep is done."""
     d = daemon_factory(sound_vault, keyword_only=True).start()
+    d.wait_for(lambda h: h["index"]["state"] == "ready")
     hits = d.call("search", {"query": "Wie hell ist die Bildschirmhelligkeit?"})["hits"]
     assert hits and hits[0]["reference"] == "vault/Aufnahme"
     assert d.stop() == 0

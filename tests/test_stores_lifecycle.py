@@ -1158,7 +1158,7 @@ def test_doctor_names_what_the_home_keeps_beside_the_index(make_cfg: Any, vault:
     (cfg.prepared_dir / "mine.txt").write_text("not a copy")  # the user's: not counted
     verdict = check_disk(cfg).verdict
     assert "the agents' .trash uses 3 MB (3 earlier versions of memory notes" in verdict, verdict
-    assert f"model copies in {cfg.prepared_dir} use 6 MB" in verdict
+    assert f"model copies (and the word list's file) in {cfg.prepared_dir} use 6 MB" in verdict
     assert f"{left.name} 4 MB, unused for 12 days" in verdict and f"{used.name} 2 MB, used today" in verdict
     assert "mine.txt" not in verdict
 

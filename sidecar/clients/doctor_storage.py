@@ -211,11 +211,13 @@ def _besides_the_index(cfg: Config, now: float | None = None) -> str:
         named = ", ".join(
             f"{path.name} {readable_size(size)}, {_last_used(now - used)}" for path, size, used in models
         )
+        total = readable_size(sum(c[1] for c in models))
         out += (
-            f"; model copies in {cfg.prepared_dir} use {readable_size(sum(c[1] for c in models))} "
-            f"({named}; one a daemon loads is made again if removed, at the cost of a minute's "
-            f"conversion; one unused for {prepared.UNUSED_DAYS:g} days is removed by the daily "
-            "housekeeping, delete it sooner when no daemon uses it)"
+            f"; model copies (and the word list's file) in {cfg.prepared_dir} use {total} "
+            f"({named}; one a daemon loads is made again if removed, a model at the cost of a "
+            "minute's conversion, the German word list's file in seconds; one unused for "
+            f"{prepared.UNUSED_DAYS:g} days is removed by the daily housekeeping, delete it sooner "
+            "when no daemon uses it)"
         )
     return out
 

@@ -170,6 +170,9 @@ def _build(source_dir: Path, path: Path) -> None:
 
 def _load(folder: Path) -> WordLists:
     start = time.monotonic()
+    # Said first, before any build or read: a daemon that must not open the list (no model, an
+    # English one) shows it at once in its log, not seconds later when a build would end.
+    log.info("wordlist_opening folder=%s", folder)
     source_dir = source_folder()
     source = source_digest(source_dir)
     path = folder / NAME.format(format=FORMAT, source=source.hex()[:12])
