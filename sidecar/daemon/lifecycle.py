@@ -415,7 +415,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._phase(STARTING, "opening the index")
         self._listener = bind_socket(cfg.socket_path)
         # The vector library loads beside the first sweep: nothing before the model needs it.
-        self._start_thread("vector-library", warm_vector_library)
+        # Keyword-only it is not loaded at all (about a second of CPU and 20 MB at each start).
+        if cfg.embedder.enabled:
+            self._start_thread("vector-library", warm_vector_library)
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
         if cfg.vault.path is None:
             log.warning("no_vault configured: only agent memory is indexed")
