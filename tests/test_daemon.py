@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from sidecar.contracts.errors import ExitCode, RemoteError
-from tests.conftest import DaemonProcess, exchange, make_vault, write
+from sidecar.stores.vectors import table_name
+from tests.conftest import DaemonProcess, FakeEmbedder, Harness, exchange, make_vault, write
 
 pytestmark = pytest.mark.model
 
@@ -516,17 +517,64 @@ def test_the_daemon_starts_without_waiting_for_the_vector_library() -> None:
     assert sys.modules["lancedb"] is vectors.lancedb_module()
 
 
+def _vector_library_in(d: DaemonProcess) -> list[str]:
+    """What of the vector library the daemon holds: its mapped lancedb/pyarrow files (a load by
+    any path counts) and, from its debug log, a started warm-up thread (it may not have mapped
+    anything yet when the process is read; that it started is in the log before ``ready``)."""
+    mapped = {line.split()[-1] for line in Path(f"/proc/{d.pid}/maps").read_text().splitlines()}
+    loaded = sorted(m for m in mapped if "lancedb" in m or "pyarrow" in m)
+    log = d.log.read_text()
+    assert "thread_started name=indexer" in log  # the threads are logged at all
+    return loaded + ["thread vector-library"] * ("thread_started name=vector-library" in log)
+
+
 def test_a_keyword_only_daemon_loads_no_vector_library(daemon_factory: Any, vault: Path) -> None:
     """With the model off nothing needs vectors: a daemon that indexed, searched and answered
-    health has loaded neither lancedb nor pyarrow (together 1.4 s of CPU and 75 MB of memory at
-    each start). Read from the process's mapped files, so a load by any path counts."""
+    health has loaded neither lancedb nor pyarrow (BENCHMARKS.md: what that saves at each
+    start), and started no thread to load them."""
     d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
     hits = d.call("search", {"query": "outboard engine spark plugs"})["hits"]
     assert hits[0]["reference"] == "vault/Projects/Boat"
     assert d.health()["index"]["files"] == 4
-    mapped = {line.split()[-1] for line in Path(f"/proc/{d.pid}/maps").read_text().splitlines()}
-    loaded = sorted(m for m in mapped if "lancedb" in m or "pyarrow" in m)
-    assert loaded == []
+    assert _vector_library_in(d) == []
+    d.stop()
+
+
+def test_a_keyword_only_daemon_on_an_index_with_a_vector_table_loads_no_vector_library(
+    daemon_factory: Any, make_cfg: Any, vault: Path
+) -> None:
+    """The home of a user who ran with the model: its index holds the model's vector table. Turned
+    keyword-only, the daemon opens it on no path (a start, status, doctor, a reload): each that
+    did would bring the library back into every start of exactly these users."""
+    cfg = make_cfg(vault)
+
+    class Earlier(FakeEmbedder):  # a table named as the configured model's (vectors: not read)
+        model_id = f"{cfg.embedder.model}@0123456789ab"
+        dim = 384
+
+    earlier = Harness(cfg, Earlier())
+    earlier.sweep()
+    earlier.close()
+    table = cfg.index_dir / "vectors" / f"{table_name(Earlier.model_id, 384, 'mean')}.lance"
+    assert table.is_dir()
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()
+    hits = d.call("search", {"query": "outboard engine spark plugs"})["hits"]
+    assert hits[0]["reference"] == "vault/Projects/Boat"
+    assert _vector_library_in(d) == []
+    env = {**d.env, "SIDECAR_HOME": str(d.home)}
+    for command in ("status", "doctor", "reload"):
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar", command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert out.returncode == 0, (command, out.stdout, out.stderr)
+        assert _vector_library_in(d) == [], command
+    assert d.health()["index"]["files"] == 4
+    assert table.is_dir()  # kept for the day the model is on again
     d.stop()
 
 

@@ -415,7 +415,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._phase(STARTING, "opening the index")
         self._listener = bind_socket(cfg.socket_path)
         # The vector library loads beside the first sweep: nothing before the model needs it.
-        # Keyword-only it is not loaded at all (about a second of CPU and 20 MB at each start).
+        # Keyword-only it is not loaded at all (BENCHMARKS.md: what that saves at each start).
         if cfg.embedder.enabled:
             self._start_thread("vector-library", warm_vector_library)
         log.info("daemon_starting socket=%s home=%s vault=%s", cfg.socket_path, cfg.home, cfg.vault.path)
@@ -647,6 +647,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
+        log.debug("thread_started name=%s", name)  # which threads a start runs, for the tests
         t.start()
         self._threads.append(t)
 

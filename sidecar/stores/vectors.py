@@ -127,7 +127,7 @@ class _Exact:
 
 def _schema(model_id: str, dim: int, pooling: str) -> pa.Schema:
     """The table's schema. pyarrow is imported here and in ``add``, where vectors are used: a
-    keyword-only daemon opens no table and so never loads it (27 MB less memory)."""
+    keyword-only daemon opens no table and so never loads it."""
     import pyarrow as pa
 
     return pa.schema(
