@@ -147,6 +147,59 @@ def test_a_merge_that_ends_after_a_commit_is_searched_as_a_fresh_open_reads_it(t
         idx.close()
 
 
+def test_a_note_read_again_unchanged_leaves_its_page_as_it_was(tmp_path: Path) -> None:
+    """A note read again with nothing changed (every chunk held, none stale), as a start reads
+    again the notes written from file events since the last whole sweep, keeps its page document.
+    Written anew, the deleted copy counted in the page index's BM25 statistics until a merge: after
+    200 edits of 40 notes of a real vault, the restarted daemon's page scores differed in 279 of
+    280 answers (the order in 173) from those of the daemon that made the edits."""
+    from sidecar.stores.bm25 import Bm25Doc, Bm25Index
+
+    rng = random.Random(7)
+    notes = {
+        f"vault/n{i}": [
+            Bm25Doc.of(
+                f"vault/n{i}#{k}",
+                f"vault/n{i}",
+                "vault",
+                "",
+                title=f"n{i}",
+                aliases=("boat",),
+                headings=(f"Part {k}",),
+                body=" ".join(rng.choice(WORDS) for _ in range(30)),
+            )
+            for k in range(2)
+        ]
+        for i in range(12)
+    }
+    path = tmp_path / "bm25"
+    idx = Bm25Index(path)
+    try:
+        for key, docs in notes.items():
+            idx.replace_note(key, docs)
+        idx.commit()
+        pages = (path / "pages" / "meta.json").read_bytes()
+        before = [idx.search_pages(query, 20) for query in QUERIES]
+        for key, docs in list(notes.items())[:5]:
+            idx.replace_note(key, docs, held={d.chunk_id for d in docs})
+        idx.commit()
+        assert (path / "pages" / "meta.json").read_bytes() == pages  # no page deleted or added
+        assert [idx.search_pages(query, 20) for query in QUERIES] == before
+        # One chunk changed: the page is written anew (and found by its new words).
+        key, docs = next(iter(notes.items()))
+        changed = [
+            docs[0],
+            Bm25Doc.of(
+                f"{key}#9", key, "vault", "", title="n0", aliases=("boat",), headings=(), body="zeppelin"
+            ),
+        ]
+        idx.replace_note(key, changed, held={docs[0].chunk_id}, stale={docs[1].chunk_id})
+        idx.commit()
+        assert [k for k, _ in idx.search_pages("zeppelin", 5)] == [key]
+    finally:
+        idx.close()
+
+
 def test_a_vector_tables_centre_is_kept_with_the_table(tmp_path: Path) -> None:
     """The centre for hubness is kept beside the table: a new open of the same files, after
     rows changed by less than a tenth, gives every hit the hubness the first one gave (it took

@@ -365,6 +365,12 @@ class Bm25Index(Bm25Rewrite):
         of the note is replaced."""
         self._learn(d for d in docs if d.chunk_id not in held)
         self._note_changes((key,))
+        # Every chunk held, none stale: the note's documents are as the index holds them (a note
+        # read again unchanged, as a start does for notes written from file events), its page
+        # too (same title, front matter and chunk texts; no positions are indexed, so their
+        # order counts for nothing). Written anew, the deleted copy counted in the page index's
+        # BM25 statistics until a merge: a restart answered with other page scores.
+        unchanged = bool(docs) and not stale and all(d.chunk_id in held for d in docs)
         with self._lock, self._writing("write"):
             owner = memory_agent(key)
             if owner is not None:
@@ -377,6 +383,8 @@ class Bm25Index(Bm25Rewrite):
                         chunks.writer.delete_documents_by_term("chunk_id", chunk_id)
                 else:
                     chunks.writer.delete_documents_by_term("key", key)
+                if unchanged:
+                    continue
                 pages.writer.delete_documents_by_term("key", key)
                 chunks.dirty = pages.dirty = True
                 bodies = []
