@@ -41,6 +41,33 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTHONPYCACHEPREFIX"] = str(config.rootpath / ".pytest_cache" / "pycache")
         sys.dont_write_bytecode = False  # and this process, for the test modules it imports next
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    if hasattr(config.option, "loadscopereorder"):
+        # xdist hands the files out by their number of tests, most first; by LONGEST_FILES here
+        config.option.loadscopereorder = False
+
+
+# The files that take longest, longest first (whole-suite durations on two workers, summed per
+# file). Under pytest-xdist's --dist loadfile each file runs whole on one worker, handed out in
+# this order: started last, one of them kept a worker busy for minutes while the other was
+# done. A file not named here is only handed out later; the list needs no exactness.
+LONGEST_FILES = (
+    "tests/reliability/test_faults.py",
+    "tests/test_ann_retrain.py",
+    "tests/test_sync.py",
+    "tests/reliability/test_crash.py",
+    "tests/test_daemon_phases.py",
+    "tests/test_agents.py",
+    "tests/test_daemon.py",
+    "tests/reliability/test_hostile_files.py",
+    "tests/test_e5.py",
+    "tests/test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (``LONGEST_FILES``), the rest in their usual order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
 
 
 @pytest.hookimpl(tryfirst=True)
