@@ -3,12 +3,10 @@ server in this process and a real daemon in a subprocess."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import random
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,55 +29,92 @@ from tests.in_process import InProcessServer
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Bytecode for the run's own processes where the environment turned it off
+    (PYTHONDONTWRITEBYTECODE): each of the hundreds of daemons and CLI commands a run starts
+    compiled the package from its source again (about a third of a second each), and each xdist
+    worker rewrote the asserts of every test module it collected (most of its collection). Kept
+    under pytest's cache folder, never beside the sources; set before the workers start, so they
+    and every process they start inherit it."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        os.environ.pop("PYTHONDONTWRITEBYTECODE")
+        os.environ["PYTHONPYCACHEPREFIX"] = str(config.rootpath / ".pytest_cache" / "pycache")
+        sys.dont_write_bytecode = False  # and this process, for the test modules it imports next
+        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    if hasattr(config.option, "loadscopereorder"):
+        # xdist hands the files out by their number of tests, most first; by LONGEST_FILES here
+        config.option.loadscopereorder = False
+
+
+# The files that take longest, longest first (whole-suite durations on two workers, summed per
+# file). Under pytest-xdist's --dist loadfile each file runs whole on one worker, handed out in
+# this order: started last, one of them kept a worker busy for minutes while the other was
+# done. A file not named here is only handed out later; the list needs no exactness.
+LONGEST_FILES = (
+    "tests/reliability/test_faults.py",
+    "tests/test_ann_retrain.py",
+    "tests/test_sync.py",
+    "tests/reliability/test_crash.py",
+    "tests/test_daemon_phases.py",
+    "tests/test_agents.py",
+    "tests/test_daemon.py",
+    "tests/reliability/test_hostile_files.py",
+    "tests/test_e5.py",
+    "tests/test_cli.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first (``LONGEST_FILES``), the rest in their usual order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist (`.ci/run`) the default model is converted once, here on the controller
+    before its workers start (the same code path as a user's first start), into one folder every
+    worker's daemons read (``prepared_models``).
+
+    Outside any test: converted by a worker within its first test, a conversion slower than that
+    test's timeout (a slow or loaded runner) failed the session fixture, and with it every test
+    of the worker. A conversion per worker had doubled its CPU; two at once into one folder
+    would replace it under a daemon reading it."""
+    config = session.config
+    if config.option.collectonly or not config.pluginmanager.has_plugin("dsession"):
+        return  # one process (or a worker): the first daemon that loads the model converts it
+    from sidecar.model.locate import resolve_model
+
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    folder = factory.mktemp("prepared-models", numbered=False)
+    home = factory.mktemp("prepare-home", numbered=False)
+    env = {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(folder)}
+    try:
+        resolve_model(load_config(env=env))
+    except Exception as exc:  # the model tests say what is wrong; each worker's daemons prepare it then
+        print(f"the default model was not prepared ahead: {exc}", file=sys.stderr)
+        return
+    config.stash[_PREPARED] = str(folder)
+
+
+_PREPARED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker where the controller prepared the model."""
+    folder = node.config.stash.get(_PREPARED, None)
+    if folder is not None:
+        node.workerinput["prepared_models"] = folder
+
+
 @pytest.fixture(scope="session")
-def prepared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache of the int8-kernel model copy for the whole run: made once by the first test
-    that loads the model (the same code path as a user's first start), reused by the rest.
-
-    Under pytest-xdist (`.ci/run`) one cache serves every worker, the default model converted into it once,
-    before the worker's first test: a conversion per worker, all at the start, doubled its CPU
-    and on a busy machine held the first daemons' starts past their bound; two conversions at
-    once into one folder would replace it under a daemon reading it, hence the lock."""
-    own = tmp_path_factory.mktemp("prepared-models")
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return own
-    run = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
-    folder = run / "prepared-models"
-    with (run / "prepared-models.lock").open("w") as lock:
-        # Bounded: a worker that cannot have the shared cache in time (another worker's conversion
-        # starved on a loaded machine) converts into its own folder, within its first test's
-        # timeout, instead of failing that setup and with it every test of the worker.
-        deadline = time.monotonic() + _PREPARE_WAIT_S
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    return own
-                time.sleep(0.2)
-        done = run / "prepared-models.done"
-        if done.exists():
-            return folder
-        from sidecar.model.locate import resolve_model
-
-        folder.mkdir(exist_ok=True)
-        home = tmp_path_factory.mktemp("prepare-home")
-        env = {"SIDECAR_HOME": str(home), "SIDECAR_EMBEDDER_CACHE_DIR": str(folder)}
-        try:
-            resolve_model(load_config(env=env))
-        except Exception as exc:  # the model tests say what is wrong; daemons prepare it then
-            # Not marked done: unlocked, daemons of two workers converting into one folder at
-            # once would replace it under each other. This worker's own folder serves it.
-            print(f"the default model was not prepared ahead: {exc}", file=sys.stderr)
-            return own
-        done.touch()
-    return folder
-
-
-# How long a worker waits for another's conversion of the default model (tens of seconds on an
-# idle machine), well inside the first test's timeout (pytest's ``timeout``, 300 s).
-_PREPARE_WAIT_S = 150.0
+def prepared_models(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache of the int8-kernel model copy for the whole run: the controller's under xdist
+    (``pytest_sessionstart``), else made by the first daemon that loads the model and reused by
+    the rest."""
+    folder = getattr(request.config, "workerinput", {}).get("prepared_models")
+    return Path(folder) if folder else tmp_path_factory.mktemp("prepared-models")
 
 
 @pytest.fixture(autouse=True)

@@ -390,13 +390,70 @@ def test_a_read_only_start_is_named_by_its_own_pid(daemon_factory: Any, vault: P
     assert f"pid {d.pid} stopped since " in _lock_text(d)
 
 
-def test_a_start_paused_after_its_bind_is_said_starting_not_serving(daemon_factory: Any, vault: Path) -> None:
+# Loaded into the daemon (``sitecustomize`` on its PYTHONPATH): once the module that starts it is
+# imported, its ``bind_socket`` is wrapped to stop the process (SIGSTOP) right after the socket
+# is bound and listening, before the stores open. A pause at that point by the test's own clock
+# missed it on a loaded machine (the window is short).
+_PAUSE_AFTER_BIND = """
+import importlib.util, os, signal, sys
+
+class _PauseAfterBind:
+    def find_spec(self, name, path=None, target=None):
+        if name != "sidecar.daemon.lifecycle":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            bind = module.bind_socket
+
+            def bind_then_pause(path):
+                sock = bind(path)
+                os.kill(os.getpid(), signal.SIGSTOP)
+                return sock
+
+            module.bind_socket = bind_then_pause
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _PauseAfterBind())
+"""
+
+
+def _paused_after_its_bind(daemon_factory: Any, vault: Path, tmp_path: Path) -> Any:
+    """A keyword-only daemon stopped by itself once its socket listens (``_PAUSE_AFTER_BIND``);
+    the commands the test runs then load no such hook."""
+    hook = tmp_path / "pause-after-bind"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_PAUSE_AFTER_BIND)
+    d = daemon_factory(vault, name="bound", keyword_only=True, env={"PYTHONPATH": str(hook)})
+    d.start(wait=None)
+    deadline = time.monotonic() + 120
+    while _process_state(d.pid) != "T":
+        assert d.proc.poll() is None, d.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, d.log.read_text()[-3000:]
+        time.sleep(0.01)
+    del d.env["PYTHONPATH"]
+    return d
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat (``T``: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0]
+
+
+def test_a_start_paused_after_its_bind_is_said_starting_not_serving(
+    daemon_factory: Any, vault: Path, tmp_path: Path
+) -> None:
     """Paused once its socket is bound, before it answers (its stores opening): the socket takes
     connections into its queue and answers nothing. A second serve found a daemon on the socket
     and said "already serving"; status would have waited in that queue. Both say starting."""
-    d = _paused_starting(
-        daemon_factory, vault, "bound", lambda d: "(opening the index)" in _lock_text(d) and d.socket.exists()
-    )
+    d = _paused_after_its_bind(daemon_factory, vault, tmp_path)
+    assert "(opening the index)" in _lock_text(d) and d.socket.exists()
     try:
         second = subprocess.run(d.cmd(), capture_output=True, text=True, timeout=120, env=d.env, check=False)
         assert second.returncode == ExitCode.SOCKET_IN_USE, second.stderr

@@ -29,6 +29,13 @@ def running(daemon_factory: Any, vault: Path) -> DaemonProcess:
     return daemon_factory(vault).start()
 
 
+@pytest.fixture
+def keyword_only(daemon_factory: Any, vault: Path) -> DaemonProcess:
+    """For the tests of refusals, the CLI and the write path: no vector is asked for, and a
+    keyword-only daemon starts in a second or two, against several with the model."""
+    return daemon_factory(vault, keyword_only=True).start()
+
+
 def test_memory_lifecycle_and_scoping(running: DaemonProcess, vault: Path) -> None:
     """A written note is searchable on return, private to its agent, editable, and deleted into .trash."""
     before = _tree(vault)
@@ -95,29 +102,29 @@ REFUSALS = [
 ]
 
 
-def test_memory_refusals(running: DaemonProcess, vault: Path) -> None:
+def test_memory_refusals(keyword_only: DaemonProcess, vault: Path) -> None:
     """Bad slugs, writes aimed at vault/wiki, wrong types, edits of missing notes: clear errors, no
     file (one daemon for every case: each refusal leaves nothing behind for the next)."""
     before = _tree(vault)
-    inbox = running.home / "agents" / "claude" / "memory"
+    inbox = keyword_only.home / "agents" / "claude" / "memory"
     for op, params, code in REFUSALS:
         with pytest.raises(RemoteError) as exc:
-            running.call(op, params, agent="claude")
+            keyword_only.call(op, params, agent="claude")
         assert exc.value.code == code, (op, params)
         assert _tree(vault) == before, (op, params)
         assert not inbox.exists() or [p.name for p in inbox.glob("*.md")] == [], (op, params)
 
 
-def test_memory_ops_need_an_agent(running: DaemonProcess) -> None:
+def test_memory_ops_need_an_agent(keyword_only: DaemonProcess) -> None:
     """write/edit/delete/list without an agent name are refused."""
     for op in ("write", "edit", "delete", "list"):
         with pytest.raises(RemoteError, match="agent"):
-            running.call(op, {"slug": "x", "content": "y"} if op in ("write", "edit") else {})
+            keyword_only.call(op, {"slug": "x", "content": "y"} if op in ("write", "edit") else {})
 
 
 def test_oversize_and_secrets(daemon_factory: Any, vault: Path) -> None:
     """Content over memory.maxNoteBytes is refused; secrets are redacted before reaching disk."""
-    d = daemon_factory(vault, env={"SIDECAR_MEMORY_MAX_NOTE_BYTES": "2000"}).start()
+    d = daemon_factory(vault, env={"SIDECAR_MEMORY_MAX_NOTE_BYTES": "2000"}, keyword_only=True).start()
     with pytest.raises(RemoteError, match="maxNoteBytes"):
         d.call("write", {"slug": "big", "content": "x" * 5000}, agent="claude")
     w = d.call(
@@ -153,9 +160,9 @@ def test_near_duplicates_warn_or_reject(daemon_factory: Any, vault: Path) -> Non
     assert res["duplicates"][0]["reference"] == "memory/first" and res["duplicates"][0]["similarity"] > 0.9
 
 
-def test_cli_memory_commands(running: DaemonProcess) -> None:
+def test_cli_memory_commands(keyword_only: DaemonProcess) -> None:
     """`sidecar memory write/list/delete --agent` for people."""
-    out = running.run_cli(
+    out = keyword_only.run_cli(
         "memory",
         "write",
         "cli-note",
@@ -168,11 +175,14 @@ def test_cli_memory_commands(running: DaemonProcess) -> None:
         check=True,
     )
     assert "memory/cli-note created" in out.stdout
-    edited = running.run_cli("memory", "edit", "cli-note", "--agent", "claude", "--content", "b", check=True)
+    edited = keyword_only.run_cli(
+        "memory", "edit", "cli-note", "--agent", "claude", "--content", "b", check=True
+    )
     assert "memory/cli-note updated" in edited.stdout
-    assert "memory/cli-note" in running.run_cli("memory", "list", "--agent", "claude", check=True).stdout
+    assert "memory/cli-note" in keyword_only.run_cli("memory", "list", "--agent", "claude", check=True).stdout
     assert (
-        "moved to" in running.run_cli("memory", "delete", "cli-note", "--agent", "claude", check=True).stdout
+        "moved to"
+        in keyword_only.run_cli("memory", "delete", "cli-note", "--agent", "claude", check=True).stdout
     )
 
 

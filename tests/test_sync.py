@@ -87,7 +87,7 @@ def test_a_vault_failing_with_an_error_starts_offline_and_events_go_on(
 
 def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_path: Path) -> None:
     """After the vault folder is replaced by a new one, saves in it are still seen by events."""
-    d: DaemonProcess = daemon_factory(vault).start()
+    d: DaemonProcess = daemon_factory(vault, keyword_only=True).start()  # no vector is asked for
     mark = d.log_size()
     shutil.copytree(vault, tmp_path / "copy")
     shutil.rmtree(vault)
@@ -100,7 +100,7 @@ def test_recreated_root_is_watched_again(daemon_factory: Any, vault: Path, tmp_p
     d.wait_for_log("watcher_started", after, timeout=30)
     d.wait_for_log("sweep_done", after, timeout=30)
     write(vault / "Fresh.md", "# Fresh\n\nThe greenhouse heater switches on below five degrees.\n")
-    d.wait_for(lambda h: h["index"]["files"] == 5 and h["index"]["pending_vectors"] == 0, timeout=30)
+    d.wait_for(lambda h: h["index"]["files"] == 5, timeout=30)
     assert d.call("search", {"query": "greenhouse heater"})["hits"][0]["reference"] == "vault/Fresh"
 
 
@@ -109,7 +109,7 @@ def test_network_mount_runs_in_polling_mode(daemon_factory: Any, vault: Path, tm
     table = tmp_path / "mountinfo"
     table.write_text(f"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n40 22 0:35 / {vault} rw - cifs //nas/v rw\n")
     env = {"SIDECAR_WATCH_MOUNT_TABLE": str(table), "SIDECAR_WATCH_POLL_SECONDS": "1"}
-    d: DaemonProcess = daemon_factory(vault, env=env).start()
+    d: DaemonProcess = daemon_factory(vault, env=env, keyword_only=True).start()
     assert _vault_root(d.health())["mode"] == "polling"
     sweeps = d.health()["index"]["sweeps"]
     d.wait_for(lambda h: h["index"]["sweeps"] >= sweeps + 2, timeout=20)

@@ -438,7 +438,9 @@ class Daemon(ConfigReload, ReadOnlyStart):
         self._phase(STARTING, "opening the index")
         self._listener = bind_socket(cfg.socket_path)
         # The vector library loads beside the first sweep: nothing before the model needs it.
-        self._start_thread("vector-library", warm_vector_library)
+        # Keyword-only it is not loaded at all (BENCHMARKS.md: what that saves at each start).
+        if cfg.embedder.enabled:
+            self._start_thread("vector-library", warm_vector_library)
         languages = {x.strip().lower() for x in cfg.embedder.languages.split(",")}
         if cfg.embedder.enabled and languages & {"all", "de"}:
             # The German word list compounds are split by, opened before the first search asks
@@ -677,6 +679,7 @@ class Daemon(ConfigReload, ReadOnlyStart):
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
+        log.debug("thread_started name=%s", name)  # which threads a start runs, for the tests
         t.start()
         self._threads.append(t)
 

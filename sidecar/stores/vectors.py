@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from sidecar.contracts.errors import (
     StoreError,
@@ -33,6 +32,9 @@ from sidecar.stores import closing, vector_index
 from sidecar.stores.centre import Centre, centre_path, forget_centre, read_centre, write_centre
 from sidecar.stores.salvage import Salvage
 from sidecar.stores.vector_index import AnnIndexing
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,23 @@ class _Closed:
 
     def __getattr__(self, name: str) -> Any:
         raise self._error
+
+
+def _schema(model_id: str, dim: int, pooling: str) -> pa.Schema:
+    """The table's schema. pyarrow is imported here and in ``add``, where vectors are used: a
+    keyword-only daemon opens no table and so never loads it."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("chunk_id", pa.string()),
+            pa.field("key", pa.string()),
+            pa.field("source", pa.string()),
+            pa.field("agent", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ],
+        metadata={"model": model_id, "dim": str(dim), "pooling": pooling},
+    )
 
 
 def _norms(vectors: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -246,16 +265,7 @@ class VectorStore(AnnIndexing):
         # length in seconds. Shown by status (vectors wait while a first index is built).
         self.build_running: dict[str, Any] | None = None
         self.last_build_seconds: float | None = None
-        self.schema = pa.schema(
-            [
-                pa.field("chunk_id", pa.string()),
-                pa.field("key", pa.string()),
-                pa.field("source", pa.string()),
-                pa.field("agent", pa.string()),
-                pa.field("vector", pa.list_(pa.float32(), dim)),
-            ],
-            metadata={"model": model_id, "dim": str(dim), "pooling": pooling},
-        )
+        self.schema = _schema(model_id, dim, pooling)
         try:
             path.mkdir(parents=True, exist_ok=True)
             lancedb = lancedb_module()
@@ -314,6 +324,8 @@ class VectorStore(AnnIndexing):
         """Rows of (chunk_id, key, source, agent) with their vectors."""
         if not rows:
             return
+        import pyarrow as pa
+
         flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
         data = pa.table(
             {
