@@ -61,6 +61,7 @@ LONGEST_FILES = (
     "tests/reliability/test_hostile_files.py",
     "tests/test_e5.py",
     "tests/test_cli.py",
+    "tests/test_service.py",
 )
 
 
