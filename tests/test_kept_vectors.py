@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.index import vector_rows
 from sidecar.index.vector_rows import EDITS_KEPT_PER_NOTE
 from sidecar.stores.manifest import Manifest
 from tests.conftest import FakeEmbedder, Harness, write
@@ -479,5 +480,102 @@ def test_vectors_kept_before_a_clock_set_back_survive_its_correction(make_cfg: A
         h.indexer.sweep(confirm_deletions={"vault"})  # a deletion prunes the kept vectors by age
         assert len(_stamps(h)) == 12, "vectors kept before the step back were pruned at its correction"
         _back_not_embedded(h, gone, "ferry")
+    finally:
+        h.close()
+
+
+DAY = 86400.0
+
+
+def _two_clocks(h: Harness, monkeypatch: pytest.MonkeyPatch) -> tuple[float, list[float], list[float]]:
+    """The wall clock and the one that counts no step (``steady_reading``), both set by the test;
+    the process as if built at the true time."""
+    real = time.time()
+    wall, steady = [real], [1000.0]
+    h.vectors.clock = lambda: wall[0]
+    monkeypatch.setattr(vector_rows, "_steady", lambda: steady[0])
+    h.vectors._lead_top = None
+    h.vectors._jumps = []
+    h.vectors._seen_ahead(wall[0])
+    return real, wall, steady
+
+
+@pytest.mark.parametrize("steady_counts_sleep", [True, False], ids=["boottime", "stops_in_sleep"])
+def test_vectors_kept_after_a_long_sleep_survive_a_clock_set_back_and_corrected(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch, steady_counts_sleep: bool
+) -> None:
+    """A week asleep, then the clock wrongly set back a month and corrected. Where the other clock
+    stops in a sleep (the monotonic fallback on macOS, a VM whose clocks stop while the host
+    sleeps), the wake is a jump of the wall clock ahead of it: taken alone for a clock set ahead,
+    the rows kept since the wake were restamped to the clock set back, pruned as a month old at
+    its correction, and a folder put back was embedded again. Only a jump undone mends."""
+    before, one = _folder(vault, "Before", "ferry"), _folder(vault, "One", "market")
+    two = _folder(vault, "Two", "mill")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        _real, wall, steady = _two_clocks(h, monkeypatch)
+        wall[0] += 7 * DAY  # the wake
+        steady[0] += 7 * DAY if steady_counts_sleep else 1.0
+        _delete(h, before)  # kept at the true time
+        wall[0] -= 30 * DAY  # wrongly set back a month
+        steady[0] += 60.0
+        _delete(h, one)
+        wall[0] += 30 * DAY + 3600.0  # NTP corrects it
+        steady[0] += 3600.0
+        _delete(h, two)  # a deletion prunes the kept vectors by age
+        assert len(_stamps(h)) == 30, "vectors kept after the wake were pruned at the correction"
+        _back_not_embedded(h, before, "ferry")
+    finally:
+        h.close()
+
+
+def test_a_jump_ahead_is_mended_only_when_undone(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock set a month ahead under the daemon: the rows kept meanwhile keep their stamps
+    while it stays ahead (it may be a sleep the other clock did not count), and count as kept
+    now once it comes back (a correction)."""
+    ahead, after = _folder(vault, "Ahead", "market"), _folder(vault, "After", "mill")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        real, wall, steady = _two_clocks(h, monkeypatch)
+        wall[0] += 30 * DAY
+        steady[0] += 60.0
+        _delete(h, ahead)
+        steady[0] += 60.0
+        wall[0] += 60.0
+        h.vectors._clock_mended()  # still ahead: nothing mended
+        assert max(_stamps(h).values()) > real + 29 * DAY
+        wall[0] = real + 3600.0  # corrected
+        steady[0] += 3600.0
+        _delete(h, after)
+        stamps = _stamps(h)
+        assert len(stamps) == 20
+        assert max(stamps.values()) <= real + 3601.0, "rows kept while the clock was ahead stay in the future"
+    finally:
+        h.close()
+
+
+def test_a_jump_ahead_undone_in_two_steps_leaves_no_stamp_in_the_future(
+    make_cfg: Any, vault: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock set a month ahead, set back by hand to two weeks ahead, then corrected by NTP:
+    the rows kept meanwhile count as kept now once the lead is back where it was before the jump
+    (the hand's step alone is no correction: it stays more than a day ahead of it)."""
+    a, b, c = _folder(vault, "A", "market"), _folder(vault, "B", "ferry"), _folder(vault, "C", "mill")
+    h = Harness(make_cfg(vault), FakeEmbedder())
+    try:
+        h.sweep()
+        real, wall, steady = _two_clocks(h, monkeypatch)
+        wall[0], steady[0] = real + 30 * DAY, steady[0] + 60.0
+        _delete(h, a)
+        wall[0], steady[0] = real + 14 * DAY, steady[0] + 60.0
+        _delete(h, b)
+        wall[0], steady[0] = real + 120.0, steady[0] + 60.0
+        _delete(h, c)
+        ahead = [s for s in _stamps(h).values() if s > real + DAY]
+        assert not ahead, f"{len(ahead)} rows stay in the future after a correction in two steps"
     finally:
         h.close()

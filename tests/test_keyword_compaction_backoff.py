@@ -6,6 +6,7 @@ index's deletions after a rewrite."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from typing import Any
 
@@ -376,7 +377,8 @@ def test_a_back_off_kept_for_a_replaced_keyword_index_is_not_resumed(
     """The kept back-off is of one keyword index: a repair (the index moved aside, a fresh one
     filled) ends it, and a record kept for another index (one replaced while a version that keeps
     none ran) is not resumed at a start, where it skipped up to 7 due runs of an index it was not
-    about (health, showing no record of a replaced index, said nothing of why)."""
+    about (health, showing no record of a replaced index, said nothing of why). A record about
+    another index is nothing wrong: said at info, not as a damaged record."""
     from sidecar.index import repair
     from sidecar.index.repair import BACKOFF_META
 
@@ -389,11 +391,51 @@ def test_a_back_off_kept_for_a_replaced_keyword_index_is_not_resumed(
     assert stores.keyword_backoff is None and stores.manifest.get_meta(BACKOFF_META) is None
     repair._given_up(stores, "behind")
     kept = json.loads(stores.manifest.get_meta(BACKOFF_META) or "{}")
-    stores.manifest.set_meta(BACKOFF_META, json.dumps({**kept, "index": "0:1"}))  # another index's
+    stores.manifest.set_meta(BACKOFF_META, json.dumps({**kept, "index": "another"}))  # another index's
     s.close()
     s.harness.close()
     with caplog.at_level("INFO"):
         again = serve_in_process()
-    assert "bm25_compact_backoff_ignored" in caplog.text and "about another keyword index" in caplog.text
+    said = [r for r in caplog.records if r.message.startswith("bm25_compact_backoff_ignored")]
+    assert said and "about another keyword index" in said[0].message
+    assert said[0].levelname == "INFO" and "damaged" not in said[0].message
     assert again.harness.stores.keyword_backoff is None  # the first due run tries
     assert again.harness.stores.manifest.get_meta(BACKOFF_META) is None
+
+
+def test_a_back_off_goes_with_its_keyword_index_folder(
+    large: Any, serve_in_process: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The back-off named its keyword index by the folder's device and inode numbers, which
+    change for the same index when the home is copied or restored, or on a share remounted: the
+    back-off was dropped at every such start (a whole copy filled at the first due run) and a
+    healthy record logged as damaged. It names a random id kept in the folder now: a copied home
+    keeps its back-off; a folder made anew (removed while stopped) has no id, and the record is
+    ignored at info."""
+    from sidecar.index import repair
+    from sidecar.index.repair import INDEX_ID_FILE
+
+    s = large
+    _delete(s, 0, 12)
+    stores = s.harness.stores
+    repair._given_up(stores, "behind")
+    assert (stores.bm25.path / INDEX_ID_FILE).is_file()
+    home = stores.bm25.path.parent.parent
+    s.close()
+    s.harness.close()
+    home.rename(home.with_name("home.old"))
+    shutil.copytree(home.with_name("home.old"), home, symlinks=True)  # every inode new
+    with caplog.at_level("INFO"):
+        again = serve_in_process()
+    assert again.harness.stores.keyword_backoff == (1, 1), "the same index's back-off was dropped"
+    assert "bm25_compact_backoff_resumed gave_way=1 runs_to_skip=1" in caplog.text
+    path = again.harness.stores.bm25.path
+    again.close()
+    again.harness.close()
+    shutil.rmtree(path)  # the keyword index removed while stopped: filled anew at the start
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        last = serve_in_process()
+    assert last.harness.stores.keyword_backoff is None, "a back-off of the removed index resumed"
+    said = [r for r in caplog.records if r.message.startswith("bm25_compact_backoff_ignored")]
+    assert said and said[0].levelname == "INFO" and "no id" in said[0].message

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -28,6 +29,7 @@ from sidecar.index.migration import open_previous
 from sidecar.index.problems import Problems
 from sidecar.index.vectoring import Stores, Vectoring
 from sidecar.model.embedder import Embedder, EmbedderSlot
+from sidecar.runtime.atomic import atomic_write
 from sidecar.runtime.steadyclock import steady_reading
 from sidecar.stores.bm25 import Bm25Index
 from sidecar.stores.bm25_folder import copy_room, folder_size, free_space
@@ -86,6 +88,9 @@ _WASTED = frozenset({"behind", "count"})
 # login's service start, an upgrade) on a vault that never calms down forgot it and filled a
 # whole copy at the first due run of every start.
 BACKOFF_META = "keyword_compaction_backoff"
+# The file in the keyword index folder naming it for the back-off kept in the manifest
+# (``_index_id``): a random id, written once.
+INDEX_ID_FILE = "sidecar-index-id"
 # The outcome of a small index's rewrite in place (``compact_shared``) after a large one's run (a
 # large vault that shrank), said as the rewrite beside's "compacted" is (``_in_place_said``).
 IN_PLACE = "compacted in place"
@@ -460,7 +465,7 @@ def _keep_backoff(stores: Stores, backoff: tuple[int, int] | None) -> None:
     if backoff == stores.keyword_backoff:
         return  # every run that finds nothing due: nothing written
     stores.keyword_backoff = backoff
-    stores.keyword_backoff_of = None if backoff is None else _index_id(stores)
+    stores.keyword_backoff_of = None if backoff is None else _index_id(stores, make=True)
     try:
         if backoff is None:
             stores.manifest.delete_meta([BACKOFF_META])
@@ -471,15 +476,29 @@ def _keep_backoff(stores: Stores, backoff: tuple[int, int] | None) -> None:
         log.warning("bm25_compact_backoff_unsaved error=%s (a restart goes on from the last one kept)", exc)
 
 
-def _index_id(stores: Stores) -> str | None:
-    """The keyword index the back-off is about: its folder (device and inode), new at a repair
-    or a swap beside; a refill in place ends the back-off itself (``rebuild_bm25``). None when
-    the folder cannot be read (then no record matches it)."""
+def _index_id(stores: Stores, *, make: bool = False) -> str | None:
+    """The keyword index the back-off is about: a random id written once into its folder
+    (``INDEX_ID_FILE``), so it goes with the folder through a copy, a restore or a remount (its
+    device and inode numbers do not), and a folder made anew (a repair, a swap beside) has none
+    until a back-off is kept for it; a refill in place ends the back-off itself (``rebuild_bm25``).
+    ``make``: written when missing. None when it is missing or cannot be read or written (then no
+    record matches it)."""
+    path = stores.bm25.path / INDEX_ID_FILE
     try:
-        st = stores.bm25.path.stat()
-    except OSError:
+        found = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        found = ""
+    except (OSError, ValueError):
         return None
-    return f"{st.st_dev}:{st.st_ino}"
+    if found or not make:
+        return found or None
+    made = secrets.token_hex(16)
+    try:
+        atomic_write(path, made.encode("ascii"), make_folder=False)
+    except OSError as exc:
+        log.warning("bm25_index_id_unsaved error=%s (a back-off kept now ends at the next start)", exc)
+        return None
+    return made
 
 
 def remembered_backoff(stores: Stores) -> None:
@@ -498,10 +517,8 @@ def remembered_backoff(stores: Stores) -> None:
         times, runs, about = value["gave_way"], value["runs_to_skip"], value["index"]
         if not all(type(n) is int for n in (times, runs)) or times < 1 or not 0 <= runs <= BACKOFF_MAX_RUNS:
             raise ValueError("not a back-off")
-        if about != _index_id(stores):
-            # Of a keyword index replaced since (a rebuild, a repair, an upgrade's refill beside;
-            # one by a version that kept no back-off): the index live now starts fresh.
-            raise ValueError(f"about another keyword index ({about!r}, now {_index_id(stores)!r})")
+        if not isinstance(about, str):
+            raise ValueError("not a back-off")
     except (ValueError, TypeError, KeyError) as exc:
         log.warning(
             "bm25_compact_backoff_ignored value=%.80r error=%s (a damaged record: the first due run "
@@ -510,6 +527,19 @@ def remembered_backoff(stores: Stores) -> None:
             exc,
         )
         with contextlib.suppress(sqlite3.Error, StoreError, OSError):  # read-only: said at each start
+            stores.manifest.delete_meta([BACKOFF_META])
+        return
+    if about != (now := _index_id(stores)):
+        # Of a keyword index replaced since (a repair, an upgrade's refill beside; one by a
+        # version that kept no back-off, or a folder without an id): the index live now starts
+        # fresh. Nothing is wrong with the record, so said at info.
+        log.info(
+            "bm25_compact_backoff_ignored reason=about another keyword index (%s, now %s): the first "
+            "due run tries the rewrite",
+            about,
+            now or "no id",
+        )
+        with contextlib.suppress(sqlite3.Error, StoreError, OSError):
             stores.manifest.delete_meta([BACKOFF_META])
         return
     stores.keyword_backoff, stores.keyword_backoff_of = (times, runs), about

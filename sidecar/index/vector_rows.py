@@ -54,6 +54,10 @@ def _not_wall_clock(now: float) -> float:
     return max(now - NOT_WALL_CLOCK_S, WALL_CLOCK_FLOOR)
 
 
+# How many jumps of the wall clock ahead are remembered (``VectorRows._seen_ahead``): a laptop on
+# the monotonic fallback makes one at every wake after a day asleep.
+_JUMPS_KEPT = 16
+
 # How far after the newest kept stamp the vectors kept while the wall clock is behind it are
 # stamped (``VectorRows._stamp``).
 AFTER_NEWEST_S = 0.001
@@ -76,10 +80,11 @@ class VectorRows:
     manifest: Manifest
     clock: Callable[[], float]
     # The wall clock's lead over a clock that counts no step (``steady_reading``): the highest
-    # seen, and the wall time at which it first rose more than ``AHEAD_OF_WALL_CLOCK_S`` above
-    # every earlier one (``_seen_ahead``). In memory: only this process saw the step.
+    # seen, and each jump of it more than ``AHEAD_OF_WALL_CLOCK_S`` above every earlier one, as
+    # (the lead before it, the wall time of the jump), oldest first (``_seen_ahead``). In memory:
+    # only this process saw them.
     _lead_top: float | None
-    _ahead_from: float | None
+    _jumps: list[tuple[float, float]]
     keep_seconds: float
     keep_max: int
     reused: int
@@ -232,38 +237,46 @@ class VectorRows:
         before (no wall-clock time: ``_not_wall_clock``) were pruned by age as soon as NTP
         stepped it. Rows stamped while it was set ahead (and every keep after them, stamped
         after the newest: ``_stamp``) aged out only after a restart; they are mended only when
-        this process saw the clock step forward to them (``_seen_ahead``): rows more than a day
-        ahead of a clock that stepped back are stamped right, and restamped to the clock behind
-        they were pruned as a month old once NTP set it forward again."""
+        this process saw that step ahead undone (``_seen_ahead``), and only those stamped since
+        the step. A jump ahead alone mends nothing: where the other clock stops in a sleep (the
+        monotonic fallback, a VM) a wake is one too, and rows more than a day ahead of a clock
+        wrongly set back after it, restamped to the clock behind, were pruned as a month old
+        once NTP set it forward again."""
         now = self.clock()
         if now < WALL_CLOCK_FLOOR:
             return now  # not set yet: mended once it is
-        ahead_from = self._seen_ahead(now)
+        undone = self._seen_ahead(now)
         try:
             oldest, newest = self.manifest.kept_span()
         except sqlite3.Error:
             return now
-        ahead = ahead_from is not None and newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
+        ahead = undone is not None and newest is not None and newest > now + AHEAD_OF_WALL_CLOCK_S
         if ahead or (oldest is not None and oldest < _not_wall_clock(now)):
-            # Only the rows stamped since the step forward (a keep stamps at least its ``now``).
-            self._restamp(now, max(now + AHEAD_OF_WALL_CLOCK_S, (ahead_from or now) - AFTER_NEWEST_S))
-        if ahead:
-            self._ahead_from = None
-            self._lead_top = now - _steady()  # the corrected clock is the one to step from
+            # Only the rows stamped since the jump undone (a keep stamps at least its ``now``).
+            self._restamp(now, max(now + AHEAD_OF_WALL_CLOCK_S, (undone or now) - AFTER_NEWEST_S))
         return now
 
     def _seen_ahead(self, now: float) -> float | None:
-        """The wall time at which this process saw the clock step more than a day ahead of every
-        reading before it (``_lead_top``), not mended since; None if it did not. A step back and
-        its correction return to a lead seen before: not a step ahead. A suspend moves neither
-        clock apart (``steady_reading`` counts it)."""
+        """The wall time of a jump of the clock ahead that this process saw and that ``now``
+        undoes: its lead over ``steady_reading`` is back within ``AHEAD_OF_WALL_CLOCK_S`` of the
+        lead before that jump. That jump and every later one are then forgotten, the lead now
+        the highest. None if no jump is undone. A jump is one to more than a day above every
+        lead seen before (``_lead_top``): a clock set back and corrected returns to a lead seen
+        before, no jump. A sleep the other clock does not count (the monotonic fallback, a VM)
+        is a jump never undone: the lead stays up, and a clock wrongly set back after it falls
+        far below the lead before it."""
         lead = now - _steady()
+        for k, (before, at) in enumerate(self._jumps):
+            if abs(lead - before) <= AHEAD_OF_WALL_CLOCK_S:
+                del self._jumps[k:]
+                self._lead_top = max(lead, before)  # the corrected clock is the one to jump from
+                return at
         top = self._lead_top
-        if top is not None and lead > top + AHEAD_OF_WALL_CLOCK_S and self._ahead_from is None:
-            self._ahead_from = now
+        if top is not None and lead > top + AHEAD_OF_WALL_CLOCK_S:
+            self._jumps = [*self._jumps, (top, now)][-_JUMPS_KEPT:]
         if top is None or lead > top:
             self._lead_top = lead
-        return self._ahead_from
+        return None
 
     def _restamp(self, now: float, ahead: float) -> None:
         """Rows stamped before ``_not_wall_clock(now)`` restamped in their order, those after

@@ -248,7 +248,7 @@ class Vectoring(VectorRows, VectorEmbedding):
         self.stores = stores
         self.clock = clock  # when vectors are kept (wall clock: the rows outlive the process)
         self._lead_top = None
-        self._ahead_from = None
+        self._jumps = []
         if clock() >= WALL_CLOCK_FLOOR:
             self._seen_ahead(clock())  # the clock as this process found it
         self.manifest = stores.manifest
