@@ -490,7 +490,13 @@ def test_the_stop_waits_for_the_keyword_part_of_optimize_only() -> None:
     bm25 = SimpleNamespace(deleted_docs=deleted_docs, read_only=True, unavailable=None)
     vectors = SimpleNamespace(
         optimize=vectors_optimize,
-        stores=SimpleNamespace(bm25=bm25, upgrading=False, look_for_flags=lambda: None),
+        stores=SimpleNamespace(
+            bm25=bm25,
+            upgrading=False,
+            look_for_flags=lambda: None,
+            keyword_backoff=None,
+            keyword_backoff_of=None,
+        ),
     )
     job = threading.Thread(
         target=lambda: optimize(vectors, schedule.stop, schedule.tracked),  # type: ignore[arg-type]

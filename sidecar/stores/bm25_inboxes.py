@@ -254,7 +254,7 @@ class Bm25Inboxes:
     def _close_idle(self) -> None:
         """``_evict``, from a search: under the write lock, taken only when free (a search does
         not wait for a write), so that no writer is handed an inbox that is being closed."""
-        if len(self._open) <= self._cap() or not self._lock.acquire(blocking=False):
+        if len(self._open) <= self._cap() or not self._lock.try_free():
             return
         try:
             self._evict()

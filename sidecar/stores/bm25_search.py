@@ -526,7 +526,7 @@ class Bm25Search(Bm25Inboxes):
         """An inbox that holds notes and matched nothing: StoreError if a file of it was damaged
         under the running daemon (it answers nothing, without an error). Skipped while a write
         holds the index (a search does not wait for one; the next search checks)."""
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.try_free():
             return
         try:
             why = folder.damage()

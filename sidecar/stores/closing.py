@@ -84,6 +84,16 @@ class ClosingLock:
         if self.closed:
             raise self._closed_error()
 
+    def try_free(self) -> bool:
+        """Take the lock only when nobody holds it, this thread included: a plain ``Lock``'s
+        ``acquire(blocking=False)``, for a look that must not run under a write of its own thread
+        (the keyword index's eviction of idle inboxes, asked from a write that had just opened the
+        inbox it writes: re-entrant, it closed that inbox before its first document and the
+        commit never reached it). True: taken, released by ``release``."""
+        if self._is_owned():
+            return False
+        return self.acquire(blocking=False)
+
     def is_free(self) -> bool:
         """Whether this thread could take the lock now (no one holds it, or this thread does).
         Never waits, never takes the lock, and so never runs a close handed to the holder (the
